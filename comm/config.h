@@ -1,0 +1,40 @@
+/*
+ * Settings: one declarative table (config.c) of WEFT_* environment variables with
+ * defaults and documentation, parsed once at init into weft_config_t. Unknown WEFT_*
+ * variables are warned about. `weft-info --config` lists the table.
+ */
+#ifndef WEFT_CONFIG_H
+#define WEFT_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/log.h"
+#include "weft/core.h"
+
+typedef struct weft_config {
+    weft_log_level_t log_level;
+    uint64_t timeout_ms;          /* default for blocking calls */
+    uint64_t connect_timeout_ms;  /* store connection and start-up rendezvous */
+    char transport[16];           /* auto | ucx | nccl */
+    uint64_t heartbeat_ms;
+    uint64_t failure_timeout_ms;
+    size_t coll_small_max;        /* bytes: latency algorithms at or below */
+    size_t coll_chunk;            /* bytes: pipelining chunk of ring algorithms */
+    int yield_spins;              /* progress polls before a wait starts yielding */
+} weft_config_t;
+
+/* Variables that are not settings but are read from the environment (launcher-set). */
+extern const char *const weft__env_known[];
+
+/*
+ * Fill @p cfg from the table's defaults and the environment. Errors name the variable
+ * and the value via the logger. Warns about unknown WEFT_* variables.
+ */
+weft_status_t weft__config_load(weft_config_t *cfg, const weft_logger_t *lg);
+
+/* Text of a setting's value in @p cfg (for listings); NULL for an unknown index. */
+const char *weft__config_value(const weft_config_t *cfg, size_t index, char *buf,
+                               size_t buflen);
+
+#endif

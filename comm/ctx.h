@@ -1,0 +1,136 @@
+/*
+ * Internal layout of the context, groups and requests, and the calls the comm layer
+ * offers to collectives, groups/, vocab/ and migrate/.
+ */
+#ifndef WEFT_CTX_H
+#define WEFT_CTX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/config.h"
+#include "comm/log.h"
+#include "comm/store.h"
+#include "comm/tag.h"
+#include "transports/transport.h"
+#include "weft/coll.h"
+#include "weft/core.h"
+
+/* One other process (or this one), indexed by stable member id. */
+typedef struct weft_peer {
+    const weft_transport_ops_t *ops; /* transport chosen for host memory */
+    weft_tl_t *tl;
+    weft_tl_ep_t *ep;     /* NULL until first use */
+    void *addr;           /* published transport address (malloc'ed), NULL if unknown */
+    size_t addr_len;
+    weft_status_t failed; /* WEFT_OK while alive; else why it is gone */
+} weft_peer_t;
+
+typedef struct weft_user_op {
+    weft_op_params_t params;
+    bool in_use;
+} weft_user_op_t;
+
+struct weft_ctx {
+    weft_config_t cfg;
+    weft_logger_t logger;
+    int rank, size;             /* world rank = stable member id of this process */
+    int local_rank, local_size;
+    char launcher[16];          /* "weftrun", "mpirun", "srun", "singleton" */
+    char store_addr[256];
+    char token[128];
+    weft_store_client_t *store; /* request/response connection */
+    weft_store_client_t *watch; /* watch on the failure-notice prefix */
+    weft_tl_t *tl_self, *tl_ucx;
+    weft_peer_t *peers;         /* [npeers] by member id */
+    int npeers;
+    weft_group_t *world;
+    weft_group_t *groups;       /* every group of this context, world included */
+    uint32_t next_group_id;
+    struct weft_req *live;      /* requests in flight */
+    weft_user_op_t *user_ops;
+    int n_user_ops;
+    uint64_t progress_calls;
+    char last_error[512];
+};
+
+struct weft_group {
+    weft_ctx_t *ctx;
+    uint32_t id;         /* agreed by all members; part of every tag */
+    uint32_t epoch;      /* goes up with every membership edit */
+    int rank, size;
+    int *members;        /* [size]: group rank -> stable member id */
+    uint32_t coll_seq;   /* sequence number of the next collective */
+    uint64_t coll_count; /* collectives started (weft_group_coll_count) */
+    weft_status_t revoked; /* WEFT_OK, or what every operation now returns */
+    struct weft_group *parent;
+    struct weft_group *next; /* in ctx->groups */
+};
+
+/* A request. P2P requests wrap one transport request; compound requests (collectives)
+ * advance a state machine in progress(). */
+struct weft_req {
+    weft_ctx_t *ctx;
+    weft_group_t *group;
+    weft_status_t status; /* WEFT_INPROGRESS until complete */
+    size_t bytes;
+    int peer_id;          /* P2P: peer's member id; -1 for compound */
+    const weft_transport_ops_t *ops;
+    weft_tl_t *tl;
+    void *tl_req;         /* NULL once the transport request is finished */
+    /* Compound requests: advance, returning WEFT_INPROGRESS or the final status. */
+    weft_status_t (*progress)(struct weft_req *req);
+    /* Compound requests: cancel and free children and impl (called once). */
+    void (*cleanup)(struct weft_req *req);
+    void *impl;
+    struct weft_req *prev, *next; /* in ctx->live while in flight */
+};
+
+/* ---- errors ---- */
+/* Record detail for weft_last_error(), log it at @p level, and return @p status. */
+weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- progress and requests ---- */
+/* Drive transports and failure notices once; nonzero when anything happened. */
+int weft__progress(weft_ctx_t *ctx);
+/* A new compound request in flight on @p g (status WEFT_INPROGRESS). */
+weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g);
+/* Advance @p req once (without driving the transports) and return its status. */
+weft_status_t weft__req_advance(weft_req_t *req);
+/* Wait for @p req with the context's default timeout, then free it. NULL: WEFT_OK. */
+weft_status_t weft__req_wait_free(weft_req_t *req);
+/* Waits for a start call's request: the blocking twin of any nonblocking call. */
+weft_status_t weft__blocking(weft_status_t start_status, weft_req_t *req);
+/* Timeout in ns for a ms setting. */
+uint64_t weft__ms_to_ns(uint64_t ms);
+uint64_t weft__now_ns(void);
+/* One idle step of a wait loop: spin, then yield, then sleep briefly. */
+void weft__idle(weft_ctx_t *ctx, uint64_t *idle_polls);
+
+/* ---- point-to-point inside the library ---- */
+/*
+ * Send/receive to group rank @p peer with tag (this group, its epoch, @p cls, @p payload).
+ * Same completion convention as the public calls: WEFT_OK with *req = NULL when done.
+ * Fails fast with the group's revoke status, or WEFT_ERR_PEER_FAILED for a dead peer.
+ */
+weft_status_t weft__isend(weft_group_t *g, int peer, const void *buf, size_t len,
+                          enum weft_tag_class cls, uint32_t payload, weft_req_t **req);
+weft_status_t weft__irecv(weft_group_t *g, int peer, void *buf, size_t len,
+                          enum weft_tag_class cls, uint32_t payload, weft_req_t **req);
+
+/* ---- membership ---- */
+/* Mark member @p id failed (idempotent); revokes every group containing it. */
+void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);
+/* WEFT_OK, or the error every operation on @p g returns now. */
+weft_status_t weft__group_status(const weft_group_t *g);
+/* Create a group from member ids (ordered) with an agreed id; appended to ctx->groups. */
+weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,
+                                 weft_group_t *parent, weft_group_t **out);
+void weft__group_destroy(weft_group_t *g);
+
+/* ---- user operators ---- */
+/* The params of user operator @p op, or NULL if it is not a live user operator. */
+const weft_op_params_t *weft__user_op(const weft_ctx_t *ctx, weft_op_t op);
+
+#endif

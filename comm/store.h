@@ -1,0 +1,75 @@
+/*
+ * The rendezvous store: a small TCP key-value service (set / get-wait / add / delete /
+ * watch-a-prefix). The server runs in weftrun (or any process) on its own thread; ranks
+ * talk to it through the client. Every connection starts with a challenge-response
+ * proving the client holds the job token (HMAC-SHA256 keyed by the token).
+ *
+ * Frames are length-prefixed with a hard cap (WEFT_STORE_MAX_FRAME); a malformed,
+ * oversized or truncated frame closes that connection with a logged error.
+ */
+#ifndef WEFT_STORE_H
+#define WEFT_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/log.h"
+#include "weft/status.h"
+
+#define WEFT_STORE_MAX_FRAME (1u << 20) /* bytes, header excluded */
+#define WEFT_STORE_MAX_KEY 256
+
+/* ---- client ---- */
+typedef struct weft_store_client weft_store_client_t;
+
+/* hostport: "host:port". Retries connecting until timeout_ms (the server may start late). */
+weft_status_t weft__store_connect(const char *hostport, const char *token, int timeout_ms,
+                                  const weft_logger_t *lg, weft_store_client_t **client);
+void weft__store_close(weft_store_client_t *c);
+weft_status_t weft__store_set(weft_store_client_t *c, const char *key, const void *val,
+                              size_t len);
+/* Waits until the key exists or timeout_ms passes (WEFT_ERR_TIMEOUT). *val is malloc'ed. */
+weft_status_t weft__store_get(weft_store_client_t *c, const char *key, int timeout_ms,
+                              void **val, size_t *len);
+/* Atomic add to a decimal counter (created at 0); *result is the new value (may be NULL). */
+weft_status_t weft__store_add(weft_store_client_t *c, const char *key, int64_t delta,
+                              int64_t *result);
+weft_status_t weft__store_delete(weft_store_client_t *c, const char *key);
+/*
+ * Turn this connection into a watch on @p prefix: every existing key with the prefix,
+ * and every later set of one, is delivered as an event. After this only
+ * weft__store_next_event() and weft__store_close() may be used on @p c.
+ */
+weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix);
+/*
+ * Next watch event, waiting at most timeout_ms (0: poll). WEFT_INPROGRESS when none.
+ * *key and *val are malloc'ed; the caller frees them.
+ */
+weft_status_t weft__store_next_event(weft_store_client_t *c, int timeout_ms, char **key,
+                                     void **val, size_t *len);
+int weft__store_fd(const weft_store_client_t *c);
+
+/* ---- server ---- */
+typedef struct weft_store_server weft_store_server_t;
+
+typedef struct weft_store_server_params {
+    size_t size;
+    const char *bind_addr; /* NULL: "127.0.0.1" */
+    int port;              /* 0: any free port */
+    const char *token;     /* required, non-empty */
+    const weft_logger_t *logger; /* may be NULL; must outlive the server */
+} weft_store_server_params_t;
+
+/* Starts listening and serving on a thread of its own. */
+weft_status_t weft__store_server_start(const weft_store_server_params_t *params,
+                                       weft_store_server_t **server);
+int weft__store_server_port(const weft_store_server_t *s);
+/* Set a key from the hosting process (thread-safe); watchers are notified. */
+weft_status_t weft__store_server_set(weft_store_server_t *s, const char *key, const void *val,
+                                     size_t len);
+void weft__store_server_stop(weft_store_server_t *s);
+
+/* Random token of 32 hex characters from the OS entropy source. */
+weft_status_t weft__store_make_token(char out[65]);
+
+#endif

@@ -1,0 +1,188 @@
+/**
+ * @file core.h
+ * @brief Context, world group, requests and point-to-point messages.
+ *
+ * Lifecycle: weft_init() creates a context from the environment set by weftrun (or
+ * mpirun/srun plus WEFT_STORE); weft_ctx_world() gives the group of all ranks;
+ * weft_finalize() releases everything. Handles (context, group) live long and are
+ * destroyed explicitly; requests are short-lived and freed with weft_req_free().
+ *
+ * Thread safety: a context and everything created from it may be used by one thread at
+ * a time. Different contexts are independent.
+ */
+#ifndef WEFT_CORE_H
+#define WEFT_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+/** @brief Version as one integer: major * 10000 + minor * 100 + patch. */
+#define WEFT_VERSION_CODE                                                                      \
+    (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)
+
+/** @brief A timeout meaning "the context's default" (setting WEFT_TIMEOUT_MS). */
+#define WEFT_TIMEOUT_DEFAULT UINT64_MAX
+
+typedef struct weft_ctx weft_ctx_t;     /**< A process's weft instance. */
+typedef struct weft_group weft_group_t; /**< An ordered set of ranks. */
+typedef struct weft_req weft_req_t;     /**< A nonblocking operation in flight. */
+
+/** @brief Severity of a log message. */
+typedef enum weft_log_level {
+    WEFT_LOG_ERROR = 0,
+    WEFT_LOG_WARN = 1,
+    WEFT_LOG_INFO = 2,
+    WEFT_LOG_DEBUG = 3,
+    WEFT_LOG_TRACE = 4,
+} weft_log_level_t;
+
+/**
+ * @brief A log sink installed by the application.
+ * @param[in] level Severity.
+ * @param[in] rank  World rank of this process, or -1 before it is known.
+ * @param[in] msg   The formatted message without a trailing newline.
+ * @param[in] arg   The pointer given in weft_init_params_t::log_arg.
+ */
+typedef void (*weft_log_fn)(weft_log_level_t level, int rank, const char *msg, void *arg);
+
+/** @brief Optional parameters of weft_init(). Zero-initialise, then set @c size. */
+typedef struct weft_init_params {
+    size_t size;          /**< sizeof(weft_init_params_t); lets the struct grow. */
+    weft_log_fn log_fn;   /**< Log sink; NULL logs to stderr. */
+    void *log_arg;        /**< Passed to log_fn. */
+} weft_init_params_t;
+
+/**
+ * @brief Library version.
+ * @param[out] major,minor,patch Each may be NULL.
+ * @return The version string, e.g. "0.1.0".
+ */
+const char *weft_version(int *major, int *minor, int *patch);
+
+/**
+ * @brief Create a context: read WEFT_* settings, find rank and size from the launcher's
+ * environment, connect to the rendezvous store and to the transports.
+ *
+ * Collective over all ranks of the job: every rank must call it.
+ * @param[in]  params Optional (NULL for defaults).
+ * @param[out] ctx    The new context, set only on success.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG for a bad setting or an inconsistent launch
+ *         environment; WEFT_ERR_AUTH if the store refuses the job token; WEFT_ERR_TIMEOUT
+ *         if the other ranks did not arrive in time; WEFT_ERR_IO, WEFT_ERR_TRANSPORT.
+ */
+weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **ctx);
+
+/**
+ * @brief Destroy a context and every group and request created from it.
+ * @param[in] ctx May be NULL (no-op).
+ * @return WEFT_OK.
+ */
+weft_status_t weft_finalize(weft_ctx_t *ctx);
+
+/**
+ * @brief Detail of the last error on this context: which call, which rank, why.
+ * @return A string owned by the context, valid until its next call; "" if none.
+ */
+const char *weft_last_error(const weft_ctx_t *ctx);
+
+/**
+ * @brief The group of all ranks of the job. Owned by the context: do not destroy it.
+ * @return WEFT_OK, or WEFT_ERR_INVALID_ARG for NULL arguments.
+ */
+weft_status_t weft_ctx_world(weft_ctx_t *ctx, weft_group_t **world);
+
+/** @brief This process's position in @p g (0 .. size-1). @return WEFT_OK or an error. */
+weft_status_t weft_group_rank(const weft_group_t *g, int *rank);
+
+/** @brief Number of active members of @p g. @return WEFT_OK or an error. */
+weft_status_t weft_group_size(const weft_group_t *g, int *size);
+
+/**
+ * @brief Start sending @p bytes from @p buf to group rank @p peer with a user tag.
+ *
+ * Messages between one pair with one tag arrive in the order they were sent. The buffer
+ * must not be changed until the request completes.
+ * @param[in]  tag  0 .. WEFT_TAG_MAX.
+ * @param[out] req  The request, or NULL when the send completed inline (WEFT_OK).
+ * @return WEFT_OK (completed, *req = NULL), WEFT_INPROGRESS (*req set), or an error.
+ */
+weft_status_t weft_isend(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag,
+                         weft_req_t **req);
+
+/**
+ * @brief Start receiving at most @p bytes into @p buf from group rank @p peer.
+ *
+ * A message longer than @p bytes completes the request with WEFT_ERR_MISMATCH (the
+ * content of @p buf is then undefined). weft_req_bytes() gives the received length.
+ * @return WEFT_OK (completed, *req = NULL), WEFT_INPROGRESS (*req set), or an error.
+ */
+weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
+                         weft_req_t **req);
+
+/** @brief Largest user tag accepted by weft_isend() / weft_irecv(). */
+#define WEFT_TAG_MAX ((1u << 24) - 1)
+
+/** @brief Blocking weft_isend() with the default timeout. */
+weft_status_t weft_send(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag);
+
+/** @brief Blocking weft_irecv() with the default timeout; @p received may be NULL. */
+weft_status_t weft_recv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
+                        size_t *received);
+
+/**
+ * @brief Make progress on @p req without blocking.
+ * @return WEFT_OK when it completed successfully, WEFT_INPROGRESS when not yet, or the
+ *         error it completed with. A NULL request counts as completed (WEFT_OK).
+ */
+weft_status_t weft_test(weft_req_t *req);
+
+/**
+ * @brief Wait until @p req completes or @p timeout_ns passes.
+ *
+ * Waiting yields the processor between progress attempts, so oversubscribed ranks do
+ * not starve each other.
+ * @param[in] timeout_ns Nanoseconds, or WEFT_TIMEOUT_DEFAULT.
+ * @return The request's status, or WEFT_ERR_TIMEOUT (the request stays valid and may be
+ *         waited on again or freed).
+ */
+weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns);
+
+/** @brief Bytes transferred by a completed request. @return WEFT_OK or an error. */
+weft_status_t weft_req_bytes(const weft_req_t *req, size_t *bytes);
+
+/**
+ * @brief Release a request. A request still in flight is cancelled first; its buffer
+ * may be reused once this returns. NULL is a no-op.
+ */
+weft_status_t weft_req_free(weft_req_t *req);
+
+/** @brief Description of one WEFT_* setting, for listings such as `weft-info --config`. */
+typedef struct weft_config_entry {
+    const char *name;     /**< Variable name, e.g. "WEFT_LOG_LEVEL". */
+    const char *deflt;    /**< Default value as text. */
+    const char *doc;      /**< One-line documentation. */
+} weft_config_entry_t;
+
+/**
+ * @brief The table of settings: entry @p index, or NULL past the end.
+ * @param[in]  index 0 .. n-1.
+ * @param[out] value If not NULL, the value in effect for @p ctx (NULL ctx: the
+ *                   environment's value or the default); the string is static or owned
+ *                   by @p ctx.
+ */
+const weft_config_entry_t *weft_config_entry(const weft_ctx_t *ctx, size_t index,
+                                             const char **value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,12 @@
+/**
+ * @file weft.h
+ * @brief Umbrella header: include this to use weft.
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include "weft/status.h"
+#include "weft/core.h"
+#include "weft/coll.h"
+
+#endif

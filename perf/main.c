@@ -1,0 +1,33 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "perf.h"
+
+static const perf_subcommand_t subcommands[] = {
+    {"sendrecv", perf_sendrecv_main, "point-to-point latency and bandwidth between ranks 0 and 1"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: weft-perf SUBCOMMAND [options]   (run under weftrun)\n\nsubcommands:\n");
+    for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++) {
+        fprintf(out, "  %-16s %s\n", subcommands[i].name, subcommands[i].summary);
+    }
+    fprintf(out, "\n'weft-perf SUBCOMMAND --help' lists its options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++) {
+        if (strcmp(argv[1], subcommands[i].name) == 0) {
+            return subcommands[i].main(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "weft-perf: unknown subcommand '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
