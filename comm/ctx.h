@@ -119,6 +119,13 @@ weft_status_t weft__isend(weft_group_t *g, int peer, const void *buf, size_t len
 weft_status_t weft__irecv(weft_group_t *g, int peer, void *buf, size_t len,
                           enum weft_tag_class cls, uint32_t payload, weft_req_t **req);
 
+/* weft__irecv that also reports the length when it completes inline (recvd may be NULL). */
+weft_status_t weft__irecv_len(weft_group_t *g, int peer, void *buf, size_t len,
+                              enum weft_tag_class cls, uint32_t payload, weft_req_t **req,
+                              size_t *recvd);
+/* Poll the launcher's failure notices (weft/failed/<rank>) without blocking. */
+void weft__poll_failure_notices(weft_ctx_t *ctx);
+
 /* ---- membership ---- */
 /* Mark member @p id failed (idempotent); revokes every group containing it. */
 void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);

@@ -59,8 +59,9 @@ typedef struct weft_transport_ops {
      */
     weft_status_t (*isend)(weft_tl_t *tl, weft_tl_ep_t *ep, const void *buf, size_t len,
                            uint64_t tag, void **req);
+    /* On inline completion (WEFT_OK) *recvd holds the received length. */
     weft_status_t (*irecv)(weft_tl_t *tl, void *buf, size_t len, uint64_t tag,
-                           uint64_t tag_mask, void **req);
+                           uint64_t tag_mask, void **req, size_t *recvd);
     /*
      * WEFT_INPROGRESS, or the final status; on a final status @p req is released and
      * *len holds the bytes moved. A receive whose message was longer than its buffer
