@@ -1,0 +1,707 @@
+/* Helpers shared by the weft-perf subcommands: options, sizes, timers, patterns, output. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "perf.h"
+
+/* ---- names ---- */
+
+static const struct {
+    const char *name;
+    weft_dtype_t dtype;
+    size_t size;
+} dtype_names[] = {
+    /* The first name of each dtype is the one printed. */
+    {"float", WEFT_F32, 4},    {"f32", WEFT_F32, 4},     {"double", WEFT_F64, 8},
+    {"f64", WEFT_F64, 8},      {"half", WEFT_F16, 2},    {"f16", WEFT_F16, 2},
+    {"bfloat16", WEFT_BF16, 2}, {"bf16", WEFT_BF16, 2},  {"int32", WEFT_I32, 4},
+    {"i32", WEFT_I32, 4},      {"int", WEFT_I32, 4},     {"int64", WEFT_I64, 8},
+    {"i64", WEFT_I64, 8},      {"uint8", WEFT_U8, 1},    {"u8", WEFT_U8, 1},
+    {"char", WEFT_U8, 1},
+};
+
+static const struct {
+    const char *name;
+    weft_op_t op;
+} op_names[] = {{"sum", WEFT_SUM}, {"prod", WEFT_PROD}, {"max", WEFT_MAX}, {"min", WEFT_MIN}};
+
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+int perf_parse_dtype(const char *s, weft_dtype_t *out)
+{
+    for (size_t i = 0; i < NELEMS(dtype_names); i++) {
+        if (strcasecmp(s, dtype_names[i].name) == 0) {
+            *out = dtype_names[i].dtype;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int perf_parse_op(const char *s, weft_op_t *out)
+{
+    for (size_t i = 0; i < NELEMS(op_names); i++) {
+        if (strcasecmp(s, op_names[i].name) == 0) {
+            *out = op_names[i].op;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *perf_dtype_str(weft_dtype_t dtype)
+{
+    for (size_t i = 0; i < NELEMS(dtype_names); i++) {
+        if (dtype_names[i].dtype == dtype) {
+            return dtype_names[i].name;
+        }
+    }
+    return "?";
+}
+
+size_t perf_dtype_size(weft_dtype_t dtype)
+{
+    for (size_t i = 0; i < NELEMS(dtype_names); i++) {
+        if (dtype_names[i].dtype == dtype) {
+            return dtype_names[i].size;
+        }
+    }
+    return 1;
+}
+
+const char *perf_op_str(weft_op_t op)
+{
+    for (size_t i = 0; i < NELEMS(op_names); i++) {
+        if (op_names[i].op == op) {
+            return op_names[i].name;
+        }
+    }
+    return op >= WEFT_OP_USER_FIRST ? "user" : "?";
+}
+
+/* ---- sizes ---- */
+
+int perf_parse_size(const char *s, size_t *out)
+{
+    if (s == NULL || !isdigit((unsigned char)s[0])) {
+        return -1;
+    }
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0) {
+        return -1;
+    }
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (shift != 0 && (*end == 'i' || *end == 'I')) {
+        end++;
+        if (*end != 'B' && *end != 'b') {
+            return -1;
+        }
+    }
+    if (*end == 'B' || *end == 'b') {
+        end++;
+    }
+    if (*end != '\0') {
+        return -1;
+    }
+    if (shift != 0 && v > (SIZE_MAX >> shift)) {
+        return -1;
+    }
+    if (v > SIZE_MAX) {
+        return -1;
+    }
+    *out = (size_t)v << shift;
+    return 0;
+}
+
+const char *perf_format_size(size_t bytes, char *buf, size_t buflen)
+{
+    static const char suffix[] = "KMGT";
+    int unit = -1;
+    size_t v = bytes;
+    while (v != 0 && (v & 1023) == 0 && unit < 3) {
+        v >>= 10;
+        unit++;
+    }
+    if (unit < 0) {
+        snprintf(buf, buflen, "%zu", bytes);
+    } else {
+        snprintf(buf, buflen, "%zu%c", v, suffix[unit]);
+    }
+    return buf;
+}
+
+bool perf_next_size(const perf_opts_t *o, size_t *size)
+{
+    size_t cur = *size, next;
+    if (o->step_bytes != 0) {
+        next = cur + o->step_bytes;
+    } else if (cur == 0) {
+        next = 1; /* a sweep starting at 0 B goes on with 1 B */
+    } else if (o->factor > 1 && cur <= SIZE_MAX / o->factor) {
+        next = cur * o->factor;
+    } else {
+        return false;
+    }
+    if (next <= cur || next > o->max_bytes) {
+        return false;
+    }
+    *size = next;
+    return true;
+}
+
+/* ---- options ---- */
+
+void perf_opts_default(perf_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->min_bytes = 8;
+    o->max_bytes = 32u << 20;
+    o->factor = 2;
+    o->iters = 20;
+    o->warmup = 5;
+    o->check = 1;
+    o->dtype = WEFT_F32;
+    o->op = WEFT_SUM;
+    o->root = 0;
+    o->window = 64;
+}
+
+void perf_print_usage(FILE *out, const char *subcommand, const perf_extra_opt_t *extras,
+                      size_t n_extras)
+{
+    fprintf(out,
+            "usage: weftrun -n N -- weft-perf %s [options]\n\n"
+            "  -b, --minbytes SIZE     smallest message (default 8; K/M/G suffixes)\n"
+            "  -e, --maxbytes SIZE     largest message (default 32M)\n"
+            "  -f, --stepfactor F      multiply the size by F between steps (default 2)\n"
+            "  -i, --stepbytes SIZE    add SIZE between steps instead (default 0: use -f)\n"
+            "  -n, --iters N           timed iterations per size (default 20)\n"
+            "  -w, --warmup_iters N    untimed iterations first (default 5)\n"
+            "  -c, --check [0|1]       verify the data (default 1)\n"
+            "  -d, --datatype T        float|double|half|bfloat16|int32|int64|uint8\n"
+            "  -o, --op OP             sum|prod|max|min (default sum)\n"
+            "  -r, --root R            root rank where there is one (default 0)\n"
+            "  -W, --window N          operations in flight where a test uses a window "
+            "(default 64)\n"
+            "      --inplace           use the same buffer for input and output\n"
+            "      --json              print one JSON document instead of the table\n"
+            "  -h, --help              this text\n",
+            subcommand);
+    for (size_t i = 0; i < n_extras; i++) {
+        char left[64];
+        snprintf(left, sizeof(left), "%s%s%s", extras[i].name, extras[i].has_arg ? " " : "",
+                 extras[i].has_arg && extras[i].metavar ? extras[i].metavar : "");
+        fprintf(out, "      %-18s%s\n", left, extras[i].help ? extras[i].help : "");
+    }
+    fprintf(out, "\nExit status: 0 ok, 1 wrong results, 2 bad options, 3 a weft call failed.\n");
+}
+
+enum opt_id { O_B, O_E, O_F, O_I, O_N, O_W, O_C, O_D, O_O, O_R, O_WIN, O_INPLACE, O_JSON, O_H };
+
+static const struct {
+    const char *shrt, *lng;
+    enum opt_id id;
+    int has_arg; /* 0 no, 1 yes, 2 optional (digits only) */
+} common_opts[] = {
+    {"-b", "--minbytes", O_B, 1},  {"-e", "--maxbytes", O_E, 1},
+    {"-f", "--stepfactor", O_F, 1}, {"-i", "--stepbytes", O_I, 1},
+    {"-n", "--iters", O_N, 1},     {"-w", "--warmup_iters", O_W, 1},
+    {"-c", "--check", O_C, 2},     {"-d", "--datatype", O_D, 1},
+    {"-o", "--op", O_O, 1},        {"-r", "--root", O_R, 1},
+    {"-W", "--window", O_WIN, 1},  {NULL, "--inplace", O_INPLACE, 0},
+    {NULL, "--json", O_JSON, 0},   {"-h", "--help", O_H, 0},
+};
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int apply_common(perf_opts_t *o, enum opt_id id, const char *val)
+{
+    long v;
+    switch (id) {
+    case O_B: return perf_parse_size(val, &o->min_bytes);
+    case O_E: return perf_parse_size(val, &o->max_bytes);
+    case O_I: return perf_parse_size(val, &o->step_bytes);
+    case O_F:
+        if (parse_int(val, 1, 1L << 30, &v) != 0) {
+            return -1;
+        }
+        o->factor = (uint64_t)v;
+        return 0;
+    case O_N:
+    case O_W:
+    case O_R:
+    case O_WIN:
+        if (parse_int(val, id == O_WIN ? 1 : 0, 1L << 30, &v) != 0) {
+            return -1;
+        }
+        *(id == O_N ? &o->iters : id == O_W ? &o->warmup : id == O_R ? &o->root : &o->window) =
+            (int)v;
+        return 0;
+    case O_C:
+        if (val == NULL) {
+            o->check = 1;
+            return 0;
+        }
+        if (parse_int(val, 0, 1, &v) != 0) {
+            return -1;
+        }
+        o->check = (int)v;
+        return 0;
+    case O_D: return perf_parse_dtype(val, &o->dtype);
+    case O_O: return perf_parse_op(val, &o->op);
+    case O_INPLACE: o->inplace = true; return 0;
+    case O_JSON: o->json = true; return 0;
+    case O_H: return 0;
+    }
+    return -1;
+}
+
+/* Split "--name=value" / "-nVALUE": does @p arg name option @p name? Sets *inline_val. */
+static bool opt_matches(const char *arg, const char *name, const char **inline_val)
+{
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0) {
+        return false;
+    }
+    if (arg[n] == '\0') {
+        *inline_val = NULL;
+        return true;
+    }
+    if (arg[n] == '=') {
+        *inline_val = arg + n + 1;
+        return true;
+    }
+    /* -n10: short options glue their value */
+    if (name[1] != '-' && n == 2) {
+        *inline_val = arg + n;
+        return true;
+    }
+    return false;
+}
+
+/* Fetch the value of an option: inline, or the next argument. */
+static int take_value(int argc, char **argv, int *i, const char *inline_val, int has_arg,
+                      const char **val)
+{
+    if (inline_val != NULL) {
+        *val = inline_val;
+        return 0;
+    }
+    if (has_arg == 2) {
+        if (*i + 1 < argc && isdigit((unsigned char)argv[*i + 1][0])) {
+            *val = argv[++*i];
+        } else {
+            *val = NULL;
+        }
+        return 0;
+    }
+    if (*i + 1 >= argc) {
+        return -1;
+    }
+    *val = argv[++*i];
+    return 0;
+}
+
+static int parse_one(int argc, char **argv, int *i, perf_opts_t *o, const char *subcommand,
+                     const perf_extra_opt_t *extras, size_t n_extras, perf_extra_fn handler,
+                     void *handler_arg, bool *help)
+{
+    const char *arg = argv[*i], *inl, *val;
+    for (size_t k = 0; k < n_extras; k++) {
+        if (!opt_matches(arg, extras[k].name, &inl) || (inl != NULL && !extras[k].has_arg)) {
+            continue;
+        }
+        if (extras[k].has_arg && take_value(argc, argv, i, inl, 1, &val) != 0) {
+            fprintf(stderr, "weft-perf %s: %s needs a value\n", subcommand, arg);
+            return -1;
+        }
+        if (handler == NULL || handler(handler_arg, extras[k].name,
+                                       extras[k].has_arg ? val : NULL) != 0) {
+            fprintf(stderr, "weft-perf %s: bad value for %s\n", subcommand, extras[k].name);
+            return -1;
+        }
+        return 0;
+    }
+    for (size_t k = 0; k < NELEMS(common_opts); k++) {
+        bool m = (common_opts[k].shrt && opt_matches(arg, common_opts[k].shrt, &inl)) ||
+                 opt_matches(arg, common_opts[k].lng, &inl);
+        if (!m || (inl != NULL && common_opts[k].has_arg == 0)) {
+            continue;
+        }
+        val = NULL;
+        if (common_opts[k].has_arg &&
+            take_value(argc, argv, i, inl, common_opts[k].has_arg, &val) != 0) {
+            fprintf(stderr, "weft-perf %s: %s needs a value\n", subcommand, arg);
+            return -1;
+        }
+        if (apply_common(o, common_opts[k].id, val) != 0) {
+            fprintf(stderr, "weft-perf %s: bad value '%s' for %s\n", subcommand,
+                    val ? val : "", common_opts[k].lng);
+            return -1;
+        }
+        *help = *help || common_opts[k].id == O_H;
+        return 0;
+    }
+    fprintf(stderr, "weft-perf %s: unknown option '%s' (try --help)\n", subcommand, arg);
+    return -1;
+}
+
+int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcommand,
+                    const perf_extra_opt_t *extras, size_t n_extras, perf_extra_fn handler,
+                    void *handler_arg)
+{
+    bool help = false;
+    for (int i = 1; i < argc; i++) {
+        if (parse_one(argc, argv, &i, o, subcommand, extras, n_extras, handler, handler_arg,
+                      &help) != 0) {
+            return PERF_BAD;
+        }
+    }
+    if (help) {
+        perf_print_usage(stdout, subcommand, extras, n_extras);
+        return PERF_HELP;
+    }
+    if (o->min_bytes > o->max_bytes) {
+        fprintf(stderr, "weft-perf %s: -b %zu is larger than -e %zu\n", subcommand,
+                o->min_bytes, o->max_bytes);
+        return PERF_BAD;
+    }
+    if (o->factor < 2 && o->step_bytes == 0 && o->min_bytes != o->max_bytes) {
+        fprintf(stderr, "weft-perf %s: -f must be at least 2 (or use -i)\n", subcommand);
+        return PERF_BAD;
+    }
+    return PERF_CONTINUE;
+}
+
+/* ---- timing ---- */
+
+uint64_t perf_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+double perf_now_us(void)
+{
+    return (double)perf_now_ns() / 1e3;
+}
+
+double perf_gbs(size_t bytes, double time_us)
+{
+    return time_us > 0 ? (double)bytes / time_us / 1e3 : 0.0;
+}
+
+/* ---- buffers ---- */
+
+void *perf_alloc(size_t bytes)
+{
+    void *p = NULL;
+    long page = sysconf(_SC_PAGESIZE);
+    if (posix_memalign(&p, page > 0 ? (size_t)page : 4096, bytes ? bytes : 1) != 0) {
+        return NULL;
+    }
+    return p;
+}
+
+void perf_free(void *p)
+{
+    free(p);
+}
+
+size_t perf_llc_bytes(void)
+{
+    long v = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    if (v > 0) {
+        return (size_t)v;
+    }
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    if (f != NULL) {
+        char buf[32];
+        size_t sz;
+        if (fgets(buf, sizeof(buf), f) != NULL) {
+            buf[strcspn(buf, "\n")] = '\0';
+            if (perf_parse_size(buf, &sz) == 0 && sz > 0) {
+                fclose(f);
+                return sz;
+            }
+        }
+        fclose(f);
+    }
+    return 32u << 20;
+}
+
+size_t perf_rotation_count(size_t bytes, size_t max_total)
+{
+    if (bytes == 0) {
+        return 1;
+    }
+    size_t want = 2 * perf_llc_bytes() / bytes + 1;
+    size_t cap = max_total / bytes;
+    size_t n = want < cap ? want : cap;
+    return n < 1 ? 1 : n;
+}
+
+/* ---- patterns ---- */
+
+static uint64_t mix64(uint64_t x)
+{
+    x += UINT64_C(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+uint64_t perf_seed(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+    return mix64(mix64(mix64(mix64(a) ^ b) ^ c) ^ d);
+}
+
+/* Word w of the pattern of @p seed; byte i of the buffer is byte i%8 of word i/8. */
+static inline uint64_t pattern_word(uint64_t seed, size_t w)
+{
+    return mix64(seed ^ ((uint64_t)w * UINT64_C(0xd6e8feb86659fd93)));
+}
+
+void perf_fill_pattern(void *buf, size_t bytes, uint64_t seed)
+{
+    unsigned char *p = buf;
+    size_t words = bytes / 8;
+    for (size_t w = 0; w < words; w++) {
+        uint64_t v = pattern_word(seed, w);
+        memcpy(p + 8 * w, &v, 8);
+    }
+    if (bytes % 8 != 0) {
+        uint64_t v = pattern_word(seed, words);
+        memcpy(p + 8 * words, &v, bytes % 8);
+    }
+}
+
+size_t perf_check_pattern(const void *buf, size_t bytes, uint64_t seed)
+{
+    const unsigned char *p = buf;
+    size_t bad = 0, words = bytes / 8;
+    for (size_t w = 0; w <= words; w++) {
+        size_t n = w < words ? 8 : bytes % 8;
+        uint64_t v = pattern_word(seed, w), got = 0;
+        if (n == 0) {
+            break;
+        }
+        memcpy(&got, p + 8 * w, n);
+        if (n < 8) {
+            v &= (UINT64_C(1) << (8 * n)) - 1;
+        }
+        if (got != v) {
+            for (size_t k = 0; k < n; k++) {
+                bad += ((got >> (8 * k)) & 0xff) != ((v >> (8 * k)) & 0xff);
+            }
+        }
+    }
+    return bad;
+}
+
+/* ---- the world ---- */
+
+void perf_report_error(const perf_world_t *w, const char *what, weft_status_t st)
+{
+    const char *detail = (w != NULL && w->ctx != NULL) ? weft_last_error(w->ctx) : "";
+    fprintf(stderr, "weft-perf%s%d: %s: %s%s%s\n", w != NULL ? " rank " : "",
+            w != NULL ? w->rank : 0, what, weft_status_str(st), detail[0] ? ": " : "", detail);
+}
+
+int perf_world_open(perf_world_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->rank = -1;
+    weft_status_t st = weft_init(NULL, &w->ctx);
+    if (st != WEFT_OK) {
+        w->ctx = NULL;
+        perf_report_error(w, "weft_init", st);
+        return -1;
+    }
+    if ((st = weft_ctx_world(w->ctx, &w->world)) != WEFT_OK ||
+        (st = weft_group_rank(w->world, &w->rank)) != WEFT_OK ||
+        (st = weft_group_size(w->world, &w->size)) != WEFT_OK) {
+        perf_report_error(w, "world group", st);
+        weft_finalize(w->ctx);
+        w->ctx = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void perf_world_close(perf_world_t *w)
+{
+    if (w->ctx != NULL) {
+        weft_finalize(w->ctx);
+        w->ctx = NULL;
+    }
+}
+
+/* ---- output ---- */
+
+void perf_json_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; s != NULL && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            fprintf(out, "\\%c", c);
+        } else if (c < 0x20) {
+            fprintf(out, "\\u%04x", c);
+        } else {
+            fputc(c, out);
+        }
+    }
+    fputc('"', out);
+}
+
+static void json_number(FILE *out, double v)
+{
+    if (isfinite(v)) {
+        fprintf(out, "%.6g", v);
+    } else {
+        fputs("null", out);
+    }
+}
+
+void perf_table_begin(perf_table_t *t, const perf_opts_t *o, const char *subcommand, int nranks,
+                      const perf_col_t *cols, size_t ncols, bool print)
+{
+    memset(t, 0, sizeof(*t));
+    t->opts = o;
+    t->subcommand = subcommand;
+    t->nranks = nranks;
+    t->ncols = ncols < PERF_MAX_EXTRA_COLS ? ncols : PERF_MAX_EXTRA_COLS;
+    memcpy(t->cols, cols, t->ncols * sizeof(*cols));
+    t->print = print;
+    t->out = stdout;
+    if (!print) {
+        return;
+    }
+    if (o->json) {
+        fprintf(t->out, "{\"subcommand\": ");
+        perf_json_string(t->out, subcommand);
+        fprintf(t->out,
+                ", \"nranks\": %d, \"version\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", "
+                "\"inplace\": %s, \"iters\": %d, \"warmup\": %d, \"check\": %d, "
+                "\"results\": [",
+                nranks, weft_version(NULL, NULL, NULL), perf_dtype_str(o->dtype),
+                perf_op_str(o->op), o->inplace ? "true" : "false", o->iters, o->warmup,
+                o->check);
+        return;
+    }
+    fprintf(t->out, "# weft-perf %s: %d ranks, %d iters, %d warmup, check %d, %s\n", subcommand,
+            nranks, o->iters, o->warmup, o->check, o->inplace ? "in-place" : "out-of-place");
+    fprintf(t->out, "#%12s %13s %9s %7s %10s %8s %8s %7s", "size", "count", "type", "op",
+            "time", "algbw", "busbw", "#wrong");
+    for (size_t i = 0; i < t->ncols; i++) {
+        fprintf(t->out, " %10s", t->cols[i].title);
+    }
+    fprintf(t->out, "\n#%12s %13s %9s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "",
+            "(us)", "(GB/s)", "(GB/s)", "");
+    fflush(t->out);
+}
+
+void perf_table_row(perf_table_t *t, const perf_row_t *r)
+{
+    const perf_opts_t *o = t->opts;
+    const char *type = r->type ? r->type : perf_dtype_str(o->dtype);
+    const char *op = r->op ? r->op : perf_op_str(o->op);
+    if (r->wrong > 0) {
+        t->total_wrong += r->wrong;
+    }
+    t->sum_busbw += r->busbw_gbs;
+    t->nrows++;
+    if (!t->print) {
+        return;
+    }
+    if (o->json) {
+        fprintf(t->out, "%s\n  {\"size\": %zu, \"count\": %zu, \"type\": ", t->nrows > 1 ? "," : "",
+                r->bytes, r->count);
+        perf_json_string(t->out, type);
+        fprintf(t->out, ", \"op\": ");
+        perf_json_string(t->out, op);
+        if (r->root >= 0) {
+            fprintf(t->out, ", \"root\": %d", r->root);
+        }
+        fprintf(t->out, ", \"time_us\": ");
+        json_number(t->out, r->time_us);
+        fprintf(t->out, ", \"algbw_gbs\": ");
+        json_number(t->out, r->algbw_gbs);
+        fprintf(t->out, ", \"busbw_gbs\": ");
+        json_number(t->out, r->busbw_gbs);
+        if (r->wrong >= 0) {
+            fprintf(t->out, ", \"wrong\": %ld", r->wrong);
+        } else {
+            fprintf(t->out, ", \"wrong\": null");
+        }
+        for (size_t i = 0; i < t->ncols; i++) {
+            fprintf(t->out, ", ");
+            perf_json_string(t->out, t->cols[i].json_key);
+            fprintf(t->out, ": ");
+            json_number(t->out, r->extra[i]);
+        }
+        fputc('}', t->out);
+        return;
+    }
+    char wrong[24];
+    if (r->wrong >= 0) {
+        snprintf(wrong, sizeof(wrong), "%ld", r->wrong);
+    } else {
+        snprintf(wrong, sizeof(wrong), "N/A");
+    }
+    fprintf(t->out, " %12zu %13zu %9s %7s %10.2f %8.2f %8.2f %7s", r->bytes, r->count, type, op,
+            r->time_us, r->algbw_gbs, r->busbw_gbs, wrong);
+    for (size_t i = 0; i < t->ncols; i++) {
+        fprintf(t->out, " %10.*f", t->cols[i].decimals, r->extra[i]);
+    }
+    fputc('\n', t->out);
+    fflush(t->out);
+}
+
+int perf_table_end(perf_table_t *t)
+{
+    double avg = t->nrows ? t->sum_busbw / (double)t->nrows : 0.0;
+    if (t->print) {
+        if (t->opts->json) {
+            fprintf(t->out, "\n], \"avg_busbw_gbs\": ");
+            json_number(t->out, avg);
+            fprintf(t->out, ", \"total_wrong\": %ld}\n", t->total_wrong);
+        } else {
+            fprintf(t->out, "# Out of bounds values : %ld %s\n", t->total_wrong,
+                    t->total_wrong ? "FAILED" : "OK");
+            fprintf(t->out, "# Avg bus bandwidth    : %g GB/s\n", avg);
+        }
+        fflush(t->out);
+    }
+    return t->total_wrong > 0 ? PERF_EXIT_WRONG : PERF_EXIT_OK;
+}
