@@ -1,0 +1,131 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/bootstrap.h"
+
+typedef struct env_source {
+    const char *launcher;
+    const char *rank, *size, *local_rank, *local_size;
+} env_source_t;
+
+/* Launchers whose variables say who a process is, in order of precedence. */
+static const env_source_t sources[] = {
+    {"weftrun", "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE"},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"pmix", "PMIX_RANK", "WEFT_WORLD_SIZE", NULL, NULL},
+};
+
+/* -1: absent; -2: malformed; else the value. */
+static int env_int(const char *name)
+{
+    if (name == NULL) {
+        return -1;
+    }
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0') {
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    /* SLURM_NTASKS_PER_NODE may read "4(x2)": the leading number is what we want. */
+    if (errno != 0 || end == s || v < 0 || v > (1L << 30) || (*end != '\0' && *end != '(')) {
+        return -2;
+    }
+    return (int)v;
+}
+
+static weft_status_t read_source(const weft_logger_t *lg, const env_source_t *src,
+                                 weft_boot_t *b)
+{
+    int rank = env_int(src->rank), size = env_int(src->size);
+    if (rank == -2 || size == -2) {
+        WEFT_ERROR(lg, "%s or %s is not a number", src->rank, src->size);
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (size < 1 || rank >= size) {
+        WEFT_ERROR(lg, "%s=%d and %s=%d are inconsistent", src->rank, rank, src->size, size);
+        return WEFT_ERR_INVALID_ARG;
+    }
+    int lrank = env_int(src->local_rank), lsize = env_int(src->local_size);
+    b->rank = rank;
+    b->size = size;
+    b->local_rank = lrank >= 0 ? lrank : 0;
+    b->local_size = lsize > 0 ? lsize : 1;
+    snprintf(b->launcher, sizeof(b->launcher), "%s", src->launcher);
+    return WEFT_OK;
+}
+
+/* Other launchers' variables present beside the chosen one must tell the same story. */
+static weft_status_t cross_check(const weft_logger_t *lg, const weft_boot_t *b, size_t chosen)
+{
+    for (size_t i = chosen + 1; i < sizeof(sources) / sizeof(sources[0]); i++) {
+        int rank = env_int(sources[i].rank), size = env_int(sources[i].size);
+        if (rank < 0 || size < 0 || strcmp(sources[i].size, sources[chosen].size) == 0) {
+            continue;
+        }
+        if (size != b->size || rank != b->rank) {
+            WEFT_ERROR(lg,
+                       "%s says rank %d of %d but %s says rank %d of %d: the launch is "
+                       "inconsistent (was the job started twice, or with the wrong -n?)",
+                       b->launcher, b->rank, b->size, sources[i].launcher, rank, size);
+            return WEFT_ERR_MISMATCH;
+        }
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot)
+{
+    weft_boot_t b;
+    memset(&b, 0, sizeof(b));
+    size_t chosen = sizeof(sources) / sizeof(sources[0]);
+    for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]); i++) {
+        if (env_int(sources[i].rank) != -1) {
+            chosen = i;
+            break;
+        }
+    }
+    if (chosen == sizeof(sources) / sizeof(sources[0])) {
+        b.rank = 0;
+        b.size = 1;
+        b.local_rank = 0;
+        b.local_size = 1;
+        snprintf(b.launcher, sizeof(b.launcher), "singleton");
+    } else {
+        weft_status_t st = read_source(lg, &sources[chosen], &b);
+        if (st == WEFT_OK) {
+            st = cross_check(lg, &b, chosen);
+        }
+        if (st != WEFT_OK) {
+            return st;
+        }
+    }
+    const char *store = getenv("WEFT_STORE");
+    const char *token = getenv("WEFT_JOB_TOKEN");
+    if (store != NULL && *store != '\0') {
+        if (strlen(store) >= sizeof(b.store) || strchr(store, ':') == NULL) {
+            WEFT_ERROR(lg, "WEFT_STORE='%s' is not host:port", store);
+            return WEFT_ERR_INVALID_ARG;
+        }
+        snprintf(b.store, sizeof(b.store), "%s", store);
+        if (token == NULL || *token == '\0' || strlen(token) >= sizeof(b.token)) {
+            WEFT_ERROR(lg, "WEFT_STORE is set but WEFT_JOB_TOKEN is missing or too long: the "
+                           "store refuses clients without the job token");
+            return WEFT_ERR_AUTH;
+        }
+        snprintf(b.token, sizeof(b.token), "%s", token);
+    } else if (b.size > 1) {
+        WEFT_ERROR(lg,
+                   "%s started %d ranks but WEFT_STORE is not set: start a store with "
+                   "'weftrun --store-only' and export WEFT_STORE and WEFT_JOB_TOKEN",
+                   b.launcher, b.size);
+        return WEFT_ERR_INVALID_ARG;
+    }
+    *boot = b;
+    return WEFT_OK;
+}

@@ -1,0 +1,249 @@
+/*
+ * The settings table. Each entry is a WEFT_* environment variable with a default, one
+ * line of documentation, where it lands in weft_config_t and how it is parsed. This table
+ * is the only place a setting is defined: weft-info --config lists it as is.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "comm/config.h"
+
+extern char **environ;
+
+typedef weft_status_t (*config_parse_fn)(const char *text, void *field);
+typedef void (*config_print_fn)(const void *field, char *buf, size_t len);
+
+typedef struct config_field {
+    weft_config_entry_t entry;
+    size_t offset;
+    config_parse_fn parse;
+    config_print_fn print;
+} config_field_t;
+
+static const char *const log_level_names[] = {"error", "warn", "info", "debug", "trace"};
+
+static weft_status_t parse_log_level(const char *text, void *field)
+{
+    for (int i = 0; i <= WEFT_LOG_TRACE; i++) {
+        if (strcasecmp(text, log_level_names[i]) == 0) {
+            *(weft_log_level_t *)field = (weft_log_level_t)i;
+            return WEFT_OK;
+        }
+    }
+    return WEFT_ERR_INVALID_ARG;
+}
+
+static void print_log_level(const void *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", log_level_names[*(const weft_log_level_t *)field]);
+}
+
+/* A non-negative integer with an optional K/M/G (binary) suffix. */
+static weft_status_t parse_u64_suffixed(const char *text, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)text[0])) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno != 0) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end != '\0' || (shift > 0 && v > (UINT64_MAX >> shift))) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    *out = (uint64_t)v << shift;
+    return WEFT_OK;
+}
+
+static weft_status_t parse_u64(const char *text, void *field)
+{
+    return parse_u64_suffixed(text, (uint64_t *)field);
+}
+
+static void print_u64(const void *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%" PRIu64, *(const uint64_t *)field);
+}
+
+static weft_status_t parse_size(const char *text, void *field)
+{
+    uint64_t v;
+    weft_status_t st = parse_u64_suffixed(text, &v);
+    if (st == WEFT_OK) {
+        *(size_t *)field = (size_t)v;
+    }
+    return st;
+}
+
+static void print_size(const void *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%zu", *(const size_t *)field);
+}
+
+static weft_status_t parse_int(const char *text, void *field)
+{
+    uint64_t v;
+    weft_status_t st = parse_u64_suffixed(text, &v);
+    if (st == WEFT_OK && v > INT32_MAX) {
+        st = WEFT_ERR_INVALID_ARG;
+    }
+    if (st == WEFT_OK) {
+        *(int *)field = (int)v;
+    }
+    return st;
+}
+
+static void print_int(const void *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%d", *(const int *)field);
+}
+
+static weft_status_t parse_transport(const char *text, void *field)
+{
+    static const char *const names[] = {"auto", "ucx", "nccl"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcasecmp(text, names[i]) == 0) {
+            snprintf((char *)field, sizeof(((weft_config_t *)0)->transport), "%s", names[i]);
+            return WEFT_OK;
+        }
+    }
+    return WEFT_ERR_INVALID_ARG;
+}
+
+static void print_string(const void *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", (const char *)field);
+}
+
+#define FIELD(name_, deflt_, doc_, member_, kind_)                                             \
+    {                                                                                          \
+        .entry = {.name = name_, .deflt = deflt_, .doc = doc_},                                \
+        .offset = offsetof(weft_config_t, member_), .parse = parse_##kind_,                    \
+        .print = print_##kind_,                                                                \
+    }
+#define parse_string parse_transport
+
+static const config_field_t config_table[] = {
+    FIELD("WEFT_LOG_LEVEL", "warn", "Log verbosity: error, warn, info, debug or trace.",
+          log_level, log_level),
+    FIELD("WEFT_TIMEOUT_MS", "300000",
+          "Timeout of blocking calls in milliseconds; they return WEFT_ERR_TIMEOUT after it.",
+          timeout_ms, u64),
+    FIELD("WEFT_CONNECT_TIMEOUT_MS", "60000",
+          "How long weft_init waits for the store and for the other ranks to arrive (ms).",
+          connect_timeout_ms, u64),
+    FIELD("WEFT_TRANSPORT", "auto",
+          "Transport for peers: auto (chosen from the topology), ucx or nccl.", transport,
+          string),
+    FIELD("WEFT_HEARTBEAT_MS", "100",
+          "Interval of liveness heartbeats between group members (ms).", heartbeat_ms, u64),
+    FIELD("WEFT_FAILURE_TIMEOUT_MS", "2000",
+          "A member silent for this long is declared failed (ms).", failure_timeout_ms, u64),
+    FIELD("WEFT_COLL_SMALL_MAX", "16K",
+          "Collectives on messages up to this many bytes use latency-optimised algorithms.",
+          coll_small_max, size),
+    FIELD("WEFT_COLL_CHUNK", "1M",
+          "Pipelining chunk of bandwidth-optimised (ring) collectives, in bytes.", coll_chunk,
+          size),
+    FIELD("WEFT_YIELD_SPINS", "64",
+          "Progress polls without news before a waiting rank starts yielding the CPU.",
+          yield_spins, int),
+};
+#define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))
+
+const char *const weft__env_known[] = {
+    "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
+    "WEFT_JOB_TOKEN", NULL,
+};
+
+static int is_known(const char *name, size_t len)
+{
+    for (size_t i = 0; i < CONFIG_COUNT; i++) {
+        if (strlen(config_table[i].entry.name) == len &&
+            strncmp(config_table[i].entry.name, name, len) == 0) {
+            return 1;
+        }
+    }
+    for (size_t i = 0; weft__env_known[i] != NULL; i++) {
+        if (strlen(weft__env_known[i]) == len && strncmp(weft__env_known[i], name, len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void warn_unknown(const weft_logger_t *lg)
+{
+    for (char **env = environ; env != NULL && *env != NULL; env++) {
+        const char *eq = strchr(*env, '=');
+        if (strncmp(*env, "WEFT_", 5) != 0 || eq == NULL) {
+            continue;
+        }
+        if (!is_known(*env, (size_t)(eq - *env))) {
+            WEFT_WARN(lg, "unknown setting %.*s ignored (weft-info --config lists them all)",
+                      (int)(eq - *env), *env);
+        }
+    }
+}
+
+weft_status_t weft__config_load(weft_config_t *cfg, const weft_logger_t *lg)
+{
+    weft_config_t tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    for (size_t i = 0; i < CONFIG_COUNT; i++) {
+        const config_field_t *f = &config_table[i];
+        void *field = (char *)&tmp + f->offset;
+        weft_status_t st = f->parse(f->entry.deflt, field);
+        if (st != WEFT_OK) {
+            WEFT_ERROR(lg, "internal: bad default '%s' for %s", f->entry.deflt, f->entry.name);
+            return st;
+        }
+        const char *env = getenv(f->entry.name);
+        if (env != NULL && f->parse(env, field) != WEFT_OK) {
+            WEFT_ERROR(lg, "%s='%s' is not valid: %s (default %s)", f->entry.name, env,
+                       f->entry.doc, f->entry.deflt);
+            return WEFT_ERR_INVALID_ARG;
+        }
+    }
+    warn_unknown(lg);
+    *cfg = tmp;
+    return WEFT_OK;
+}
+
+const char *weft__config_value(const weft_config_t *cfg, size_t index, char *buf, size_t buflen)
+{
+    if (index >= CONFIG_COUNT) {
+        return NULL;
+    }
+    config_table[index].print((const char *)cfg + config_table[index].offset, buf, buflen);
+    return buf;
+}
+
+const weft_config_entry_t *weft_config_entry(const weft_ctx_t *ctx, size_t index,
+                                             const char **value)
+{
+    (void)ctx;
+    if (index >= CONFIG_COUNT) {
+        return NULL;
+    }
+    const weft_config_entry_t *e = &config_table[index].entry;
+    if (value != NULL) {
+        const char *env = getenv(e->name);
+        *value = env != NULL ? env : e->deflt;
+    }
+    return e;
+}

@@ -1,0 +1,320 @@
+/*
+ * Context set-up: settings, bootstrap, store, transports, address exchange, world group.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/bootstrap.h"
+#include "comm/ctx.h"
+
+#define ADDR_KEY_FMT "weft/addr/%d"
+#define CLAIM_KEY_FMT "weft/claim/%d"
+#define FAILED_PREFIX "weft/failed/"
+
+const char *weft_version(int *major, int *minor, int *patch)
+{
+    if (major != NULL) {
+        *major = WEFT_VERSION_MAJOR;
+    }
+    if (minor != NULL) {
+        *minor = WEFT_VERSION_MINOR;
+    }
+    if (patch != NULL) {
+        *patch = WEFT_VERSION_PATCH;
+    }
+    return "0.1.0";
+}
+
+weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt, ...)
+{
+    char msg[sizeof(ctx->last_error) - 32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (ctx != NULL) {
+        snprintf(ctx->last_error, sizeof(ctx->last_error), "rank %d: %s", ctx->rank, msg);
+    }
+    /* Peer errors are expected in failure scenarios: log them once at info level. */
+    weft_log_level_t level = (status == WEFT_ERR_PEER_FAILED || status == WEFT_ERR_REVOKED ||
+                              status == WEFT_ERR_MISMATCH)
+                                 ? WEFT_LOG_INFO
+                                 : WEFT_LOG_ERROR;
+    WEFT_LOG(ctx != NULL ? &ctx->logger : NULL, level, "%s (%s)", msg, weft_status_str(status));
+    return status;
+}
+
+const char *weft_last_error(const weft_ctx_t *ctx)
+{
+    return ctx != NULL ? ctx->last_error : "";
+}
+
+static void on_peer_failed(void *arg, int peer_id, weft_status_t why)
+{
+    weft__peer_failed((weft_ctx_t *)arg, peer_id, why);
+}
+
+static weft_status_t init_transports(weft_ctx_t *ctx)
+{
+    weft_tl_params_t tp = {
+        .size = sizeof(tp),
+        .self_id = ctx->rank,
+        .num_peers = ctx->size,
+        .log = weft__log_tl,
+        .log_arg = &ctx->logger,
+        .peer_failed = on_peer_failed,
+        .cb_arg = ctx,
+    };
+    weft_status_t st = weft__tl_self.init(&tp, &ctx->tl_self);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "cannot start the self transport");
+    }
+    if (ctx->size > 1) {
+        st = weft__tl_ucx.init(&tp, &ctx->tl_ucx);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "cannot start the UCX transport");
+        }
+    }
+    for (int i = 0; i < ctx->size; i++) {
+        ctx->peers[i].ops = (i == ctx->rank) ? &weft__tl_self : &weft__tl_ucx;
+        ctx->peers[i].tl = (i == ctx->rank) ? ctx->tl_self : ctx->tl_ucx;
+        ctx->peers[i].failed = WEFT_OK;
+    }
+    return WEFT_OK;
+}
+
+/* Publish our UCX address and read everyone else's. The value carries the world size the
+ * writer was started with, so two launches that disagree are caught here. */
+static weft_status_t exchange_addresses(weft_ctx_t *ctx)
+{
+    char key[64];
+    const void *addr;
+    size_t addr_len;
+    int64_t claims;
+    int timeout = (int)ctx->cfg.connect_timeout_ms;
+
+    snprintf(key, sizeof(key), CLAIM_KEY_FMT, ctx->rank);
+    weft_status_t st = weft__store_add(ctx->store, key, 1, &claims);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "store: cannot register rank %d", ctx->rank);
+    }
+    if (claims != 1) {
+        return weft__error(ctx, WEFT_ERR_MISMATCH,
+                           "rank %d was started more than once in this job", ctx->rank);
+    }
+    st = weft__tl_ucx.address(ctx->tl_ucx, &addr, &addr_len);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "cannot get the UCX worker address");
+    }
+    size_t len = sizeof(int32_t) + addr_len;
+    char *val = malloc(len);
+    if (val == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for the address");
+    }
+    int32_t wsize = ctx->size;
+    memcpy(val, &wsize, sizeof(wsize));
+    memcpy(val + sizeof(wsize), addr, addr_len);
+    snprintf(key, sizeof(key), ADDR_KEY_FMT, ctx->rank);
+    st = weft__store_set(ctx->store, key, val, len);
+    free(val);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "store: cannot publish the address of rank %d", ctx->rank);
+    }
+    for (int i = 0; i < ctx->size; i++) {
+        if (i == ctx->rank) {
+            continue;
+        }
+        void *pv;
+        size_t plen;
+        snprintf(key, sizeof(key), ADDR_KEY_FMT, i);
+        st = weft__store_get(ctx->store, key, timeout, &pv, &plen);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "rank %d did not arrive within %d ms", i, timeout);
+        }
+        memcpy(&wsize, pv, plen >= sizeof(wsize) ? sizeof(wsize) : 0);
+        if (plen <= sizeof(wsize) || wsize != ctx->size) {
+            free(pv);
+            return weft__error(ctx, WEFT_ERR_MISMATCH,
+                               "rank %d was started with world size %d, this rank with %d", i,
+                               plen > sizeof(wsize) ? (int)wsize : -1, ctx->size);
+        }
+        ctx->peers[i].addr_len = plen - sizeof(wsize);
+        ctx->peers[i].addr = malloc(ctx->peers[i].addr_len);
+        if (ctx->peers[i].addr == NULL) {
+            free(pv);
+            return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for addresses");
+        }
+        memcpy(ctx->peers[i].addr, (char *)pv + sizeof(wsize), ctx->peers[i].addr_len);
+        free(pv);
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
+{
+    int timeout = (int)ctx->cfg.connect_timeout_ms;
+    weft_status_t st = weft__store_connect(boot->store, boot->token, timeout, &ctx->logger,
+                                           &ctx->store);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "cannot reach the store at %s", boot->store);
+    }
+    st = weft__store_connect(boot->store, boot->token, timeout, &ctx->logger, &ctx->watch);
+    if (st == WEFT_OK) {
+        st = weft__store_watch(ctx->watch, FAILED_PREFIX);
+    }
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "cannot watch failure notices at %s", boot->store);
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t create_world(weft_ctx_t *ctx)
+{
+    int *members = malloc(sizeof(int) * (size_t)ctx->size);
+    if (members == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for the world group");
+    }
+    for (int i = 0; i < ctx->size; i++) {
+        members[i] = i;
+    }
+    weft_status_t st = weft__group_create(ctx, members, ctx->size, 0, NULL, &ctx->world);
+    free(members);
+    ctx->next_group_id = 1;
+    return st;
+}
+
+weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
+{
+    weft_boot_t boot;
+    if (out == NULL || (params != NULL && params->size < offsetof(weft_init_params_t, log_fn))) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    ctx->rank = -1;
+    ctx->logger.level = WEFT_LOG_WARN;
+    ctx->logger.rank = -1;
+    ctx->logger.prefix = "weft";
+    if (params != NULL && params->size >= offsetof(weft_init_params_t, log_arg) + sizeof(void *)) {
+        ctx->logger.fn = params->log_fn;
+        ctx->logger.arg = params->log_arg;
+    }
+    weft_status_t st = weft__config_load(&ctx->cfg, &ctx->logger);
+    if (st != WEFT_OK) {
+        goto err_free;
+    }
+    ctx->logger.level = ctx->cfg.log_level;
+    st = weft__bootstrap(&ctx->logger, &boot);
+    if (st != WEFT_OK) {
+        goto err_free;
+    }
+    ctx->rank = boot.rank;
+    ctx->size = boot.size;
+    ctx->local_rank = boot.local_rank;
+    ctx->local_size = boot.local_size;
+    ctx->logger.rank = boot.rank;
+    snprintf(ctx->launcher, sizeof(ctx->launcher), "%s", boot.launcher);
+    snprintf(ctx->store_addr, sizeof(ctx->store_addr), "%s", boot.store);
+    snprintf(ctx->token, sizeof(ctx->token), "%s", boot.token);
+    ctx->npeers = ctx->size;
+    ctx->peers = calloc((size_t)ctx->size, sizeof(*ctx->peers));
+    if (ctx->peers == NULL) {
+        st = WEFT_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    if (boot.store[0] != '\0') {
+        st = connect_store(ctx, &boot);
+        if (st != WEFT_OK) {
+            goto err_fini;
+        }
+    }
+    st = init_transports(ctx);
+    if (st == WEFT_OK && ctx->size > 1) {
+        st = exchange_addresses(ctx);
+    }
+    if (st == WEFT_OK) {
+        st = create_world(ctx);
+    }
+    if (st != WEFT_OK) {
+        goto err_fini;
+    }
+    WEFT_DEBUG(&ctx->logger, "initialised: rank %d of %d (launcher %s, store %s)", ctx->rank,
+               ctx->size, ctx->launcher, ctx->store_addr[0] ? ctx->store_addr : "none");
+    *out = ctx;
+    return WEFT_OK;
+
+err_fini:
+    weft_finalize(ctx);
+    return st;
+err_free:
+    free(ctx);
+    return st;
+}
+
+weft_status_t weft_finalize(weft_ctx_t *ctx)
+{
+    if (ctx == NULL) {
+        return WEFT_OK;
+    }
+    while (ctx->live != NULL) {
+        weft_req_free(ctx->live);
+    }
+    while (ctx->groups != NULL) {
+        weft__group_destroy(ctx->groups);
+    }
+    for (int i = 0; i < ctx->npeers; i++) {
+        weft_peer_t *p = &ctx->peers[i];
+        if (p->ep != NULL) {
+            p->ops->disconnect(p->tl, p->ep);
+        }
+        free(p->addr);
+    }
+    if (ctx->tl_ucx != NULL) {
+        weft__tl_ucx.fini(ctx->tl_ucx);
+    }
+    if (ctx->tl_self != NULL) {
+        weft__tl_self.fini(ctx->tl_self);
+    }
+    weft__store_close(ctx->watch);
+    weft__store_close(ctx->store);
+    free(ctx->peers);
+    free(ctx->user_ops);
+    free(ctx);
+    return WEFT_OK;
+}
+
+weft_status_t weft_ctx_world(weft_ctx_t *ctx, weft_group_t **world)
+{
+    if (ctx == NULL || world == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    *world = ctx->world;
+    return WEFT_OK;
+}
+
+/* Failure notices published by the launcher: key "weft/failed/<rank>". */
+void weft__poll_failure_notices(weft_ctx_t *ctx)
+{
+    char *key;
+    void *val;
+    size_t len;
+    if (ctx->watch == NULL) {
+        return;
+    }
+    while (weft__store_next_event(ctx->watch, 0, &key, &val, &len) == WEFT_OK) {
+        char *end;
+        long id = strtol(key + strlen(FAILED_PREFIX), &end, 10);
+        if (strncmp(key, FAILED_PREFIX, strlen(FAILED_PREFIX)) == 0 && *end == '\0' && id >= 0 &&
+            id < ctx->npeers) {
+            WEFT_INFO(&ctx->logger, "launcher reports rank %ld failed (%.*s)", id, (int)len,
+                      (const char *)val);
+            weft__peer_failed(ctx, (int)id, WEFT_ERR_PEER_FAILED);
+        }
+        free(key);
+        free(val);
+    }
+}

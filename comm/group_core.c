@@ -1,0 +1,114 @@
+/*
+ * The part of groups that collectives need: membership arrays, revocation on a failure,
+ * rank/size queries. Editing (repair, grow, split) lives in groups/.
+ */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/ctx.h"
+
+weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,
+                                 weft_group_t *parent, weft_group_t **out)
+{
+    weft_group_t *g = calloc(1, sizeof(*g));
+    if (g == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for a group");
+    }
+    g->members = malloc(sizeof(int) * (size_t)(size > 0 ? size : 1));
+    if (g->members == NULL) {
+        free(g);
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for a group");
+    }
+    memcpy(g->members, members, sizeof(int) * (size_t)size);
+    g->ctx = ctx;
+    g->id = id;
+    g->size = size;
+    g->rank = -1;
+    for (int i = 0; i < size; i++) {
+        if (members[i] == ctx->rank) {
+            g->rank = i;
+        }
+    }
+    g->parent = parent;
+    g->revoked = WEFT_OK;
+    g->next = ctx->groups;
+    ctx->groups = g;
+    *out = g;
+    return WEFT_OK;
+}
+
+void weft__group_destroy(weft_group_t *g)
+{
+    weft_ctx_t *ctx = g->ctx;
+    for (weft_group_t **pp = &ctx->groups; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    }
+    /* Requests of this group must not outlive it. */
+    for (weft_req_t *r = ctx->live, *next; r != NULL; r = next) {
+        next = r->next;
+        if (r->group == g) {
+            weft_req_free(r);
+        }
+    }
+    if (ctx->world == g) {
+        ctx->world = NULL;
+    }
+    free(g->members);
+    free(g);
+}
+
+weft_status_t weft__group_status(const weft_group_t *g)
+{
+    return g->revoked;
+}
+
+static int group_has_member(const weft_group_t *g, int id)
+{
+    for (int i = 0; i < g->size; i++) {
+        if (g->members[i] == id) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why)
+{
+    if (id < 0 || id >= ctx->npeers || id == ctx->rank) {
+        return;
+    }
+    if (ctx->peers[id].failed != WEFT_OK) {
+        return;
+    }
+    ctx->peers[id].failed = why == WEFT_OK ? WEFT_ERR_PEER_FAILED : why;
+    for (weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
+        if (g->revoked == WEFT_OK && group_has_member(g, id)) {
+            g->revoked = WEFT_ERR_PEER_FAILED;
+        }
+    }
+    snprintf(ctx->last_error, sizeof(ctx->last_error), "rank %d: member %d failed", ctx->rank,
+             id);
+    WEFT_INFO(&ctx->logger, "member %d failed; its groups are revoked", id);
+}
+
+weft_status_t weft_group_rank(const weft_group_t *g, int *rank)
+{
+    if (g == NULL || rank == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    *rank = g->rank;
+    return WEFT_OK;
+}
+
+weft_status_t weft_group_size(const weft_group_t *g, int *size)
+{
+    if (g == NULL || size == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    *size = g->size;
+    return WEFT_OK;
+}

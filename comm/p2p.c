@@ -1,0 +1,186 @@
+/*
+ * Point-to-point: tags carry (source, group, epoch, class, payload); the transport is the
+ * one chosen for the peer. Used by the public send/receive calls and by collectives.
+ */
+#include <stdlib.h>
+
+#include "comm/ctx.h"
+
+/* The peer behind group rank @p peer, connected on first use. */
+static weft_status_t peer_get(weft_group_t *g, int peer, weft_peer_t **out, int *id_out)
+{
+    weft_ctx_t *ctx = g->ctx;
+    weft_status_t st = weft__group_status(g);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "group %u epoch %u is revoked", g->id, g->epoch);
+    }
+    if (peer < 0 || peer >= g->size) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "peer %d is not a rank of a group of %d",
+                           peer, g->size);
+    }
+    int id = g->members[peer];
+    weft_peer_t *p = &ctx->peers[id];
+    if (p->failed != WEFT_OK) {
+        return weft__error(ctx, p->failed, "peer %d (member %d) has failed", peer, id);
+    }
+    if (p->ep == NULL && id != ctx->rank) {
+        st = p->ops->connect(p->tl, id, p->addr, p->addr_len, &p->ep);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "cannot connect to member %d", id);
+        }
+    }
+    *out = p;
+    *id_out = id;
+    return WEFT_OK;
+}
+
+static weft_status_t wrap_request(weft_group_t *g, weft_peer_t *p, int id, void *tl_req,
+                                  weft_req_t **req)
+{
+    weft_req_t *r = weft__req_new(g->ctx, g);
+    if (r == NULL) {
+        p->ops->cancel(p->tl, tl_req);
+        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "no memory for a request");
+    }
+    r->peer_id = id;
+    r->ops = p->ops;
+    r->tl = p->tl;
+    r->tl_req = tl_req;
+    *req = r;
+    return WEFT_INPROGRESS;
+}
+
+static weft_status_t transport_failed(weft_group_t *g, int id, weft_status_t st,
+                                      const char *what)
+{
+    if (st == WEFT_ERR_PEER_FAILED) {
+        weft__peer_failed(g->ctx, id, st);
+    }
+    return weft__error(g->ctx, st, "%s member %d failed", what, id);
+}
+
+weft_status_t weft__isend(weft_group_t *g, int peer, const void *buf, size_t len,
+                          enum weft_tag_class cls, uint32_t payload, weft_req_t **req)
+{
+    weft_peer_t *p;
+    int id;
+    void *tl_req = NULL;
+    weft_status_t st = peer_get(g, peer, &p, &id);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    uint64_t tag = weft__tag((uint32_t)g->ctx->rank, g->id, g->epoch, cls, payload);
+    st = p->ops->isend(p->tl, p->ep, buf, len, tag, &tl_req);
+    if (st == WEFT_OK) {
+        *req = NULL;
+        return WEFT_OK;
+    }
+    if (st != WEFT_INPROGRESS) {
+        return transport_failed(g, id, st, "send to");
+    }
+    return wrap_request(g, p, id, tl_req, req);
+}
+
+weft_status_t weft__irecv_len(weft_group_t *g, int peer, void *buf, size_t len,
+                              enum weft_tag_class cls, uint32_t payload, weft_req_t **req,
+                              size_t *recvd)
+{
+    weft_peer_t *p;
+    int id;
+    void *tl_req = NULL;
+    weft_status_t st = peer_get(g, peer, &p, &id);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    uint64_t tag = weft__tag((uint32_t)id, g->id, g->epoch, cls, payload);
+    size_t got = 0;
+    st = p->ops->irecv(p->tl, buf, len, tag, WEFT_TAG_MASK_ALL, &tl_req, &got);
+    if (st == WEFT_OK) {
+        *req = NULL;
+        if (recvd != NULL) {
+            *recvd = got;
+        }
+        return WEFT_OK;
+    }
+    if (st != WEFT_INPROGRESS) {
+        return transport_failed(g, id, st, "receive from");
+    }
+    return wrap_request(g, p, id, tl_req, req);
+}
+
+weft_status_t weft__irecv(weft_group_t *g, int peer, void *buf, size_t len,
+                          enum weft_tag_class cls, uint32_t payload, weft_req_t **req)
+{
+    return weft__irecv_len(g, peer, buf, len, cls, payload, req, NULL);
+}
+
+static weft_status_t check_user_args(weft_group_t *g, const void *buf, size_t bytes,
+                                     uint32_t tag, weft_req_t **req)
+{
+    if (g == NULL || req == NULL || (buf == NULL && bytes > 0)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (tag > WEFT_TAG_MAX) {
+        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG, "tag %u exceeds WEFT_TAG_MAX (%u)",
+                           tag, WEFT_TAG_MAX);
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_isend(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag,
+                         weft_req_t **req)
+{
+    weft_status_t st = check_user_args(g, buf, bytes, tag, req);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    return weft__isend(g, peer, buf, bytes, WEFT_TAG_P2P, tag, req);
+}
+
+weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
+                         weft_req_t **req)
+{
+    weft_req_t *r = NULL;
+    size_t got = 0;
+    weft_status_t st = check_user_args(g, buf, bytes, tag, req);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    st = weft__irecv_len(g, peer, buf, bytes, WEFT_TAG_P2P, tag, &r, &got);
+    if (st == WEFT_OK) {
+        /* Completed inline: hand back a completed request so weft_req_bytes() works. */
+        r = weft__req_new(g->ctx, g);
+        if (r == NULL) {
+            return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "no memory for a request");
+        }
+        r->status = WEFT_OK;
+        r->bytes = got;
+        st = WEFT_INPROGRESS;
+    }
+    if (st == WEFT_INPROGRESS) {
+        *req = r;
+    }
+    return st;
+}
+
+weft_status_t weft_send(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag)
+{
+    weft_req_t *req = NULL;
+    return weft__blocking(weft_isend(g, buf, bytes, peer, tag, &req), req);
+}
+
+weft_status_t weft_recv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
+                        size_t *received)
+{
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_irecv(g, buf, bytes, peer, tag, &req);
+    if (st != WEFT_INPROGRESS) {
+        return st;
+    }
+    st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
+    if (st == WEFT_OK && received != NULL) {
+        *received = req->bytes;
+    }
+    weft_req_free(req);
+    return st;
+}

@@ -1,0 +1,227 @@
+/*
+ * Requests, progress and waiting. Waits spin briefly, then yield, then sleep in short
+ * steps, so ranks oversubscribed on few cores do not starve each other.
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "comm/ctx.h"
+
+/* How often (in progress calls) the failure-notice watch is polled. */
+#define NOTICE_POLL_INTERVAL 64
+
+uint64_t weft__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t weft__ms_to_ns(uint64_t ms)
+{
+    return ms > UINT64_MAX / 1000000ull ? UINT64_MAX : ms * 1000000ull;
+}
+
+int weft__progress(weft_ctx_t *ctx)
+{
+    int n = 0;
+    if (ctx->tl_ucx != NULL) {
+        n += weft__tl_ucx.progress(ctx->tl_ucx);
+    }
+    if (ctx->tl_self != NULL) {
+        n += weft__tl_self.progress(ctx->tl_self);
+    }
+    if (++ctx->progress_calls % NOTICE_POLL_INTERVAL == 0) {
+        weft__poll_failure_notices(ctx);
+    }
+    return n;
+}
+
+void weft__idle(weft_ctx_t *ctx, uint64_t *idle_polls)
+{
+    uint64_t n = ++*idle_polls;
+    if (n < (uint64_t)ctx->cfg.yield_spins) {
+        return;
+    }
+    if (n < (uint64_t)ctx->cfg.yield_spins + 1000) {
+        sched_yield();
+        return;
+    }
+    /* Long idle: someone else needs the core more than we need latency. */
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+    if (n % 16 == 0) {
+        weft__poll_failure_notices(ctx);
+    }
+}
+
+static void live_insert(weft_ctx_t *ctx, weft_req_t *req)
+{
+    req->prev = NULL;
+    req->next = ctx->live;
+    if (ctx->live != NULL) {
+        ctx->live->prev = req;
+    }
+    ctx->live = req;
+}
+
+static void live_remove(weft_ctx_t *ctx, weft_req_t *req)
+{
+    if (req->prev != NULL) {
+        req->prev->next = req->next;
+    } else if (ctx->live == req) {
+        ctx->live = req->next;
+    }
+    if (req->next != NULL) {
+        req->next->prev = req->prev;
+    }
+    req->prev = req->next = NULL;
+}
+
+weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g)
+{
+    weft_req_t *req = calloc(1, sizeof(*req));
+    if (req == NULL) {
+        return NULL;
+    }
+    req->ctx = ctx;
+    req->group = g;
+    req->status = WEFT_INPROGRESS;
+    req->peer_id = -1;
+    live_insert(ctx, req);
+    return req;
+}
+
+static void req_complete(weft_req_t *req, weft_status_t st)
+{
+    req->status = st;
+}
+
+/* Stop the transport part of a request that will not complete normally. */
+static void req_cancel_transport(weft_req_t *req)
+{
+    if (req->tl_req != NULL) {
+        req->ops->cancel(req->tl, req->tl_req);
+        req->tl_req = NULL;
+    }
+}
+
+weft_status_t weft__req_advance(weft_req_t *req)
+{
+    if (req->status != WEFT_INPROGRESS) {
+        return req->status;
+    }
+    weft_status_t gst = req->group != NULL ? weft__group_status(req->group) : WEFT_OK;
+    if (gst != WEFT_OK) {
+        req_cancel_transport(req);
+        req_complete(req, gst);
+        return gst;
+    }
+    if (req->progress != NULL) {
+        weft_status_t st = req->progress(req);
+        if (st != WEFT_INPROGRESS) {
+            req_complete(req, st);
+        }
+        return st;
+    }
+    if (req->peer_id >= 0 && req->ctx->peers[req->peer_id].failed != WEFT_OK) {
+        req_cancel_transport(req);
+        req_complete(req, req->ctx->peers[req->peer_id].failed);
+        return req->status;
+    }
+    size_t len = 0;
+    weft_status_t st = req->ops->test(req->tl, req->tl_req, &len);
+    if (st != WEFT_INPROGRESS) {
+        req->tl_req = NULL;
+        if (st == WEFT_OK) {
+            req->bytes = len;
+        } else if (st == WEFT_ERR_PEER_FAILED && req->peer_id >= 0) {
+            weft__peer_failed(req->ctx, req->peer_id, st);
+        }
+        req_complete(req, st);
+    }
+    return st;
+}
+
+weft_status_t weft_test(weft_req_t *req)
+{
+    if (req == NULL) {
+        return WEFT_OK;
+    }
+    if (req->status != WEFT_INPROGRESS) {
+        return req->status;
+    }
+    weft__progress(req->ctx);
+    return weft__req_advance(req);
+}
+
+weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns)
+{
+    if (req == NULL) {
+        return WEFT_OK;
+    }
+    weft_ctx_t *ctx = req->ctx;
+    if (timeout_ns == WEFT_TIMEOUT_DEFAULT) {
+        timeout_ns = weft__ms_to_ns(ctx->cfg.timeout_ms);
+    }
+    uint64_t start = weft__now_ns();
+    uint64_t idle = 0;
+    for (;;) {
+        int events = weft__progress(ctx);
+        weft_status_t st = weft__req_advance(req);
+        if (st != WEFT_INPROGRESS) {
+            return st;
+        }
+        if (weft__now_ns() - start >= timeout_ns) {
+            return weft__error(ctx, WEFT_ERR_TIMEOUT, "wait timed out after %llu ms",
+                               (unsigned long long)(timeout_ns / 1000000ull));
+        }
+        if (events > 0) {
+            idle = 0;
+        } else {
+            weft__idle(ctx, &idle);
+        }
+    }
+}
+
+weft_status_t weft_req_bytes(const weft_req_t *req, size_t *bytes)
+{
+    if (req == NULL || bytes == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (req->status == WEFT_INPROGRESS) {
+        return WEFT_INPROGRESS;
+    }
+    *bytes = req->bytes;
+    return WEFT_OK;
+}
+
+weft_status_t weft_req_free(weft_req_t *req)
+{
+    if (req == NULL) {
+        return WEFT_OK;
+    }
+    req_cancel_transport(req);
+    if (req->cleanup != NULL) {
+        req->cleanup(req);
+    }
+    live_remove(req->ctx, req);
+    free(req);
+    return WEFT_OK;
+}
+
+weft_status_t weft__req_wait_free(weft_req_t *req)
+{
+    weft_status_t st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
+    weft_req_free(req);
+    return st;
+}
+
+weft_status_t weft__blocking(weft_status_t start_status, weft_req_t *req)
+{
+    if (start_status != WEFT_INPROGRESS) {
+        return start_status;
+    }
+    return weft__req_wait_free(req);
+}

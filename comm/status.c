@@ -1,0 +1,21 @@
+#include "weft/status.h"
+
+const char *weft_status_str(weft_status_t status)
+{
+    switch (status) {
+    case WEFT_OK: return "WEFT_OK: success";
+    case WEFT_INPROGRESS: return "WEFT_INPROGRESS: operation in progress";
+    case WEFT_ERR_INVALID_ARG: return "WEFT_ERR_INVALID_ARG: invalid argument";
+    case WEFT_ERR_MISMATCH: return "WEFT_ERR_MISMATCH: ranks disagree on count, dtype, op or root";
+    case WEFT_ERR_NO_MEMORY: return "WEFT_ERR_NO_MEMORY: out of memory";
+    case WEFT_ERR_UNSUPPORTED: return "WEFT_ERR_UNSUPPORTED: not supported";
+    case WEFT_ERR_PEER_FAILED: return "WEFT_ERR_PEER_FAILED: a peer process failed";
+    case WEFT_ERR_REVOKED: return "WEFT_ERR_REVOKED: group revoked after a failure";
+    case WEFT_ERR_TIMEOUT: return "WEFT_ERR_TIMEOUT: operation timed out";
+    case WEFT_ERR_TRANSPORT: return "WEFT_ERR_TRANSPORT: transport error";
+    case WEFT_ERR_AUTH: return "WEFT_ERR_AUTH: authentication failed";
+    case WEFT_ERR_IO: return "WEFT_ERR_IO: input/output error";
+    case WEFT_ERR_PROTOCOL: return "WEFT_ERR_PROTOCOL: malformed message";
+    }
+    return "unknown status";
+}
