@@ -13,20 +13,6 @@
 #define CLAIM_KEY_FMT "weft/claim/%d"
 #define FAILED_PREFIX "weft/failed/"
 
-const char *weft_version(int *major, int *minor, int *patch)
-{
-    if (major != NULL) {
-        *major = WEFT_VERSION_MAJOR;
-    }
-    if (minor != NULL) {
-        *minor = WEFT_VERSION_MINOR;
-    }
-    if (patch != NULL) {
-        *patch = WEFT_VERSION_PATCH;
-    }
-    return "0.1.0";
-}
-
 weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt, ...)
 {
     char msg[sizeof(ctx->last_error) - 32];

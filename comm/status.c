@@ -1,4 +1,19 @@
+#include "weft/core.h"
 #include "weft/status.h"
+
+const char *weft_version(int *major, int *minor, int *patch)
+{
+    if (major != NULL) {
+        *major = WEFT_VERSION_MAJOR;
+    }
+    if (minor != NULL) {
+        *minor = WEFT_VERSION_MINOR;
+    }
+    if (patch != NULL) {
+        *patch = WEFT_VERSION_PATCH;
+    }
+    return "0.1.0";
+}
 
 const char *weft_status_str(weft_status_t status)
 {

@@ -1,0 +1,143 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "comm/bootstrap.h"
+
+static const char *const all_vars[] = {
+    "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
+    "WEFT_JOB_TOKEN", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+    "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PMIX_RANK",
+};
+
+static void quiet(weft_log_level_t l, int r, const char *m, void *a)
+{
+    (void)l;
+    (void)r;
+    (void)m;
+    (void)a;
+}
+static const weft_logger_t lg = {.level = WEFT_LOG_TRACE, .rank = -1, .fn = quiet};
+
+static int setup(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(all_vars) / sizeof(all_vars[0]); i++) {
+        unsetenv(all_vars[i]);
+    }
+    return 0;
+}
+
+static void test_singleton(void **state)
+{
+    (void)state;
+    weft_boot_t b;
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_int_equal(b.rank, 0);
+    assert_int_equal(b.size, 1);
+    assert_string_equal(b.launcher, "singleton");
+    assert_string_equal(b.store, "");
+}
+
+static void test_weftrun(void **state)
+{
+    (void)state;
+    weft_boot_t b;
+    setenv("WEFT_RANK", "2", 1);
+    setenv("WEFT_WORLD_SIZE", "4", 1);
+    setenv("WEFT_LOCAL_RANK", "2", 1);
+    setenv("WEFT_LOCAL_SIZE", "4", 1);
+    setenv("WEFT_STORE", "127.0.0.1:4000", 1);
+    setenv("WEFT_JOB_TOKEN", "abc", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_int_equal(b.rank, 2);
+    assert_int_equal(b.size, 4);
+    assert_int_equal(b.local_rank, 2);
+    assert_string_equal(b.launcher, "weftrun");
+    assert_string_equal(b.store, "127.0.0.1:4000");
+    assert_string_equal(b.token, "abc");
+}
+
+static void test_mpirun_and_srun(void **state)
+{
+    (void)state;
+    weft_boot_t b;
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+    setenv("WEFT_STORE", "h:1", 1);
+    setenv("WEFT_JOB_TOKEN", "t", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_string_equal(b.launcher, "mpirun");
+    assert_int_equal(b.rank, 1);
+    assert_int_equal(b.size, 3);
+    setup(NULL);
+    setenv("SLURM_PROCID", "5", 1);
+    setenv("SLURM_NTASKS", "8", 1);
+    setenv("SLURM_NTASKS_PER_NODE", "4(x2)", 1);
+    setenv("WEFT_STORE", "h:1", 1);
+    setenv("WEFT_JOB_TOKEN", "t", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_string_equal(b.launcher, "srun");
+    assert_int_equal(b.rank, 5);
+    assert_int_equal(b.size, 8);
+    assert_int_equal(b.local_size, 4);
+}
+
+/* Launchers that disagree are an error, never N singletons. */
+static void test_disagreeing_sizes(void **state)
+{
+    (void)state;
+    weft_boot_t b;
+    memset(&b, 0x5a, sizeof(b));
+    setenv("WEFT_RANK", "0", 1);
+    setenv("WEFT_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("WEFT_STORE", "h:1", 1);
+    setenv("WEFT_JOB_TOKEN", "t", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_MISMATCH);
+    assert_int_equal(((unsigned char *)&b)[0], 0x5a);
+}
+
+static void test_bad_environment(void **state)
+{
+    (void)state;
+    weft_boot_t b;
+    /* Several ranks without a store. */
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+    /* Store without token. */
+    setenv("WEFT_STORE", "127.0.0.1:5", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_AUTH);
+    /* Store that is not host:port. */
+    setenv("WEFT_JOB_TOKEN", "t", 1);
+    setenv("WEFT_STORE", "localhost", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+    /* Rank out of range, malformed numbers. */
+    setenv("WEFT_STORE", "h:1", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+    setenv("OMPI_COMM_WORLD_RANK", "one", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "0", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_singleton, setup),
+        cmocka_unit_test_setup(test_weftrun, setup),
+        cmocka_unit_test_setup(test_mpirun_and_srun, setup),
+        cmocka_unit_test_setup(test_disagreeing_sizes, setup),
+        cmocka_unit_test_setup(test_bad_environment, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

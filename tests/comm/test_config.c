@@ -1,0 +1,160 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "comm/config.h"
+
+/* Captures log lines so tests can check what was warned about. */
+typedef struct captured {
+    char text[4096];
+    int lines;
+} captured_t;
+
+static void capture(weft_log_level_t level, int rank, const char *msg, void *arg)
+{
+    captured_t *c = arg;
+    (void)level;
+    (void)rank;
+    strncat(c->text, msg, sizeof(c->text) - strlen(c->text) - 2);
+    strcat(c->text, "\n");
+    c->lines++;
+}
+
+static weft_logger_t make_logger(captured_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    weft_logger_t lg = {.level = WEFT_LOG_TRACE, .rank = 0, .fn = capture, .arg = c};
+    return lg;
+}
+
+static void clear_env(void)
+{
+    const char *vars[] = {"WEFT_LOG_LEVEL", "WEFT_TIMEOUT_MS", "WEFT_COLL_SMALL_MAX",
+                          "WEFT_TRANSPORT", "WEFT_YIELD_SPINS", "WEFT_BOGUS_SETTING"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        unsetenv(vars[i]);
+    }
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    clear_env();
+    return 0;
+}
+
+/* Defaults parse to the documented values in the table. */
+static void test_defaults(void **state)
+{
+    (void)state;
+    captured_t c;
+    weft_logger_t lg = make_logger(&c);
+    weft_config_t cfg;
+    assert_int_equal(weft__config_load(&cfg, &lg), WEFT_OK);
+    assert_int_equal(cfg.log_level, WEFT_LOG_WARN);
+    assert_int_equal(cfg.timeout_ms, 300000);
+    assert_int_equal(cfg.coll_small_max, 16 * 1024);
+    assert_string_equal(cfg.transport, "auto");
+    assert_int_equal(c.lines, 0);
+}
+
+static void test_env_overrides_and_suffixes(void **state)
+{
+    (void)state;
+    captured_t c;
+    weft_logger_t lg = make_logger(&c);
+    weft_config_t cfg;
+    setenv("WEFT_LOG_LEVEL", "DEBUG", 1);
+    setenv("WEFT_TIMEOUT_MS", "1500", 1);
+    setenv("WEFT_COLL_SMALL_MAX", "3M", 1);
+    setenv("WEFT_TRANSPORT", "ucx", 1);
+    assert_int_equal(weft__config_load(&cfg, &lg), WEFT_OK);
+    assert_int_equal(cfg.log_level, WEFT_LOG_DEBUG);
+    assert_int_equal(cfg.timeout_ms, 1500);
+    assert_int_equal(cfg.coll_small_max, 3u << 20);
+    assert_string_equal(cfg.transport, "ucx");
+}
+
+/* A bad value is an error naming the variable; the output is left untouched. */
+static void test_bad_values(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {
+        {"WEFT_TIMEOUT_MS", "-5"},  {"WEFT_TIMEOUT_MS", "12x"},
+        {"WEFT_TIMEOUT_MS", ""},    {"WEFT_LOG_LEVEL", "loud"},
+        {"WEFT_TRANSPORT", "tcp"},  {"WEFT_COLL_SMALL_MAX", "99999999999999999999"},
+        {"WEFT_YIELD_SPINS", "5G"}, {"WEFT_COLL_SMALL_MAX", "17179869184G"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        captured_t c;
+        weft_logger_t lg = make_logger(&c);
+        weft_config_t cfg;
+        memset(&cfg, 0xab, sizeof(cfg));
+        clear_env();
+        setenv(cases[i][0], cases[i][1], 1);
+        assert_int_equal(weft__config_load(&cfg, &lg), WEFT_ERR_INVALID_ARG);
+        assert_non_null(strstr(c.text, cases[i][0]));
+        assert_int_equal(((unsigned char *)&cfg)[0], 0xab);
+    }
+}
+
+static void test_unknown_variable_warned(void **state)
+{
+    (void)state;
+    captured_t c;
+    weft_logger_t lg = make_logger(&c);
+    weft_config_t cfg;
+    setenv("WEFT_BOGUS_SETTING", "1", 1);
+    setenv("WEFT_RANK", "0", 1); /* launcher variable: known, not warned */
+    assert_int_equal(weft__config_load(&cfg, &lg), WEFT_OK);
+    assert_int_equal(c.lines, 1);
+    assert_non_null(strstr(c.text, "WEFT_BOGUS_SETTING"));
+    unsetenv("WEFT_RANK");
+}
+
+/* The public listing covers the whole table, each entry documented, and ends with NULL. */
+static void test_listing(void **state)
+{
+    (void)state;
+    size_t n = 0;
+    const char *value;
+    setenv("WEFT_TIMEOUT_MS", "777", 1);
+    int saw_timeout = 0;
+    for (const weft_config_entry_t *e; (e = weft_config_entry(NULL, n, &value)) != NULL; n++) {
+        assert_int_equal(strncmp(e->name, "WEFT_", 5), 0);
+        assert_true(strlen(e->doc) > 10);
+        assert_non_null(e->deflt);
+        if (strcmp(e->name, "WEFT_TIMEOUT_MS") == 0) {
+            assert_string_equal(value, "777");
+            saw_timeout = 1;
+        }
+    }
+    assert_true(n >= 8);
+    assert_true(saw_timeout);
+    weft_config_t cfg;
+    captured_t c;
+    weft_logger_t lg = make_logger(&c);
+    assert_int_equal(weft__config_load(&cfg, &lg), WEFT_OK);
+    char buf[64];
+    for (size_t i = 0; i < n; i++) {
+        assert_non_null(weft__config_value(&cfg, i, buf, sizeof(buf)));
+    }
+    assert_null(weft__config_value(&cfg, n, buf, sizeof(buf)));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_defaults, setup),
+        cmocka_unit_test_setup(test_env_overrides_and_suffixes, setup),
+        cmocka_unit_test_setup(test_bad_values, setup),
+        cmocka_unit_test_setup(test_unknown_variable_warned, setup),
+        cmocka_unit_test_setup(test_listing, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
