@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what weft needs to build and test on Debian 12 (run as root).
+# --peers also installs what the peer comparisons and reference checks use
+# (Open MPI, PyTorch, NumPy).
+set -euo pipefail
+
+pkgs=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils libhwloc-dev hwloc
+      libcmocka-dev libopenblas-dev libssl-dev)
+if [[ "${1:-}" == "--peers" ]]; then
+    pkgs+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: missing packages: ${missing[*]} (run as root to install them)" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds weft and runs the whole test suite twice: a normal build (warnings are errors)
+# and an AddressSanitizer + UndefinedBehaviorSanitizer build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+
+run_suite() {
+    local dir=$1
+    # Unit tests in parallel; multi-rank tests one at a time (they oversubscribe 2 cores).
+    ctest --test-dir "$dir" --output-on-failure -L unit -j "$(nproc)"
+    ctest --test-dir "$dir" --output-on-failure -L multirank
+}
+
+echo "== build (warnings are errors)"
+./scripts/build.sh
+run_suite build
+
+echo "== build with ASan + UBSan"
+cmake -S . -B build-asan -G Ninja -DWEFT_WERROR=ON -DWEFT_SANITIZE=ON -DWEFT_WITH_CUDA=OFF \
+      -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build-asan -j "$(nproc)"
+# UCX's memory hooks and its global caches are not sanitizer-friendly; leaks inside
+# UCX itself are suppressed, leaks in weft are not.
+export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+run_suite build-asan
+echo "== all tests passed (normal and sanitizer builds)"
