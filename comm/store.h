@@ -36,6 +36,13 @@ weft_status_t weft__store_add(weft_store_client_t *c, const char *key, int64_t d
                               int64_t *result);
 weft_status_t weft__store_delete(weft_store_client_t *c, const char *key);
 /*
+ * Create @p key with @p val unless it exists. Either way *winner (malloc'ed) receives the
+ * value the key holds afterwards, so every caller learns the one value that won: this is
+ * how members agree on a group edit. *created (may be NULL) says whether ours won.
+ */
+weft_status_t weft__store_set_nx(weft_store_client_t *c, const char *key, const void *val,
+                                 size_t len, void **winner, size_t *winner_len, int *created);
+/*
  * Turn this connection into a watch on @p prefix: every existing key with the prefix,
  * and every later set of one, is delivered as an event. After this only
  * weft__store_next_event() and weft__store_close() may be used on @p c.
