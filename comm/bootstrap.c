@@ -79,10 +79,34 @@ static weft_status_t cross_check(const weft_logger_t *lg, const weft_boot_t *b, 
     return WEFT_OK;
 }
 
+static weft_status_t bootstrap_joiner(const weft_logger_t *lg, weft_boot_t *b)
+{
+    int rank = env_int("WEFT_RANK"), size = env_int("WEFT_WORLD_SIZE");
+    if (rank == -2 || size == -2) {
+        WEFT_ERROR(lg, "WEFT_RANK or WEFT_WORLD_SIZE is not a number");
+        return WEFT_ERR_INVALID_ARG;
+    }
+    b->joining = true;
+    b->rank = rank; /* -1: assigned by the store */
+    b->size = size > 0 ? size : 1;
+    b->local_rank = 0;
+    b->local_size = 1;
+    snprintf(b->launcher, sizeof(b->launcher), "join");
+    return WEFT_OK;
+}
+
 weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot)
 {
     weft_boot_t b;
     memset(&b, 0, sizeof(b));
+    const char *join = getenv("WEFT_JOIN");
+    if (join != NULL && strcmp(join, "1") == 0) {
+        weft_status_t st = bootstrap_joiner(lg, &b);
+        if (st != WEFT_OK) {
+            return st;
+        }
+        goto store;
+    }
     size_t chosen = sizeof(sources) / sizeof(sources[0]);
     for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]); i++) {
         if (env_int(sources[i].rank) != -1) {
@@ -105,6 +129,7 @@ weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot)
             return st;
         }
     }
+store:;
     const char *store = getenv("WEFT_STORE");
     const char *token = getenv("WEFT_JOB_TOKEN");
     if (store != NULL && *store != '\0') {
@@ -119,7 +144,7 @@ weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot)
             return WEFT_ERR_AUTH;
         }
         snprintf(b.token, sizeof(b.token), "%s", token);
-    } else if (b.size > 1) {
+    } else if (b.size > 1 || b.joining) {
         WEFT_ERROR(lg,
                    "%s started %d ranks but WEFT_STORE is not set: start a store with "
                    "'weftrun --store-only' and export WEFT_STORE and WEFT_JOB_TOKEN",

@@ -2,6 +2,8 @@
 #ifndef WEFT_BOOTSTRAP_H
 #define WEFT_BOOTSTRAP_H
 
+#include <stdbool.h>
+
 #include "comm/log.h"
 #include "weft/status.h"
 
@@ -10,6 +12,7 @@ typedef struct weft_boot {
     char launcher[16];   /* weftrun, mpirun, srun, pmix, singleton */
     char store[256];     /* host:port, "" for a singleton without store */
     char token[128];
+    bool joining;        /* WEFT_JOIN=1: a new member of a running job; rank may be -1 */
 } weft_boot_t;
 
 /*
@@ -19,6 +22,8 @@ typedef struct weft_boot {
  * WEFT_STORE and WEFT_JOB_TOKEN. When several sources are present they must agree:
  * a size that disagrees with the launcher's is an error, not a silent singleton.
  * No source at all: a singleton of size 1.
+ * WEFT_JOIN=1 marks a process that joins a running job: its WEFT_RANK is a member id
+ * beyond the original world (or absent: the store assigns one) and a store is required.
  */
 weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot);
 

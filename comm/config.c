@@ -167,7 +167,7 @@ static const config_field_t config_table[] = {
 
 const char *const weft__env_known[] = {
     "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
-    "WEFT_JOB_TOKEN", NULL,
+    "WEFT_JOB_TOKEN", "WEFT_JOIN", NULL,
 };
 
 static int is_known(const char *name, size_t len)

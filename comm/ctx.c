@@ -39,7 +39,7 @@ const char *weft_last_error(const weft_ctx_t *ctx)
 
 static void on_peer_failed(void *arg, int peer_id, weft_status_t why)
 {
-    weft__peer_failed((weft_ctx_t *)arg, peer_id, why);
+    weft__report_failure((weft_ctx_t *)arg, peer_id, weft_status_str(why));
 }
 
 static weft_status_t init_transports(weft_ctx_t *ctx)
@@ -57,13 +57,14 @@ static weft_status_t init_transports(weft_ctx_t *ctx)
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot start the self transport");
     }
-    if (ctx->size > 1) {
+    /* Any job with a store may gain members later, so it gets UCX even at size 1. */
+    if (ctx->store != NULL) {
         st = weft__tl_ucx.init(&tp, &ctx->tl_ucx);
         if (st != WEFT_OK) {
             return weft__error(ctx, st, "cannot start the UCX transport");
         }
     }
-    for (int i = 0; i < ctx->size; i++) {
+    for (int i = 0; i < ctx->npeers; i++) {
         ctx->peers[i].ops = (i == ctx->rank) ? &weft__tl_self : &weft__tl_ucx;
         ctx->peers[i].tl = (i == ctx->rank) ? ctx->tl_self : ctx->tl_ucx;
         ctx->peers[i].failed = WEFT_OK;
@@ -71,24 +72,23 @@ static weft_status_t init_transports(weft_ctx_t *ctx)
     return WEFT_OK;
 }
 
-/* Publish our UCX address and read everyone else's. The value carries the world size the
- * writer was started with, so two launches that disagree are caught here. */
-static weft_status_t exchange_addresses(weft_ctx_t *ctx)
+/* Register this member id (once per job) and publish its UCX address. The value carries
+ * the world size the writer was started with, so two launches that disagree are caught. */
+static weft_status_t publish_address(weft_ctx_t *ctx)
 {
     char key[64];
     const void *addr;
     size_t addr_len;
     int64_t claims;
-    int timeout = (int)ctx->cfg.connect_timeout_ms;
 
     snprintf(key, sizeof(key), CLAIM_KEY_FMT, ctx->rank);
     weft_status_t st = weft__store_add(ctx->store, key, 1, &claims);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "store: cannot register rank %d", ctx->rank);
+        return weft__error(ctx, st, "store: cannot register member %d", ctx->rank);
     }
     if (claims != 1) {
         return weft__error(ctx, WEFT_ERR_MISMATCH,
-                           "rank %d was started more than once in this job", ctx->rank);
+                           "member %d was started more than once in this job", ctx->rank);
     }
     st = weft__tl_ucx.address(ctx->tl_ucx, &addr, &addr_len);
     if (st != WEFT_OK) {
@@ -99,43 +99,95 @@ static weft_status_t exchange_addresses(weft_ctx_t *ctx)
     if (val == NULL) {
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for the address");
     }
-    int32_t wsize = ctx->size;
+    int32_t wsize = ctx->world_size_at_start;
     memcpy(val, &wsize, sizeof(wsize));
     memcpy(val + sizeof(wsize), addr, addr_len);
     snprintf(key, sizeof(key), ADDR_KEY_FMT, ctx->rank);
     st = weft__store_set(ctx->store, key, val, len);
     free(val);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "store: cannot publish the address of rank %d", ctx->rank);
-    }
-    for (int i = 0; i < ctx->size; i++) {
-        if (i == ctx->rank) {
-            continue;
-        }
-        void *pv;
-        size_t plen;
-        snprintf(key, sizeof(key), ADDR_KEY_FMT, i);
-        st = weft__store_get(ctx->store, key, timeout, &pv, &plen);
-        if (st != WEFT_OK) {
-            return weft__error(ctx, st, "rank %d did not arrive within %d ms", i, timeout);
-        }
-        memcpy(&wsize, pv, plen >= sizeof(wsize) ? sizeof(wsize) : 0);
-        if (plen <= sizeof(wsize) || wsize != ctx->size) {
-            free(pv);
-            return weft__error(ctx, WEFT_ERR_MISMATCH,
-                               "rank %d was started with world size %d, this rank with %d", i,
-                               plen > sizeof(wsize) ? (int)wsize : -1, ctx->size);
-        }
-        ctx->peers[i].addr_len = plen - sizeof(wsize);
-        ctx->peers[i].addr = malloc(ctx->peers[i].addr_len);
-        if (ctx->peers[i].addr == NULL) {
-            free(pv);
-            return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for addresses");
-        }
-        memcpy(ctx->peers[i].addr, (char *)pv + sizeof(wsize), ctx->peers[i].addr_len);
-        free(pv);
+        return weft__error(ctx, st, "store: cannot publish the address of member %d", ctx->rank);
     }
     return WEFT_OK;
+}
+
+weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int expect_size)
+{
+    char key[64];
+    void *pv;
+    size_t plen;
+    int32_t wsize = -1;
+
+    if (ctx->store == NULL) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "no store to look member %d up in", id);
+    }
+    weft_status_t st = weft__peer_slot(ctx, id);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    snprintf(key, sizeof(key), ADDR_KEY_FMT, id);
+    st = weft__store_get(ctx->store, key, timeout_ms, &pv, &plen);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "member %d did not arrive within %d ms", id, timeout_ms);
+    }
+    if (plen > sizeof(wsize)) {
+        memcpy(&wsize, pv, sizeof(wsize));
+    }
+    if (plen <= sizeof(wsize) || (expect_size > 0 && wsize != expect_size)) {
+        free(pv);
+        return weft__error(ctx, WEFT_ERR_MISMATCH,
+                           "member %d was started with world size %d, this one with %d", id,
+                           (int)wsize, expect_size);
+    }
+    weft_peer_t *p = &ctx->peers[id];
+    free(p->addr);
+    p->addr_len = plen - sizeof(wsize);
+    p->addr = malloc(p->addr_len);
+    if (p->addr == NULL) {
+        free(pv);
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for addresses");
+    }
+    memcpy(p->addr, (char *)pv + sizeof(wsize), p->addr_len);
+    free(pv);
+    return WEFT_OK;
+}
+
+static weft_status_t exchange_addresses(weft_ctx_t *ctx)
+{
+    weft_status_t st = publish_address(ctx);
+    for (int i = 0; i < ctx->size && st == WEFT_OK; i++) {
+        if (i != ctx->rank) {
+            st = weft__fetch_address(ctx, i, (int)ctx->cfg.connect_timeout_ms, ctx->size);
+        }
+    }
+    return st;
+}
+
+/* A process joining a running job: it gets a member id, publishes its address and waits
+ * in weft_group_join() to be admitted. Ids the launcher did not assign come from a store
+ * counter in a range of their own. */
+static weft_status_t init_joiner(weft_ctx_t *ctx)
+{
+    if (ctx->rank < 0) {
+        int64_t n;
+        weft_status_t st = weft__store_add(ctx->store, "weft/joiner_ids", 1, &n);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "cannot get a member id from the store");
+        }
+        if (n < 1 || n > (int64_t)WEFT_TAG_MAX_MEMBERS / 2 - 1) {
+            return weft__error(ctx, WEFT_ERR_NO_MEMORY, "member ids are exhausted");
+        }
+        ctx->rank = (int)(WEFT_TAG_MAX_MEMBERS / 2 - 1 + n);
+        ctx->logger.rank = ctx->rank;
+    }
+    weft_status_t st = weft__peer_slot(ctx, ctx->rank);
+    if (st == WEFT_OK) {
+        st = init_transports(ctx);
+    }
+    if (st == WEFT_OK) {
+        st = publish_address(ctx);
+    }
+    return st;
 }
 
 static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
@@ -206,11 +258,11 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     snprintf(ctx->launcher, sizeof(ctx->launcher), "%s", boot.launcher);
     snprintf(ctx->store_addr, sizeof(ctx->store_addr), "%s", boot.store);
     snprintf(ctx->token, sizeof(ctx->token), "%s", boot.token);
-    ctx->npeers = ctx->size;
-    ctx->peers = calloc((size_t)ctx->size, sizeof(*ctx->peers));
-    if (ctx->peers == NULL) {
-        st = WEFT_ERR_NO_MEMORY;
-        goto err_free;
+    ctx->joining = boot.joining;
+    ctx->world_size_at_start = boot.size;
+    st = weft__peer_slot(ctx, ctx->joining ? 0 : ctx->size - 1);
+    if (st != WEFT_OK) {
+        goto err_fini;
     }
     if (boot.store[0] != '\0') {
         st = connect_store(ctx, &boot);
@@ -218,12 +270,16 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
             goto err_fini;
         }
     }
-    st = init_transports(ctx);
-    if (st == WEFT_OK && ctx->size > 1) {
-        st = exchange_addresses(ctx);
-    }
-    if (st == WEFT_OK) {
-        st = create_world(ctx);
+    if (ctx->joining) {
+        st = init_joiner(ctx);
+    } else {
+        st = init_transports(ctx);
+        if (st == WEFT_OK && ctx->tl_ucx != NULL) {
+            st = exchange_addresses(ctx);
+        }
+        if (st == WEFT_OK) {
+            st = create_world(ctx);
+        }
     }
     if (st != WEFT_OK) {
         goto err_fini;
@@ -295,7 +351,7 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
         char *end;
         long id = strtol(key + strlen(FAILED_PREFIX), &end, 10);
         if (strncmp(key, FAILED_PREFIX, strlen(FAILED_PREFIX)) == 0 && *end == '\0' && id >= 0 &&
-            id < ctx->npeers) {
+            id < (long)WEFT_TAG_MAX_MEMBERS) {
             WEFT_INFO(&ctx->logger, "launcher reports rank %ld failed (%.*s)", id, (int)len,
                       (const char *)val);
             weft__peer_failed(ctx, (int)id, WEFT_ERR_PEER_FAILED);

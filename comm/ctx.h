@@ -42,8 +42,10 @@ struct weft_ctx {
     weft_store_client_t *store; /* request/response connection */
     weft_store_client_t *watch; /* watch on the failure-notice prefix */
     weft_tl_t *tl_self, *tl_ucx;
-    weft_peer_t *peers;         /* [npeers] by member id */
+    weft_peer_t *peers;         /* [npeers] by member id; grows as members join */
     int npeers;
+    bool joining;               /* started as a new member (WEFT_JOIN=1), not in the world */
+    int world_size_at_start;    /* WEFT_WORLD_SIZE of the original job */
     weft_group_t *world;
     weft_group_t *groups;       /* every group of this context, world included */
     uint32_t next_group_id;
@@ -63,6 +65,7 @@ struct weft_group {
     uint32_t coll_seq;   /* sequence number of the next collective */
     uint64_t coll_count; /* collectives started (weft_group_coll_count) */
     weft_status_t revoked; /* WEFT_OK, or what every operation now returns */
+    uint32_t join_lo;      /* joiner registrations consumed by admitted edits */
     struct weft_group *parent;
     struct weft_group *next; /* in ctx->groups */
 };
@@ -75,6 +78,7 @@ struct weft_req {
     weft_status_t status; /* WEFT_INPROGRESS until complete */
     size_t bytes;
     int peer_id;          /* P2P: peer's member id; -1 for compound */
+    uint32_t epoch;       /* group epoch when started: an edit of the group fails it */
     const weft_transport_ops_t *ops;
     weft_tl_t *tl;
     void *tl_req;         /* NULL once the transport request is finished */
@@ -127,6 +131,15 @@ weft_status_t weft__irecv_len(weft_group_t *g, int peer, void *buf, size_t len,
 void weft__poll_failure_notices(weft_ctx_t *ctx);
 
 /* ---- membership ---- */
+/* Make ctx->peers[id] exist (growing the table); WEFT_ERR_INVALID_ARG past the tag limit. */
+weft_status_t weft__peer_slot(weft_ctx_t *ctx, int id);
+/* Look up member @p id's transport address in the store (waiting up to timeout_ms);
+ * expect_size > 0 also checks the world size it was started with. */
+weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int expect_size);
+/* Publish that member @p id failed, so every member learns it (idempotent). */
+void weft__report_failure(weft_ctx_t *ctx, int id, const char *why);
+/* Fail every in-flight request of @p g with @p why (used when its epoch changes). */
+void weft__group_fail_requests(weft_group_t *g, weft_status_t why);
 /* Mark member @p id failed (idempotent); revokes every group containing it. */
 void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);
 /* WEFT_OK, or the error every operation on @p g returns now. */

@@ -76,23 +76,80 @@ static int group_has_member(const weft_group_t *g, int id)
     return 0;
 }
 
+weft_status_t weft__peer_slot(weft_ctx_t *ctx, int id)
+{
+    if (id < 0 || (unsigned)id >= WEFT_TAG_MAX_MEMBERS) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "member id %d is out of range", id);
+    }
+    if (id < ctx->npeers) {
+        return WEFT_OK;
+    }
+    int n = ctx->npeers > 0 ? ctx->npeers : 8;
+    while (n <= id) {
+        n *= 2;
+    }
+    weft_peer_t *p = realloc(ctx->peers, sizeof(*p) * (size_t)n);
+    if (p == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for the peer table");
+    }
+    memset(p + ctx->npeers, 0, sizeof(*p) * (size_t)(n - ctx->npeers));
+    for (int i = ctx->npeers; i < n; i++) {
+        p[i].ops = i == ctx->rank ? &weft__tl_self : &weft__tl_ucx;
+        p[i].tl = i == ctx->rank ? ctx->tl_self : ctx->tl_ucx;
+        p[i].failed = WEFT_OK;
+    }
+    ctx->peers = p;
+    ctx->npeers = n;
+    return WEFT_OK;
+}
+
+void weft__group_fail_requests(weft_group_t *g, weft_status_t why)
+{
+    for (weft_req_t *r = g->ctx->live; r != NULL; r = r->next) {
+        if (r->group == g && r->status == WEFT_INPROGRESS) {
+            if (r->tl_req != NULL) {
+                r->ops->cancel(r->tl, r->tl_req);
+                r->tl_req = NULL;
+            }
+            r->status = why;
+        }
+    }
+}
+
 void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why)
 {
-    if (id < 0 || id >= ctx->npeers || id == ctx->rank) {
+    if (id == ctx->rank || weft__peer_slot(ctx, id) != WEFT_OK) {
         return;
     }
     if (ctx->peers[id].failed != WEFT_OK) {
         return;
     }
     ctx->peers[id].failed = why == WEFT_OK ? WEFT_ERR_PEER_FAILED : why;
+    int revoked = 0;
     for (weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
         if (g->revoked == WEFT_OK && group_has_member(g, id)) {
             g->revoked = WEFT_ERR_PEER_FAILED;
+            revoked++;
         }
     }
     snprintf(ctx->last_error, sizeof(ctx->last_error), "rank %d: member %d failed", ctx->rank,
              id);
-    WEFT_INFO(&ctx->logger, "member %d failed; its groups are revoked", id);
+    WEFT_INFO(&ctx->logger, "member %d failed; %d group(s) revoked", id, revoked);
+}
+
+void weft__report_failure(weft_ctx_t *ctx, int id, const char *why)
+{
+    if (id == ctx->rank || (id < ctx->npeers && ctx->peers[id].failed != WEFT_OK)) {
+        return;
+    }
+    weft__peer_failed(ctx, id, WEFT_ERR_PEER_FAILED);
+    if (ctx->store != NULL) {
+        char key[64], val[128];
+        snprintf(key, sizeof(key), "weft/failed/%d", id);
+        int n = snprintf(val, sizeof(val), "reported by member %d: %s", ctx->rank, why);
+        /* Best effort: the launcher's notice reaches everyone too when the process died. */
+        (void)weft__store_set(ctx->store, key, val, (size_t)n);
+    }
 }
 
 weft_status_t weft_group_rank(const weft_group_t *g, int *rank)

@@ -20,6 +20,14 @@ static weft_status_t peer_get(weft_group_t *g, int peer, weft_peer_t **out, int 
     }
     int id = g->members[peer];
     weft_peer_t *p = &ctx->peers[id];
+    if (p->addr == NULL && id != ctx->rank) {
+        /* A member that joined after start-up: its address is looked up on first use. */
+        st = weft__fetch_address(ctx, id, (int)ctx->cfg.connect_timeout_ms, 0);
+        if (st != WEFT_OK) {
+            return st;
+        }
+        p = &ctx->peers[id];
+    }
     if (p->failed != WEFT_OK) {
         return weft__error(ctx, p->failed, "peer %d (member %d) has failed", peer, id);
     }
@@ -54,7 +62,7 @@ static weft_status_t transport_failed(weft_group_t *g, int id, weft_status_t st,
                                       const char *what)
 {
     if (st == WEFT_ERR_PEER_FAILED) {
-        weft__peer_failed(g->ctx, id, st);
+        weft__report_failure(g->ctx, id, what);
     }
     return weft__error(g->ctx, st, "%s member %d failed", what, id);
 }

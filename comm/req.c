@@ -89,6 +89,7 @@ weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g)
     req->group = g;
     req->status = WEFT_INPROGRESS;
     req->peer_id = -1;
+    req->epoch = g != NULL ? g->epoch : 0;
     live_insert(ctx, req);
     return req;
 }
@@ -113,6 +114,9 @@ weft_status_t weft__req_advance(weft_req_t *req)
         return req->status;
     }
     weft_status_t gst = req->group != NULL ? weft__group_status(req->group) : WEFT_OK;
+    if (gst == WEFT_OK && req->group != NULL && req->group->epoch != req->epoch) {
+        gst = WEFT_ERR_REVOKED; /* the group was edited under this request */
+    }
     if (gst != WEFT_OK) {
         req_cancel_transport(req);
         req_complete(req, gst);
@@ -137,7 +141,7 @@ weft_status_t weft__req_advance(weft_req_t *req)
         if (st == WEFT_OK) {
             req->bytes = len;
         } else if (st == WEFT_ERR_PEER_FAILED && req->peer_id >= 0) {
-            weft__peer_failed(req->ctx, req->peer_id, st);
+            weft__report_failure(req->ctx, req->peer_id, "transport error");
         }
         req_complete(req, st);
     }
