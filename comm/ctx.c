@@ -338,7 +338,24 @@ weft_status_t weft_ctx_world(weft_ctx_t *ctx, weft_group_t **world)
     return WEFT_OK;
 }
 
-/* Failure notices published by the launcher: key "weft/failed/<rank>". */
+/* A revocation notice "g<gid>.<epoch>": revoke that group if we are still at that epoch. */
+static void apply_revoke_notice(weft_ctx_t *ctx, const char *what)
+{
+    unsigned gid, epoch;
+    if (sscanf(what, "g%u.%u", &gid, &epoch) != 2) {
+        return;
+    }
+    for (weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
+        if (g->id == gid && g->epoch == epoch && g->revoked == WEFT_OK) {
+            g->revoked = WEFT_ERR_REVOKED;
+            weft__group_fail_requests(g, WEFT_ERR_REVOKED);
+            WEFT_INFO(&ctx->logger, "group %u epoch %u revoked by a member", gid, epoch);
+        }
+    }
+}
+
+/* Notices under weft/failed/: "<member id>" from the launcher or a member that saw a
+ * transport error, and "g<gid>.<epoch>" for an explicit revocation. */
 void weft__poll_failure_notices(weft_ctx_t *ctx)
 {
     char *key;
@@ -348,13 +365,19 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
         return;
     }
     while (weft__store_next_event(ctx->watch, 0, &key, &val, &len) == WEFT_OK) {
+        const char *what = key + strlen(FAILED_PREFIX);
         char *end;
-        long id = strtol(key + strlen(FAILED_PREFIX), &end, 10);
-        if (strncmp(key, FAILED_PREFIX, strlen(FAILED_PREFIX)) == 0 && *end == '\0' && id >= 0 &&
-            id < (long)WEFT_TAG_MAX_MEMBERS) {
-            WEFT_INFO(&ctx->logger, "launcher reports rank %ld failed (%.*s)", id, (int)len,
-                      (const char *)val);
-            weft__peer_failed(ctx, (int)id, WEFT_ERR_PEER_FAILED);
+        if (strncmp(key, FAILED_PREFIX, strlen(FAILED_PREFIX)) != 0) {
+            /* not ours */
+        } else if (what[0] == 'g') {
+            apply_revoke_notice(ctx, what);
+        } else {
+            long id = strtol(what, &end, 10);
+            if (end != what && *end == '\0' && id >= 0 && id < (long)WEFT_TAG_MAX_MEMBERS) {
+                WEFT_INFO(&ctx->logger, "member %ld failed (%.*s)", id, (int)len,
+                          (const char *)val);
+                weft__peer_failed(ctx, (int)id, WEFT_ERR_PEER_FAILED);
+            }
         }
         free(key);
         free(val);

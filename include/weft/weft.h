@@ -8,5 +8,6 @@
 #include "weft/status.h"
 #include "weft/core.h"
 #include "weft/coll.h"
+#include "weft/group.h"
 
 #endif

@@ -1,0 +1,432 @@
+/*
+ * Editing a group in place. Every edit (repair after a failure, admission of joiners)
+ * moves the group from epoch e to e+1 through one decision stored under
+ * weft/g/<gid>/<e>/next with the store's create-if-absent: the first proposal wins and
+ * every member applies that one, so no two members can end up with different
+ * memberships. A member that lags (it was busy while others edited twice) catches up by
+ * applying the decisions of later epochs in order. Survivors keep their connections; only
+ * newcomers are looked up and connected, lazily, on first use.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "groups/edit.h"
+
+#define JOIN_GET_TIMEOUT_MS 1000
+
+static int find_member(const int32_t *members, int n, int id)
+{
+    for (int i = 0; i < n; i++) {
+        if (members[i] == id) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void info_begin(weft_edit_info_t *info, const weft_group_t *g)
+{
+    if (info == NULL) {
+        return;
+    }
+    size_t size = info->size;
+    memset(info, 0, sizeof(*info));
+    info->size = size;
+    info->old_epoch = info->new_epoch = g->epoch;
+    info->old_size = info->new_size = g->size;
+    for (int i = 0; i < g->size && i < 1024; i++) {
+        info->rank_map[i] = i;
+    }
+}
+
+/* Compose this step's old->new rank map onto what earlier steps produced. */
+static void info_step(weft_edit_info_t *info, const weft_group_t *g, const weft_decision_t *d)
+{
+    if (info == NULL) {
+        return;
+    }
+    for (int i = 0; i < info->old_size && i < 1024; i++) {
+        int r = info->rank_map[i];
+        info->rank_map[i] = r < 0 ? -1 : find_member(d->members, (int)d->n_members, g->members[r]);
+    }
+    for (int i = 0; i < g->size; i++) {
+        if (find_member(d->members, (int)d->n_members, g->members[i]) < 0 && info->n_removed < 64) {
+            info->removed[info->n_removed++] = g->members[i];
+        }
+    }
+    for (uint32_t i = 0; i < d->n_members; i++) {
+        int old = 0;
+        for (int j = 0; j < g->size && !old; j++) {
+            old = g->members[j] == d->members[i];
+        }
+        if (!old && info->n_added < 64) {
+            info->added[info->n_added++] = d->members[i];
+        }
+    }
+    info->new_epoch = d->new_epoch;
+    info->new_size = (int)d->n_members;
+}
+
+/* Tell joiners admitted by this decision at which epoch they enter. */
+static void announce_admissions(weft_group_t *g, const weft_decision_t *d)
+{
+    char key[96], val[16];
+    for (uint32_t i = 0; i < d->n_members; i++) {
+        if (find_member(g->members, g->size, d->members[i]) >= 0) {
+            continue;
+        }
+        snprintf(key, sizeof(key), "weft/g/%u/admit/%d", g->id, d->members[i]);
+        int n = snprintf(val, sizeof(val), "%u", d->new_epoch);
+        (void)weft__store_set(g->ctx->store, key, val, (size_t)n);
+    }
+}
+
+static void discard_stale(weft_group_t *g)
+{
+    weft_ctx_t *ctx = g->ctx;
+    uint64_t tag = weft__tag(0, g->id, g->epoch, WEFT_TAG_P2P, 0);
+    if (ctx->tl_ucx != NULL && weft__tl_ucx.discard != NULL) {
+        weft__tl_ucx.discard(ctx->tl_ucx, tag, WEFT_TAG_MASK_GROUP_EPOCH);
+    }
+    if (ctx->tl_self != NULL && weft__tl_self.discard != NULL) {
+        weft__tl_self.discard(ctx->tl_self, tag, WEFT_TAG_MASK_GROUP_EPOCH);
+    }
+}
+
+weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
+                                weft_edit_info_t *info)
+{
+    weft_ctx_t *ctx = g->ctx;
+    if (d->new_epoch != g->epoch + 1 || d->n_members == 0) {
+        return weft__error(ctx, WEFT_ERR_PROTOCOL, "group %u: decision for epoch %u at epoch %u",
+                           g->id, d->new_epoch, g->epoch);
+    }
+    int *members = malloc(sizeof(int) * d->n_members);
+    if (members == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for a membership");
+    }
+    int me = -1;
+    for (uint32_t i = 0; i < d->n_members; i++) {
+        members[i] = d->members[i];
+        if (members[i] == ctx->rank) {
+            me = (int)i;
+        }
+        weft_status_t st = weft__peer_slot(ctx, members[i]);
+        if (st != WEFT_OK) {
+            free(members);
+            return st;
+        }
+    }
+    info_step(info, g, d);
+    if (ctx->store != NULL && g->rank >= 0) {
+        announce_admissions(g, d);
+    }
+    weft__group_fail_requests(g, WEFT_ERR_REVOKED);
+    discard_stale(g);
+    free(g->members);
+    g->members = members;
+    g->size = (int)d->n_members;
+    g->rank = me;
+    g->epoch = d->new_epoch;
+    g->coll_seq = 0;
+    g->join_lo = d->join_hi;
+    g->revoked = WEFT_OK;
+    if (me < 0) {
+        g->revoked = WEFT_ERR_REVOKED;
+        return weft__error(ctx, WEFT_ERR_REVOKED,
+                           "group %u: this member was declared failed by the others", g->id);
+    }
+    for (int i = 0; i < g->size; i++) {
+        if (ctx->peers[g->members[i]].failed != WEFT_OK) {
+            g->revoked = WEFT_ERR_PEER_FAILED; /* died meanwhile: the next repair drops it */
+        }
+    }
+    return WEFT_OK;
+}
+
+/* The decision for g's current epoch if one was taken: WEFT_OK and *d, or
+ * WEFT_ERR_TIMEOUT when there is none (yet). */
+static weft_status_t lookup_decision(weft_group_t *g, int timeout_ms, weft_decision_t *d)
+{
+    char key[96];
+    void *val;
+    size_t len;
+    weft__decision_key(key, sizeof(key), g->id, g->epoch);
+    weft_status_t st = weft__store_get(g->ctx->store, key, timeout_ms, &val, &len);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    st = weft__decision_decode(val, len, d);
+    free(val);
+    return st;
+}
+
+weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info)
+{
+    for (;;) {
+        weft_decision_t d;
+        weft_status_t st = lookup_decision(g, 0, &d);
+        if (st == WEFT_ERR_TIMEOUT) {
+            return WEFT_OK;
+        }
+        if (st != WEFT_OK) {
+            return weft__error(g->ctx, st, "group %u: cannot read edits", g->id);
+        }
+        st = weft__group_apply(g, &d, info);
+        free(d.members);
+        if (st != WEFT_OK) {
+            return st;
+        }
+    }
+}
+
+/* Joiners registered on g since the last admission: ids and the new high-water mark. */
+static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n, uint32_t *hi)
+{
+    char key[96];
+    int64_t count;
+    snprintf(key, sizeof(key), "weft/g/%u/joins", g->id);
+    weft_status_t st = weft__store_add(g->ctx->store, key, 0, &count);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    uint32_t want = count > (int64_t)g->join_lo ? (uint32_t)(count - g->join_lo) : 0;
+    int32_t *out = malloc(sizeof(int32_t) * (want > 0 ? want : 1));
+    if (out == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    uint32_t got = 0;
+    for (; got < want; got++) {
+        void *val;
+        size_t len;
+        snprintf(key, sizeof(key), "weft/g/%u/join/%u", g->id, g->join_lo + got + 1);
+        /* Registration is add-then-set: wait briefly for the set of a live joiner. */
+        if (weft__store_get(g->ctx->store, key, JOIN_GET_TIMEOUT_MS, &val, &len) != WEFT_OK) {
+            break;
+        }
+        char text[16] = {0};
+        memcpy(text, val, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+        free(val);
+        out[got] = (int32_t)strtol(text, NULL, 10);
+    }
+    *ids = out;
+    *n = got;
+    *hi = g->join_lo + got;
+    return WEFT_OK;
+}
+
+/* Propose survivors + pending joiners as epoch e+1, then apply whatever won. */
+static weft_status_t propose(weft_group_t *g, uint32_t kind, weft_edit_info_t *info)
+{
+    weft_ctx_t *ctx = g->ctx;
+    int32_t *joiners = NULL;
+    uint32_t n_join = 0, hi = g->join_lo;
+    weft_status_t st = pending_joiners(g, &joiners, &n_join, &hi);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "group %u: cannot read joiners", g->id);
+    }
+    weft_decision_t d = {.kind = kind, .new_epoch = g->epoch + 1, .join_hi = hi};
+    d.members = malloc(sizeof(int32_t) * ((size_t)g->size + n_join));
+    if (d.members == NULL) {
+        free(joiners);
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for a proposal");
+    }
+    for (int i = 0; i < g->size; i++) {
+        if (ctx->peers[g->members[i]].failed == WEFT_OK) {
+            d.members[d.n_members++] = g->members[i];
+        }
+    }
+    for (uint32_t i = 0; i < n_join; i++) {
+        if (find_member(d.members, (int)d.n_members, joiners[i]) < 0) {
+            d.members[d.n_members++] = joiners[i];
+        }
+    }
+    free(joiners);
+    void *buf, *winner;
+    size_t len, wlen;
+    char key[96];
+    st = weft__decision_encode(&d, &buf, &len);
+    free(d.members);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "no memory for a proposal");
+    }
+    weft__decision_key(key, sizeof(key), g->id, g->epoch);
+    st = weft__store_set_nx(ctx->store, key, buf, len, &winner, &wlen, NULL);
+    free(buf);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "group %u: cannot store the edit", g->id);
+    }
+    weft_decision_t won;
+    st = weft__decision_decode(winner, wlen, &won);
+    free(winner);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "group %u: malformed edit in the store", g->id);
+    }
+    st = weft__group_apply(g, &won, info);
+    free(won.members);
+    return st == WEFT_OK ? weft__group_catch_up(g, info) : st;
+}
+
+static int group_needs_edit(const weft_group_t *g)
+{
+    if (g->revoked != WEFT_OK) {
+        return 1;
+    }
+    for (int i = 0; i < g->size; i++) {
+        if (g->ctx->peers[g->members[i]].failed != WEFT_OK) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int count_revoked_subgroups(const weft_group_t *g)
+{
+    int n = 0;
+    for (const weft_group_t *s = g->ctx->groups; s != NULL; s = s->next) {
+        n += s->parent == g && s->revoked != WEFT_OK;
+    }
+    return n;
+}
+
+static weft_status_t check_editable(weft_group_t *g)
+{
+    if (g == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (g->ctx->store == NULL) {
+        return weft__error(g->ctx, WEFT_ERR_UNSUPPORTED,
+                           "group edits need the rendezvous store (run under weftrun)");
+    }
+    if (g->rank < 0) {
+        return weft__error(g->ctx, WEFT_ERR_REVOKED, "this member is no longer in group %u",
+                           g->id);
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info)
+{
+    weft_status_t st = check_editable(g);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    weft_edit_info_t tmp = {.size = sizeof(tmp)};
+    weft_edit_info_t *out = info != NULL ? &tmp : NULL;
+    info_begin(out, g);
+    weft__poll_failure_notices(g->ctx);
+    st = weft__group_catch_up(g, out);
+    if (st == WEFT_OK && group_needs_edit(g)) {
+        st = propose(g, WEFT_EDIT_REPAIR, out);
+    }
+    if (st != WEFT_OK) {
+        return st;
+    }
+    if (info != NULL) {
+        tmp.n_subgroups_revoked = count_revoked_subgroups(g);
+        size_t n = info->size < sizeof(tmp) ? info->size : sizeof(tmp);
+        memcpy(info, &tmp, n);
+        info->size = n;
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
+                              weft_edit_info_t *info)
+{
+    weft_status_t st = check_editable(g);
+    if (st != WEFT_OK || min_new < 0) {
+        return st != WEFT_OK ? st : WEFT_ERR_INVALID_ARG;
+    }
+    weft_edit_info_t tmp = {.size = sizeof(tmp)};
+    info_begin(&tmp, g);
+    uint64_t deadline = weft__now_ns() + weft__ms_to_ns(timeout_ms);
+    char key[96];
+    snprintf(key, sizeof(key), "weft/g/%u/joins", g->id);
+    uint32_t start_epoch = g->epoch;
+    for (;;) {
+        weft__poll_failure_notices(g->ctx);
+        st = weft__group_catch_up(g, &tmp);
+        if (st != WEFT_OK || g->epoch != start_epoch) {
+            break; /* another member already decided this edit */
+        }
+        int64_t count;
+        st = weft__store_add(g->ctx->store, key, 0, &count);
+        if (st != WEFT_OK) {
+            break;
+        }
+        if (count - (int64_t)g->join_lo >= min_new) {
+            st = propose(g, WEFT_EDIT_GROW, &tmp);
+            break;
+        }
+        if (weft__now_ns() >= deadline) {
+            st = weft__error(g->ctx, WEFT_ERR_TIMEOUT, "group %u: %d joiner(s) did not arrive",
+                             g->id, min_new);
+            break;
+        }
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    if (st == WEFT_OK && info != NULL) {
+        tmp.n_subgroups_revoked = count_revoked_subgroups(g);
+        size_t n = info->size < sizeof(tmp) ? info->size : sizeof(tmp);
+        memcpy(info, &tmp, n);
+        info->size = n;
+    }
+    return st;
+}
+
+weft_status_t weft_group_revoke(weft_group_t *g)
+{
+    if (g == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_ctx_t *ctx = g->ctx;
+    if (g->revoked == WEFT_OK) {
+        g->revoked = WEFT_ERR_REVOKED;
+    }
+    weft__group_fail_requests(g, WEFT_ERR_REVOKED);
+    if (ctx->store != NULL) {
+        char key[96];
+        snprintf(key, sizeof(key), "weft/failed/g%u.%u", g->id, g->epoch);
+        weft_status_t st = weft__store_set(ctx->store, key, "revoked", 7);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "group %u: cannot publish the revocation", g->id);
+        }
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_group_epoch(const weft_group_t *g, uint32_t *epoch)
+{
+    if (g == NULL || epoch == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    *epoch = g->epoch;
+    return WEFT_OK;
+}
+
+weft_status_t weft_group_member_id(const weft_group_t *g, int rank, int *id)
+{
+    if (g == NULL || id == NULL || rank < 0 || rank >= g->size) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    *id = g->members[rank];
+    return WEFT_OK;
+}
+
+weft_status_t weft_group_rank_of(const weft_group_t *g, int id, int *rank)
+{
+    if (g == NULL || rank == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < g->size; i++) {
+        if (g->members[i] == id) {
+            *rank = i;
+            return WEFT_OK;
+        }
+    }
+    return WEFT_ERR_INVALID_ARG;
+}

@@ -1,0 +1,32 @@
+/* Group edits: one decision per (group, epoch), taken by the store's create-if-absent. */
+#ifndef WEFT_GROUPS_EDIT_H
+#define WEFT_GROUPS_EDIT_H
+
+#include "comm/ctx.h"
+#include "weft/group.h"
+
+enum weft_edit_kind {
+    WEFT_EDIT_REPAIR = 1,
+    WEFT_EDIT_GROW = 2,
+};
+
+/* The decision that takes a group from epoch e to e+1, as stored under
+ * weft/g/<gid>/<e>/next. Encoded in host byte order (all members share one). */
+typedef struct weft_decision {
+    uint32_t kind;
+    uint32_t new_epoch;
+    uint32_t join_hi; /* joiner registrations consumed up to here */
+    uint32_t n_members;
+    int32_t *members; /* new membership, group order */
+} weft_decision_t;
+
+weft_status_t weft__decision_encode(const weft_decision_t *d, void **buf, size_t *len);
+weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t *d);
+void weft__decision_key(char *key, size_t len, uint32_t gid, uint32_t epoch);
+/* Apply a decided edit to @p g (members, epoch, stale messages); fills @p info. */
+weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
+                                weft_edit_info_t *info);
+/* Apply every decision already taken for g's current epoch and later ones. */
+weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info);
+
+#endif

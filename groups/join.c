@@ -1,0 +1,214 @@
+/* A new process joins a running group, and subgroups are split off and freed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "groups/edit.h"
+
+weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeout_ms,
+                              weft_group_t **out)
+{
+    if (ctx == NULL || name == NULL || out == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (strcmp(name, "world") != 0) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                           "cannot join '%s': only \"world\" can be joined; split it after", name);
+    }
+    if (!ctx->joining || ctx->world != NULL || ctx->store == NULL) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_group_join needs a process started to join (WEFT_JOIN=1) "
+                           "that is not yet a member");
+    }
+    const uint32_t gid = 0;
+    char key[96], val[32];
+    int64_t n;
+    snprintf(key, sizeof(key), "weft/g/%u/joins", gid);
+    weft_status_t st = weft__store_add(ctx->store, key, 1, &n);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "cannot register to join");
+    }
+    snprintf(key, sizeof(key), "weft/g/%u/join/%lld", gid, (long long)n);
+    int len = snprintf(val, sizeof(val), "%d", ctx->rank);
+    st = weft__store_set(ctx->store, key, val, (size_t)len);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "cannot register to join");
+    }
+    void *v;
+    size_t vlen;
+    snprintf(key, sizeof(key), "weft/g/%u/admit/%d", gid, ctx->rank);
+    int tmo = timeout_ms > (uint64_t)INT32_MAX ? INT32_MAX : (int)timeout_ms;
+    st = weft__store_get(ctx->store, key, tmo, &v, &vlen);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "not admitted to '%s' within %d ms", name, tmo);
+    }
+    char text[16] = {0};
+    memcpy(text, v, vlen < sizeof(text) - 1 ? vlen : sizeof(text) - 1);
+    free(v);
+    uint32_t epoch = (uint32_t)strtoul(text, NULL, 10);
+    weft__decision_key(key, sizeof(key), gid, epoch - 1);
+    st = weft__store_get(ctx->store, key, tmo, &v, &vlen);
+    weft_decision_t d;
+    if (st == WEFT_OK) {
+        st = weft__decision_decode(v, vlen, &d);
+        free(v);
+    }
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "cannot read the edit that admitted this member");
+    }
+    weft_group_t *g;
+    int *members = malloc(sizeof(int) * d.n_members);
+    if (members == NULL) {
+        free(d.members);
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for a group");
+    }
+    for (uint32_t i = 0; i < d.n_members; i++) {
+        members[i] = d.members[i];
+        if (st == WEFT_OK) {
+            st = weft__peer_slot(ctx, members[i]);
+        }
+    }
+    if (st == WEFT_OK) {
+        st = weft__group_create(ctx, members, (int)d.n_members, gid, NULL, &g);
+    }
+    free(members);
+    free(d.members);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    g->epoch = epoch;
+    g->join_lo = d.join_hi;
+    ctx->world = g;
+    ctx->size = g->size;
+    weft__poll_failure_notices(ctx);
+    st = weft__group_catch_up(g, NULL);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    *out = g;
+    return WEFT_OK;
+}
+
+typedef struct split_entry {
+    int32_t color, key, prank;
+} split_entry_t;
+
+static int split_cmp(const void *a, const void *b)
+{
+    const split_entry_t *x = a, *y = b;
+    if (x->color != y->color) {
+        return x->color < y->color ? -1 : 1;
+    }
+    if (x->key != y->key) {
+        return x->key < y->key ? -1 : 1;
+    }
+    return x->prank < y->prank ? -1 : (x->prank > y->prank);
+}
+
+/* Ids for the new subgroups: parent rank 0 reserves a block from a store counter and
+ * publishes its start under a key every member can derive. */
+static weft_status_t split_ids(weft_group_t *parent, int ncolors, uint32_t seq, int64_t *base)
+{
+    weft_ctx_t *ctx = parent->ctx;
+    char key[96], val[32];
+    void *v;
+    size_t vlen;
+    snprintf(key, sizeof(key), "weft/split/%u/%u/%u", parent->id, parent->epoch, seq);
+    if (parent->rank == 0) {
+        int64_t end;
+        weft_status_t st = weft__store_add(ctx->store, "weft/group_ids", ncolors, &end);
+        if (st != WEFT_OK) {
+            return st;
+        }
+        int n = snprintf(val, sizeof(val), "%lld", (long long)(end - ncolors));
+        st = weft__store_set(ctx->store, key, val, (size_t)n);
+        if (st != WEFT_OK) {
+            return st;
+        }
+    }
+    weft_status_t st =
+        weft__store_get(ctx->store, key, (int)ctx->cfg.connect_timeout_ms, &v, &vlen);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    char text[32] = {0};
+    memcpy(text, v, vlen < sizeof(text) - 1 ? vlen : sizeof(text) - 1);
+    free(v);
+    *base = strtoll(text, NULL, 10);
+    return WEFT_OK;
+}
+
+weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_group_t **sub)
+{
+    if (parent == NULL || sub == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_ctx_t *ctx = parent->ctx;
+    int n = parent->size;
+    split_entry_t mine = {color < 0 ? -1 : color, key, parent->rank};
+    split_entry_t *all = malloc(sizeof(*all) * (size_t)n);
+    int *ids = malloc(sizeof(int) * (size_t)n);
+    if (all == NULL || ids == NULL) {
+        free(all);
+        free(ids);
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to split");
+    }
+    uint32_t seq = parent->coll_seq;
+    weft_status_t st = weft_allgather(parent, &mine, all, 3, WEFT_I32);
+    if (st != WEFT_OK) {
+        goto out;
+    }
+    qsort(all, (size_t)n, sizeof(*all), split_cmp);
+    int ncolors = 0, my_color_index = -1, count = 0;
+    for (int i = 0; i < n; i++) {
+        if (all[i].color < 0) {
+            continue;
+        }
+        if (i == 0 || all[i].color != all[i - 1].color || all[i - 1].color < 0) {
+            ncolors++;
+        }
+        if (all[i].color == mine.color) {
+            my_color_index = ncolors - 1;
+            ids[count++] = parent->members[all[i].prank];
+        }
+    }
+    int64_t base = 0;
+    if (ctx->store != NULL && ncolors > 0) {
+        st = split_ids(parent, ncolors, seq, &base);
+    } else {
+        base = (int64_t)seq * 64; /* no store: a single process, ids only need to differ */
+    }
+    if (st != WEFT_OK) {
+        st = weft__error(ctx, st, "group %u: cannot allocate subgroup ids", parent->id);
+        goto out;
+    }
+    if (mine.color < 0) {
+        *sub = NULL;
+        goto out;
+    }
+    /* Group id 0 is the world's; ids wrap within the 12 bits a tag carries. */
+    uint32_t gid = 1 + (uint32_t)((base + my_color_index) % (WEFT_TAG_MAX_GROUPS - 1));
+    st = weft__group_create(ctx, ids, count, gid, parent, sub);
+out:
+    free(all);
+    free(ids);
+    return st;
+}
+
+weft_status_t weft_group_free(weft_group_t *g)
+{
+    if (g == NULL) {
+        return WEFT_OK;
+    }
+    if (g == g->ctx->world || g->parent == NULL) {
+        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+                           "the world group belongs to the context; weft_finalize frees it");
+    }
+    for (weft_group_t *s = g->ctx->groups; s != NULL; s = s->next) {
+        if (s->parent == g) {
+            s->parent = NULL;
+        }
+    }
+    weft__group_destroy(g);
+    return WEFT_OK;
+}

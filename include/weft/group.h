@@ -1,0 +1,114 @@
+/**
+ * @file group.h
+ * @brief Editable groups: survive a dead member, admit new ones, split, all in place.
+ *
+ * A member has a stable id (its world rank at start, or an id assigned when it joined,
+ * never reused) and a group rank (its position among the active members; survivors keep
+ * their relative order). Every membership edit raises the group's epoch. Messages carry
+ * (group id, epoch): a message of an old epoch never matches an operation of a new one.
+ *
+ * Failure: once any member learns that another has died (weftrun's notice, a transport
+ * error, a missed heartbeat), the group is revoked: every operation in flight or started
+ * later on it returns WEFT_ERR_PEER_FAILED or WEFT_ERR_REVOKED on every survivor. The
+ * survivors then call weft_group_repair(); the handle stays valid and works at the new
+ * epoch. Each edit is decided once, by an atomic operation on the rendezvous store, so
+ * no two members can end up with different memberships.
+ *
+ * Thread safety: as for the context (one thread at a time per context).
+ */
+#ifndef WEFT_GROUP_H
+#define WEFT_GROUP_H
+
+#include "weft/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Epoch of @p g: 0 at creation, +1 per membership edit. */
+weft_status_t weft_group_epoch(const weft_group_t *g, uint32_t *epoch);
+
+/** @brief Stable member id of group rank @p rank. */
+weft_status_t weft_group_member_id(const weft_group_t *g, int rank, int *id);
+
+/** @brief Group rank of the member with stable id @p id, or WEFT_ERR_INVALID_ARG if it is
+ * not an active member. */
+weft_status_t weft_group_rank_of(const weft_group_t *g, int id, int *rank);
+
+/** @brief What an edit did. Zero-initialise, set @c size, pass to repair/grow. */
+typedef struct weft_edit_info {
+    size_t size;          /**< sizeof(weft_edit_info_t). */
+    uint32_t old_epoch;   /**< Epoch before the edit. */
+    uint32_t new_epoch;   /**< Epoch after it. */
+    int old_size;         /**< Members before. */
+    int new_size;         /**< Members after. */
+    int n_removed;        /**< Members that left (failed). */
+    int removed[64];      /**< Their stable ids (the first 64). */
+    int n_added;          /**< Members admitted. */
+    int added[64];        /**< Their stable ids (the first 64). */
+    /** Old group rank -> new group rank (-1 if removed), for the first 1024 old ranks. */
+    int rank_map[1024];
+    int n_subgroups_revoked; /**< Subgroups left revoked because they lost a member. */
+} weft_edit_info_t;
+
+/**
+ * @brief Shrink @p g to its surviving members, in place.
+ *
+ * Called by survivors after an operation returned WEFT_ERR_PEER_FAILED/WEFT_ERR_REVOKED.
+ * The survivors agree on exactly which members are gone; ranks are compacted in their
+ * old order; connections between survivors are kept. If the group is healthy it is left
+ * as is (info->new_epoch == info->old_epoch), unless another member already decided an
+ * edit, which this call then applies. Members waiting to join are admitted too.
+ * Subgroups (weft_group_split) that lost a member stay revoked and are repaired on their
+ * own; the others keep working.
+ * @param[out] info May be NULL.
+ * @return WEFT_OK; WEFT_ERR_REVOKED if this member itself was declared failed by the
+ *         others (it must leave); WEFT_ERR_TIMEOUT, WEFT_ERR_IO (store unreachable).
+ */
+weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info);
+
+/**
+ * @brief Admit members waiting in weft_group_join() on this group, appended after the
+ * existing ranks. Collective over the current members: each must call it (or repair).
+ * Only connections to the newcomers are made.
+ * @param[in]  min_new   Wait until at least this many joiners are pending (0: take those
+ *                       present now, possibly none).
+ * @param[in]  timeout_ms How long to wait for them.
+ * @param[out] info May be NULL.
+ */
+weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
+                              weft_edit_info_t *info);
+
+/**
+ * @brief Join the group called @p name ("world" for the world group) as a new member.
+ *
+ * For a process started after the job (by `weftrun --elastic --replace`, or by hand with
+ * WEFT_STORE, WEFT_JOB_TOKEN and WEFT_JOIN=1). Waits until the members admit it at
+ * their next weft_group_grow() or weft_group_repair().
+ * @param[out] g The group, owned by @p ctx.
+ * @return WEFT_OK, WEFT_ERR_TIMEOUT, WEFT_ERR_INVALID_ARG (unknown name).
+ */
+weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeout_ms,
+                              weft_group_t **g);
+
+/**
+ * @brief Split @p parent: members with equal @p color form a subgroup, ordered by
+ * (@p key, parent rank). Collective over @p parent. A negative color gives *sub = NULL.
+ * Subgroups are revoked along with their parent when they lose a member.
+ */
+weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_group_t **sub);
+
+/** @brief Destroy a subgroup created by weft_group_split (not the world group). */
+weft_status_t weft_group_free(weft_group_t *g);
+
+/**
+ * @brief Revoke @p g on every member: all operations in flight and later fail with
+ * WEFT_ERR_REVOKED until weft_group_repair(). For a member that decides, on its own,
+ * that the group cannot go on (e.g. a peer is hung).
+ */
+weft_status_t weft_group_revoke(weft_group_t *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
