@@ -124,6 +124,27 @@ static weft_status_t parse_transport(const char *text, void *field)
     return WEFT_ERR_INVALID_ARG;
 }
 
+/* A store-key prefix: letters, digits, '-', '_' and '.', 1 to 31 of them. */
+static weft_status_t parse_ns(const char *text, void *field)
+{
+    size_t n = strlen(text);
+    if (n == 0 || n >= sizeof(((weft_config_t *)0)->ns)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!isalnum((unsigned char)text[i]) && strchr("-_.", text[i]) == NULL) {
+            return WEFT_ERR_INVALID_ARG;
+        }
+    }
+    memcpy(field, text, n + 1);
+    return WEFT_OK;
+}
+
+static void print_ns(const void *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", (const char *)field);
+}
+
 static void print_string(const void *field, char *buf, size_t len)
 {
     snprintf(buf, len, "%s", (const char *)field);
@@ -162,6 +183,10 @@ static const config_field_t config_table[] = {
     FIELD("WEFT_YIELD_SPINS", "64",
           "Progress polls without news before a waiting rank starts yielding the CPU.",
           yield_spins, int),
+    FIELD("WEFT_NAMESPACE", "weft",
+          "Prefix of this context's keys in the store; contexts with different namespaces "
+          "can share one store (failure notices of weftrun use the default).",
+          ns, ns),
 };
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))
 

@@ -9,9 +9,21 @@
 #include "comm/bootstrap.h"
 #include "comm/ctx.h"
 
-#define ADDR_KEY_FMT "weft/addr/%d"
-#define CLAIM_KEY_FMT "weft/claim/%d"
-#define FAILED_PREFIX "weft/failed/"
+#define ADDR_KEY_FMT "addr/%d"
+#define CLAIM_KEY_FMT "claim/%d"
+#define FAILED_DIR "failed/"
+
+void weft__key(const weft_ctx_t *ctx, char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    int n = snprintf(buf, len, "%s/", ctx->cfg.ns);
+    if (n < 0 || (size_t)n >= len) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(buf + n, len - (size_t)n, fmt, ap);
+    va_end(ap);
+}
 
 weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt, ...)
 {
@@ -81,7 +93,7 @@ static weft_status_t publish_address(weft_ctx_t *ctx)
     size_t addr_len;
     int64_t claims;
 
-    snprintf(key, sizeof(key), CLAIM_KEY_FMT, ctx->rank);
+    weft__key(ctx, key, sizeof(key), CLAIM_KEY_FMT, ctx->rank);
     weft_status_t st = weft__store_add(ctx->store, key, 1, &claims);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "store: cannot register member %d", ctx->rank);
@@ -102,7 +114,7 @@ static weft_status_t publish_address(weft_ctx_t *ctx)
     int32_t wsize = ctx->world_size_at_start;
     memcpy(val, &wsize, sizeof(wsize));
     memcpy(val + sizeof(wsize), addr, addr_len);
-    snprintf(key, sizeof(key), ADDR_KEY_FMT, ctx->rank);
+    weft__key(ctx, key, sizeof(key), ADDR_KEY_FMT, ctx->rank);
     st = weft__store_set(ctx->store, key, val, len);
     free(val);
     if (st != WEFT_OK) {
@@ -125,7 +137,7 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
     if (st != WEFT_OK) {
         return st;
     }
-    snprintf(key, sizeof(key), ADDR_KEY_FMT, id);
+    weft__key(ctx, key, sizeof(key), ADDR_KEY_FMT, id);
     st = weft__store_get(ctx->store, key, timeout_ms, &pv, &plen);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "member %d did not arrive within %d ms", id, timeout_ms);
@@ -170,7 +182,9 @@ static weft_status_t init_joiner(weft_ctx_t *ctx)
 {
     if (ctx->rank < 0) {
         int64_t n;
-        weft_status_t st = weft__store_add(ctx->store, "weft/joiner_ids", 1, &n);
+        char key[64];
+        weft__key(ctx, key, sizeof(key), "joiner_ids");
+        weft_status_t st = weft__store_add(ctx->store, key, 1, &n);
         if (st != WEFT_OK) {
             return weft__error(ctx, st, "cannot get a member id from the store");
         }
@@ -200,7 +214,9 @@ static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
     }
     st = weft__store_connect(boot->store, boot->token, timeout, &ctx->logger, &ctx->watch);
     if (st == WEFT_OK) {
-        st = weft__store_watch(ctx->watch, FAILED_PREFIX);
+        char prefix[64];
+        weft__key(ctx, prefix, sizeof(prefix), FAILED_DIR);
+        st = weft__store_watch(ctx->watch, prefix);
     }
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot watch failure notices at %s", boot->store);
@@ -364,10 +380,13 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
     if (ctx->watch == NULL) {
         return;
     }
+    char prefix[64];
+    weft__key(ctx, prefix, sizeof(prefix), FAILED_DIR);
+    size_t plen = strlen(prefix);
     while (weft__store_next_event(ctx->watch, 0, &key, &val, &len) == WEFT_OK) {
-        const char *what = key + strlen(FAILED_PREFIX);
+        const char *what = key + plen;
         char *end;
-        if (strncmp(key, FAILED_PREFIX, strlen(FAILED_PREFIX)) != 0) {
+        if (strncmp(key, prefix, plen) != 0) {
             /* not ours */
         } else if (what[0] == 'g') {
             apply_revoke_notice(ctx, what);

@@ -90,6 +90,11 @@ struct weft_req {
     struct weft_req *prev, *next; /* in ctx->live while in flight */
 };
 
+/* ---- store keys ---- */
+/* Format a store key under the context's namespace: "<ns>/" followed by fmt. */
+void weft__key(const weft_ctx_t *ctx, char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* ---- errors ---- */
 /* Record detail for weft_last_error(), log it at @p level, and return @p status. */
 weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt, ...)

@@ -145,7 +145,7 @@ void weft__report_failure(weft_ctx_t *ctx, int id, const char *why)
     weft__peer_failed(ctx, id, WEFT_ERR_PEER_FAILED);
     if (ctx->store != NULL) {
         char key[64], val[128];
-        snprintf(key, sizeof(key), "weft/failed/%d", id);
+        weft__key(ctx, key, sizeof(key), "failed/%d", id);
         int n = snprintf(val, sizeof(val), "reported by member %d: %s", ctx->rank, why);
         /* Best effort: the launcher's notice reaches everyone too when the process died. */
         (void)weft__store_set(ctx->store, key, val, (size_t)n);

@@ -8,9 +8,10 @@
 #define DECISION_MAGIC 0x77656674u /* "weft" */
 #define DECISION_HEADER 5          /* magic, kind, new_epoch, join_hi, n_members */
 
-void weft__decision_key(char *key, size_t len, uint32_t gid, uint32_t epoch)
+void weft__decision_key(const weft_ctx_t *ctx, char *key, size_t len, uint32_t gid,
+                        uint32_t epoch)
 {
-    snprintf(key, len, "weft/g/%u/%u/next", gid, epoch);
+    weft__key(ctx, key, len, "g/%u/%u/next", gid, epoch);
 }
 
 weft_status_t weft__decision_encode(const weft_decision_t *d, void **buf, size_t *len)

@@ -77,7 +77,7 @@ static void announce_admissions(weft_group_t *g, const weft_decision_t *d)
         if (find_member(g->members, g->size, d->members[i]) >= 0) {
             continue;
         }
-        snprintf(key, sizeof(key), "weft/g/%u/admit/%d", g->id, d->members[i]);
+        weft__key(g->ctx, key, sizeof(key), "g/%u/admit/%d", g->id, d->members[i]);
         int n = snprintf(val, sizeof(val), "%u", d->new_epoch);
         (void)weft__store_set(g->ctx->store, key, val, (size_t)n);
     }
@@ -153,7 +153,7 @@ static weft_status_t lookup_decision(weft_group_t *g, int timeout_ms, weft_decis
     char key[96];
     void *val;
     size_t len;
-    weft__decision_key(key, sizeof(key), g->id, g->epoch);
+    weft__decision_key(g->ctx, key, sizeof(key), g->id, g->epoch);
     weft_status_t st = weft__store_get(g->ctx->store, key, timeout_ms, &val, &len);
     if (st != WEFT_OK) {
         return st;
@@ -187,7 +187,7 @@ static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n
 {
     char key[96];
     int64_t count;
-    snprintf(key, sizeof(key), "weft/g/%u/joins", g->id);
+    weft__key(g->ctx, key, sizeof(key), "g/%u/joins", g->id);
     weft_status_t st = weft__store_add(g->ctx->store, key, 0, &count);
     if (st != WEFT_OK) {
         return st;
@@ -201,7 +201,7 @@ static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n
     for (; got < want; got++) {
         void *val;
         size_t len;
-        snprintf(key, sizeof(key), "weft/g/%u/join/%u", g->id, g->join_lo + got + 1);
+        weft__key(g->ctx, key, sizeof(key), "g/%u/join/%u", g->id, g->join_lo + got + 1);
         /* Registration is add-then-set: wait briefly for the set of a live joiner. */
         if (weft__store_get(g->ctx->store, key, JOIN_GET_TIMEOUT_MS, &val, &len) != WEFT_OK) {
             break;
@@ -252,7 +252,7 @@ static weft_status_t propose(weft_group_t *g, uint32_t kind, weft_edit_info_t *i
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "no memory for a proposal");
     }
-    weft__decision_key(key, sizeof(key), g->id, g->epoch);
+    weft__decision_key(g->ctx, key, sizeof(key), g->id, g->epoch);
     st = weft__store_set_nx(ctx->store, key, buf, len, &winner, &wlen, NULL);
     free(buf);
     if (st != WEFT_OK) {
@@ -344,7 +344,7 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
     info_begin(&tmp, g);
     uint64_t deadline = weft__now_ns() + weft__ms_to_ns(timeout_ms);
     char key[96];
-    snprintf(key, sizeof(key), "weft/g/%u/joins", g->id);
+    weft__key(g->ctx, key, sizeof(key), "g/%u/joins", g->id);
     uint32_t start_epoch = g->epoch;
     for (;;) {
         weft__poll_failure_notices(g->ctx);
@@ -390,7 +390,7 @@ weft_status_t weft_group_revoke(weft_group_t *g)
     weft__group_fail_requests(g, WEFT_ERR_REVOKED);
     if (ctx->store != NULL) {
         char key[96];
-        snprintf(key, sizeof(key), "weft/failed/g%u.%u", g->id, g->epoch);
+        weft__key(g->ctx, key, sizeof(key), "failed/g%u.%u", g->id, g->epoch);
         weft_status_t st = weft__store_set(ctx->store, key, "revoked", 7);
         if (st != WEFT_OK) {
             return weft__error(ctx, st, "group %u: cannot publish the revocation", g->id);

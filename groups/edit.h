@@ -22,7 +22,8 @@ typedef struct weft_decision {
 
 weft_status_t weft__decision_encode(const weft_decision_t *d, void **buf, size_t *len);
 weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t *d);
-void weft__decision_key(char *key, size_t len, uint32_t gid, uint32_t epoch);
+void weft__decision_key(const weft_ctx_t *ctx, char *key, size_t len, uint32_t gid,
+                        uint32_t epoch);
 /* Apply a decided edit to @p g (members, epoch, stale messages); fills @p info. */
 weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
                                 weft_edit_info_t *info);

@@ -23,12 +23,12 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     const uint32_t gid = 0;
     char key[96], val[32];
     int64_t n;
-    snprintf(key, sizeof(key), "weft/g/%u/joins", gid);
+    weft__key(ctx, key, sizeof(key), "g/%u/joins", gid);
     weft_status_t st = weft__store_add(ctx->store, key, 1, &n);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot register to join");
     }
-    snprintf(key, sizeof(key), "weft/g/%u/join/%lld", gid, (long long)n);
+    weft__key(ctx, key, sizeof(key), "g/%u/join/%lld", gid, (long long)n);
     int len = snprintf(val, sizeof(val), "%d", ctx->rank);
     st = weft__store_set(ctx->store, key, val, (size_t)len);
     if (st != WEFT_OK) {
@@ -36,7 +36,7 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     }
     void *v;
     size_t vlen;
-    snprintf(key, sizeof(key), "weft/g/%u/admit/%d", gid, ctx->rank);
+    weft__key(ctx, key, sizeof(key), "g/%u/admit/%d", gid, ctx->rank);
     int tmo = timeout_ms > (uint64_t)INT32_MAX ? INT32_MAX : (int)timeout_ms;
     st = weft__store_get(ctx->store, key, tmo, &v, &vlen);
     if (st != WEFT_OK) {
@@ -46,7 +46,7 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     memcpy(text, v, vlen < sizeof(text) - 1 ? vlen : sizeof(text) - 1);
     free(v);
     uint32_t epoch = (uint32_t)strtoul(text, NULL, 10);
-    weft__decision_key(key, sizeof(key), gid, epoch - 1);
+    weft__decision_key(ctx, key, sizeof(key), gid, epoch - 1);
     st = weft__store_get(ctx->store, key, tmo, &v, &vlen);
     weft_decision_t d;
     if (st == WEFT_OK) {
@@ -113,10 +113,12 @@ static weft_status_t split_ids(weft_group_t *parent, int ncolors, uint32_t seq, 
     char key[96], val[32];
     void *v;
     size_t vlen;
-    snprintf(key, sizeof(key), "weft/split/%u/%u/%u", parent->id, parent->epoch, seq);
+    weft__key(ctx, key, sizeof(key), "split/%u/%u/%u", parent->id, parent->epoch, seq);
     if (parent->rank == 0) {
         int64_t end;
-        weft_status_t st = weft__store_add(ctx->store, "weft/group_ids", ncolors, &end);
+        char gkey[64];
+        weft__key(ctx, gkey, sizeof(gkey), "group_ids");
+        weft_status_t st = weft__store_add(ctx->store, gkey, ncolors, &end);
         if (st != WEFT_OK) {
             return st;
         }
