@@ -378,6 +378,26 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
     return st;
 }
 
+weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n)
+{
+    if (g == NULL || n == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (g->ctx->store == NULL) {
+        *n = 0;
+        return WEFT_OK;
+    }
+    char key[96];
+    int64_t count;
+    weft__key(g->ctx, key, sizeof(key), "g/%u/joins", g->id);
+    weft_status_t st = weft__store_add(g->ctx->store, key, 0, &count);
+    if (st != WEFT_OK) {
+        return weft__error(g->ctx, st, "group %u: cannot count joiners", g->id);
+    }
+    *n = count > (int64_t)g->join_lo ? (int)(count - (int64_t)g->join_lo) : 0;
+    return WEFT_OK;
+}
+
 weft_status_t weft_group_revoke(weft_group_t *g)
 {
     if (g == NULL) {

@@ -80,6 +80,12 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
                               weft_edit_info_t *info);
 
 /**
+ * @brief Number of processes waiting in weft_group_join() to be admitted to @p g.
+ * Lets a trainer decide when to call weft_group_grow(). One store round trip.
+ */
+weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n);
+
+/**
  * @brief Join the group called @p name ("world" for the world group) as a new member.
  *
  * For a process started after the job (by `weftrun --elastic --replace`, or by hand with
