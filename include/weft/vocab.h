@@ -1,0 +1,321 @@
+/**
+ * @file vocab.h
+ * @brief Vocabulary parallelism: the output layer (logits + softmax cross-entropy) and the
+ * input embedding sharded by vocabulary over the ranks of a group.
+ *
+ * The vocabulary of V entries is cut into P contiguous shards of equal padded length
+ * (P = group size); rank i holds rows [start, start + length) of the output weight W
+ * (and of the embedding table) in a buffer of `padded_length` rows. Padding rows are
+ * not vocabulary entries: they take no part in the softmax and their gradient is zero.
+ *
+ * Output layer (Yeung et al. 2024, "Balancing Pipeline Parallelism with Vocabulary
+ * Parallelism"): X [n, h] are the last hidden states, the same on every rank. Each rank
+ * computes the logits of its shard, Y_i = X W_iᵀ, and the ranks merge per-token
+ * statistics. Three algorithms give the same results and differ in how many collectives
+ * (communication barriers) a microbatch needs:
+ *
+ * | algorithm        | forward            | backward           | collectives |
+ * |------------------|--------------------|--------------------|-------------|
+ * | WEFT_VOCAB_NAIVE | S, C1 (max; sums)  | T, C2 (sum of ∇X)  | 3           |
+ * | WEFT_VOCAB_ALG1  | S, C1 (one merge)  | T, C2 (sum of ∇X)  | 2           |
+ * | WEFT_VOCAB_ALG2  | S, C1 (merge + D)  | T                  | 1           |
+ *
+ * The passes are separate calls so a pipeline schedule can place them: the compute
+ * passes S and T run to completion in the call; the communication passes C1 and C2 are
+ * started and then driven with weft_vocab_mb_test() / weft_vocab_mb_wait(). Blocking
+ * wrappers weft_vocab_xent_forward() and weft_vocab_xent_backward() run them in order.
+ *
+ * Labels: a label in [0, V) is a target token; any negative label (e.g. -100, PyTorch's
+ * default ignore_index) marks an ignored token, which has zero loss, contributes to no
+ * gradient and is not counted by the mean. A label >= V is WEFT_ERR_INVALID_ARG.
+ *
+ * Buffers are row-major float32, contiguous. They may all be in host memory or all in
+ * CUDA device memory (detected per call; the CUDA kernels exist when weft was built with
+ * CUDA, else device buffers give WEFT_ERR_UNSUPPORTED); labels and ids may be in either.
+ *
+ * Thread safety: as for the group the handle was created on.
+ */
+#ifndef WEFT_VOCAB_H
+#define WEFT_VOCAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/coll.h"
+#include "weft/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------ */
+/** @name Sharding */
+/** @{ */
+
+/** @brief The part of the vocabulary one rank holds. */
+typedef struct weft_vocab_range {
+    size_t start;         /**< First vocabulary id of the shard. */
+    size_t length;        /**< Real entries in the shard (may be 0 for the last ranks). */
+    size_t padded_length; /**< Rows of the shard's buffers; the same on every rank. */
+} weft_vocab_range_t;
+
+/**
+ * @brief Shard of @p rank when @p vocab_size entries are cut over @p nranks ranks.
+ *
+ * The padded length is ceil(V / P) rounded up to a multiple of @p align, so the padded
+ * vocabulary P * padded_length is a multiple of P (and of P * align). Rank r starts at
+ * r * padded_length; its length is what is left of V there, clamped to [0, padded_length].
+ * @param[in]  vocab_size V, > 0.
+ * @param[in]  nranks     P, > 0.
+ * @param[in]  align      Shard length multiple; 0 or 1 for none.
+ * @param[in]  rank       0 .. P-1.
+ * @param[out] range      Set on success.
+ * @return WEFT_OK, or WEFT_ERR_INVALID_ARG (zero sizes, rank out of range, NULL, overflow).
+ */
+weft_status_t weft_vocab_shard_range(size_t vocab_size, int nranks, size_t align, int rank,
+                                     weft_vocab_range_t *range);
+
+/** @} */
+
+/* ------------------------------------------------------------------------------------ */
+/** @name Handles */
+/** @{ */
+
+/** @brief A sharded vocabulary on a group: sharding, the group and the merge operators. */
+typedef struct weft_vocab weft_vocab_t;
+/** @brief Per-microbatch state of the output layer between its passes. */
+typedef struct weft_vocab_mb weft_vocab_mb_t;
+
+/** @brief Parameters of weft_vocab_create(). Zero-initialise, then set @c size. */
+typedef struct weft_vocab_params {
+    size_t size;       /**< sizeof(weft_vocab_params_t). */
+    size_t vocab_size; /**< V, > 0. */
+    size_t hidden;     /**< h, the hidden size, > 0. */
+    size_t align;      /**< Shard length multiple; 0 or 1 for none. */
+} weft_vocab_params_t;
+
+/**
+ * @brief Create a sharded vocabulary on @p g.
+ *
+ * Registers the statistics-merge reduction operators with weft_op_create() on the
+ * group's context, so every rank of the job must create its weft_vocab_t handles (and
+ * any other user operators) in the same order. No communication.
+ * The handle must be destroyed before @p g.
+ * @param[in]  g      The group whose ranks share the vocabulary (P = its size).
+ * @param[in]  params Required.
+ * @param[out] vocab  Set on success.
+ * @return WEFT_OK, WEFT_ERR_INVALID_ARG, WEFT_ERR_NO_MEMORY.
+ */
+weft_status_t weft_vocab_create(weft_group_t *g, const weft_vocab_params_t *params,
+                                weft_vocab_t **vocab);
+
+/** @brief Destroy @p vocab (NULL: no-op). Its microbatch states must be destroyed first. */
+weft_status_t weft_vocab_destroy(weft_vocab_t *vocab);
+
+/** @brief This rank's shard of @p vocab. @return WEFT_OK or WEFT_ERR_INVALID_ARG. */
+weft_status_t weft_vocab_local_range(const weft_vocab_t *vocab, weft_vocab_range_t *range);
+
+/** @} */
+
+/* ------------------------------------------------------------------------------------ */
+/** @name Output layer: softmax cross-entropy */
+/** @{ */
+
+/** @brief How the output layer communicates (see the table in the file comment). */
+typedef enum weft_vocab_algo {
+    WEFT_VOCAB_NAIVE = 0, /**< 3 collectives: max, (sum-exp, target), ∇X. */
+    WEFT_VOCAB_ALG1 = 1,  /**< 2 collectives: merged statistics, ∇X. */
+    WEFT_VOCAB_ALG2 = 2,  /**< 1 collective: merged statistics and ∇X direction. */
+    WEFT_VOCAB_ALGO_COUNT
+} weft_vocab_algo_t;
+
+/** @brief Name of an algorithm ("naive", "alg1", "alg2"); "?" if invalid. */
+const char *weft_vocab_algo_name(weft_vocab_algo_t algo);
+
+/** @brief How per-token losses combine into the scalar loss. */
+typedef enum weft_vocab_reduction {
+    WEFT_VOCAB_MEAN = 0, /**< Mean over non-ignored tokens (0 when there are none). */
+    WEFT_VOCAB_SUM = 1,  /**< Sum over tokens. */
+    WEFT_VOCAB_NONE = 2, /**< No reduction: the upstream gradient is per token. */
+} weft_vocab_reduction_t;
+
+/** @brief Parameters of weft_vocab_mb_create(). Zero-initialise, then set @c size. */
+typedef struct weft_vocab_mb_params {
+    size_t size;                      /**< sizeof(weft_vocab_mb_params_t). */
+    weft_vocab_algo_t algo;           /**< Zero-initialised: WEFT_VOCAB_NAIVE. */
+    weft_vocab_reduction_t reduction; /**< Zero-initialised: WEFT_VOCAB_MEAN. */
+    size_t max_tokens;                /**< Largest n of a microbatch, > 0. */
+    int accumulate_dw;                /**< Nonzero: T adds into ∇W_i instead of writing. */
+} weft_vocab_mb_params_t;
+
+/**
+ * @brief Create the state of one microbatch in flight.
+ *
+ * A pipeline schedule creates one per microbatch that can be between S and T at once;
+ * a state is reused for the next microbatch once its last pass completed. Working
+ * buffers are allocated at the first S on each memory type and kept until destroyed.
+ * @return WEFT_OK, WEFT_ERR_INVALID_ARG, WEFT_ERR_NO_MEMORY.
+ */
+weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_params_t *params,
+                                   weft_vocab_mb_t **mb);
+
+/** @brief Destroy @p mb (NULL: no-op); a collective still in flight is cancelled. */
+weft_status_t weft_vocab_mb_destroy(weft_vocab_mb_t *mb);
+
+/**
+ * @brief Pass S: local logits Y_i = X W_iᵀ and local statistics (for ALG2 also A_i, B_i).
+ *
+ * No communication. @p x, @p w and @p labels are kept by reference: they must stay
+ * unchanged until T has completed. Starts a new microbatch: allowed when @p mb is idle,
+ * after a completed or failed pass, not while a collective is in flight.
+ * @param[in] x      X [n, h].
+ * @param[in] w      W_i [padded_length, h]; padding rows are not read.
+ * @param[in] labels [n] target ids, negative for ignored tokens.
+ * @param[in] n      Tokens, 0 .. max_tokens.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG (NULL, n too large, a label >= V, pass out of
+ *         order, mixed memory types); WEFT_ERR_NO_MEMORY; WEFT_ERR_UNSUPPORTED.
+ */
+weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float *w,
+                                const int64_t *labels, size_t n);
+
+/**
+ * @brief Pass C1: start merging the statistics over the group (nonblocking).
+ *
+ * ALG1/ALG2: one collective with the merge operator; NAIVE: a max, then (when it
+ * completes, inside test/wait) a sum. Every rank of the group must call it.
+ * @return WEFT_OK when already complete, WEFT_INPROGRESS (drive with
+ *         weft_vocab_mb_test() / weft_vocab_mb_wait()), or an error of the collective.
+ */
+weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb);
+
+/**
+ * @brief Per-token and reduced loss of a microbatch whose C1 completed.
+ * @param[out] loss_tok [n] per-token loss (0 for ignored tokens), may be NULL; host or
+ *                      device memory.
+ * @param[out] loss     Reduced loss (per the reduction; the sum for NONE), may be NULL.
+ * @return WEFT_OK, or WEFT_ERR_INVALID_ARG when C1 has not completed.
+ */
+weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *loss_tok, float *loss);
+
+/**
+ * @brief Pass T: ∇W_i, and ∇X (complete for ALG2, this rank's part for NAIVE/ALG1).
+ *
+ * No communication. Allowed once C1 has completed.
+ * @param[in]  grad Upstream gradient: 1 float (dLoss for MEAN/SUM) or [n] floats (NONE);
+ *                  host or device memory.
+ * @param[out] dx   ∇X [n, h]. NAIVE/ALG1: holds this rank's partial sum until C2
+ *                  completes.
+ * @param[out] dw   ∇W_i [padded_length, h]; padding rows are zero (left as they are
+ *                  with accumulate_dw).
+ * @return WEFT_OK, WEFT_ERR_INVALID_ARG (NULL, out of order, mixed memory types).
+ */
+weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw);
+
+/**
+ * @brief Pass C2: start the sum of ∇X over the group (NAIVE, ALG1). For ALG2 there is
+ * nothing to communicate and it returns WEFT_OK at once, issuing no collective.
+ * @return WEFT_OK when complete, WEFT_INPROGRESS, or an error of the collective.
+ */
+weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb);
+
+/**
+ * @brief Drive the collective pass (C1, C2) in flight on @p mb without blocking.
+ * @return WEFT_OK when none is in flight or it completed; WEFT_INPROGRESS; or the error
+ *         it failed with (the microbatch must then be restarted with S).
+ */
+weft_status_t weft_vocab_mb_test(weft_vocab_mb_t *mb);
+
+/** @brief Wait for the pass in flight, at most @p timeout_ns (or WEFT_TIMEOUT_DEFAULT).
+ * @return As weft_vocab_mb_test(), or WEFT_ERR_TIMEOUT (still in flight). */
+weft_status_t weft_vocab_mb_wait(weft_vocab_mb_t *mb, uint64_t timeout_ns);
+
+/**
+ * @brief Blocking forward: S, C1 and the wait for it.
+ * @param[out] loss_tok,loss As weft_vocab_xent_loss(); written only on success.
+ * @return As the passes.
+ */
+weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const float *w,
+                                      const int64_t *labels, size_t n, float *loss_tok,
+                                      float *loss);
+
+/** @brief Blocking backward: T, C2 and the wait for it. @return As the passes. */
+weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx,
+                                       float *dw);
+
+/** @brief Working memory a microbatch holds between its passes (bytes, on its device). */
+typedef struct weft_vocab_mem {
+    size_t size;        /**< sizeof(weft_vocab_mem_t), set by the caller. */
+    size_t s_to_c1;     /**< Held from the end of S until C1 completes. */
+    size_t c1_to_t;     /**< Held from the end of C1 until T. */
+    size_t peak;        /**< max(s_to_c1, c1_to_t): activation bytes per microbatch. */
+} weft_vocab_mem_t;
+
+/**
+ * @brief Bytes each algorithm keeps alive per microbatch of @p n tokens between S and T
+ * (not counting the caller's X, W, labels and output buffers).
+ * @param[in,out] mem Its @c size must be set; the other fields are written on success.
+ * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
+ */
+weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo,
+                                     size_t n, weft_vocab_mem_t *mem);
+
+/** @} */
+
+/* ------------------------------------------------------------------------------------ */
+/** @name Input embedding */
+/** @{ */
+
+/**
+ * @brief Embedding forward (pass IF), nonblocking: out[j] = E[ids[j]].
+ *
+ * Each rank writes the rows of ids in its shard and zeros elsewhere, then a sum over the
+ * group (one collective, in place on @p out) completes every row on every rank.
+ * @param[in]  table E_i [padded_length, h] (h = the vocab's hidden size).
+ * @param[in]  ids   [n] token ids in [0, V).
+ * @param[out] out   [n, h]; final once the request completed.
+ * @param[out] req   NULL when completed inline (WEFT_OK).
+ * @return WEFT_OK, WEFT_INPROGRESS, WEFT_ERR_INVALID_ARG (an id outside [0, V)), errors of
+ *         the collective.
+ */
+weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const float *table,
+                                        const int64_t *ids, size_t n, float *out,
+                                        weft_req_t **req);
+
+/** @brief Blocking weft_vocab_iembed_forward(). */
+weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table,
+                                       const int64_t *ids, size_t n, float *out);
+
+/**
+ * @brief Embedding backward, communication part (pass IB): broadcast ∇out from @p root,
+ * which computed it, to every rank (nonblocking; one collective).
+ *
+ * Not needed when every rank already holds ∇out: then call only
+ * weft_vocab_embed_grad_scatter().
+ * @param[in,out] grad_out [n, h]: input on @p root, output elsewhere.
+ */
+weft_status_t weft_vocab_iembed_grad_bcast(weft_vocab_t *vocab, float *grad_out, size_t n,
+                                           int root, weft_req_t **req);
+
+/**
+ * @brief Embedding backward, local part: ∇E_i[ids[j] - start] += ∇out[j] for every id in
+ * this rank's shard (no communication; ∇E_i is accumulated, not overwritten).
+ * @param[in,out] grad_table ∇E_i [padded_length, h].
+ * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
+ */
+weft_status_t weft_vocab_embed_grad_scatter(weft_vocab_t *vocab, const float *grad_out,
+                                            const int64_t *ids, size_t n, float *grad_table);
+
+/**
+ * @brief Blocking embedding backward: broadcast from @p root (skipped when @p root is
+ * -1: every rank holds ∇out already), then the local scatter-add.
+ */
+weft_status_t weft_vocab_embed_backward(weft_vocab_t *vocab, float *grad_out,
+                                        const int64_t *ids, size_t n, int root,
+                                        float *grad_table);
+
+/** @} */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,191 @@
+/*
+ * Internals of vocab/: the handle and microbatch layouts, the per-token statistics
+ * record and its merge operator, and the compute kernels of the passes (CPU here,
+ * CUDA in xent_cuda.c / kernels.cu).
+ *
+ * The CPU kernels are pure functions of their arguments (no communication, no
+ * context), so a test can run the passes of P shards in one process and merge their
+ * records with the same operator the collective uses.
+ */
+#ifndef WEFT_VOCAB_IMPL_H
+#define WEFT_VOCAB_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/vocab.h"
+
+struct weft_vocab {
+    weft_ctx_t *ctx;
+    weft_group_t *group;
+    int rank, nranks;
+    size_t vocab_size, hidden, align;
+    weft_vocab_range_t range;
+    weft_op_t op_alg1;   /* merges {m, s, t} records */
+    weft_op_t op_alg2;   /* merges {m, s, t, A[h], B[h]} records */
+    int n_mb;            /* live microbatch states */
+};
+
+/* ---- the statistics record ---- */
+/*
+ * ALG1/ALG2 merge one record per token (array of structures):
+ *   m      local row max of the logits
+ *   s      Σ exp(Y - m) over the shard
+ *   t      the target's logit where the shard owns the target, else 0
+ *   A[h]   ALG2: Σ_v exp(Y_v - m) W_v  (unnormalised, rescales like s)
+ *   B[h]   ALG2: W[target] where owned, else 0
+ * Merging two records: M = max, s = s1 e^{m1-M} + s2 e^{m2-M}, A likewise, t and B add.
+ * An empty shard has m = -inf and s = 0; its factor is 0, never exp(-inf + inf).
+ *
+ * NAIVE uses a structure of arrays instead, so that plain MAX and SUM reduce it:
+ *   [0, n) row max (reduced with MAX), [n, 2n) sum-exp and [2n, 3n) target logit (SUM).
+ */
+#define WEFT__REC_M 0
+#define WEFT__REC_S 1
+#define WEFT__REC_T 2
+#define WEFT__REC_A 3
+
+/* Floats of the record of one token (NAIVE: 3 per token in the SoA layout). */
+static inline size_t weft__rec_floats(weft_vocab_algo_t algo, size_t h)
+{
+    return algo == WEFT_VOCAB_ALG2 ? 3 + 2 * h : 3;
+}
+
+/* The weft_user_reduce_fn of the records; arg points to the size_t h (ALG2) or is NULL
+ * (ALG1: records of 3 floats). */
+void weft__rec_merge(void *inout, const void *in, size_t count, void *arg);
+
+/* ---- CPU kernels of the passes ---- */
+typedef struct weft__xent_dims {
+    size_t n;     /* tokens */
+    size_t h;     /* hidden size */
+    size_t start; /* first vocabulary id of the shard */
+    size_t len;   /* real rows of the shard */
+} weft__xent_dims_t;
+
+/*
+ * Pass S. y [n*len] receives the logits (NAIVE) or exp(Y - m) (ALG1/ALG2); rec [n*rec]
+ * the records (NAIVE: only the row max part); mloc [n] the local row max (ALG1/ALG2).
+ */
+void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const float *x,
+                      const float *w, const int64_t *labels, float *y, float *rec,
+                      float *mloc);
+
+/* NAIVE between its two collectives: rec[0, n) holds the global max; turns y into
+ * exp(Y - M) and fills the sum-exp and target parts of rec. */
+void weft__xent_naive_sums_cpu(const weft__xent_dims_t *d, const int64_t *labels, float *y,
+                               float *rec);
+
+/*
+ * After C1: per-token loss [n] (0 for ignored tokens) and coef [n], the factor that turns
+ * the kept y into probabilities (p = y * coef). ALG2: rewrites A[h] of each record into
+ * D = A / S - B in place. Returns the loss sum in double.
+ */
+double weft__xent_finish_c1_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo,
+                                const int64_t *labels, float *rec, const float *mloc,
+                                float *loss, float *coef);
+
+/* Weight of token j in the gradient: upstream gradient, reduction and ignore mask. */
+static inline float weft__xent_token_weight(weft_vocab_reduction_t red, const float *grad,
+                                            size_t j, int64_t label, size_t n_valid)
+{
+    if (label < 0) {
+        return 0.0f;
+    }
+    switch (red) {
+    case WEFT_VOCAB_MEAN:
+        return n_valid > 0 ? grad[0] / (float)n_valid : 0.0f;
+    case WEFT_VOCAB_SUM:
+        return grad[0];
+    default:
+        return grad[j];
+    }
+}
+
+/*
+ * Pass T. wtok [n] are the token weights; y [n*len] is turned into G in place;
+ * dw [padded_len*h] written (or accumulated); dx [n*h] written: the partial G W_i for
+ * NAIVE/ALG1, the complete wtok * D for ALG2 (D in rec, see above).
+ */
+void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t padded_len,
+                      const float *x, const float *w, const int64_t *labels, const float *wtok,
+                      float *y, const float *coef, const float *rec, float *dx, float *dw,
+                      bool accumulate);
+
+/* Number of labels >= 0; -1 if one is >= vocab_size. */
+int64_t weft__count_valid_labels(const int64_t *labels, size_t n, size_t vocab_size);
+
+/* ---- microbatch state ---- */
+typedef enum weft__mb_state {
+    WEFT__MB_IDLE = 0, /* no microbatch, or the last one finished */
+    WEFT__MB_S_DONE,   /* S ran; C1 next */
+    WEFT__MB_C1,       /* C1 in flight */
+    WEFT__MB_C1_DONE,  /* loss known; T next */
+    WEFT__MB_T_DONE,   /* T ran; C2 next */
+    WEFT__MB_C2,       /* C2 in flight */
+    WEFT__MB_FAILED,   /* a collective failed; S starts over */
+} weft__mb_state_t;
+
+struct weft__vocab_dev; /* CUDA buffers (xent_cuda.c) */
+
+struct weft_vocab_mb {
+    weft_vocab_t *v;
+    weft_vocab_algo_t algo;
+    weft_vocab_reduction_t reduction;
+    size_t max_tokens;
+    bool accumulate_dw;
+    weft__mb_state_t state;
+    int naive_stage;       /* C1 of NAIVE: 1 = max in flight, 2 = sums in flight */
+    weft_req_t *req;       /* the collective in flight, NULL if none or inline */
+    /* The current microbatch. */
+    const float *x, *w;
+    const int64_t *labels; /* host view: the caller's, or labels_host */
+    const void *labels_user;
+    size_t n;
+    size_t n_valid;
+    bool on_device;
+    float *dx;             /* the caller's ∇X, reduced in place by C2 */
+    double loss_sum;
+    bool have_loss;        /* C1 completed for the current microbatch */
+    /* Host buffers, sized for max_tokens, allocated on first use. */
+    float *y;              /* [max_tokens * len] logits / exp / G (CPU path) */
+    float *rec;            /* [max_tokens * rec] the records C1 reduces */
+    float *mloc, *loss, *coef, *wtok; /* [max_tokens] each */
+    int64_t *labels_host;  /* [max_tokens] copy of device labels */
+    float *dx_host;        /* [max_tokens * h] staging of ∇X for C2 (CUDA path) */
+    struct weft__vocab_dev *dev;
+};
+
+/* ---- memory type of a buffer ---- */
+#ifdef WEFT_HAVE_CUDA
+/* 1 for CUDA device (or managed) memory, 0 for host memory. */
+int weft__vocab_is_device(const void *p);
+#else
+static inline int weft__vocab_is_device(const void *p)
+{
+    (void)p;
+    return 0;
+}
+#endif
+
+#ifdef WEFT_HAVE_CUDA
+/* The device path of the passes (xent_cuda.c); records and statistics go through the
+ * host buffers of @p mb, which the collectives reduce. */
+weft_status_t weft__vxd_s(weft_vocab_mb_t *mb);
+weft_status_t weft__vxd_naive_sums(weft_vocab_mb_t *mb);
+weft_status_t weft__vxd_t(weft_vocab_mb_t *mb, float *dx, float *dw);
+weft_status_t weft__vxd_dx_upload(weft_vocab_mb_t *mb);
+weft_status_t weft__vxd_copy(void *dst, const void *src, size_t bytes);
+void weft__vxd_free(weft_vocab_mb_t *mb);
+/* Embedding on device buffers; ids_user may be host or device memory, ids_host is a
+ * checked host view of the same ids. */
+weft_status_t weft__vxd_embed_lookup(const weft_vocab_t *v, const float *table,
+                                     const int64_t *ids_user, const int64_t *ids_host,
+                                     size_t n, float *out);
+weft_status_t weft__vxd_embed_scatter(const weft_vocab_t *v, const float *grad_out,
+                                      const int64_t *ids_user, const int64_t *ids_host,
+                                      size_t n, float *grad_table);
+#endif
+
+#endif

@@ -1,0 +1,235 @@
+/*
+ * CPU kernels of the vocabulary-parallel output layer (float32, OpenBLAS for the GEMMs)
+ * and the merge operator of the per-token statistics records.
+ *
+ * Numerics: every exponential is taken of a value <= 0 (logits minus a row max), so
+ * logits of +-1e4 neither overflow nor turn into NaN; a shard with no entries has the
+ * max -inf, and its rescaling factor is defined as 0 rather than computed.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "vocab/vocab_impl.h"
+
+/* e^{m - M} for a part with max m of a whole with max M >= m; 0 for an empty part. */
+static inline float rescale(float m, float big_m)
+{
+    return m == -INFINITY ? 0.0f : expf(m - big_m);
+}
+
+void weft__rec_merge(void *inout, const void *in, size_t count, void *arg)
+{
+    size_t h = arg != NULL ? *(const size_t *)arg : 0;
+    size_t stride = arg != NULL ? 3 + 2 * h : 3;
+    float *a = inout;
+    const float *b = in;
+    for (size_t j = 0; j < count; j++, a += stride, b += stride) {
+        float big_m = a[WEFT__REC_M] > b[WEFT__REC_M] ? a[WEFT__REC_M] : b[WEFT__REC_M];
+        float ca = rescale(a[WEFT__REC_M], big_m);
+        float cb = rescale(b[WEFT__REC_M], big_m);
+        a[WEFT__REC_M] = big_m;
+        a[WEFT__REC_S] = a[WEFT__REC_S] * ca + b[WEFT__REC_S] * cb;
+        a[WEFT__REC_T] += b[WEFT__REC_T];
+        float *aa = a + WEFT__REC_A;
+        const float *ba = b + WEFT__REC_A;
+        for (size_t k = 0; k < h; k++) {
+            aa[k] = aa[k] * ca + ba[k] * cb;
+        }
+        for (size_t k = h; k < 2 * h; k++) {
+            aa[k] += ba[k];
+        }
+    }
+}
+
+int64_t weft__count_valid_labels(const int64_t *labels, size_t n, size_t vocab_size)
+{
+    int64_t valid = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (labels[j] >= 0 && (uint64_t)labels[j] >= vocab_size) {
+            return -1;
+        }
+        valid += labels[j] >= 0;
+    }
+    return valid;
+}
+
+/* Column of token j's target in the shard, or -1 when the shard does not own it. */
+static inline long owned_col(const weft__xent_dims_t *d, int64_t label)
+{
+    if (label < 0 || (uint64_t)label < d->start || (uint64_t)label - d->start >= d->len) {
+        return -1;
+    }
+    return (long)((uint64_t)label - d->start);
+}
+
+static float row_max(const float *row, size_t len)
+{
+    float m = -INFINITY;
+    for (size_t v = 0; v < len; v++) {
+        m = row[v] > m ? row[v] : m;
+    }
+    return m;
+}
+
+/* row <- exp(row - m); returns the sum (0 for an empty row). */
+static float row_exp_sum(float *row, size_t len, float m)
+{
+    float s = 0.0f;
+    for (size_t v = 0; v < len; v++) {
+        row[v] = expf(row[v] - m);
+        s += row[v];
+    }
+    return s;
+}
+
+void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const float *x,
+                      const float *w, const int64_t *labels, float *y, float *rec,
+                      float *mloc)
+{
+    size_t n = d->n, h = d->h, len = d->len;
+    if (n > 0 && len > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)len, (int)h, 1.0f,
+                    x, (int)h, w, (int)h, 0.0f, y, (int)len);
+    }
+    if (algo == WEFT_VOCAB_NAIVE) {
+        for (size_t j = 0; j < n; j++) {
+            rec[j] = row_max(y + j * len, len);
+        }
+        return;
+    }
+    size_t stride = weft__rec_floats(algo, h);
+    for (size_t j = 0; j < n; j++) {
+        float *row = y + j * len;
+        float *r = rec + j * stride;
+        long col = owned_col(d, labels[j]);
+        r[WEFT__REC_M] = row_max(row, len);
+        r[WEFT__REC_T] = col >= 0 ? row[col] : 0.0f;
+        r[WEFT__REC_S] = row_exp_sum(row, len, r[WEFT__REC_M]);
+        mloc[j] = r[WEFT__REC_M];
+    }
+    if (algo != WEFT_VOCAB_ALG2 || n == 0) {
+        return;
+    }
+    /* A_i = exp(Y - m) W_i, written straight into the records (leading dim = stride). */
+    if (len > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)len, 1.0f,
+                    y, (int)len, w, (int)h, 0.0f, rec + WEFT__REC_A, (int)stride);
+    } else {
+        for (size_t j = 0; j < n; j++) {
+            memset(rec + j * stride + WEFT__REC_A, 0, h * sizeof(float));
+        }
+    }
+    for (size_t j = 0; j < n; j++) {
+        float *b = rec + j * stride + WEFT__REC_A + h;
+        long col = owned_col(d, labels[j]);
+        if (col >= 0) {
+            memcpy(b, w + (size_t)col * h, h * sizeof(float));
+        } else {
+            memset(b, 0, h * sizeof(float));
+        }
+    }
+}
+
+void weft__xent_naive_sums_cpu(const weft__xent_dims_t *d, const int64_t *labels, float *y,
+                               float *rec)
+{
+    size_t n = d->n, len = d->len;
+    for (size_t j = 0; j < n; j++) {
+        float *row = y + j * len;
+        long col = owned_col(d, labels[j]);
+        rec[2 * n + j] = col >= 0 ? row[col] : 0.0f;
+        rec[n + j] = row_exp_sum(row, len, rec[j]);
+    }
+}
+
+double weft__xent_finish_c1_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo,
+                                const int64_t *labels, float *rec, const float *mloc,
+                                float *loss, float *coef)
+{
+    size_t n = d->n, h = d->h;
+    size_t stride = algo == WEFT_VOCAB_NAIVE ? 1 : weft__rec_floats(algo, h);
+    double total = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        float big_m, big_s, t;
+        if (algo == WEFT_VOCAB_NAIVE) {
+            big_m = rec[j];
+            big_s = rec[n + j];
+            t = rec[2 * n + j];
+            coef[j] = 1.0f / big_s;
+        } else {
+            const float *r = rec + j * stride;
+            big_m = r[WEFT__REC_M];
+            big_s = r[WEFT__REC_S];
+            t = r[WEFT__REC_T];
+            coef[j] = rescale(mloc[j], big_m) / big_s;
+        }
+        if (labels[j] < 0) {
+            loss[j] = 0.0f;
+            continue;
+        }
+        /* log S >= 0 since the max entry contributes 1; M - t is exact when close. */
+        loss[j] = (big_m - t) + logf(big_s);
+        total += loss[j];
+        if (algo == WEFT_VOCAB_ALG2) {
+            float *a = rec + j * stride + WEFT__REC_A;
+            const float *b = a + h;
+            float inv_s = 1.0f / big_s;
+            for (size_t k = 0; k < h; k++) {
+                a[k] = a[k] * inv_s - b[k];
+            }
+        }
+    }
+    return total;
+}
+
+void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t padded_len,
+                      const float *x, const float *w, const int64_t *labels, const float *wtok,
+                      float *y, const float *coef, const float *rec, float *dx, float *dw,
+                      bool accumulate)
+{
+    size_t n = d->n, h = d->h, len = d->len;
+    /* G = wtok * (p - onehot), in place of y; ignored tokens give zero rows. */
+    for (size_t j = 0; j < n; j++) {
+        float *row = y + j * len;
+        if (labels[j] < 0 || wtok[j] == 0.0f) {
+            memset(row, 0, len * sizeof(float));
+            continue;
+        }
+        float c = coef[j] * wtok[j];
+        for (size_t v = 0; v < len; v++) {
+            row[v] *= c;
+        }
+        long col = owned_col(d, labels[j]);
+        if (col >= 0) {
+            row[col] -= wtok[j];
+        }
+    }
+    /* ∇W_i = Gᵀ X; padding rows stay zero. */
+    if (len > 0 && n > 0) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)len, (int)h, (int)n, 1.0f, y,
+                    (int)len, x, (int)h, accumulate ? 1.0f : 0.0f, dw, (int)h);
+    } else if (!accumulate) {
+        memset(dw, 0, len * h * sizeof(float));
+    }
+    if (!accumulate && padded_len > len) {
+        memset(dw + len * h, 0, (padded_len - len) * h * sizeof(float));
+    }
+    if (algo == WEFT_VOCAB_ALG2) {
+        size_t stride = weft__rec_floats(algo, h);
+        for (size_t j = 0; j < n; j++) {
+            const float *dj = rec + j * stride + WEFT__REC_A;
+            for (size_t k = 0; k < h; k++) {
+                dx[j * h + k] = labels[j] < 0 ? 0.0f : wtok[j] * dj[k];
+            }
+        }
+        return;
+    }
+    /* ∇X_i = G W_i: this shard's part of ∇X, summed over the group by C2. */
+    if (len > 0 && n > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)len, 1.0f,
+                    y, (int)len, w, (int)h, 0.0f, dx, (int)h);
+    } else {
+        memset(dx, 0, n * h * sizeof(float));
+    }
+}
