@@ -9,5 +9,6 @@
 #include "weft/core.h"
 #include "weft/coll.h"
 #include "weft/group.h"
+#include "weft/vocab.h"
 
 #endif
