@@ -1,0 +1,348 @@
+/*
+ * weft-perf group: what losing and regaining a member costs.
+ *
+ * Run under `weftrun -n N --elastic --replace -- weft-perf group`. Each run the last rank
+ * records the time and kills itself with SIGKILL while the others loop on a small
+ * allreduce. The survivors measure, side by side:
+ *   detect   kill -> the first operation that fails (rank 0's clock; one host, so the
+ *            monotonic clock is shared)
+ *   repair   weft_group_repair + the first allreduce that succeeds at the new epoch
+ *   rebuild  the same recovery done the way libraries without in-place repair do it: a
+ *            new context (new transport worker, address exchange), its world group, the
+ *            first allreduce, and finalizing it
+ *   grow     weft_group_grow admitting the replacement weftrun started (it is waiting in
+ *            weft_group_join), connection set-up and the first allreduce with it included
+ * The replacement becomes the next run's victim, so the group size stays N.
+ * Times are the maximum over the survivors of each run; medians over runs are reported.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "perf.h"
+
+enum { M_DETECT, M_REPAIR, M_REBUILD, M_GROW, M_COUNT };
+static const char *const metric_names[M_COUNT] = {"detect", "repair", "rebuild", "grow"};
+
+typedef struct group_bench {
+    perf_opts_t o;
+    bool rebuild;
+    weft_ctx_t *ctx;
+    weft_group_t *g;
+    double *samples[M_COUNT]; /* [runs], rank 0 */
+} group_bench_t;
+
+static const perf_extra_opt_t extras[] = {
+    {"--no-rebuild", false, NULL, "skip the full-rebuild comparison"},
+};
+
+static int on_extra(void *arg, const char *name, const char *val)
+{
+    (void)val;
+    group_bench_t *b = arg;
+    if (strcmp(name, "--no-rebuild") == 0) {
+        b->rebuild = false;
+    }
+    return 0;
+}
+
+static void stamp_path(char *buf, size_t len, int iter)
+{
+    snprintf(buf, len, "/tmp/weft-perf-group.%ld.%d", (long)getppid(), iter);
+}
+
+/* The victim leaves its clock in a file: a message could be lost with the revoke. */
+static void die_now(int iter)
+{
+    char path[96];
+    stamp_path(path, sizeof(path), iter);
+    FILE *f = fopen(path, "w");
+    if (f != NULL) {
+        fprintf(f, "%.3f\n", perf_now_us());
+        fclose(f);
+    }
+    fflush(NULL);
+    raise(SIGKILL);
+}
+
+static double read_stamp(int iter)
+{
+    char path[96];
+    double t = -1;
+    stamp_path(path, sizeof(path), iter);
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        if (fscanf(f, "%lf", &t) != 1) {
+            t = -1;
+        }
+        fclose(f);
+        unlink(path);
+    }
+    return t;
+}
+
+static int check(weft_ctx_t *ctx, const char *what, weft_status_t st)
+{
+    if (st != WEFT_OK) {
+        fprintf(stderr, "weft-perf group: %s: %s: %s\n", what, weft_status_str(st),
+                weft_last_error(ctx));
+        return 1;
+    }
+    return 0;
+}
+
+/* An allreduce whose result every member can verify: the sum of 1..size. */
+static weft_status_t checked_allreduce(weft_group_t *g)
+{
+    int rank, size;
+    weft_group_rank(g, &rank);
+    weft_group_size(g, &size);
+    int64_t v = rank + 1;
+    weft_status_t st = weft_allreduce(g, &v, &v, 1, WEFT_I64, WEFT_SUM);
+    if (st == WEFT_OK && v != (int64_t)size * (size + 1) / 2) {
+        return WEFT_ERR_MISMATCH;
+    }
+    return st;
+}
+
+/* A new context for the survivors, as a full rebuild would make, then gone again. */
+static double full_rebuild(group_bench_t *b, int iter)
+{
+    int rank, size;
+    char ns[32], rs[16], ss[16];
+    weft_group_rank(b->g, &rank);
+    weft_group_size(b->g, &size);
+    snprintf(ns, sizeof(ns), "rebuild%d", iter);
+    snprintf(rs, sizeof(rs), "%d", rank);
+    snprintf(ss, sizeof(ss), "%d", size);
+    char *saved_rank = strdup(getenv("WEFT_RANK") ? getenv("WEFT_RANK") : "");
+    char *saved_size = strdup(getenv("WEFT_WORLD_SIZE") ? getenv("WEFT_WORLD_SIZE") : "");
+    char *saved_join = getenv("WEFT_JOIN") ? strdup(getenv("WEFT_JOIN")) : NULL;
+    setenv("WEFT_NAMESPACE", ns, 1);
+    setenv("WEFT_RANK", rs, 1);
+    setenv("WEFT_WORLD_SIZE", ss, 1);
+    unsetenv("WEFT_JOIN");
+
+    double t0 = perf_now_us(), dt = -1;
+    weft_ctx_t *ctx2 = NULL;
+    weft_group_t *w2;
+    weft_status_t st = weft_init(NULL, &ctx2);
+    if (st == WEFT_OK && (st = weft_ctx_world(ctx2, &w2)) == WEFT_OK) {
+        st = checked_allreduce(w2);
+    }
+    weft_finalize(ctx2);
+    if (st == WEFT_OK) {
+        dt = perf_now_us() - t0;
+    } else {
+        fprintf(stderr, "weft-perf group: rebuild failed: %s\n", weft_status_str(st));
+    }
+    unsetenv("WEFT_NAMESPACE");
+    setenv("WEFT_RANK", saved_rank, 1);
+    setenv("WEFT_WORLD_SIZE", saved_size, 1);
+    if (saved_join != NULL) {
+        setenv("WEFT_JOIN", saved_join, 1);
+    }
+    free(saved_rank);
+    free(saved_size);
+    free(saved_join);
+    return dt;
+}
+
+static int wait_for_joiner(group_bench_t *b)
+{
+    double deadline = perf_now_us() + 60e6;
+    for (int n = 0;;) {
+        if (check(b->ctx, "counting joiners", weft_group_pending_joiners(b->g, &n))) {
+            return 1;
+        }
+        if (n >= 1) {
+            return 0;
+        }
+        if (perf_now_us() > deadline) {
+            fprintf(stderr, "weft-perf group: no replacement arrived within 60 s: run under "
+                            "'weftrun --elastic --replace'\n");
+            return 1;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* One run on a survivor; m[] gets this member's times in microseconds. */
+static int survive_one(group_bench_t *b, int iter, double m[M_COUNT])
+{
+    weft_status_t st;
+    do {
+        st = checked_allreduce(b->g);
+    } while (st == WEFT_OK);
+    double t1 = perf_now_us();
+    double t0 = read_stamp(iter);
+    m[M_DETECT] = t0 > 0 ? t1 - t0 : -1;
+
+    double t2 = perf_now_us();
+    weft_edit_info_t info = {.size = sizeof(info)};
+    if (check(b->ctx, "repair", weft_group_repair(b->g, &info)) ||
+        check(b->ctx, "allreduce after repair", checked_allreduce(b->g))) {
+        return 1;
+    }
+    m[M_REPAIR] = perf_now_us() - t2;
+    m[M_REBUILD] = b->rebuild ? full_rebuild(b, iter) : -1;
+
+    if (wait_for_joiner(b)) {
+        return 1;
+    }
+    double t6 = perf_now_us();
+    if (check(b->ctx, "grow", weft_group_grow(b->g, 1, 60000, &info)) ||
+        check(b->ctx, "allreduce after grow", checked_allreduce(b->g))) {
+        return 1;
+    }
+    m[M_GROW] = perf_now_us() - t6;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+static void report(group_bench_t *b, int runs, int size)
+{
+    double med[M_COUNT], lo[M_COUNT], hi[M_COUNT];
+    for (int k = 0; k < M_COUNT; k++) {
+        int n = 0;
+        for (int i = 0; i < runs; i++) {
+            if (b->samples[k][i] >= 0) {
+                b->samples[k][n++] = b->samples[k][i];
+            }
+        }
+        med[k] = median(b->samples[k], n);
+        lo[k] = n > 0 ? b->samples[k][0] : 0;
+        hi[k] = n > 0 ? b->samples[k][n - 1] : 0;
+    }
+    double ratio = med[M_REPAIR] > 0 && med[M_REBUILD] > 0 ? med[M_REBUILD] / med[M_REPAIR] : 0;
+    if (b->o.json) {
+        printf("{\"subcommand\": \"group\", \"ranks\": %d, \"runs\": %d", size, runs);
+        for (int k = 0; k < M_COUNT; k++) {
+            printf(", \"%s_us\": {\"median\": %.1f, \"min\": %.1f, \"max\": %.1f}",
+                   metric_names[k], med[k], lo[k], hi[k]);
+        }
+        printf(", \"rebuild_over_repair\": %.1f}\n", ratio);
+        return;
+    }
+    printf("# weft-perf group: %d ranks, %d runs (one SIGKILL per run)\n", size, runs);
+    printf("# %-10s %12s %12s %12s\n", "metric", "median(us)", "min(us)", "max(us)");
+    for (int k = 0; k < M_COUNT; k++) {
+        printf("  %-10s %12.1f %12.1f %12.1f\n", metric_names[k], med[k], lo[k], hi[k]);
+    }
+    if (ratio > 0) {
+        printf("# repair vs full rebuild: %.1fx faster (median %.1f us vs %.1f us)\n", ratio,
+               med[M_REPAIR], med[M_REBUILD]);
+    }
+}
+
+static int run(group_bench_t *b, int iter, int runs, int size0)
+{
+    for (; iter < runs; iter++) {
+        int rank, size;
+        weft_group_rank(b->g, &rank);
+        weft_group_size(b->g, &size);
+        if (size < 3) {
+            fprintf(stderr, "weft-perf group: needs at least 3 ranks\n");
+            return PERF_EXIT_USAGE;
+        }
+        if (check(b->ctx, "allreduce", checked_allreduce(b->g))) {
+            return PERF_EXIT_ERROR;
+        }
+        if (rank == size - 1) {
+            die_now(iter);
+        }
+        double m[M_COUNT] = {0};
+        if (survive_one(b, iter, m)) {
+            return PERF_EXIT_ERROR;
+        }
+        /* Admitted replacement: tell it where we are, then gather the run's maxima. */
+        int32_t next = iter + 1;
+        if (check(b->ctx, "broadcast", weft_broadcast(b->g, &next, 1, WEFT_I32, 0)) ||
+            check(b->ctx, "gather times", weft_allreduce(b->g, m, m, M_COUNT, WEFT_F64,
+                                                         WEFT_MAX))) {
+            return PERF_EXIT_ERROR;
+        }
+        weft_group_rank(b->g, &rank);
+        if (rank == 0) {
+            for (int k = 0; k < M_COUNT; k++) {
+                b->samples[k][iter] = m[k];
+            }
+        }
+    }
+    int rank;
+    weft_group_rank(b->g, &rank);
+    if (rank == 0) {
+        report(b, runs, size0);
+    }
+    return PERF_EXIT_OK;
+}
+
+/* A replacement: join, take part in the grow's first allreduce, learn the run number. */
+static int join_and_run(group_bench_t *b, int runs)
+{
+    if (check(b->ctx, "join", weft_group_join(b->ctx, "world", 120000, &b->g)) ||
+        check(b->ctx, "first allreduce", checked_allreduce(b->g))) {
+        return PERF_EXIT_ERROR;
+    }
+    int32_t next = 0;
+    double m[M_COUNT] = {0};
+    if (check(b->ctx, "broadcast", weft_broadcast(b->g, &next, 1, WEFT_I32, 0)) ||
+        check(b->ctx, "gather times", weft_allreduce(b->g, m, m, M_COUNT, WEFT_F64, WEFT_MAX))) {
+        return PERF_EXIT_ERROR;
+    }
+    int size;
+    weft_group_size(b->g, &size);
+    return run(b, next, runs, size);
+}
+
+int perf_group_main(int argc, char **argv)
+{
+    group_bench_t b = {.rebuild = true};
+    perf_opts_default(&b.o);
+    int rc = perf_parse_opts(argc, argv, &b.o, "group", extras, sizeof(extras) / sizeof(extras[0]),
+                             on_extra, &b);
+    if (rc != PERF_CONTINUE) {
+        return rc == PERF_HELP ? PERF_EXIT_OK : PERF_EXIT_USAGE;
+    }
+    int runs = b.o.iters;
+    for (int k = 0; k < M_COUNT; k++) {
+        b.samples[k] = calloc((size_t)runs + 1, sizeof(double));
+        if (b.samples[k] == NULL) {
+            return PERF_EXIT_ERROR;
+        }
+    }
+    weft_status_t st = weft_init(NULL, &b.ctx);
+    if (st != WEFT_OK) {
+        fprintf(stderr, "weft-perf group: weft_init: %s\n", weft_status_str(st));
+        return PERF_EXIT_ERROR;
+    }
+    const char *join = getenv("WEFT_JOIN");
+    if (join != NULL && strcmp(join, "1") == 0) {
+        rc = join_and_run(&b, runs);
+    } else {
+        weft_ctx_world(b.ctx, &b.g);
+        int size;
+        weft_group_size(b.g, &size);
+        rc = run(&b, 0, runs, size);
+    }
+    weft_finalize(b.ctx);
+    for (int k = 0; k < M_COUNT; k++) {
+        free(b.samples[k]);
+    }
+    return rc;
+}
