@@ -150,6 +150,18 @@ static void print_string(const void *field, char *buf, size_t len)
     snprintf(buf, len, "%s", (const char *)field);
 }
 
+/* A file path; empty means none. */
+static weft_status_t parse_path(const char *text, void *field)
+{
+    size_t n = strlen(text);
+    if (n >= sizeof(((weft_config_t *)0)->topo_xml)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    memcpy(field, text, n + 1);
+    return WEFT_OK;
+}
+#define print_path print_string
+
 #define FIELD(name_, deflt_, doc_, member_, kind_)                                             \
     {                                                                                          \
         .entry = {.name = name_, .deflt = deflt_, .doc = doc_},                                \
@@ -187,6 +199,10 @@ static const config_field_t config_table[] = {
           "Prefix of this context's keys in the store; contexts with different namespaces "
           "can share one store (failure notices of weftrun use the default).",
           ns, ns),
+    FIELD("WEFT_TOPO_XML", "",
+          "hwloc XML file used as this host's topology instead of discovering it (tests, "
+          "simulated machines); empty: discover.",
+          topo_xml, path),
 };
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))
 
