@@ -1,0 +1,33 @@
+/* Shared by the fault-injection tests: deaths at random points, recovery checks. */
+#ifndef WEFT_TEST_FAULT_COMMON_H
+#define WEFT_TEST_FAULT_COMMON_H
+
+#include <stdint.h>
+
+#include "weft/weft.h"
+
+/* Die by SIGKILL after a random delay in [min_us, max_us), from a timer signal, so the
+ * death lands at an arbitrary point of whatever this process is doing. The time of death
+ * is left in a file for the survivors' detection check. */
+void fault_arm_death(int member_id, unsigned seed, long min_us, long max_us);
+
+/* Time (CLOCK_MONOTONIC, ms) a member recorded just before dying; -1 if unknown. */
+double fault_death_time_ms(int member_id);
+double fault_now_ms(void);
+
+/* sum over ranks of (rank+1), checked against size*(size+1)/2. */
+weft_status_t fault_checked_allreduce(weft_group_t *g);
+
+/* Repair until a checked allreduce succeeds at the new epoch (bounded attempts). */
+weft_status_t fault_recover(weft_group_t *g, weft_edit_info_t *info);
+
+/* Every member holds the same membership and epoch (checked with MIN/MAX reductions). */
+int fault_membership_agrees(weft_group_t *g);
+
+/* 1 if member @p id is in @p g. */
+int fault_has_member(weft_group_t *g, int id);
+
+#define SURVIVOR_OK(rank) printf("SURVIVOR-OK rank %d\n", (rank))
+#define SURVIVOR_FAIL(rank, why) printf("SURVIVOR-FAIL rank %d: %s\n", (rank), (why))
+
+#endif
