@@ -1,0 +1,58 @@
+/*
+ * CUDA kernels of vocab/ (kernels.cu), launched on @p stream; each returns the launch
+ * status. Matrices are row-major; labels and ids are int64 in device memory. The
+ * semantics match the CPU kernels in xent_cpu.c and embed.c line for line.
+ */
+#ifndef WEFT_VOCAB_KERNELS_H
+#define WEFT_VOCAB_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Per row j of y [n, len]: NAIVE (rec_stride 0): rec[j] = row max, y unchanged.
+ * Otherwise: rec[j*rec_stride + {0,1,2}] = {max m, Σ exp(y - m), target logit or 0} and
+ * y <- exp(y - m).
+ */
+cudaError_t weft__vk_row_stats(size_t n, size_t len, size_t start, size_t rec_stride,
+                               const int64_t *labels, float *y, float *rec,
+                               cudaStream_t stream);
+
+/* NAIVE after the max: y <- exp(y - rec[j]); rec[n + j] = sum, rec[2n + j] = target. */
+cudaError_t weft__vk_naive_sums(size_t n, size_t len, size_t start, const int64_t *labels,
+                                float *y, float *rec, cudaStream_t stream);
+
+/* ALG2: rec[j*rec_stride + 3 + h + k] = w[(label - start)*h + k] where owned, else 0. */
+cudaError_t weft__vk_gather_b(size_t n, size_t h, size_t len, size_t start, size_t rec_stride,
+                              const int64_t *labels, const float *w, float *rec,
+                              cudaStream_t stream);
+
+/* y <- wtok * (y * coef - onehot), rows of ignored tokens zero. */
+cudaError_t weft__vk_make_g(size_t n, size_t len, size_t start, const int64_t *labels,
+                            const float *coef, const float *wtok, float *y,
+                            cudaStream_t stream);
+
+/* ALG2: dx[j] = wtok[j] * d[j] (zero for ignored tokens). */
+cudaError_t weft__vk_scale_dx(size_t n, size_t h, const int64_t *labels, const float *wtok,
+                              const float *d, float *dx, cudaStream_t stream);
+
+/* out[j] = table[ids[j] - start] where the shard owns ids[j], else zeros. */
+cudaError_t weft__vk_embed_lookup(size_t n, size_t h, size_t start, size_t len,
+                                  const int64_t *ids, const float *table, float *out,
+                                  cudaStream_t stream);
+
+/* grad_table[ids[j] - start] += grad_out[j] where owned (atomic: ids may repeat). */
+cudaError_t weft__vk_embed_scatter(size_t n, size_t h, size_t start, size_t len,
+                                   const int64_t *ids, const float *grad_out,
+                                   float *grad_table, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

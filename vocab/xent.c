@@ -1,0 +1,481 @@
+/*
+ * The vocabulary-parallel output layer: microbatch states and the passes S, C1, T, C2
+ * of the three algorithms, their progress, and the blocking wrappers.
+ *
+ * The compute passes run here (CPU kernels in xent_cpu.c, device kernels behind
+ * weft__vxd_*); the collectives always reduce host buffers of the microbatch, so the
+ * statistics-merge operator runs on the host whatever memory the tensors are in.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/ctx.h"
+#include "vocab/vocab_impl.h"
+
+weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_params_t *params,
+                                   weft_vocab_mb_t **mb)
+{
+    if (vocab == NULL || params == NULL || mb == NULL ||
+        params->size < offsetof(weft_vocab_mb_params_t, accumulate_dw) + sizeof(int)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if ((unsigned)params->algo >= WEFT_VOCAB_ALGO_COUNT ||
+        (unsigned)params->reduction > WEFT_VOCAB_NONE || params->max_tokens == 0 ||
+        params->max_tokens > (size_t)INT32_MAX) {
+        return weft__error(vocab->ctx, WEFT_ERR_INVALID_ARG,
+                           "vocab: bad microbatch parameters (algo %d, reduction %d, n %zu)",
+                           (int)params->algo, (int)params->reduction, params->max_tokens);
+    }
+    weft_vocab_mb_t *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return weft__error(vocab->ctx, WEFT_ERR_NO_MEMORY, "vocab: no memory for a microbatch");
+    }
+    m->v = vocab;
+    m->algo = params->algo;
+    m->reduction = params->reduction;
+    m->max_tokens = params->max_tokens;
+    m->accumulate_dw = params->accumulate_dw != 0;
+    m->state = WEFT__MB_IDLE;
+    vocab->n_mb++;
+    *mb = m;
+    return WEFT_OK;
+}
+
+weft_status_t weft_vocab_mb_destroy(weft_vocab_mb_t *mb)
+{
+    if (mb == NULL) {
+        return WEFT_OK;
+    }
+    weft_req_free(mb->req);
+#ifdef WEFT_HAVE_CUDA
+    weft__vxd_free(mb);
+#endif
+    free(mb->y);
+    free(mb->rec);
+    free(mb->mloc);
+    free(mb->loss);
+    free(mb->coef);
+    free(mb->wtok);
+    free(mb->labels_host);
+    free(mb->dx_host);
+    mb->v->n_mb--;
+    free(mb);
+    return WEFT_OK;
+}
+
+/* Host buffers of the microbatch; y only where the CPU computes. */
+static weft_status_t ensure_host_buffers(weft_vocab_mb_t *mb, bool device_labels)
+{
+    const weft_vocab_t *v = mb->v;
+    size_t n = mb->max_tokens;
+    size_t rec = weft__rec_floats(mb->algo, v->hidden);
+    float **small[] = {&mb->mloc, &mb->loss, &mb->coef, &mb->wtok};
+    for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) {
+        if (*small[i] == NULL && (*small[i] = malloc(n * sizeof(float))) == NULL) {
+            goto err_nomem;
+        }
+    }
+    if (mb->rec == NULL && (mb->rec = malloc(n * rec * sizeof(float))) == NULL) {
+        goto err_nomem;
+    }
+    if (!mb->on_device && mb->y == NULL && v->range.length > 0 &&
+        (mb->y = malloc(n * v->range.length * sizeof(float))) == NULL) {
+        goto err_nomem;
+    }
+    if (device_labels && mb->labels_host == NULL &&
+        (mb->labels_host = malloc(n * sizeof(int64_t))) == NULL) {
+        goto err_nomem;
+    }
+    if (mb->on_device && mb->algo != WEFT_VOCAB_ALG2 && mb->dx_host == NULL &&
+        (mb->dx_host = malloc(n * v->hidden * sizeof(float))) == NULL) {
+        goto err_nomem;
+    }
+    return WEFT_OK;
+
+err_nomem:
+    return weft__error(v->ctx, WEFT_ERR_NO_MEMORY,
+                       "vocab: no memory for the buffers of %zu tokens", n);
+}
+
+/* Which memory the tensors of S are in; mixing host and device is an error. */
+static weft_status_t s_memory_type(weft_vocab_mb_t *mb, const float *x, const float *w)
+{
+    int dx = weft__vocab_is_device(x);
+    int dw = w != NULL ? weft__vocab_is_device(w) : dx;
+    if (dx != dw) {
+        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG,
+                           "vocab: X and W must both be in host or both in device memory");
+    }
+    mb->on_device = dx != 0;
+    return WEFT_OK;
+}
+
+/* Host view of the labels, checked against V; sets n_valid. */
+static weft_status_t s_labels(weft_vocab_mb_t *mb, const int64_t *labels, bool device_labels)
+{
+    const weft_vocab_t *v = mb->v;
+    mb->labels = labels;
+    if (device_labels) {
+#ifdef WEFT_HAVE_CUDA
+        weft_status_t st = weft__vxd_copy(mb->labels_host, labels, mb->n * sizeof(int64_t));
+        if (st != WEFT_OK) {
+            return st;
+        }
+#endif
+        mb->labels = mb->labels_host;
+    }
+    int64_t valid = weft__count_valid_labels(mb->labels, mb->n, v->vocab_size);
+    if (valid < 0) {
+        return weft__error(v->ctx, WEFT_ERR_INVALID_ARG,
+                           "vocab: a label is >= the vocabulary size %zu", v->vocab_size);
+    }
+    mb->n_valid = (size_t)valid;
+    return WEFT_OK;
+}
+
+static weft__xent_dims_t mb_dims(const weft_vocab_mb_t *mb)
+{
+    weft__xent_dims_t d = {.n = mb->n, .h = mb->v->hidden, .start = mb->v->range.start,
+                           .len = mb->v->range.length};
+    return d;
+}
+
+weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float *w,
+                                const int64_t *labels, size_t n)
+{
+    if (mb == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_ctx_t *ctx = mb->v->ctx;
+    if (mb->state == WEFT__MB_C1 || mb->state == WEFT__MB_C2) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: S while a collective is in flight");
+    }
+    if (n > mb->max_tokens || (n > 0 && (x == NULL || labels == NULL)) ||
+        (mb->v->range.length > 0 && w == NULL)) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: S: bad arguments (n %zu, max %zu)",
+                           n, mb->max_tokens);
+    }
+    weft_status_t st = s_memory_type(mb, x, w);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    bool device_labels = n > 0 && weft__vocab_is_device(labels);
+    if ((st = ensure_host_buffers(mb, device_labels)) != WEFT_OK) {
+        return st;
+    }
+    mb->state = WEFT__MB_IDLE;
+    mb->have_loss = false;
+    mb->n = n;
+    mb->x = x;
+    mb->w = w;
+    mb->labels_user = labels;
+    if ((st = s_labels(mb, labels, device_labels)) != WEFT_OK) {
+        return st;
+    }
+    if (mb->on_device) {
+#ifdef WEFT_HAVE_CUDA
+        if ((st = weft__vxd_s(mb)) != WEFT_OK) {
+            return st;
+        }
+#endif
+    } else {
+        weft__xent_dims_t d = mb_dims(mb);
+        weft__xent_s_cpu(&d, mb->algo, x, w, mb->labels, mb->y, mb->rec, mb->mloc);
+    }
+    mb->state = WEFT__MB_S_DONE;
+    return WEFT_OK;
+}
+
+static weft_status_t finish_c1(weft_vocab_mb_t *mb)
+{
+    weft__xent_dims_t d = mb_dims(mb);
+    mb->loss_sum =
+        weft__xent_finish_c1_cpu(&d, mb->algo, mb->labels, mb->rec, mb->mloc, mb->loss, mb->coef);
+    mb->state = WEFT__MB_C1_DONE;
+    mb->have_loss = true;
+    return WEFT_OK;
+}
+
+static weft_status_t after_collective(weft_vocab_mb_t *mb);
+
+/* Start an in-place all-reduce of the microbatch; runs what follows if it completed
+ * inline. */
+static weft_status_t start_allreduce(weft_vocab_mb_t *mb, void *buf, size_t count,
+                                     weft_dtype_t dtype, weft_op_t op)
+{
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_iallreduce(mb->v->group, buf, buf, count, dtype, op, &req);
+    if (st == WEFT_INPROGRESS) {
+        mb->req = req;
+        return st;
+    }
+    weft_req_free(req); /* NULL after an inline completion */
+    if (st != WEFT_OK) {
+        mb->state = WEFT__MB_FAILED;
+        return st;
+    }
+    return after_collective(mb);
+}
+
+/* The collective of the current stage completed: do what follows it. */
+static weft_status_t after_collective(weft_vocab_mb_t *mb)
+{
+    if (mb->state == WEFT__MB_C2) {
+#ifdef WEFT_HAVE_CUDA
+        if (mb->on_device) {
+            weft_status_t st = weft__vxd_dx_upload(mb);
+            if (st != WEFT_OK) {
+                mb->state = WEFT__MB_FAILED;
+                return st;
+            }
+        }
+#endif
+        mb->state = WEFT__MB_IDLE;
+        return WEFT_OK;
+    }
+    if (mb->algo == WEFT_VOCAB_NAIVE && mb->naive_stage == 1) {
+        if (mb->on_device) {
+#ifdef WEFT_HAVE_CUDA
+            weft_status_t st = weft__vxd_naive_sums(mb);
+            if (st != WEFT_OK) {
+                mb->state = WEFT__MB_FAILED;
+                return st;
+            }
+#endif
+        } else {
+            weft__xent_dims_t d = mb_dims(mb);
+            weft__xent_naive_sums_cpu(&d, mb->labels, mb->y, mb->rec);
+        }
+        mb->naive_stage = 2;
+        return start_allreduce(mb, mb->rec + mb->n, 2 * mb->n, WEFT_F32, WEFT_SUM);
+    }
+    return finish_c1(mb);
+}
+
+weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb)
+{
+    if (mb == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (mb->state != WEFT__MB_S_DONE) {
+        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG, "vocab: C1 must follow S");
+    }
+    mb->state = WEFT__MB_C1;
+    switch (mb->algo) {
+    case WEFT_VOCAB_NAIVE:
+        mb->naive_stage = 1;
+        return start_allreduce(mb, mb->rec, mb->n, WEFT_F32, WEFT_MAX);
+    case WEFT_VOCAB_ALG1:
+        return start_allreduce(mb, mb->rec, mb->n, WEFT_DTYPE_USER, mb->v->op_alg1);
+    default:
+        return start_allreduce(mb, mb->rec, mb->n, WEFT_DTYPE_USER, mb->v->op_alg2);
+    }
+}
+
+/* Handle the completion status @p st of the request in flight. */
+static weft_status_t request_done(weft_vocab_mb_t *mb, weft_status_t st)
+{
+    weft_req_free(mb->req);
+    mb->req = NULL;
+    if (st != WEFT_OK) {
+        mb->state = WEFT__MB_FAILED;
+        return st;
+    }
+    return after_collective(mb);
+}
+
+weft_status_t weft_vocab_mb_test(weft_vocab_mb_t *mb)
+{
+    if (mb == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (mb->req == NULL) {
+        return WEFT_OK;
+    }
+    weft_status_t st = weft_test(mb->req);
+    if (st == WEFT_INPROGRESS) {
+        return st;
+    }
+    return request_done(mb, st);
+}
+
+weft_status_t weft_vocab_mb_wait(weft_vocab_mb_t *mb, uint64_t timeout_ns)
+{
+    if (mb == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    uint64_t start = weft__now_ns();
+    while (mb->req != NULL) {
+        uint64_t left = timeout_ns;
+        if (timeout_ns != WEFT_TIMEOUT_DEFAULT) {
+            uint64_t spent = weft__now_ns() - start;
+            left = spent >= timeout_ns ? 0 : timeout_ns - spent;
+        }
+        weft_status_t st = weft_wait(mb->req, left);
+        if (st == WEFT_ERR_TIMEOUT && mb->req->status == WEFT_INPROGRESS) {
+            return st; /* still in flight; may be waited on again */
+        }
+        st = request_done(mb, st);
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *loss_tok, float *loss)
+{
+    if (mb == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (!mb->have_loss || mb->state == WEFT__MB_FAILED) {
+        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG, "vocab: loss before C1 completed");
+    }
+    if (loss_tok != NULL && mb->n > 0) {
+        if (weft__vocab_is_device(loss_tok)) {
+#ifdef WEFT_HAVE_CUDA
+            weft_status_t st = weft__vxd_copy(loss_tok, mb->loss, mb->n * sizeof(float));
+            if (st != WEFT_OK) {
+                return st;
+            }
+#endif
+        } else {
+            memcpy(loss_tok, mb->loss, mb->n * sizeof(float));
+        }
+    }
+    if (loss != NULL) {
+        double l = mb->loss_sum;
+        if (mb->reduction == WEFT_VOCAB_MEAN) {
+            l = mb->n_valid > 0 ? l / (double)mb->n_valid : 0.0;
+        }
+        *loss = (float)l;
+    }
+    return WEFT_OK;
+}
+
+/* Token weights from the upstream gradient (host or device memory). */
+static weft_status_t t_token_weights(weft_vocab_mb_t *mb, const float *grad)
+{
+    size_t count = mb->reduction == WEFT_VOCAB_NONE ? mb->n : 1;
+    float g1;
+    const float *g = grad;
+    if (count > 0 && weft__vocab_is_device(grad)) {
+#ifdef WEFT_HAVE_CUDA
+        /* wtok doubles as the landing buffer: weights are computed in place below. */
+        float *dst = count == 1 ? &g1 : mb->wtok;
+        weft_status_t st = weft__vxd_copy(dst, grad, count * sizeof(float));
+        if (st != WEFT_OK) {
+            return st;
+        }
+        g = dst;
+#endif
+    }
+    for (size_t j = 0; j < mb->n; j++) {
+        mb->wtok[j] = weft__xent_token_weight(mb->reduction, g, j, mb->labels[j], mb->n_valid);
+    }
+    (void)g1;
+    return WEFT_OK;
+}
+
+weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw)
+{
+    if (mb == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_ctx_t *ctx = mb->v->ctx;
+    if (mb->state != WEFT__MB_C1_DONE) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: T must follow a completed C1");
+    }
+    if (grad == NULL || (mb->n > 0 && dx == NULL) || dw == NULL) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: T: NULL buffer");
+    }
+    if ((mb->n > 0 && weft__vocab_is_device(dx) != (int)mb->on_device) ||
+        weft__vocab_is_device(dw) != (int)mb->on_device) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                           "vocab: T: ∇X and ∇W must be in the memory X and W are in");
+    }
+    weft_status_t st = t_token_weights(mb, grad);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    mb->dx = dx;
+    if (mb->on_device) {
+#ifdef WEFT_HAVE_CUDA
+        if ((st = weft__vxd_t(mb, dx, dw)) != WEFT_OK) {
+            return st;
+        }
+#endif
+    } else {
+        weft__xent_dims_t d = mb_dims(mb);
+        weft__xent_t_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w, mb->labels,
+                         mb->wtok, mb->y, mb->coef, mb->rec, dx, dw, mb->accumulate_dw);
+    }
+    mb->state = WEFT__MB_T_DONE;
+    return WEFT_OK;
+}
+
+weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb)
+{
+    if (mb == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (mb->state != WEFT__MB_T_DONE) {
+        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG, "vocab: C2 must follow T");
+    }
+    if (mb->algo == WEFT_VOCAB_ALG2) {
+        mb->state = WEFT__MB_IDLE; /* ∇X is complete after T: nothing to communicate */
+        return WEFT_OK;
+    }
+    mb->state = WEFT__MB_C2;
+    float *buf = mb->on_device ? mb->dx_host : mb->dx;
+    return start_allreduce(mb, buf, mb->n * mb->v->hidden, WEFT_F32, WEFT_SUM);
+}
+
+weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const float *w,
+                                      const int64_t *labels, size_t n, float *loss_tok,
+                                      float *loss)
+{
+    weft_status_t st = weft_vocab_xent_s(mb, x, w, labels, n);
+    if (st == WEFT_OK) {
+        st = weft_vocab_xent_c1(mb);
+    }
+    if (st == WEFT_INPROGRESS) {
+        st = weft_vocab_mb_wait(mb, WEFT_TIMEOUT_DEFAULT);
+    }
+    if (st == WEFT_OK) {
+        st = weft_vocab_xent_loss(mb, loss_tok, loss);
+    }
+    return st;
+}
+
+weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx,
+                                       float *dw)
+{
+    weft_status_t st = weft_vocab_xent_t(mb, grad, dx, dw);
+    if (st == WEFT_OK) {
+        st = weft_vocab_xent_c2(mb);
+    }
+    if (st == WEFT_INPROGRESS) {
+        st = weft_vocab_mb_wait(mb, WEFT_TIMEOUT_DEFAULT);
+    }
+    return st;
+}
+
+weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo,
+                                     size_t n, weft_vocab_mem_t *mem)
+{
+    if (vocab == NULL || mem == NULL || (unsigned)algo >= WEFT_VOCAB_ALGO_COUNT ||
+        mem->size < offsetof(weft_vocab_mem_t, peak) + sizeof(size_t)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    size_t f = sizeof(float), h = vocab->hidden;
+    size_t logits = n * vocab->range.length * f; /* Y, then exp(Y - m): kept until T */
+    size_t rec = n * weft__rec_floats(algo, h) * f;
+    size_t mloc = algo == WEFT_VOCAB_NAIVE ? 0 : n * f;
+    size_t stats = 2 * n * f;                           /* loss and coef */
+    size_t d = algo == WEFT_VOCAB_ALG2 ? n * h * f : 0; /* D = A/S - B until T */
+    mem->s_to_c1 = logits + rec + mloc;
+    mem->c1_to_t = logits + stats + d;
+    mem->peak = mem->s_to_c1 > mem->c1_to_t ? mem->s_to_c1 : mem->c1_to_t;
+    return WEFT_OK;
+}

@@ -1,0 +1,396 @@
+/*
+ * Device path of the vocabulary passes: cuBLAS GEMMs and the kernels of kernels.cu on
+ * the caller's current device, on the legacy default stream (so the passes are ordered
+ * after the caller's work there). Each pass synchronises before it returns, because its
+ * results feed a host-side collective.
+ *
+ * Division of labour: the device does the O(n * V/P) work (logits, exponentials, G, the
+ * GEMMs); the host does the O(n) bookkeeping on the records the collectives reduce
+ * (loss, rescaling factors, ALG2's D), which the device then reads back.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include "comm/ctx.h"
+#include "vocab/kernels.h"
+#include "vocab/vocab_impl.h"
+
+struct weft__vocab_dev {
+    cublasHandle_t blas;
+    int device;
+    float *y;        /* [max_n * len] logits, exp, G */
+    float *rec;      /* [max_n * rec] records (NAIVE: its SoA statistics) */
+    float *coef;     /* [max_n] */
+    float *wtok;     /* [max_n] */
+    float *d;        /* [max_n * h] ALG2's D */
+    int64_t *labels; /* [max_n] device copy of host labels */
+};
+
+#define STREAM ((cudaStream_t)0)
+
+static weft_status_t cuda_fail(weft_ctx_t *ctx, cudaError_t e, const char *what)
+{
+    weft_status_t st = e == cudaErrorMemoryAllocation ? WEFT_ERR_NO_MEMORY
+                       : e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver
+                           ? WEFT_ERR_UNSUPPORTED
+                           : WEFT_ERR_IO;
+    return weft__error(ctx, st, "vocab: %s: CUDA error %d (%s)", what, (int)e,
+                       cudaGetErrorString(e));
+}
+
+static weft_status_t blas_fail(weft_ctx_t *ctx, cublasStatus_t e, const char *what)
+{
+    return weft__error(ctx, e == CUBLAS_STATUS_ALLOC_FAILED ? WEFT_ERR_NO_MEMORY : WEFT_ERR_IO,
+                       "vocab: %s: cuBLAS status %d", what, (int)e);
+}
+
+#define CUDA_CHECK(ctx, call, what)                                                            \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) {                                                               \
+            return cuda_fail((ctx), e_, (what));                                               \
+        }                                                                                      \
+    } while (0)
+
+#define BLAS_CHECK(ctx, call, what)                                                            \
+    do {                                                                                       \
+        cublasStatus_t e_ = (call);                                                            \
+        if (e_ != CUBLAS_STATUS_SUCCESS) {                                                     \
+            return blas_fail((ctx), e_, (what));                                               \
+        }                                                                                      \
+    } while (0)
+
+int weft__vocab_is_device(const void *p)
+{
+    if (p == NULL) {
+        return 0;
+    }
+    struct cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        cudaGetLastError(); /* no driver or no device: plain host memory */
+        return 0;
+    }
+    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+weft_status_t weft__vxd_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0) {
+        return WEFT_OK;
+    }
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    return e == cudaSuccess ? WEFT_OK : cuda_fail(NULL, e, "copy");
+}
+
+void weft__vxd_free(weft_vocab_mb_t *mb)
+{
+    struct weft__vocab_dev *dv = mb->dev;
+    if (dv == NULL) {
+        return;
+    }
+    cudaFree(dv->y);
+    cudaFree(dv->rec);
+    cudaFree(dv->coef);
+    cudaFree(dv->wtok);
+    cudaFree(dv->d);
+    cudaFree(dv->labels);
+    if (dv->blas != NULL) {
+        cublasDestroy(dv->blas);
+    }
+    free(dv);
+    mb->dev = NULL;
+}
+
+static weft_status_t dev_alloc(weft_vocab_mb_t *mb)
+{
+    weft_ctx_t *ctx = mb->v->ctx;
+    if (mb->dev != NULL) {
+        int cur;
+        CUDA_CHECK(ctx, cudaGetDevice(&cur), "current device");
+        if (cur != mb->dev->device) {
+            return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                               "vocab: microbatch buffers are on device %d, current is %d",
+                               mb->dev->device, cur);
+        }
+        return WEFT_OK;
+    }
+    struct weft__vocab_dev *dv = calloc(1, sizeof(*dv));
+    if (dv == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "vocab: no memory for device state");
+    }
+    mb->dev = dv;
+    size_t n = mb->max_tokens, h = mb->v->hidden, len = mb->v->range.length;
+    size_t f = sizeof(float);
+    CUDA_CHECK(ctx, cudaGetDevice(&dv->device), "current device");
+    BLAS_CHECK(ctx, cublasCreate(&dv->blas), "cublasCreate");
+    BLAS_CHECK(ctx, cublasSetStream(dv->blas, STREAM), "cublasSetStream");
+    CUDA_CHECK(ctx, cudaMalloc((void **)&dv->y, n * (len > 0 ? len : 1) * f), "cudaMalloc");
+    CUDA_CHECK(ctx, cudaMalloc((void **)&dv->rec, n * weft__rec_floats(mb->algo, h) * f),
+               "cudaMalloc");
+    CUDA_CHECK(ctx, cudaMalloc((void **)&dv->coef, n * f), "cudaMalloc");
+    CUDA_CHECK(ctx, cudaMalloc((void **)&dv->wtok, n * f), "cudaMalloc");
+    CUDA_CHECK(ctx, cudaMalloc((void **)&dv->labels, n * sizeof(int64_t)), "cudaMalloc");
+    if (mb->algo == WEFT_VOCAB_ALG2) {
+        CUDA_CHECK(ctx, cudaMalloc((void **)&dv->d, n * h * f), "cudaMalloc");
+    }
+    return WEFT_OK;
+}
+
+/* Device labels of the current microbatch (the caller's, or a copy of host labels). */
+static weft_status_t dev_labels(weft_vocab_mb_t *mb, const int64_t **out)
+{
+    if (weft__vocab_is_device(mb->labels_user)) {
+        *out = mb->labels_user;
+        return WEFT_OK;
+    }
+    CUDA_CHECK(mb->v->ctx,
+               cudaMemcpy(mb->dev->labels, mb->labels, mb->n * sizeof(int64_t),
+                          cudaMemcpyHostToDevice),
+               "labels to device");
+    *out = mb->dev->labels;
+    return WEFT_OK;
+}
+
+weft_status_t weft__vxd_s(weft_vocab_mb_t *mb)
+{
+    weft_ctx_t *ctx = mb->v->ctx;
+    weft_status_t st = dev_alloc(mb);
+    if (st != WEFT_OK || mb->n == 0) {
+        return st;
+    }
+    struct weft__vocab_dev *dv = mb->dev;
+    const int64_t *labels;
+    if ((st = dev_labels(mb, &labels)) != WEFT_OK) {
+        return st;
+    }
+    int n = (int)mb->n, h = (int)mb->v->hidden, len = (int)mb->v->range.length;
+    size_t start = mb->v->range.start;
+    size_t stride = weft__rec_floats(mb->algo, (size_t)h);
+    const float one = 1.0f, zero = 0.0f;
+    if (len > 0) {
+        /* Row-major Y = X Wᵀ is column-major Yᵀ = W Xᵀ. */
+        BLAS_CHECK(ctx,
+                   cublasSgemm(dv->blas, CUBLAS_OP_T, CUBLAS_OP_N, len, n, h, &one, mb->w, h,
+                               mb->x, h, &zero, dv->y, len),
+                   "Y = X W^T");
+    }
+    bool naive = mb->algo == WEFT_VOCAB_NAIVE;
+    CUDA_CHECK(ctx,
+               weft__vk_row_stats(mb->n, (size_t)len, start, naive ? 0 : stride, labels, dv->y,
+                                  dv->rec, STREAM),
+               "row statistics");
+    if (mb->algo == WEFT_VOCAB_ALG2) {
+        if (len > 0) {
+            /* A = exp(Y - m) W into the records: column-major Aᵀ = Wᵀ Eᵀ, ld = stride. */
+            BLAS_CHECK(ctx,
+                       cublasSgemm(dv->blas, CUBLAS_OP_N, CUBLAS_OP_N, h, n, len, &one, mb->w, h,
+                                   dv->y, len, &zero, dv->rec + WEFT__REC_A, (int)stride),
+                       "A = E W");
+        } else {
+            CUDA_CHECK(ctx,
+                       cudaMemset2DAsync(dv->rec + WEFT__REC_A, stride * sizeof(float), 0,
+                                         (size_t)h * sizeof(float), mb->n, STREAM),
+                       "A = 0");
+        }
+        CUDA_CHECK(ctx,
+                   weft__vk_gather_b(mb->n, (size_t)h, (size_t)len, start, stride, labels, mb->w,
+                                     dv->rec, STREAM),
+                   "B");
+    }
+    size_t rec_floats = naive ? mb->n : mb->n * stride;
+    CUDA_CHECK(ctx,
+               cudaMemcpy(mb->rec, dv->rec, rec_floats * sizeof(float), cudaMemcpyDeviceToHost),
+               "records to host");
+    for (size_t j = 0; !naive && j < mb->n; j++) {
+        mb->mloc[j] = mb->rec[j * stride + WEFT__REC_M];
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft__vxd_naive_sums(weft_vocab_mb_t *mb)
+{
+    weft_ctx_t *ctx = mb->v->ctx;
+    struct weft__vocab_dev *dv = mb->dev;
+    size_t n = mb->n;
+    if (n == 0) {
+        return WEFT_OK;
+    }
+    const int64_t *labels;
+    weft_status_t st = dev_labels(mb, &labels);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    CUDA_CHECK(ctx, cudaMemcpy(dv->rec, mb->rec, n * sizeof(float), cudaMemcpyHostToDevice),
+               "max to device");
+    CUDA_CHECK(ctx,
+               weft__vk_naive_sums(n, mb->v->range.length, mb->v->range.start, labels, dv->y,
+                                   dv->rec, STREAM),
+               "sums");
+    CUDA_CHECK(ctx,
+               cudaMemcpy(mb->rec + n, dv->rec + n, 2 * n * sizeof(float),
+                          cudaMemcpyDeviceToHost),
+               "sums to host");
+    return WEFT_OK;
+}
+
+/* ∇W_i = Gᵀ X (column-major ∇W_iᵀ = Xᵀ G); padding rows zero unless accumulating. */
+static weft_status_t dev_dw(weft_vocab_mb_t *mb, float *dw)
+{
+    weft_ctx_t *ctx = mb->v->ctx;
+    int n = (int)mb->n, h = (int)mb->v->hidden, len = (int)mb->v->range.length;
+    size_t pl = mb->v->range.padded_length;
+    const float one = 1.0f, beta = mb->accumulate_dw ? 1.0f : 0.0f;
+    if (len > 0 && n > 0) {
+        BLAS_CHECK(ctx,
+                   cublasSgemm(mb->dev->blas, CUBLAS_OP_N, CUBLAS_OP_T, h, len, n, &one, mb->x,
+                               h, mb->dev->y, len, &beta, dw, h),
+                   "dW = G^T X");
+    } else if (!mb->accumulate_dw) {
+        CUDA_CHECK(ctx, cudaMemsetAsync(dw, 0, (size_t)len * (size_t)h * sizeof(float), STREAM),
+                   "dW = 0");
+    }
+    if (!mb->accumulate_dw && pl > (size_t)len) {
+        CUDA_CHECK(ctx,
+                   cudaMemsetAsync(dw + (size_t)len * (size_t)h, 0,
+                                   (pl - (size_t)len) * (size_t)h * sizeof(float), STREAM),
+                   "dW padding");
+    }
+    return WEFT_OK;
+}
+
+/* ∇X: ALG2 from D; otherwise this shard's G W_i, staged to the host for C2. */
+static weft_status_t dev_dx(weft_vocab_mb_t *mb, const int64_t *labels, float *dx)
+{
+    weft_ctx_t *ctx = mb->v->ctx;
+    struct weft__vocab_dev *dv = mb->dev;
+    int n = (int)mb->n, h = (int)mb->v->hidden, len = (int)mb->v->range.length;
+    size_t bytes = (size_t)n * (size_t)h * sizeof(float);
+    if (mb->algo == WEFT_VOCAB_ALG2) {
+        CUDA_CHECK(ctx, weft__vk_scale_dx(mb->n, (size_t)h, labels, dv->wtok, dv->d, dx, STREAM),
+                   "dX = w D");
+        CUDA_CHECK(ctx, cudaStreamSynchronize(STREAM), "T");
+        return WEFT_OK;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    if (len > 0) {
+        BLAS_CHECK(ctx,
+                   cublasSgemm(dv->blas, CUBLAS_OP_N, CUBLAS_OP_N, h, n, len, &one, mb->w, h,
+                               dv->y, len, &zero, dx, h),
+                   "dX_i = G W");
+    } else {
+        CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, bytes, STREAM), "dX_i = 0");
+    }
+    CUDA_CHECK(ctx, cudaMemcpy(mb->dx_host, dx, bytes, cudaMemcpyDeviceToHost), "dX to host");
+    return WEFT_OK;
+}
+
+weft_status_t weft__vxd_t(weft_vocab_mb_t *mb, float *dx, float *dw)
+{
+    weft_ctx_t *ctx = mb->v->ctx;
+    weft_status_t st = dev_alloc(mb);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    struct weft__vocab_dev *dv = mb->dev;
+    size_t n = mb->n, h = mb->v->hidden;
+    const int64_t *labels = NULL;
+    if (n > 0) {
+        if ((st = dev_labels(mb, &labels)) != WEFT_OK) {
+            return st;
+        }
+        CUDA_CHECK(ctx, cudaMemcpy(dv->coef, mb->coef, n * sizeof(float), cudaMemcpyHostToDevice),
+                   "coef to device");
+        CUDA_CHECK(ctx, cudaMemcpy(dv->wtok, mb->wtok, n * sizeof(float), cudaMemcpyHostToDevice),
+                   "weights to device");
+        if (mb->algo == WEFT_VOCAB_ALG2) {
+            size_t stride = weft__rec_floats(mb->algo, h) * sizeof(float);
+            CUDA_CHECK(ctx,
+                       cudaMemcpy2D(dv->d, h * sizeof(float), mb->rec + WEFT__REC_A, stride,
+                                    h * sizeof(float), n, cudaMemcpyHostToDevice),
+                       "D to device");
+        }
+        CUDA_CHECK(ctx,
+                   weft__vk_make_g(n, mb->v->range.length, mb->v->range.start, labels, dv->coef,
+                                   dv->wtok, dv->y, STREAM),
+                   "G");
+    }
+    if ((st = dev_dw(mb, dw)) != WEFT_OK) {
+        return st;
+    }
+    if (n == 0) {
+        CUDA_CHECK(ctx, cudaStreamSynchronize(STREAM), "T");
+        return WEFT_OK;
+    }
+    return dev_dx(mb, labels, dx);
+}
+
+weft_status_t weft__vxd_dx_upload(weft_vocab_mb_t *mb)
+{
+    size_t bytes = mb->n * mb->v->hidden * sizeof(float);
+    if (bytes == 0) {
+        return WEFT_OK;
+    }
+    CUDA_CHECK(mb->v->ctx, cudaMemcpy(mb->dx, mb->dx_host, bytes, cudaMemcpyHostToDevice),
+               "dX to device");
+    return WEFT_OK;
+}
+
+/* Device ids for a kernel: the caller's, or a temporary copy (*tmp, to cudaFree). */
+static weft_status_t dev_ids(const weft_vocab_t *v, const int64_t *ids_user,
+                             const int64_t *ids_host, size_t n, const int64_t **out,
+                             int64_t **tmp)
+{
+    *tmp = NULL;
+    if (weft__vocab_is_device(ids_user)) {
+        *out = ids_user;
+        return WEFT_OK;
+    }
+    CUDA_CHECK(v->ctx, cudaMalloc((void **)tmp, n * sizeof(int64_t)), "cudaMalloc");
+    cudaError_t e = cudaMemcpy(*tmp, ids_host, n * sizeof(int64_t), cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudaFree(*tmp);
+        *tmp = NULL;
+        return cuda_fail(v->ctx, e, "ids to device");
+    }
+    *out = *tmp;
+    return WEFT_OK;
+}
+
+weft_status_t weft__vxd_embed_lookup(const weft_vocab_t *v, const float *table,
+                                     const int64_t *ids_user, const int64_t *ids_host,
+                                     size_t n, float *out)
+{
+    const int64_t *ids;
+    int64_t *tmp;
+    weft_status_t st = dev_ids(v, ids_user, ids_host, n, &ids, &tmp);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    cudaError_t e = weft__vk_embed_lookup(n, v->hidden, v->range.start, v->range.length, ids,
+                                          table, out, STREAM);
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(STREAM);
+    }
+    cudaFree(tmp);
+    return e == cudaSuccess ? WEFT_OK : cuda_fail(v->ctx, e, "embedding lookup");
+}
+
+weft_status_t weft__vxd_embed_scatter(const weft_vocab_t *v, const float *grad_out,
+                                      const int64_t *ids_user, const int64_t *ids_host,
+                                      size_t n, float *grad_table)
+{
+    const int64_t *ids;
+    int64_t *tmp;
+    weft_status_t st = dev_ids(v, ids_user, ids_host, n, &ids, &tmp);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    cudaError_t e = weft__vk_embed_scatter(n, v->hidden, v->range.start, v->range.length, ids,
+                                           grad_out, grad_table, STREAM);
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(STREAM);
+    }
+    cudaFree(tmp);
+    return e == cudaSuccess ? WEFT_OK : cuda_fail(v->ctx, e, "embedding scatter");
+}
