@@ -5,6 +5,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -264,6 +265,163 @@ weft_status_t weft__tsel_decide(const weft_topo_summary_t *me, const weft_topo_s
         decide_cuda(me, peer, peer_is_self, ov, &d);
     }
     *out = d;
+    return WEFT_OK;
+}
+
+/* ---- groups ---- */
+
+/* Everything a decision between two different hosts depends on, for one side. */
+static unsigned network_signature(const weft_topo_summary_t *s)
+{
+    weft_topo_path_t path = WEFT_PATH_UNKNOWN;
+    unsigned sig = s->flags & (WEFT_TOPO_CUDA_BUILT | WEFT_TOPO_NCCL_BUILT);
+    if (s->my_gpu >= 0) {
+        sig |= 0x4u;
+        if (weft__topo_nearest_rdma_nic(s, s->my_gpu, &path) >= 0 && path <= GDR_MAX_PATH) {
+            sig |= 0x8u;
+        }
+    }
+    return sig;
+}
+#define NUM_SIGNATURES 16
+
+typedef struct group_acc {
+    weft_tsel_t first_other, first_nccl;
+    int have_other, have_nccl, failed;
+} group_acc_t;
+
+static void acc_pair(group_acc_t *acc, const weft_topo_summary_t *a, const weft_topo_summary_t *b,
+                     int self, weft_memtype_t mt, weft_tsel_override_t ov)
+{
+    weft_tsel_t d;
+    if (acc->failed) {
+        return;
+    }
+    (void)weft__tsel_decide(a, b, self, mt, ov, &d);
+    if (d.status != WEFT_OK) {
+        acc->first_other = d; /* an impossible pair decides for the whole group */
+        acc->have_other = acc->failed = 1;
+    } else if (d.transport == WEFT_TSEL_NCCL && !acc->have_nccl) {
+        acc->first_nccl = d;
+        acc->have_nccl = 1;
+    } else if (d.transport != WEFT_TSEL_NCCL && !acc->have_other) {
+        acc->first_other = d;
+        acc->have_other = 1;
+    }
+}
+
+/* Members that decide alike: one host, one GPU, one build. */
+static int same_class(const weft_topo_summary_t *a, const weft_topo_summary_t *b)
+{
+    return a->my_gpu == b->my_gpu && a->flags == b->flags && same_host(a, b);
+}
+
+static void acc_network_pairs(group_acc_t *acc, const weft_topo_summary_t *const *cls, int k,
+                              weft_memtype_t mt, weft_tsel_override_t ov)
+{
+    /* Per signature, members of up to two different hosts: enough to find a pair of
+     * different hosts for any two signatures whenever one exists. */
+    const weft_topo_summary_t *reps[NUM_SIGNATURES][2] = {{NULL}};
+    for (int c = 0; c < k; c++) {
+        const weft_topo_summary_t **r = reps[network_signature(cls[c])];
+        if (r[0] == NULL) {
+            r[0] = cls[c];
+        } else if (r[1] == NULL && !same_host(r[0], cls[c])) {
+            r[1] = cls[c];
+        }
+    }
+    for (int s1 = 0; s1 < NUM_SIGNATURES; s1++) {
+        for (int s2 = s1; s2 < NUM_SIGNATURES; s2++) {
+            for (int i = 0; i < 2 && reps[s1][i] != NULL; i++) {
+                const weft_topo_summary_t *b = NULL;
+                for (int j = 0; j < 2 && b == NULL; j++) {
+                    if (reps[s2][j] != NULL && !same_host(reps[s1][i], reps[s2][j])) {
+                        b = reps[s2][j];
+                    }
+                }
+                if (b != NULL) {
+                    acc_pair(acc, reps[s1][i], b, 0, mt, ov);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/* Prefix the rule text of @p out with what it means for the group. */
+static void group_prefix(weft_tsel_t *out, const char *fmt, int n)
+{
+    char pair_why[sizeof(out->why)];
+    memcpy(pair_why, out->why, sizeof(pair_why));
+    snprintf(out->why, sizeof(out->why), fmt, n);
+    append(out, pair_why);
+}
+
+static void group_result(const group_acc_t *acc, int n, weft_tsel_t *out)
+{
+    if (acc->have_other) {
+        *out = acc->first_other;
+        if (!acc->failed && acc->have_nccl) {
+            group_prefix(out, "not every pair of the %d members can use NCCL: ", n);
+        }
+        return;
+    }
+    *out = acc->first_nccl;
+    group_prefix(out, "NCCL between every pair of the %d members, e.g. ", n);
+}
+
+weft_status_t weft__tsel_decide_group(const weft_topo_summary_t *const *members, int n,
+                                      weft_memtype_t mt, weft_tsel_override_t ov, weft_tsel_t *out)
+{
+    group_acc_t acc;
+    weft_tsel_t probe;
+    if (members == NULL || n < 1 || out == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < n; i++) {
+        /* Validates every summary, the memory type and the override once. */
+        if (members[i] == NULL ||
+            weft__tsel_decide(members[i], members[i], 1, mt, ov, &probe) != WEFT_OK) {
+            return WEFT_ERR_INVALID_ARG;
+        }
+    }
+    if (n == 1) {
+        *out = probe;
+        return WEFT_OK;
+    }
+    const weft_topo_summary_t **cls = malloc(sizeof(*cls) * (size_t)n);
+    int *count = calloc((size_t)n, sizeof(*count));
+    if (cls == NULL || count == NULL) {
+        free(cls);
+        free(count);
+        return WEFT_ERR_NO_MEMORY;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int c = 0;
+        while (c < k && !same_class(cls[c], members[i])) {
+            c++;
+        }
+        if (c == k) {
+            cls[k++] = members[i];
+        }
+        count[c]++;
+    }
+    memset(&acc, 0, sizeof(acc));
+    for (int c = 0; c < k; c++) {
+        if (count[c] > 1) {
+            acc_pair(&acc, cls[c], cls[c], 0, mt, ov); /* two ranks of one class */
+        }
+        for (int c2 = c + 1; c2 < k; c2++) {
+            if (same_host(cls[c], cls[c2])) {
+                acc_pair(&acc, cls[c], cls[c2], 0, mt, ov);
+            }
+        }
+    }
+    acc_network_pairs(&acc, cls, k, mt, ov);
+    group_result(&acc, n, out);
+    free(cls);
+    free(count);
     return WEFT_OK;
 }
 

@@ -168,6 +168,20 @@ weft_status_t weft__tsel_decide(const weft_topo_summary_t *me, const weft_topo_s
                                 weft_tsel_t *out);
 
 /*
+ * The transport for a collective on a buffer of type @p mt over the @p n members
+ * described by @p members (each summary names the GPU its rank drives): NCCL only if
+ * weft__tsel_decide() says NCCL for every pair of members; otherwise the first pair's
+ * decision that is not NCCL (an error, or staging). Every member computes the same
+ * answer from the same summaries. A single member gets its decision about itself.
+ * Cost grows with the number of distinct (host, GPU) pairs within each host, not with
+ * the square of @p n: between hosts a decision depends on each side only through its
+ * build flags, whether it drives a GPU and whether a GPUDirect NIC is near it.
+ * WEFT_OK with *out filled, or WEFT_ERR_INVALID_ARG / WEFT_ERR_NO_MEMORY.
+ */
+weft_status_t weft__tsel_decide_group(const weft_topo_summary_t *const *members, int n,
+                                      weft_memtype_t mt, weft_tsel_override_t ov, weft_tsel_t *out);
+
+/*
  * Whether the override can work at all on this rank, checked once at init: NCCL forced
  * but not built or no GPU on this host, UCX forced but the UCX transport unavailable.
  * WEFT_OK, or WEFT_ERR_UNSUPPORTED with the reason written to @p why.

@@ -293,6 +293,151 @@ static void test_symmetry(void **state)
     free(b);
 }
 
+/* ---- groups ---- */
+
+/* The reference: every pair of members, by brute force. */
+static void brute_force_group(const weft_topo_summary_t *const *m, int n, weft_memtype_t mt,
+                              weft_tsel_override_t ov, int *any_error, int *all_nccl)
+{
+    *any_error = 0;
+    *all_nccl = 1;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < n; j++) {
+            if (i == j && n > 1) {
+                continue;
+            }
+            weft_tsel_t d = decide(m[i], m[j], i == j, mt, ov);
+            *any_error |= d.status != WEFT_OK;
+            *all_nccl &= d.transport == WEFT_TSEL_NCCL;
+        }
+    }
+}
+
+static weft_tsel_t decide_group(const weft_topo_summary_t *const *m, int n, weft_memtype_t mt,
+                                weft_tsel_override_t ov)
+{
+    weft_tsel_t d;
+    memset(&d, 0, sizeof(d));
+    assert_int_equal(weft__tsel_decide_group(m, n, mt, ov, &d), WEFT_OK);
+    return d;
+}
+
+static void test_group_edge_cases(void **state)
+{
+    hosts_t *h = *state;
+    weft_tsel_t d;
+    const weft_topo_summary_t *one[1] = {rank_on(&h->dgx_a, 6, ALL_BUILT)};
+    assert_int_equal(weft__tsel_decide_group(NULL, 1, WEFT_MEM_CUDA, WEFT_TSEL_AUTO, &d),
+                     WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft__tsel_decide_group(one, 0, WEFT_MEM_CUDA, WEFT_TSEL_AUTO, &d),
+                     WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft__tsel_decide_group(one, 1, (weft_memtype_t)5, WEFT_TSEL_AUTO, &d),
+                     WEFT_ERR_INVALID_ARG);
+    const weft_topo_summary_t *with_null[2] = {one[0], NULL};
+    assert_int_equal(weft__tsel_decide_group(with_null, 2, WEFT_MEM_CUDA, WEFT_TSEL_AUTO, &d),
+                     WEFT_ERR_INVALID_ARG);
+    d = decide_group(one, 1, WEFT_MEM_CUDA, WEFT_TSEL_AUTO);
+    assert_int_equal(d.transport, WEFT_TSEL_NCCL);
+    assert_string_equal(d.rule, "cuda-self");
+    d = decide_group(one, 1, WEFT_MEM_HOST, WEFT_TSEL_AUTO);
+    assert_int_equal(d.transport, WEFT_TSEL_SELF);
+}
+
+static void test_group_two_dgx(void **state)
+{
+    hosts_t *h = *state;
+    weft_topo_summary_t *ranks = calloc(18, sizeof(*ranks));
+    const weft_topo_summary_t *m[18];
+    assert_non_null(ranks);
+    for (int i = 0; i < 16; i++) {
+        ranks[i] = i < 8 ? h->dgx_a : h->dgx_b;
+        ranks[i].my_gpu = i % 8;
+        m[i] = &ranks[i];
+    }
+    weft_tsel_t d = decide_group(m, 16, WEFT_MEM_CUDA, WEFT_TSEL_AUTO);
+    assert_int_equal(d.transport, WEFT_TSEL_NCCL);
+    assert_non_null(strstr(d.why, "every pair of the 16 members"));
+    d = decide_group(m, 16, WEFT_MEM_HOST, WEFT_TSEL_AUTO);
+    assert_int_equal(d.transport, WEFT_TSEL_UCX);
+    assert_int_equal(d.staged, 0);
+    d = decide_group(m, 16, WEFT_MEM_CUDA, WEFT_TSEL_FORCE_UCX);
+    assert_int_equal(d.transport, WEFT_TSEL_UCX);
+    assert_int_equal(d.staged, 1);
+
+    /* A workstation without RDMA joins: the whole group stages. */
+    ranks[16] = h->pcie;
+    ranks[16].my_gpu = 0;
+    m[16] = &ranks[16];
+    d = decide_group(m, 17, WEFT_MEM_CUDA, WEFT_TSEL_AUTO);
+    assert_int_equal(d.transport, WEFT_TSEL_UCX);
+    assert_int_equal(d.staged, 1);
+    assert_string_equal(d.rule, "no-gpudirect");
+    assert_non_null(strstr(d.why, "not every pair of the 17 members"));
+
+    /* Two ranks on one GPU: staged when automatic, impossible when NCCL is forced. */
+    ranks[16] = h->dgx_a;
+    ranks[16].my_gpu = 3;
+    d = decide_group(m, 17, WEFT_MEM_CUDA, WEFT_TSEL_AUTO);
+    assert_string_equal(d.rule, "same-gpu");
+    assert_int_equal(d.staged, 1);
+    d = decide_group(m, 17, WEFT_MEM_CUDA, WEFT_TSEL_FORCE_NCCL);
+    assert_int_equal(d.status, WEFT_ERR_UNSUPPORTED);
+    assert_int_equal(d.transport, WEFT_TSEL_NONE);
+    free(ranks);
+}
+
+/* Random member mixes against the brute-force reference, and order independence. */
+static void test_group_matches_all_pairs(void **state)
+{
+    hosts_t *h = *state;
+    const weft_topo_summary_t *hs[] = {&h->dgx_a, &h->dgx_b, &h->pcie, &h->farnic, &h->cpu};
+    const unsigned builds[] = {ALL_BUILT, ALL_BUILT, ALL_BUILT, WEFT_TOPO_CUDA_BUILT};
+    enum { MAX_N = 12 };
+    weft_topo_summary_t *ranks = calloc(MAX_N, sizeof(*ranks));
+    const weft_topo_summary_t *m[MAX_N], *rev[MAX_N];
+    unsigned seed = 12345;
+    int saw[3] = {0, 0, 0};
+    assert_non_null(ranks);
+    for (int iter = 0; iter < 300; iter++) {
+        int n = 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % MAX_N;
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            const weft_topo_summary_t *host = hs[(seed >> 8) % (iter % 3 == 0 ? 5 : 2)];
+            ranks[i] = *host;
+            ranks[i].my_gpu =
+                host->ngpus > 0 ? (int)((seed >> 4) % (unsigned)(host->ngpus + 1)) - 1 : -1;
+            if (iter % 2 == 0 && ranks[i].my_gpu < 0 && host->ngpus > 0) {
+                ranks[i].my_gpu = 0;
+            }
+            ranks[i].flags = builds[(seed >> 20) % (iter % 4 == 0 ? 4 : 3)];
+            m[i] = &ranks[i];
+            rev[n - 1 - i] = &ranks[i];
+        }
+        for (int mt = 0; mt < 2; mt++) {
+            for (int ov = 0; ov < 3; ov++) {
+                int any_error, all_nccl;
+                brute_force_group(m, n, (weft_memtype_t)mt, (weft_tsel_override_t)ov, &any_error,
+                                  &all_nccl);
+                weft_tsel_t d = decide_group(m, n, (weft_memtype_t)mt, (weft_tsel_override_t)ov);
+                weft_tsel_t r = decide_group(rev, n, (weft_memtype_t)mt, (weft_tsel_override_t)ov);
+                if ((d.status != WEFT_OK) != any_error ||
+                    (d.transport == WEFT_TSEL_NCCL) != all_nccl) {
+                    fail_msg("n=%d mt=%d ov=%d: group says %s (%s), pairs say error=%d nccl=%d", n,
+                             mt, ov, weft__tsel_transport_name(d.transport), d.why, any_error,
+                             all_nccl);
+                }
+                assert_int_equal(d.transport, r.transport);
+                assert_int_equal(d.staged, r.staged);
+                assert_int_equal(d.status, r.status);
+                saw[any_error ? 0 : all_nccl ? 1 : 2]++;
+            }
+        }
+    }
+    /* The mixes reached every outcome. */
+    assert_true(saw[0] > 0 && saw[1] > 0 && saw[2] > 0);
+    free(ranks);
+}
+
 /* ---- overrides checked at init ---- */
 
 static void test_check_override(void **state)
@@ -336,10 +481,17 @@ int main(int argc, char **argv)
         xml_dir = argv[1];
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_invalid_arguments), cmocka_unit_test(test_parse_override),
-        cmocka_unit_test(test_cpu_only_host),     cmocka_unit_test(test_dgx_same_host),
-        cmocka_unit_test(test_dgx_overrides),     cmocka_unit_test(test_pcie_host),
-        cmocka_unit_test(test_two_hosts),         cmocka_unit_test(test_symmetry),
+        cmocka_unit_test(test_invalid_arguments),
+        cmocka_unit_test(test_parse_override),
+        cmocka_unit_test(test_cpu_only_host),
+        cmocka_unit_test(test_dgx_same_host),
+        cmocka_unit_test(test_dgx_overrides),
+        cmocka_unit_test(test_pcie_host),
+        cmocka_unit_test(test_two_hosts),
+        cmocka_unit_test(test_symmetry),
+        cmocka_unit_test(test_group_edge_cases),
+        cmocka_unit_test(test_group_two_dgx),
+        cmocka_unit_test(test_group_matches_all_pairs),
         cmocka_unit_test(test_check_override),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
