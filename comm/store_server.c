@@ -1,0 +1,900 @@
+/*
+ * The rendezvous store server: one thread runs a poll() loop over nonblocking sockets.
+ * One mutex guards the key-value map and the connections; the loop drops it only while
+ * it sleeps in poll(), so weft__store_server_set() from the hosting process applies its
+ * change under the mutex and wakes the loop through a pipe to send what it queued.
+ *
+ * Each connection reads one frame at a time into a buffer of at most one frame, stops
+ * reading while a GET is parked or while its pending output is large, and is closed when
+ * its pending output passes WEFT__STORE_MAX_OUT: no client can make the server hold more
+ * than about that much, and there are at most WEFT__STORE_MAX_CONNS connections.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/store_proto.h"
+
+#define ENTRY_OVERHEAD 64                         /* bytes charged per key besides its data */
+#define OUT_HIGH_WATER (4 * WEFT_STORE_MAX_FRAME) /* stop reading requests above this */
+#define FRAMES_PER_TURN 32                        /* fairness between busy clients */
+#define ACCEPT_PAUSE_MS 100                       /* after accept() ran out of descriptors */
+
+typedef struct store_entry {
+    struct store_entry *next;
+    uint8_t *val;
+    size_t vlen, klen;
+    char key[]; /* klen bytes and a NUL */
+} store_entry_t;
+
+typedef enum { CONN_AUTH, CONN_READY, CONN_WATCH } conn_state_t;
+
+typedef struct store_conn {
+    int fd;
+    conn_state_t state;
+    bool dead;    /* close at the end of this loop turn */
+    bool closing; /* close once the output is flushed */
+    bool parked;  /* a GET waits for key[] to be set */
+    char peer[64];
+    uint8_t nonce[WEFT__STORE_NONCE_LEN];
+    uint64_t deadline_ms; /* of the authentication, or of the parked GET */
+    uint8_t hdr[WEFT__STORE_HDR_LEN];
+    size_t hdr_fill;
+    bool in_body;
+    weft_store_msg_t in_type;
+    uint32_t in_len;
+    uint8_t *in;
+    size_t in_fill, in_cap;
+    weft_store_buf_t out;
+    size_t out_off;
+    size_t klen;
+    char key[WEFT_STORE_MAX_KEY + 1]; /* parked GET's key, or the watch prefix */
+} store_conn_t;
+
+struct weft_store_server {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    bool stop;
+    int listen_fd, wake_rd, wake_wr;
+    int port;
+    char *token;
+    const weft_logger_t *lg;
+    store_entry_t **buckets;
+    size_t nbuckets, nentries, data_bytes;
+    store_conn_t *conns[WEFT__STORE_MAX_CONNS];
+    size_t nconns;
+    struct pollfd pfds[WEFT__STORE_MAX_CONNS + 2];
+    uint64_t accept_resume_ms;
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- the map ---- */
+
+static size_t key_hash(const char *key, size_t klen)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < klen; i++) {
+        h = (h ^ (uint8_t)key[i]) * 1099511628211ull;
+    }
+    return (size_t)h;
+}
+
+static store_entry_t **map_slot(weft_store_server_t *s, const char *key, size_t klen)
+{
+    store_entry_t **p = &s->buckets[key_hash(key, klen) & (s->nbuckets - 1)];
+    while (*p != NULL && ((*p)->klen != klen || memcmp((*p)->key, key, klen) != 0)) {
+        p = &(*p)->next;
+    }
+    return p;
+}
+
+static void map_grow(weft_store_server_t *s)
+{
+    size_t n = s->nbuckets * 2;
+    store_entry_t **b = calloc(n, sizeof(*b));
+    if (b == NULL) {
+        return; /* longer chains, still correct */
+    }
+    for (size_t i = 0; i < s->nbuckets; i++) {
+        while (s->buckets[i] != NULL) {
+            store_entry_t *e = s->buckets[i];
+            s->buckets[i] = e->next;
+            size_t j = key_hash(e->key, e->klen) & (n - 1);
+            e->next = b[j];
+            b[j] = e;
+        }
+    }
+    free(s->buckets);
+    s->buckets = b;
+    s->nbuckets = n;
+}
+
+static void map_remove(weft_store_server_t *s, store_entry_t **slot)
+{
+    store_entry_t *e = *slot;
+    *slot = e->next;
+    s->data_bytes -= e->klen + e->vlen + ENTRY_OVERHEAD;
+    s->nentries--;
+    free(e->val);
+    free(e);
+}
+
+/* ---- connection output ---- */
+
+static size_t conn_pending(const store_conn_t *c)
+{
+    return c->out.len - c->out_off;
+}
+
+static void conn_compact(store_conn_t *c)
+{
+    if (c->out_off == c->out.len) {
+        c->out.len = c->out_off = 0;
+    } else if (c->out_off > c->out.len / 2) {
+        memmove(c->out.data, c->out.data + c->out_off, conn_pending(c));
+        c->out.len -= c->out_off;
+        c->out_off = 0;
+    }
+}
+
+/* A frame was appended (or failed to be, st): enforce the output cap. */
+static void conn_queued(weft_store_server_t *s, store_conn_t *c, weft_status_t st)
+{
+    if (st != WEFT_OK) {
+        WEFT_ERROR(s->lg, "store: cannot queue a reply to %s: %s", c->peer, weft_status_str(st));
+        c->dead = true;
+    } else if (conn_pending(c) > WEFT__STORE_MAX_OUT) {
+        WEFT_WARN(s->lg, "store: closing %s: it does not read its events (%zu bytes pending)",
+                  c->peer, conn_pending(c));
+        c->dead = true;
+    }
+}
+
+static void conn_resp(weft_store_server_t *s, store_conn_t *c, weft_status_t status,
+                      const void *data, size_t len)
+{
+    conn_compact(c);
+    conn_queued(s, c, weft__store_frame_resp(&c->out, status, data, len));
+}
+
+static void conn_event(weft_store_server_t *s, store_conn_t *c, const store_entry_t *e)
+{
+    conn_compact(c);
+    conn_queued(s, c,
+                weft__store_frame_kv(&c->out, WEFT__STORE_EVENT, e->key, e->klen, e->val, e->vlen));
+}
+
+static void conn_flush(weft_store_server_t *s, store_conn_t *c)
+{
+    while (!c->dead && conn_pending(c) > 0) {
+        ssize_t n =
+            send(c->fd, c->out.data + c->out_off, conn_pending(c), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                WEFT_DEBUG(s->lg, "store: send to %s failed: %m", c->peer);
+                c->dead = true;
+            }
+            break;
+        }
+        c->out_off += (size_t)n;
+    }
+    conn_compact(c);
+    if (c->closing && conn_pending(c) == 0) {
+        c->dead = true;
+    }
+}
+
+/* ---- store operations (mutex held) ---- */
+
+/* A key changed: answer the GETs parked on it and tell the watchers of its prefixes. */
+static void publish(weft_store_server_t *s, const store_entry_t *e)
+{
+    for (size_t i = 0; i < s->nconns; i++) {
+        store_conn_t *c = s->conns[i];
+        if (c->dead) {
+            continue;
+        }
+        if (c->parked && c->klen == e->klen && memcmp(c->key, e->key, e->klen) == 0) {
+            c->parked = false;
+            conn_resp(s, c, WEFT_OK, e->val, e->vlen);
+        } else if (c->state == CONN_WATCH && c->klen <= e->klen &&
+                   memcmp(c->key, e->key, c->klen) == 0) {
+            conn_event(s, c, e);
+        }
+    }
+}
+
+static weft_status_t store_put(weft_store_server_t *s, const char *key, size_t klen,
+                               const void *val, size_t vlen)
+{
+    if (klen == 0 || klen > WEFT_STORE_MAX_KEY || vlen > WEFT__STORE_MAX_VALUE) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    store_entry_t **slot = map_slot(s, key, klen);
+    store_entry_t *e = *slot;
+    size_t after =
+        e != NULL ? s->data_bytes - e->vlen + vlen : s->data_bytes + klen + ENTRY_OVERHEAD + vlen;
+    if (after > WEFT__STORE_MAX_DATA) {
+        WEFT_WARN(s->lg, "store: full (%zu bytes), refusing to set %.*s", s->data_bytes, (int)klen,
+                  key);
+        return WEFT_ERR_NO_MEMORY;
+    }
+    uint8_t *copy = malloc(vlen > 0 ? vlen : 1);
+    if (copy == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    if (vlen > 0) {
+        memcpy(copy, val, vlen);
+    }
+    if (e == NULL) {
+        e = malloc(sizeof(*e) + klen + 1);
+        if (e == NULL) {
+            free(copy);
+            return WEFT_ERR_NO_MEMORY;
+        }
+        memcpy(e->key, key, klen);
+        e->key[klen] = '\0';
+        e->klen = klen;
+        e->vlen = 0;
+        e->val = NULL;
+        e->next = NULL;
+        *slot = e;
+        s->nentries++;
+        s->data_bytes += klen + ENTRY_OVERHEAD;
+    }
+    s->data_bytes = s->data_bytes - e->vlen + vlen;
+    free(e->val);
+    e->val = copy;
+    e->vlen = vlen;
+    publish(s, e);
+    if (s->nentries > s->nbuckets) {
+        map_grow(s);
+    }
+    return WEFT_OK;
+}
+
+/* The counter in a stored value: optional '-' and decimal digits, nothing else. */
+static bool parse_counter(const store_entry_t *e, int64_t *out)
+{
+    char text[24], *end;
+    if (e->vlen == 0 || e->vlen >= sizeof(text)) {
+        return false;
+    }
+    memcpy(text, e->val, e->vlen);
+    text[e->vlen] = '\0';
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    /* strtoll also takes leading blanks and '+': refuse them by the first character */
+    if (errno != 0 || *end != '\0' || !(text[0] == '-' || (text[0] >= '0' && text[0] <= '9'))) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static weft_status_t store_add(weft_store_server_t *s, const char *key, size_t klen, int64_t delta,
+                               int64_t *result)
+{
+    int64_t cur = 0;
+    store_entry_t *e = *map_slot(s, key, klen);
+    if (e != NULL && !parse_counter(e, &cur)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if ((delta > 0 && cur > INT64_MAX - delta) || (delta < 0 && cur < INT64_MIN - delta)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    char text[24];
+    int n = snprintf(text, sizeof(text), "%" PRId64, cur + delta);
+    weft_status_t st = store_put(s, key, klen, text, (size_t)n);
+    if (st == WEFT_OK) {
+        *result = cur + delta;
+    }
+    return st;
+}
+
+/* ---- requests ---- */
+
+static void conn_protocol_error(weft_store_server_t *s, store_conn_t *c, const char *what)
+{
+    WEFT_ERROR(s->lg, "store: closing %s: %s", c->peer, what);
+    c->dead = true;
+}
+
+static void handle_auth(weft_store_server_t *s, store_conn_t *c)
+{
+    if (!weft__store_auth_check(s->token, c->nonce, c->in, c->in_len)) {
+        WEFT_WARN(s->lg, "store: refused %s: wrong token proof", c->peer);
+        conn_resp(s, c, WEFT_ERR_AUTH, NULL, 0);
+        c->closing = true;
+        return;
+    }
+    WEFT_DEBUG(s->lg, "store: %s authenticated", c->peer);
+    c->state = CONN_READY;
+    conn_resp(s, c, WEFT_OK, NULL, 0);
+}
+
+static void handle_watch(weft_store_server_t *s, store_conn_t *c, const char *prefix, size_t plen)
+{
+    memcpy(c->key, prefix, plen);
+    c->key[plen] = '\0';
+    c->klen = plen;
+    c->state = CONN_WATCH;
+    conn_resp(s, c, WEFT_OK, NULL, 0);
+    for (size_t i = 0; i < s->nbuckets && !c->dead; i++) {
+        for (const store_entry_t *e = s->buckets[i]; e != NULL && !c->dead; e = e->next) {
+            if (e->klen >= plen && memcmp(e->key, prefix, plen) == 0) {
+                conn_event(s, c, e);
+            }
+        }
+    }
+}
+
+static void handle_get(weft_store_server_t *s, store_conn_t *c, const char *key, size_t klen,
+                       uint32_t timeout_ms)
+{
+    const store_entry_t *e = *map_slot(s, key, klen);
+    if (e != NULL) {
+        conn_resp(s, c, WEFT_OK, e->val, e->vlen);
+    } else if (timeout_ms == 0) {
+        conn_resp(s, c, WEFT_ERR_TIMEOUT, NULL, 0);
+    } else {
+        memcpy(c->key, key, klen);
+        c->key[klen] = '\0';
+        c->klen = klen;
+        c->parked = true;
+        c->deadline_ms = now_ms() + timeout_ms;
+    }
+}
+
+static void handle_request(weft_store_server_t *s, store_conn_t *c)
+{
+    const char *key;
+    const uint8_t *rest;
+    size_t klen, rlen;
+    if (c->in_type < WEFT__STORE_SET || c->in_type > WEFT__STORE_WATCH) {
+        conn_protocol_error(s, c, "unexpected message type");
+        return;
+    }
+    if (weft__store_kv_decode(c->in, c->in_len, &key, &klen, &rest, &rlen) != WEFT_OK) {
+        conn_protocol_error(s, c, "malformed request body");
+        return;
+    }
+    if (klen == 0 && c->in_type != WEFT__STORE_WATCH) {
+        conn_resp(s, c, WEFT_ERR_INVALID_ARG, NULL, 0);
+        return;
+    }
+    switch (c->in_type) {
+    case WEFT__STORE_SET:
+        conn_resp(s, c, store_put(s, key, klen, rest, rlen), NULL, 0);
+        return;
+    case WEFT__STORE_GET:
+        if (rlen == 4) {
+            handle_get(s, c, key, klen, weft__store_get_u32(rest));
+            return;
+        }
+        break;
+    case WEFT__STORE_ADD:
+        if (rlen == 8) {
+            int64_t result = 0;
+            weft_status_t st = store_add(s, key, klen, (int64_t)weft__store_get_u64(rest), &result);
+            uint8_t be[8];
+            weft__store_set_u64(be, (uint64_t)result);
+            conn_resp(s, c, st, be, st == WEFT_OK ? sizeof(be) : 0);
+            return;
+        }
+        break;
+    case WEFT__STORE_DELETE:
+        if (rlen == 0) {
+            store_entry_t **slot = map_slot(s, key, klen);
+            if (*slot != NULL) {
+                map_remove(s, slot);
+            }
+            conn_resp(s, c, WEFT_OK, NULL, 0);
+            return;
+        }
+        break;
+    case WEFT__STORE_WATCH:
+        if (rlen == 0) {
+            handle_watch(s, c, key, klen);
+            return;
+        }
+        break;
+    default:
+        break;
+    }
+    conn_protocol_error(s, c, "malformed request arguments");
+}
+
+/* ---- reading frames ---- */
+
+/* recv() into @p p; false when the connection should stop reading this turn. */
+static bool conn_recv(weft_store_server_t *s, store_conn_t *c, void *p, size_t want, size_t *got)
+{
+    ssize_t n;
+    do {
+        n = recv(c->fd, p, want, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        *got += (size_t)n;
+        return true;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return false;
+    }
+    if (n < 0) {
+        WEFT_DEBUG(s->lg, "store: recv from %s failed: %m", c->peer);
+    } else if (c->hdr_fill > 0 || c->in_body) {
+        WEFT_ERROR(s->lg, "store: closing %s: truncated frame", c->peer);
+    } else if (c->state == CONN_AUTH) {
+        WEFT_WARN(s->lg, "store: refused %s: closed without authenticating", c->peer);
+    } else {
+        WEFT_DEBUG(s->lg, "store: %s disconnected", c->peer);
+    }
+    c->dead = true;
+    return false;
+}
+
+/* A header arrived: check it and make room for the body. False closes the connection. */
+static bool conn_start_body(weft_store_server_t *s, store_conn_t *c)
+{
+    if (weft__store_hdr_decode(c->hdr, &c->in_len, &c->in_type) != WEFT_OK) {
+        if (c->state == CONN_AUTH) {
+            WEFT_WARN(s->lg, "store: refused %s: not a weft store client", c->peer);
+        } else {
+            WEFT_ERROR(s->lg, "store: closing %s: malformed or oversized frame header", c->peer);
+        }
+        return false;
+    }
+    if (c->state == CONN_AUTH &&
+        (c->in_type != WEFT__STORE_AUTH || c->in_len != WEFT__STORE_PROOF_LEN)) {
+        WEFT_WARN(s->lg, "store: refused %s: request before authentication", c->peer);
+        return false;
+    }
+    if (c->state == CONN_WATCH) {
+        WEFT_ERROR(s->lg, "store: closing %s: request on a watch connection", c->peer);
+        return false;
+    }
+    if (c->in_cap < c->in_len) {
+        uint8_t *in = realloc(c->in, c->in_len);
+        if (in == NULL) {
+            WEFT_ERROR(s->lg, "store: closing %s: no memory for a %u-byte frame", c->peer,
+                       c->in_len);
+            return false;
+        }
+        c->in = in;
+        c->in_cap = c->in_len;
+    }
+    c->in_body = true;
+    c->in_fill = 0;
+    return true;
+}
+
+static bool conn_wants_input(const store_conn_t *c)
+{
+    return !c->dead && !c->closing && !c->parked && conn_pending(c) <= OUT_HIGH_WATER;
+}
+
+static void conn_read(weft_store_server_t *s, store_conn_t *c)
+{
+    for (int frames = 0; frames < FRAMES_PER_TURN && conn_wants_input(c);) {
+        if (!c->in_body) {
+            if (!conn_recv(s, c, c->hdr + c->hdr_fill, sizeof(c->hdr) - c->hdr_fill,
+                           &c->hdr_fill)) {
+                return;
+            }
+            if (c->hdr_fill < sizeof(c->hdr)) {
+                continue;
+            }
+            if (!conn_start_body(s, c)) {
+                c->dead = true;
+                return;
+            }
+        }
+        if (c->in_fill < c->in_len) {
+            if (!conn_recv(s, c, c->in + c->in_fill, c->in_len - c->in_fill, &c->in_fill)) {
+                return;
+            }
+            if (c->in_fill < c->in_len) {
+                continue;
+            }
+        }
+        c->hdr_fill = 0;
+        c->in_body = false;
+        frames++;
+        if (c->state == CONN_AUTH) {
+            handle_auth(s, c);
+        } else {
+            handle_request(s, c);
+        }
+        if (c->in_cap > 65536) { /* keep one big SET from pinning a megabyte per client */
+            free(c->in);
+            c->in = NULL;
+            c->in_cap = 0;
+        }
+    }
+}
+
+/* ---- connections and the loop ---- */
+
+static void format_peer(const struct sockaddr_storage *sa, socklen_t len, char *out, size_t n)
+{
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (getnameinfo((const struct sockaddr *)sa, len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(out, n, "unknown peer");
+    } else {
+        snprintf(out, n, sa->ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+    }
+}
+
+static void conn_free(store_conn_t *c)
+{
+    close(c->fd);
+    free(c->in);
+    weft__store_buf_free(&c->out);
+    free(c);
+}
+
+/* A new connection: greet it with the nonce it must prove the token against. */
+static void conn_open(weft_store_server_t *s, int fd, const struct sockaddr_storage *sa,
+                      socklen_t salen)
+{
+    store_conn_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        WEFT_ERROR(s->lg, "store: no memory for a new connection");
+        close(fd);
+        return;
+    }
+    c->fd = fd;
+    format_peer(sa, salen, c->peer, sizeof(c->peer));
+    if (s->nconns >= WEFT__STORE_MAX_CONNS) {
+        WEFT_WARN(s->lg, "store: refused %s: too many connections (%d)", c->peer,
+                  WEFT__STORE_MAX_CONNS);
+        conn_free(c);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    uint8_t hello[WEFT__STORE_HELLO_LEN] = {WEFT__STORE_VERSION};
+    weft_status_t st = weft__store_random(c->nonce, sizeof(c->nonce));
+    if (st != WEFT_OK) {
+        WEFT_ERROR(s->lg, "store: getrandom failed: %m");
+        conn_free(c);
+        return;
+    }
+    memcpy(hello + 1, c->nonce, sizeof(c->nonce));
+    if (weft__store_frame_bytes(&c->out, WEFT__STORE_HELLO, hello, sizeof(hello)) != WEFT_OK) {
+        WEFT_ERROR(s->lg, "store: no memory for a new connection");
+        conn_free(c);
+        return;
+    }
+    c->state = CONN_AUTH;
+    c->deadline_ms = now_ms() + WEFT__STORE_AUTH_TIMEOUT_MS;
+    s->conns[s->nconns++] = c;
+    WEFT_DEBUG(s->lg, "store: connection from %s", c->peer);
+}
+
+static void accept_all(weft_store_server_t *s)
+{
+    for (;;) {
+        struct sockaddr_storage sa;
+        socklen_t len = sizeof(sa);
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            conn_open(s, fd, &sa, len);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED) {
+            continue;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            /* Out of descriptors or memory: poll() would report the listener forever. */
+            WEFT_WARN(s->lg, "store: accept failed: %m; pausing %d ms", ACCEPT_PAUSE_MS);
+            s->accept_resume_ms = now_ms() + ACCEPT_PAUSE_MS;
+        }
+        return;
+    }
+}
+
+/* Expire authentication deadlines and parked GETs; returns the poll() timeout. */
+static int run_timers(weft_store_server_t *s)
+{
+    uint64_t now = now_ms();
+    uint64_t next = UINT64_MAX;
+    for (size_t i = 0; i < s->nconns; i++) {
+        store_conn_t *c = s->conns[i];
+        if (c->dead || !(c->state == CONN_AUTH || c->parked)) {
+            continue;
+        }
+        if (now < c->deadline_ms) {
+            next = c->deadline_ms < next ? c->deadline_ms : next;
+        } else if (c->state == CONN_AUTH) {
+            if (!c->closing) { /* a refused one that is not reading its refusal is no news */
+                WEFT_WARN(s->lg, "store: refused %s: no authentication within %d ms", c->peer,
+                          WEFT__STORE_AUTH_TIMEOUT_MS);
+            }
+            c->dead = true;
+        } else {
+            c->parked = false;
+            conn_resp(s, c, WEFT_ERR_TIMEOUT, NULL, 0);
+        }
+    }
+    if (s->accept_resume_ms > now) {
+        next = s->accept_resume_ms < next ? s->accept_resume_ms : next;
+    }
+    if (next == UINT64_MAX) {
+        return -1;
+    }
+    return next - now > INT32_MAX ? INT32_MAX : (int)(next - now);
+}
+
+static void reap(weft_store_server_t *s)
+{
+    for (size_t i = 0; i < s->nconns;) {
+        if (s->conns[i]->dead) {
+            conn_free(s->conns[i]);
+            s->conns[i] = s->conns[--s->nconns];
+        } else {
+            i++;
+        }
+    }
+}
+
+static size_t build_pollfds(weft_store_server_t *s)
+{
+    s->pfds[0] = (struct pollfd){.fd = s->wake_rd, .events = POLLIN};
+    s->pfds[1] = (struct pollfd){.fd = now_ms() >= s->accept_resume_ms ? s->listen_fd : -1,
+                                 .events = POLLIN};
+    for (size_t i = 0; i < s->nconns; i++) {
+        store_conn_t *c = s->conns[i];
+        short ev = POLLRDHUP;
+        ev |= conn_wants_input(c) ? POLLIN : 0;
+        ev |= conn_pending(c) > 0 ? POLLOUT : 0;
+        s->pfds[2 + i] = (struct pollfd){.fd = c->fd, .events = ev};
+    }
+    return s->nconns;
+}
+
+static void handle_events(weft_store_server_t *s, size_t npolled)
+{
+    if (s->pfds[0].revents & POLLIN) {
+        char drain[64];
+        while (read(s->wake_rd, drain, sizeof(drain)) > 0) {
+        }
+    }
+    for (size_t i = 0; i < npolled; i++) {
+        store_conn_t *c = s->conns[i];
+        short re = s->pfds[2 + i].revents;
+        if (re & POLLOUT) {
+            conn_flush(s, c);
+        }
+        if (re & POLLIN) {
+            conn_read(s, c);
+        }
+        if ((re & (POLLERR | POLLHUP)) || ((re & POLLRDHUP) && !conn_wants_input(c))) {
+            /* Gone, or half-closed while we are not reading: nobody will read a reply. */
+            WEFT_DEBUG(s->lg, "store: %s hung up", c->peer);
+            c->dead = true;
+        }
+    }
+    if (s->pfds[1].revents & POLLIN) {
+        accept_all(s);
+    }
+}
+
+static void *server_main(void *arg)
+{
+    weft_store_server_t *s = arg;
+    pthread_mutex_lock(&s->lock);
+    while (!s->stop) {
+        int timeout = run_timers(s);
+        for (size_t i = 0; i < s->nconns; i++) {
+            conn_flush(s, s->conns[i]);
+        }
+        reap(s);
+        size_t npolled = build_pollfds(s);
+        pthread_mutex_unlock(&s->lock);
+        int n = poll(s->pfds, npolled + 2, timeout);
+        int err = errno;
+        pthread_mutex_lock(&s->lock);
+        if (n < 0 && err != EINTR) {
+            errno = err;
+            WEFT_ERROR(s->lg, "store: poll failed: %m; the store stops serving");
+            break;
+        }
+        if (n > 0) {
+            handle_events(s, npolled);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* ---- public calls ---- */
+
+static weft_status_t open_listener(weft_store_server_t *s, const char *addr, int port)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res;
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    int rc = getaddrinfo(addr, portstr, &hints, &res);
+    if (rc != 0) {
+        WEFT_ERROR(s->lg, "store: cannot resolve bind address %s: %s", addr, gai_strerror(rc));
+        return WEFT_ERR_INVALID_ARG;
+    }
+    int fd = -1, one = 1, err = 0;
+    for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+            err = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        errno = err;
+        WEFT_ERROR(s->lg, "store: cannot listen on %s port %d: %m", addr, port);
+        return WEFT_ERR_IO;
+    }
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                             : ((struct sockaddr_in *)&sa)->sin_port);
+    s->listen_fd = fd;
+    return WEFT_OK;
+}
+
+static void server_free(weft_store_server_t *s)
+{
+    for (size_t i = 0; i < s->nconns; i++) {
+        conn_free(s->conns[i]);
+    }
+    for (size_t i = 0; s->buckets != NULL && i < s->nbuckets; i++) {
+        while (s->buckets[i] != NULL) {
+            map_remove(s, &s->buckets[i]);
+        }
+    }
+    free(s->buckets);
+    if (s->listen_fd >= 0) {
+        close(s->listen_fd);
+    }
+    if (s->wake_rd >= 0) {
+        close(s->wake_rd);
+        close(s->wake_wr);
+    }
+    free(s->token);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+weft_status_t weft__store_server_start(const weft_store_server_params_t *params,
+                                       weft_store_server_t **server)
+{
+    if (params == NULL || server == NULL || params->size < sizeof(*params) ||
+        params->token == NULL || params->token[0] == '\0' || params->port < 0 ||
+        params->port > 65535) {
+        WEFT_ERROR(params != NULL ? params->logger : NULL,
+                   "store: invalid server parameters (size, token or port)");
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_store_server_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    weft_status_t status = WEFT_ERR_NO_MEMORY;
+    pthread_mutex_init(&s->lock, NULL);
+    s->lg = params->logger;
+    s->listen_fd = s->wake_rd = s->wake_wr = -1;
+    s->nbuckets = 64;
+    s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
+    s->token = strdup(params->token);
+    if (s->buckets == NULL || s->token == NULL) {
+        goto err_free_server;
+    }
+    int pipefd[2];
+    if (pipe2(pipefd, O_NONBLOCK | O_CLOEXEC) != 0) {
+        WEFT_ERROR(s->lg, "store: pipe2 failed: %m");
+        status = WEFT_ERR_IO;
+        goto err_free_server;
+    }
+    s->wake_rd = pipefd[0];
+    s->wake_wr = pipefd[1];
+    const char *addr = params->bind_addr != NULL ? params->bind_addr : "127.0.0.1";
+    status = open_listener(s, addr, params->port);
+    if (status != WEFT_OK) {
+        goto err_free_server;
+    }
+    /* The hosting process (weftrun) handles its signals on its own threads, not here. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&s->thread, NULL, server_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        errno = rc;
+        WEFT_ERROR(s->lg, "store: cannot start the server thread: %m");
+        status = WEFT_ERR_IO;
+        goto err_free_server;
+    }
+    WEFT_INFO(s->lg, "store: listening on %s port %d", addr, s->port);
+    *server = s;
+    return WEFT_OK;
+
+err_free_server:
+    server_free(s);
+    return status;
+}
+
+int weft__store_server_port(const weft_store_server_t *s)
+{
+    return s != NULL ? s->port : -1;
+}
+
+static void server_wake(weft_store_server_t *s)
+{
+    ssize_t n;
+    do {
+        n = write(s->wake_wr, "w", 1);
+    } while (n < 0 && errno == EINTR);
+    /* EAGAIN: the pipe is full, so a wake-up is pending anyway. */
+}
+
+weft_status_t weft__store_server_set(weft_store_server_t *s, const char *key, const void *val,
+                                     size_t len)
+{
+    if (s == NULL || key == NULL || (val == NULL && len > 0)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    pthread_mutex_lock(&s->lock);
+    weft_status_t st = store_put(s, key, strnlen(key, WEFT_STORE_MAX_KEY + 1), val, len);
+    pthread_mutex_unlock(&s->lock);
+    if (st == WEFT_OK) {
+        server_wake(s);
+    }
+    return st;
+}
+
+void weft__store_server_stop(weft_store_server_t *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    s->stop = true;
+    pthread_mutex_unlock(&s->lock);
+    server_wake(s);
+    pthread_join(s->thread, NULL);
+    server_free(s);
+}

@@ -1,0 +1,282 @@
+/* Unit tests of the store's framing, message encoding and HMAC helpers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "comm/store_proto.h"
+
+static void hex_decode(const char *hex, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        assert_int_equal(sscanf(hex + 2 * i, "%2x", &v), 1);
+        out[i] = (uint8_t)v;
+    }
+}
+
+static void test_hdr_roundtrip(void **state)
+{
+    (void)state;
+    uint8_t hdr[WEFT__STORE_HDR_LEN];
+    uint32_t len = 7;
+    weft_store_msg_t type = WEFT__STORE_HELLO;
+    uint32_t lens[] = {0, 1, 255, 256, 65536, WEFT_STORE_MAX_FRAME};
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        for (int t = WEFT__STORE_HELLO; t <= WEFT__STORE_MSG_MAX; t++) {
+            weft__store_hdr_encode(hdr, lens[i], (weft_store_msg_t)t);
+            assert_int_equal(weft__store_hdr_decode(hdr, &len, &type), WEFT_OK);
+            assert_int_equal(len, lens[i]);
+            assert_int_equal(type, t);
+        }
+    }
+    /* Network byte order, written out by hand. */
+    weft__store_hdr_encode(hdr, 0x01020304u, WEFT__STORE_SET);
+    const uint8_t expect[8] = {1, 2, 3, 4, WEFT__STORE_SET, 0, 0, 0};
+    assert_memory_equal(hdr, expect, 8);
+}
+
+static void test_hdr_rejects(void **state)
+{
+    (void)state;
+    uint8_t hdr[WEFT__STORE_HDR_LEN];
+    uint32_t len = 12345;
+    weft_store_msg_t type = WEFT__STORE_EVENT;
+
+    weft__store_hdr_encode(hdr, WEFT_STORE_MAX_FRAME + 1, WEFT__STORE_SET);
+    assert_int_equal(weft__store_hdr_decode(hdr, &len, &type), WEFT_ERR_PROTOCOL);
+    weft__store_hdr_encode(hdr, UINT32_MAX, WEFT__STORE_SET);
+    assert_int_equal(weft__store_hdr_decode(hdr, &len, &type), WEFT_ERR_PROTOCOL);
+    weft__store_hdr_encode(hdr, 4, (weft_store_msg_t)0);
+    assert_int_equal(weft__store_hdr_decode(hdr, &len, &type), WEFT_ERR_PROTOCOL);
+    weft__store_hdr_encode(hdr, 4, (weft_store_msg_t)(WEFT__STORE_MSG_MAX + 1));
+    assert_int_equal(weft__store_hdr_decode(hdr, &len, &type), WEFT_ERR_PROTOCOL);
+    for (int i = 5; i < 8; i++) {
+        weft__store_hdr_encode(hdr, 4, WEFT__STORE_SET);
+        hdr[i] = 1;
+        assert_int_equal(weft__store_hdr_decode(hdr, &len, &type), WEFT_ERR_PROTOCOL);
+    }
+    /* Outputs untouched on failure. */
+    assert_int_equal(len, 12345);
+    assert_int_equal(type, WEFT__STORE_EVENT);
+}
+
+static void test_kv_roundtrip(void **state)
+{
+    (void)state;
+    weft_store_buf_t b = {0};
+    const uint8_t val[] = {0, 1, 2, 0, 255};
+    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, "k/1", 3, val, sizeof(val)),
+                     WEFT_OK);
+    assert_int_equal(b.len, WEFT__STORE_HDR_LEN + 2 + 3 + sizeof(val));
+
+    uint32_t len;
+    weft_store_msg_t type;
+    assert_int_equal(weft__store_hdr_decode(b.data, &len, &type), WEFT_OK);
+    assert_int_equal(type, WEFT__STORE_SET);
+    assert_int_equal(len, 2 + 3 + sizeof(val));
+    const uint8_t *body = b.data + WEFT__STORE_HDR_LEN;
+    assert_int_equal(body[0], 0);
+    assert_int_equal(body[1], 3);
+
+    const char *key;
+    const uint8_t *rest;
+    size_t klen, rlen;
+    assert_int_equal(weft__store_kv_decode(body, len, &key, &klen, &rest, &rlen), WEFT_OK);
+    assert_int_equal(klen, 3);
+    assert_memory_equal(key, "k/1", 3);
+    assert_int_equal(rlen, sizeof(val));
+    assert_memory_equal(rest, val, sizeof(val));
+
+    /* Empty key (a watch prefix) and empty rest. */
+    b.len = 0;
+    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_WATCH, "", 0, NULL, 0), WEFT_OK);
+    assert_int_equal(b.len, WEFT__STORE_HDR_LEN + 2);
+    assert_int_equal(
+        weft__store_kv_decode(b.data + WEFT__STORE_HDR_LEN, 2, &key, &klen, &rest, &rlen), WEFT_OK);
+    assert_int_equal(klen, 0);
+    assert_int_equal(rlen, 0);
+    weft__store_buf_free(&b);
+}
+
+static void test_kv_rejects(void **state)
+{
+    (void)state;
+    const char *key = NULL;
+    const uint8_t *rest = NULL;
+    size_t klen = 99, rlen = 99;
+    uint8_t body[WEFT_STORE_MAX_KEY + 8];
+    memset(body, 'a', sizeof(body));
+
+    /* Too short for the key length. */
+    assert_int_equal(weft__store_kv_decode(body, 0, &key, &klen, &rest, &rlen), WEFT_ERR_PROTOCOL);
+    assert_int_equal(weft__store_kv_decode(body, 1, &key, &klen, &rest, &rlen), WEFT_ERR_PROTOCOL);
+    /* Key runs past the body. */
+    body[0] = 0;
+    body[1] = 5;
+    assert_int_equal(weft__store_kv_decode(body, 6, &key, &klen, &rest, &rlen), WEFT_ERR_PROTOCOL);
+    assert_int_equal(weft__store_kv_decode(body, 7, &key, &klen, &rest, &rlen), WEFT_OK);
+    assert_int_equal(rlen, 0);
+    /* Key longer than the limit, even though the bytes are there. */
+    body[0] = (WEFT_STORE_MAX_KEY + 1) >> 8;
+    body[1] = (WEFT_STORE_MAX_KEY + 1) & 255;
+    assert_int_equal(weft__store_kv_decode(body, sizeof(body), &key, &klen, &rest, &rlen),
+                     WEFT_ERR_PROTOCOL);
+    body[0] = WEFT_STORE_MAX_KEY >> 8;
+    body[1] = WEFT_STORE_MAX_KEY & 255;
+    assert_int_equal(weft__store_kv_decode(body, sizeof(body), &key, &klen, &rest, &rlen), WEFT_OK);
+    assert_int_equal(klen, WEFT_STORE_MAX_KEY);
+    /* A NUL inside the key. */
+    body[0] = 0;
+    body[1] = 3;
+    body[3] = '\0';
+    klen = 99;
+    assert_int_equal(weft__store_kv_decode(body, 8, &key, &klen, &rest, &rlen), WEFT_ERR_PROTOCOL);
+    assert_int_equal(klen, 99);
+    /* Encoder refuses an over-long key. */
+    weft_store_buf_t b = {0};
+    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, (const char *)body + 2,
+                                          WEFT_STORE_MAX_KEY + 1, NULL, 0),
+                     WEFT_ERR_INVALID_ARG);
+    weft__store_buf_free(&b);
+}
+
+static void test_frame_cap(void **state)
+{
+    (void)state;
+    weft_store_buf_t b = {0};
+    uint8_t *big = calloc(1, WEFT_STORE_MAX_FRAME + 1);
+    assert_non_null(big);
+    /* A payload of exactly the cap fits; one byte more is refused and rolled back. */
+    assert_int_equal(weft__store_frame_resp(&b, WEFT_OK, big, WEFT_STORE_MAX_FRAME - 4), WEFT_OK);
+    size_t one = b.len;
+    assert_int_equal(one, WEFT__STORE_HDR_LEN + WEFT_STORE_MAX_FRAME);
+    assert_int_equal(weft__store_frame_resp(&b, WEFT_OK, big, WEFT_STORE_MAX_FRAME - 3),
+                     WEFT_ERR_INVALID_ARG);
+    assert_int_equal(b.len, one);
+    assert_int_equal(
+        weft__store_frame_kv(&b, WEFT__STORE_SET, "k", 1, big, WEFT_STORE_MAX_FRAME - 2),
+        WEFT_ERR_INVALID_ARG);
+    assert_int_equal(b.len, one);
+    /* The largest value fits in SET, EVENT and RESP frames with the longest key. */
+    char key[WEFT_STORE_MAX_KEY];
+    memset(key, 'k', sizeof(key));
+    assert_int_equal(
+        weft__store_frame_kv(&b, WEFT__STORE_EVENT, key, sizeof(key), big, WEFT__STORE_MAX_VALUE),
+        WEFT_OK);
+    assert_int_equal(weft__store_frame_resp(&b, WEFT_OK, big, WEFT__STORE_MAX_VALUE), WEFT_OK);
+    free(big);
+    weft__store_buf_free(&b);
+}
+
+static void test_resp_decode(void **state)
+{
+    (void)state;
+    weft_store_buf_t b = {0};
+    weft_status_t status = WEFT_OK;
+    const uint8_t *data;
+    size_t dlen;
+    assert_int_equal(weft__store_frame_resp(&b, WEFT_ERR_TIMEOUT, "xy", 2), WEFT_OK);
+    assert_int_equal(
+        weft__store_resp_decode(b.data + WEFT__STORE_HDR_LEN, 6, &status, &data, &dlen), WEFT_OK);
+    assert_int_equal(status, WEFT_ERR_TIMEOUT);
+    assert_int_equal(dlen, 2);
+    assert_memory_equal(data, "xy", 2);
+    /* Too short, and a status the store never sends. */
+    assert_int_equal(
+        weft__store_resp_decode(b.data + WEFT__STORE_HDR_LEN, 3, &status, &data, &dlen),
+        WEFT_ERR_PROTOCOL);
+    const uint8_t odd[4] = {0x7f, 0, 0, 0};
+    assert_int_equal(weft__store_resp_decode(odd, 4, &status, &data, &dlen), WEFT_ERR_PROTOCOL);
+    weft__store_buf_free(&b);
+}
+
+static void test_ints(void **state)
+{
+    (void)state;
+    weft_store_buf_t b = {0};
+    assert_int_equal(weft__store_buf_put_u16(&b, 0xabcd), WEFT_OK);
+    assert_int_equal(weft__store_buf_put_u32(&b, 0x01020304u), WEFT_OK);
+    assert_int_equal(weft__store_buf_put_u64(&b, 0x1122334455667788ull), WEFT_OK);
+    const uint8_t expect[] = {0xab, 0xcd, 1,    2,    3,    4,    0x11,
+                              0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
+    assert_int_equal(b.len, sizeof(expect));
+    assert_memory_equal(b.data, expect, sizeof(expect));
+    assert_int_equal(weft__store_get_u32(b.data + 2), 0x01020304u);
+    assert_true(weft__store_get_u64(b.data + 6) == 0x1122334455667788ull);
+    weft__store_buf_free(&b);
+}
+
+/* RFC 4231 test cases 1 and 2. */
+static void test_hmac_rfc4231(void **state)
+{
+    (void)state;
+    uint8_t out[32], expect[32], key[20];
+    memset(key, 0x0b, sizeof(key));
+    assert_int_equal(weft__store_hmac_sha256(key, sizeof(key), "Hi There", 8, out), WEFT_OK);
+    hex_decode("b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7", expect, 32);
+    assert_memory_equal(out, expect, 32);
+    const char *data = "what do ya want for nothing?";
+    assert_int_equal(weft__store_hmac_sha256("Jefe", 4, data, strlen(data), out), WEFT_OK);
+    hex_decode("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843", expect, 32);
+    assert_memory_equal(out, expect, 32);
+}
+
+static void test_auth_proof(void **state)
+{
+    (void)state;
+    const char *token = "0123456789abcdef0123456789abcdef";
+    uint8_t nonce[WEFT__STORE_NONCE_LEN], proof[32], expect[32];
+    for (int i = 0; i < WEFT__STORE_NONCE_LEN; i++) {
+        nonce[i] = (uint8_t)i;
+    }
+    /* Reference from Python's hmac module: HMAC-SHA256(token, nonce || context). */
+    hex_decode("780a51df390b3359e1dbc2f27dc607b8930614b74f894b3cce8bcd5988ff7dfa", expect, 32);
+    assert_int_equal(weft__store_auth_proof(token, nonce, proof), WEFT_OK);
+    assert_memory_equal(proof, expect, 32);
+    assert_true(weft__store_auth_check(token, nonce, proof, 32));
+
+    /* Every flipped bit, a wrong token, another nonce and a wrong length are refused. */
+    for (int i = 0; i < 32 * 8; i++) {
+        proof[i / 8] ^= (uint8_t)(1u << (i % 8));
+        assert_false(weft__store_auth_check(token, nonce, proof, 32));
+        proof[i / 8] ^= (uint8_t)(1u << (i % 8));
+    }
+    assert_false(weft__store_auth_check("0123456789abcdef0123456789abcdeg", nonce, proof, 32));
+    assert_false(weft__store_auth_check("0123456789abcdef", nonce, proof, 32));
+    assert_false(weft__store_auth_check(token, nonce, proof, 31));
+    assert_false(weft__store_auth_check(token, nonce, proof, 0));
+    nonce[31] ^= 1;
+    assert_false(weft__store_auth_check(token, nonce, proof, 32));
+}
+
+static void test_make_token(void **state)
+{
+    (void)state;
+    char a[65], b[65];
+    memset(a, 'X', sizeof(a));
+    assert_int_equal(weft__store_make_token(a), WEFT_OK);
+    assert_int_equal(weft__store_make_token(b), WEFT_OK);
+    assert_int_equal(strlen(a), 32);
+    for (int i = 0; i < 32; i++) {
+        assert_non_null(strchr("0123456789abcdef", a[i]));
+    }
+    assert_string_not_equal(a, b); /* 2^-128 chance of a false failure */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hdr_rejects),  cmocka_unit_test(test_kv_rejects),
+        cmocka_unit_test(test_frame_cap),    cmocka_unit_test(test_hdr_roundtrip),
+        cmocka_unit_test(test_kv_roundtrip), cmocka_unit_test(test_resp_decode),
+        cmocka_unit_test(test_ints),         cmocka_unit_test(test_hmac_rfc4231),
+        cmocka_unit_test(test_auth_proof),   cmocka_unit_test(test_make_token),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
