@@ -148,6 +148,8 @@ struct weft_vocab_mb {
     float *dx;             /* the caller's ∇X, reduced in place by C2 */
     double loss_sum;
     bool have_loss;        /* C1 completed for the current microbatch */
+    weft_vocab_mb_stats_t stats; /* of the current microbatch */
+    uint64_t coll_start_ns; /* when the collective in flight started */
     /* Host buffers, sized for max_tokens, allocated on first use. */
     float *y;              /* [max_tokens * len] logits / exp / G (CPU path) */
     float *rec;            /* [max_tokens * rec] the records C1 reduces */

@@ -165,6 +165,8 @@ weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float
     }
     mb->state = WEFT__MB_IDLE;
     mb->have_loss = false;
+    mb->stats = (weft_vocab_mb_stats_t){.size = sizeof(mb->stats)};
+    uint64_t t0 = weft__now_ns();
     mb->n = n;
     mb->x = x;
     mb->w = w;
@@ -182,17 +184,20 @@ weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float
         weft__xent_dims_t d = mb_dims(mb);
         weft__xent_s_cpu(&d, mb->algo, x, w, mb->labels, mb->y, mb->rec, mb->mloc);
     }
+    mb->stats.compute_ns += weft__now_ns() - t0;
     mb->state = WEFT__MB_S_DONE;
     return WEFT_OK;
 }
 
 static weft_status_t finish_c1(weft_vocab_mb_t *mb)
 {
+    uint64_t t0 = weft__now_ns();
     weft__xent_dims_t d = mb_dims(mb);
     mb->loss_sum =
         weft__xent_finish_c1_cpu(&d, mb->algo, mb->labels, mb->rec, mb->mloc, mb->loss, mb->coef);
     mb->state = WEFT__MB_C1_DONE;
     mb->have_loss = true;
+    mb->stats.compute_ns += weft__now_ns() - t0;
     return WEFT_OK;
 }
 
@@ -204,12 +209,18 @@ static weft_status_t start_allreduce(weft_vocab_mb_t *mb, void *buf, size_t coun
                                      weft_dtype_t dtype, weft_op_t op)
 {
     weft_req_t *req = NULL;
+    mb->coll_start_ns = weft__now_ns();
+    mb->stats.collectives++;
+    mb->stats.comm_bytes += count * (dtype == WEFT_DTYPE_USER
+                                         ? weft__rec_floats(mb->algo, mb->v->hidden) * sizeof(float)
+                                         : weft_dtype_size(dtype));
     weft_status_t st = weft_iallreduce(mb->v->group, buf, buf, count, dtype, op, &req);
     if (st == WEFT_INPROGRESS) {
         mb->req = req;
         return st;
     }
     weft_req_free(req); /* NULL after an inline completion */
+    mb->stats.comm_ns += weft__now_ns() - mb->coll_start_ns;
     if (st != WEFT_OK) {
         mb->state = WEFT__MB_FAILED;
         return st;
@@ -234,6 +245,7 @@ static weft_status_t after_collective(weft_vocab_mb_t *mb)
         return WEFT_OK;
     }
     if (mb->algo == WEFT_VOCAB_NAIVE && mb->naive_stage == 1) {
+        uint64_t t0 = weft__now_ns();
         if (mb->on_device) {
 #ifdef WEFT_HAVE_CUDA
             weft_status_t st = weft__vxd_naive_sums(mb);
@@ -246,6 +258,7 @@ static weft_status_t after_collective(weft_vocab_mb_t *mb)
             weft__xent_dims_t d = mb_dims(mb);
             weft__xent_naive_sums_cpu(&d, mb->labels, mb->y, mb->rec);
         }
+        mb->stats.compute_ns += weft__now_ns() - t0;
         mb->naive_stage = 2;
         return start_allreduce(mb, mb->rec + mb->n, 2 * mb->n, WEFT_F32, WEFT_SUM);
     }
@@ -275,6 +288,7 @@ weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb)
 /* Handle the completion status @p st of the request in flight. */
 static weft_status_t request_done(weft_vocab_mb_t *mb, weft_status_t st)
 {
+    mb->stats.comm_ns += weft__now_ns() - mb->coll_start_ns;
     weft_req_free(mb->req);
     mb->req = NULL;
     if (st != WEFT_OK) {
@@ -399,6 +413,7 @@ weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *d
         return st;
     }
     mb->dx = dx;
+    uint64_t t0 = weft__now_ns();
     if (mb->on_device) {
 #ifdef WEFT_HAVE_CUDA
         if ((st = weft__vxd_t(mb, dx, dw)) != WEFT_OK) {
@@ -410,6 +425,7 @@ weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *d
         weft__xent_t_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w, mb->labels,
                          mb->wtok, mb->y, mb->coef, mb->rec, dx, dw, mb->accumulate_dw);
     }
+    mb->stats.compute_ns += weft__now_ns() - t0;
     mb->state = WEFT__MB_T_DONE;
     return WEFT_OK;
 }
@@ -459,6 +475,18 @@ weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, f
         st = weft_vocab_mb_wait(mb, WEFT_TIMEOUT_DEFAULT);
     }
     return st;
+}
+
+weft_status_t weft_vocab_mb_stats(const weft_vocab_mb_t *mb, weft_vocab_mb_stats_t *stats)
+{
+    if (mb == NULL || stats == NULL ||
+        stats->size < offsetof(weft_vocab_mb_stats_t, comm_bytes) + sizeof(size_t)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    size_t size = stats->size;
+    *stats = mb->stats;
+    stats->size = size;
+    return WEFT_OK;
 }
 
 weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo,

@@ -242,6 +242,24 @@ weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const
 weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx,
                                        float *dw);
 
+/** @brief Where the time of a microbatch went (filled by weft_vocab_mb_stats()). */
+typedef struct weft_vocab_mb_stats {
+    size_t size;           /**< sizeof(weft_vocab_mb_stats_t), set by the caller. */
+    uint64_t compute_ns;   /**< Time in the compute of S, T and between collectives. */
+    uint64_t comm_ns;      /**< Σ over its collectives of start-to-completion time as seen
+                                by this rank (includes waiting for slower ranks, and is only
+                                as fine as the calls that drive progress). */
+    uint32_t collectives;  /**< Collectives it issued. */
+    size_t comm_bytes;     /**< Bytes of the buffers those collectives reduced. */
+} weft_vocab_mb_stats_t;
+
+/**
+ * @brief Statistics of the current (or last) microbatch of @p mb, reset by S.
+ * @param[in,out] stats Its @c size must be set; the other fields are written on success.
+ * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
+ */
+weft_status_t weft_vocab_mb_stats(const weft_vocab_mb_t *mb, weft_vocab_mb_stats_t *stats);
+
 /** @brief Working memory a microbatch holds between its passes (bytes, on its device). */
 typedef struct weft_vocab_mem {
     size_t size;        /**< sizeof(weft_vocab_mem_t), set by the caller. */

@@ -76,6 +76,14 @@ static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_re
         uint64_t c2 = coll_count();
         assert_int_equal(c1 - c0, expected_colls[algo][0]);
         assert_int_equal(c2 - c1, expected_colls[algo][1]);
+        /* The microbatch's own account agrees, with the bytes each algorithm reduces. */
+        weft_vocab_mb_stats_t st = {.size = sizeof(st)};
+        OK(weft_vocab_mb_stats(mb, &st));
+        assert_int_equal(st.collectives, expected_colls[algo][0] + expected_colls[algo][1]);
+        size_t f = sizeof(float), want_bytes[] = {3 * c->n * f + c->n * c->h * f,
+                                                  3 * c->n * f + c->n * c->h * f,
+                                                  (3 + 2 * c->h) * c->n * f};
+        assert_int_equal(st.comm_bytes, want_bytes[algo]);
         char what[96];
         snprintf(what, sizeof(what), "%s red=%d align=%zu", weft_vocab_algo_name(algo), (int)red,
                  align);
