@@ -1,0 +1,333 @@
+/*
+ * weft-perf vocab: the vocabulary-parallel output layer, naive vs Algorithm 1 vs
+ * Algorithm 2, side by side on the ranks of the job (P = job size).
+ *
+ * Every iteration aligns the ranks with a barrier, then runs one microbatch forward
+ * (S, C1) and backward (T, C2) with the blocking wrappers. Per algorithm it reports:
+ *   colls     collectives per microbatch, from weft_group_coll_count()
+ *   fwd, bwd  wall time of the forward and backward wrappers
+ *   compute   time in the passes' compute (weft_vocab_mb_stats)
+ *   comm      Σ start-to-completion time of its collectives, waiting for the slowest
+ *             rank included: the communication a schedule has to hide or wait for
+ *   bytes     bytes its collectives reduce per microbatch
+ *   peak      activation bytes one microbatch holds between S and T (weft_vocab_xent_memory)
+ * Times are means over the timed iterations of the slowest rank. Ratios are against naive.
+ * With -c the three algorithms' losses and gradients must agree (else #wrong > 0).
+ * OpenBLAS threads: set OPENBLAS_NUM_THREADS so ranks x threads fits the cores.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "perf.h"
+
+enum { ALGOS = WEFT_VOCAB_ALGO_COUNT };
+enum { T_FWD, T_BWD, T_COMPUTE, T_COMM, T_COUNT };
+
+typedef struct vocab_bench {
+    perf_opts_t o;
+    size_t n, h, V;
+    bool run[ALGOS];
+    perf_world_t w;
+    weft_vocab_t *vocab;
+    weft_vocab_range_t r;
+    float *x, *wt, *dx, *dw, *loss_tok; /* inputs and outputs of this rank */
+    int64_t *labels;
+    float *ref_dx, *ref_dw, *ref_loss;  /* the first algorithm's results, for -c */
+    bool have_ref;
+} vocab_bench_t;
+
+typedef struct algo_result {
+    double t[T_COUNT]; /* ms, mean over iterations, max over ranks */
+    uint64_t colls_fwd, colls_bwd;
+    size_t bytes, peak;
+    float loss;
+    long wrong;
+} algo_result_t;
+
+static const perf_extra_opt_t extras[] = {
+    {"--tokens", true, "N", "tokens per microbatch n (default 2048)"},
+    {"--hidden", true, "H", "hidden size h (default 1024)"},
+    {"--vocab", true, "V", "vocabulary size V (default 65536)"},
+    {"--algos", true, "LIST", "comma-separated subset of naive,alg1,alg2 (default all)"},
+};
+
+static int parse_count(const char *val, size_t *out)
+{
+    return perf_parse_size(val, out) == 0 && *out > 0 ? 0 : -1;
+}
+
+static int on_extra(void *arg, const char *name, const char *val)
+{
+    vocab_bench_t *b = arg;
+    if (strcmp(name, "--tokens") == 0) {
+        return parse_count(val, &b->n);
+    }
+    if (strcmp(name, "--hidden") == 0) {
+        return parse_count(val, &b->h);
+    }
+    if (strcmp(name, "--vocab") == 0) {
+        return parse_count(val, &b->V);
+    }
+    memset(b->run, 0, sizeof(b->run));
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s", val);
+    for (char *tok = strtok(buf, ","); tok != NULL; tok = strtok(NULL, ",")) {
+        int a = 0;
+        while (a < ALGOS && strcmp(tok, weft_vocab_algo_name((weft_vocab_algo_t)a)) != 0) {
+            a++;
+        }
+        if (a == ALGOS) {
+            return -1;
+        }
+        b->run[a] = true;
+    }
+    return 0;
+}
+
+/* Deterministic inputs: X and labels equal on every rank, W the rank's rows of one
+ * global matrix, scaled so logits are a few units. */
+static int make_inputs(vocab_bench_t *b)
+{
+    size_t n = b->n, h = b->h, pl = b->r.padded_length;
+    b->x = perf_alloc(n * h * sizeof(float));
+    b->wt = perf_alloc(pl * h * sizeof(float));
+    b->dx = perf_alloc(n * h * sizeof(float));
+    b->dw = perf_alloc(pl * h * sizeof(float));
+    b->loss_tok = perf_alloc(n * sizeof(float));
+    b->labels = perf_alloc(n * sizeof(int64_t));
+    if (!b->x || !b->wt || !b->dx || !b->dw || !b->loss_tok || !b->labels) {
+        fprintf(stderr, "weft-perf vocab: out of memory\n");
+        return -1;
+    }
+    float scale = 2.0f / sqrtf((float)h);
+    uint64_t s = perf_seed(1, n, h, b->V);
+    for (size_t i = 0; i < n * h; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        b->x[i] = scale * ((float)(s >> 40) / (float)(1u << 24) - 0.5f);
+    }
+    for (size_t i = 0; i < pl * h; i++) {
+        uint64_t t = perf_seed(2, b->r.start * h + i, 0, 0);
+        b->wt[i] = i < b->r.length * h ? ((float)(t >> 40) / (float)(1u << 24) - 0.5f) : 0.0f;
+    }
+    for (size_t j = 0; j < n; j++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        b->labels[j] = j % 16 == 15 ? -100 : (int64_t)((s >> 33) % b->V);
+    }
+    return 0;
+}
+
+/* Relative max difference of two float arrays, scaled by b's largest magnitude. */
+static double rel_diff(const float *a, const float *ref, size_t count)
+{
+    double scale = 1e-30, err = 0.0;
+    for (size_t i = 0; i < count; i++) {
+        scale = fmax(scale, fabs(ref[i]));
+        err = isnan(a[i]) ? INFINITY : fmax(err, fabs((double)a[i] - ref[i]));
+    }
+    return err / scale;
+}
+
+/* Compare with (or keep) the first algorithm's results: 1 if they disagree. */
+static long check_results(vocab_bench_t *b)
+{
+    size_t nh = b->n * b->h, wh = b->r.padded_length * b->h;
+    if (!b->have_ref) {
+        b->ref_dx = perf_alloc(nh * sizeof(float));
+        b->ref_dw = perf_alloc(wh * sizeof(float));
+        b->ref_loss = perf_alloc(b->n * sizeof(float));
+        if (!b->ref_dx || !b->ref_dw || !b->ref_loss) {
+            return 1;
+        }
+        memcpy(b->ref_dx, b->dx, nh * sizeof(float));
+        memcpy(b->ref_dw, b->dw, wh * sizeof(float));
+        memcpy(b->ref_loss, b->loss_tok, b->n * sizeof(float));
+        b->have_ref = true;
+        return 0;
+    }
+    double e = fmax(rel_diff(b->dx, b->ref_dx, nh), rel_diff(b->dw, b->ref_dw, wh));
+    e = fmax(e, rel_diff(b->loss_tok, b->ref_loss, b->n));
+    return e > 1e-4 ? 1 : 0;
+}
+
+static int run_algo(vocab_bench_t *b, weft_vocab_algo_t algo, algo_result_t *res)
+{
+    weft_group_t *g = b->w.world;
+    weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = algo,
+                                 .reduction = WEFT_VOCAB_MEAN, .max_tokens = b->n};
+    weft_vocab_mb_t *mb = NULL;
+    weft_status_t st = weft_vocab_mb_create(b->vocab, &mp, &mb);
+    double sum[T_COUNT] = {0};
+    float grad = 1.0f;
+    memset(res, 0, sizeof(*res));
+    for (int it = 0; st == WEFT_OK && it < b->o.warmup + b->o.iters; it++) {
+        st = weft_barrier(g);
+        uint64_t c0 = 0, c1 = 0, c2 = 0;
+        weft_group_coll_count(g, &c0);
+        uint64_t t0 = perf_now_ns();
+        if (st == WEFT_OK) {
+            st = weft_vocab_xent_forward(mb, b->x, b->wt, b->labels, b->n, b->loss_tok,
+                                         &res->loss);
+        }
+        uint64_t t1 = perf_now_ns();
+        weft_group_coll_count(g, &c1);
+        if (st == WEFT_OK) {
+            st = weft_vocab_xent_backward(mb, &grad, b->dx, b->dw);
+        }
+        uint64_t t2 = perf_now_ns();
+        weft_group_coll_count(g, &c2);
+        weft_vocab_mb_stats_t ms = {.size = sizeof(ms)};
+        if (st == WEFT_OK) {
+            st = weft_vocab_mb_stats(mb, &ms);
+        }
+        if (st != WEFT_OK || it < b->o.warmup) {
+            continue;
+        }
+        sum[T_FWD] += (double)(t1 - t0) / 1e6;
+        sum[T_BWD] += (double)(t2 - t1) / 1e6;
+        sum[T_COMPUTE] += (double)ms.compute_ns / 1e6;
+        sum[T_COMM] += (double)ms.comm_ns / 1e6;
+        res->colls_fwd = c1 - c0;
+        res->colls_bwd = c2 - c1;
+        res->bytes = ms.comm_bytes;
+    }
+    weft_vocab_mb_destroy(mb);
+    if (st != WEFT_OK) {
+        perf_report_error(&b->w, weft_vocab_algo_name(algo), st);
+        return -1;
+    }
+    for (int k = 0; k < T_COUNT; k++) {
+        sum[k] /= b->o.iters;
+    }
+    /* The slowest rank sets the pace of a step. */
+    if ((st = weft_allreduce(g, sum, res->t, T_COUNT, WEFT_F64, WEFT_MAX)) != WEFT_OK) {
+        perf_report_error(&b->w, "allreduce", st);
+        return -1;
+    }
+    weft_vocab_mem_t mem = {.size = sizeof(mem)};
+    weft_vocab_xent_memory(b->vocab, algo, b->n, &mem);
+    res->peak = mem.peak;
+    long wrong = b->o.check ? check_results(b) : 0, any = 0;
+    weft_allreduce(g, &wrong, &any, 1, WEFT_I64, WEFT_MAX);
+    res->wrong = b->o.check ? any : -1;
+    return 0;
+}
+
+static void print_table(const vocab_bench_t *b, const algo_result_t *res)
+{
+    const algo_result_t *base = b->run[WEFT_VOCAB_NAIVE] ? &res[WEFT_VOCAB_NAIVE] : NULL;
+    printf("# weft-perf vocab: n=%zu h=%zu V=%zu P=%d (shard %zu rows), %d iters, %d warmup\n",
+           b->n, b->h, b->V, b->w.size, b->r.padded_length, b->o.iters, b->o.warmup);
+    printf("# %-6s %5s %10s %10s %11s %11s %9s %11s %12s %8s %8s %7s\n", "algo", "colls",
+           "fwd(ms)", "bwd(ms)", "total(ms)", "compute(ms)", "comm(ms)", "comm bytes",
+           "peak act(B)", "time/nv", "comm/nv", "#wrong");
+    for (int a = 0; a < ALGOS; a++) {
+        if (!b->run[a]) {
+            continue;
+        }
+        const algo_result_t *r = &res[a];
+        double total = r->t[T_FWD] + r->t[T_BWD];
+        double bt = base ? base->t[T_FWD] + base->t[T_BWD] : 0;
+        printf("  %-6s %5llu %10.2f %10.2f %11.2f %11.2f %9.3f %11zu %12zu", 
+               weft_vocab_algo_name((weft_vocab_algo_t)a),
+               (unsigned long long)(r->colls_fwd + r->colls_bwd), r->t[T_FWD], r->t[T_BWD],
+               total, r->t[T_COMPUTE], r->t[T_COMM], r->bytes, r->peak);
+        if (base != NULL && bt > 0 && base->t[T_COMM] > 0) {
+            printf(" %8.3f %8.3f", total / bt, r->t[T_COMM] / base->t[T_COMM]);
+        } else {
+            printf(" %8s %8s", "-", "-");
+        }
+        if (r->wrong < 0) {
+            printf(" %7s\n", "N/A");
+        } else {
+            printf(" %7ld\n", r->wrong);
+        }
+    }
+}
+
+static void print_json(const vocab_bench_t *b, const algo_result_t *res)
+{
+    printf("{\"subcommand\": \"vocab\", \"n\": %zu, \"h\": %zu, \"V\": %zu, \"nranks\": %d, "
+           "\"iters\": %d, \"warmup\": %d, \"rows\": [",
+           b->n, b->h, b->V, b->w.size, b->o.iters, b->o.warmup);
+    const char *sep = "";
+    for (int a = 0; a < ALGOS; a++) {
+        if (!b->run[a]) {
+            continue;
+        }
+        const algo_result_t *r = &res[a];
+        printf("%s{\"algo\": ", sep);
+        perf_json_string(stdout, weft_vocab_algo_name((weft_vocab_algo_t)a));
+        printf(", \"colls_fwd\": %llu, \"colls_bwd\": %llu, \"fwd_ms\": %.3f, \"bwd_ms\": %.3f, "
+               "\"compute_ms\": %.3f, \"comm_ms\": %.3f, \"comm_bytes\": %zu, "
+               "\"peak_act_bytes\": %zu, \"loss\": %.6f, \"wrong\": %ld}",
+               (unsigned long long)r->colls_fwd, (unsigned long long)r->colls_bwd, r->t[T_FWD],
+               r->t[T_BWD], r->t[T_COMPUTE], r->t[T_COMM], r->bytes, r->peak, (double)r->loss,
+               r->wrong);
+        sep = ", ";
+    }
+    printf("]}\n");
+}
+
+static void bench_free(vocab_bench_t *b)
+{
+    perf_free(b->x);
+    perf_free(b->wt);
+    perf_free(b->dx);
+    perf_free(b->dw);
+    perf_free(b->loss_tok);
+    perf_free(b->labels);
+    perf_free(b->ref_dx);
+    perf_free(b->ref_dw);
+    perf_free(b->ref_loss);
+}
+
+int perf_vocab_main(int argc, char **argv)
+{
+    vocab_bench_t b = {.n = 2048, .h = 1024, .V = 65536, .run = {true, true, true}};
+    perf_opts_default(&b.o);
+    b.o.iters = 3; /* one iteration is seconds of GEMMs on a CPU */
+    b.o.warmup = 1;
+    int rc = perf_parse_opts(argc, argv, &b.o, "vocab", extras, sizeof(extras) / sizeof(extras[0]),
+                             on_extra, &b);
+    if (rc != PERF_CONTINUE) {
+        return rc == PERF_HELP ? PERF_EXIT_OK : PERF_EXIT_USAGE;
+    }
+    if (b.o.iters < 1) {
+        b.o.iters = 1;
+    }
+    if (perf_world_open(&b.w) != 0) {
+        return PERF_EXIT_ERROR;
+    }
+    weft_vocab_params_t vp = {.size = sizeof(vp), .vocab_size = b.V, .hidden = b.h};
+    weft_status_t st = weft_vocab_create(b.w.world, &vp, &b.vocab);
+    if (st == WEFT_OK) {
+        st = weft_vocab_local_range(b.vocab, &b.r);
+    }
+    if (st != WEFT_OK) {
+        perf_report_error(&b.w, "weft_vocab_create", st);
+        perf_world_close(&b.w);
+        return PERF_EXIT_ERROR;
+    }
+    algo_result_t res[ALGOS];
+    rc = make_inputs(&b) == 0 ? PERF_EXIT_OK : PERF_EXIT_ERROR;
+    long wrong = 0;
+    for (int a = 0; rc == PERF_EXIT_OK && a < ALGOS; a++) {
+        if (b.run[a] && run_algo(&b, (weft_vocab_algo_t)a, &res[a]) != 0) {
+            rc = PERF_EXIT_ERROR;
+        }
+        wrong += b.run[a] && res[a].wrong > 0;
+    }
+    if (rc == PERF_EXIT_OK && b.w.rank == 0) {
+        if (b.o.json) {
+            print_json(&b, res);
+        } else {
+            print_table(&b, res);
+        }
+    }
+    weft_vocab_destroy(b.vocab);
+    bench_free(&b);
+    perf_world_close(&b.w);
+    return rc != PERF_EXIT_OK ? rc : wrong > 0 ? PERF_EXIT_WRONG : PERF_EXIT_OK;
+}
