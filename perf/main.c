@@ -7,6 +7,7 @@ static const perf_subcommand_t subcommands[] = {
     {"sendrecv", perf_sendrecv_main, "point-to-point latency and bandwidth between ranks 0 and 1"},
     {"group", perf_group_main,
      "cost of losing a rank (detect, repair vs full rebuild) and of admitting one (grow)"},
+    {"vocab", perf_vocab_main, "vocabulary-parallel output layer: naive vs Alg.1 vs Alg.2"},
 };
 
 static void usage(FILE *out)

@@ -35,6 +35,7 @@ typedef struct perf_subcommand {
 
 int perf_sendrecv_main(int argc, char **argv);
 int perf_group_main(int argc, char **argv);
+int perf_vocab_main(int argc, char **argv);
 
 /* ---- exit codes of every subcommand ---- */
 #define PERF_EXIT_OK 0
