@@ -1,7 +1,330 @@
+/*
+ * weftrun: start N local ranks of a weft job, host their rendezvous store, supervise
+ * them. This file holds the command line, the store set-up and --store-only; the
+ * process management is in weftrun_spawn.c, weftrun_output.c and weftrun_supervise.c.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
-int main(void)
+#include "launcher/weftrun.h"
+#include "weft/core.h"
+
+#define WEFTRUN_MAX_RANKS 65536
+#define WEFTRUN_MAX_SECONDS 31536000.0 /* a year: longer is surely a typo */
+
+static const char usage_text[] =
+    "Usage: weftrun -n N [options] [--] program [args...]\n"
+    "       weftrun --store-only [--bind ADDR] [--port PORT]\n"
+    "\n"
+    "Start N local ranks of a weft job, host the job's rendezvous store and supervise\n"
+    "the ranks: when one exits abnormally the others are stopped.\n"
+    "\n"
+    "Options:\n"
+    "  -n, --np N          number of ranks to start (required unless --store-only)\n"
+    "      --tag-output    prefix every line of each rank's stdout and stderr with\n"
+    "                      '[rank N] ' (otherwise the ranks write to weftrun's\n"
+    "                      stdout and stderr directly)\n"
+    "      --keep-going    when a rank exits abnormally, let the others run on; exit\n"
+    "                      with the status of the first failure once all have exited\n"
+    "      --grace SECONDS time between SIGTERM and SIGKILL when ranks are stopped\n"
+    "                      (default 3; fractions allowed)\n"
+    "      --timeout SECONDS\n"
+    "                      stop all ranks after this long and exit 124 (default: none)\n"
+    "      --bind ADDR     address the store listens on (default 127.0.0.1); use this\n"
+    "                      host's address or 0.0.0.0 when ranks on other hosts join\n"
+    "      --port PORT     port of the store (default 0: any free port)\n"
+    "      --store-only    start no ranks: print WEFT_STORE=host:port and\n"
+    "                      WEFT_JOB_TOKEN=token lines (for `export`) and serve the\n"
+    "                      store until SIGINT or SIGTERM (or --timeout); for jobs\n"
+    "                      started by mpirun or srun. With a wildcard --bind the\n"
+    "                      printed host is this host's name\n"
+    "  -v, --verbose       say more (repeat for debug output)\n"
+    "  -h, --help          print this help and exit\n"
+    "  -V, --version       print the version and exit\n"
+    "\n"
+    "Each rank gets these environment variables:\n"
+    "  WEFT_RANK           its rank, 0 .. N-1\n"
+    "  WEFT_WORLD_SIZE     N\n"
+    "  WEFT_LOCAL_RANK     its rank among the ranks of this host (= WEFT_RANK here)\n"
+    "  WEFT_LOCAL_SIZE     ranks on this host (= N here)\n"
+    "  WEFT_STORE          host:port of the rendezvous store\n"
+    "  WEFT_JOB_TOKEN      the secret the store asks its clients to prove they hold\n"
+    "Rank 0 reads weftrun's stdin when it is not a terminal; the others read /dev/null.\n"
+    "Each rank runs in a process group of its own; signals go to the whole group.\n"
+    "\n"
+    "When a rank exits with a non-zero status or is killed by a signal, weftrun first\n"
+    "sets the store key weft/failed/<rank> to \"exit <code>\" or \"signal <number>\"\n"
+    "(ranks watch that prefix), then, unless --keep-going, sends SIGTERM to the other\n"
+    "ranks, SIGKILL after the grace period, and exits with the rank's exit code, or\n"
+    "128 + the signal number.\n"
+    "SIGINT, SIGTERM and SIGHUP sent to weftrun are forwarded to the ranks (a second\n"
+    "one sends SIGKILL at once); weftrun then exits with 128 + the signal number.\n"
+    "\n"
+    "Exit status: 0 when every rank exited 0; the failing rank's status; 124 on\n"
+    "--timeout; 127 when the program cannot be run; 2 for bad usage; 1 when weftrun\n"
+    "itself failed.\n";
+
+enum long_only_opt {
+    OPT_TAG_OUTPUT = 256,
+    OPT_KEEP_GOING,
+    OPT_GRACE,
+    OPT_TIMEOUT,
+    OPT_BIND,
+    OPT_PORT,
+    OPT_STORE_ONLY,
+};
+
+static const struct option long_opts[] = {
+    {"np", required_argument, NULL, 'n'},
+    {"tag-output", no_argument, NULL, OPT_TAG_OUTPUT},
+    {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
+    {"grace", required_argument, NULL, OPT_GRACE},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"bind", required_argument, NULL, OPT_BIND},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"store-only", no_argument, NULL, OPT_STORE_ONLY},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+};
+
+static void usage_error(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "weftrun: not implemented yet\n");
-    return 2;
+    fputs("weftrun: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\nTry 'weftrun --help' for more information.\n", stderr);
+}
+
+/* A whole decimal number in [min, max]. */
+static bool parse_int(const char *s, long min, long max, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < min || v > max) {
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+/* Non-negative seconds, fractions allowed, to milliseconds rounded up. */
+static bool parse_seconds(const char *s, uint64_t *ms)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < 0.0 ||
+        v > WEFTRUN_MAX_SECONDS) {
+        return false;
+    }
+    *ms = (uint64_t)ceil(v * 1000.0);
+    return true;
+}
+
+/* Returns -1 when the options are fine, else the exit code (0 after --help). */
+static int parse_args(int argc, char **argv, weftrun_opts_t *o)
+{
+    *o = (weftrun_opts_t){.grace_ms = WEFTRUN_DEFAULT_GRACE_MS, .bind_addr = WEFTRUN_DEFAULT_BIND};
+    opterr = 0;
+    /* '+': options end at the program's name, so its own options are left alone. */
+    int c;
+    while ((c = getopt_long(argc, argv, "+:n:vhV", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            if (!parse_int(optarg, 1, WEFTRUN_MAX_RANKS, &o->nranks)) {
+                usage_error("-n needs a number of ranks from 1 to 65536, not '%s'", optarg);
+                return WEFTRUN_EXIT_USAGE;
+            }
+            break;
+        case OPT_TAG_OUTPUT:
+            o->tag_output = true;
+            break;
+        case OPT_KEEP_GOING:
+            o->keep_going = true;
+            break;
+        case OPT_STORE_ONLY:
+            o->store_only = true;
+            break;
+        case OPT_GRACE:
+            if (!parse_seconds(optarg, &o->grace_ms)) {
+                usage_error("--grace needs a number of seconds >= 0, not '%s'", optarg);
+                return WEFTRUN_EXIT_USAGE;
+            }
+            break;
+        case OPT_TIMEOUT:
+            if (!parse_seconds(optarg, &o->timeout_ms) || o->timeout_ms == 0) {
+                usage_error("--timeout needs a number of seconds > 0, not '%s'", optarg);
+                return WEFTRUN_EXIT_USAGE;
+            }
+            break;
+        case OPT_BIND:
+            if (optarg[0] == '\0') {
+                usage_error("--bind needs an address%s", "");
+                return WEFTRUN_EXIT_USAGE;
+            }
+            o->bind_addr = optarg;
+            break;
+        case OPT_PORT:
+            if (!parse_int(optarg, 0, 65535, &o->port)) {
+                usage_error("--port needs a port number from 0 to 65535, not '%s'", optarg);
+                return WEFTRUN_EXIT_USAGE;
+            }
+            break;
+        case 'v':
+            o->verbose++;
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            return 0;
+        case 'V':
+            printf("weftrun (weft) %s\n", weft_version(NULL, NULL, NULL));
+            return 0;
+        case ':':
+            if (optopt > 0 && optopt < 256) {
+                char opt[3] = {'-', (char)optopt, '\0'};
+                usage_error("option '%s' needs a value", opt);
+            } else {
+                usage_error("option '%s' needs a value", argv[optind - 1]);
+            }
+            return WEFTRUN_EXIT_USAGE;
+        default:
+            if (optopt > 0 && optopt < 256) {
+                char opt[3] = {'-', (char)optopt, '\0'};
+                usage_error("unknown option '%s'", opt);
+            } else {
+                usage_error("unknown option '%s'", argv[optind - 1]);
+            }
+            return WEFTRUN_EXIT_USAGE;
+        }
+    }
+    o->argv = argv + optind;
+    if (o->store_only) {
+        if (o->argv[0] != NULL || o->nranks != 0) {
+            usage_error("--store-only starts no ranks: give no -n and no program%s", "");
+            return WEFTRUN_EXIT_USAGE;
+        }
+        return -1;
+    }
+    if (o->nranks == 0) {
+        usage_error("-n N is required%s", "");
+        return WEFTRUN_EXIT_USAGE;
+    }
+    if (o->argv[0] == NULL) {
+        usage_error("no program to run%s", "");
+        return WEFTRUN_EXIT_USAGE;
+    }
+    return -1;
+}
+
+static bool is_wildcard_addr(const char *a)
+{
+    return strcmp(a, "0.0.0.0") == 0 || strcmp(a, "::") == 0;
+}
+
+/*
+ * host:port under which clients reach the store. A wildcard bind is reached through the
+ * loopback by local ranks and through the host name from elsewhere.
+ */
+static void format_store_addr(const char *bind_addr, int port, bool for_remote, char *out,
+                              size_t outlen)
+{
+    char host[256];
+    if (!is_wildcard_addr(bind_addr)) {
+        snprintf(host, sizeof(host), "%s", bind_addr);
+    } else if (!for_remote || gethostname(host, sizeof(host)) != 0) {
+        snprintf(host, sizeof(host), "%s", strchr(bind_addr, ':') ? "::1" : "127.0.0.1");
+    }
+    host[sizeof(host) - 1] = '\0';
+    /* An IPv6 literal needs brackets so the last ':' still splits off the port. */
+    if (strchr(host, ':') != NULL && host[0] != '[') {
+        snprintf(out, outlen, "[%s]:%d", host, port);
+    } else {
+        snprintf(out, outlen, "%s:%d", host, port);
+    }
+}
+
+static weft_status_t start_store(weftrun_job_t *job)
+{
+    weft_status_t status = weft__store_make_token(job->token);
+    if (status != WEFT_OK) {
+        WEFT_ERROR(job->lg, "cannot make a job token: %s", weft_status_str(status));
+        return status;
+    }
+    weft_store_server_params_t sp = {
+        .size = sizeof(sp),
+        .bind_addr = job->opts->bind_addr,
+        .port = job->opts->port,
+        .token = job->token,
+        .logger = job->lg,
+    };
+    status = weft__store_server_start(&sp, &job->server);
+    if (status != WEFT_OK) {
+        WEFT_ERROR(job->lg, "cannot start the store on %s port %d: %s", job->opts->bind_addr,
+                   job->opts->port, weft_status_str(status));
+        return status;
+    }
+    format_store_addr(job->opts->bind_addr, weft__store_server_port(job->server),
+                      job->opts->store_only, job->store_addr, sizeof(job->store_addr));
+    WEFT_INFO(job->lg, "store listening at %s", job->store_addr);
+    return WEFT_OK;
+}
+
+static int serve_store_only(weftrun_job_t *job)
+{
+    printf("WEFT_STORE=%s\nWEFT_JOB_TOKEN=%s\n", job->store_addr, job->token);
+    if (fflush(stdout) != 0) {
+        WEFT_ERROR(job->lg, "cannot write the store address to stdout: %m");
+        return WEFTRUN_EXIT_FAILED;
+    }
+    if (!weftrun_wait_for_signal(job->sigfd, job->opts->timeout_ms, job->lg)) {
+        WEFT_ERROR(job->lg, "the store timed out after %.3g s (--timeout)",
+                   (double)job->opts->timeout_ms / 1000.0);
+        return WEFTRUN_EXIT_TIMEOUT;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    weftrun_opts_t opts;
+    int rc = parse_args(argc, argv, &opts);
+    if (rc >= 0) {
+        return rc;
+    }
+    weft_logger_t lg = {
+        .level = opts.verbose >= 2   ? WEFT_LOG_DEBUG
+                 : opts.verbose == 1 ? WEFT_LOG_INFO
+                                     : WEFT_LOG_WARN,
+        .rank = -1,
+        .prefix = "weftrun",
+    };
+    weftrun_job_t job = {.opts = &opts, .lg = &lg, .sigfd = -1};
+
+    if (!opts.store_only && weftrun_resolve_program(opts.argv[0], &lg, &job.prog_path) != WEFT_OK) {
+        return WEFTRUN_EXIT_NOT_FOUND;
+    }
+    if (weftrun_signals_init(&job.sigfd, &lg) != WEFT_OK) {
+        rc = WEFTRUN_EXIT_FAILED;
+        goto out;
+    }
+    if (start_store(&job) != WEFT_OK) {
+        rc = WEFTRUN_EXIT_FAILED;
+        goto out;
+    }
+    rc = opts.store_only ? serve_store_only(&job) : weftrun_run_job(&job);
+    weft__store_server_stop(job.server);
+out:
+    if (job.sigfd >= 0) {
+        close(job.sigfd);
+    }
+    free(job.prog_path);
+    return rc;
 }

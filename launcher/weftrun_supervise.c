@@ -1,0 +1,312 @@
+/*
+ * The supervisor: starts the ranks, then waits in poll() on the self-pipe of signals
+ * (SIGCHLD and the signals to forward), the output pipes of --tag-output and the nearest
+ * deadline. A rank's abnormal exit is published in the store before anything else
+ * happens, so that ranks watching weft/failed/ hear of it before they are told to stop.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launcher/weftrun.h"
+
+uint64_t weftrun_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Signal the process group of every rank that was started. */
+static void signal_ranks(weftrun_job_t *job, int sig, bool running_only)
+{
+    for (int i = 0; i < job->opts->nranks; i++) {
+        const weftrun_slot_t *s = &job->slots[i];
+        if (s->state == WEFTRUN_SLOT_EMPTY || (running_only && s->state != WEFTRUN_SLOT_RUNNING)) {
+            continue;
+        }
+        /* A reaped rank's group may still hold its children; signal it too when stopping. */
+        if (kill(-s->pid, sig) != 0 && s->state == WEFTRUN_SLOT_RUNNING) {
+            kill(s->pid, sig);
+        }
+    }
+}
+
+/* Stop every rank: @p sig now, SIGKILL after the grace period. The first reason wins. */
+static void begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int exit_code, int sig)
+{
+    if (job->stop_reason != WEFTRUN_STOP_NONE) {
+        return;
+    }
+    job->stop_reason = reason;
+    job->exit_code = exit_code;
+    signal_ranks(job, sig, false);
+    job->kill_at_ms = weftrun_now_ms() + job->opts->grace_ms;
+    if (job->kill_at_ms == 0) {
+        job->kill_at_ms = 1;
+    }
+}
+
+static void kill_now(weftrun_job_t *job)
+{
+    if (job->nrunning > 0) {
+        WEFT_WARN(job->lg, "killing the remaining %d rank(s) with SIGKILL", job->nrunning);
+    }
+    signal_ranks(job, SIGKILL, false);
+    job->kill_at_ms = 0;
+}
+
+static void publish_failure(weftrun_job_t *job, const weftrun_slot_t *s, const char *what)
+{
+    char key[64];
+    snprintf(key, sizeof(key), WEFTRUN_FAILED_PREFIX "%d", s->rank);
+    weft_status_t st = weft__store_server_set(job->server, key, what, strlen(what));
+    if (st != WEFT_OK) {
+        WEFT_WARN(job->lg, "cannot publish %s in the store: %s", key, weft_status_str(st));
+    }
+}
+
+static void on_rank_exit(weftrun_job_t *job, weftrun_slot_t *s, int wstatus)
+{
+    s->wstatus = wstatus;
+    job->nrunning--;
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
+        s->state = WEFTRUN_SLOT_EXITED;
+        WEFT_DEBUG(job->lg, "rank %d (pid %d) exited normally", s->rank, (int)s->pid);
+        return;
+    }
+    s->state = WEFTRUN_SLOT_FAILED;
+    char what[32], text[64];
+    int code;
+    if (WIFSIGNALED(wstatus)) {
+        int sig = WTERMSIG(wstatus);
+        code = 128 + sig;
+        snprintf(what, sizeof(what), "signal %d", sig);
+        snprintf(text, sizeof(text), "was killed by signal %d (%s)", sig, strsignal(sig));
+    } else {
+        code = WEXITSTATUS(wstatus);
+        snprintf(what, sizeof(what), "exit %d", code);
+        snprintf(text, sizeof(text), "exited with status %d", code);
+    }
+    /* Always first: ranks learn of the death from the store, not from our SIGTERM. */
+    publish_failure(job, s, what);
+    if (job->stop_reason != WEFTRUN_STOP_NONE) {
+        WEFT_DEBUG(job->lg, "rank %d (pid %d) %s while stopping", s->rank, (int)s->pid, text);
+        return;
+    }
+    if (!job->have_failure) {
+        job->have_failure = true;
+        job->exit_code = code;
+    }
+    if (job->opts->keep_going) {
+        WEFT_ERROR(job->lg, "rank %d (pid %d) %s; the others keep going", s->rank, (int)s->pid,
+                   text);
+        return;
+    }
+    WEFT_ERROR(job->lg, "rank %d (pid %d) %s; stopping the job", s->rank, (int)s->pid, text);
+    begin_stop(job, WEFTRUN_STOP_RANK_FAILED, code, SIGTERM);
+}
+
+static weftrun_slot_t *slot_of_pid(weftrun_job_t *job, pid_t pid)
+{
+    for (int i = 0; i < job->opts->nranks; i++) {
+        if (job->slots[i].state == WEFTRUN_SLOT_RUNNING && job->slots[i].pid == pid) {
+            return &job->slots[i];
+        }
+    }
+    return NULL;
+}
+
+/* SIGCHLD notices merge, so reap until nothing is left to reap. */
+static void reap_ranks(weftrun_job_t *job)
+{
+    for (;;) {
+        int wstatus;
+        pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+        if (pid <= 0) {
+            if (pid < 0 && errno == EINTR) {
+                continue;
+            }
+            return;
+        }
+        weftrun_slot_t *s = slot_of_pid(job, pid);
+        if (s != NULL) {
+            on_rank_exit(job, s, wstatus);
+        }
+    }
+}
+
+static void on_signal(weftrun_job_t *job, int sig)
+{
+    if (sig == SIGCHLD) {
+        reap_ranks(job);
+        return;
+    }
+    if (job->stop_reason == WEFTRUN_STOP_NONE) {
+        WEFT_WARN(job->lg, "%s: forwarding it to the ranks", strsignal(sig));
+        begin_stop(job, WEFTRUN_STOP_SIGNAL, 128 + sig, sig);
+    } else {
+        /* Asked twice: the user does not want to wait for the grace period. */
+        kill_now(job);
+    }
+}
+
+static void read_signals(weftrun_job_t *job)
+{
+    int sig;
+    while ((sig = weftrun_next_signal(job->sigfd)) != 0) {
+        on_signal(job, sig);
+    }
+}
+
+/* Milliseconds poll() may sleep: until the nearest deadline, or -1 for none. */
+static int poll_timeout(const weftrun_job_t *job, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    if (job->deadline_ms != 0 && job->stop_reason == WEFTRUN_STOP_NONE) {
+        next = job->deadline_ms;
+    }
+    if (job->kill_at_ms != 0 && job->kill_at_ms < next) {
+        next = job->kill_at_ms;
+    }
+    if (next == UINT64_MAX) {
+        return -1;
+    }
+    return next <= now ? 0 : next - now > INT_MAX ? INT_MAX : (int)(next - now);
+}
+
+static void check_deadlines(weftrun_job_t *job)
+{
+    uint64_t now = weftrun_now_ms();
+    if (job->deadline_ms != 0 && now >= job->deadline_ms && job->stop_reason == WEFTRUN_STOP_NONE) {
+        WEFT_ERROR(job->lg, "the job timed out after %.3g s (--timeout); stopping all ranks",
+                   (double)job->opts->timeout_ms / 1000.0);
+        begin_stop(job, WEFTRUN_STOP_TIMEOUT, WEFTRUN_EXIT_TIMEOUT, SIGTERM);
+    }
+    if (job->kill_at_ms != 0 && now >= job->kill_at_ms) {
+        kill_now(job);
+    }
+}
+
+/* Register the open output streams in @p pfds after the signal pipe; returns the count. */
+static nfds_t collect_fds(weftrun_job_t *job, struct pollfd *pfds, weftrun_stream_t **streams,
+                          int *ranks)
+{
+    nfds_t n = 0;
+    pfds[n++] = (struct pollfd){.fd = job->sigfd, .events = POLLIN};
+    for (int i = 0; i < job->opts->nranks; i++) {
+        weftrun_stream_t *pair[2] = {&job->slots[i].out, &job->slots[i].err};
+        for (int k = 0; k < 2; k++) {
+            if (pair[k]->fd >= 0) {
+                streams[n] = pair[k];
+                ranks[n] = i;
+                pfds[n++] = (struct pollfd){.fd = pair[k]->fd, .events = POLLIN};
+            }
+        }
+    }
+    return n;
+}
+
+static weft_status_t supervise(weftrun_job_t *job)
+{
+    size_t cap = 1 + 2 * (size_t)job->opts->nranks;
+    struct pollfd *pfds = calloc(cap, sizeof(*pfds));
+    weftrun_stream_t **streams = calloc(cap, sizeof(*streams));
+    int *ranks = calloc(cap, sizeof(*ranks));
+    weft_status_t status = WEFT_OK;
+    if (pfds == NULL || streams == NULL || ranks == NULL) {
+        WEFT_ERROR(job->lg, "out of memory");
+        status = WEFT_ERR_NO_MEMORY;
+        goto out;
+    }
+    while (job->nrunning > 0) {
+        nfds_t n = collect_fds(job, pfds, streams, ranks);
+        int rc = poll(pfds, n, poll_timeout(job, weftrun_now_ms()));
+        if (rc < 0 && errno != EINTR) {
+            WEFT_ERROR(job->lg, "poll: %m");
+            status = WEFT_ERR_IO;
+            goto out;
+        }
+        for (nfds_t i = 1; rc > 0 && i < n; i++) {
+            if (pfds[i].revents != 0) {
+                weftrun_stream_pump(streams[i], ranks[i]);
+            }
+        }
+        if (rc > 0 && pfds[0].revents != 0) {
+            read_signals(job);
+        }
+        check_deadlines(job);
+    }
+out:
+    free(pfds);
+    free(streams);
+    free(ranks);
+    return status;
+}
+
+static weft_status_t start_ranks(weftrun_job_t *job)
+{
+    for (int i = 0; i < job->opts->nranks; i++) {
+        weftrun_slot_t *s = &job->slots[i];
+        weft_status_t status = weftrun_spawn_rank(job, s);
+        if (status != WEFT_OK) {
+            return status;
+        }
+        job->nrunning++;
+        /* The program will not start for the others either; its exit stops the job. */
+        if (s->exec_errno != 0) {
+            break;
+        }
+    }
+    return WEFT_OK;
+}
+
+int weftrun_run_job(weftrun_job_t *job)
+{
+    int n = job->opts->nranks;
+    job->slots = calloc((size_t)n, sizeof(*job->slots));
+    if (job->slots == NULL) {
+        WEFT_ERROR(job->lg, "out of memory for %d ranks", n);
+        return WEFTRUN_EXIT_FAILED;
+    }
+    for (int i = 0; i < n; i++) {
+        job->slots[i].rank = i;
+        weftrun_stream_init(&job->slots[i].out, -1, 1);
+        weftrun_stream_init(&job->slots[i].err, -1, 2);
+    }
+    /* Orphans of the ranks (a shell's children) become ours and are reaped, not left as
+     * zombies where init does not reap; waitpid() then returns pids of no slot. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (job->opts->timeout_ms != 0) {
+        job->deadline_ms = weftrun_now_ms() + job->opts->timeout_ms;
+    }
+    if (start_ranks(job) != WEFT_OK) {
+        begin_stop(job, WEFTRUN_STOP_LAUNCH_FAILED, WEFTRUN_EXIT_FAILED, SIGTERM);
+    }
+    if (supervise(job) != WEFT_OK) {
+        /* Cannot wait for the ranks any more: make sure none outlives weftrun. */
+        job->exit_code = WEFTRUN_EXIT_FAILED;
+        signal_ranks(job, SIGKILL, true);
+    }
+    /* A stopped job leaves nothing behind: not even what the ranks started themselves. */
+    if (job->stop_reason != WEFTRUN_STOP_NONE) {
+        signal_ranks(job, SIGKILL, false);
+    }
+    /* What the ranks wrote before exiting is in the pipes; pass it on. */
+    for (int i = 0; i < n; i++) {
+        weftrun_stream_drain(&job->slots[i].out, i);
+        weftrun_stream_drain(&job->slots[i].err, i);
+    }
+    int rc = job->exit_code;
+    free(job->slots);
+    job->slots = NULL;
+    return rc;
+}
