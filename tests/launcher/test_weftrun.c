@@ -1,0 +1,483 @@
+/*
+ * weftrun's process management, tested on the real binary with small /bin/sh ranks:
+ * usage errors, the rank environment, exit status propagation, stopping the others,
+ * --keep-going, --timeout, --tag-output, signal forwarding and exec failures.
+ * Ranks coordinate through files in $WT_DIR, never through sleeps, wherever an order
+ * matters.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "launcher/harness.h"
+
+#define SH(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void run_expect(const char *const *args, int code, const char *err_has)
+{
+    wr_result_t r;
+    wr_run(args, &r);
+    if (r.code != code || (err_has != NULL && strstr(r.err, err_has) == NULL)) {
+        fprintf(stderr, "args:");
+        for (const char *const *a = args; *a != NULL; a++) {
+            fprintf(stderr, " '%s'", *a);
+        }
+        fprintf(stderr, "\nexit %d (want %d)\nstdout: %s\nstderr: %s\n", r.code, code, r.out,
+                r.err);
+    }
+    assert_int_equal(r.code, code);
+    if (err_has != NULL) {
+        assert_non_null(strstr(r.err, err_has));
+    }
+    wr_result_free(&r);
+}
+
+static void test_bad_usage(void **state)
+{
+    (void)state;
+    const char *const *cases[] = {
+        SH("-n"),
+        SH("-n", "0", "--", "true"),
+        SH("-n", "abc", "true"),
+        SH("-n", "-1", "true"),
+        SH("-n", "2x", "true"),
+        SH("-n", "99999999999", "true"),
+        SH("-n", "2"),
+        SH("-n", "2", "--"),
+        SH("true"),
+        SH("--bogus", "-n", "1", "true"),
+        SH("-n", "1", "-q", "true"),
+        SH("-n", "1", "--timeout", "-1", "true"),
+        SH("-n", "1", "--timeout", "0", "true"),
+        SH("-n", "1", "--timeout", "nan", "true"),
+        SH("-n", "1", "--grace", "x", "true"),
+        SH("-n", "1", "--grace", "", "true"),
+        SH("-n", "1", "--port", "70000", "true"),
+        SH("-n", "1", "--bind", "", "true"),
+        SH("--store-only", "-n", "2"),
+        SH("--store-only", "true"),
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        run_expect(cases[i], 2, "weftrun --help");
+    }
+    /* No arguments at all. */
+    const char *const none[] = {NULL};
+    run_expect(none, 2, "weftrun --help");
+}
+
+static void test_help_and_version(void **state)
+{
+    (void)state;
+    wr_result_t r;
+    wr_run(SH("--help"), &r);
+    assert_int_equal(r.code, 0);
+    const char *must[] = {"-n, --np",        "--tag-output",    "--keep-going",    "--grace",
+                          "--timeout",       "--bind",          "--port",          "--store-only",
+                          "--verbose",       "--help",          "--version",       "WEFT_RANK",
+                          "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
+                          "WEFT_JOB_TOKEN",  "weft/failed/"};
+    for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++) {
+        if (strstr(r.out, must[i]) == NULL) {
+            fail_msg("--help does not mention %s", must[i]);
+        }
+    }
+    wr_result_free(&r);
+    wr_run(SH("--version"), &r);
+    assert_int_equal(r.code, 0);
+    assert_non_null(strstr(r.out, "0.1.0"));
+    wr_result_free(&r);
+}
+
+typedef struct rank_env {
+    int rank, size, local_rank, local_size;
+    char store[300], token[80];
+} rank_env_t;
+
+/* Read the env.* files the ranks wrote; returns how many. */
+static int read_rank_envs(rank_env_t *envs, int max)
+{
+    DIR *d = opendir(wr_dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "env.", 4) != 0) {
+            continue;
+        }
+        assert_true(n < max);
+        char *text = wr_read_file(e->d_name);
+        assert_non_null(text);
+        rank_env_t *v = &envs[n++];
+        int got = sscanf(text, "%d %d %d %d %299s %79s", &v->rank, &v->size, &v->local_rank,
+                         &v->local_size, v->store, v->token);
+        if (got != 6) {
+            fail_msg("rank wrote '%s'", text);
+        }
+        free(text);
+    }
+    closedir(d);
+    return n;
+}
+
+static void check_env(int nranks)
+{
+    char n[16];
+    snprintf(n, sizeof(n), "%d", nranks);
+    /* Values inherited from the caller must be replaced, not kept. */
+    setenv("WEFT_RANK", "77", 1);
+    setenv("WEFT_JOB_TOKEN", "inherited", 1);
+    run_expect(SH("-n", n, "--", "/bin/sh", "-c",
+                  "echo \"$WEFT_RANK $WEFT_WORLD_SIZE $WEFT_LOCAL_RANK $WEFT_LOCAL_SIZE "
+                  "$WEFT_STORE $WEFT_JOB_TOKEN\" > \"$WT_DIR/env.$$\""),
+               0, NULL);
+    unsetenv("WEFT_RANK");
+    unsetenv("WEFT_JOB_TOKEN");
+    rank_env_t envs[8];
+    assert_int_equal(read_rank_envs(envs, 8), nranks);
+    bool seen[8] = {false};
+    for (int i = 0; i < nranks; i++) {
+        rank_env_t *v = &envs[i];
+        assert_true(v->rank >= 0 && v->rank < nranks);
+        assert_false(seen[v->rank]);
+        seen[v->rank] = true;
+        assert_int_equal(v->size, nranks);
+        assert_int_equal(v->local_rank, v->rank);
+        assert_int_equal(v->local_size, nranks);
+        assert_string_equal(v->store, envs[0].store);
+        assert_string_equal(v->token, envs[0].token);
+        assert_int_equal(strlen(v->token), 32);
+        for (const char *p = v->token; *p != '\0'; p++) {
+            assert_true(isxdigit((unsigned char)*p));
+        }
+        assert_non_null(strstr(v->store, "127.0.0.1:"));
+    }
+}
+
+static void test_env_one_rank(void **state)
+{
+    (void)state;
+    check_env(1);
+}
+
+static void test_env_five_ranks(void **state)
+{
+    (void)state;
+    check_env(5);
+}
+
+static void test_all_succeed(void **state)
+{
+    (void)state;
+    run_expect(SH("-n", "6", "true"), 0, NULL);
+    /* Options after the program belong to it; '--' is optional. */
+    run_expect(SH("-n", "2", "/bin/sh", "-c", "exit 0", "-n", "x"), 0, NULL);
+}
+
+/*
+ * Rank 1 exits once rank 0 has its TERM handler in place; rank 0 must then be stopped
+ * (it would sleep 30 s otherwise, past the harness's limit) and say it got SIGTERM.
+ */
+static void test_exit_status_stops_others(void **state)
+{
+    (void)state;
+    run_expect(SH("-n", "3", "--", "/bin/sh", "-c",
+                  "if [ $WEFT_RANK = 1 ]; then\n"
+                  "  while [ ! -e $WT_DIR/ready.0 ] || [ ! -e $WT_DIR/ready.2 ]; do sleep 0.01; "
+                  "done; exit 3\n"
+                  "fi\n"
+                  "trap 'echo term > $WT_DIR/term.$WEFT_RANK; exit 0' TERM\n"
+                  "touch $WT_DIR/ready.$WEFT_RANK; sleep 30 & wait"),
+               3, "rank 1");
+    char *t0 = wr_read_file("term.0"), *t2 = wr_read_file("term.2");
+    assert_non_null(t0);
+    assert_non_null(t2);
+    free(t0);
+    free(t2);
+}
+
+static void test_killed_by_signal(void **state)
+{
+    (void)state;
+    run_expect(SH("-n", "2", "--", "/bin/sh", "-c",
+                  "if [ $WEFT_RANK = 0 ]; then kill -9 $$; fi; sleep 30"),
+               137, "rank 0");
+    char want[32];
+    snprintf(want, sizeof(want), "signal %d", SIGUSR1);
+    run_expect(SH("-n", "1", "--", "/bin/sh", "-c", "kill -USR1 $$"), 128 + SIGUSR1, want);
+}
+
+/* A rank that ignores SIGTERM is killed after the grace period. */
+static void test_grace_then_kill(void **state)
+{
+    (void)state;
+    run_expect(SH("-n", "2", "--grace", "0.2", "--", "/bin/sh", "-c",
+                  "if [ $WEFT_RANK = 1 ]; then\n"
+                  "  while [ ! -e $WT_DIR/ready.0 ]; do sleep 0.01; done; exit 4\n"
+                  "fi\n"
+                  "trap '' TERM; touch $WT_DIR/ready.0; sleep 30 & wait"),
+               4, "rank 1");
+}
+
+static void test_keep_going(void **state)
+{
+    (void)state;
+    /* Ranks 0 and 2 finish their work only after rank 1 has failed. */
+    run_expect(SH("-n", "3", "--keep-going", "--", "/bin/sh", "-c",
+                  "if [ $WEFT_RANK = 1 ]; then touch $WT_DIR/failing; exit 5; fi\n"
+                  "while [ ! -e $WT_DIR/failing ]; do sleep 0.01; done; sleep 0.3\n"
+                  "echo done > $WT_DIR/done.$WEFT_RANK"),
+               5, "rank 1");
+    char *d0 = wr_read_file("done.0"), *d2 = wr_read_file("done.2");
+    assert_non_null(d0);
+    assert_non_null(d2);
+    assert_string_equal(d0, "done\n");
+    free(d0);
+    free(d2);
+}
+
+static void test_timeout(void **state)
+{
+    (void)state;
+    run_expect(SH("-n", "2", "--timeout", "0.5", "--", "sleep", "30"), 124, "timed out");
+    /* Ranks that ignore SIGTERM are killed after the grace period. */
+    run_expect(SH("-n", "2", "--timeout", "0.3", "--grace", "0.3", "--", "/bin/sh", "-c",
+                  "trap '' TERM; sleep 30 & wait"),
+               124, "timed out");
+}
+
+static void test_exec_failure(void **state)
+{
+    (void)state;
+    run_expect(SH("-n", "2", "--", "/nonexistent/prog"), 127, "/nonexistent/prog");
+    run_expect(SH("-n", "2", "--", "no-such-command-for-weftrun"), 127,
+               "no-such-command-for-weftrun");
+    run_expect(SH("-n", "1", "--", "/tmp"), 127, "directory");
+    /* Executable but not a program: found, and then exec fails in the child. */
+    FILE *f = fopen(wr_path("bad"), "w");
+    assert_non_null(f);
+    fputs("\177ELF not really", f);
+    fclose(f);
+    chmod(wr_path("bad"), 0755);
+    char bad[512];
+    snprintf(bad, sizeof(bad), "%s", wr_path("bad"));
+    run_expect(SH("-n", "3", "--", bad), 127, "cannot execute");
+}
+
+static void test_tag_output(void **state)
+{
+    (void)state;
+    wr_result_t r;
+    wr_run(SH("-n", "2", "--tag-output", "--", "/bin/sh", "-c",
+              "echo out$WEFT_RANK; echo err$WEFT_RANK >&2; echo; printf 'part%s' $WEFT_RANK"),
+           &r);
+    assert_int_equal(r.code, 0);
+    for (int rank = 0; rank < 2; rank++) {
+        char line[64];
+        snprintf(line, sizeof(line), "[rank %d] out%d", rank, rank);
+        assert_int_equal(wr_count_lines(r.out, line), 1);
+        snprintf(line, sizeof(line), "[rank %d] ", rank);
+        assert_int_equal(wr_count_lines(r.out, line), 1);
+        snprintf(line, sizeof(line), "[rank %d] part%d", rank, rank);
+        assert_int_equal(wr_count_lines(r.out, line), 1);
+        snprintf(line, sizeof(line), "[rank %d] err%d", rank, rank);
+        assert_int_equal(wr_count_lines(r.err, line), 1);
+    }
+    /* Nothing else, and the output ends with a complete line. */
+    size_t lines = 0;
+    for (const char *p = r.out; *p != '\0'; p++) {
+        lines += *p == '\n';
+    }
+    assert_int_equal(lines, 6);
+    assert_int_equal(r.out[strlen(r.out) - 1], '\n');
+    wr_result_free(&r);
+
+    /* Without --tag-output the ranks write straight through. */
+    wr_run(SH("-n", "1", "--", "/bin/sh", "-c", "printf 'plain'; printf 'e' >&2"), &r);
+    assert_int_equal(r.code, 0);
+    assert_string_equal(r.out, "plain");
+    assert_string_equal(r.err, "e");
+    wr_result_free(&r);
+}
+
+/* Lines of @p text that start with @p prefix must be prefix+1 .. prefix+count in order. */
+static void check_sequence(const char *text, const char *prefix, int count)
+{
+    size_t plen = strlen(prefix);
+    int next = 1;
+    for (const char *p = text; *p != '\0';) {
+        const char *nl = strchr(p, '\n');
+        assert_non_null(nl);
+        if (strncmp(p, prefix, plen) == 0 && isdigit((unsigned char)p[plen])) {
+            int v = atoi(p + plen);
+            if (v != next) {
+                fail_msg("%s: got %d, expected %d", prefix, v, next);
+            }
+            next++;
+        }
+        p = nl + 1;
+    }
+    assert_int_equal(next, count + 1);
+}
+
+/*
+ * Much more output than a pipe holds, on both streams at once, from two ranks: nothing
+ * lost, no deadlock, every line whole and in order.
+ */
+static void test_tag_output_large(void **state)
+{
+    (void)state;
+    wr_result_t r;
+    wr_run(SH("-n", "2", "--tag-output", "--", "/bin/sh", "-c",
+              "seq 1 30000 & seq 1 30000 >&2; wait\n"
+              "head -c 60000 /dev/zero | tr '\\0' a; echo"),
+           &r);
+    assert_int_equal(r.code, 0);
+    char longline[60016];
+    for (int rank = 0; rank < 2; rank++) {
+        char prefix[32];
+        snprintf(prefix, sizeof(prefix), "[rank %d] ", rank);
+        check_sequence(r.out, prefix, 30000);
+        check_sequence(r.err, prefix, 30000);
+        int n = snprintf(longline, sizeof(longline), "%s", prefix);
+        memset(longline + n, 'a', 60000);
+        longline[n + 60000] = '\0';
+        assert_int_equal(wr_count_lines(r.out, longline), 1);
+    }
+    wr_result_free(&r);
+
+    /* A line longer than weftrun buffers leaves in pieces, but with one prefix. */
+    static char huge[200064];
+    wr_run(SH("-n", "1", "--tag-output", "--", "/bin/sh", "-c",
+              "head -c 200000 /dev/zero | tr '\\0' b; echo; echo tail"),
+           &r);
+    assert_int_equal(r.code, 0);
+    int n = snprintf(huge, sizeof(huge), "[rank 0] ");
+    memset(huge + n, 'b', 200000);
+    snprintf(huge + n + 200000, sizeof(huge) - (size_t)n - 200000, "\n[rank 0] tail\n");
+    assert_string_equal(r.out, huge);
+    wr_result_free(&r);
+}
+
+/* Start ranks that note a signal in term.<rank>, wait until they are ready, signal weftrun. */
+static void check_forwarded(int sig, const char *trap_name, int expect_code)
+{
+    char script[512];
+    snprintf(script, sizeof(script),
+             "trap 'echo got > $WT_DIR/term.$WEFT_RANK; exit 0' %s\n"
+             "touch $WT_DIR/ready.$WEFT_RANK; while :; do sleep 0.05; done",
+             trap_name);
+    pid_t pid = wr_start(SH("-n", "2", "--", "/bin/sh", "-c", script), NULL);
+    assert_true(pid > 0);
+    assert_true(wr_wait_file("ready.0", WR_LIMIT_MS));
+    assert_true(wr_wait_file("ready.1", WR_LIMIT_MS));
+    kill(pid, sig);
+    wr_result_t r;
+    wr_wait(pid, WR_LIMIT_MS, &r);
+    assert_int_equal(r.code, expect_code);
+    wr_result_free(&r);
+    for (int rank = 0; rank < 2; rank++) {
+        char name[16];
+        snprintf(name, sizeof(name), "term.%d", rank);
+        char *t = wr_read_file(name);
+        if (t == NULL) {
+            fail_msg("rank %d did not get the signal", rank);
+        }
+        free(t);
+    }
+}
+
+static void test_sigterm_forwarded(void **state)
+{
+    (void)state;
+    check_forwarded(SIGTERM, "TERM", 128 + SIGTERM);
+}
+
+static void test_sigint_forwarded(void **state)
+{
+    (void)state;
+    check_forwarded(SIGINT, "INT", 128 + SIGINT);
+}
+
+/* A second signal does not wait for the (long) grace period. */
+static void test_second_signal_kills(void **state)
+{
+    (void)state;
+    pid_t pid = wr_start(SH("-n", "2", "--grace", "60", "--", "/bin/sh", "-c",
+                            "trap '' TERM INT; touch $WT_DIR/ready.$WEFT_RANK; sleep 30 & wait"),
+                         NULL);
+    assert_true(pid > 0);
+    assert_true(wr_wait_file("ready.0", WR_LIMIT_MS));
+    assert_true(wr_wait_file("ready.1", WR_LIMIT_MS));
+    /* Two different signals, so they cannot merge into one. */
+    kill(pid, SIGTERM);
+    kill(pid, SIGINT);
+    wr_result_t r;
+    wr_wait(pid, WR_LIMIT_MS, &r);
+    assert_true(r.code == 128 + SIGTERM || r.code == 128 + SIGINT);
+    wr_result_free(&r);
+}
+
+/* Rank 0 reads weftrun's stdin (a file here); the others read /dev/null. */
+static void test_stdin(void **state)
+{
+    (void)state;
+    FILE *f = fopen(wr_path("input"), "w");
+    assert_non_null(f);
+    fputs("hello\n", f);
+    fclose(f);
+    char input[512];
+    snprintf(input, sizeof(input), "%s", wr_path("input"));
+    pid_t pid =
+        wr_start(SH("-n", "2", "--", "/bin/sh", "-c", "cat > $WT_DIR/in.$WEFT_RANK"), input);
+    wr_result_t r;
+    wr_wait(pid, WR_LIMIT_MS, &r);
+    assert_int_equal(r.code, 0);
+    wr_result_free(&r);
+    char *in0 = wr_read_file("in.0"), *in1 = wr_read_file("in.1");
+    assert_non_null(in0);
+    assert_non_null(in1);
+    assert_string_equal(in0, "hello\n");
+    assert_string_equal(in1, "");
+    free(in0);
+    free(in1);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, wr_setup, wr_teardown)
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s PATH-TO-WEFTRUN\n", argv[0]);
+        return 2;
+    }
+    wr_weftrun = argv[1];
+    const struct CMUnitTest tests[] = {
+        T(test_bad_usage),
+        T(test_help_and_version),
+        T(test_env_one_rank),
+        T(test_env_five_ranks),
+        T(test_all_succeed),
+        T(test_exit_status_stops_others),
+        T(test_killed_by_signal),
+        T(test_grace_then_kill),
+        T(test_keep_going),
+        T(test_timeout),
+        T(test_exec_failure),
+        T(test_tag_output),
+        T(test_tag_output_large),
+        T(test_sigterm_forwarded),
+        T(test_sigint_forwarded),
+        T(test_second_signal_kills),
+        T(test_stdin),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
