@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -404,14 +405,14 @@ typedef struct waiter {
     weft_status_t st;
     void *val;
     size_t len;
-    volatile int started;
+    atomic_int started;
 } waiter_t;
 
 static void *wait_for_key(void *arg)
 {
     waiter_t *w = arg;
     weft_store_client_t *c = client(w->f);
-    w->started = 1;
+    atomic_store(&w->started, 1);
     w->st = weft__store_get(c, w->key, 30000, &w->val, &w->len);
     weft__store_close(c);
     return NULL;
@@ -422,7 +423,7 @@ static void run_woken_get(fixture_t *f, bool from_server)
     waiter_t w = {.f = f, .key = from_server ? "late/server" : "late/client"};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, wait_for_key, &w), 0);
-    while (!w.started) {
+    while (!atomic_load(&w.started)) {
         sleep_ms(1);
     }
     sleep_ms(100); /* let the get park first; correctness does not depend on it */
@@ -654,7 +655,7 @@ static void test_stop_wakes_waiter(void **state)
     waiter_t w = {.f = &f, .key = "never"};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, wait_for_key, &w), 0);
-    while (!w.started) {
+    while (!atomic_load(&w.started)) {
         sleep_ms(1);
     }
     sleep_ms(50);
