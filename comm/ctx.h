@@ -54,6 +54,7 @@ struct weft_ctx {
     int n_user_ops;
     uint64_t progress_calls;
     char last_error[512];
+    struct weft_cuda_ctx *cuda; /* topology summaries (comm/memtype.c); NULL until used */
 };
 
 struct weft_group {
@@ -68,6 +69,8 @@ struct weft_group {
     uint32_t join_lo;      /* joiner registrations consumed by admitted edits */
     struct weft_group *parent;
     struct weft_group *next; /* in ctx->groups */
+    /* CUDA stream and NCCL communicator (comm/memtype.c, comm/nccl_comm.c); NULL until used */
+    struct weft_cuda_group *cuda;
 };
 
 /* A request. P2P requests wrap one transport request; compound requests (collectives)
@@ -153,6 +156,12 @@ weft_status_t weft__group_status(const weft_group_t *g);
 weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,
                                  weft_group_t *parent, weft_group_t **out);
 void weft__group_destroy(weft_group_t *g);
+
+/* ---- CUDA state (comm/memtype.c) ---- */
+/* Release g->cuda (NCCL communicator included); weft__group_destroy must call it. */
+void weft__cuda_group_fini(weft_group_t *g);
+/* Release ctx->cuda; weft_finalize must call it before closing the store. */
+void weft__cuda_ctx_fini(weft_ctx_t *ctx);
 
 /* ---- user operators ---- */
 /* The params of user operator @p op, or NULL if it is not a live user operator. */
