@@ -501,36 +501,32 @@ static weft_status_t op_begin(weft_nccl_comm_t *c, int *prev)
 
 /*
  * After the NCCL call(s) of one operation returned @p r: wait until NCCL has enqueued the
- * work (non-blocking communicators may still be connecting), then record an event after
- * it on @p stream. Restores the caller's device.
+ * work (a non-blocking communicator may still be connecting). Only then may other work
+ * go to the stream.
  */
-static weft_status_t op_end(weft_nccl_comm_t *c, ncclResult_t r, void *stream, int prev,
-                            const char *what, weft_nccl_op_t **out)
+static weft_status_t op_enqueued(weft_nccl_comm_t *c, ncclResult_t r, const char *what)
 {
-    weft_status_t st;
-    weft_nccl_op_t *op = NULL;
-
     if (r == ncclInvalidArgument || r == ncclInvalidUsage) {
         /* Refused before anything was enqueued: the communicator stays usable. */
         nlog(c, WEFT_LOG_ERROR, "%s: %s (%s)", what, ncclGetErrorString(r),
              ncclGetLastError(c->nc));
-        st = WEFT_ERR_INVALID_ARG;
-        goto out;
+        return WEFT_ERR_INVALID_ARG;
     }
     if (r != ncclSuccess && r != ncclInProgress) {
-        st = comm_fail(c, map_nccl(r), "%s: %s (%s)", what, ncclGetErrorString(r),
-                       ncclGetLastError(c->nc));
-        goto out;
+        return comm_fail(c, map_nccl(r), "%s: %s (%s)", what, ncclGetErrorString(r),
+                         ncclGetLastError(c->nc));
     }
-    st = wait_ready(c, deadline_after(c->op_timeout_ns), what);
-    if (st != WEFT_OK) {
-        goto out;
-    }
-    op = calloc(1, sizeof(*op));
+    return wait_ready(c, deadline_after(c->op_timeout_ns), what);
+}
+
+/* Record an event after the enqueued work on @p stream and track it as an operation. */
+static weft_status_t op_track(weft_nccl_comm_t *c, void *stream, const char *what,
+                              weft_nccl_op_t **out)
+{
+    weft_nccl_op_t *op = calloc(1, sizeof(*op));
     if (op == NULL) {
         /* The work is enqueued but cannot be tracked: fail loudly rather than lose it. */
-        st = comm_fail(c, WEFT_ERR_NO_MEMORY, "%s: cannot allocate an operation", what);
-        goto out;
+        return comm_fail(c, WEFT_ERR_NO_MEMORY, "%s: cannot allocate an operation", what);
     }
     cudaError_t e = cudaEventCreateWithFlags(&op->ev, cudaEventDisableTiming);
     if (e == cudaSuccess) {
@@ -542,9 +538,8 @@ static weft_status_t op_end(weft_nccl_comm_t *c, ncclResult_t r, void *stream, i
             (void)cudaEventDestroy(op->ev);
         }
         free(op);
-        st = comm_fail(c, WEFT_ERR_TRANSPORT, "%s: cannot record a CUDA event: %s", what,
-                       cudaGetErrorString(e));
-        goto out;
+        return comm_fail(c, WEFT_ERR_TRANSPORT, "%s: cannot record a CUDA event: %s", what,
+                         cudaGetErrorString(e));
     }
     op->comm = c;
     op->start_ns = now_ns();
@@ -556,10 +551,38 @@ static weft_status_t op_end(weft_nccl_comm_t *c, ncclResult_t r, void *stream, i
     }
     c->tail = op;
     *out = op;
-    st = WEFT_INPROGRESS;
-out:
+    return WEFT_INPROGRESS;
+}
+
+/* op_enqueued() then op_track(); restores the caller's device. */
+static weft_status_t op_end(weft_nccl_comm_t *c, ncclResult_t r, void *stream, int prev,
+                            const char *what, weft_nccl_op_t **out)
+{
+    weft_status_t st = op_enqueued(c, r, what);
+    if (st == WEFT_OK) {
+        st = op_track(c, stream, what, out);
+    }
     leave_device(c, prev);
     return st;
+}
+
+static size_t dtype_bytes(ncclDataType_t t)
+{
+    switch (t) {
+    case ncclFloat64:
+    case ncclInt64:
+    case ncclUint64:
+        return 8;
+    case ncclFloat32:
+    case ncclInt32:
+    case ncclUint32:
+        return 4;
+    case ncclFloat16:
+    case ncclBfloat16:
+        return 2;
+    default:
+        return 1;
+    }
 }
 
 static weft_status_t check_types(weft_dtype_t dtype, weft_op_t op, int with_op, ncclDataType_t *nt,
@@ -665,9 +688,28 @@ weft_status_t weft__nccl_comm_reduce_scatter(weft_nccl_comm_t *c, const void *se
     if ((st = op_begin(c, &prev)) != WEFT_OK) {
         return st;
     }
-    ncclResult_t r =
-        ncclReduceScatter(sendbuf, recvbuf, count, nt, no, c->nc, (cudaStream_t)stream);
-    return op_end(c, r, stream, prev, "ncclReduceScatter", nop);
+    /* weft's in place keeps the result at the start of the buffer; NCCL's writes it at
+     * this rank's block: reduce there, then move it to the front (the regions do not
+     * overlap for rank > 0). */
+    size_t block = count * dtype_bytes(nt);
+    int shift = sendbuf == recvbuf && c->rank > 0;
+    char *dst = shift ? (char *)recvbuf + (size_t)c->rank * block : recvbuf;
+    ncclResult_t r = ncclReduceScatter(sendbuf, dst, count, nt, no, c->nc, (cudaStream_t)stream);
+    st = op_enqueued(c, r, "ncclReduceScatter");
+    if (st == WEFT_OK && shift) {
+        cudaError_t e =
+            cudaMemcpyAsync(recvbuf, dst, block, cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            st = comm_fail(c, WEFT_ERR_TRANSPORT, "in-place reduce-scatter copy: %s",
+                           cudaGetErrorString(e));
+        }
+    }
+    if (st == WEFT_OK) {
+        st = op_track(c, stream, "ncclReduceScatter", nop);
+    }
+    leave_device(c, prev);
+    return st;
 }
 
 weft_status_t weft__nccl_comm_sendrecv(weft_nccl_comm_t *c, const void *sendbuf, size_t send_bytes,

@@ -94,8 +94,9 @@ const char *weft__nccl_comm_error(const weft_nccl_comm_t *c);
  * WEFT_OK with *op = NULL when there is nothing to do (count 0), or an error (*op
  * untouched): WEFT_ERR_INVALID_ARG, WEFT_ERR_UNSUPPORTED (user dtype or operator),
  * the communicator's failure, WEFT_ERR_TIMEOUT (enqueue did not finish), or
- * WEFT_ERR_TRANSPORT. In place follows NCCL: sendbuf == recvbuf for allreduce and
- * broadcast, sendbuf == recvbuf + rank*count elements for allgather and reduce_scatter.
+ * WEFT_ERR_TRANSPORT. In place follows weft (include/weft/coll.h): sendbuf == recvbuf
+ * for allreduce and broadcast; sendbuf == recvbuf + rank*count elements for allgather;
+ * sendbuf == recvbuf for reduce_scatter (input in recvbuf, result at its start).
  */
 weft_status_t weft__nccl_comm_allreduce(weft_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
                                         size_t count, weft_dtype_t dtype, weft_op_t op,
