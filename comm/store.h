@@ -43,6 +43,14 @@ weft_status_t weft__store_delete(weft_store_client_t *c, const char *key);
 weft_status_t weft__store_set_nx(weft_store_client_t *c, const char *key, const void *val,
                                  size_t len, void **winner, size_t *winner_len, int *created);
 /*
+ * A dead man's switch held by this connection: unless renewed within @p ttl_ms (by
+ * calling again), or if the connection drops (the process died), the store sets
+ * @p key = @p val, which watchers of its prefix learn at once. ttl_ms = 0 disarms it
+ * (call that before closing a connection on purpose).
+ */
+weft_status_t weft__store_lease(weft_store_client_t *c, const char *key, const void *val,
+                                size_t len, uint32_t ttl_ms);
+/*
  * Turn this connection into a watch on @p prefix: every existing key with the prefix,
  * and every later set of one, is delivered as an event. After this only
  * weft__store_next_event() and weft__store_close() may be used on @p c.

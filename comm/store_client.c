@@ -276,6 +276,75 @@ weft_status_t weft__store_add(weft_store_client_t *c, const char *key, int64_t d
     return status;
 }
 
+weft_status_t weft__store_set_nx(weft_store_client_t *c, const char *key, const void *val,
+                                 size_t len, void **winner, size_t *winner_len, int *created)
+{
+    weft_status_t st = check_request(c, key), status;
+    const uint8_t *data;
+    size_t dlen;
+    if (st == WEFT_OK && ((val == NULL && len > 0) || len > WEFT__STORE_MAX_VALUE ||
+                          winner == NULL || winner_len == NULL)) {
+        st = WEFT_ERR_INVALID_ARG;
+    }
+    if (st == WEFT_OK) {
+        st = call(c, WEFT__STORE_SET_NX, key, val, len, 0, &status, &data, &dlen);
+    }
+    if (st != WEFT_OK) {
+        return st;
+    }
+    if (status == WEFT_OK && dlen < 1) {
+        consume(c);
+        return client_fail(c, WEFT_ERR_PROTOCOL, "malformed set_nx result");
+    }
+    if (status == WEFT_OK) {
+        uint8_t *copy = malloc(dlen); /* value + NUL, like get */
+        if (copy == NULL) {
+            consume(c);
+            return WEFT_ERR_NO_MEMORY;
+        }
+        memcpy(copy, data + 1, dlen - 1);
+        copy[dlen - 1] = '\0';
+        if (created != NULL) {
+            *created = data[0] != 0;
+        }
+        *winner = copy;
+        *winner_len = dlen - 1;
+    }
+    consume(c);
+    return status;
+}
+
+weft_status_t weft__store_lease(weft_store_client_t *c, const char *key, const void *val,
+                                size_t len, uint32_t ttl_ms)
+{
+    weft_status_t st = check_request(c, key), status;
+    const uint8_t *data;
+    size_t dlen;
+    if (st == WEFT_OK && ((val == NULL && len > 0) || len > WEFT__STORE_MAX_VALUE)) {
+        st = WEFT_ERR_INVALID_ARG;
+    }
+    uint8_t *rest = st == WEFT_OK ? malloc(4 + len) : NULL;
+    if (st == WEFT_OK && rest == NULL) {
+        st = WEFT_ERR_NO_MEMORY;
+    }
+    if (st == WEFT_OK) {
+        rest[0] = (uint8_t)(ttl_ms >> 24);
+        rest[1] = (uint8_t)(ttl_ms >> 16);
+        rest[2] = (uint8_t)(ttl_ms >> 8);
+        rest[3] = (uint8_t)ttl_ms;
+        if (len > 0) {
+            memcpy(rest + 4, val, len);
+        }
+        st = call(c, WEFT__STORE_LEASE, key, rest, 4 + len, 0, &status, &data, &dlen);
+    }
+    free(rest);
+    if (st == WEFT_OK) {
+        consume(c);
+        st = status;
+    }
+    return st;
+}
+
 weft_status_t weft__store_delete(weft_store_client_t *c, const char *key)
 {
     weft_status_t st = check_request(c, key), status;

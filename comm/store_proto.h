@@ -54,7 +54,9 @@ typedef enum weft_store_msg {
     WEFT__STORE_WATCH = 7,
     WEFT__STORE_RESP = 8,
     WEFT__STORE_EVENT = 9,
-    WEFT__STORE_MSG_MAX = WEFT__STORE_EVENT,
+    WEFT__STORE_SET_NX = 10, /* kv; RESP data: created (1 byte) then the value that won */
+    WEFT__STORE_LEASE = 11,  /* kv: notice key; rest: ttl_ms (u32), notice value */
+    WEFT__STORE_MSG_MAX = WEFT__STORE_LEASE,
 } weft_store_msg_t;
 
 /* A growable byte buffer for building frames. */

@@ -62,6 +62,11 @@ typedef struct store_conn {
     size_t out_off;
     size_t klen;
     char key[WEFT_STORE_MAX_KEY + 1]; /* parked GET's key, or the watch prefix */
+    /* Lease: set lease_key = lease_val when this connection drops or is not renewed. */
+    char *lease_key;
+    uint8_t *lease_val;
+    size_t lease_klen, lease_vlen;
+    uint64_t lease_deadline_ms;
 } store_conn_t;
 
 struct weft_store_server {
@@ -204,6 +209,14 @@ static void conn_flush(weft_store_server_t *s, store_conn_t *c)
     if (c->closing && conn_pending(c) == 0) {
         c->dead = true;
     }
+}
+
+static void lease_clear(store_conn_t *c)
+{
+    free(c->lease_key);
+    free(c->lease_val);
+    c->lease_key = NULL;
+    c->lease_val = NULL;
 }
 
 /* ---- store operations (mutex held) ---- */
@@ -368,12 +381,62 @@ static void handle_get(weft_store_server_t *s, store_conn_t *c, const char *key,
     }
 }
 
+/* Create unless present; answer with whether ours won and the value that did. */
+static void handle_set_nx(weft_store_server_t *s, store_conn_t *c, const char *key, size_t klen,
+                          const uint8_t *val, size_t vlen)
+{
+    const store_entry_t *e = *map_slot(s, key, klen);
+    uint8_t created = 0;
+    if (e == NULL) {
+        weft_status_t st = store_put(s, key, klen, val, vlen);
+        if (st != WEFT_OK) {
+            conn_resp(s, c, st, NULL, 0);
+            return;
+        }
+        created = 1;
+        e = *map_slot(s, key, klen);
+    }
+    uint8_t *out = malloc(1 + e->vlen);
+    if (out == NULL) {
+        conn_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
+        return;
+    }
+    out[0] = created;
+    memcpy(out + 1, e->val, e->vlen);
+    conn_resp(s, c, WEFT_OK, out, 1 + e->vlen);
+    free(out);
+}
+
+static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *key, size_t klen,
+                         const uint8_t *rest, size_t rlen)
+{
+    uint32_t ttl = weft__store_get_u32(rest);
+    lease_clear(c);
+    if (ttl > 0) {
+        c->lease_key = malloc(klen + 1);
+        c->lease_val = malloc(rlen - 4 + 1);
+        if (c->lease_key == NULL || c->lease_val == NULL) {
+            lease_clear(c);
+            conn_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
+            return;
+        }
+        memcpy(c->lease_key, key, klen);
+        c->lease_key[klen] = '\0';
+        c->lease_klen = klen;
+        memcpy(c->lease_val, rest + 4, rlen - 4);
+        c->lease_vlen = rlen - 4;
+        c->lease_deadline_ms = now_ms() + ttl;
+    }
+    conn_resp(s, c, WEFT_OK, NULL, 0);
+}
+
 static void handle_request(weft_store_server_t *s, store_conn_t *c)
 {
     const char *key;
     const uint8_t *rest;
     size_t klen, rlen;
-    if (c->in_type < WEFT__STORE_SET || c->in_type > WEFT__STORE_WATCH) {
+    if ((c->in_type < WEFT__STORE_SET || c->in_type > WEFT__STORE_WATCH) &&
+        c->in_type != WEFT__STORE_SET_NX && c->in_type != WEFT__STORE_LEASE) {
         conn_protocol_error(s, c, "unexpected message type");
         return;
     }
@@ -418,6 +481,15 @@ static void handle_request(weft_store_server_t *s, store_conn_t *c)
     case WEFT__STORE_WATCH:
         if (rlen == 0) {
             handle_watch(s, c, key, klen);
+            return;
+        }
+        break;
+    case WEFT__STORE_SET_NX:
+        handle_set_nx(s, c, key, klen, rest, rlen);
+        return;
+    case WEFT__STORE_LEASE:
+        if (rlen >= 4 && rlen - 4 <= WEFT__STORE_MAX_VALUE) {
+            handle_lease(s, c, key, klen, rest, rlen);
             return;
         }
         break;
@@ -551,6 +623,7 @@ static void format_peer(const struct sockaddr_storage *sa, socklen_t len, char *
 
 static void conn_free(store_conn_t *c)
 {
+    lease_clear(c);
     close(c->fd);
     free(c->in);
     weft__store_buf_free(&c->out);
@@ -641,6 +714,19 @@ static int run_timers(weft_store_server_t *s)
             conn_resp(s, c, WEFT_ERR_TIMEOUT, NULL, 0);
         }
     }
+    for (size_t i = 0; i < s->nconns; i++) {
+        store_conn_t *c = s->conns[i];
+        if (c->dead || c->lease_key == NULL) {
+            continue;
+        }
+        if (now < c->lease_deadline_ms) {
+            next = c->lease_deadline_ms < next ? c->lease_deadline_ms : next;
+        } else {
+            WEFT_WARN(s->lg, "store: %s did not renew its lease: publishing %s", c->peer,
+                      c->lease_key);
+            c->dead = true; /* reap() fires the lease */
+        }
+    }
     if (s->accept_resume_ms > now) {
         next = s->accept_resume_ms < next ? s->accept_resume_ms : next;
     }
@@ -652,6 +738,16 @@ static int run_timers(weft_store_server_t *s)
 
 static void reap(weft_store_server_t *s)
 {
+    /* Fire the leases of connections that went away first: watchers may be among the
+     * survivors of this very turn. */
+    for (size_t i = 0; i < s->nconns; i++) {
+        store_conn_t *c = s->conns[i];
+        if (c->dead && c->lease_key != NULL) {
+            WEFT_DEBUG(s->lg, "store: lease of %s fires: %s", c->peer, c->lease_key);
+            (void)store_put(s, c->lease_key, c->lease_klen, c->lease_val, c->lease_vlen);
+            lease_clear(c);
+        }
+    }
     for (size_t i = 0; i < s->nconns;) {
         if (s->conns[i]->dead) {
             conn_free(s->conns[i]);

@@ -769,7 +769,7 @@ static void test_unexpected_types(void **state)
 {
     fixture_t *f = *state;
     const uint8_t types[] = {
-        0, 10, 77, 255, WEFT__STORE_HELLO, WEFT__STORE_AUTH, WEFT__STORE_RESP, WEFT__STORE_EVENT};
+        0, 12, 77, 255, WEFT__STORE_HELLO, WEFT__STORE_AUTH, WEFT__STORE_RESP, WEFT__STORE_EVENT};
     for (size_t i = 0; i < sizeof(types); i++) {
         int fd = raw_auth(f);
         uint8_t frame[WEFT__STORE_HDR_LEN + 4] = {0};
@@ -808,6 +808,80 @@ static void test_unexpected_types(void **state)
     size_t len;
     assert_int_equal(weft__store_next_event(w, 10000, &k, &v, &len), WEFT_ERR_IO);
     weft__store_buf_free(&b);
+    weft__store_close(w);
+    check_server_serves(f);
+}
+
+/* ---- create-if-absent and leases ---- */
+
+static void expect_nx(weft_store_client_t *c, const char *key, const char *val, const char *won,
+                      int want_created)
+{
+    void *w = NULL;
+    size_t wlen = 0;
+    int created = -1;
+    assert_int_equal(weft__store_set_nx(c, key, val, strlen(val), &w, &wlen, &created), WEFT_OK);
+    assert_int_equal(created, want_created);
+    assert_int_equal(wlen, strlen(won));
+    assert_memory_equal(w, won, wlen);
+    free(w);
+}
+
+/* The first proposal wins; every later caller learns it, and watchers see one event. */
+static void test_set_nx(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *a = client(f), *b = client(f), *w = client(f);
+    assert_int_equal(weft__store_watch(w, "nx/"), WEFT_OK);
+    expect_nx(a, "nx/k", "first", "first", 1);
+    expect_nx(b, "nx/k", "second", "first", 0);
+    expect_nx(a, "nx/k", "", "first", 0);
+    expect_nx(b, "nx/empty", "", "", 1);
+    expect_event(w, "nx/k", "first");
+    expect_event(w, "nx/empty", "");
+    char *k;
+    void *v;
+    size_t len;
+    assert_int_equal(weft__store_next_event(w, 100, &k, &v, &len), WEFT_INPROGRESS);
+    void *x;
+    size_t xl;
+    assert_int_equal(weft__store_set_nx(a, "", "v", 1, &x, &xl, NULL), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft__store_set_nx(a, "nx/z", "v", 1, NULL, &xl, NULL),
+                     WEFT_ERR_INVALID_ARG);
+    weft__store_close(a);
+    weft__store_close(b);
+    weft__store_close(w);
+}
+
+/* A lease fires when its connection drops or is not renewed, never when disarmed. */
+static void test_lease(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *w = client(f), *c = client(f);
+    assert_int_equal(weft__store_watch(w, "dead/"), WEFT_OK);
+    /* Dropped connection: fires at once. */
+    assert_int_equal(weft__store_lease(c, "dead/1", "gone", 4, 60000), WEFT_OK);
+    weft__store_close(c);
+    expect_event(w, "dead/1", "gone");
+    /* Renewed in time: does not fire; then disarmed and closed: does not fire either. */
+    c = client(f);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(weft__store_lease(c, "dead/2", "x", 1, 400), WEFT_OK);
+        sleep_ms(100);
+    }
+    assert_int_equal(weft__store_lease(c, "dead/2", NULL, 0, 0), WEFT_OK);
+    weft__store_close(c);
+    char *k;
+    void *v;
+    size_t len;
+    assert_int_equal(weft__store_next_event(w, 300, &k, &v, &len), WEFT_INPROGRESS);
+    /* Not renewed (a stopped process): fires after the ttl and the connection is closed. */
+    c = client(f);
+    assert_int_equal(weft__store_lease(c, "dead/3", "late", 4, 150), WEFT_OK);
+    expect_event(w, "dead/3", "late");
+    assert_true(log_has(WEFT_LOG_WARN, "did not renew its lease", "dead/3"));
+    assert_int_not_equal(weft__store_set(c, "after", "x", 1), WEFT_OK);
+    weft__store_close(c);
     weft__store_close(w);
     check_server_serves(f);
 }
@@ -909,6 +983,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_get_woken_by_server_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_atomic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_set_nx, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_everything, setup, teardown),
         cmocka_unit_test(test_connect_retries),
         cmocka_unit_test(test_connect_timeout),
