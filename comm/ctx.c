@@ -297,6 +297,9 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
             st = create_world(ctx);
         }
     }
+    if (st == WEFT_OK && ctx->store != NULL) {
+        st = weft__heartbeat_start(ctx); /* identity is settled: arm the liveness lease */
+    }
     if (st != WEFT_OK) {
         goto err_fini;
     }
@@ -318,6 +321,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     if (ctx == NULL) {
         return WEFT_OK;
     }
+    weft__heartbeat_stop(ctx);
     while (ctx->live != NULL) {
         weft_req_free(ctx->live);
     }

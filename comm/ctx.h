@@ -41,6 +41,7 @@ struct weft_ctx {
     char token[128];
     weft_store_client_t *store; /* request/response connection */
     weft_store_client_t *watch; /* watch on the failure-notice prefix */
+    struct weft_heartbeat *heartbeat; /* liveness lease (comm/heartbeat.c) */
     weft_tl_t *tl_self, *tl_ucx;
     weft_peer_t *peers;         /* [npeers] by member id; grows as members join */
     int npeers;
@@ -137,6 +138,10 @@ weft_status_t weft__irecv_len(weft_group_t *g, int peer, void *buf, size_t len,
                               size_t *recvd);
 /* Poll the launcher's failure notices (weft/failed/<rank>) without blocking. */
 void weft__poll_failure_notices(weft_ctx_t *ctx);
+
+/* ---- liveness (comm/heartbeat.c) ---- */
+weft_status_t weft__heartbeat_start(weft_ctx_t *ctx);
+void weft__heartbeat_stop(weft_ctx_t *ctx);
 
 /* ---- membership ---- */
 /* Make ctx->peers[id] exist (growing the table); WEFT_ERR_INVALID_ARG past the tag limit. */

@@ -1,0 +1,111 @@
+/*
+ * Liveness through the store. Each process holds a lease on its own failure-notice key
+ * (<ns>/failed/<id>) over a connection of its own, renewed by a small thread every
+ * WEFT_HEARTBEAT_MS. If the process dies, the kernel closes that connection and the store
+ * publishes the notice at once; if it hangs without dying (stopped, stuck in the kernel),
+ * the renewals stop and the store publishes it after WEFT_FAILURE_TIMEOUT_MS. Every member
+ * watches that prefix, so either way the survivors learn of it. weft_finalize disarms
+ * the lease first: leaving on purpose is not a failure.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/ctx.h"
+
+struct weft_heartbeat {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stop;
+    weft_store_client_t *conn;
+    const weft_logger_t *lg;
+    char key[96];
+    char val[64];
+    uint32_t ttl_ms;
+    uint64_t period_ms;
+};
+
+static void *heartbeat_main(void *arg)
+{
+    struct weft_heartbeat *hb = arg;
+    pthread_mutex_lock(&hb->lock);
+    while (!hb->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + hb->period_ms * 1000000ull;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&hb->cond, &hb->lock, &ts);
+        if (hb->stop) {
+            break;
+        }
+        weft_status_t st =
+            weft__store_lease(hb->conn, hb->key, hb->val, strlen(hb->val), hb->ttl_ms);
+        if (st != WEFT_OK) {
+            WEFT_WARN(hb->lg, "heartbeat: cannot renew the lease (%s); the store will soon "
+                              "declare this process failed", weft_status_str(st));
+            break;
+        }
+    }
+    pthread_mutex_unlock(&hb->lock);
+    return NULL;
+}
+
+weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
+{
+    struct weft_heartbeat *hb = calloc(1, sizeof(*hb));
+    if (hb == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for the heartbeat");
+    }
+    hb->lg = &ctx->logger;
+    hb->period_ms = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 100;
+    uint64_t ttl = ctx->cfg.failure_timeout_ms;
+    hb->ttl_ms = ttl == 0 ? 1 : (ttl > UINT32_MAX ? UINT32_MAX : (uint32_t)ttl);
+    weft__key(ctx, hb->key, sizeof(hb->key), "failed/%d", ctx->rank);
+    snprintf(hb->val, sizeof(hb->val), "member %d: lost (process gone or silent)", ctx->rank);
+    weft_status_t st = weft__store_connect(ctx->store_addr, ctx->token,
+                                           (int)ctx->cfg.connect_timeout_ms, &ctx->logger,
+                                           &hb->conn);
+    if (st == WEFT_OK) {
+        st = weft__store_lease(hb->conn, hb->key, hb->val, strlen(hb->val), hb->ttl_ms);
+    }
+    if (st != WEFT_OK) {
+        weft__store_close(hb->conn);
+        free(hb);
+        return weft__error(ctx, st, "cannot arm the liveness lease");
+    }
+    pthread_mutex_init(&hb->lock, NULL);
+    pthread_cond_init(&hb->cond, NULL);
+    int rc = pthread_create(&hb->thread, NULL, heartbeat_main, hb);
+    if (rc != 0) {
+        errno = rc;
+        weft__store_close(hb->conn);
+        free(hb);
+        return weft__error(ctx, WEFT_ERR_IO, "cannot start the heartbeat thread: %m");
+    }
+    ctx->heartbeat = hb;
+    return WEFT_OK;
+}
+
+void weft__heartbeat_stop(weft_ctx_t *ctx)
+{
+    struct weft_heartbeat *hb = ctx->heartbeat;
+    if (hb == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&hb->lock);
+    hb->stop = true;
+    pthread_cond_signal(&hb->cond);
+    pthread_mutex_unlock(&hb->lock);
+    pthread_join(hb->thread, NULL);
+    (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0); /* leaving is not failing */
+    weft__store_close(hb->conn);
+    pthread_mutex_destroy(&hb->lock);
+    pthread_cond_destroy(&hb->cond);
+    free(hb);
+    ctx->heartbeat = NULL;
+}
