@@ -328,6 +328,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     while (ctx->groups != NULL) {
         weft__group_destroy(ctx->groups);
     }
+    weft__cuda_ctx_fini(ctx);
     for (int i = 0; i < ctx->npeers; i++) {
         weft_peer_t *p = &ctx->peers[i];
         if (p->ep != NULL) {

@@ -57,6 +57,7 @@ void weft__group_destroy(weft_group_t *g)
     if (ctx->world == g) {
         ctx->world = NULL;
     }
+    weft__cuda_group_fini(g);
     free(g->members);
     free(g);
 }
