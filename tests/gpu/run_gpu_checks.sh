@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build weft with CUDA and NCCL and run the GPU checks on a machine with (at least) one
+# NVIDIA GPU: memory-type detection of host, cudaMalloc'ed, managed and cudaMallocHost'ed
+# pointers; one-rank NCCL allreduce, broadcast, allgather, reduce-scatter and a send to
+# itself against CPU references, through the transport and through the comm layer; a
+# two-rank communicator whose peer never comes must time out. Then weft-info --topology.
+#
+# Usage: tests/gpu/run_gpu_checks.sh [build-dir]    (default: build-gpu)
+# Exit status: 0 when every check passed on a GPU; non-zero otherwise, including when
+# no GPU is visible (WEFT_GPU_REQUIRED=1 turns the tests' "skip" into a failure).
+set -euo pipefail
+
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${1:-$src/build-gpu}"
+jobs="$(nproc 2>/dev/null || echo 4)"
+
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv || true
+else
+    echo "run_gpu_checks: nvidia-smi not found; the checks will tell whether CUDA sees a GPU"
+fi
+
+gen=()
+if command -v ninja >/dev/null 2>&1; then
+    gen=(-G Ninja)
+fi
+cmake -S "$src" -B "$build" "${gen[@]}" -DWEFT_WITH_CUDA=ON -DWEFT_BUILD_TESTS=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build "$build" -j "$jobs" --target weft-info test_gpu_memtype test_gpu_nccl \
+    test_gpu_nccl_comm test_topo test_select
+
+export WEFT_GPU_REQUIRED=1
+status=0
+for t in test_gpu_memtype test_gpu_nccl test_gpu_nccl_comm test_topo test_select; do
+    echo "=== $t"
+    args=()
+    case "$t" in
+    test_gpu_nccl_comm | test_topo | test_select) args=("$src/tests/select") ;;
+    esac
+    if ! timeout 300 "$build/bin/$t" "${args[@]}"; then
+        echo "run_gpu_checks: $t FAILED"
+        status=1
+    fi
+done
+
+echo "=== weft-info"
+"$build/bin/weft-info" || status=1
+echo "=== weft-info --topology"
+"$build/bin/weft-info" --topology || status=1
+
+if [ "$status" -eq 0 ]; then
+    echo "run_gpu_checks: all GPU checks passed"
+else
+    echo "run_gpu_checks: some GPU checks failed"
+fi
+exit "$status"
