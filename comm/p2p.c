@@ -34,7 +34,11 @@ static weft_status_t peer_get(weft_group_t *g, int peer, weft_peer_t **out, int 
     if (p->ep == NULL && id != ctx->rank) {
         st = p->ops->connect(p->tl, id, p->addr, p->addr_len, &p->ep);
         if (st != WEFT_OK) {
-            return weft__error(ctx, st, "cannot connect to member %d", id);
+            /* Its shared memory or socket is gone: a member we cannot reach has failed,
+             * and every member must learn it the same way. */
+            weft__report_failure(ctx, id, "cannot connect");
+            return weft__error(ctx, WEFT_ERR_PEER_FAILED, "cannot connect to member %d (%s)",
+                               id, weft_status_str(st));
         }
     }
     *out = p;
