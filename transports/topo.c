@@ -345,6 +345,9 @@ weft_status_t weft__topo_load(const char *xml_path, weft_topo_log_fn log, void *
     }
     /* GPUs, NICs and the bridges above them are "important"; other PCI devices are not. */
     hwloc_topology_set_io_types_filter(b.t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    /* hwloc's Linux backend reads the PCI tree from sysfs by itself; the libpciaccess
+     * "pci" component would add only device names, is slower, and leaks at unload. */
+    (void)hwloc_topology_set_components(b.t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
     if (xml_path != NULL && hwloc_topology_set_xml(b.t, xml_path) != 0) {
         topo_log(&b, WEFT_LOG_ERROR, "cannot use topology file %s: %s", xml_path, strerror(errno));
         status = WEFT_ERR_IO;
