@@ -24,7 +24,7 @@ gen=()
 if command -v ninja >/dev/null 2>&1; then
     gen=(-G Ninja)
 fi
-cmake -S "$src" -B "$build" "${gen[@]}" -DWEFT_WITH_CUDA=ON -DWEFT_BUILD_TESTS=ON \
+cmake -S "$src" -B "$build" ${gen[@]+"${gen[@]}"} -DWEFT_WITH_CUDA=ON -DWEFT_BUILD_TESTS=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j "$jobs" --target weft-info test_gpu_memtype test_gpu_nccl \
     test_gpu_nccl_comm test_topo test_select
@@ -37,7 +37,7 @@ for t in test_gpu_memtype test_gpu_nccl test_gpu_nccl_comm test_topo test_select
     case "$t" in
     test_gpu_nccl_comm | test_topo | test_select) args=("$src/tests/select") ;;
     esac
-    if ! timeout 300 "$build/bin/$t" "${args[@]}"; then
+    if ! timeout 300 "$build/bin/$t" ${args[@]+"${args[@]}"}; then
         echo "run_gpu_checks: $t FAILED"
         status=1
     fi
