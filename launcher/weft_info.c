@@ -317,7 +317,8 @@ out:
     return rc;
 }
 
-int main(int argc, char **argv)
+/* Fill @p o from the command line. Returns -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, options_t *o)
 {
     enum { OPT_VERSION = 256, OPT_CONFIG, OPT_TOPOLOGY, OPT_XML, OPT_PEER_XML, OPT_GPU };
     static const struct option longopts[] = {
@@ -330,7 +331,6 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    options_t o = {.gpu = -2};
     int c;
     char *end;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -339,20 +339,20 @@ int main(int argc, char **argv)
             printf("weft-info %s\n", weft_version(NULL, NULL, NULL));
             return 0;
         case OPT_CONFIG:
-            o.config = 1;
+            o->config = 1;
             break;
         case OPT_TOPOLOGY:
-            o.topology = 1;
+            o->topology = 1;
             break;
         case OPT_XML:
-            o.xml = optarg;
+            o->xml = optarg;
             break;
         case OPT_PEER_XML:
-            o.peer_xml = optarg;
+            o->peer_xml = optarg;
             break;
         case OPT_GPU:
-            o.gpu = (int)strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || o.gpu < 0) {
+            o->gpu = (int)strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || o->gpu < 0) {
                 fprintf(stderr, "weft-info: --gpu needs a GPU index, not '%s'\n", optarg);
                 return 2;
             }
@@ -370,11 +370,21 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if ((o.xml != NULL || o.peer_xml != NULL || o.gpu != -2) && !o.topology) {
+    if ((o->xml != NULL || o->peer_xml != NULL || o->gpu != -2) && !o->topology) {
         fprintf(stderr, "weft-info: --xml, --peer-xml and --gpu go with --topology\n");
         return 2;
     }
-    int rc = 0;
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    options_t o = {.gpu = -2};
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0) {
+        return rc;
+    }
+    rc = 0;
     if (!o.config && !o.topology) {
         rc = print_summary();
     }
