@@ -20,7 +20,7 @@
 
 static const char usage_text[] =
     "Usage: weftrun -n N [options] [--] program [args...]\n"
-    "       weftrun --store-only [--bind ADDR] [--port PORT]\n"
+    "       weftrun --store-only [--bind ADDR] [--port PORT] [--timeout SECONDS]\n"
     "\n"
     "Start N local ranks of a weft job, host the job's rendezvous store and supervise\n"
     "the ranks: when one exits abnormally the others are stopped.\n"
@@ -56,7 +56,9 @@ static const char usage_text[] =
     "  WEFT_STORE          host:port of the rendezvous store\n"
     "  WEFT_JOB_TOKEN      the secret the store asks its clients to prove they hold\n"
     "Rank 0 reads weftrun's stdin when it is not a terminal; the others read /dev/null.\n"
-    "Each rank runs in a process group of its own; signals go to the whole group.\n"
+    "Each rank runs in a process group of its own; signals go to the whole group, and\n"
+    "when the job is stopped what is left in those groups is killed too. Descriptors\n"
+    "other than 0, 1 and 2 are not passed on to the ranks.\n"
     "\n"
     "When a rank exits with a non-zero status or is killed by a signal, weftrun first\n"
     "sets the store key weft/failed/<rank> to \"exit <code>\" or \"signal <number>\"\n"

@@ -38,8 +38,8 @@ void wr_wait(pid_t pid, int limit_ms, wr_result_t *r);
 void wr_run(const char *const *args, wr_result_t *r);
 void wr_result_free(wr_result_t *r);
 
-/* Path of @p name inside the scratch folder (a static buffer per call site is not kept:
- * the result lives until the next call). */
+/* Path of @p name inside the scratch folder, in a static buffer: valid until the next
+ * call. */
 const char *wr_path(const char *name);
 /* Wait until the file @p name exists in the scratch folder; false after @p limit_ms. */
 bool wr_wait_file(const char *name, int limit_ms);
