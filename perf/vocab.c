@@ -34,7 +34,7 @@ typedef struct vocab_bench {
     weft_vocab_range_t r;
     float *x, *wt, *dx, *dw, *loss_tok; /* inputs and outputs of this rank */
     int64_t *labels;
-    float *ref_dx, *ref_dw, *ref_loss;  /* the first algorithm's results, for -c */
+    float *ref_dx, *ref_dw, *ref_loss; /* the first algorithm's results, for -c */
     bool have_ref;
 } vocab_bench_t;
 
@@ -154,8 +154,8 @@ static long check_results(vocab_bench_t *b)
 static int run_algo(vocab_bench_t *b, weft_vocab_algo_t algo, algo_result_t *res)
 {
     weft_group_t *g = b->w.world;
-    weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = algo,
-                                 .reduction = WEFT_VOCAB_MEAN, .max_tokens = b->n};
+    weft_vocab_mb_params_t mp = {
+        .size = sizeof(mp), .algo = algo, .reduction = WEFT_VOCAB_MEAN, .max_tokens = b->n};
     weft_vocab_mb_t *mb = NULL;
     weft_status_t st = weft_vocab_mb_create(b->vocab, &mp, &mb);
     double sum[T_COUNT] = {0};
@@ -167,8 +167,7 @@ static int run_algo(vocab_bench_t *b, weft_vocab_algo_t algo, algo_result_t *res
         weft_group_coll_count(g, &c0);
         uint64_t t0 = perf_now_ns();
         if (st == WEFT_OK) {
-            st = weft_vocab_xent_forward(mb, b->x, b->wt, b->labels, b->n, b->loss_tok,
-                                         &res->loss);
+            st = weft_vocab_xent_forward(mb, b->x, b->wt, b->labels, b->n, b->loss_tok, &res->loss);
         }
         uint64_t t1 = perf_now_ns();
         weft_group_coll_count(g, &c1);
@@ -219,9 +218,9 @@ static void print_table(const vocab_bench_t *b, const algo_result_t *res)
     const algo_result_t *base = b->run[WEFT_VOCAB_NAIVE] ? &res[WEFT_VOCAB_NAIVE] : NULL;
     printf("# weft-perf vocab: n=%zu h=%zu V=%zu P=%d (shard %zu rows), %d iters, %d warmup\n",
            b->n, b->h, b->V, b->w.size, b->r.padded_length, b->o.iters, b->o.warmup);
-    printf("# %-6s %5s %10s %10s %11s %11s %9s %11s %12s %8s %8s %7s\n", "algo", "colls",
-           "fwd(ms)", "bwd(ms)", "total(ms)", "compute(ms)", "comm(ms)", "comm bytes",
-           "peak act(B)", "time/nv", "comm/nv", "#wrong");
+    printf("# %-6s %5s %10s %10s %11s %11s %9s %11s %12s %8s %8s %7s\n", "algo", "colls", "fwd(ms)",
+           "bwd(ms)", "total(ms)", "compute(ms)", "comm(ms)", "comm bytes", "peak act(B)",
+           "time/nv", "comm/nv", "#wrong");
     for (int a = 0; a < ALGOS; a++) {
         if (!b->run[a]) {
             continue;
@@ -229,10 +228,10 @@ static void print_table(const vocab_bench_t *b, const algo_result_t *res)
         const algo_result_t *r = &res[a];
         double total = r->t[T_FWD] + r->t[T_BWD];
         double bt = base ? base->t[T_FWD] + base->t[T_BWD] : 0;
-        printf("  %-6s %5llu %10.2f %10.2f %11.2f %11.2f %9.3f %11zu %12zu", 
+        printf("  %-6s %5llu %10.2f %10.2f %11.2f %11.2f %9.3f %11zu %12zu",
                weft_vocab_algo_name((weft_vocab_algo_t)a),
-               (unsigned long long)(r->colls_fwd + r->colls_bwd), r->t[T_FWD], r->t[T_BWD],
-               total, r->t[T_COMPUTE], r->t[T_COMM], r->bytes, r->peak);
+               (unsigned long long)(r->colls_fwd + r->colls_bwd), r->t[T_FWD], r->t[T_BWD], total,
+               r->t[T_COMPUTE], r->t[T_COMM], r->bytes, r->peak);
         if (base != NULL && bt > 0 && base->t[T_COMM] > 0) {
             printf(" %8.3f %8.3f", total / bt, r->t[T_COMM] / base->t[T_COMM]);
         } else {

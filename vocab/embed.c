@@ -22,7 +22,7 @@ static weft_status_t ids_host_view(weft_vocab_t *v, const int64_t *ids, size_t n
         if ((*copy = malloc(n * sizeof(int64_t))) == NULL) {
             return weft__error(v->ctx, WEFT_ERR_NO_MEMORY, "vocab: no memory for %zu ids", n);
         }
-        weft_status_t st = weft__vxd_copy(*copy, ids, n * sizeof(int64_t));
+        weft_status_t st = weft__vxd_copy(v, *copy, ids, n * sizeof(int64_t));
         if (st != WEFT_OK) {
             free(*copy);
             *copy = NULL;
@@ -36,8 +36,8 @@ static weft_status_t ids_host_view(weft_vocab_t *v, const int64_t *ids, size_t n
             free(*copy);
             *copy = NULL;
             return weft__error(v->ctx, WEFT_ERR_INVALID_ARG,
-                               "vocab: embedding id %lld outside [0, %zu)",
-                               (long long)(*view)[j], v->vocab_size);
+                               "vocab: embedding id %lld outside [0, %zu)", (long long)(*view)[j],
+                               v->vocab_size);
         }
     }
     return WEFT_OK;
@@ -56,6 +56,7 @@ static inline long shard_row(const weft_vocab_t *v, int64_t id)
 #ifdef WEFT_HAVE_CUDA
 /* A collective on a host copy of device data: down (optional), reduce, up (optional). */
 typedef struct staged {
+    const weft_vocab_t *v;
     weft_req_t *inner;
     float *host;
     float *dev;
@@ -68,7 +69,7 @@ static weft_status_t staged_progress(weft_req_t *req)
     staged_t *s = req->impl;
     weft_status_t st = weft__req_advance(s->inner);
     if (st == WEFT_OK && s->upload) {
-        st = weft__vxd_copy(s->dev, s->host, s->bytes);
+        st = weft__vxd_copy(s->v, s->dev, s->host, s->bytes);
     }
     return st;
 }
@@ -98,7 +99,7 @@ static weft_status_t staged_start(weft_vocab_t *v, float *dev, size_t count, int
         st = weft__error(v->ctx, st, "vocab: no memory to stage %zu bytes", bytes);
         goto err_free;
     }
-    if ((kind == 0 || v->rank == root) && (st = weft__vxd_copy(host, dev, bytes)) != WEFT_OK) {
+    if ((kind == 0 || v->rank == root) && (st = weft__vxd_copy(v, host, dev, bytes)) != WEFT_OK) {
         goto err_free;
     }
     weft_req_t *inner = NULL;
@@ -106,7 +107,7 @@ static weft_status_t staged_start(weft_vocab_t *v, float *dev, size_t count, int
                    : weft_ibroadcast(v->group, host, count, WEFT_F32, root, &inner);
     if (st != WEFT_INPROGRESS) {
         if (st == WEFT_OK && (kind == 0 || v->rank != root)) {
-            st = weft__vxd_copy(dev, host, bytes);
+            st = weft__vxd_copy(v, dev, host, bytes);
         }
         weft_req_free(inner);
         free(host);
@@ -120,7 +121,11 @@ static weft_status_t staged_start(weft_vocab_t *v, float *dev, size_t count, int
         st = weft__error(v->ctx, WEFT_ERR_NO_MEMORY, "vocab: no memory for a request");
         goto err_free;
     }
-    *s = (staged_t){.inner = inner, .host = host, .dev = dev, .bytes = bytes,
+    *s = (staged_t){.v = v,
+                    .inner = inner,
+                    .host = host,
+                    .dev = dev,
+                    .bytes = bytes,
                     .upload = kind == 0 || v->rank != root};
     outer->impl = s;
     outer->progress = staged_progress;
@@ -135,9 +140,8 @@ err_free:
 }
 #endif
 
-weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const float *table,
-                                        const int64_t *ids, size_t n, float *out,
-                                        weft_req_t **req)
+weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const float *table, const int64_t *ids,
+                                        size_t n, float *out, weft_req_t **req)
 {
     if (vocab == NULL || req == NULL || (n > 0 && (ids == NULL || out == NULL)) ||
         (vocab->range.length > 0 && table == NULL)) {
@@ -174,16 +178,16 @@ weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const float *table,
     return weft_iallreduce(vocab->group, out, out, n * h, WEFT_F32, WEFT_SUM, req);
 }
 
-weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table,
-                                       const int64_t *ids, size_t n, float *out)
+weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table, const int64_t *ids,
+                                       size_t n, float *out)
 {
     weft_req_t *req = NULL;
     weft_status_t st = weft_vocab_iembed_forward(vocab, table, ids, n, out, &req);
     return weft__blocking(st, req);
 }
 
-weft_status_t weft_vocab_iembed_grad_bcast(weft_vocab_t *vocab, float *grad_out, size_t n,
-                                           int root, weft_req_t **req)
+weft_status_t weft_vocab_iembed_grad_bcast(weft_vocab_t *vocab, float *grad_out, size_t n, int root,
+                                           weft_req_t **req)
 {
     if (vocab == NULL || req == NULL || (n > 0 && grad_out == NULL) || root < 0 ||
         root >= vocab->nranks) {
@@ -235,9 +239,8 @@ weft_status_t weft_vocab_embed_grad_scatter(weft_vocab_t *vocab, const float *gr
     return WEFT_OK;
 }
 
-weft_status_t weft_vocab_embed_backward(weft_vocab_t *vocab, float *grad_out,
-                                        const int64_t *ids, size_t n, int root,
-                                        float *grad_table)
+weft_status_t weft_vocab_embed_backward(weft_vocab_t *vocab, float *grad_out, const int64_t *ids,
+                                        size_t n, int root, float *grad_table)
 {
     if (vocab == NULL || root < -1) {
         return WEFT_ERR_INVALID_ARG;

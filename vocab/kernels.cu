@@ -10,7 +10,8 @@
 #define ROW_THREADS 256
 #define ELEM_THREADS 256
 
-namespace {
+namespace
+{
 
 /* Owned column of a label in the shard [start, start + len), or -1. */
 __device__ __forceinline__ long long owned_col(int64_t label, size_t start, size_t len)
@@ -71,8 +72,8 @@ __device__ float row_exp_sum(float *row, size_t len, float m, float *shared)
     return block_reduce<false>(s, shared);
 }
 
-__global__ void row_stats_kernel(size_t len, size_t start, size_t rec_stride,
-                                 const int64_t *labels, float *y, float *rec)
+__global__ void row_stats_kernel(size_t len, size_t start, size_t rec_stride, const int64_t *labels,
+                                 float *y, float *rec)
 {
     __shared__ float shared[33];
     size_t j = blockIdx.x;
@@ -116,9 +117,8 @@ __global__ void naive_sums_kernel(size_t n, size_t len, size_t start, const int6
     }
 }
 
-__global__ void gather_b_kernel(size_t n, size_t h, size_t len, size_t start,
-                                size_t rec_stride, const int64_t *labels, const float *w,
-                                float *rec)
+__global__ void gather_b_kernel(size_t n, size_t h, size_t len, size_t start, size_t rec_stride,
+                                const int64_t *labels, const float *w, float *rec)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * h;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -169,8 +169,7 @@ __global__ void embed_lookup_kernel(size_t n, size_t h, size_t start, size_t len
 }
 
 __global__ void embed_scatter_kernel(size_t n, size_t h, size_t start, size_t len,
-                                     const int64_t *ids, const float *grad_out,
-                                     float *grad_table)
+                                     const int64_t *ids, const float *grad_out, float *grad_table)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * h;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -194,8 +193,7 @@ unsigned elem_blocks(size_t count)
 extern "C" {
 
 cudaError_t weft__vk_row_stats(size_t n, size_t len, size_t start, size_t rec_stride,
-                               const int64_t *labels, float *y, float *rec,
-                               cudaStream_t stream)
+                               const int64_t *labels, float *y, float *rec, cudaStream_t stream)
 {
     if (n == 0) {
         return cudaSuccess;
@@ -205,8 +203,8 @@ cudaError_t weft__vk_row_stats(size_t n, size_t len, size_t start, size_t rec_st
     return cudaGetLastError();
 }
 
-cudaError_t weft__vk_naive_sums(size_t n, size_t len, size_t start, const int64_t *labels,
-                                float *y, float *rec, cudaStream_t stream)
+cudaError_t weft__vk_naive_sums(size_t n, size_t len, size_t start, const int64_t *labels, float *y,
+                                float *rec, cudaStream_t stream)
 {
     if (n == 0) {
         return cudaSuccess;
@@ -219,17 +217,16 @@ cudaError_t weft__vk_gather_b(size_t n, size_t h, size_t len, size_t start, size
                               const int64_t *labels, const float *w, float *rec,
                               cudaStream_t stream)
 {
-    gather_b_kernel<<<elem_blocks(n * h), ELEM_THREADS, 0, stream>>>(n, h, len, start,
-                                                                     rec_stride, labels, w, rec);
+    gather_b_kernel<<<elem_blocks(n * h), ELEM_THREADS, 0, stream>>>(n, h, len, start, rec_stride,
+                                                                     labels, w, rec);
     return cudaGetLastError();
 }
 
 cudaError_t weft__vk_make_g(size_t n, size_t len, size_t start, const int64_t *labels,
-                            const float *coef, const float *wtok, float *y,
-                            cudaStream_t stream)
+                            const float *coef, const float *wtok, float *y, cudaStream_t stream)
 {
-    make_g_kernel<<<elem_blocks(n * len), ELEM_THREADS, 0, stream>>>(n, len, start, labels,
-                                                                     coef, wtok, y);
+    make_g_kernel<<<elem_blocks(n * len), ELEM_THREADS, 0, stream>>>(n, len, start, labels, coef,
+                                                                     wtok, y);
     return cudaGetLastError();
 }
 
@@ -240,22 +237,19 @@ cudaError_t weft__vk_scale_dx(size_t n, size_t h, const int64_t *labels, const f
     return cudaGetLastError();
 }
 
-cudaError_t weft__vk_embed_lookup(size_t n, size_t h, size_t start, size_t len,
-                                  const int64_t *ids, const float *table, float *out,
-                                  cudaStream_t stream)
+cudaError_t weft__vk_embed_lookup(size_t n, size_t h, size_t start, size_t len, const int64_t *ids,
+                                  const float *table, float *out, cudaStream_t stream)
 {
     embed_lookup_kernel<<<elem_blocks(n * h), ELEM_THREADS, 0, stream>>>(n, h, start, len, ids,
                                                                          table, out);
     return cudaGetLastError();
 }
 
-cudaError_t weft__vk_embed_scatter(size_t n, size_t h, size_t start, size_t len,
-                                   const int64_t *ids, const float *grad_out,
-                                   float *grad_table, cudaStream_t stream)
+cudaError_t weft__vk_embed_scatter(size_t n, size_t h, size_t start, size_t len, const int64_t *ids,
+                                   const float *grad_out, float *grad_table, cudaStream_t stream)
 {
-    embed_scatter_kernel<<<elem_blocks(n * h), ELEM_THREADS, 0, stream>>>(n, h, start, len,
-                                                                          ids, grad_out,
-                                                                          grad_table);
+    embed_scatter_kernel<<<elem_blocks(n * h), ELEM_THREADS, 0, stream>>>(n, h, start, len, ids,
+                                                                          grad_out, grad_table);
     return cudaGetLastError();
 }
 

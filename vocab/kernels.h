@@ -21,12 +21,11 @@ extern "C" {
  * y <- exp(y - m).
  */
 cudaError_t weft__vk_row_stats(size_t n, size_t len, size_t start, size_t rec_stride,
-                               const int64_t *labels, float *y, float *rec,
-                               cudaStream_t stream);
+                               const int64_t *labels, float *y, float *rec, cudaStream_t stream);
 
 /* NAIVE after the max: y <- exp(y - rec[j]); rec[n + j] = sum, rec[2n + j] = target. */
-cudaError_t weft__vk_naive_sums(size_t n, size_t len, size_t start, const int64_t *labels,
-                                float *y, float *rec, cudaStream_t stream);
+cudaError_t weft__vk_naive_sums(size_t n, size_t len, size_t start, const int64_t *labels, float *y,
+                                float *rec, cudaStream_t stream);
 
 /* ALG2: rec[j*rec_stride + 3 + h + k] = w[(label - start)*h + k] where owned, else 0. */
 cudaError_t weft__vk_gather_b(size_t n, size_t h, size_t len, size_t start, size_t rec_stride,
@@ -35,22 +34,19 @@ cudaError_t weft__vk_gather_b(size_t n, size_t h, size_t len, size_t start, size
 
 /* y <- wtok * (y * coef - onehot), rows of ignored tokens zero. */
 cudaError_t weft__vk_make_g(size_t n, size_t len, size_t start, const int64_t *labels,
-                            const float *coef, const float *wtok, float *y,
-                            cudaStream_t stream);
+                            const float *coef, const float *wtok, float *y, cudaStream_t stream);
 
 /* ALG2: dx[j] = wtok[j] * d[j] (zero for ignored tokens). */
 cudaError_t weft__vk_scale_dx(size_t n, size_t h, const int64_t *labels, const float *wtok,
                               const float *d, float *dx, cudaStream_t stream);
 
 /* out[j] = table[ids[j] - start] where the shard owns ids[j], else zeros. */
-cudaError_t weft__vk_embed_lookup(size_t n, size_t h, size_t start, size_t len,
-                                  const int64_t *ids, const float *table, float *out,
-                                  cudaStream_t stream);
+cudaError_t weft__vk_embed_lookup(size_t n, size_t h, size_t start, size_t len, const int64_t *ids,
+                                  const float *table, float *out, cudaStream_t stream);
 
 /* grad_table[ids[j] - start] += grad_out[j] where owned (atomic: ids may repeat). */
-cudaError_t weft__vk_embed_scatter(size_t n, size_t h, size_t start, size_t len,
-                                   const int64_t *ids, const float *grad_out,
-                                   float *grad_table, cudaStream_t stream);
+cudaError_t weft__vk_embed_scatter(size_t n, size_t h, size_t start, size_t len, const int64_t *ids,
+                                   const float *grad_out, float *grad_table, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -37,8 +37,7 @@ weft_status_t weft_vocab_create(weft_group_t *g, const weft_vocab_params_t *para
         return st;
     }
     /* GEMM dimensions are ints; records of one token must fit a user element. */
-    if (params->hidden == 0 || params->hidden > (size_t)INT32_MAX / 4 ||
-        params->vocab_size == 0) {
+    if (params->hidden == 0 || params->hidden > (size_t)INT32_MAX / 4 || params->vocab_size == 0) {
         return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: bad sizes V=%zu h=%zu",
                            params->vocab_size, params->hidden);
     }

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "weft/cuda.h"
 #include "weft/vocab.h"
 
 struct weft_vocab {
@@ -22,9 +23,9 @@ struct weft_vocab {
     int rank, nranks;
     size_t vocab_size, hidden, align;
     weft_vocab_range_t range;
-    weft_op_t op_alg1;   /* merges {m, s, t} records */
-    weft_op_t op_alg2;   /* merges {m, s, t, A[h], B[h]} records */
-    int n_mb;            /* live microbatch states */
+    weft_op_t op_alg1; /* merges {m, s, t} records */
+    weft_op_t op_alg2; /* merges {m, s, t, A[h], B[h]} records */
+    int n_mb;          /* live microbatch states */
 };
 
 /* ---- the statistics record ---- */
@@ -69,8 +70,7 @@ typedef struct weft__xent_dims {
  * the records (NAIVE: only the row max part); mloc [n] the local row max (ALG1/ALG2).
  */
 void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const float *x,
-                      const float *w, const int64_t *labels, float *y, float *rec,
-                      float *mloc);
+                      const float *w, const int64_t *labels, float *y, float *rec, float *mloc);
 
 /* NAIVE between its two collectives: rec[0, n) holds the global max; turns y into
  * exp(Y - M) and fills the sum-exp and target parts of rec. */
@@ -83,12 +83,12 @@ void weft__xent_naive_sums_cpu(const weft__xent_dims_t *d, const int64_t *labels
  * D = A / S - B in place. Returns the loss sum in double.
  */
 double weft__xent_finish_c1_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo,
-                                const int64_t *labels, float *rec, const float *mloc,
-                                float *loss, float *coef);
+                                const int64_t *labels, float *rec, const float *mloc, float *loss,
+                                float *coef);
 
 /* Weight of token j in the gradient: upstream gradient, reduction and ignore mask. */
-static inline float weft__xent_token_weight(weft_vocab_reduction_t red, const float *grad,
-                                            size_t j, int64_t label, size_t n_valid)
+static inline float weft__xent_token_weight(weft_vocab_reduction_t red, const float *grad, size_t j,
+                                            int64_t label, size_t n_valid)
 {
     if (label < 0) {
         return 0.0f;
@@ -136,8 +136,8 @@ struct weft_vocab_mb {
     size_t max_tokens;
     bool accumulate_dw;
     weft__mb_state_t state;
-    int naive_stage;       /* C1 of NAIVE: 1 = max in flight, 2 = sums in flight */
-    weft_req_t *req;       /* the collective in flight, NULL if none or inline */
+    int naive_stage; /* C1 of NAIVE: 1 = max in flight, 2 = sums in flight */
+    weft_req_t *req; /* the collective in flight, NULL if none or inline */
     /* The current microbatch. */
     const float *x, *w;
     const int64_t *labels; /* host view: the caller's, or labels_host */
@@ -145,31 +145,27 @@ struct weft_vocab_mb {
     size_t n;
     size_t n_valid;
     bool on_device;
-    float *dx;             /* the caller's ∇X, reduced in place by C2 */
+    float *dx; /* the caller's ∇X, reduced in place by C2 */
     double loss_sum;
-    bool have_loss;        /* C1 completed for the current microbatch */
+    bool have_loss;              /* C1 completed for the current microbatch */
     weft_vocab_mb_stats_t stats; /* of the current microbatch */
-    uint64_t coll_start_ns; /* when the collective in flight started */
+    uint64_t coll_start_ns;      /* when the collective in flight started */
     /* Host buffers, sized for max_tokens, allocated on first use. */
-    float *y;              /* [max_tokens * len] logits / exp / G (CPU path) */
-    float *rec;            /* [max_tokens * rec] the records C1 reduces */
+    float *y;                         /* [max_tokens * len] logits / exp / G (CPU path) */
+    float *rec;                       /* [max_tokens * rec] the records C1 reduces */
     float *mloc, *loss, *coef, *wtok; /* [max_tokens] each */
-    int64_t *labels_host;  /* [max_tokens] copy of device labels */
-    float *dx_host;        /* [max_tokens * h] staging of ∇X for C2 (CUDA path) */
+    int64_t *labels_host;             /* [max_tokens] copy of device labels */
+    float *dx_host;                   /* [max_tokens * h] staging of ∇X for C2 (CUDA path) */
     struct weft__vocab_dev *dev;
 };
 
 /* ---- memory type of a buffer ---- */
-#ifdef WEFT_HAVE_CUDA
-/* 1 for CUDA device (or managed) memory, 0 for host memory. */
-int weft__vocab_is_device(const void *p);
-#else
+/* 1 for CUDA device (or managed) memory, 0 for host memory or NULL. */
 static inline int weft__vocab_is_device(const void *p)
 {
-    (void)p;
-    return 0;
+    int cuda = 0;
+    return p != NULL && weft_memory_is_cuda(p, &cuda) == WEFT_OK && cuda;
 }
-#endif
 
 #ifdef WEFT_HAVE_CUDA
 /* The device path of the passes (xent_cuda.c); records and statistics go through the
@@ -178,16 +174,17 @@ weft_status_t weft__vxd_s(weft_vocab_mb_t *mb);
 weft_status_t weft__vxd_naive_sums(weft_vocab_mb_t *mb);
 weft_status_t weft__vxd_t(weft_vocab_mb_t *mb, float *dx, float *dw);
 weft_status_t weft__vxd_dx_upload(weft_vocab_mb_t *mb);
-weft_status_t weft__vxd_copy(void *dst, const void *src, size_t bytes);
+/* Copy between any memories, ordered on the vocabulary's group stream. */
+weft_status_t weft__vxd_copy(const weft_vocab_t *v, void *dst, const void *src, size_t bytes);
 void weft__vxd_free(weft_vocab_mb_t *mb);
 /* Embedding on device buffers; ids_user may be host or device memory, ids_host is a
  * checked host view of the same ids. */
 weft_status_t weft__vxd_embed_lookup(const weft_vocab_t *v, const float *table,
-                                     const int64_t *ids_user, const int64_t *ids_host,
-                                     size_t n, float *out);
+                                     const int64_t *ids_user, const int64_t *ids_host, size_t n,
+                                     float *out);
 weft_status_t weft__vxd_embed_scatter(const weft_vocab_t *v, const float *grad_out,
-                                      const int64_t *ids_user, const int64_t *ids_host,
-                                      size_t n, float *grad_table);
+                                      const int64_t *ids_user, const int64_t *ids_host, size_t n,
+                                      float *grad_table);
 #endif
 
 #endif

@@ -93,8 +93,8 @@ static weft_status_t ensure_host_buffers(weft_vocab_mb_t *mb, bool device_labels
     return WEFT_OK;
 
 err_nomem:
-    return weft__error(v->ctx, WEFT_ERR_NO_MEMORY,
-                       "vocab: no memory for the buffers of %zu tokens", n);
+    return weft__error(v->ctx, WEFT_ERR_NO_MEMORY, "vocab: no memory for the buffers of %zu tokens",
+                       n);
 }
 
 /* Which memory the tensors of S are in; mixing host and device is an error. */
@@ -117,7 +117,7 @@ static weft_status_t s_labels(weft_vocab_mb_t *mb, const int64_t *labels, bool d
     mb->labels = labels;
     if (device_labels) {
 #ifdef WEFT_HAVE_CUDA
-        weft_status_t st = weft__vxd_copy(mb->labels_host, labels, mb->n * sizeof(int64_t));
+        weft_status_t st = weft__vxd_copy(mb->v, mb->labels_host, labels, mb->n * sizeof(int64_t));
         if (st != WEFT_OK) {
             return st;
         }
@@ -135,8 +135,8 @@ static weft_status_t s_labels(weft_vocab_mb_t *mb, const int64_t *labels, bool d
 
 static weft__xent_dims_t mb_dims(const weft_vocab_mb_t *mb)
 {
-    weft__xent_dims_t d = {.n = mb->n, .h = mb->v->hidden, .start = mb->v->range.start,
-                           .len = mb->v->range.length};
+    weft__xent_dims_t d = {
+        .n = mb->n, .h = mb->v->hidden, .start = mb->v->range.start, .len = mb->v->range.length};
     return d;
 }
 
@@ -152,8 +152,8 @@ weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float
     }
     if (n > mb->max_tokens || (n > 0 && (x == NULL || labels == NULL)) ||
         (mb->v->range.length > 0 && w == NULL)) {
-        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: S: bad arguments (n %zu, max %zu)",
-                           n, mb->max_tokens);
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: S: bad arguments (n %zu, max %zu)", n,
+                           mb->max_tokens);
     }
     weft_status_t st = s_memory_type(mb, x, w);
     if (st != WEFT_OK) {
@@ -348,7 +348,7 @@ weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *loss_tok, f
     if (loss_tok != NULL && mb->n > 0) {
         if (weft__vocab_is_device(loss_tok)) {
 #ifdef WEFT_HAVE_CUDA
-            weft_status_t st = weft__vxd_copy(loss_tok, mb->loss, mb->n * sizeof(float));
+            weft_status_t st = weft__vxd_copy(mb->v, loss_tok, mb->loss, mb->n * sizeof(float));
             if (st != WEFT_OK) {
                 return st;
             }
@@ -377,7 +377,7 @@ static weft_status_t t_token_weights(weft_vocab_mb_t *mb, const float *grad)
 #ifdef WEFT_HAVE_CUDA
         /* wtok doubles as the landing buffer: weights are computed in place below. */
         float *dst = count == 1 ? &g1 : mb->wtok;
-        weft_status_t st = weft__vxd_copy(dst, grad, count * sizeof(float));
+        weft_status_t st = weft__vxd_copy(mb->v, dst, grad, count * sizeof(float));
         if (st != WEFT_OK) {
             return st;
         }
@@ -448,8 +448,7 @@ weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb)
 }
 
 weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const float *w,
-                                      const int64_t *labels, size_t n, float *loss_tok,
-                                      float *loss)
+                                      const int64_t *labels, size_t n, float *loss_tok, float *loss)
 {
     weft_status_t st = weft_vocab_xent_s(mb, x, w, labels, n);
     if (st == WEFT_OK) {
@@ -464,8 +463,7 @@ weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const
     return st;
 }
 
-weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx,
-                                       float *dw)
+weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw)
 {
     weft_status_t st = weft_vocab_xent_t(mb, grad, dx, dw);
     if (st == WEFT_OK) {
@@ -489,8 +487,8 @@ weft_status_t weft_vocab_mb_stats(const weft_vocab_mb_t *mb, weft_vocab_mb_stats
     return WEFT_OK;
 }
 
-weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo,
-                                     size_t n, weft_vocab_mem_t *mem)
+weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo, size_t n,
+                                     weft_vocab_mem_t *mem)
 {
     if (vocab == NULL || mem == NULL || (unsigned)algo >= WEFT_VOCAB_ALGO_COUNT ||
         mem->size < offsetof(weft_vocab_mem_t, peak) + sizeof(size_t)) {

@@ -84,13 +84,12 @@ static float row_exp_sum(float *row, size_t len, float m)
 }
 
 void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const float *x,
-                      const float *w, const int64_t *labels, float *y, float *rec,
-                      float *mloc)
+                      const float *w, const int64_t *labels, float *y, float *rec, float *mloc)
 {
     size_t n = d->n, h = d->h, len = d->len;
     if (n > 0 && len > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)len, (int)h, 1.0f,
-                    x, (int)h, w, (int)h, 0.0f, y, (int)len);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)len, (int)h, 1.0f, x,
+                    (int)h, w, (int)h, 0.0f, y, (int)len);
     }
     if (algo == WEFT_VOCAB_NAIVE) {
         for (size_t j = 0; j < n; j++) {
@@ -113,8 +112,8 @@ void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const 
     }
     /* A_i = exp(Y - m) W_i, written straight into the records (leading dim = stride). */
     if (len > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)len, 1.0f,
-                    y, (int)len, w, (int)h, 0.0f, rec + WEFT__REC_A, (int)stride);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)len, 1.0f, y,
+                    (int)len, w, (int)h, 0.0f, rec + WEFT__REC_A, (int)stride);
     } else {
         for (size_t j = 0; j < n; j++) {
             memset(rec + j * stride + WEFT__REC_A, 0, h * sizeof(float));
@@ -144,8 +143,8 @@ void weft__xent_naive_sums_cpu(const weft__xent_dims_t *d, const int64_t *labels
 }
 
 double weft__xent_finish_c1_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo,
-                                const int64_t *labels, float *rec, const float *mloc,
-                                float *loss, float *coef)
+                                const int64_t *labels, float *rec, const float *mloc, float *loss,
+                                float *coef)
 {
     size_t n = d->n, h = d->h;
     size_t stride = algo == WEFT_VOCAB_NAIVE ? 1 : weft__rec_floats(algo, h);
@@ -227,8 +226,8 @@ void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t
     }
     /* ∇X_i = G W_i: this shard's part of ∇X, summed over the group by C2. */
     if (len > 0 && n > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)len, 1.0f,
-                    y, (int)len, w, (int)h, 0.0f, dx, (int)h);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)len, 1.0f, y,
+                    (int)len, w, (int)h, 0.0f, dx, (int)h);
     } else {
         memset(dx, 0, n * h * sizeof(float));
     }

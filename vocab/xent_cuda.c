@@ -1,8 +1,9 @@
 /*
  * Device path of the vocabulary passes: cuBLAS GEMMs and the kernels of kernels.cu on
- * the caller's current device, on the legacy default stream (so the passes are ordered
- * after the caller's work there). Each pass synchronises before it returns, because its
- * results feed a host-side collective.
+ * the caller's current device, on the group's CUDA stream (weft_group_set_cuda_stream;
+ * the legacy default stream unless set), so the passes are ordered after the caller's
+ * work there. Each pass synchronises the stream before it returns, because its results
+ * feed a host-side collective.
  *
  * Division of labour: the device does the O(n * V/P) work (logits, exponentials, G, the
  * GEMMs); the host does the O(n) bookkeeping on the records the collectives reduce
@@ -19,15 +20,32 @@
 struct weft__vocab_dev {
     cublasHandle_t blas;
     int device;
-    float *y;        /* [max_n * len] logits, exp, G */
-    float *rec;      /* [max_n * rec] records (NAIVE: its SoA statistics) */
-    float *coef;     /* [max_n] */
-    float *wtok;     /* [max_n] */
-    float *d;        /* [max_n * h] ALG2's D */
-    int64_t *labels; /* [max_n] device copy of host labels */
+    float *y;            /* [max_n * len] logits, exp, G */
+    float *rec;          /* [max_n * rec] records (NAIVE: its SoA statistics) */
+    float *coef;         /* [max_n] */
+    float *wtok;         /* [max_n] */
+    float *d;            /* [max_n * h] ALG2's D */
+    int64_t *labels;     /* [max_n] device copy of host labels */
+    cudaStream_t stream; /* the group's stream, read again at every S and T */
 };
 
-#define STREAM ((cudaStream_t)0)
+/* The stream of the vocabulary's group. */
+static cudaStream_t vstream(const weft_vocab_t *v)
+{
+    void *s = NULL;
+    weft_group_cuda_stream(v->group, &s);
+    return (cudaStream_t)s;
+}
+
+/* Copy and wait for it on @p stream. */
+static cudaError_t copy_sync(void *dst, const void *src, size_t bytes, cudaStream_t stream)
+{
+    if (bytes == 0) {
+        return cudaSuccess;
+    }
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream);
+    return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
+}
 
 static weft_status_t cuda_fail(weft_ctx_t *ctx, cudaError_t e, const char *what)
 {
@@ -45,42 +63,26 @@ static weft_status_t blas_fail(weft_ctx_t *ctx, cublasStatus_t e, const char *wh
                        "vocab: %s: cuBLAS status %d", what, (int)e);
 }
 
-#define CUDA_CHECK(ctx, call, what)                                                            \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            return cuda_fail((ctx), e_, (what));                                               \
-        }                                                                                      \
+#define CUDA_CHECK(ctx, call, what)                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            return cuda_fail((ctx), e_, (what));                                                   \
+        }                                                                                          \
     } while (0)
 
-#define BLAS_CHECK(ctx, call, what)                                                            \
-    do {                                                                                       \
-        cublasStatus_t e_ = (call);                                                            \
-        if (e_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-            return blas_fail((ctx), e_, (what));                                               \
-        }                                                                                      \
+#define BLAS_CHECK(ctx, call, what)                                                                \
+    do {                                                                                           \
+        cublasStatus_t e_ = (call);                                                                \
+        if (e_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            return blas_fail((ctx), e_, (what));                                                   \
+        }                                                                                          \
     } while (0)
 
-int weft__vocab_is_device(const void *p)
+weft_status_t weft__vxd_copy(const weft_vocab_t *v, void *dst, const void *src, size_t bytes)
 {
-    if (p == NULL) {
-        return 0;
-    }
-    struct cudaPointerAttributes attr;
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-        cudaGetLastError(); /* no driver or no device: plain host memory */
-        return 0;
-    }
-    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-}
-
-weft_status_t weft__vxd_copy(void *dst, const void *src, size_t bytes)
-{
-    if (bytes == 0) {
-        return WEFT_OK;
-    }
-    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
-    return e == cudaSuccess ? WEFT_OK : cuda_fail(NULL, e, "copy");
+    cudaError_t e = copy_sync(dst, src, bytes, vstream(v));
+    return e == cudaSuccess ? WEFT_OK : cuda_fail(v->ctx, e, "copy");
 }
 
 void weft__vxd_free(weft_vocab_mb_t *mb)
@@ -105,6 +107,7 @@ void weft__vxd_free(weft_vocab_mb_t *mb)
 static weft_status_t dev_alloc(weft_vocab_mb_t *mb)
 {
     weft_ctx_t *ctx = mb->v->ctx;
+    cudaStream_t stream = vstream(mb->v);
     if (mb->dev != NULL) {
         int cur;
         CUDA_CHECK(ctx, cudaGetDevice(&cur), "current device");
@@ -113,6 +116,8 @@ static weft_status_t dev_alloc(weft_vocab_mb_t *mb)
                                "vocab: microbatch buffers are on device %d, current is %d",
                                mb->dev->device, cur);
         }
+        mb->dev->stream = stream;
+        BLAS_CHECK(ctx, cublasSetStream(mb->dev->blas, stream), "cublasSetStream");
         return WEFT_OK;
     }
     struct weft__vocab_dev *dv = calloc(1, sizeof(*dv));
@@ -120,11 +125,12 @@ static weft_status_t dev_alloc(weft_vocab_mb_t *mb)
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "vocab: no memory for device state");
     }
     mb->dev = dv;
+    dv->stream = stream;
     size_t n = mb->max_tokens, h = mb->v->hidden, len = mb->v->range.length;
     size_t f = sizeof(float);
     CUDA_CHECK(ctx, cudaGetDevice(&dv->device), "current device");
     BLAS_CHECK(ctx, cublasCreate(&dv->blas), "cublasCreate");
-    BLAS_CHECK(ctx, cublasSetStream(dv->blas, STREAM), "cublasSetStream");
+    BLAS_CHECK(ctx, cublasSetStream(dv->blas, stream), "cublasSetStream");
     CUDA_CHECK(ctx, cudaMalloc((void **)&dv->y, n * (len > 0 ? len : 1) * f), "cudaMalloc");
     CUDA_CHECK(ctx, cudaMalloc((void **)&dv->rec, n * weft__rec_floats(mb->algo, h) * f),
                "cudaMalloc");
@@ -140,13 +146,12 @@ static weft_status_t dev_alloc(weft_vocab_mb_t *mb)
 /* Device labels of the current microbatch (the caller's, or a copy of host labels). */
 static weft_status_t dev_labels(weft_vocab_mb_t *mb, const int64_t **out)
 {
+    cudaStream_t stream = mb->dev->stream;
     if (weft__vocab_is_device(mb->labels_user)) {
         *out = mb->labels_user;
         return WEFT_OK;
     }
-    CUDA_CHECK(mb->v->ctx,
-               cudaMemcpy(mb->dev->labels, mb->labels, mb->n * sizeof(int64_t),
-                          cudaMemcpyHostToDevice),
+    CUDA_CHECK(mb->v->ctx, copy_sync(mb->dev->labels, mb->labels, mb->n * sizeof(int64_t), stream),
                "labels to device");
     *out = mb->dev->labels;
     return WEFT_OK;
@@ -159,6 +164,7 @@ weft_status_t weft__vxd_s(weft_vocab_mb_t *mb)
     if (st != WEFT_OK || mb->n == 0) {
         return st;
     }
+    cudaStream_t stream = mb->dev->stream;
     struct weft__vocab_dev *dv = mb->dev;
     const int64_t *labels;
     if ((st = dev_labels(mb, &labels)) != WEFT_OK) {
@@ -171,14 +177,14 @@ weft_status_t weft__vxd_s(weft_vocab_mb_t *mb)
     if (len > 0) {
         /* Row-major Y = X Wᵀ is column-major Yᵀ = W Xᵀ. */
         BLAS_CHECK(ctx,
-                   cublasSgemm(dv->blas, CUBLAS_OP_T, CUBLAS_OP_N, len, n, h, &one, mb->w, h,
-                               mb->x, h, &zero, dv->y, len),
+                   cublasSgemm(dv->blas, CUBLAS_OP_T, CUBLAS_OP_N, len, n, h, &one, mb->w, h, mb->x,
+                               h, &zero, dv->y, len),
                    "Y = X W^T");
     }
     bool naive = mb->algo == WEFT_VOCAB_NAIVE;
     CUDA_CHECK(ctx,
                weft__vk_row_stats(mb->n, (size_t)len, start, naive ? 0 : stride, labels, dv->y,
-                                  dv->rec, STREAM),
+                                  dv->rec, stream),
                "row statistics");
     if (mb->algo == WEFT_VOCAB_ALG2) {
         if (len > 0) {
@@ -190,17 +196,16 @@ weft_status_t weft__vxd_s(weft_vocab_mb_t *mb)
         } else {
             CUDA_CHECK(ctx,
                        cudaMemset2DAsync(dv->rec + WEFT__REC_A, stride * sizeof(float), 0,
-                                         (size_t)h * sizeof(float), mb->n, STREAM),
+                                         (size_t)h * sizeof(float), mb->n, stream),
                        "A = 0");
         }
         CUDA_CHECK(ctx,
                    weft__vk_gather_b(mb->n, (size_t)h, (size_t)len, start, stride, labels, mb->w,
-                                     dv->rec, STREAM),
+                                     dv->rec, stream),
                    "B");
     }
     size_t rec_floats = naive ? mb->n : mb->n * stride;
-    CUDA_CHECK(ctx,
-               cudaMemcpy(mb->rec, dv->rec, rec_floats * sizeof(float), cudaMemcpyDeviceToHost),
+    CUDA_CHECK(ctx, copy_sync(mb->rec, dv->rec, rec_floats * sizeof(float), stream),
                "records to host");
     for (size_t j = 0; !naive && j < mb->n; j++) {
         mb->mloc[j] = mb->rec[j * stride + WEFT__REC_M];
@@ -212,6 +217,7 @@ weft_status_t weft__vxd_naive_sums(weft_vocab_mb_t *mb)
 {
     weft_ctx_t *ctx = mb->v->ctx;
     struct weft__vocab_dev *dv = mb->dev;
+    cudaStream_t stream = dv->stream;
     size_t n = mb->n;
     if (n == 0) {
         return WEFT_OK;
@@ -221,15 +227,12 @@ weft_status_t weft__vxd_naive_sums(weft_vocab_mb_t *mb)
     if (st != WEFT_OK) {
         return st;
     }
-    CUDA_CHECK(ctx, cudaMemcpy(dv->rec, mb->rec, n * sizeof(float), cudaMemcpyHostToDevice),
-               "max to device");
+    CUDA_CHECK(ctx, copy_sync(dv->rec, mb->rec, n * sizeof(float), stream), "max to device");
     CUDA_CHECK(ctx,
                weft__vk_naive_sums(n, mb->v->range.length, mb->v->range.start, labels, dv->y,
-                                   dv->rec, STREAM),
+                                   dv->rec, stream),
                "sums");
-    CUDA_CHECK(ctx,
-               cudaMemcpy(mb->rec + n, dv->rec + n, 2 * n * sizeof(float),
-                          cudaMemcpyDeviceToHost),
+    CUDA_CHECK(ctx, copy_sync(mb->rec + n, dv->rec + n, 2 * n * sizeof(float), stream),
                "sums to host");
     return WEFT_OK;
 }
@@ -238,22 +241,23 @@ weft_status_t weft__vxd_naive_sums(weft_vocab_mb_t *mb)
 static weft_status_t dev_dw(weft_vocab_mb_t *mb, float *dw)
 {
     weft_ctx_t *ctx = mb->v->ctx;
+    cudaStream_t stream = mb->dev->stream;
     int n = (int)mb->n, h = (int)mb->v->hidden, len = (int)mb->v->range.length;
     size_t pl = mb->v->range.padded_length;
     const float one = 1.0f, beta = mb->accumulate_dw ? 1.0f : 0.0f;
     if (len > 0 && n > 0) {
         BLAS_CHECK(ctx,
-                   cublasSgemm(mb->dev->blas, CUBLAS_OP_N, CUBLAS_OP_T, h, len, n, &one, mb->x,
-                               h, mb->dev->y, len, &beta, dw, h),
+                   cublasSgemm(mb->dev->blas, CUBLAS_OP_N, CUBLAS_OP_T, h, len, n, &one, mb->x, h,
+                               mb->dev->y, len, &beta, dw, h),
                    "dW = G^T X");
     } else if (!mb->accumulate_dw) {
-        CUDA_CHECK(ctx, cudaMemsetAsync(dw, 0, (size_t)len * (size_t)h * sizeof(float), STREAM),
+        CUDA_CHECK(ctx, cudaMemsetAsync(dw, 0, (size_t)len * (size_t)h * sizeof(float), stream),
                    "dW = 0");
     }
     if (!mb->accumulate_dw && pl > (size_t)len) {
         CUDA_CHECK(ctx,
                    cudaMemsetAsync(dw + (size_t)len * (size_t)h, 0,
-                                   (pl - (size_t)len) * (size_t)h * sizeof(float), STREAM),
+                                   (pl - (size_t)len) * (size_t)h * sizeof(float), stream),
                    "dW padding");
     }
     return WEFT_OK;
@@ -264,24 +268,25 @@ static weft_status_t dev_dx(weft_vocab_mb_t *mb, const int64_t *labels, float *d
 {
     weft_ctx_t *ctx = mb->v->ctx;
     struct weft__vocab_dev *dv = mb->dev;
+    cudaStream_t stream = dv->stream;
     int n = (int)mb->n, h = (int)mb->v->hidden, len = (int)mb->v->range.length;
     size_t bytes = (size_t)n * (size_t)h * sizeof(float);
     if (mb->algo == WEFT_VOCAB_ALG2) {
-        CUDA_CHECK(ctx, weft__vk_scale_dx(mb->n, (size_t)h, labels, dv->wtok, dv->d, dx, STREAM),
+        CUDA_CHECK(ctx, weft__vk_scale_dx(mb->n, (size_t)h, labels, dv->wtok, dv->d, dx, stream),
                    "dX = w D");
-        CUDA_CHECK(ctx, cudaStreamSynchronize(STREAM), "T");
+        CUDA_CHECK(ctx, cudaStreamSynchronize(stream), "T");
         return WEFT_OK;
     }
     const float one = 1.0f, zero = 0.0f;
     if (len > 0) {
         BLAS_CHECK(ctx,
-                   cublasSgemm(dv->blas, CUBLAS_OP_N, CUBLAS_OP_N, h, n, len, &one, mb->w, h,
-                               dv->y, len, &zero, dx, h),
+                   cublasSgemm(dv->blas, CUBLAS_OP_N, CUBLAS_OP_N, h, n, len, &one, mb->w, h, dv->y,
+                               len, &zero, dx, h),
                    "dX_i = G W");
     } else {
-        CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, bytes, STREAM), "dX_i = 0");
+        CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, bytes, stream), "dX_i = 0");
     }
-    CUDA_CHECK(ctx, cudaMemcpy(mb->dx_host, dx, bytes, cudaMemcpyDeviceToHost), "dX to host");
+    CUDA_CHECK(ctx, copy_sync(mb->dx_host, dx, bytes, stream), "dX to host");
     return WEFT_OK;
 }
 
@@ -293,33 +298,33 @@ weft_status_t weft__vxd_t(weft_vocab_mb_t *mb, float *dx, float *dw)
         return st;
     }
     struct weft__vocab_dev *dv = mb->dev;
+    cudaStream_t stream = dv->stream;
     size_t n = mb->n, h = mb->v->hidden;
     const int64_t *labels = NULL;
     if (n > 0) {
         if ((st = dev_labels(mb, &labels)) != WEFT_OK) {
             return st;
         }
-        CUDA_CHECK(ctx, cudaMemcpy(dv->coef, mb->coef, n * sizeof(float), cudaMemcpyHostToDevice),
-                   "coef to device");
-        CUDA_CHECK(ctx, cudaMemcpy(dv->wtok, mb->wtok, n * sizeof(float), cudaMemcpyHostToDevice),
+        CUDA_CHECK(ctx, copy_sync(dv->coef, mb->coef, n * sizeof(float), stream), "coef to device");
+        CUDA_CHECK(ctx, copy_sync(dv->wtok, mb->wtok, n * sizeof(float), stream),
                    "weights to device");
         if (mb->algo == WEFT_VOCAB_ALG2) {
             size_t stride = weft__rec_floats(mb->algo, h) * sizeof(float);
             CUDA_CHECK(ctx,
-                       cudaMemcpy2D(dv->d, h * sizeof(float), mb->rec + WEFT__REC_A, stride,
-                                    h * sizeof(float), n, cudaMemcpyHostToDevice),
+                       cudaMemcpy2DAsync(dv->d, h * sizeof(float), mb->rec + WEFT__REC_A, stride,
+                                         h * sizeof(float), n, cudaMemcpyHostToDevice, stream),
                        "D to device");
         }
         CUDA_CHECK(ctx,
                    weft__vk_make_g(n, mb->v->range.length, mb->v->range.start, labels, dv->coef,
-                                   dv->wtok, dv->y, STREAM),
+                                   dv->wtok, dv->y, stream),
                    "G");
     }
     if ((st = dev_dw(mb, dw)) != WEFT_OK) {
         return st;
     }
     if (n == 0) {
-        CUDA_CHECK(ctx, cudaStreamSynchronize(STREAM), "T");
+        CUDA_CHECK(ctx, cudaStreamSynchronize(stream), "T");
         return WEFT_OK;
     }
     return dev_dx(mb, labels, dx);
@@ -327,27 +332,27 @@ weft_status_t weft__vxd_t(weft_vocab_mb_t *mb, float *dx, float *dw)
 
 weft_status_t weft__vxd_dx_upload(weft_vocab_mb_t *mb)
 {
+    cudaStream_t stream = mb->dev->stream;
     size_t bytes = mb->n * mb->v->hidden * sizeof(float);
     if (bytes == 0) {
         return WEFT_OK;
     }
-    CUDA_CHECK(mb->v->ctx, cudaMemcpy(mb->dx, mb->dx_host, bytes, cudaMemcpyHostToDevice),
-               "dX to device");
+    CUDA_CHECK(mb->v->ctx, copy_sync(mb->dx, mb->dx_host, bytes, stream), "dX to device");
     return WEFT_OK;
 }
 
 /* Device ids for a kernel: the caller's, or a temporary copy (*tmp, to cudaFree). */
 static weft_status_t dev_ids(const weft_vocab_t *v, const int64_t *ids_user,
-                             const int64_t *ids_host, size_t n, const int64_t **out,
-                             int64_t **tmp)
+                             const int64_t *ids_host, size_t n, const int64_t **out, int64_t **tmp)
 {
+    cudaStream_t stream = vstream(v);
     *tmp = NULL;
     if (weft__vocab_is_device(ids_user)) {
         *out = ids_user;
         return WEFT_OK;
     }
     CUDA_CHECK(v->ctx, cudaMalloc((void **)tmp, n * sizeof(int64_t)), "cudaMalloc");
-    cudaError_t e = cudaMemcpy(*tmp, ids_host, n * sizeof(int64_t), cudaMemcpyHostToDevice);
+    cudaError_t e = copy_sync(*tmp, ids_host, n * sizeof(int64_t), stream);
     if (e != cudaSuccess) {
         cudaFree(*tmp);
         *tmp = NULL;
@@ -358,28 +363,30 @@ static weft_status_t dev_ids(const weft_vocab_t *v, const int64_t *ids_user,
 }
 
 weft_status_t weft__vxd_embed_lookup(const weft_vocab_t *v, const float *table,
-                                     const int64_t *ids_user, const int64_t *ids_host,
-                                     size_t n, float *out)
+                                     const int64_t *ids_user, const int64_t *ids_host, size_t n,
+                                     float *out)
 {
+    cudaStream_t stream = vstream(v);
     const int64_t *ids;
     int64_t *tmp;
     weft_status_t st = dev_ids(v, ids_user, ids_host, n, &ids, &tmp);
     if (st != WEFT_OK) {
         return st;
     }
-    cudaError_t e = weft__vk_embed_lookup(n, v->hidden, v->range.start, v->range.length, ids,
-                                          table, out, STREAM);
+    cudaError_t e = weft__vk_embed_lookup(n, v->hidden, v->range.start, v->range.length, ids, table,
+                                          out, stream);
     if (e == cudaSuccess) {
-        e = cudaStreamSynchronize(STREAM);
+        e = cudaStreamSynchronize(stream);
     }
     cudaFree(tmp);
     return e == cudaSuccess ? WEFT_OK : cuda_fail(v->ctx, e, "embedding lookup");
 }
 
 weft_status_t weft__vxd_embed_scatter(const weft_vocab_t *v, const float *grad_out,
-                                      const int64_t *ids_user, const int64_t *ids_host,
-                                      size_t n, float *grad_table)
+                                      const int64_t *ids_user, const int64_t *ids_host, size_t n,
+                                      float *grad_table)
 {
+    cudaStream_t stream = vstream(v);
     const int64_t *ids;
     int64_t *tmp;
     weft_status_t st = dev_ids(v, ids_user, ids_host, n, &ids, &tmp);
@@ -387,9 +394,9 @@ weft_status_t weft__vxd_embed_scatter(const weft_vocab_t *v, const float *grad_o
         return st;
     }
     cudaError_t e = weft__vk_embed_scatter(n, v->hidden, v->range.start, v->range.length, ids,
-                                           grad_out, grad_table, STREAM);
+                                           grad_out, grad_table, stream);
     if (e == cudaSuccess) {
-        e = cudaStreamSynchronize(STREAM);
+        e = cudaStreamSynchronize(stream);
     }
     cudaFree(tmp);
     return e == cudaSuccess ? WEFT_OK : cuda_fail(v->ctx, e, "embedding scatter");

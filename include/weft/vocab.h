@@ -244,13 +244,13 @@ weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, f
 
 /** @brief Where the time of a microbatch went (filled by weft_vocab_mb_stats()). */
 typedef struct weft_vocab_mb_stats {
-    size_t size;           /**< sizeof(weft_vocab_mb_stats_t), set by the caller. */
-    uint64_t compute_ns;   /**< Time in the compute of S, T and between collectives. */
-    uint64_t comm_ns;      /**< Σ over its collectives of start-to-completion time as seen
-                                by this rank (includes waiting for slower ranks, and is only
-                                as fine as the calls that drive progress). */
-    uint32_t collectives;  /**< Collectives it issued. */
-    size_t comm_bytes;     /**< Bytes of the buffers those collectives reduced. */
+    size_t size;          /**< sizeof(weft_vocab_mb_stats_t), set by the caller. */
+    uint64_t compute_ns;  /**< Time in the compute of S, T and between collectives. */
+    uint64_t comm_ns;     /**< Σ over its collectives of start-to-completion time as seen
+                               by this rank (includes waiting for slower ranks, and is only
+                               as fine as the calls that drive progress). */
+    uint32_t collectives; /**< Collectives it issued. */
+    size_t comm_bytes;    /**< Bytes of the buffers those collectives reduced. */
 } weft_vocab_mb_stats_t;
 
 /**
@@ -262,10 +262,10 @@ weft_status_t weft_vocab_mb_stats(const weft_vocab_mb_t *mb, weft_vocab_mb_stats
 
 /** @brief Working memory a microbatch holds between its passes (bytes, on its device). */
 typedef struct weft_vocab_mem {
-    size_t size;        /**< sizeof(weft_vocab_mem_t), set by the caller. */
-    size_t s_to_c1;     /**< Held from the end of S until C1 completes. */
-    size_t c1_to_t;     /**< Held from the end of C1 until T. */
-    size_t peak;        /**< max(s_to_c1, c1_to_t): activation bytes per microbatch. */
+    size_t size;    /**< sizeof(weft_vocab_mem_t), set by the caller. */
+    size_t s_to_c1; /**< Held from the end of S until C1 completes. */
+    size_t c1_to_t; /**< Held from the end of C1 until T. */
+    size_t peak;    /**< max(s_to_c1, c1_to_t): activation bytes per microbatch. */
 } weft_vocab_mem_t;
 
 /**
@@ -274,8 +274,8 @@ typedef struct weft_vocab_mem {
  * @param[in,out] mem Its @c size must be set; the other fields are written on success.
  * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
  */
-weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo,
-                                     size_t n, weft_vocab_mem_t *mem);
+weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo, size_t n,
+                                     weft_vocab_mem_t *mem);
 
 /** @} */
 
@@ -295,13 +295,12 @@ weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_
  * @return WEFT_OK, WEFT_INPROGRESS, WEFT_ERR_INVALID_ARG (an id outside [0, V)), errors of
  *         the collective.
  */
-weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const float *table,
-                                        const int64_t *ids, size_t n, float *out,
-                                        weft_req_t **req);
+weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const float *table, const int64_t *ids,
+                                        size_t n, float *out, weft_req_t **req);
 
 /** @brief Blocking weft_vocab_iembed_forward(). */
-weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table,
-                                       const int64_t *ids, size_t n, float *out);
+weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table, const int64_t *ids,
+                                       size_t n, float *out);
 
 /**
  * @brief Embedding backward, communication part (pass IB): broadcast ∇out from @p root,
@@ -311,8 +310,8 @@ weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table,
  * weft_vocab_embed_grad_scatter().
  * @param[in,out] grad_out [n, h]: input on @p root, output elsewhere.
  */
-weft_status_t weft_vocab_iembed_grad_bcast(weft_vocab_t *vocab, float *grad_out, size_t n,
-                                           int root, weft_req_t **req);
+weft_status_t weft_vocab_iembed_grad_bcast(weft_vocab_t *vocab, float *grad_out, size_t n, int root,
+                                           weft_req_t **req);
 
 /**
  * @brief Embedding backward, local part: ∇E_i[ids[j] - start] += ∇out[j] for every id in
@@ -327,9 +326,8 @@ weft_status_t weft_vocab_embed_grad_scatter(weft_vocab_t *vocab, const float *gr
  * @brief Blocking embedding backward: broadcast from @p root (skipped when @p root is
  * -1: every rank holds ∇out already), then the local scatter-add.
  */
-weft_status_t weft_vocab_embed_backward(weft_vocab_t *vocab, float *grad_out,
-                                        const int64_t *ids, size_t n, int root,
-                                        float *grad_table);
+weft_status_t weft_vocab_embed_backward(weft_vocab_t *vocab, float *grad_out, const int64_t *ids,
+                                        size_t n, int root, float *grad_table);
 
 /** @} */
 

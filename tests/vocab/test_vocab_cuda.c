@@ -47,8 +47,8 @@ typedef struct run_out {
 
 /* One microbatch forward + backward; buffers on the device when @p dev. */
 static void run(weft_vocab_t *v, const xcase_t *c, const weft_vocab_range_t *r,
-                weft_vocab_algo_t algo, weft_vocab_reduction_t red, const float *grad,
-                bool dev, bool dev_labels, run_out_t *o)
+                weft_vocab_algo_t algo, weft_vocab_reduction_t red, const float *grad, bool dev,
+                bool dev_labels, run_out_t *o)
 {
     size_t n = c->n, h = c->h, pl = r->padded_length;
     size_t ngrad = red == WEFT_VOCAB_NONE ? n : 1;
@@ -70,8 +70,8 @@ static void run(weft_vocab_t *v, const xcase_t *c, const weft_vocab_range_t *r,
             labels = to_dev(c->labels, n * sizeof(int64_t));
         }
     }
-    weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = algo, .reduction = red,
-                                 .max_tokens = n};
+    weft_vocab_mb_params_t mp = {
+        .size = sizeof(mp), .algo = algo, .reduction = red, .max_tokens = n};
     weft_vocab_mb_t *mb;
     OK(weft_vocab_mb_create(v, &mp, &mb));
     OK(weft_vocab_xent_forward(mb, x, wd, labels, n, lt, &o->loss));
@@ -119,16 +119,16 @@ static void compare_case(const xcase_t *c, bool with_ref)
         }
         for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
             run_out_t host, dev;
-            run(v, c, &r, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, grad, false,
-                false, &host);
+            run(v, c, &r, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, grad, false, false,
+                &host);
             run(v, c, &r, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, grad, true,
                 algo != WEFT_VOCAB_ALG1, &dev);
             char what[64];
-            snprintf(what, sizeof(what), "cuda %s red=%d", weft_vocab_algo_name((weft_vocab_algo_t)algo),
-                     red);
+            snprintf(what, sizeof(what), "cuda %s red=%d",
+                     weft_vocab_algo_name((weft_vocab_algo_t)algo), red);
             if (with_ref) {
-                check_outputs(g_rank, g_size, c, &ref, &r, dev.loss_tok, dev.loss, dev.dx,
-                              dev.dw, what);
+                check_outputs(g_rank, g_size, c, &ref, &r, dev.loss_tok, dev.loss, dev.dx, dev.dw,
+                              what);
             }
             /* Device against host: relative to each tensor's largest magnitude. */
             double scale = 1e-30, err = 0.0;

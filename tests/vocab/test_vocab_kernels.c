@@ -20,8 +20,8 @@
 typedef struct sim_out {
     float *loss_tok; /* [n] */
     float loss;
-    float *dx;       /* [n*h] */
-    float *dw;       /* [V*h], assembled from the shards */
+    float *dx; /* [n*h] */
+    float *dw; /* [V*h], assembled from the shards */
 } sim_out_t;
 
 static void sim_out_free(sim_out_t *o)
@@ -121,8 +121,7 @@ static void simulate(const xcase_t *c, int P, size_t align, weft_vocab_algo_t al
     shard_t *sh = calloc((size_t)P, sizeof(*sh));
     for (int r = 0; r < P; r++) {
         shard_alloc(&sh[r], c, P, align, r, rec);
-        weft__xent_s_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec,
-                         sh[r].mloc);
+        weft__xent_s_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec, sh[r].mloc);
     }
     sim_merge(sh, P, c, algo, reverse);
     int64_t valid = weft__count_valid_labels(c->labels, n, c->V);
@@ -135,12 +134,12 @@ static void simulate(const xcase_t *c, int P, size_t align, weft_vocab_algo_t al
     o->dx = calloc(n * h + 1, sizeof(float));
     o->dw = calloc(c->V * h + 1, sizeof(float));
     for (int r = 0; r < P; r++) {
-        double total = weft__xent_finish_c1_cpu(&sh[r].d, algo, c->labels, sh[r].rec,
-                                                sh[r].mloc, sh[r].loss, sh[r].coef);
+        double total = weft__xent_finish_c1_cpu(&sh[r].d, algo, c->labels, sh[r].rec, sh[r].mloc,
+                                                sh[r].loss, sh[r].coef);
         if (r == 0) {
             memcpy(o->loss_tok, sh[r].loss, n * sizeof(float));
-            o->loss = (float)(red == WEFT_VOCAB_MEAN ? (valid > 0 ? total / (double)valid : 0.0)
-                                                     : total);
+            o->loss =
+                (float)(red == WEFT_VOCAB_MEAN ? (valid > 0 ? total / (double)valid : 0.0) : total);
         }
         /* Every shard derives the same loss from the same merged statistics. */
         assert_memory_equal(sh[r].loss, o->loss_tok, n * sizeof(float));
@@ -375,9 +374,9 @@ static void test_zero_tokens(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shard_ranges),    cmocka_unit_test(test_merge_operator),
-        cmocka_unit_test(test_zero_tokens),     cmocka_unit_test(test_all_ignored),
-        cmocka_unit_test(test_random_mean),     cmocka_unit_test(test_random_sum_none),
+        cmocka_unit_test(test_shard_ranges),   cmocka_unit_test(test_merge_operator),
+        cmocka_unit_test(test_zero_tokens),    cmocka_unit_test(test_all_ignored),
+        cmocka_unit_test(test_random_mean),    cmocka_unit_test(test_random_sum_none),
         cmocka_unit_test(test_extreme_logits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

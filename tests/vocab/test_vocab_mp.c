@@ -48,14 +48,14 @@ static void make_grad(const xcase_t *c, weft_vocab_reduction_t red, float *grad)
 static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_reduction_t red,
                          size_t align)
 {
-    weft_vocab_params_t vp = {.size = sizeof(vp), .vocab_size = c->V, .hidden = c->h,
-                              .align = align};
+    weft_vocab_params_t vp = {
+        .size = sizeof(vp), .vocab_size = c->V, .hidden = c->h, .align = align};
     weft_vocab_t *v;
     OK(weft_vocab_create(g_world, &vp, &v));
     weft_vocab_range_t r;
     OK(weft_vocab_local_range(v, &r));
-    weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = algo, .reduction = red,
-                                 .max_tokens = c->n + 3};
+    weft_vocab_mb_params_t mp = {
+        .size = sizeof(mp), .algo = algo, .reduction = red, .max_tokens = c->n + 3};
     weft_vocab_mb_t *mb;
     OK(weft_vocab_mb_create(v, &mp, &mb));
     float *w = shard_of(c, &r);
@@ -80,9 +80,9 @@ static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_re
         weft_vocab_mb_stats_t st = {.size = sizeof(st)};
         OK(weft_vocab_mb_stats(mb, &st));
         assert_int_equal(st.collectives, expected_colls[algo][0] + expected_colls[algo][1]);
-        size_t f = sizeof(float), want_bytes[] = {3 * c->n * f + c->n * c->h * f,
-                                                  3 * c->n * f + c->n * c->h * f,
-                                                  (3 + 2 * c->h) * c->n * f};
+        size_t f = sizeof(float),
+               want_bytes[] = {3 * c->n * f + c->n * c->h * f, 3 * c->n * f + c->n * c->h * f,
+                               (3 + 2 * c->h) * c->n * f};
         assert_int_equal(st.comm_bytes, want_bytes[algo]);
         char what[96];
         snprintf(what, sizeof(what), "%s red=%d align=%zu", weft_vocab_algo_name(algo), (int)red,
@@ -154,8 +154,10 @@ static void test_pipelined_nonblocking(void **state)
         float *w[2], *dx[2], *dw[2], g = 2.0f;
         xref_t ref[2];
         for (int k = 0; k < 2; k++) {
-            weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = (weft_vocab_algo_t)algo,
-                                         .reduction = WEFT_VOCAB_SUM, .max_tokens = 9};
+            weft_vocab_mb_params_t mp = {.size = sizeof(mp),
+                                         .algo = (weft_vocab_algo_t)algo,
+                                         .reduction = WEFT_VOCAB_SUM,
+                                         .max_tokens = 9};
             OK(weft_vocab_mb_create(v, &mp, &mb[k]));
             w[k] = shard_of(&c[k], &r);
             dx[k] = malloc(c[k].n * c[k].h * sizeof(float));
@@ -214,8 +216,10 @@ static void test_accumulate_dw(void **state)
     OK(weft_vocab_create(g_world, &vp, &v));
     weft_vocab_range_t r;
     OK(weft_vocab_local_range(v, &r));
-    weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = WEFT_VOCAB_ALG2,
-                                 .reduction = WEFT_VOCAB_MEAN, .max_tokens = c.n,
+    weft_vocab_mb_params_t mp = {.size = sizeof(mp),
+                                 .algo = WEFT_VOCAB_ALG2,
+                                 .reduction = WEFT_VOCAB_MEAN,
+                                 .max_tokens = c.n,
                                  .accumulate_dw = 1};
     weft_vocab_mb_t *mb;
     OK(weft_vocab_mb_create(v, &mp, &mb));
@@ -312,8 +316,8 @@ static void test_zero_tokens(void **state)
     int64_t labels[1];
     memset(w, 0, sizeof(w));
     for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
-        weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = (weft_vocab_algo_t)algo,
-                                     .max_tokens = 1};
+        weft_vocab_mb_params_t mp = {
+            .size = sizeof(mp), .algo = (weft_vocab_algo_t)algo, .max_tokens = 1};
         weft_vocab_mb_t *mb;
         OK(weft_vocab_mb_create(v, &mp, &mb));
         uint64_t c0 = coll_count();
@@ -410,8 +414,8 @@ static void test_embedding(void **state)
         for (size_t k = 0; k < h; k++) {
             double want = 0.0;
             for (size_t j = 0; j < n && row < r.length; j++) {
-                want += (size_t)ids[j] == r.start + row ? 2.0 * ((double)((j * h + k) % 7) - 3.0)
-                                                        : 0.0;
+                want +=
+                    (size_t)ids[j] == r.start + row ? 2.0 * ((double)((j * h + k) % 7) - 3.0) : 0.0;
             }
             assert_float_equal(dtab[row * h + k], want, 1e-6);
         }

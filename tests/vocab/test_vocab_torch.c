@@ -89,8 +89,10 @@ static void run_case(const char *name)
     float *dx = malloc(c->n * c->h * sizeof(float));
     float *dw = malloc(r.padded_length * c->h * sizeof(float) + 4);
     for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
-        weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = (weft_vocab_algo_t)algo,
-                                     .reduction = t.red, .max_tokens = c->n};
+        weft_vocab_mb_params_t mp = {.size = sizeof(mp),
+                                     .algo = (weft_vocab_algo_t)algo,
+                                     .reduction = t.red,
+                                     .max_tokens = c->n};
         weft_vocab_mb_t *mb;
         OK(weft_vocab_mb_create(v, &mp, &mb));
         OK(weft_vocab_xent_forward(mb, c->x, w, c->labels, c->n, loss_tok, &loss));

@@ -22,9 +22,9 @@ static inline float *shard_of(const xcase_t *c, const weft_vocab_range_t *r)
 }
 
 /* Compare a run's outputs with the reference; dw holds this rank's padded shard. */
-static inline void check_outputs(int rank, int size, const xcase_t *c, const xref_t *ref, const weft_vocab_range_t *r,
-                          const float *loss_tok, float loss, const float *dx, const float *dw,
-                          const char *what)
+static inline void check_outputs(int rank, int size, const xcase_t *c, const xref_t *ref,
+                                 const weft_vocab_range_t *r, const float *loss_tok, float loss,
+                                 const float *dx, const float *dw, const char *what)
 {
     double e_lt = rel_err_loss(loss_tok, ref->loss_tok, c->n);
     double e_l = rel_err_loss(&loss, &ref->loss, 1);
@@ -43,8 +43,8 @@ static inline void check_outputs(int rank, int size, const xcase_t *c, const xre
     }
     double e_dw = err / scale;
     if (e_lt > REF_TOL || e_l > REF_TOL || e_dx > REF_TOL || e_dw > REF_TOL) {
-        print_error("rank %d/%d %s V=%zu: loss_tok %.3g loss %.3g dx %.3g dw %.3g\n", rank,
-                    size, what, c->V, e_lt, e_l, e_dx, e_dw);
+        print_error("rank %d/%d %s V=%zu: loss_tok %.3g loss %.3g dx %.3g dw %.3g\n", rank, size,
+                    what, c->V, e_lt, e_l, e_dx, e_dw);
         fail();
     }
 }

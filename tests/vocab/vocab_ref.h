@@ -16,8 +16,8 @@
 /* ---- inputs ---- */
 typedef struct xcase {
     size_t n, h, V;
-    float *x;       /* [n*h] */
-    float *w;       /* [V*h] */
+    float *x;        /* [n*h] */
+    float *w;        /* [V*h] */
     int64_t *labels; /* [n] */
 } xcase_t;
 
