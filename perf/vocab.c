@@ -3,15 +3,21 @@
  * Algorithm 2, side by side on the ranks of the job (P = job size).
  *
  * Every iteration aligns the ranks with a barrier, then runs one microbatch forward
- * (S, C1) and backward (T, C2) with the blocking wrappers. Per algorithm it reports:
+ * (S, C1) and backward (T, C2) with the blocking wrappers; the algorithms take turns
+ * iteration by iteration. Per algorithm it reports:
  *   colls     collectives per microbatch, from weft_group_coll_count()
  *   fwd, bwd  wall time of the forward and backward wrappers
  *   compute   time in the passes' compute (weft_vocab_mb_stats)
- *   comm      Σ start-to-completion time of its collectives, waiting for the slowest
- *             rank included: the communication a schedule has to hide or wait for
+ *   comm      Σ start-to-completion time of its collectives, waiting for other ranks
+ *             included (mean over ranks): the communication a schedule has to hide or
+ *             wait for in place
+ *   xfer      the same collectives (sizes, dtypes; the merge as an f32 sum) replayed
+ *             alone with the ranks aligned by a barrier before each: transfer and
+ *             latency without the waiting
  *   bytes     bytes its collectives reduce per microbatch
  *   peak      activation bytes one microbatch holds between S and T (weft_vocab_xent_memory)
- * Times are means over the timed iterations of the slowest rank. Ratios are against naive.
+ * Times are means over the timed iterations, of the slowest rank except comm. Ratios are
+ * against naive.
  * With -c the three algorithms' losses and gradients must agree (else #wrong > 0).
  * OpenBLAS threads: set OPENBLAS_NUM_THREADS so ranks x threads fits the cores.
  */
@@ -23,7 +29,7 @@
 #include "perf.h"
 
 enum { ALGOS = WEFT_VOCAB_ALGO_COUNT };
-enum { T_FWD, T_BWD, T_COMPUTE, T_COMM, T_COUNT };
+enum { T_FWD, T_BWD, T_COMPUTE, T_COMM, T_XFER, T_COUNT };
 
 typedef struct vocab_bench {
     perf_opts_t o;
@@ -39,7 +45,7 @@ typedef struct vocab_bench {
 } vocab_bench_t;
 
 typedef struct algo_result {
-    double t[T_COUNT]; /* ms, mean over iterations, max over ranks */
+    double t[T_COUNT]; /* ms per microbatch, mean over iterations */
     uint64_t colls_fwd, colls_bwd;
     size_t bytes, peak;
     float loss;
@@ -151,66 +157,173 @@ static long check_results(vocab_bench_t *b)
     return e > 1e-4 ? 1 : 0;
 }
 
-static int run_algo(vocab_bench_t *b, weft_vocab_algo_t algo, algo_result_t *res)
+/* One timed microbatch (forward + backward) of @p algo after aligning the ranks; adds its
+ * times to @p sum when @p timed. */
+static weft_status_t run_once(vocab_bench_t *b, weft_vocab_mb_t *mb, double *sum,
+                              algo_result_t *res, bool timed)
 {
     weft_group_t *g = b->w.world;
-    weft_vocab_mb_params_t mp = {
-        .size = sizeof(mp), .algo = algo, .reduction = WEFT_VOCAB_MEAN, .max_tokens = b->n};
-    weft_vocab_mb_t *mb = NULL;
-    weft_status_t st = weft_vocab_mb_create(b->vocab, &mp, &mb);
-    double sum[T_COUNT] = {0};
     float grad = 1.0f;
-    memset(res, 0, sizeof(*res));
-    for (int it = 0; st == WEFT_OK && it < b->o.warmup + b->o.iters; it++) {
-        st = weft_barrier(g);
-        uint64_t c0 = 0, c1 = 0, c2 = 0;
-        weft_group_coll_count(g, &c0);
-        uint64_t t0 = perf_now_ns();
-        if (st == WEFT_OK) {
-            st = weft_vocab_xent_forward(mb, b->x, b->wt, b->labels, b->n, b->loss_tok, &res->loss);
-        }
-        uint64_t t1 = perf_now_ns();
-        weft_group_coll_count(g, &c1);
-        if (st == WEFT_OK) {
-            st = weft_vocab_xent_backward(mb, &grad, b->dx, b->dw);
-        }
-        uint64_t t2 = perf_now_ns();
-        weft_group_coll_count(g, &c2);
-        weft_vocab_mb_stats_t ms = {.size = sizeof(ms)};
-        if (st == WEFT_OK) {
-            st = weft_vocab_mb_stats(mb, &ms);
-        }
-        if (st != WEFT_OK || it < b->o.warmup) {
-            continue;
-        }
-        sum[T_FWD] += (double)(t1 - t0) / 1e6;
-        sum[T_BWD] += (double)(t2 - t1) / 1e6;
-        sum[T_COMPUTE] += (double)ms.compute_ns / 1e6;
-        sum[T_COMM] += (double)ms.comm_ns / 1e6;
-        res->colls_fwd = c1 - c0;
-        res->colls_bwd = c2 - c1;
-        res->bytes = ms.comm_bytes;
+    uint64_t c0 = 0, c1 = 0, c2 = 0;
+    weft_status_t st = weft_barrier(g);
+    weft_group_coll_count(g, &c0);
+    uint64_t t0 = perf_now_ns();
+    if (st == WEFT_OK) {
+        st = weft_vocab_xent_forward(mb, b->x, b->wt, b->labels, b->n, b->loss_tok, &res->loss);
     }
-    weft_vocab_mb_destroy(mb);
-    if (st != WEFT_OK) {
-        perf_report_error(&b->w, weft_vocab_algo_name(algo), st);
-        return -1;
+    uint64_t t1 = perf_now_ns();
+    weft_group_coll_count(g, &c1);
+    if (st == WEFT_OK) {
+        st = weft_vocab_xent_backward(mb, &grad, b->dx, b->dw);
     }
+    uint64_t t2 = perf_now_ns();
+    weft_group_coll_count(g, &c2);
+    weft_vocab_mb_stats_t ms = {.size = sizeof(ms)};
+    if (st == WEFT_OK) {
+        st = weft_vocab_mb_stats(mb, &ms);
+    }
+    if (st != WEFT_OK || !timed) {
+        return st;
+    }
+    sum[T_FWD] += (double)(t1 - t0) / 1e6;
+    sum[T_BWD] += (double)(t2 - t1) / 1e6;
+    sum[T_COMPUTE] += (double)ms.compute_ns / 1e6;
+    sum[T_COMM] += (double)ms.comm_ns / 1e6;
+    res->colls_fwd = c1 - c0;
+    res->colls_bwd = c2 - c1;
+    res->bytes = ms.comm_bytes;
+    return WEFT_OK;
+}
+
+/* Sizes of the collectives of one microbatch of @p algo: {count, dtype, op}. */
+static int coll_pattern(const vocab_bench_t *b, weft_vocab_algo_t algo, size_t count[3],
+                        weft_op_t op[3])
+{
+    size_t n = b->n, h = b->h;
+    switch (algo) {
+    case WEFT_VOCAB_NAIVE:
+        count[0] = n, op[0] = WEFT_MAX;     /* row max */
+        count[1] = 2 * n, op[1] = WEFT_SUM; /* sum-exp and target logit */
+        count[2] = n * h, op[2] = WEFT_SUM; /* ∇X */
+        return 3;
+    case WEFT_VOCAB_ALG1:
+        count[0] = 3 * n, op[0] = WEFT_SUM; /* (m, s, t) records */
+        count[1] = n * h, op[1] = WEFT_SUM; /* ∇X */
+        return 2;
+    default:
+        count[0] = (3 + 2 * h) * n, op[0] = WEFT_SUM; /* (m, s, t, A, B) records */
+        return 1;
+    }
+}
+
+/* Mean time (ms, max over ranks) of @p algo's collectives replayed @p reps times. */
+static weft_status_t replay_xfer(vocab_bench_t *b, weft_vocab_algo_t algo, int reps, double *ms)
+{
+    size_t count[3];
+    weft_op_t op[3];
+    int k = coll_pattern(b, algo, count, op);
+    size_t most = 0;
+    for (int i = 0; i < k; i++) {
+        most = count[i] > most ? count[i] : most;
+    }
+    float *buf = perf_alloc(most * sizeof(float));
+    if (buf == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    memset(buf, 0, most * sizeof(float));
+    weft_status_t st = WEFT_OK;
+    double total = 0.0;
+    for (int r = 0; r < reps && st == WEFT_OK; r++) {
+        for (int i = 0; i < k && st == WEFT_OK; i++) {
+            st = weft_barrier(b->w.world);
+            uint64_t t0 = perf_now_ns();
+            if (st == WEFT_OK) {
+                st = weft_allreduce(b->w.world, buf, buf, count[i], WEFT_F32, op[i]);
+            }
+            total += (double)(perf_now_ns() - t0) / 1e6;
+        }
+    }
+    perf_free(buf);
+    total /= reps;
+    if (st == WEFT_OK) {
+        st = weft_allreduce(b->w.world, &total, ms, 1, WEFT_F64, WEFT_MAX);
+    }
+    return st;
+}
+
+/* Means over iterations and ranks, the replay, memory and the cross-check of one
+ * algorithm. */
+static int finish_algo(vocab_bench_t *b, weft_vocab_algo_t algo, double *sum, algo_result_t *res)
+{
     for (int k = 0; k < T_COUNT; k++) {
         sum[k] /= b->o.iters;
     }
-    /* The slowest rank sets the pace of a step. */
-    if ((st = weft_allreduce(g, sum, res->t, T_COUNT, WEFT_F64, WEFT_MAX)) != WEFT_OK) {
+    /* The slowest rank sets the pace of a step; waiting is averaged over the ranks. */
+    weft_status_t st = weft_allreduce(b->w.world, sum, res->t, T_COMM, WEFT_F64, WEFT_MAX);
+    long any = 0;
+    if (st == WEFT_OK) {
+        st = weft_allreduce(b->w.world, &sum[T_COMM], &res->t[T_COMM], 1, WEFT_F64, WEFT_SUM);
+        res->t[T_COMM] /= b->w.size;
+    }
+    if (st == WEFT_OK) {
+        st = weft_allreduce(b->w.world, &res->wrong, &any, 1, WEFT_I64, WEFT_MAX);
+    }
+    if (st == WEFT_OK) {
+        st = replay_xfer(b, algo, b->o.iters * 4, &res->t[T_XFER]);
+    }
+    if (st != WEFT_OK) {
         perf_report_error(&b->w, "allreduce", st);
         return -1;
     }
+    res->wrong = b->o.check ? any : -1;
     weft_vocab_mem_t mem = {.size = sizeof(mem)};
     weft_vocab_xent_memory(b->vocab, algo, b->n, &mem);
     res->peak = mem.peak;
-    long wrong = b->o.check ? check_results(b) : 0, any = 0;
-    weft_allreduce(g, &wrong, &any, 1, WEFT_I64, WEFT_MAX);
-    res->wrong = b->o.check ? any : -1;
     return 0;
+}
+
+/*
+ * Iterations interleave the algorithms, starting each round with the next one, so a
+ * change of load on the machine weighs on all of them alike.
+ */
+static int run_algos(vocab_bench_t *b, algo_result_t *res)
+{
+    weft_vocab_mb_t *mb[ALGOS] = {NULL};
+    double sum[ALGOS][T_COUNT] = {{0}};
+    weft_status_t st = WEFT_OK;
+    int rc = 0;
+    memset(res, 0, sizeof(*res) * ALGOS);
+    for (int a = 0; a < ALGOS && st == WEFT_OK; a++) {
+        weft_vocab_mb_params_t mp = {.size = sizeof(mp),
+                                     .algo = (weft_vocab_algo_t)a,
+                                     .reduction = WEFT_VOCAB_MEAN,
+                                     .max_tokens = b->n};
+        if (b->run[a]) {
+            st = weft_vocab_mb_create(b->vocab, &mp, &mb[a]);
+        }
+    }
+    int rounds = b->o.warmup + b->o.iters;
+    for (int it = 0; it < rounds && st == WEFT_OK; it++) {
+        for (int k = 0; k < ALGOS && st == WEFT_OK; k++) {
+            int a = (it + k) % ALGOS;
+            if (!b->run[a]) {
+                continue;
+            }
+            st = run_once(b, mb[a], sum[a], &res[a], it >= b->o.warmup);
+            if (st != WEFT_OK) {
+                perf_report_error(&b->w, weft_vocab_algo_name((weft_vocab_algo_t)a), st);
+            } else if (it == rounds - 1 && b->o.check) {
+                res[a].wrong = check_results(b); /* outputs are overwritten by the next */
+            }
+        }
+    }
+    for (int a = 0; a < ALGOS; a++) {
+        if (st == WEFT_OK && rc == 0 && b->run[a]) {
+            rc = finish_algo(b, (weft_vocab_algo_t)a, sum[a], &res[a]);
+        }
+        weft_vocab_mb_destroy(mb[a]);
+    }
+    return st != WEFT_OK ? -1 : rc;
 }
 
 static void print_table(const vocab_bench_t *b, const algo_result_t *res)
@@ -218,29 +331,31 @@ static void print_table(const vocab_bench_t *b, const algo_result_t *res)
     const algo_result_t *base = b->run[WEFT_VOCAB_NAIVE] ? &res[WEFT_VOCAB_NAIVE] : NULL;
     printf("# weft-perf vocab: n=%zu h=%zu V=%zu P=%d (shard %zu rows), %d iters, %d warmup\n",
            b->n, b->h, b->V, b->w.size, b->r.padded_length, b->o.iters, b->o.warmup);
-    printf("# %-6s %5s %10s %10s %11s %11s %9s %11s %12s %8s %8s %7s\n", "algo", "colls", "fwd(ms)",
-           "bwd(ms)", "total(ms)", "compute(ms)", "comm(ms)", "comm bytes", "peak act(B)",
-           "time/nv", "comm/nv", "#wrong");
+    printf("# %-6s %5s %10s %10s %10s %11s %9s %8s %10s %11s %7s %7s %7s %6s\n", "algo", "colls",
+           "fwd(ms)", "bwd(ms)", "total(ms)", "compute(ms)", "comm(ms)", "xfer(ms)", "bytes",
+           "peak(B)", "time/nv", "comm/nv", "xfer/nv", "#wrong");
     for (int a = 0; a < ALGOS; a++) {
         if (!b->run[a]) {
             continue;
         }
         const algo_result_t *r = &res[a];
         double total = r->t[T_FWD] + r->t[T_BWD];
-        double bt = base ? base->t[T_FWD] + base->t[T_BWD] : 0;
-        printf("  %-6s %5llu %10.2f %10.2f %11.2f %11.2f %9.3f %11zu %12zu",
+        printf("  %-6s %5llu %10.2f %10.2f %10.2f %11.2f %9.3f %8.3f %10zu %11zu",
                weft_vocab_algo_name((weft_vocab_algo_t)a),
                (unsigned long long)(r->colls_fwd + r->colls_bwd), r->t[T_FWD], r->t[T_BWD], total,
-               r->t[T_COMPUTE], r->t[T_COMM], r->bytes, r->peak);
-        if (base != NULL && bt > 0 && base->t[T_COMM] > 0) {
-            printf(" %8.3f %8.3f", total / bt, r->t[T_COMM] / base->t[T_COMM]);
+               r->t[T_COMPUTE], r->t[T_COMM], r->t[T_XFER], r->bytes, r->peak);
+        if (base != NULL) {
+            double bt = base->t[T_FWD] + base->t[T_BWD];
+            printf(" %7.3f %7.3f %7.3f", bt > 0 ? total / bt : 0.0,
+                   base->t[T_COMM] > 0 ? r->t[T_COMM] / base->t[T_COMM] : 0.0,
+                   base->t[T_XFER] > 0 ? r->t[T_XFER] / base->t[T_XFER] : 0.0);
         } else {
-            printf(" %8s %8s", "-", "-");
+            printf(" %7s %7s %7s", "-", "-", "-");
         }
         if (r->wrong < 0) {
-            printf(" %7s\n", "N/A");
+            printf(" %6s\n", "N/A");
         } else {
-            printf(" %7ld\n", r->wrong);
+            printf(" %6ld\n", r->wrong);
         }
     }
 }
@@ -259,11 +374,11 @@ static void print_json(const vocab_bench_t *b, const algo_result_t *res)
         printf("%s{\"algo\": ", sep);
         perf_json_string(stdout, weft_vocab_algo_name((weft_vocab_algo_t)a));
         printf(", \"colls_fwd\": %llu, \"colls_bwd\": %llu, \"fwd_ms\": %.3f, \"bwd_ms\": %.3f, "
-               "\"compute_ms\": %.3f, \"comm_ms\": %.3f, \"comm_bytes\": %zu, "
+               "\"compute_ms\": %.3f, \"comm_ms\": %.3f, \"xfer_ms\": %.3f, \"comm_bytes\": %zu, "
                "\"peak_act_bytes\": %zu, \"loss\": %.6f, \"wrong\": %ld}",
                (unsigned long long)r->colls_fwd, (unsigned long long)r->colls_bwd, r->t[T_FWD],
-               r->t[T_BWD], r->t[T_COMPUTE], r->t[T_COMM], r->bytes, r->peak, (double)r->loss,
-               r->wrong);
+               r->t[T_BWD], r->t[T_COMPUTE], r->t[T_COMM], r->t[T_XFER], r->bytes, r->peak,
+               (double)r->loss, r->wrong);
         sep = ", ";
     }
     printf("]}\n");
@@ -311,11 +426,11 @@ int perf_vocab_main(int argc, char **argv)
     }
     algo_result_t res[ALGOS];
     rc = make_inputs(&b) == 0 ? PERF_EXIT_OK : PERF_EXIT_ERROR;
+    if (rc == PERF_EXIT_OK && run_algos(&b, res) != 0) {
+        rc = PERF_EXIT_ERROR;
+    }
     long wrong = 0;
     for (int a = 0; rc == PERF_EXIT_OK && a < ALGOS; a++) {
-        if (b.run[a] && run_algo(&b, (weft_vocab_algo_t)a, &res[a]) != 0) {
-            rc = PERF_EXIT_ERROR;
-        }
         wrong += b.run[a] && res[a].wrong > 0;
     }
     if (rc == PERF_EXIT_OK && b.w.rank == 0) {
