@@ -188,8 +188,9 @@ void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t
                       bool accumulate)
 {
     size_t n = d->n, h = d->h, len = d->len;
-    /* G = wtok * (p - onehot), in place of y; ignored tokens give zero rows. */
-    for (size_t j = 0; j < n; j++) {
+    /* G = wtok * (p - onehot), in place of y; ignored tokens give zero rows. An empty
+     * shard has no y at all. */
+    for (size_t j = 0; j < n && len > 0; j++) {
         float *row = y + j * len;
         if (labels[j] < 0 || wtok[j] == 0.0f) {
             memset(row, 0, len * sizeof(float));
