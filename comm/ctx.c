@@ -8,6 +8,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/ctx.h"
+#include "comm/memtype.h"
 
 #define ADDR_KEY_FMT "addr/%d"
 #define CLAIM_KEY_FMT "claim/%d"
@@ -296,6 +297,9 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
         if (st == WEFT_OK) {
             st = create_world(ctx);
         }
+    }
+    if (st == WEFT_OK) {
+        st = weft__transport_check(ctx); /* a forced transport that cannot work fails here */
     }
     if (st == WEFT_OK && ctx->store != NULL) {
         st = weft__heartbeat_start(ctx); /* identity is settled: arm the liveness lease */
