@@ -16,8 +16,8 @@
  *             latency without the waiting
  *   bytes     bytes its collectives reduce per microbatch
  *   peak      activation bytes one microbatch holds between S and T (weft_vocab_xent_memory)
- * Times are means over the timed iterations, of the slowest rank except comm. Ratios are
- * against naive.
+ * Times are medians over the timed iterations (this machine may be shared), of the
+ * slowest rank except comm; xfer is a mean. Ratios are against naive.
  * With -c the three algorithms' losses and gradients must agree (else #wrong > 0).
  * OpenBLAS threads: set OPENBLAS_NUM_THREADS so ranks x threads fits the cores.
  */
@@ -157,10 +157,10 @@ static long check_results(vocab_bench_t *b)
     return e > 1e-4 ? 1 : 0;
 }
 
-/* One timed microbatch (forward + backward) of @p algo after aligning the ranks; adds its
- * times to @p sum when @p timed. */
-static weft_status_t run_once(vocab_bench_t *b, weft_vocab_mb_t *mb, double *sum,
-                              algo_result_t *res, bool timed)
+/* One microbatch (forward + backward) after aligning the ranks; its times (ms) go to
+ * @p sample when it is not NULL. */
+static weft_status_t run_once(vocab_bench_t *b, weft_vocab_mb_t *mb, double *sample,
+                              algo_result_t *res)
 {
     weft_group_t *g = b->w.world;
     float grad = 1.0f;
@@ -182,13 +182,13 @@ static weft_status_t run_once(vocab_bench_t *b, weft_vocab_mb_t *mb, double *sum
     if (st == WEFT_OK) {
         st = weft_vocab_mb_stats(mb, &ms);
     }
-    if (st != WEFT_OK || !timed) {
+    if (st != WEFT_OK || sample == NULL) {
         return st;
     }
-    sum[T_FWD] += (double)(t1 - t0) / 1e6;
-    sum[T_BWD] += (double)(t2 - t1) / 1e6;
-    sum[T_COMPUTE] += (double)ms.compute_ns / 1e6;
-    sum[T_COMM] += (double)ms.comm_ns / 1e6;
+    sample[T_FWD] = (double)(t1 - t0) / 1e6;
+    sample[T_BWD] = (double)(t2 - t1) / 1e6;
+    sample[T_COMPUTE] = (double)ms.compute_ns / 1e6;
+    sample[T_COMM] = (double)ms.comm_ns / 1e6;
     res->colls_fwd = c1 - c0;
     res->colls_bwd = c2 - c1;
     res->bytes = ms.comm_bytes;
@@ -251,12 +251,30 @@ static weft_status_t replay_xfer(vocab_bench_t *b, weft_vocab_algo_t algo, int r
     return st;
 }
 
-/* Means over iterations and ranks, the replay, memory and the cross-check of one
- * algorithm. */
-static int finish_algo(vocab_bench_t *b, weft_vocab_algo_t algo, double *sum, algo_result_t *res)
+static int cmp_double(const void *a, const void *b)
 {
-    for (int k = 0; k < T_COUNT; k++) {
-        sum[k] /= b->o.iters;
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median over the iterations of metric @p k of samples [iters][T_COUNT]. */
+static double median(const double *samples, int iters, int k, double *scratch)
+{
+    for (int i = 0; i < iters; i++) {
+        scratch[i] = samples[i * T_COUNT + k];
+    }
+    qsort(scratch, (size_t)iters, sizeof(double), cmp_double);
+    return iters % 2 ? scratch[iters / 2] : (scratch[iters / 2 - 1] + scratch[iters / 2]) / 2;
+}
+
+/* Medians over iterations, maxima (waiting: means) over ranks, the replay, memory and the
+ * cross-check of one algorithm. */
+static int finish_algo(vocab_bench_t *b, weft_vocab_algo_t algo, const double *samples,
+                       algo_result_t *res)
+{
+    double sum[T_COUNT] = {0}, scratch[b->o.iters];
+    for (int k = 0; k < T_XFER; k++) {
+        sum[k] = median(samples, b->o.iters, k, scratch);
     }
     /* The slowest rank sets the pace of a step; waiting is averaged over the ranks. */
     weft_status_t st = weft_allreduce(b->w.world, sum, res->t, T_COMM, WEFT_F64, WEFT_MAX);
@@ -289,7 +307,10 @@ static int finish_algo(vocab_bench_t *b, weft_vocab_algo_t algo, double *sum, al
 static int run_algos(vocab_bench_t *b, algo_result_t *res)
 {
     weft_vocab_mb_t *mb[ALGOS] = {NULL};
-    double sum[ALGOS][T_COUNT] = {{0}};
+    double *samples = calloc((size_t)ALGOS * (size_t)b->o.iters * T_COUNT, sizeof(double));
+    if (samples == NULL) {
+        return -1;
+    }
     weft_status_t st = WEFT_OK;
     int rc = 0;
     memset(res, 0, sizeof(*res) * ALGOS);
@@ -309,7 +330,12 @@ static int run_algos(vocab_bench_t *b, algo_result_t *res)
             if (!b->run[a]) {
                 continue;
             }
-            st = run_once(b, mb[a], sum[a], &res[a], it >= b->o.warmup);
+            double *sample =
+                it < b->o.warmup
+                    ? NULL
+                    : samples +
+                          ((size_t)a * (size_t)b->o.iters + (size_t)(it - b->o.warmup)) * T_COUNT;
+            st = run_once(b, mb[a], sample, &res[a]);
             if (st != WEFT_OK) {
                 perf_report_error(&b->w, weft_vocab_algo_name((weft_vocab_algo_t)a), st);
             } else if (it == rounds - 1 && b->o.check) {
@@ -319,10 +345,12 @@ static int run_algos(vocab_bench_t *b, algo_result_t *res)
     }
     for (int a = 0; a < ALGOS; a++) {
         if (st == WEFT_OK && rc == 0 && b->run[a]) {
-            rc = finish_algo(b, (weft_vocab_algo_t)a, sum[a], &res[a]);
+            rc = finish_algo(b, (weft_vocab_algo_t)a,
+                             samples + (size_t)a * (size_t)b->o.iters * T_COUNT, &res[a]);
         }
         weft_vocab_mb_destroy(mb[a]);
     }
+    free(samples);
     return st != WEFT_OK ? -1 : rc;
 }
 
