@@ -1,0 +1,242 @@
+/*
+ * Collective algorithms (internal). A collective is a compound request whose progress()
+ * advances a state machine; it never blocks. Every collective runs in two phases:
+ *
+ * 1. The exchange phase: recursive doubling over the group (non-power-of-two sizes fold
+ *    the ranks above the largest power of two onto partners first and hand them the
+ *    result last). Every message of this phase starts with a 32-byte header carrying
+ *    (kind, seq, count, dtype, op, root, elem_size, mismatch flag). Latency-bound
+ *    collectives carry their data in the same messages (allreduce, reduce, reduce_scatter,
+ *    allgather and broadcast up to WEFT_COLL_SMALL_MAX bytes), so they finish inside this
+ *    phase; the others exchange headers only.
+ * 2. The data phase of bandwidth-bound algorithms: pipelined ring, chain or pairwise
+ *    exchanges, started only once the exchange phase has shown that all ranks agree.
+ *
+ * Mismatch detection. A receiver compares the header it got with its own parameters and
+ * sets its flag on any difference; a message that is longer than expected (the transport
+ * reports truncation) or shorter also sets it. The flag travels in every later header.
+ * Recursive doubling gives every rank, after log2(P) steps, the OR over all ranks: by
+ * induction, after step k every rank of an aligned block of 2^(k+1) ranks holds "not all
+ * parameters in the block are equal" (either half already disagreed, or the two halves
+ * differ and each partner pair compares them directly); the fold adds the extra ranks'
+ * headers first and returns the final flag to them last. All collectives share this
+ * message pattern (same peers, same tag steps) whatever their kind or size, so ranks that
+ * disagree still exchange the same number of messages and none can hang: they all return
+ * WEFT_ERR_MISMATCH, and outputs are left untouched. Small collectives pay nothing extra;
+ * large ones pay log2(P) header-only rounds before moving data.
+ *
+ * weft_alltoallv() compares counts pairwise in its data phase: only the two ranks of a
+ * disagreeing pair get WEFT_ERR_MISMATCH.
+ *
+ * Tags: the transport tag carries (group, epoch, seq mod 2^18, step); the step says which
+ * message of the collective it is. Data phases send many messages under one step and rely
+ * on the transport matching equal tags from one sender in send order.
+ */
+#ifndef WEFT_COLL_INTERNAL_H
+#define WEFT_COLL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/ctx.h"
+#include "comm/reduce.h"
+
+enum weft_coll_kind {
+    WEFT_COLL_ALLREDUCE = 1,
+    WEFT_COLL_REDUCE_SCATTER = 2,
+    WEFT_COLL_ALLGATHER = 3,
+    WEFT_COLL_BROADCAST = 4,
+    WEFT_COLL_REDUCE = 5,
+    WEFT_COLL_ALLTOALL = 6,
+    WEFT_COLL_ALLTOALLV = 7,
+    WEFT_COLL_BARRIER = 8,
+};
+
+/* Tag steps of the messages of one collective. */
+#define WEFT_COLL_STEP_FOLD_IN 1
+#define WEFT_COLL_STEP_RD(k) (2 + (k)) /* k < 16: groups of up to 2^16 ranks */
+#define WEFT_COLL_STEP_FOLD_OUT 18
+#define WEFT_COLL_STEP_RING 32
+#define WEFT_COLL_STEP_GATHER 33
+#define WEFT_COLL_STEP_CHAIN 34
+#define WEFT_COLL_STEP_PAIRS 35
+#define WEFT_COLL_STEP_COUNTS 36
+
+/* The header of every exchange-phase message (32 bytes, keeps payloads aligned). */
+typedef struct weft_coll_hdr {
+    uint64_t count;
+    uint64_t elem_size;
+    uint32_t seq;
+    int32_t op;   /* -1 where there is no operator */
+    int32_t root; /* -1 where there is no root */
+    uint16_t kind;
+    uint8_t dtype;
+    uint8_t flags; /* WEFT_COLL_HDR_MISMATCH */
+} weft_coll_hdr_t;
+#define WEFT_COLL_HDR_SIZE 32
+#define WEFT_COLL_HDR_MISMATCH 0x1u
+
+/* What the caller asked for. */
+typedef struct weft_coll_args {
+    enum weft_coll_kind kind;
+    const char *name; /* "allreduce", ... for messages */
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    weft_dtype_t dtype;
+    weft_op_t op;
+    int root;
+    const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv */
+} weft_coll_args_t;
+
+typedef struct weft_coll weft_coll_t;
+
+/* Stages of the exchange phase. */
+enum weft_rd_stage {
+    WEFT_RD_FOLD_IN = 0, /* an extra rank sends to its partner */
+    WEFT_RD_STEP = 1,    /* recursive-doubling step k among the first 2^n ranks */
+    WEFT_RD_FOLD_OUT = 2 /* a partner hands the result to its extra rank */
+};
+
+/*
+ * Payload hooks of the exchange phase; NULL hooks mean header-only messages. The payload
+ * area of the send buffer (c->rd.sbuf + WEFT_COLL_HDR_SIZE) holds rd.cap bytes and is not
+ * touched by the engine, so a hook may keep its running state there.
+ */
+typedef struct weft_rd_ops {
+    /* Bytes of payload to send to @p peer in this stage, written at @p dst. */
+    size_t (*pack)(weft_coll_t *c, enum weft_rd_stage stage, int peer, uint8_t *dst);
+    /* Largest payload expected from @p peer in this stage. */
+    size_t (*expect)(weft_coll_t *c, enum weft_rd_stage stage, int peer);
+    /* Take a payload from @p peer; false if its length is not what the parameters imply. */
+    bool (*unpack)(weft_coll_t *c, enum weft_rd_stage stage, int peer, const uint8_t *src,
+                   size_t len);
+    /* Once every rank agreed: write the result to the user's buffers. */
+    void (*finish)(weft_coll_t *c);
+} weft_rd_ops_t;
+
+typedef struct weft_rd {
+    const weft_rd_ops_t *ops;
+    int pof2, rem, nsteps; /* largest power of two <= size, size - pof2, log2(pof2) */
+    int pos;               /* 0 fold-in, 1..nsteps steps, nsteps+1 fold-out, then done */
+    bool posted;
+    weft_req_t *sreq, *rreq;
+    bool send_busy, recv_busy, recv_failed;
+    int recv_peer;
+    size_t recv_len;
+    uint8_t *sbuf, *rbuf; /* header + cap bytes each */
+    size_t cap;
+} weft_rd_t;
+
+/* Ring sizes: tag-ordered units in flight and temporary chunk slots. */
+#define WEFT_RING_WIN 16
+#define WEFT_RING_SLOTS 3
+
+/*
+ * A pipelined ring over P blocks: reduce-scatter steps (rs_steps = P-1 or 0) then
+ * allgather steps (ag_steps = P-1 or 0), both cut in chunks. Units are numbered chunk
+ * by chunk (all steps of chunk 0, then chunk 1, ...), the same on every rank, so the
+ * send of unit u depends only on the receive of unit u-1 and the ring streams.
+ */
+typedef struct weft_ring {
+    int rank, size, left, right;
+    int rs_steps, ag_steps, units; /* units per chunk = rs_steps + ag_steps */
+    size_t elem, count;            /* element size; elements over all blocks */
+    size_t blk;                    /* block length when uniform, else 0 (split count) */
+    size_t nchunks, chunk_elems;
+    size_t total; /* units over all chunks */
+    const uint8_t *in;     /* reduce-scatter input: all blocks */
+    uint8_t *full;         /* allgather buffer: all blocks; NULL without allgather */
+    uint8_t *mine;         /* where my reduced block goes */
+    const uint8_t *own;    /* allgather only: my block as the user gave it */
+    const weft_reducer_t *red;
+    /* Progress. Units below next_done are received and processed; sends below floor
+     * have completed. */
+    size_t next_recv, next_done, next_send, floor;
+    weft_req_t *rreq[WEFT_RING_WIN], *sreq[WEFT_RING_WIN];
+    bool rbusy[WEFT_RING_WIN], sbusy[WEFT_RING_WIN];
+    int slot[WEFT_RING_WIN];  /* tmp slot of a received unit, -1 if none */
+    int sslot[WEFT_RING_WIN]; /* tmp slot a send reads from, freed when it completes */
+    uint8_t *tmp;
+    size_t slot_bytes;
+    unsigned slot_used; /* bit mask */
+} weft_ring_t;
+
+struct weft_coll {
+    weft_ctx_t *ctx;
+    weft_group_t *g;
+    int rank, size;
+    weft_coll_args_t a;
+    size_t elem; /* bytes per element */
+    weft_reducer_t red;
+    uint32_t seq;
+    weft_coll_hdr_t hdr; /* my parameters */
+    bool mismatch;       /* OR of the flags seen so far */
+    char why[192];       /* what this rank saw, when it detected a mismatch itself */
+    enum { WEFT_COLL_PH_RD, WEFT_COLL_PH_DATA, WEFT_COLL_PH_DONE } phase;
+    weft_rd_t rd;
+    /* Data phase after an agreeing exchange: WEFT_INPROGRESS until done. NULL: none. */
+    weft_status_t (*data)(weft_coll_t *c);
+    void (*fini)(weft_coll_t *c); /* frees alg; may be NULL */
+    void *alg;
+    uint8_t *scratch; /* freed with the collective */
+    bool holds;       /* broadcast: this rank has the data */
+    weft_status_t status;
+};
+
+/* ---- coll_common.c ---- */
+/*
+ * Validate, count, number and set up a collective (the kind's setup hook chooses the
+ * algorithm), then post its first messages. Returns WEFT_OK with *req = NULL when it
+ * completed inline (one rank), WEFT_INPROGRESS with *req set, or an error.
+ */
+weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req);
+/* Record that this rank saw a disagreement (first reason kept). */
+void weft__coll_set_mismatch(weft_coll_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Test child request *r once; on completion free it, set *r = NULL, report the length. */
+weft_status_t weft__coll_child_test(weft_req_t **r, size_t *bytes);
+/* Cancel and free a child request (NULL is fine). */
+void weft__coll_child_drop(weft_req_t **r);
+/* Scratch memory owned by the collective, 64-byte aligned; NULL on failure (logged). */
+uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes);
+/* Block b of @p count elements split in @p size near-equal blocks. */
+static inline size_t weft__coll_blk_off(size_t count, int size, int b)
+{
+    size_t q = count / (size_t)size, r = count % (size_t)size;
+    return (size_t)b * q + ((size_t)b < r ? (size_t)b : r);
+}
+static inline size_t weft__coll_blk_len(size_t count, int size, int b)
+{
+    return count / (size_t)size + ((size_t)b < count % (size_t)size ? 1 : 0);
+}
+
+/* ---- coll_rd.c: the exchange phase ---- */
+/* Allocate rd.sbuf/rd.rbuf with @p cap payload bytes each and set the schedule. */
+weft_status_t weft__rd_init(weft_coll_t *c, const weft_rd_ops_t *ops, size_t cap);
+/* Advance; WEFT_OK when this rank's part is over (c->mismatch then final). */
+weft_status_t weft__rd_progress(weft_coll_t *c);
+void weft__rd_fini(weft_coll_t *c);
+
+/* ---- coll_ring.c ---- */
+/*
+ * Set up a ring. @p in (reduce-scatter input) and @p full (allgather buffer) are indexed
+ * in elements of the block layout: blocks of @p blk elements when blk > 0, else @p count
+ * split in near-equal blocks. Returns WEFT_ERR_NO_MEMORY (logged) on failure.
+ */
+weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag,
+                              const void *in, void *full, void *mine, const void *own,
+                              size_t count, size_t blk);
+weft_status_t weft__ring_progress(weft_coll_t *c, weft_ring_t *ring);
+void weft__ring_fini(weft_ring_t *ring);
+
+/* ---- setup hooks of each kind (coll_*.c), called by weft__coll_start ---- */
+weft_status_t weft__coll_setup_reduction(weft_coll_t *c); /* allreduce, reduce, r-s */
+weft_status_t weft__coll_setup_allgather(weft_coll_t *c);
+weft_status_t weft__coll_setup_broadcast(weft_coll_t *c);
+weft_status_t weft__coll_setup_alltoall(weft_coll_t *c); /* alltoall, alltoallv */
+/* Local result with one rank (no communication). */
+void weft__coll_single(const weft_coll_args_t *a, size_t elem);
+
+#endif

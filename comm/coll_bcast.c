@@ -1,0 +1,214 @@
+/*
+ * Broadcast.
+ *
+ * Small: recursive doubling where a rank that already holds the data appends it to its
+ * exchange messages, so after log2(P) steps (+ the fold) everyone has it. The pattern
+ * does not depend on the root, so ranks that disagree on the root still exchange the same
+ * messages and all learn of the mismatch instead of waiting for data that never comes.
+ *
+ * Large: the exchange phase checks agreement, then a pipelined chain root -> root+1 ->
+ * ... -> root-1: every rank receives each chunk straight into its buffer and forwards it
+ * while the next chunks arrive, so the time is about one transfer of the whole buffer
+ * plus (P-2) chunks.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/coll.h"
+
+static size_t bc_bytes(const weft_coll_t *c)
+{
+    return c->a.count * c->elem;
+}
+
+static size_t bc_pack(weft_coll_t *c, enum weft_rd_stage stage, int peer, uint8_t *dst)
+{
+    (void)stage;
+    (void)peer;
+    (void)dst; /* the data, once held, lives in the payload area */
+    return c->holds ? bc_bytes(c) : 0;
+}
+
+static size_t bc_expect(weft_coll_t *c, enum weft_rd_stage stage, int peer)
+{
+    (void)stage;
+    (void)peer;
+    return bc_bytes(c);
+}
+
+static bool bc_unpack(weft_coll_t *c, enum weft_rd_stage stage, int peer, const uint8_t *src,
+                      size_t len)
+{
+    (void)stage;
+    (void)peer;
+    if (len == 0) {
+        return true; /* the peer did not have it yet */
+    }
+    if (len != bc_bytes(c)) {
+        return false;
+    }
+    if (!c->holds) {
+        memcpy(c->rd.sbuf + WEFT_COLL_HDR_SIZE, src, len);
+        c->holds = true;
+    }
+    return true;
+}
+
+static void bc_finish(weft_coll_t *c)
+{
+    /* Without a mismatch every rank has received the data by now (count 0: nothing). */
+    if (c->rank != c->a.root && c->holds && bc_bytes(c) > 0) {
+        memcpy(c->a.recvbuf, c->rd.sbuf + WEFT_COLL_HDR_SIZE, bc_bytes(c));
+    }
+}
+
+static const weft_rd_ops_t bc_small_ops = {
+    .pack = bc_pack,
+    .expect = bc_expect,
+    .unpack = bc_unpack,
+    .finish = bc_finish,
+};
+
+/* ---- large: pipelined chain ---- */
+
+#define CHAIN_WIN 8
+
+typedef struct chain {
+    int prev, next; /* -1 at the ends */
+    size_t nchunks, chunk;
+    size_t next_recv, next_done, next_send, floor;
+    weft_req_t *rreq[CHAIN_WIN], *sreq[CHAIN_WIN];
+} chain_t;
+
+static void chain_fini(weft_coll_t *c)
+{
+    chain_t *ch = c->alg;
+    if (ch != NULL) {
+        for (int i = 0; i < CHAIN_WIN; i++) {
+            weft__coll_child_drop(&ch->rreq[i]);
+            weft__coll_child_drop(&ch->sreq[i]);
+        }
+        free(ch);
+        c->alg = NULL;
+    }
+}
+
+static size_t chunk_len(const weft_coll_t *c, const chain_t *ch, size_t i)
+{
+    size_t off = i * ch->chunk, total = bc_bytes(c);
+    return total - off < ch->chunk ? total - off : ch->chunk;
+}
+
+static weft_status_t chain_step(weft_coll_t *c, chain_t *ch, bool *moved)
+{
+    uint8_t *buf = c->a.recvbuf;
+    uint32_t tag = weft__tag_coll_payload(c->seq, WEFT_COLL_STEP_CHAIN);
+    weft_status_t st;
+    /* Receives complete in order; each one releases the send of the same chunk. */
+    while (ch->next_done < ch->next_recv) {
+        st = weft__coll_child_test(&ch->rreq[ch->next_done % CHAIN_WIN], NULL);
+        if (st == WEFT_INPROGRESS) {
+            break;
+        }
+        if (st != WEFT_OK) {
+            return st;
+        }
+        ch->next_done++;
+        *moved = true;
+    }
+    size_t have = ch->prev < 0 ? ch->nchunks : ch->next_done;
+    while (ch->next != -1 && ch->next_send < have && ch->next_send < ch->floor + CHAIN_WIN) {
+        size_t i = ch->next_send;
+        st = weft__isend(c->g, ch->next, buf + i * ch->chunk, chunk_len(c, ch, i),
+                         WEFT_TAG_COLL, tag, &ch->sreq[i % CHAIN_WIN]);
+        if (st < 0) {
+            return st;
+        }
+        ch->next_send++;
+        *moved = true;
+    }
+    for (size_t i = ch->floor; i < ch->next_send; i++) {
+        st = weft__coll_child_test(&ch->sreq[i % CHAIN_WIN], NULL);
+        if (st < 0) {
+            return st;
+        }
+    }
+    while (ch->floor < ch->next_send && ch->sreq[ch->floor % CHAIN_WIN] == NULL) {
+        ch->floor++;
+        *moved = true;
+    }
+    while (ch->prev != -1 && ch->next_recv < ch->nchunks &&
+           ch->next_recv < ch->next_done + CHAIN_WIN &&
+           (ch->next == -1 || ch->next_recv < ch->floor + CHAIN_WIN)) {
+        size_t i = ch->next_recv;
+        st = weft__irecv(c->g, ch->prev, buf + i * ch->chunk, chunk_len(c, ch, i),
+                         WEFT_TAG_COLL, tag, &ch->rreq[i % CHAIN_WIN]);
+        if (st < 0) {
+            return st;
+        }
+        ch->next_recv++;
+        *moved = true;
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t chain_data(weft_coll_t *c)
+{
+    chain_t *ch = c->alg;
+    bool moved = true;
+    while (moved) {
+        moved = false;
+        weft_status_t st = chain_step(c, ch, &moved);
+        if (st != WEFT_OK) {
+            return st;
+        }
+    }
+    bool recv_done = ch->prev == -1 || ch->next_done == ch->nchunks;
+    bool send_done = ch->next == -1 || ch->floor == ch->nchunks;
+    return recv_done && send_done ? WEFT_OK : WEFT_INPROGRESS;
+}
+
+weft_status_t weft__coll_setup_broadcast(weft_coll_t *c)
+{
+    size_t bytes = bc_bytes(c);
+    if (bytes <= c->ctx->cfg.coll_small_max) {
+        weft_status_t st = weft__rd_init(c, &bc_small_ops, bytes);
+        if (st == WEFT_OK && c->rank == c->a.root) {
+            if (bytes > 0) {
+                memcpy(c->rd.sbuf + WEFT_COLL_HDR_SIZE, c->a.recvbuf, bytes);
+            }
+            c->holds = true;
+        }
+        return st;
+    }
+    chain_t *ch = calloc(1, sizeof(*ch));
+    if (ch == NULL) {
+        return weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "broadcast: no memory");
+    }
+    int pos = (c->rank - c->a.root + c->size) % c->size;
+    ch->prev = pos == 0 ? -1 : (c->rank - 1 + c->size) % c->size;
+    ch->next = pos == c->size - 1 ? -1 : (c->rank + 1) % c->size;
+    ch->chunk = c->ctx->cfg.coll_chunk > 0 ? c->ctx->cfg.coll_chunk : bytes;
+    ch->nchunks = (bytes + ch->chunk - 1) / ch->chunk;
+    c->alg = ch;
+    c->fini = chain_fini;
+    c->data = chain_data;
+    return weft__rd_init(c, NULL, 0);
+}
+
+weft_status_t weft_ibroadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
+                              int root, weft_req_t **req)
+{
+    weft_coll_args_t a = {.kind = WEFT_COLL_BROADCAST, .name = "broadcast", .sendbuf = buf,
+                          .recvbuf = buf, .count = count, .dtype = dtype, .op = -1,
+                          .root = root};
+    return weft__coll_start(g, &a, req);
+}
+
+weft_status_t weft_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
+                             int root)
+{
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_ibroadcast(g, buf, count, dtype, root, &req);
+    return weft__blocking(st, req);
+}

@@ -1,0 +1,353 @@
+/*
+ * What every collective shares: argument checks, sequence numbers, the compound request
+ * that drives the two phases (exchange, then data), child-request helpers and the
+ * one-rank shortcut.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/coll.h"
+
+_Static_assert(sizeof(weft_coll_hdr_t) == WEFT_COLL_HDR_SIZE, "header must stay 32 bytes");
+
+static bool is_reduction(enum weft_coll_kind k)
+{
+    return k == WEFT_COLL_ALLREDUCE || k == WEFT_COLL_REDUCE || k == WEFT_COLL_REDUCE_SCATTER;
+}
+
+/* Resolve dtype/op into an element size and a reducer; INVALID_ARG (logged) if unusable. */
+static weft_status_t resolve_types(weft_ctx_t *ctx, const weft_coll_args_t *a, size_t *elem,
+                                   weft_reducer_t *red)
+{
+    memset(red, 0, sizeof(*red));
+    if (a->kind == WEFT_COLL_BARRIER) {
+        *elem = 1;
+        return WEFT_OK;
+    }
+    if (!is_reduction(a->kind)) {
+        *elem = weft_dtype_size(a->dtype);
+        if (*elem == 0) {
+            return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: dtype %d has no size", a->name,
+                               (int)a->dtype);
+        }
+        return WEFT_OK;
+    }
+    red->dtype = a->dtype;
+    red->op = a->op;
+    if (a->op >= WEFT_OP_USER_FIRST) {
+        const weft_op_params_t *u = weft__user_op(ctx, a->op);
+        if (u == NULL || a->dtype != WEFT_DTYPE_USER) {
+            return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                               "%s: op %d is not a live user operator used with "
+                               "WEFT_DTYPE_USER",
+                               a->name, a->op);
+        }
+        red->user_fn = u->fn;
+        red->user_arg = u->arg;
+        red->elem_size = u->elem_size;
+    } else if (!weft__reduce_builtin_ok(a->dtype, a->op)) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: op %d does not apply to dtype %s",
+                           a->name, a->op, weft_dtype_name(a->dtype));
+    } else {
+        red->elem_size = weft_dtype_size(a->dtype);
+    }
+    *elem = red->elem_size;
+    return WEFT_OK;
+}
+
+/* Check alltoallv's arrays: present, and every block addressable without overflow. */
+static weft_status_t check_alltoallv(weft_ctx_t *ctx, const weft_coll_args_t *a, int size,
+                                     size_t elem)
+{
+    if (a->sendcounts == NULL || a->sdispls == NULL || a->recvcounts == NULL ||
+        a->rdispls == NULL) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "alltoallv: count/displacement arrays "
+                                                      "must not be NULL");
+    }
+    for (int j = 0; j < size; j++) {
+        size_t s = a->sendcounts[j], r = a->recvcounts[j];
+        if ((s > 0 && a->sendbuf == NULL) || (r > 0 && a->recvbuf == NULL) ||
+            a->sdispls[j] > SIZE_MAX / elem || a->rdispls[j] > SIZE_MAX / elem ||
+            s > SIZE_MAX / elem - a->sdispls[j] || r > SIZE_MAX / elem - a->rdispls[j]) {
+            return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                               "alltoallv: bad buffer, count or displacement for rank %d", j);
+        }
+    }
+    return WEFT_OK;
+}
+
+static weft_status_t check_args(weft_group_t *g, const weft_coll_args_t *a, size_t *elem,
+                                weft_reducer_t *red)
+{
+    weft_ctx_t *ctx = g->ctx;
+    weft_status_t st = resolve_types(ctx, a, elem, red);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    if ((a->kind == WEFT_COLL_BROADCAST || a->kind == WEFT_COLL_REDUCE) &&
+        (a->root < 0 || a->root >= g->size)) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: root %d outside a group of %d",
+                           a->name, a->root, g->size);
+    }
+    if (a->kind == WEFT_COLL_ALLTOALLV) {
+        return check_alltoallv(ctx, a, g->size, *elem);
+    }
+    /* The largest buffer any kind touches is size * count elements. */
+    if (a->count > SIZE_MAX / *elem / (size_t)g->size) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: count %zu is too large", a->name,
+                           a->count);
+    }
+    if (a->count == 0 || a->kind == WEFT_COLL_BARRIER) {
+        return WEFT_OK;
+    }
+    bool need_send = a->kind != WEFT_COLL_BROADCAST;
+    bool need_recv = a->kind != WEFT_COLL_REDUCE || g->rank == a->root;
+    if ((need_send && a->sendbuf == NULL) || (need_recv && a->recvbuf == NULL)) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: NULL buffer with count %zu",
+                           a->name, a->count);
+    }
+    if (a->kind == WEFT_COLL_ALLTOALL && a->sendbuf == a->recvbuf) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "alltoall cannot work in place");
+    }
+    return WEFT_OK;
+}
+
+void weft__coll_single(const weft_coll_args_t *a, size_t elem)
+{
+    size_t bytes = a->count * elem;
+    switch (a->kind) {
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_REDUCE_SCATTER:
+    case WEFT_COLL_ALLGATHER:
+    case WEFT_COLL_REDUCE:
+    case WEFT_COLL_ALLTOALL:
+        if (bytes > 0 && a->sendbuf != a->recvbuf) {
+            memcpy(a->recvbuf, a->sendbuf, bytes);
+        }
+        break;
+    case WEFT_COLL_ALLTOALLV:
+        if (a->sendcounts[0] > 0) {
+            memmove((uint8_t *)a->recvbuf + a->rdispls[0] * elem,
+                    (const uint8_t *)a->sendbuf + a->sdispls[0] * elem,
+                    a->sendcounts[0] * elem);
+        }
+        break;
+    case WEFT_COLL_BROADCAST:
+    case WEFT_COLL_BARRIER: break;
+    }
+}
+
+void weft__coll_set_mismatch(weft_coll_t *c, const char *fmt, ...)
+{
+    if (c->why[0] == '\0') {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->why, sizeof(c->why), fmt, ap);
+        va_end(ap);
+    }
+    c->mismatch = true;
+}
+
+weft_status_t weft__coll_child_test(weft_req_t **r, size_t *bytes)
+{
+    if (*r == NULL) {
+        return WEFT_OK;
+    }
+    weft_status_t st = weft__req_advance(*r);
+    if (st == WEFT_INPROGRESS) {
+        return st;
+    }
+    if (bytes != NULL) {
+        *bytes = (*r)->bytes;
+    }
+    weft_req_free(*r);
+    *r = NULL;
+    return st;
+}
+
+void weft__coll_child_drop(weft_req_t **r)
+{
+    if (*r != NULL) {
+        weft_req_free(*r);
+        *r = NULL;
+    }
+}
+
+uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes > 0 ? bytes : 64) != 0) {
+        weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory for %zu bytes of scratch",
+                    c->a.name, bytes);
+        return NULL;
+    }
+    return p;
+}
+
+static void coll_free(weft_coll_t *c)
+{
+    weft__rd_fini(c);
+    if (c->fini != NULL) {
+        c->fini(c);
+    }
+    free(c->scratch);
+    free(c);
+}
+
+static weft_status_t coll_mismatch_error(weft_coll_t *c)
+{
+    if (c->why[0] != '\0') {
+        return weft__error(c->ctx, WEFT_ERR_MISMATCH, "%s #%u: %s", c->a.name, c->seq, c->why);
+    }
+    return weft__error(c->ctx, WEFT_ERR_MISMATCH,
+                       "%s #%u: other ranks disagree on count, dtype, op or root", c->a.name,
+                       c->seq);
+}
+
+static weft_status_t coll_progress(weft_req_t *req)
+{
+    weft_coll_t *c = req->impl;
+    weft_status_t st;
+    switch (c->phase) {
+    case WEFT_COLL_PH_RD:
+        st = weft__rd_progress(c);
+        if (st != WEFT_OK) {
+            return st;
+        }
+        if (c->mismatch) {
+            c->phase = WEFT_COLL_PH_DONE;
+            c->status = coll_mismatch_error(c);
+            return c->status;
+        }
+        if (c->rd.ops != NULL && c->rd.ops->finish != NULL) {
+            c->rd.ops->finish(c);
+        }
+        weft__rd_fini(c);
+        c->phase = WEFT_COLL_PH_DATA;
+        /* fall through */
+    case WEFT_COLL_PH_DATA:
+        st = c->data != NULL ? c->data(c) : WEFT_OK;
+        if (st == WEFT_INPROGRESS) {
+            return st;
+        }
+        c->phase = WEFT_COLL_PH_DONE;
+        c->status = st;
+        return st;
+    case WEFT_COLL_PH_DONE: break;
+    }
+    return c->status;
+}
+
+static void coll_cleanup(weft_req_t *req)
+{
+    if (req->impl != NULL) {
+        coll_free(req->impl);
+        req->impl = NULL;
+    }
+}
+
+/* The parameters every rank must agree on, as sent in the exchange headers. */
+static void fill_header(weft_coll_t *c)
+{
+    const weft_coll_args_t *a = &c->a;
+    bool red = is_reduction(a->kind);
+    bool rooted = a->kind == WEFT_COLL_BROADCAST || a->kind == WEFT_COLL_REDUCE;
+    bool counted = a->kind != WEFT_COLL_ALLTOALLV && a->kind != WEFT_COLL_BARRIER;
+    c->hdr = (weft_coll_hdr_t){
+        .count = counted ? a->count : 0,
+        .elem_size = a->kind == WEFT_COLL_BARRIER ? 0 : c->elem,
+        .seq = c->seq,
+        .op = red ? a->op : -1,
+        .root = rooted ? a->root : -1,
+        .kind = (uint16_t)a->kind,
+        .dtype = a->kind == WEFT_COLL_BARRIER ? 0 : (uint8_t)a->dtype,
+    };
+}
+
+static weft_status_t coll_setup(weft_coll_t *c)
+{
+    switch (c->a.kind) {
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_REDUCE:
+    case WEFT_COLL_REDUCE_SCATTER: return weft__coll_setup_reduction(c);
+    case WEFT_COLL_ALLGATHER: return weft__coll_setup_allgather(c);
+    case WEFT_COLL_BROADCAST: return weft__coll_setup_broadcast(c);
+    case WEFT_COLL_ALLTOALL:
+    case WEFT_COLL_ALLTOALLV: return weft__coll_setup_alltoall(c);
+    case WEFT_COLL_BARRIER: return weft__rd_init(c, NULL, 0);
+    }
+    return WEFT_ERR_INVALID_ARG;
+}
+
+weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req)
+{
+    if (g == NULL || req == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_ctx_t *ctx = g->ctx;
+    size_t elem;
+    weft_reducer_t red;
+    weft_status_t st = check_args(g, a, &elem, &red);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    st = weft__group_status(g);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "%s: group %u is revoked", a->name, g->id);
+    }
+    g->coll_count++;
+    uint32_t seq = g->coll_seq++;
+    if (g->size == 1) {
+        if (a->kind == WEFT_COLL_ALLTOALLV && a->sendcounts[0] != a->recvcounts[0]) {
+            return weft__error(ctx, WEFT_ERR_MISMATCH,
+                               "alltoallv: sends %zu elements to itself but expects %zu",
+                               a->sendcounts[0], a->recvcounts[0]);
+        }
+        weft__coll_single(a, elem);
+        *req = NULL;
+        return WEFT_OK;
+    }
+    weft_coll_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", a->name);
+    }
+    *c = (weft_coll_t){.ctx = ctx, .g = g, .rank = g->rank, .size = g->size, .a = *a,
+                       .elem = elem, .red = red, .seq = seq, .phase = WEFT_COLL_PH_RD,
+                       .status = WEFT_INPROGRESS};
+    fill_header(c);
+    st = coll_setup(c);
+    if (st != WEFT_OK) {
+        coll_free(c);
+        return st;
+    }
+    weft_req_t *r = weft__req_new(ctx, g);
+    if (r == NULL) {
+        coll_free(c);
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "%s: no memory for a request", a->name);
+    }
+    r->impl = c;
+    r->progress = coll_progress;
+    r->cleanup = coll_cleanup;
+    /* Post the first messages now so communication starts before the first test. */
+    st = weft__req_advance(r);
+    if (st == WEFT_INPROGRESS) {
+        *req = r;
+        return st;
+    }
+    weft_req_free(r);
+    if (st == WEFT_OK) {
+        *req = NULL;
+    }
+    return st;
+}
+
+weft_status_t weft_group_coll_count(const weft_group_t *g, uint64_t *count)
+{
+    if (g == NULL || count == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    *count = g->coll_count;
+    return WEFT_OK;
+}

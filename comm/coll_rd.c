@@ -1,0 +1,218 @@
+/*
+ * The exchange phase shared by every collective: recursive doubling with a fold for
+ * group sizes that are not a power of two, every message led by the header that carries
+ * the parameters and the mismatch flag (see coll.h for why this finds every mismatch).
+ *
+ * Schedule on rank r, with pof2 the largest power of two <= P and rem = P - pof2:
+ *   pos 0            ranks >= pof2 send to r - pof2; ranks < rem receive from r + pof2
+ *   pos 1..nsteps    ranks < pof2 exchange with r ^ 2^(pos-1)
+ *   pos nsteps+1     ranks < rem send to r + pof2; ranks >= pof2 receive from r - pof2
+ * The extra ranks are the highest ones so that an allgather's blocks stay in two
+ * contiguous ranges per step.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/coll.h"
+
+weft_status_t weft__rd_init(weft_coll_t *c, const weft_rd_ops_t *ops, size_t cap)
+{
+    weft_rd_t *rd = &c->rd;
+    rd->ops = ops;
+    rd->cap = cap;
+    rd->pof2 = 1;
+    rd->nsteps = 0;
+    while (rd->pof2 <= c->size / 2) {
+        rd->pof2 *= 2;
+        rd->nsteps++;
+    }
+    rd->rem = c->size - rd->pof2;
+    rd->pos = 0;
+    size_t one = WEFT_COLL_HDR_SIZE + ((cap + 63) & ~(size_t)63);
+    rd->sbuf = weft__coll_alloc(c, 2 * one);
+    if (rd->sbuf == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    rd->rbuf = rd->sbuf + one;
+    return WEFT_OK;
+}
+
+void weft__rd_fini(weft_coll_t *c)
+{
+    weft__coll_child_drop(&c->rd.sreq);
+    weft__coll_child_drop(&c->rd.rreq);
+    free(c->rd.sbuf);
+    c->rd.sbuf = c->rd.rbuf = NULL;
+}
+
+/* What this rank does at its current position: peers to send to / receive from (-1: none). */
+static void rd_roles(const weft_coll_t *c, enum weft_rd_stage *stage, int *to, int *from)
+{
+    const weft_rd_t *rd = &c->rd;
+    int r = c->rank;
+    *to = *from = -1;
+    if (rd->pos == 0) {
+        *stage = WEFT_RD_FOLD_IN;
+        if (r >= rd->pof2) {
+            *to = r - rd->pof2;
+        } else if (r < rd->rem) {
+            *from = r + rd->pof2;
+        }
+    } else if (rd->pos <= rd->nsteps) {
+        *stage = WEFT_RD_STEP;
+        if (r < rd->pof2) {
+            *to = *from = r ^ (1 << (rd->pos - 1));
+        }
+    } else {
+        *stage = WEFT_RD_FOLD_OUT;
+        if (r >= rd->pof2) {
+            *from = r - rd->pof2;
+        } else if (r < rd->rem) {
+            *to = r + rd->pof2;
+        }
+    }
+}
+
+static int rd_step_tag(const weft_rd_t *rd)
+{
+    if (rd->pos == 0) {
+        return WEFT_COLL_STEP_FOLD_IN;
+    }
+    return rd->pos <= rd->nsteps ? WEFT_COLL_STEP_RD(rd->pos - 1) : WEFT_COLL_STEP_FOLD_OUT;
+}
+
+static weft_status_t rd_post(weft_coll_t *c, enum weft_rd_stage stage, int to, int from)
+{
+    weft_rd_t *rd = &c->rd;
+    uint32_t tag = weft__tag_coll_payload(c->seq, (uint32_t)rd_step_tag(rd));
+    weft_status_t st;
+    if (from >= 0) {
+        size_t exp = rd->ops != NULL ? rd->ops->expect(c, stage, from) : 0;
+        rd->recv_peer = from;
+        rd->recv_len = 0;
+        rd->recv_failed = false;
+        st = weft__irecv_len(c->g, from, rd->rbuf, WEFT_COLL_HDR_SIZE + exp, WEFT_TAG_COLL, tag,
+                             &rd->rreq, &rd->recv_len);
+        if (st == WEFT_ERR_MISMATCH) {
+            rd->recv_failed = true; /* longer than expected: the sender disagrees */
+        } else if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+        rd->recv_busy = st == WEFT_INPROGRESS;
+    }
+    if (to >= 0) {
+        weft_coll_hdr_t h = c->hdr;
+        h.flags = c->mismatch ? WEFT_COLL_HDR_MISMATCH : 0;
+        memcpy(rd->sbuf, &h, sizeof(h));
+        size_t len = rd->ops != NULL ? rd->ops->pack(c, stage, to, rd->sbuf + WEFT_COLL_HDR_SIZE)
+                                     : 0;
+        st = weft__isend(c->g, to, rd->sbuf, WEFT_COLL_HDR_SIZE + len, WEFT_TAG_COLL, tag,
+                         &rd->sreq);
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+        rd->send_busy = st == WEFT_INPROGRESS;
+    }
+    return WEFT_OK;
+}
+
+static const char *op_str(int op)
+{
+    return op < 0 ? "none" : weft_op_name(op);
+}
+
+/* Compare a received header with ours and take its payload. */
+static void rd_receive(weft_coll_t *c, enum weft_rd_stage stage)
+{
+    weft_rd_t *rd = &c->rd;
+    int peer = rd->recv_peer;
+    if (rd->recv_failed) {
+        weft__coll_set_mismatch(c, "rank %d sent a longer message than this rank's "
+                                   "parameters allow",
+                                peer);
+        return;
+    }
+    if (rd->recv_len < WEFT_COLL_HDR_SIZE) {
+        weft__coll_set_mismatch(c, "rank %d sent a %zu-byte message", peer, rd->recv_len);
+        return;
+    }
+    weft_coll_hdr_t h;
+    memcpy(&h, rd->rbuf, sizeof(h));
+    const weft_coll_hdr_t *m = &c->hdr;
+    if (h.kind != m->kind || h.seq != m->seq || h.count != m->count ||
+        h.elem_size != m->elem_size || h.dtype != m->dtype || h.op != m->op ||
+        h.root != m->root) {
+        weft__coll_set_mismatch(
+            c,
+            "rank %d called collective kind %u #%u count %llu dtype %s op %s root %d; this "
+            "rank kind %u #%u count %llu dtype %s op %s root %d",
+            peer, h.kind, h.seq, (unsigned long long)h.count,
+            weft_dtype_name((weft_dtype_t)h.dtype), op_str(h.op), h.root, m->kind, m->seq,
+            (unsigned long long)m->count, weft_dtype_name((weft_dtype_t)m->dtype),
+            op_str(m->op), m->root);
+    }
+    if (h.flags & WEFT_COLL_HDR_MISMATCH) {
+        c->mismatch = true;
+    }
+    if (c->mismatch || rd->ops == NULL) {
+        if (!c->mismatch && rd->recv_len != WEFT_COLL_HDR_SIZE) {
+            weft__coll_set_mismatch(c, "rank %d sent %zu payload bytes, expected none", peer,
+                                    rd->recv_len - WEFT_COLL_HDR_SIZE);
+        }
+        return;
+    }
+    size_t len = rd->recv_len - WEFT_COLL_HDR_SIZE;
+    if (!rd->ops->unpack(c, stage, peer, rd->rbuf + WEFT_COLL_HDR_SIZE, len)) {
+        weft__coll_set_mismatch(c, "rank %d sent %zu payload bytes, not what the parameters "
+                                   "imply",
+                                peer, len);
+    }
+}
+
+weft_status_t weft__rd_progress(weft_coll_t *c)
+{
+    weft_rd_t *rd = &c->rd;
+    while (rd->pos <= rd->nsteps + 1) {
+        enum weft_rd_stage stage;
+        int to, from;
+        rd_roles(c, &stage, &to, &from);
+        if (to < 0 && from < 0) {
+            rd->pos++;
+            continue;
+        }
+        weft_status_t st;
+        if (!rd->posted) {
+            st = rd_post(c, stage, to, from);
+            if (st != WEFT_OK) {
+                return st;
+            }
+            rd->posted = true;
+        }
+        if (rd->recv_busy) {
+            st = weft__coll_child_test(&rd->rreq, &rd->recv_len);
+            if (st == WEFT_ERR_MISMATCH) {
+                rd->recv_failed = true;
+            } else if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+                return st;
+            }
+            rd->recv_busy = st == WEFT_INPROGRESS;
+        }
+        if (rd->send_busy) {
+            st = weft__coll_child_test(&rd->sreq, NULL);
+            if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+                return st;
+            }
+            rd->send_busy = st == WEFT_INPROGRESS;
+        }
+        if (rd->recv_busy || rd->send_busy) {
+            return WEFT_INPROGRESS;
+        }
+        if (from >= 0) {
+            rd_receive(c, stage);
+        }
+        rd->posted = false;
+        rd->pos++;
+    }
+    return WEFT_OK;
+}
