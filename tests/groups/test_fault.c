@@ -131,9 +131,10 @@ int main(int argc, char **argv)
                weft_status_str(st));
         return 1;
     }
+    /* OK only once finalize is behind us too: it must not hang or fail after a repair. */
+    weft_finalize(ctx);
     printf("SURVIVOR-OK rank %d (was %d): detected after %.1f ms, epoch %u -> %u, %d -> %d\n",
            nr, rank, t_death > 0 ? t_err - t_death : -1.0, info.old_epoch, info.new_epoch,
            size, new_size);
-    weft_finalize(ctx);
     return 0;
 }

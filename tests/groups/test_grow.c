@@ -22,7 +22,7 @@ static int verify(weft_ctx_t *ctx, weft_group_t *g, int expect_size, const char 
                expect_size, weft_status_str(st), weft_last_error(ctx));
         return 1;
     }
-    printf("SURVIVOR-OK %s rank %d of %d\n", who, rank, size);
+    printf("verified %s rank %d of %d\n", who, rank, size);
     return 0;
 }
 
@@ -45,6 +45,9 @@ static int joiner_main(void)
     int rc = rank != size - 1 ? (printf("SURVIVOR-FAIL joiner is rank %d\n", rank), 1)
                               : verify(ctx, g, size, "joiner");
     weft_finalize(ctx);
+    if (rc == 0) {
+        printf("SURVIVOR-OK joiner\n");
+    }
     return rc;
 }
 
@@ -96,6 +99,9 @@ int main(int argc, char **argv)
         rc = verify(ctx, g, size + 1, "member");
     }
     weft_finalize(ctx);
+    if (rc == 0) {
+        printf("SURVIVOR-OK member rank %d\n", rank);
+    }
     if (child > 0) {
         int status;
         waitpid(child, &status, 0);

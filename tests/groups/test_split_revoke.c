@@ -152,9 +152,9 @@ int main(int argc, char **argv)
     } else {
         rc = scenario_kill(ctx, w, rank, size);
     }
+    weft_finalize(ctx);
     if (rc == 0) {
         SURVIVOR_OK(rank);
     }
-    weft_finalize(ctx);
     return rc;
 }
