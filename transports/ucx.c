@@ -233,7 +233,7 @@ static void ucx_config_default(const weft_tl_t *tl, ucp_config_t *cfg, const cha
  * dropped and all intra-node traffic goes over TCP loopback.
  *  - MM_ERROR_HANDLING: let sysv/posix shared memory carry small messages (their peer
  *    check is the keepalive below).
- *  - CMA_MEMORY_INVALIDATE: let CMA serve the rendezvous protocol (single copy with
+ *  - CMA MEMORY_INVALIDATE: let CMA serve the rendezvous protocol (single copy with
  *    process_vm_readv). UCX wants registrations it can invalidate after a peer failure;
  *    CMA reads the peer's memory directly and a dead process cannot be read, so the
  *    missing invalidation cannot hand stale data to a survivor.
@@ -244,8 +244,11 @@ static void ucx_config_defaults(const weft_tl_t *tl, ucp_config_t *cfg)
 {
     static const char *const mm_related[] = {"SYSV_ERROR_HANDLING", "POSIX_ERROR_HANDLING",
                                              NULL};
+    /* The CMA setting is named without its component prefix: that is how UCP hands
+     * settings it does not know itself on to the memory domains. */
+    static const char *const cma_related[] = {"CMA_MEMORY_INVALIDATE", NULL};
     ucx_config_default(tl, cfg, "MM_ERROR_HANDLING", "y", mm_related);
-    ucx_config_default(tl, cfg, "MEMORY_INVALIDATE", "y", NULL);
+    ucx_config_default(tl, cfg, "MEMORY_INVALIDATE", "y", cma_related);
     ucx_config_default(tl, cfg, "KEEPALIVE_INTERVAL", "1s", NULL);
 }
 
