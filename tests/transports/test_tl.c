@@ -32,6 +32,7 @@ typedef struct pair {
     weft_tl_ep_t *ab, *ba; /* a's connection to b, b's to a */
     int failed_peer;      /* last peer_failed() report on a */
     int failures;
+    int passed; /* set by a test that ran to its end */
 } pair_t;
 
 static void tl_log(void *arg, int level, const char *fmt, va_list ap)
@@ -115,6 +116,12 @@ static int setup_self(void **state)
 static int teardown_pair(void **state)
 {
     pair_t *p = *state;
+    if (!p->passed) {
+        /* A failed check left requests in flight; UCX would abort on them in fini and
+         * hide the failure report, so the instances are leaked instead. */
+        free(p);
+        return 0;
+    }
     p->ops->disconnect(p->a, p->ab);
     if (p->b != p->a) {
         p->ops->disconnect(p->b, p->ba);
@@ -199,8 +206,11 @@ static void exchange(pair_t *p, size_t len, uint64_t tag, int recv_first)
         rs = p->ops->irecv(p->b, dst, len, tag, UINT64_MAX, &rreq, &got);
     }
     assert_true(rs == WEFT_OK || rs == WEFT_INPROGRESS);
-    assert_int_equal(finish(p, p->b, rs, rreq, &got), WEFT_OK);
+    /* A completed send gives the buffer back: scribbling on it must not reach the
+     * receiver, however far its receive has got. */
     assert_int_equal(finish(p, p->a, ss, sreq, &sent), WEFT_OK);
+    memset(src, 0x11, len);
+    assert_int_equal(finish(p, p->b, rs, rreq, &got), WEFT_OK);
     assert_int_equal(got, len);
     if (sreq != NULL) {
         assert_int_equal(sent, len);
@@ -221,6 +231,7 @@ static void test_sizes(void **state)
         exchange(p, sizes[i], 0x100 + i, 1);
         exchange(p, sizes[i], 0x200 + i, 0);
     }
+    p->passed = 1;
 }
 
 static void test_both_directions(void **state)
@@ -233,6 +244,7 @@ static void test_both_directions(void **state)
     rev.ba = p->ab;
     exchange(&rev, 4093, 77, 1);
     exchange(&rev, 65537, 78, 0);
+    p->passed = 1;
 }
 
 /* Messages with equal tags match in send order; different tags match by tag. */
@@ -280,6 +292,7 @@ static void test_tag_order(void **state)
     assert_int_equal(r2, 2);
     assert_int_equal(finish(p, p->a, s1, q1, &got), WEFT_OK);
     assert_int_equal(finish(p, p->a, s2, q2, &got), WEFT_OK);
+    p->passed = 1;
 }
 
 static uint32_t recv_u32(pair_t *p, uint64_t tag, uint64_t mask)
@@ -337,6 +350,7 @@ static void test_mask(void **state)
     assert_int_equal(p->ops->test(p->b, rq, &got), WEFT_INPROGRESS);
     p->ops->cancel(p->b, rq);
     assert_int_equal(recv_u32(p, 0xfeed, UINT64_MAX), 2);
+    p->passed = 1;
 }
 
 /* Longer than the receive buffer: WEFT_ERR_MISMATCH, and later messages still flow. */
@@ -376,6 +390,7 @@ static void test_truncation(void **state)
     truncation(p, 1u << 20, 65536, 1); /* rendezvous */
     truncation(p, 1u << 20, 65536, 0);
     truncation(p, 1, 0, 1);
+    p->passed = 1;
 }
 
 static void test_cancel_recv(void **state)
@@ -393,6 +408,7 @@ static void test_cancel_recv(void **state)
     }
     assert_int_equal(victim, 0xdeadbeef); /* the cancelled receive took nothing */
     assert_int_equal(recv_u32(p, 99, UINT64_MAX), 7);
+    p->passed = 1;
 }
 
 static void test_discard(void **state)
@@ -421,6 +437,7 @@ static void test_discard(void **state)
     send_u32(p, old_epoch | 1, 13); /* sent after the discard: kept */
     assert_int_equal(recv_u32(p, 0, 0), 21);
     assert_int_equal(recv_u32(p, old_epoch | 1, UINT64_MAX), 13);
+    p->passed = 1;
 }
 
 static void test_rma(void **state)
@@ -458,6 +475,7 @@ static void test_rma(void **state)
     free(remote);
     free(local);
     free(back);
+    p->passed = 1;
 }
 
 /* Many sends and receives in flight at once, completed in reverse order. */
@@ -485,6 +503,7 @@ static void test_outstanding(void **state)
     }
     free(src);
     free(dst);
+    p->passed = 1;
 }
 
 /* ---- self only ---- */
