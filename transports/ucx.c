@@ -24,8 +24,7 @@
 
 /* How long fini() waits for endpoints to flush and close before tearing down anyway. */
 #define UCX_CLOSE_TIMEOUT_NS (2000000000ull)
-/* How long cancel() waits for UCX to complete a cancelled request. A receive cancels at
- * once; a send UCX cannot cancel (the peer never matched it) is released when done. */
+/* How long cancel() waits for a cancelled receive or get that is already moving data. */
 #define UCX_CANCEL_TIMEOUT_NS (200000000ull)
 /* Unpacked remote keys kept per endpoint (migration registers few, long-lived regions). */
 #define UCX_RKEY_CACHE_MAX 32
@@ -636,16 +635,28 @@ static weft_status_t ucx_irecv(weft_tl_t *tl, void *buf, size_t len, uint64_t ta
 
 static void ucx_cancel(weft_tl_t *tl, void *req)
 {
+    ucx_req_t *ur = req;
     ucp_request_cancel(tl->worker, req);
-    /* A matched receive may be in the middle of a rendezvous: wait for it to finish, so
-     * the buffer is not written after we return. Bounded for sends UCX cannot cancel. */
+    if (ur->kind == UCX_REQ_SEND) {
+        /*
+         * UCX cannot withdraw a rendezvous send that its receiver has not matched, and
+         * waiting would not change that: release it now (UCP frees it when it ends). A
+         * peer that matches it later still reads the buffer; the comm layer cancels
+         * sends only to failed peers or of revoked epochs, whose receivers drop them.
+         */
+        ucx_req_release(req);
+        return;
+    }
+    /* A matched receive (or a get) may be in the middle of a rendezvous: wait for it to
+     * end, so the buffer is not written after we return; bounded all the same. */
     uint64_t deadline = 0;
     while (ucp_request_check_status(req) == UCS_INPROGRESS) {
         uint64_t now = ucx_now_ns();
         if (deadline == 0) {
             deadline = now + UCX_CANCEL_TIMEOUT_NS;
         } else if (now >= deadline) {
-            ucx_log(tl, WEFT_LOG_DEBUG, "ucx: request %p still in flight after cancel", req);
+            ucx_log(tl, WEFT_LOG_WARN, "ucx: request %p still in flight %llu ms after cancel",
+                    req, (unsigned long long)(UCX_CANCEL_TIMEOUT_NS / 1000000));
             break;
         }
         if (ucp_worker_progress(tl->worker) == 0) {

@@ -411,6 +411,36 @@ static void test_cancel_recv(void **state)
     p->passed = 1;
 }
 
+/* A send cancelled before anyone received it: cancel returns, and once the receiver
+ * drops the stale message the pair goes on as before. */
+static void test_cancel_send(void **state)
+{
+    pair_t *p = *state;
+    const size_t sizes[] = {100, 1u << 20};
+    for (size_t k = 0; k < 2; k++) {
+        unsigned char *buf = malloc(sizes[k]);
+        fill(buf, sizes[k], 21);
+        void *sq = NULL;
+        weft_status_t st = p->ops->isend(p->a, p->ab, buf, sizes[k], 0x700 + k, &sq);
+        assert_true(st == WEFT_OK || st == WEFT_INPROGRESS);
+        if (st == WEFT_INPROGRESS) {
+            p->ops->cancel(p->a, sq);
+        }
+        send_u32(p, 0x7ff, 5); /* marker: the cancelled message, if sent, is in before it */
+        assert_int_equal(recv_u32(p, 0x7ff, UINT64_MAX), 5);
+        if (p->ops->discard != NULL) {
+            p->ops->discard(p->b, 0x700 + k, UINT64_MAX);
+        }
+        for (int i = 0; i < 20; i++) {
+            drive(p);
+        }
+        free(buf);
+        send_u32(p, 0x700 + k, 6);
+        assert_int_equal(recv_u32(p, 0x700 + k, UINT64_MAX), 6);
+    }
+    p->passed = 1;
+}
+
 static void test_discard(void **state)
 {
     pair_t *p = *state;
@@ -740,6 +770,7 @@ static void test_ucx_fini_dead_peer(void **state)
         cmocka_unit_test_setup_teardown(test_mask, setup, teardown_pair),                      \
         cmocka_unit_test_setup_teardown(test_truncation, setup, teardown_pair),                \
         cmocka_unit_test_setup_teardown(test_cancel_recv, setup, teardown_pair),               \
+        cmocka_unit_test_setup_teardown(test_cancel_send, setup, teardown_pair),               \
         cmocka_unit_test_setup_teardown(test_discard, setup, teardown_pair),                   \
         cmocka_unit_test_setup_teardown(test_rma, setup, teardown_pair),                       \
         cmocka_unit_test_setup_teardown(test_outstanding, setup, teardown_pair)
