@@ -1,0 +1,118 @@
+#!/bin/bash
+# Allreduce of weft vs Open MPI side by side on the same sizes, plus the single-core
+# memcpy bandwidth as the ceiling of an intra-node collective.
+#
+#   perf/peers/compare_ompi.sh [-n RANKS] [-b MIN] [-e MAX] [-r REPEATS] [-d DTYPE] [-o OP]
+#                              [--build DIR] [--inplace]
+#
+# Both run with default settings: `weftrun -n N weft-perf allreduce` and
+# `mpirun --allow-run-as-root --oversubscribe -n N mpi-allreduce-perf`, which measure the
+# same way (same sizes, rotated buffers, mean of -n blocking calls, slowest rank, checked
+# results). Each sweep runs REPEATS times, alternating weft and Open MPI so that both see
+# the same background load; the table shows the median time per size. Sizes up to 1 MiB
+# use more iterations than the large ones.
+#
+# Columns: weft and Open MPI time (us) and busbw (GB/s), the ratio weft busbw / Open MPI
+# busbw (> 1: weft is faster), and weft busbw as a fraction of memcpy bandwidth.
+# Exit status: non-zero if any run failed or reported wrong results.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build="$root/build"
+ranks=2
+min=8
+max=64M
+repeats=3
+dtype=float
+op=sum
+inplace=()
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    -n) ranks=$2; shift 2 ;;
+    -b) min=$2; shift 2 ;;
+    -e) max=$2; shift 2 ;;
+    -r) repeats=$2; shift 2 ;;
+    -d) dtype=$2; shift 2 ;;
+    -o) op=$2; shift 2 ;;
+    --build) build=$(cd "$2" && pwd); shift 2 ;;
+    --inplace) inplace=(--inplace); shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "compare_ompi.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+
+weftrun="$build/bin/weftrun"
+weftperf="$build/bin/weft-perf"
+mpiperf="$build/bin/mpi-allreduce-perf"
+for f in "$weftrun" "$weftperf" "$mpiperf"; do
+    [ -x "$f" ] || { echo "compare_ompi.sh: $f not built (cmake --build $build)" >&2; exit 2; }
+done
+command -v mpirun >/dev/null || { echo "compare_ompi.sh: mpirun not found" >&2; exit 2; }
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Two sweeps per library: small sizes need many iterations for stable latencies.
+sweeps=("$min 1M 2000 200" "2M $max 20 5")
+
+status=0
+for ((rep = 0; rep < repeats; rep++)); do
+    for s in "${sweeps[@]}"; do
+        read -r lo hi iters warm <<<"$s"
+        tag="$rep-$lo"
+        "$weftrun" -n "$ranks" -- "$weftperf" allreduce -b "$lo" -e "$hi" -f 2 -n "$iters" \
+            -w "$warm" -d "$dtype" -o "$op" "${inplace[@]}" --json >"$tmp/weft-$tag.json" ||
+            status=1
+        mpirun --allow-run-as-root --oversubscribe -n "$ranks" "$mpiperf" -b "$lo" -e "$hi" \
+            -f 2 -n "$iters" -w "$warm" -d "$dtype" -o "$op" "${inplace[@]}" --json \
+            >"$tmp/ompi-$tag.json" || status=1
+    done
+done
+"$mpiperf" --memcpy 64M >"$tmp/memcpy.txt" || status=1
+
+"$py" - "$tmp" "$ranks" <<'EOF' || status=1
+import glob, json, os, re, statistics, sys
+
+tmp, ranks = sys.argv[1], int(sys.argv[2])
+
+def load(prefix):
+    by_size, wrong = {}, 0
+    for path in sorted(glob.glob(os.path.join(tmp, prefix + "-*.json"))):
+        with open(path) as f:
+            text = f.read()
+        if not text.strip():
+            continue
+        doc = json.loads(text)
+        for r in doc["results"]:
+            by_size.setdefault(r["size"], []).append(r)
+            wrong += r["wrong"] or 0
+    return by_size, wrong
+
+weft, weft_wrong = load("weft")
+ompi, ompi_wrong = load("ompi")
+m = re.search(r"([0-9.]+) GB/s", open(os.path.join(tmp, "memcpy.txt")).read())
+memcpy = float(m.group(1)) if m else float("nan")
+factor = 2.0 * (ranks - 1) / ranks if ranks > 1 else 0.0
+
+def median(rows, key):
+    return statistics.median(r[key] for r in rows)
+
+print(f"# allreduce, {ranks} ranks: weft vs Open MPI (median of the runs per size)")
+print(f"# single-core memcpy bandwidth: {memcpy:.2f} GB/s")
+print("#%11s %11s %11s %10s %10s %8s %10s" %
+      ("size(B)", "weft(us)", "ompi(us)", "weft GB/s", "ompi GB/s", "ratio", "of memcpy"))
+for size in sorted(set(weft) & set(ompi)):
+    wt, ot = median(weft[size], "time_us"), median(ompi[size], "time_us")
+    wb = size / wt / 1e3 * factor if wt > 0 else 0.0
+    ob = size / ot / 1e3 * factor if ot > 0 else 0.0
+    ratio = ot / wt if wt > 0 else float("nan")
+    frac = wb / memcpy if memcpy > 0 else float("nan")
+    print(" %11d %11.2f %11.2f %10.3f %10.3f %8.2f %10.2f" % (size, wt, ot, wb, ob, ratio, frac))
+print(f"# wrong results: weft {weft_wrong}, ompi {ompi_wrong}")
+sys.exit(1 if weft_wrong or ompi_wrong else 0)
+EOF
+exit $status

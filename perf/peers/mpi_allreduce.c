@@ -1,0 +1,408 @@
+/*
+ * mpi-allreduce-perf: MPI_Allreduce measured exactly as `weft-perf allreduce` measures
+ * weft_allreduce, for side-by-side comparisons (perf/peers/compare_ompi.sh):
+ *  - the same options (-b -e -f -n -w -c -d -o --inplace --json) and the same columns;
+ *  - sets of (send, receive) buffers rotated so that together they exceed twice the
+ *    last-level cache (at most 64 sets, 1 GiB);
+ *  - time = mean over -n calls after a barrier, the slowest rank's; busbw = algbw *
+ *    2(n-1)/n;
+ *  - inputs are small integers so the expected sums are exact; every output used by a
+ *    timed call is checked (one extra call on fresh inputs in place).
+ *
+ * `mpi-allreduce-perf --memcpy SIZE` (no MPI) prints the single-core memcpy bandwidth
+ * on buffers of SIZE bytes, rotated the same way: the ceiling for intra-node collectives.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#define MAX_SETS 64
+#define MAX_ROTATION_BYTES (1ull << 30)
+
+typedef struct opts {
+    size_t min_bytes, max_bytes, factor;
+    int iters, warmup, check;
+    int dtype; /* 0 float, 1 double, 2 int32, 3 int64, 4 uint8 */
+    int op;    /* 0 sum, 1 prod, 2 max, 3 min */
+    bool inplace, json;
+} opts_t;
+
+static const char *const dtype_names[] = {"float", "double", "int32", "int64", "uint8"};
+static const size_t dtype_sizes[] = {4, 8, 4, 8, 1};
+static const char *const op_names[] = {"sum", "prod", "max", "min"};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s) {
+        return -1;
+    }
+    int shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end == 'i') {
+        end++;
+    }
+    if (*end == 'B' || *end == 'b') {
+        end++;
+    }
+    if (*end != '\0' || (shift > 0 && v > (SIZE_MAX >> shift))) {
+        return -1;
+    }
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
+static int lookup(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (strcasecmp(s, names[i]) == 0) {
+            return i;
+        }
+    }
+    if (strcasecmp(s, "f32") == 0) {
+        return 0;
+    }
+    if (strcasecmp(s, "f64") == 0) {
+        return 1;
+    }
+    return -1;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: mpirun -n N mpi-allreduce-perf [-b MIN] [-e MAX] [-f F] [-n ITERS] "
+                 "[-w WARMUP]\n"
+                 "           [-c 0|1] [-d float|double|int32|int64|uint8] [-o sum|prod|max|min]"
+                 " [--inplace] [--json]\n"
+                 "       mpi-allreduce-perf --memcpy SIZE\n");
+}
+
+static int parse_opts(int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){.min_bytes = 8, .max_bytes = 32u << 20, .factor = 2, .iters = 20,
+                  .warmup = 5, .check = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool need = true;
+        int bad = 0;
+        if (strcmp(a, "--inplace") == 0) {
+            o->inplace = true;
+            need = false;
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = true;
+            need = false;
+        } else if (v == NULL) {
+            bad = 1;
+        } else if (strcmp(a, "-b") == 0) {
+            bad = parse_size(v, &o->min_bytes);
+        } else if (strcmp(a, "-e") == 0) {
+            bad = parse_size(v, &o->max_bytes);
+        } else if (strcmp(a, "-f") == 0) {
+            bad = parse_size(v, &o->factor) || o->factor < 2;
+        } else if (strcmp(a, "-n") == 0) {
+            o->iters = atoi(v);
+        } else if (strcmp(a, "-w") == 0) {
+            o->warmup = atoi(v);
+        } else if (strcmp(a, "-c") == 0) {
+            o->check = atoi(v);
+        } else if (strcmp(a, "-d") == 0) {
+            bad = (o->dtype = lookup(v, dtype_names, 5)) < 0;
+        } else if (strcmp(a, "-o") == 0) {
+            bad = (o->op = lookup(v, op_names, 4)) < 0;
+        } else {
+            bad = 1;
+        }
+        if (bad || o->iters < 0 || o->warmup < 0) {
+            fprintf(stderr, "mpi-allreduce-perf: bad option '%s'\n", a);
+            usage(stderr);
+            return -1;
+        }
+        i += need ? 1 : 0;
+    }
+    return 0;
+}
+
+static size_t llc_bytes(void)
+{
+    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return v > 0 ? (size_t)v : (size_t)32 << 20;
+}
+
+static size_t rotation_sets(size_t set_bytes)
+{
+    if (set_bytes == 0) {
+        return 1;
+    }
+    size_t n = 2 * llc_bytes() / set_bytes + 1, cap = MAX_ROTATION_BYTES / set_bytes;
+    n = n < cap ? n : cap;
+    n = n < MAX_SETS ? n : MAX_SETS;
+    return n < 1 ? 1 : n;
+}
+
+/* ---- the single-core memcpy ceiling ---- */
+
+static int memcpy_main(const char *arg)
+{
+    size_t bytes;
+    if (parse_size(arg, &bytes) != 0 || bytes == 0) {
+        usage(stderr);
+        return 2;
+    }
+    size_t n = rotation_sets(2 * bytes);
+    unsigned char *bufs[MAX_SETS][2];
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < 2; k++) {
+            if (posix_memalign((void **)&bufs[i][k], 4096, bytes) != 0) {
+                return 3;
+            }
+            memset(bufs[i][k], (int)(i + (size_t)k), bytes);
+        }
+    }
+    int reps = (int)(n * 4 > 16 ? n * 4 : 16);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(bufs[i][1], bufs[i][0], bytes);
+    }
+    uint64_t t0 = now_ns();
+    for (int r = 0; r < reps; r++) {
+        memcpy(bufs[(size_t)r % n][1], bufs[(size_t)r % n][0], bytes);
+    }
+    double s = (double)(now_ns() - t0) / 1e9;
+    printf("memcpy %zu bytes: %.2f GB/s (single core, %zu rotated buffer pairs)\n", bytes,
+           (double)bytes * reps / s / 1e9, n);
+    for (size_t i = 0; i < n; i++) {
+        free(bufs[i][0]);
+        free(bufs[i][1]);
+    }
+    return 0;
+}
+
+/* ---- values ---- */
+
+static uint32_t hash32(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 29;
+    return (uint32_t)x;
+}
+
+static int64_t gen(int op, int r, size_t i, uint64_t seed)
+{
+    uint32_t h = hash32(seed ^ ((uint64_t)i * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)r << 48));
+    if (op == 1) {
+        return 1 + (h & 1);
+    }
+    return op >= 2 ? (int64_t)(h % 64) - 32 : (int64_t)(h % 16) - 8;
+}
+
+static void store(void *buf, size_t k, int dt, int64_t v)
+{
+    switch (dt) {
+    case 0: ((float *)buf)[k] = (float)v; break;
+    case 1: ((double *)buf)[k] = (double)v; break;
+    case 2: ((int32_t *)buf)[k] = (int32_t)(uint32_t)v; break;
+    case 3: ((int64_t *)buf)[k] = v; break;
+    default: ((uint8_t *)buf)[k] = (uint8_t)v; break;
+    }
+}
+
+static int64_t expected(const opts_t *o, int nranks, size_t i, uint64_t seed)
+{
+    int64_t acc = 0;
+    for (int r = 0; r < nranks; r++) {
+        int64_t x = gen(o->op, r, i, seed);
+        x = o->dtype == 4 ? (int64_t)(uint8_t)x : x;
+        if (r == 0) {
+            acc = x;
+        } else if (o->op == 0) {
+            acc = (int64_t)((uint64_t)acc + (uint64_t)x);
+        } else if (o->op == 1) {
+            acc = (int64_t)((uint64_t)acc * (uint64_t)x);
+        } else if (o->op == 2) {
+            acc = x > acc ? x : acc;
+        } else {
+            acc = x < acc ? x : acc;
+        }
+    }
+    return acc;
+}
+
+/* ---- the sweep ---- */
+
+typedef struct bench {
+    opts_t o;
+    int rank, size;
+    MPI_Datatype type;
+    MPI_Op op;
+    size_t es;
+    unsigned char *sets[MAX_SETS];
+} bench_t;
+
+static void fill(bench_t *b, unsigned char *buf, size_t count, uint64_t seed)
+{
+    for (size_t i = 0; i < count; i++) {
+        store(buf, i, b->o.dtype, gen(b->o.op, b->rank, i, seed));
+    }
+}
+
+static long check(bench_t *b, const unsigned char *out, size_t count, uint64_t seed)
+{
+    unsigned char want[8];
+    long wrong = 0;
+    for (size_t i = 0; i < count; i++) {
+        store(want, 0, b->o.dtype, expected(&b->o, b->size, i, seed));
+        wrong += memcmp(out + i * b->es, want, b->es) != 0;
+    }
+    return wrong;
+}
+
+static int run_size(bench_t *b, size_t size, bool first)
+{
+    const opts_t *o = &b->o;
+    size_t count = size / b->es, bytes = count * b->es;
+    size_t rb = o->inplace ? 0 : bytes, set_bytes = bytes + rb;
+    size_t nsets = rotation_sets(set_bytes);
+    uint64_t seed = 0x5eed0000ull + size;
+    for (size_t i = 0; i < nsets; i++) {
+        if (posix_memalign((void **)&b->sets[i], 4096, set_bytes + 64) != 0) {
+            fprintf(stderr, "mpi-allreduce-perf: no memory\n");
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+        memset(b->sets[i], 0, set_bytes + 64);
+        fill(b, b->sets[i], count, seed);
+    }
+#define SEND(i) (o->inplace ? MPI_IN_PLACE : (void *)b->sets[(i) % nsets])
+#define RECV(i) (b->sets[(i) % nsets] + (o->inplace ? 0 : bytes))
+    for (int i = 0; i < o->warmup; i++) {
+        MPI_Allreduce(SEND(i), RECV(i), (int)count, b->type, b->op, MPI_COMM_WORLD);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < o->iters; i++) {
+        MPI_Allreduce(SEND(i), RECV(i), (int)count, b->type, b->op, MPI_COMM_WORLD);
+    }
+    double t_us = (double)(now_ns() - t0) / 1e3 / (o->iters > 0 ? o->iters : 1);
+    MPI_Allreduce(MPI_IN_PLACE, &t_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    long wrong = -1;
+    if (o->check) {
+        wrong = 0;
+        if (o->inplace) {
+            fill(b, b->sets[0], count, seed ^ 1);
+            MPI_Allreduce(MPI_IN_PLACE, b->sets[0], (int)count, b->type, b->op, MPI_COMM_WORLD);
+            wrong = check(b, b->sets[0], count, seed ^ 1);
+        } else {
+            /* Sets 0 .. max(iters, warmup)-1 hold results of the calls above. */
+            int used = o->iters > o->warmup ? o->iters : o->warmup;
+            for (size_t i = 0; i < nsets && (int)i < used; i++) {
+                wrong += check(b, b->sets[i] + bytes, count, seed);
+            }
+        }
+        MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    }
+#undef SEND
+#undef RECV
+    for (size_t i = 0; i < nsets; i++) {
+        free(b->sets[i]);
+    }
+    double algbw = t_us > 0 ? (double)bytes / t_us / 1e3 : 0;
+    double busbw = algbw * 2.0 * (b->size - 1) / b->size;
+    if (b->rank == 0) {
+        if (o->json) {
+            printf("%s\n  {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"op\": \"%s\", "
+                   "\"time_us\": %.3f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": ",
+                   first ? "" : ",", bytes, count, dtype_names[o->dtype], op_names[o->op], t_us,
+                   algbw, busbw);
+            wrong >= 0 ? printf("%ld}", wrong) : printf("null}");
+        } else {
+            char w[24];
+            snprintf(w, sizeof(w), wrong >= 0 ? "%ld" : "N/A", wrong);
+            printf(" %12zu %13zu %9s %7s %10.2f %8.2f %8.2f %7s\n", bytes, count,
+                   dtype_names[o->dtype], op_names[o->op], t_us, algbw, busbw, w);
+        }
+        fflush(stdout);
+    }
+    return wrong > 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--memcpy") == 0) {
+        return memcpy_main(argv[2]);
+    }
+    bench_t b;
+    memset(&b, 0, sizeof(b));
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    if (parse_opts(argc, argv, &b.o) != 0) {
+        return 2;
+    }
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &b.size);
+    static const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
+    MPI_Datatype types[] = {MPI_FLOAT, MPI_DOUBLE, MPI_INT32_T, MPI_INT64_T, MPI_UINT8_T};
+    b.type = types[b.o.dtype];
+    b.op = ops[b.o.op];
+    b.es = dtype_sizes[b.o.dtype];
+    if (b.rank == 0) {
+        if (b.o.json) {
+            printf("{\"subcommand\": \"mpi_allreduce\", \"nranks\": %d, \"dtype\": \"%s\", "
+                   "\"op\": \"%s\", \"inplace\": %s, \"iters\": %d, \"warmup\": %d, "
+                   "\"check\": %d, \"results\": [",
+                   b.size, dtype_names[b.o.dtype], op_names[b.o.op],
+                   b.o.inplace ? "true" : "false", b.o.iters, b.o.warmup, b.o.check);
+        } else {
+            printf("# mpi-allreduce-perf: %d ranks, %d iters, %d warmup, check %d, %s\n", b.size,
+                   b.o.iters, b.o.warmup, b.o.check, b.o.inplace ? "in-place" : "out-of-place");
+            printf("#%12s %13s %9s %7s %10s %8s %8s %7s\n", "size", "count", "type", "op",
+                   "time", "algbw", "busbw", "#wrong");
+            printf("#%12s %13s %9s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)",
+                   "(GB/s)", "(GB/s)", "");
+        }
+    }
+    int bad = 0;
+    bool first = true;
+    size_t size = b.o.min_bytes;
+    while (size <= b.o.max_bytes) {
+        bad |= run_size(&b, size, first);
+        first = false;
+        size_t next = size == 0 ? 1 : size * b.o.factor; /* a sweep from 0 B goes on at 1 B */
+        if (next <= size) {
+            break;
+        }
+        size = next;
+    }
+    if (b.rank == 0) {
+        if (b.o.json) {
+            printf("\n], \"any_wrong\": %s}\n", bad ? "true" : "false");
+        } else {
+            printf("# %s\n", bad ? "wrong results: FAILED" : "results OK");
+        }
+    }
+    MPI_Finalize();
+    return bad ? 1 : 0;
+}
