@@ -8,6 +8,11 @@ static const perf_subcommand_t subcommands[] = {
     {"group", perf_group_main,
      "cost of losing a rank (detect, repair vs full rebuild) and of admitting one (grow)"},
     {"vocab", perf_vocab_main, "vocabulary-parallel output layer: naive vs Alg.1 vs Alg.2"},
+    {"allreduce", perf_allreduce_main, "allreduce bandwidth and latency (nccl-tests style)"},
+    {"reduce_scatter", perf_reduce_scatter_main, "reduce-scatter bandwidth and latency"},
+    {"allgather", perf_allgather_main, "allgather bandwidth and latency"},
+    {"broadcast", perf_broadcast_main, "broadcast bandwidth and latency (-r root)"},
+    {"alltoall", perf_alltoall_main, "alltoall bandwidth and latency"},
 };
 
 static void usage(FILE *out)

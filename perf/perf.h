@@ -36,6 +36,11 @@ typedef struct perf_subcommand {
 int perf_sendrecv_main(int argc, char **argv);
 int perf_group_main(int argc, char **argv);
 int perf_vocab_main(int argc, char **argv);
+int perf_allreduce_main(int argc, char **argv);
+int perf_reduce_scatter_main(int argc, char **argv);
+int perf_allgather_main(int argc, char **argv);
+int perf_broadcast_main(int argc, char **argv);
+int perf_alltoall_main(int argc, char **argv);
 
 /* ---- exit codes of every subcommand ---- */
 #define PERF_EXIT_OK 0
