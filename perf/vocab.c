@@ -6,7 +6,9 @@
  * (S, C1) and backward (T, C2) with the blocking wrappers; the algorithms take turns
  * iteration by iteration. Per algorithm it reports:
  *   colls     collectives per microbatch, from weft_group_coll_count()
- *   fwd, bwd  wall time of the forward and backward wrappers
+ *   fwd, bwd  wall time of the forward and backward wrappers (total: both)
+ *   cpu       CPU time the rank's process used meanwhile: the work, without the time
+ *             other processes of a shared machine took (spinning in waits included)
  *   compute   time in the passes' compute (weft_vocab_mb_stats)
  *   comm      Σ start-to-completion time of its collectives, waiting for other ranks
  *             included (mean over ranks): the communication a schedule has to hide or
@@ -25,11 +27,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "perf.h"
 
 enum { ALGOS = WEFT_VOCAB_ALGO_COUNT };
-enum { T_FWD, T_BWD, T_COMPUTE, T_COMM, T_XFER, T_COUNT };
+/* Metrics; those before T_COMM are reported as the maximum over ranks. */
+enum { T_FWD, T_BWD, T_TOTAL, T_CPU, T_COMPUTE, T_COMM, T_XFER, T_COUNT };
 
 typedef struct vocab_bench {
     perf_opts_t o;
@@ -157,6 +161,13 @@ static long check_results(vocab_bench_t *b)
     return e > 1e-4 ? 1 : 0;
 }
 
+static uint64_t cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* One microbatch (forward + backward) after aligning the ranks; its times (ms) go to
  * @p sample when it is not NULL. */
 static weft_status_t run_once(vocab_bench_t *b, weft_vocab_mb_t *mb, double *sample,
@@ -167,7 +178,7 @@ static weft_status_t run_once(vocab_bench_t *b, weft_vocab_mb_t *mb, double *sam
     uint64_t c0 = 0, c1 = 0, c2 = 0;
     weft_status_t st = weft_barrier(g);
     weft_group_coll_count(g, &c0);
-    uint64_t t0 = perf_now_ns();
+    uint64_t t0 = perf_now_ns(), cpu0 = cpu_ns();
     if (st == WEFT_OK) {
         st = weft_vocab_xent_forward(mb, b->x, b->wt, b->labels, b->n, b->loss_tok, &res->loss);
     }
@@ -176,7 +187,7 @@ static weft_status_t run_once(vocab_bench_t *b, weft_vocab_mb_t *mb, double *sam
     if (st == WEFT_OK) {
         st = weft_vocab_xent_backward(mb, &grad, b->dx, b->dw);
     }
-    uint64_t t2 = perf_now_ns();
+    uint64_t t2 = perf_now_ns(), cpu2 = cpu_ns();
     weft_group_coll_count(g, &c2);
     weft_vocab_mb_stats_t ms = {.size = sizeof(ms)};
     if (st == WEFT_OK) {
@@ -187,6 +198,8 @@ static weft_status_t run_once(vocab_bench_t *b, weft_vocab_mb_t *mb, double *sam
     }
     sample[T_FWD] = (double)(t1 - t0) / 1e6;
     sample[T_BWD] = (double)(t2 - t1) / 1e6;
+    sample[T_TOTAL] = (double)(t2 - t0) / 1e6;
+    sample[T_CPU] = (double)(cpu2 - cpu0) / 1e6;
     sample[T_COMPUTE] = (double)ms.compute_ns / 1e6;
     sample[T_COMM] = (double)ms.comm_ns / 1e6;
     res->colls_fwd = c1 - c0;
@@ -354,36 +367,39 @@ static int run_algos(vocab_bench_t *b, algo_result_t *res)
     return st != WEFT_OK ? -1 : rc;
 }
 
+static double ratio(double x, double base)
+{
+    return base > 0 ? x / base : 0.0;
+}
+
 static void print_table(const vocab_bench_t *b, const algo_result_t *res)
 {
     const algo_result_t *base = b->run[WEFT_VOCAB_NAIVE] ? &res[WEFT_VOCAB_NAIVE] : NULL;
     printf("# weft-perf vocab: n=%zu h=%zu V=%zu P=%d (shard %zu rows), %d iters, %d warmup\n",
            b->n, b->h, b->V, b->w.size, b->r.padded_length, b->o.iters, b->o.warmup);
-    printf("# %-6s %5s %10s %10s %10s %11s %9s %8s %10s %11s %7s %7s %7s %6s\n", "algo", "colls",
-           "fwd(ms)", "bwd(ms)", "total(ms)", "compute(ms)", "comm(ms)", "xfer(ms)", "bytes",
-           "peak(B)", "time/nv", "comm/nv", "xfer/nv", "#wrong");
+    printf("# %-5s %5s %9s %9s %9s %9s %11s %8s %8s %9s %10s %7s %7s %7s %7s %6s\n", "algo",
+           "colls", "fwd(ms)", "bwd(ms)", "total(ms)", "cpu(ms)", "compute(ms)", "comm(ms)",
+           "xfer(ms)", "bytes", "peak(B)", "time/nv", "cpu/nv", "comm/nv", "xfer/nv", "#wrong");
     for (int a = 0; a < ALGOS; a++) {
         if (!b->run[a]) {
             continue;
         }
-        const algo_result_t *r = &res[a];
-        double total = r->t[T_FWD] + r->t[T_BWD];
-        printf("  %-6s %5llu %10.2f %10.2f %10.2f %11.2f %9.3f %8.3f %10zu %11zu",
+        const double *t = res[a].t;
+        printf("  %-5s %5llu %9.1f %9.1f %9.1f %9.1f %11.1f %8.2f %8.2f %9zu %10zu",
                weft_vocab_algo_name((weft_vocab_algo_t)a),
-               (unsigned long long)(r->colls_fwd + r->colls_bwd), r->t[T_FWD], r->t[T_BWD], total,
-               r->t[T_COMPUTE], r->t[T_COMM], r->t[T_XFER], r->bytes, r->peak);
+               (unsigned long long)(res[a].colls_fwd + res[a].colls_bwd), t[T_FWD], t[T_BWD],
+               t[T_TOTAL], t[T_CPU], t[T_COMPUTE], t[T_COMM], t[T_XFER], res[a].bytes, res[a].peak);
         if (base != NULL) {
-            double bt = base->t[T_FWD] + base->t[T_BWD];
-            printf(" %7.3f %7.3f %7.3f", bt > 0 ? total / bt : 0.0,
-                   base->t[T_COMM] > 0 ? r->t[T_COMM] / base->t[T_COMM] : 0.0,
-                   base->t[T_XFER] > 0 ? r->t[T_XFER] / base->t[T_XFER] : 0.0);
+            printf(" %7.3f %7.3f %7.3f %7.3f", ratio(t[T_TOTAL], base->t[T_TOTAL]),
+                   ratio(t[T_CPU], base->t[T_CPU]), ratio(t[T_COMM], base->t[T_COMM]),
+                   ratio(t[T_XFER], base->t[T_XFER]));
         } else {
-            printf(" %7s %7s %7s", "-", "-", "-");
+            printf(" %7s %7s %7s %7s", "-", "-", "-", "-");
         }
-        if (r->wrong < 0) {
+        if (res[a].wrong < 0) {
             printf(" %6s\n", "N/A");
         } else {
-            printf(" %6ld\n", r->wrong);
+            printf(" %6ld\n", res[a].wrong);
         }
     }
 }
@@ -402,11 +418,12 @@ static void print_json(const vocab_bench_t *b, const algo_result_t *res)
         printf("%s{\"algo\": ", sep);
         perf_json_string(stdout, weft_vocab_algo_name((weft_vocab_algo_t)a));
         printf(", \"colls_fwd\": %llu, \"colls_bwd\": %llu, \"fwd_ms\": %.3f, \"bwd_ms\": %.3f, "
-               "\"compute_ms\": %.3f, \"comm_ms\": %.3f, \"xfer_ms\": %.3f, \"comm_bytes\": %zu, "
+               "\"total_ms\": %.3f, \"cpu_ms\": %.3f, \"compute_ms\": %.3f, \"comm_ms\": %.3f, "
+               "\"xfer_ms\": %.3f, \"comm_bytes\": %zu, "
                "\"peak_act_bytes\": %zu, \"loss\": %.6f, \"wrong\": %ld}",
                (unsigned long long)r->colls_fwd, (unsigned long long)r->colls_bwd, r->t[T_FWD],
-               r->t[T_BWD], r->t[T_COMPUTE], r->t[T_COMM], r->t[T_XFER], r->bytes, r->peak,
-               (double)r->loss, r->wrong);
+               r->t[T_BWD], r->t[T_TOTAL], r->t[T_CPU], r->t[T_COMPUTE], r->t[T_COMM], r->t[T_XFER],
+               r->bytes, r->peak, (double)r->loss, r->wrong);
         sep = ", ";
     }
     printf("]}\n");
