@@ -129,6 +129,9 @@ typedef struct weft_rd {
     size_t cap;
 } weft_rd_t;
 
+/* Bytes of the exchange buffers kept inside the collective (two of header + 480). */
+#define WEFT_COLL_INLINE 1024
+
 /* Ring sizes: tag-ordered units in flight and temporary chunk slots. */
 #define WEFT_RING_WIN 16
 #define WEFT_RING_SLOTS 3
@@ -183,6 +186,8 @@ struct weft_coll {
     uint8_t *scratch; /* freed with the collective */
     bool holds;       /* broadcast: this rank has the data */
     weft_status_t status;
+    /* Exchange buffers of small collectives live here: no allocation on the latency path. */
+    _Alignas(64) uint8_t inline_buf[WEFT_COLL_INLINE];
 };
 
 /* ---- coll_common.c ---- */
@@ -192,6 +197,12 @@ struct weft_coll {
  * completed inline (one rank), WEFT_INPROGRESS with *req set, or an error.
  */
 weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req);
+/*
+ * The blocking twin: the same collective driven to completion with the context's default
+ * timeout, its state on the stack and no compound request (saves the allocations on the
+ * latency path). Fails with the group's status when it is revoked or edited meanwhile.
+ */
+weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a);
 /* Record that this rank saw a disagreement (first reason kept). */
 void weft__coll_set_mismatch(weft_coll_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

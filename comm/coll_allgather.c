@@ -188,7 +188,8 @@ weft_status_t weft_iallgather(weft_group_t *g, const void *sendbuf, void *recvbu
 weft_status_t weft_allgather(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype)
 {
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_iallgather(g, sendbuf, recvbuf, count, dtype, &req);
-    return weft__blocking(st, req);
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLGATHER, .name = "allgather", .sendbuf = sendbuf,
+                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = -1,
+                          .root = -1};
+    return weft__coll_run(g, &a);
 }

@@ -260,9 +260,10 @@ weft_status_t weft_iallreduce(weft_group_t *g, const void *sendbuf, void *recvbu
 weft_status_t weft_allreduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype, weft_op_t op)
 {
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_iallreduce(g, sendbuf, recvbuf, count, dtype, op, &req);
-    return weft__blocking(st, req);
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLREDUCE, .name = "allreduce", .sendbuf = sendbuf,
+                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
+                          .root = -1};
+    return weft__coll_run(g, &a);
 }
 
 weft_status_t weft_ireduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
@@ -278,9 +279,10 @@ weft_status_t weft_ireduce_scatter(weft_group_t *g, const void *sendbuf, void *r
 weft_status_t weft_reduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
                                   size_t count, weft_dtype_t dtype, weft_op_t op)
 {
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_ireduce_scatter(g, sendbuf, recvbuf, count, dtype, op, &req);
-    return weft__blocking(st, req);
+    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE_SCATTER, .name = "reduce_scatter",
+                          .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
+                          .dtype = dtype, .op = op, .root = -1};
+    return weft__coll_run(g, &a);
 }
 
 weft_status_t weft_ireduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
@@ -295,7 +297,8 @@ weft_status_t weft_ireduce(weft_group_t *g, const void *sendbuf, void *recvbuf, 
 weft_status_t weft_reduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                           weft_dtype_t dtype, weft_op_t op, int root)
 {
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_ireduce(g, sendbuf, recvbuf, count, dtype, op, root, &req);
-    return weft__blocking(st, req);
+    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE, .name = "reduce", .sendbuf = sendbuf,
+                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
+                          .root = root};
+    return weft__coll_run(g, &a);
 }

@@ -233,9 +233,10 @@ weft_status_t weft_ialltoall(weft_group_t *g, const void *sendbuf, void *recvbuf
 weft_status_t weft_alltoall(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                             weft_dtype_t dtype)
 {
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_ialltoall(g, sendbuf, recvbuf, count, dtype, &req);
-    return weft__blocking(st, req);
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALL, .name = "alltoall", .sendbuf = sendbuf,
+                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = -1,
+                          .root = -1};
+    return weft__coll_run(g, &a);
 }
 
 weft_status_t weft_ialltoallv(weft_group_t *g, const void *sendbuf, const size_t *sendcounts,
@@ -253,10 +254,11 @@ weft_status_t weft_alltoallv(weft_group_t *g, const void *sendbuf, const size_t 
                              const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                              const size_t *rdispls, weft_dtype_t dtype)
 {
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_ialltoallv(g, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
-                                       rdispls, dtype, &req);
-    return weft__blocking(st, req);
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALLV, .name = "alltoallv", .sendbuf = sendbuf,
+                          .recvbuf = recvbuf, .dtype = dtype, .op = -1, .root = -1,
+                          .sendcounts = sendcounts, .sdispls = sdispls,
+                          .recvcounts = recvcounts, .rdispls = rdispls};
+    return weft__coll_run(g, &a);
 }
 
 weft_status_t weft_ibarrier(weft_group_t *g, weft_req_t **req)
@@ -267,7 +269,6 @@ weft_status_t weft_ibarrier(weft_group_t *g, weft_req_t **req)
 
 weft_status_t weft_barrier(weft_group_t *g)
 {
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_ibarrier(g, &req);
-    return weft__blocking(st, req);
+    weft_coll_args_t a = {.kind = WEFT_COLL_BARRIER, .name = "barrier", .op = -1, .root = -1};
+    return weft__coll_run(g, &a);
 }

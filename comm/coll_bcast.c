@@ -208,7 +208,8 @@ weft_status_t weft_ibroadcast(weft_group_t *g, void *buf, size_t count, weft_dty
 weft_status_t weft_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
                              int root)
 {
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_ibroadcast(g, buf, count, dtype, root, &req);
-    return weft__blocking(st, req);
+    weft_coll_args_t a = {.kind = WEFT_COLL_BROADCAST, .name = "broadcast", .sendbuf = buf,
+                          .recvbuf = buf, .count = count, .dtype = dtype, .op = -1,
+                          .root = root};
+    return weft__coll_run(g, &a);
 }

@@ -186,14 +186,15 @@ uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes)
     return p;
 }
 
-static void coll_free(weft_coll_t *c)
+/* Release everything a collective holds except its own memory. */
+static void coll_release(weft_coll_t *c)
 {
     weft__rd_fini(c);
     if (c->fini != NULL) {
         c->fini(c);
     }
     free(c->scratch);
-    free(c);
+    c->scratch = NULL;
 }
 
 static weft_status_t coll_mismatch_error(weft_coll_t *c)
@@ -206,9 +207,9 @@ static weft_status_t coll_mismatch_error(weft_coll_t *c)
                        c->seq);
 }
 
-static weft_status_t coll_progress(weft_req_t *req)
+/* Advance both phases as far as possible without blocking. */
+static weft_status_t coll_step(weft_coll_t *c)
 {
-    weft_coll_t *c = req->impl;
     weft_status_t st;
     switch (c->phase) {
     case WEFT_COLL_PH_RD:
@@ -240,10 +241,16 @@ static weft_status_t coll_progress(weft_req_t *req)
     return c->status;
 }
 
+static weft_status_t coll_progress(weft_req_t *req)
+{
+    return coll_step(req->impl);
+}
+
 static void coll_cleanup(weft_req_t *req)
 {
     if (req->impl != NULL) {
-        coll_free(req->impl);
+        coll_release(req->impl);
+        free(req->impl);
         req->impl = NULL;
     }
 }
@@ -281,11 +288,13 @@ static weft_status_t coll_setup(weft_coll_t *c)
     return WEFT_ERR_INVALID_ARG;
 }
 
-weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req)
+/*
+ * Check the arguments, count and number the collective and choose its algorithm.
+ * Returns WEFT_INPROGRESS when @p c is ready to run, WEFT_OK when it completed locally
+ * (one rank), or an error (nothing left to release).
+ */
+static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_coll_t *c)
 {
-    if (g == NULL || req == NULL) {
-        return WEFT_ERR_INVALID_ARG;
-    }
     weft_ctx_t *ctx = g->ctx;
     size_t elem;
     weft_reducer_t red;
@@ -306,12 +315,7 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
                                a->sendcounts[0], a->recvcounts[0]);
         }
         weft__coll_single(a, elem);
-        *req = NULL;
         return WEFT_OK;
-    }
-    weft_coll_t *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", a->name);
     }
     *c = (weft_coll_t){.ctx = ctx, .g = g, .rank = g->rank, .size = g->size, .a = *a,
                        .elem = elem, .red = red, .seq = seq, .phase = WEFT_COLL_PH_RD,
@@ -319,13 +323,34 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     fill_header(c);
     st = coll_setup(c);
     if (st != WEFT_OK) {
-        coll_free(c);
+        coll_release(c);
         return st;
     }
-    weft_req_t *r = weft__req_new(ctx, g);
+    return WEFT_INPROGRESS;
+}
+
+weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req)
+{
+    if (g == NULL || req == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_coll_t *c = malloc(sizeof(*c));
+    if (c == NULL) {
+        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", a->name);
+    }
+    weft_status_t st = coll_init(g, a, c);
+    if (st != WEFT_INPROGRESS) {
+        free(c);
+        if (st == WEFT_OK) {
+            *req = NULL;
+        }
+        return st;
+    }
+    weft_req_t *r = weft__req_new(g->ctx, g);
     if (r == NULL) {
-        coll_free(c);
-        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "%s: no memory for a request", a->name);
+        coll_release(c);
+        free(c);
+        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory for a request", a->name);
     }
     r->impl = c;
     r->progress = coll_progress;
@@ -340,6 +365,52 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     if (st == WEFT_OK) {
         *req = NULL;
     }
+    return st;
+}
+
+/* The wait loop of weft_wait(), around a collective that is not a request. */
+static weft_status_t coll_wait_inline(weft_coll_t *c)
+{
+    weft_ctx_t *ctx = c->ctx;
+    weft_group_t *g = c->g;
+    uint32_t epoch = g->epoch;
+    uint64_t timeout = weft__ms_to_ns(ctx->cfg.timeout_ms);
+    uint64_t start = weft__now_ns(), idle = 0;
+    for (;;) {
+        weft_status_t st = weft__group_status(g);
+        if (st == WEFT_OK && g->epoch != epoch) {
+            st = WEFT_ERR_REVOKED; /* the group was edited under this collective */
+        }
+        if (st == WEFT_OK) {
+            st = coll_step(c);
+        }
+        if (st != WEFT_INPROGRESS) {
+            return st;
+        }
+        if (weft__progress(ctx) > 0) {
+            idle = 0;
+            continue;
+        }
+        if (weft__now_ns() - start >= timeout) {
+            return weft__error(ctx, WEFT_ERR_TIMEOUT, "%s #%u timed out after %llu ms",
+                               c->a.name, c->seq, (unsigned long long)ctx->cfg.timeout_ms);
+        }
+        weft__idle(ctx, &idle);
+    }
+}
+
+weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a)
+{
+    if (g == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_coll_t c;
+    weft_status_t st = coll_init(g, a, &c);
+    if (st != WEFT_INPROGRESS) {
+        return st;
+    }
+    st = coll_wait_inline(&c);
+    coll_release(&c);
     return st;
 }
 

@@ -30,8 +30,9 @@ weft_status_t weft__rd_init(weft_coll_t *c, const weft_rd_ops_t *ops, size_t cap
     rd->rem = c->size - rd->pof2;
     rd->pos = 0;
     size_t one = WEFT_COLL_HDR_SIZE + ((cap + 63) & ~(size_t)63);
-    rd->sbuf = weft__coll_alloc(c, 2 * one);
-    if (rd->sbuf == NULL) {
+    if (2 * one <= sizeof(c->inline_buf)) {
+        rd->sbuf = c->inline_buf;
+    } else if ((rd->sbuf = weft__coll_alloc(c, 2 * one)) == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
     rd->rbuf = rd->sbuf + one;
@@ -42,7 +43,9 @@ void weft__rd_fini(weft_coll_t *c)
 {
     weft__coll_child_drop(&c->rd.sreq);
     weft__coll_child_drop(&c->rd.rreq);
-    free(c->rd.sbuf);
+    if (c->rd.sbuf != c->inline_buf) {
+        free(c->rd.sbuf);
+    }
     c->rd.sbuf = c->rd.rbuf = NULL;
 }
 
