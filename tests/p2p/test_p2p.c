@@ -16,17 +16,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "weft/weft.h"
 
 #define BIG ((size_t)64 << 20)
-#define WAIT_NS (120ull * 1000000000ull) /* a hang guard for one request */
+#define WAIT_NS (60ull * 1000000000ull) /* a hang guard for one request */
 
 static weft_ctx_t *ctx;
 static weft_group_t *world;
 static int me, n;
+static int test_passed; /* set by a test that ran to its end */
 
 static const size_t small_sizes[] = {0, 1, 7, 4093, 65537};
 #define NSMALL (sizeof(small_sizes) / sizeof(small_sizes[0]))
@@ -165,6 +167,7 @@ static void test_blocking_all_pairs(void **state)
     free(sbuf);
     free(rbuf);
     p2p_barrier(199);
+    test_passed = 1;
 }
 
 /* Nonblocking: to and from every other rank at once, every size, R messages per (pair,
@@ -180,6 +183,7 @@ static void test_nonblocking_all_pairs(void **state)
     int npeers = n - 1;
     size_t nreq = 2 * (size_t)npeers * NSMALL * R;
     if (npeers == 0) {
+        test_passed = 1;
         skip();
     }
     unsigned char *sbuf = xmalloc(per_peer * (size_t)npeers);
@@ -252,6 +256,7 @@ static void test_nonblocking_all_pairs(void **state)
     free(expect);
     free(sent);
     p2p_barrier(299);
+    test_passed = 1;
 }
 
 static void test_big(void **state)
@@ -284,6 +289,7 @@ static void test_big(void **state)
     free(sbuf);
     free(rbuf);
     p2p_barrier(399);
+    test_passed = 1;
 }
 
 /* A rank sending to itself, blocking (receive posted first) and unexpected. */
@@ -313,6 +319,7 @@ static void test_self(void **state)
         free(s);
         free(d);
     }
+    test_passed = 1;
 }
 
 /* Different user tags between one pair match by tag, not by arrival. */
@@ -321,6 +328,7 @@ static void test_tags(void **state)
     (void)state;
     if (n < 2 || me > 1) {
         p2p_barrier(599);
+        test_passed = 1;
         return;
     }
     uint32_t v[3] = {0};
@@ -344,6 +352,7 @@ static void test_tags(void **state)
     assert_int_equal(weft_isend(world, NULL, 0, 1 - me, WEFT_TAG_MAX + 1, &rq),
                      WEFT_ERR_INVALID_ARG);
     p2p_barrier(599);
+    test_passed = 1;
 }
 
 /* A message longer than the receive buffer: WEFT_ERR_MISMATCH on the receiver. */
@@ -352,6 +361,7 @@ static void test_truncation(void **state)
     (void)state;
     if (n < 2 || me > 1) {
         p2p_barrier(699);
+        test_passed = 1;
         return;
     }
     const size_t sizes[] = {100, 1u << 20};
@@ -375,6 +385,7 @@ static void test_truncation(void **state)
         assert_int_equal(y, 77);
     }
     p2p_barrier(699);
+    test_passed = 1;
 }
 
 static void test_bad_args(void **state)
@@ -386,10 +397,35 @@ static void test_bad_args(void **state)
     assert_int_equal(weft_irecv(world, &c, 1, -1, 1, &rq), WEFT_ERR_INVALID_ARG);
     assert_int_equal(weft_isend(world, NULL, 1, me, 1, &rq), WEFT_ERR_INVALID_ARG);
     assert_null(rq);
+    test_passed = 1;
 }
+
+static int before_test(void **state)
+{
+    (void)state;
+    test_passed = 0;
+    return 0;
+}
+
+/* The ranks run the tests in lock-step: after a failed check the others would wait for
+ * messages that never come. Exiting at once makes weftrun stop the job. */
+static int after_test(void **state)
+{
+    (void)state;
+    if (!test_passed) {
+        fprintf(stderr, "rank %d: a check failed; exiting so that weftrun stops the job\n", me);
+        fflush(NULL);
+        _exit(1);
+    }
+    return 0;
+}
+
+#define P2P_TEST(f) cmocka_unit_test_setup_teardown(f, before_test, after_test)
 
 int main(void)
 {
+    /* A hang becomes a WEFT_ERR_TIMEOUT failure well within the test's time limit. */
+    setenv("WEFT_TIMEOUT_MS", "60000", 0);
     weft_status_t st = weft_init(NULL, &ctx);
     if (st != WEFT_OK) {
         fprintf(stderr, "weft_init: %s\n", weft_status_str(st));
@@ -401,13 +437,13 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_args),
-        cmocka_unit_test(test_self),
-        cmocka_unit_test(test_blocking_all_pairs),
-        cmocka_unit_test(test_nonblocking_all_pairs),
-        cmocka_unit_test(test_tags),
-        cmocka_unit_test(test_truncation),
-        cmocka_unit_test(test_big),
+        P2P_TEST(test_bad_args),
+        P2P_TEST(test_self),
+        P2P_TEST(test_blocking_all_pairs),
+        P2P_TEST(test_nonblocking_all_pairs),
+        P2P_TEST(test_tags),
+        P2P_TEST(test_truncation),
+        P2P_TEST(test_big),
     };
     char name[32];
     snprintf(name, sizeof(name), "p2p rank %d of %d", me, n);
