@@ -154,6 +154,7 @@ typedef struct weft_ring {
     uint8_t *mine;         /* where my reduced block goes */
     const uint8_t *own;    /* allgather only: my block as the user gave it */
     const weft_reducer_t *red;
+    bool direct; /* reduce-scatter chunks are received and combined in place in `full` */
     /* Progress. Units below next_done are received and processed; sends below floor
      * have completed. */
     size_t next_recv, next_done, next_send, floor;

@@ -3,10 +3,12 @@
  * that drives the two phases (exchange, then data), child-request helpers and the
  * one-rank shortcut.
  */
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/coll.h"
 
@@ -368,6 +370,40 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     return st;
 }
 
+/*
+ * True when this host runs more ranks of the job than it has CPUs. The CPU count is a
+ * property of the machine, not of a context, and reading it costs a file read, so it is
+ * cached once per process (a benign race: every thread computes the same value).
+ */
+static bool oversubscribed(const weft_ctx_t *ctx)
+{
+    static _Atomic int online_cpus;
+    int n = online_cpus;
+    if (n == 0) {
+        long v = sysconf(_SC_NPROCESSORS_ONLN);
+        n = v > 0 ? (int)v : 1;
+        online_cpus = n;
+    }
+    return ctx->local_size > n;
+}
+
+/*
+ * One idle step. Oversubscribed ranks yield at once: the peer this rank waits for is
+ * likely waiting for the CPU, and every step of a collective needs it to run (Open MPI
+ * does the same with --oversubscribe). Otherwise the context's spin-then-yield policy.
+ */
+static void coll_idle(weft_coll_t *c, uint64_t *idle, int *crowded)
+{
+    if (*crowded < 0) {
+        *crowded = oversubscribed(c->ctx);
+    }
+    if (*crowded) {
+        sched_yield();
+        return;
+    }
+    weft__idle(c->ctx, idle);
+}
+
 /* The wait loop of weft_wait(), around a collective that is not a request. */
 static weft_status_t coll_wait_inline(weft_coll_t *c)
 {
@@ -376,6 +412,7 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
     uint32_t epoch = g->epoch;
     uint64_t timeout = weft__ms_to_ns(ctx->cfg.timeout_ms);
     uint64_t start = weft__now_ns(), idle = 0;
+    int crowded = -1; /* unknown until this rank first waits */
     for (;;) {
         weft_status_t st = weft__group_status(g);
         if (st == WEFT_OK && g->epoch != epoch) {
@@ -395,7 +432,7 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
             return weft__error(ctx, WEFT_ERR_TIMEOUT, "%s #%u timed out after %llu ms",
                                c->a.name, c->seq, (unsigned long long)ctx->cfg.timeout_ms);
         }
-        weft__idle(ctx, &idle);
+        coll_idle(c, &idle, &crowded);
     }
 }
 

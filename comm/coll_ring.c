@@ -11,18 +11,22 @@
  * way on both ends of every link. The send of unit u forwards what arrived in unit u-1,
  * so all ranks stream in lock step and a window of a few units keeps the links busy.
  *
- * Copies: a reduce-scatter chunk is received into a small temporary slot (it stays in
- * cache), combined with the local input there and forwarded from there; the last step
- * writes input (op) received straight into the output. Allgather chunks are received in
- * place in the output and forwarded from it. Large messages thus cost one transport copy
- * (single-copy rendezvous intra-node) plus one reduction pass per step.
+ * Copies: when the allgather buffer is separate from the input (out-of-place allreduce)
+ * a reduce-scatter chunk is received straight into its place in the output, combined
+ * there with the local input (it is still in cache) and forwarded from there: no
+ * temporary memory at all. Otherwise (in place, reduce_scatter, reduce) it is received
+ * into one of a few chunk-sized temporary slots, combined there and forwarded from
+ * there, and the last step writes input (op) received into the output. Allgather chunks
+ * are received in place in the output and forwarded from it. Large messages thus cost
+ * one transport copy (single-copy rendezvous intra-node) plus one reduction pass per step.
  *
  * Flow control: receives and sends live in arrays indexed mod WEFT_RING_WIN; a receive is
  * posted only while it is less than WIN-1 units ahead of the oldest incomplete send (the
  * send that forwards a received unit finds its slot still in the array) and less than WIN
  * ahead of the oldest unprocessed receive (step-0 sends need no receive, so sends can run
- * ahead of receives); a reduce-scatter receive also needs a free slot. The rank with the lowest incomplete send can
- * always post the receive it needs, so the ring cannot deadlock (slots >= 2).
+ * ahead of receives); a reduce-scatter receive into a slot also needs a free slot. The
+ * rank with the lowest incomplete send can always post the receive it needs, so the ring
+ * cannot deadlock (slots >= 2).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +109,9 @@ weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool a
     ring->nchunks = (maxblk + per_chunk - 1) / per_chunk;
     ring->chunk_elems = (maxblk + ring->nchunks - 1) / ring->nchunks;
     ring->total = ring->nchunks * (size_t)ring->units;
-    if (rs) {
+    /* Staging in the output is safe only when the input is elsewhere. */
+    ring->direct = rs && full != NULL && (const void *)full != in;
+    if (rs && !ring->direct) {
         ring->slot_bytes = (ring->chunk_elems * c->elem + 63) & ~(size_t)63;
         ring->tmp = weft__coll_alloc(c, ring->slot_bytes * WEFT_RING_SLOTS);
         if (ring->tmp == NULL) {
@@ -161,7 +167,7 @@ static weft_status_t post_recv(weft_coll_t *c, weft_ring_t *ring, bool *blocked)
         return WEFT_OK;
     }
     uint8_t *dst;
-    if (ui.rs_step >= 0) {
+    if (ui.rs_step >= 0 && !ring->direct) {
         int s = slot_take(ring);
         if (s < 0) {
             *blocked = true;
@@ -192,8 +198,13 @@ static void process_recv(weft_ring_t *ring, size_t u)
     if (ui.len == 0 || ui.rs_step < 0) {
         return;
     }
-    uint8_t *tmp = slot_ptr(ring, ring->slot[w]);
     const uint8_t *in = ring->in + ui.off * ring->elem;
+    if (ring->direct) {
+        /* Received in place in the output; forwarded from there by send u+1. */
+        weft__reducer_apply(ring->red, ring->full + ui.off * ring->elem, in, ui.len);
+        return;
+    }
+    uint8_t *tmp = slot_ptr(ring, ring->slot[w]);
     if (ui.rs_step < ring->rs_steps - 1) {
         weft__reducer_apply(ring->red, tmp, in, ui.len); /* forwarded by send u+1 */
     } else {
@@ -223,6 +234,8 @@ static weft_status_t post_send(weft_coll_t *c, weft_ring_t *ring)
     const uint8_t *src;
     if (ui.rs_step == 0) {
         src = ring->in + ui.off * ring->elem;
+    } else if (ui.rs_step > 0 && ring->direct) {
+        src = ring->full + ui.off * ring->elem;
     } else if (ui.rs_step > 0) {
         /* What unit u-1 received and combined; the slot is ours until this send is done. */
         int prev = (int)((u - 1) % WEFT_RING_WIN);
