@@ -1,7 +1,7 @@
 /*
  * weftrun internals: the options, the table of rank slots and the pieces of the
- * supervisor (spawning, output forwarding, the event loop). Only the weftrun*.c files
- * include this.
+ * supervisor (spawning, output forwarding, the event loop, the --elastic decisions). Only
+ * the weftrun*.c files include this.
  *
  * The supervisor is one thread with one poll() loop: a self-pipe delivers SIGCHLD and the
  * signals to forward, the pipes of --tag-output deliver the ranks' output, and the poll
@@ -29,6 +29,7 @@
 
 #define WEFTRUN_DEFAULT_GRACE_MS 3000
 #define WEFTRUN_DEFAULT_BIND "127.0.0.1"
+#define WEFTRUN_DEFAULT_MAX_RESTARTS 16
 /* The key prefix under which an abnormal exit of rank N is published. */
 #define WEFTRUN_FAILED_PREFIX "weft/failed/"
 
@@ -36,6 +37,10 @@ typedef struct weftrun_opts {
     int nranks;            /* -n */
     bool tag_output;       /* --tag-output */
     bool keep_going;       /* --keep-going */
+    bool elastic;          /* --elastic */
+    bool replace;          /* --replace (elastic only) */
+    int min_alive;         /* --min (elastic only): fewer running processes stop the job */
+    int max_restarts;      /* --max-restarts (elastic only): replacements for the whole job */
     bool store_only;       /* --store-only */
     uint64_t grace_ms;     /* --grace */
     uint64_t timeout_ms;   /* --timeout; 0: none */
@@ -58,10 +63,7 @@ typedef struct weftrun_stream {
     bool at_line_start;
 } weftrun_stream_t;
 
-/*
- * The state of a rank slot. A slot outlives its process so that an elastic mode can
- * start a replacement in it later (a new process, the same rank).
- */
+/* The state of a rank slot. */
 typedef enum weftrun_slot_state {
     WEFTRUN_SLOT_EMPTY = 0, /* never started */
     WEFTRUN_SLOT_RUNNING,   /* the process is alive (not reaped yet) */
@@ -69,20 +71,36 @@ typedef enum weftrun_slot_state {
     WEFTRUN_SLOT_FAILED,    /* reaped, non-zero exit or killed by a signal */
 } weftrun_slot_state_t;
 
+/*
+ * One slot per member id: the N ranks of the job, then, under --elastic --replace, one
+ * per replacement. Member ids are never reused (the library refuses an id started twice
+ * and a dead member's notice stays in the store), so a replacement gets a slot and an id
+ * of its own rather than the dead one's. A slot outlives its process: its pipes are
+ * drained and its process group signalled when the job ends.
+ */
 typedef struct weftrun_slot {
-    int rank;
+    int rank;       /* member id: WEFT_RANK and the [rank N] prefix */
+    int local_rank; /* WEFT_LOCAL_RANK: a replacement takes the one of the member it replaces */
+    int replaces;   /* member id of the dead process this one replaces; -1 for the first N */
     weftrun_slot_state_t state;
     pid_t pid;      /* also the process group of the rank and its descendants */
     int wstatus;    /* from waitpid(), valid once reaped */
-    int starts;     /* how many processes this slot has had (replacements later) */
-    int exec_errno; /* why the last exec failed, 0 if it did not */
+    int exec_errno; /* why the exec failed, 0 if it did not */
     weftrun_stream_t out, err;
 } weftrun_slot_t;
+
+/* How a process ended abnormally: for the messages, the store notice and the exit code. */
+typedef struct weftrun_death {
+    int code;      /* its exit code, or 128 + the signal number */
+    char what[32]; /* the value of weft/failed/<id>: "exit N" or "signal N" */
+    char text[64]; /* "exited with status N" or "was killed by signal N (Name)" */
+} weftrun_death_t;
 
 /* Why the job is being stopped; the first reason wins and gives the exit code. */
 typedef enum weftrun_stop_reason {
     WEFTRUN_STOP_NONE = 0,
     WEFTRUN_STOP_RANK_FAILED,
+    WEFTRUN_STOP_TOO_FEW, /* --elastic: a death left fewer than --min processes */
     WEFTRUN_STOP_SIGNAL,
     WEFTRUN_STOP_TIMEOUT,
     WEFTRUN_STOP_LAUNCH_FAILED, /* a rank could not be started (fork failed) */
@@ -95,9 +113,13 @@ typedef struct weftrun_job {
     char store_addr[300]; /* host:port the ranks connect to */
     char token[65];
     char *prog_path;       /* argv[0] resolved against PATH */
-    weftrun_slot_t *slots; /* opts->nranks of them */
-    int sigfd;             /* read end of the self-pipe of SIGCHLD and forwarded signals */
-    int nrunning;          /* slots in WEFTRUN_SLOT_RUNNING */
+    weftrun_slot_t *slots; /* the first nslots are in use: the N ranks, then replacements */
+    int nslots;
+    int max_slots;  /* N + --max-restarts under --replace, else N */
+    int restarts;   /* replacements started so far */
+    int sigfd;      /* read end of the self-pipe of SIGCHLD and forwarded signals */
+    int nrunning;   /* slots in WEFTRUN_SLOT_RUNNING */
+    bool finishing; /* --elastic: a process has exited 0, so the job is ending */
     weftrun_stop_reason_t stop_reason;
     int exit_code;        /* decided by the first failure or stop reason; 0 otherwise */
     bool have_failure;    /* exit_code was set by a rank's failure */
@@ -154,6 +176,27 @@ bool weftrun_wait_for_signal(int sigfd, uint64_t timeout_ms, const weft_logger_t
 
 /* Start every rank and supervise until all have exited; returns weftrun's exit code. */
 int weftrun_run_job(weftrun_job_t *job);
+
+/*
+ * Take the next free slot for member id job->nslots and start a process in it (local
+ * rank @p local_rank, replacing member @p replaces or -1). *slot is set when it started.
+ */
+weft_status_t weftrun_start_slot(weftrun_job_t *job, int local_rank, int replaces,
+                                 weftrun_slot_t **slot);
+
+/* Stop every process: @p sig now, SIGKILL after the grace period. The first reason wins. */
+void weftrun_begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int exit_code, int sig);
+
+/* ---- weftrun_elastic.c ---- */
+
+/*
+ * --elastic: decide what the abnormal end @p d of @p s means (already reaped and
+ * published): start a replacement, let the others go on, or stop the job.
+ */
+void weftrun_elastic_on_death(weftrun_job_t *job, const weftrun_slot_t *s,
+                              const weftrun_death_t *d);
+/* --elastic: a process exited 0. */
+void weftrun_elastic_on_success(weftrun_job_t *job, const weftrun_slot_t *s);
 
 /* Monotonic clock in milliseconds. */
 uint64_t weftrun_now_ms(void);

@@ -17,10 +17,14 @@
 
 extern char **environ;
 
-/* The variables weftrun sets; the same names inherited from weftrun's caller are dropped. */
+/*
+ * The variables weftrun sets; the same names inherited from weftrun's caller are dropped.
+ * WEFT_JOIN, last, is set for replacements only: an inherited WEFT_JOIN=1 would make every
+ * rank of a new job wait to join a group that nobody has created.
+ */
 static const char *const rank_env_names[] = {
-    "WEFT_RANK",       "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK",
-    "WEFT_LOCAL_SIZE", "WEFT_STORE",      "WEFT_JOB_TOKEN",
+    "WEFT_RANK",  "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE",
+    "WEFT_STORE", "WEFT_JOB_TOKEN",  "WEFT_JOIN",
 };
 #define N_RANK_ENV (sizeof(rank_env_names) / sizeof(rank_env_names[0]))
 
@@ -112,8 +116,9 @@ static void free_env(char **env)
     free(env);
 }
 
-/* weftrun's environment without the rank variables, then this rank's values of them. */
-static weft_status_t build_rank_env(const weftrun_job_t *job, int rank, char ***out)
+/* weftrun's environment without the rank variables, then this slot's values of them. */
+static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot_t *slot,
+                                    char ***out)
 {
     size_t n = 0;
     while (environ[n] != NULL) {
@@ -129,13 +134,18 @@ static weft_status_t build_rank_env(const weftrun_job_t *job, int rank, char ***
             goto err_nomem;
         }
     }
-    /* All ranks run on this host: the local rank and size are the global ones. */
-    char rank_text[16], size_text[16];
-    snprintf(rank_text, sizeof(rank_text), "%d", rank);
+    /* All ranks run on this host: the local size is the world size, and the local rank
+     * the rank, or for a replacement the local rank of the member it replaces (it takes
+     * that member's place here: its GPU, its share of the cores). The world size stays
+     * the job's -n: it names the job the replacement joins, not the current group. */
+    char rank_text[16], size_text[16], local_text[16];
+    snprintf(rank_text, sizeof(rank_text), "%d", slot->rank);
     snprintf(size_text, sizeof(size_text), "%d", job->opts->nranks);
-    const char *const values[N_RANK_ENV] = {rank_text, size_text,       rank_text,
-                                            size_text, job->store_addr, job->token};
-    for (size_t i = 0; i < N_RANK_ENV; i++) {
+    snprintf(local_text, sizeof(local_text), "%d", slot->local_rank);
+    const char *const values[N_RANK_ENV] = {rank_text,       size_text,  local_text, size_text,
+                                            job->store_addr, job->token, "1"};
+    size_t nset = slot->replaces >= 0 ? N_RANK_ENV : N_RANK_ENV - 1;
+    for (size_t i = 0; i < nset; i++) {
         if (asprintf(&env[k++], "%s=%s", rank_env_names[i], values[i]) < 0) {
             env[k - 1] = NULL;
             goto err_nomem;
@@ -144,7 +154,7 @@ static weft_status_t build_rank_env(const weftrun_job_t *job, int rank, char ***
     *out = env;
     return WEFT_OK;
 err_nomem:
-    WEFT_ERROR(job->lg, "out of memory building the environment of rank %d", rank);
+    WEFT_ERROR(job->lg, "out of memory building the environment of rank %d", slot->rank);
     free_env(env);
     return WEFT_ERR_NO_MEMORY;
 }
@@ -239,7 +249,7 @@ weft_status_t weftrun_spawn_rank(weftrun_job_t *job, weftrun_slot_t *slot)
     int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, devnull = -1;
     sigset_t mask;
     char **envp = NULL;
-    weft_status_t status = build_rank_env(job, slot->rank, &envp);
+    weft_status_t status = build_rank_env(job, slot, &envp);
     if (status != WEFT_OK) {
         return status;
     }
@@ -289,7 +299,6 @@ weft_status_t weftrun_spawn_rank(weftrun_job_t *job, weftrun_slot_t *slot)
     close_fd(&report[1]);
     slot->pid = pid;
     slot->state = WEFTRUN_SLOT_RUNNING;
-    slot->starts++;
     slot->exec_errno = read_exec_errno(report[0]);
     if (slot->exec_errno != 0) {
         WEFT_ERROR(job->lg, "rank %d: cannot execute '%s': %s", slot->rank, job->prog_path,
@@ -300,7 +309,8 @@ weft_status_t weftrun_spawn_rank(weftrun_job_t *job, weftrun_slot_t *slot)
         weftrun_stream_init(&slot->err, err[0], 2);
         out[0] = err[0] = -1;
     }
-    WEFT_DEBUG(job->lg, "rank %d started, pid %d", slot->rank, (int)pid);
+    WEFT_DEBUG(job->lg, "rank %d started, pid %d%s", slot->rank, (int)pid,
+               slot->replaces >= 0 ? " (a replacement, WEFT_JOIN=1)" : "");
     status = WEFT_OK;
 out:
     close_fd(&out[0]);

@@ -2,7 +2,8 @@
  * The supervisor: starts the ranks, then waits in poll() on the self-pipe of signals
  * (SIGCHLD and the signals to forward), the output pipes of --tag-output and the nearest
  * deadline. A rank's abnormal exit is published in the store before anything else
- * happens, so that ranks watching weft/failed/ hear of it before they are told to stop.
+ * happens, so that ranks watching weft/failed/ hear of it before they are told to stop
+ * (or, under --elastic, before a replacement asks to join them).
  */
 #include <errno.h>
 #include <limits.h>
@@ -28,7 +29,7 @@ uint64_t weftrun_now_ms(void)
 /* Signal the process group of every rank that was started. */
 static void signal_ranks(weftrun_job_t *job, int sig, bool running_only)
 {
-    for (int i = 0; i < job->opts->nranks; i++) {
+    for (int i = 0; i < job->nslots; i++) {
         const weftrun_slot_t *s = &job->slots[i];
         if (s->state == WEFTRUN_SLOT_EMPTY || (running_only && s->state != WEFTRUN_SLOT_RUNNING)) {
             continue;
@@ -40,8 +41,7 @@ static void signal_ranks(weftrun_job_t *job, int sig, bool running_only)
     }
 }
 
-/* Stop every rank: @p sig now, SIGKILL after the grace period. The first reason wins. */
-static void begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int exit_code, int sig)
+void weftrun_begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int exit_code, int sig)
 {
     if (job->stop_reason != WEFTRUN_STOP_NONE) {
         return;
@@ -74,6 +74,20 @@ static void publish_failure(weftrun_job_t *job, const weftrun_slot_t *s, const c
     }
 }
 
+static void describe_death(int wstatus, weftrun_death_t *d)
+{
+    if (WIFSIGNALED(wstatus)) {
+        int sig = WTERMSIG(wstatus);
+        d->code = 128 + sig;
+        snprintf(d->what, sizeof(d->what), "signal %d", sig);
+        snprintf(d->text, sizeof(d->text), "was killed by signal %d (%s)", sig, strsignal(sig));
+    } else {
+        d->code = WEXITSTATUS(wstatus);
+        snprintf(d->what, sizeof(d->what), "exit %d", d->code);
+        snprintf(d->text, sizeof(d->text), "exited with status %d", d->code);
+    }
+}
+
 static void on_rank_exit(weftrun_job_t *job, weftrun_slot_t *s, int wstatus)
 {
     s->wstatus = wstatus;
@@ -81,43 +95,40 @@ static void on_rank_exit(weftrun_job_t *job, weftrun_slot_t *s, int wstatus)
     if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
         s->state = WEFTRUN_SLOT_EXITED;
         WEFT_DEBUG(job->lg, "rank %d (pid %d) exited normally", s->rank, (int)s->pid);
+        if (job->opts->elastic) {
+            weftrun_elastic_on_success(job, s);
+        }
         return;
     }
     s->state = WEFTRUN_SLOT_FAILED;
-    char what[32], text[64];
-    int code;
-    if (WIFSIGNALED(wstatus)) {
-        int sig = WTERMSIG(wstatus);
-        code = 128 + sig;
-        snprintf(what, sizeof(what), "signal %d", sig);
-        snprintf(text, sizeof(text), "was killed by signal %d (%s)", sig, strsignal(sig));
-    } else {
-        code = WEXITSTATUS(wstatus);
-        snprintf(what, sizeof(what), "exit %d", code);
-        snprintf(text, sizeof(text), "exited with status %d", code);
-    }
+    weftrun_death_t d;
+    describe_death(wstatus, &d);
     /* Always first: ranks learn of the death from the store, not from our SIGTERM. */
-    publish_failure(job, s, what);
+    publish_failure(job, s, d.what);
     if (job->stop_reason != WEFTRUN_STOP_NONE) {
-        WEFT_DEBUG(job->lg, "rank %d (pid %d) %s while stopping", s->rank, (int)s->pid, text);
+        WEFT_DEBUG(job->lg, "rank %d (pid %d) %s while stopping", s->rank, (int)s->pid, d.text);
+        return;
+    }
+    if (job->opts->elastic) {
+        weftrun_elastic_on_death(job, s, &d);
         return;
     }
     if (!job->have_failure) {
         job->have_failure = true;
-        job->exit_code = code;
+        job->exit_code = d.code;
     }
     if (job->opts->keep_going) {
         WEFT_ERROR(job->lg, "rank %d (pid %d) %s; the others keep going", s->rank, (int)s->pid,
-                   text);
+                   d.text);
         return;
     }
-    WEFT_ERROR(job->lg, "rank %d (pid %d) %s; stopping the job", s->rank, (int)s->pid, text);
-    begin_stop(job, WEFTRUN_STOP_RANK_FAILED, code, SIGTERM);
+    WEFT_ERROR(job->lg, "rank %d (pid %d) %s; stopping the job", s->rank, (int)s->pid, d.text);
+    weftrun_begin_stop(job, WEFTRUN_STOP_RANK_FAILED, d.code, SIGTERM);
 }
 
 static weftrun_slot_t *slot_of_pid(weftrun_job_t *job, pid_t pid)
 {
-    for (int i = 0; i < job->opts->nranks; i++) {
+    for (int i = 0; i < job->nslots; i++) {
         if (job->slots[i].state == WEFTRUN_SLOT_RUNNING && job->slots[i].pid == pid) {
             return &job->slots[i];
         }
@@ -152,7 +163,7 @@ static void on_signal(weftrun_job_t *job, int sig)
     }
     if (job->stop_reason == WEFTRUN_STOP_NONE) {
         WEFT_WARN(job->lg, "%s: forwarding it to the ranks", strsignal(sig));
-        begin_stop(job, WEFTRUN_STOP_SIGNAL, 128 + sig, sig);
+        weftrun_begin_stop(job, WEFTRUN_STOP_SIGNAL, 128 + sig, sig);
     } else {
         /* Asked twice: the user does not want to wait for the grace period. */
         kill_now(job);
@@ -189,7 +200,7 @@ static void check_deadlines(weftrun_job_t *job)
     if (job->deadline_ms != 0 && now >= job->deadline_ms && job->stop_reason == WEFTRUN_STOP_NONE) {
         WEFT_ERROR(job->lg, "the job timed out after %.3g s (--timeout); stopping all ranks",
                    (double)job->opts->timeout_ms / 1000.0);
-        begin_stop(job, WEFTRUN_STOP_TIMEOUT, WEFTRUN_EXIT_TIMEOUT, SIGTERM);
+        weftrun_begin_stop(job, WEFTRUN_STOP_TIMEOUT, WEFTRUN_EXIT_TIMEOUT, SIGTERM);
     }
     if (job->kill_at_ms != 0 && now >= job->kill_at_ms) {
         kill_now(job);
@@ -202,12 +213,12 @@ static nfds_t collect_fds(weftrun_job_t *job, struct pollfd *pfds, weftrun_strea
 {
     nfds_t n = 0;
     pfds[n++] = (struct pollfd){.fd = job->sigfd, .events = POLLIN};
-    for (int i = 0; i < job->opts->nranks; i++) {
+    for (int i = 0; i < job->nslots; i++) {
         weftrun_stream_t *pair[2] = {&job->slots[i].out, &job->slots[i].err};
         for (int k = 0; k < 2; k++) {
             if (pair[k]->fd >= 0) {
                 streams[n] = pair[k];
-                ranks[n] = i;
+                ranks[n] = job->slots[i].rank;
                 pfds[n++] = (struct pollfd){.fd = pair[k]->fd, .events = POLLIN};
             }
         }
@@ -217,7 +228,8 @@ static nfds_t collect_fds(weftrun_job_t *job, struct pollfd *pfds, weftrun_strea
 
 static weft_status_t supervise(weftrun_job_t *job)
 {
-    size_t cap = 1 + 2 * (size_t)job->opts->nranks;
+    /* Room for every slot a replacement may take, so the arrays never grow. */
+    size_t cap = 1 + 2 * (size_t)job->max_slots;
     struct pollfd *pfds = calloc(cap, sizeof(*pfds));
     weftrun_stream_t **streams = calloc(cap, sizeof(*streams));
     int *ranks = calloc(cap, sizeof(*ranks));
@@ -240,6 +252,7 @@ static weft_status_t supervise(weftrun_job_t *job)
                 weftrun_stream_pump(streams[i], ranks[i]);
             }
         }
+        /* Reaping may start a replacement: the next collect_fds() adds its pipes. */
         if (rc > 0 && pfds[0].revents != 0) {
             read_signals(job);
         }
@@ -252,15 +265,34 @@ out:
     return status;
 }
 
+weft_status_t weftrun_start_slot(weftrun_job_t *job, int local_rank, int replaces,
+                                 weftrun_slot_t **slot)
+{
+    if (job->nslots >= job->max_slots) {
+        return WEFT_ERR_NO_MEMORY; /* callers check first: the table is sized for the job */
+    }
+    weftrun_slot_t *s = &job->slots[job->nslots];
+    *s = (weftrun_slot_t){.rank = job->nslots, .local_rank = local_rank, .replaces = replaces};
+    weftrun_stream_init(&s->out, -1, 1);
+    weftrun_stream_init(&s->err, -1, 2);
+    weft_status_t status = weftrun_spawn_rank(job, s);
+    if (status != WEFT_OK) {
+        return status; /* nothing started: the id stays free for the next one */
+    }
+    job->nslots++;
+    job->nrunning++;
+    *slot = s;
+    return WEFT_OK;
+}
+
 static weft_status_t start_ranks(weftrun_job_t *job)
 {
     for (int i = 0; i < job->opts->nranks; i++) {
-        weftrun_slot_t *s = &job->slots[i];
-        weft_status_t status = weftrun_spawn_rank(job, s);
+        weftrun_slot_t *s;
+        weft_status_t status = weftrun_start_slot(job, i, -1, &s);
         if (status != WEFT_OK) {
             return status;
         }
-        job->nrunning++;
         /* The program will not start for the others either; its exit stops the job. */
         if (s->exec_errno != 0) {
             break;
@@ -271,16 +303,12 @@ static weft_status_t start_ranks(weftrun_job_t *job)
 
 int weftrun_run_job(weftrun_job_t *job)
 {
-    int n = job->opts->nranks;
-    job->slots = calloc((size_t)n, sizeof(*job->slots));
+    const weftrun_opts_t *o = job->opts;
+    job->max_slots = o->nranks + (o->elastic && o->replace ? o->max_restarts : 0);
+    job->slots = calloc((size_t)job->max_slots, sizeof(*job->slots));
     if (job->slots == NULL) {
-        WEFT_ERROR(job->lg, "out of memory for %d ranks", n);
+        WEFT_ERROR(job->lg, "out of memory for %d ranks", job->max_slots);
         return WEFTRUN_EXIT_FAILED;
-    }
-    for (int i = 0; i < n; i++) {
-        job->slots[i].rank = i;
-        weftrun_stream_init(&job->slots[i].out, -1, 1);
-        weftrun_stream_init(&job->slots[i].err, -1, 2);
     }
     /* Orphans of the ranks (a shell's children) become ours and are reaped, not left as
      * zombies where init does not reap; waitpid() then returns pids of no slot. */
@@ -289,7 +317,7 @@ int weftrun_run_job(weftrun_job_t *job)
         job->deadline_ms = weftrun_now_ms() + job->opts->timeout_ms;
     }
     if (start_ranks(job) != WEFT_OK) {
-        begin_stop(job, WEFTRUN_STOP_LAUNCH_FAILED, WEFTRUN_EXIT_FAILED, SIGTERM);
+        weftrun_begin_stop(job, WEFTRUN_STOP_LAUNCH_FAILED, WEFTRUN_EXIT_FAILED, SIGTERM);
     }
     if (supervise(job) != WEFT_OK) {
         /* Cannot wait for the ranks any more: make sure none outlives weftrun. */
@@ -301,9 +329,9 @@ int weftrun_run_job(weftrun_job_t *job)
         signal_ranks(job, SIGKILL, false);
     }
     /* What the ranks wrote before exiting is in the pipes; pass it on. */
-    for (int i = 0; i < n; i++) {
-        weftrun_stream_drain(&job->slots[i].out, i);
-        weftrun_stream_drain(&job->slots[i].err, i);
+    for (int i = 0; i < job->nslots; i++) {
+        weftrun_stream_drain(&job->slots[i].out, job->slots[i].rank);
+        weftrun_stream_drain(&job->slots[i].err, job->slots[i].rank);
     }
     int rc = job->exit_code;
     free(job->slots);

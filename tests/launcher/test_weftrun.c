@@ -65,6 +65,18 @@ static void test_bad_usage(void **state)
         SH("-n", "1", "--bind", "", "true"),
         SH("--store-only", "-n", "2"),
         SH("--store-only", "true"),
+        /* The elastic options need --elastic (--keep-going is not enough). */
+        SH("-n", "2", "--replace", "true"),
+        SH("-n", "2", "--keep-going", "--replace", "true"),
+        SH("-n", "2", "--min", "1", "true"),
+        SH("-n", "2", "--max-restarts", "3", "true"),
+        SH("-n", "2", "--elastic", "--min", "0", "true"),
+        SH("-n", "2", "--elastic", "--min", "3", "true"),
+        SH("-n", "2", "--elastic", "--min", "x", "true"),
+        SH("-n", "2", "--elastic", "--max-restarts", "-1", "true"),
+        SH("-n", "2", "--elastic", "--max-restarts", "", "true"),
+        SH("-n", "2", "--elastic", "--replace", "--max-restarts", "32767", "true"),
+        SH("--store-only", "--elastic"),
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         run_expect(cases[i], 2, "weftrun --help");
@@ -84,7 +96,8 @@ static void test_help_and_version(void **state)
                           "--timeout",       "--bind",          "--port",          "--store-only",
                           "--verbose",       "--help",          "--version",       "WEFT_RANK",
                           "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
-                          "WEFT_JOB_TOKEN",  "weft/failed/"};
+                          "WEFT_JOB_TOKEN",  "weft/failed/",    "--elastic",       "--replace",
+                          "--min",           "--max-restarts",  "WEFT_JOIN"};
     for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++) {
         if (strstr(r.out, must[i]) == NULL) {
             fail_msg("--help does not mention %s", must[i]);
