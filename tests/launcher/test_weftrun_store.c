@@ -2,7 +2,8 @@
  * weftrun and its store, tested with the store client: the ranks reach the store at
  * WEFT_STORE with WEFT_JOB_TOKEN (and are refused with another token), an abnormal exit
  * is published as weft/failed/<rank> before the others are told to stop, and
- * --store-only serves a store for ranks started by someone else.
+ * --store-only serves a store for ranks started by someone else. Under --elastic
+ * --replace the death of a replacement is published under its own member id.
  *
  * The ranks are this test program itself, started by weftrun with "--rank MODE ...":
  * each writes a verdict ("ok" or what went wrong) to $WT_DIR/verdict.<rank>.
@@ -232,6 +233,71 @@ static int rank_chain(void)
     return my_rank == 2 ? 7 : 0;
 }
 
+/*
+ * Read events on weft/failed/ until each of the @p n keys has arrived with its value in
+ * @p want. Keys set before the watch began come in no particular order.
+ */
+static const char *wait_failures(weft_store_client_t *c, const char *const *keys,
+                                 const char *const *want, int n)
+{
+    bool seen[8] = {false};
+    for (int left = n; left > 0;) {
+        char *k;
+        void *val;
+        size_t len;
+        if (weft__store_next_event(c, RANK_WAIT_MS, &k, &val, &len) != WEFT_OK) {
+            return "a notice did not come";
+        }
+        const char *why = NULL;
+        for (int i = 0; i < n; i++) {
+            if (strcmp(k, keys[i]) == 0 && !seen[i]) {
+                seen[i] = true;
+                left--;
+                why =
+                    len == strlen(want[i]) && memcmp(val, want[i], len) == 0 ? NULL : "wrong value";
+            }
+        }
+        free(k);
+        free(val);
+        if (why != NULL) {
+            return why;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * "replace", under --elastic --replace --max-restarts 1 with 2 ranks: rank 1 exits 3; its
+ * replacement (member 2, WEFT_JOIN=1) is killed; rank 0 must see weft/failed/1 "exit 3"
+ * and weft/failed/2 "signal 9", and only then exits (so weftrun handled both deaths first).
+ */
+static int rank_replace(void)
+{
+    if (my_rank == 1) {
+        exit(3);
+    }
+    if (my_rank == 2) {
+        const char *join = getenv("WEFT_JOIN");
+        if (join == NULL || strcmp(join, "1") != 0) {
+            return verdict("a replacement without WEFT_JOIN=1");
+        }
+        verdict("ok");
+        raise(SIGKILL);
+    }
+    if (my_rank != 0) {
+        return verdict("unexpected member id %d", my_rank);
+    }
+    weft_store_client_t *c;
+    if (connect_env(&c) != WEFT_OK || weft__store_watch(c, "weft/failed/") != WEFT_OK) {
+        return verdict("cannot watch");
+    }
+    const char *const keys[] = {"weft/failed/1", "weft/failed/2"};
+    const char *const want[] = {"exit 3", "signal 9"};
+    const char *why = wait_failures(c, keys, want, 2);
+    weft__store_close(c);
+    return why != NULL ? verdict("%s", why) : verdict("ok");
+}
+
 static int rank_main(int argc, char **argv)
 {
     const char *r = getenv("WEFT_RANK"), *n = getenv("WEFT_WORLD_SIZE");
@@ -254,6 +320,9 @@ static int rank_main(int argc, char **argv)
     }
     if (strcmp(mode, "chain") == 0) {
         return rank_chain();
+    }
+    if (strcmp(mode, "replace") == 0) {
+        return rank_replace();
     }
     fprintf(stderr, "rank: unknown mode %s\n", mode);
     return 31;
@@ -325,6 +394,24 @@ static void test_first_failure_wins(void **state)
     run_ranks(SH("-n", "3", "--keep-going", "--", self_exe, "--rank", "chain"), 5);
     expect_verdict(0);
     expect_verdict(2);
+}
+
+/* Tolerated deaths, the replacement's included, leave the job's status at 0. */
+static void test_replacement_failure_published(void **state)
+{
+    (void)state;
+    wr_result_t r;
+    wr_run(SH("-n", "2", "--elastic", "--replace", "--max-restarts", "1", "--", self_exe, "--rank",
+              "replace"),
+           &r);
+    if (r.code != 0) {
+        fprintf(stderr, "exit %d\nstderr: %s\n", r.code, r.err);
+    }
+    wr_result_free(&r);
+    /* The verdicts first: they say more than the exit code. */
+    expect_verdict(0);
+    expect_verdict(2);
+    assert_int_equal(r.code, 0);
 }
 
 /* Read "NAME=value" from the lines weftrun --store-only printed. */
@@ -409,9 +496,13 @@ int main(int argc, char **argv)
     }
     self_exe[n] = '\0';
     const struct CMUnitTest tests[] = {
-        T(test_ranks_reach_store),         T(test_failure_published_keep_going),
-        T(test_kill_published_keep_going), T(test_failure_published_before_term),
-        T(test_first_failure_wins),        T(test_store_only),
+        T(test_ranks_reach_store),
+        T(test_failure_published_keep_going),
+        T(test_kill_published_keep_going),
+        T(test_failure_published_before_term),
+        T(test_first_failure_wins),
+        T(test_replacement_failure_published),
+        T(test_store_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
