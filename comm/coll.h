@@ -62,9 +62,6 @@ enum weft_coll_kind {
 #define WEFT_COLL_STEP_CHAIN 34
 #define WEFT_COLL_STEP_PAIRS 35
 #define WEFT_COLL_STEP_COUNTS 36
-#define WEFT_COLL_STEP_DRD_FOLD_IN 40 /* coll_rdd.c: like the exchange phase's steps */
-#define WEFT_COLL_STEP_DRD(k) (41 + (k))
-#define WEFT_COLL_STEP_DRD_FOLD_OUT 60
 
 /* The header of every exchange-phase message (32 bytes, keeps payloads aligned). */
 typedef struct weft_coll_hdr {
@@ -248,7 +245,6 @@ void weft__ring_fini(weft_ring_t *ring);
 
 /* ---- setup hooks of each kind (coll_*.c), called by weft__coll_start ---- */
 weft_status_t weft__coll_setup_reduction(weft_coll_t *c); /* allreduce, reduce, r-s */
-weft_status_t weft__coll_setup_rdd(weft_coll_t *c);       /* their medium sizes */
 weft_status_t weft__coll_setup_allgather(weft_coll_t *c);
 weft_status_t weft__coll_setup_broadcast(weft_coll_t *c);
 weft_status_t weft__coll_setup_alltoall(weft_coll_t *c); /* alltoall, alltoallv */

@@ -7,9 +7,6 @@
  * partners of a step compute a (op) b in the same operand order, so every rank ends with
  * bitwise the same result.
  *
- * Medium (up to WEFT_COLL_RING_MIN): recursive doubling on the user's buffers after a
- * header-only exchange (coll_rdd.c).
- *
  * Large: the exchange phase checks agreement, then a pipelined ring: reduce-scatter
  * (+ allgather for allreduce, + a gather of the blocks to the root for reduce). Each
  * rank moves 2(P-1)/P of the vector for allreduce, the bandwidth optimum.
@@ -245,9 +242,6 @@ weft_status_t weft__coll_setup_reduction(weft_coll_t *c)
     size_t bytes = small_elems(c) * c->elem;
     if (bytes <= c->ctx->cfg.coll_small_max) {
         return setup_small(c);
-    }
-    if (bytes <= c->ctx->cfg.coll_ring_min) {
-        return weft__coll_setup_rdd(c);
     }
     return setup_large(c);
 }
