@@ -192,10 +192,6 @@ static const config_field_t config_table[] = {
     FIELD("WEFT_COLL_CHUNK", "1M",
           "Pipelining chunk of bandwidth-optimised (ring) collectives, in bytes.", coll_chunk,
           size),
-    FIELD("WEFT_COLL_RING_MIN", "256K",
-          "Reductions of more than this many bytes use the pipelined ring; smaller ones above "
-          "WEFT_COLL_SMALL_MAX use recursive doubling on the user's buffers.",
-          coll_ring_min, size),
     FIELD("WEFT_YIELD_SPINS", "64",
           "Progress polls without news before a waiting rank starts yielding the CPU.",
           yield_spins, int),

@@ -21,7 +21,6 @@ typedef struct weft_config {
     uint64_t failure_timeout_ms;
     size_t coll_small_max;        /* bytes: latency algorithms at or below */
     size_t coll_chunk;            /* bytes: pipelining chunk of ring algorithms */
-    size_t coll_ring_min;         /* bytes: reductions above use the ring */
     int yield_spins;              /* progress polls before a wait starts yielding */
     char ns[32];                  /* prefix of this context's store keys */
     char topo_xml[512];           /* hwloc XML file standing for this host; "" discovers */
