@@ -135,6 +135,8 @@ typedef struct weft_rd {
 /* Ring sizes: tag-ordered units in flight and temporary chunk slots. */
 #define WEFT_RING_WIN 16
 #define WEFT_RING_SLOTS 3
+/* Chunk of medium rings: the largest message intra-node transports send eagerly. */
+#define WEFT_RING_EAGER_CHUNK 8192
 
 /*
  * A pipelined ring over P blocks: reduce-scatter steps (rs_steps = P-1 or 0) then
@@ -213,6 +215,18 @@ weft_status_t weft__coll_child_test(weft_req_t **r, size_t *bytes);
 void weft__coll_child_drop(weft_req_t **r);
 /* Scratch memory owned by the collective, 64-byte aligned; NULL on failure (logged). */
 uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes);
+/*
+ * Whether @p payload bytes take the latency path (data inside the exchange messages): the
+ * whole message, header included, must fit in WEFT_COLL_SMALL_MAX. Past the transport's
+ * eager size a message needs a rendezvous round trip, and a ring of eager-sized chunks
+ * is then faster than one big exchange.
+ */
+static inline bool weft__coll_is_small(const weft_coll_t *c, size_t payload)
+{
+    return payload <= c->ctx->cfg.coll_small_max &&
+           WEFT_COLL_HDR_SIZE + payload <= c->ctx->cfg.coll_small_max;
+}
+
 /* Block b of @p count elements split in @p size near-equal blocks. */
 static inline size_t weft__coll_blk_off(size_t count, int size, int b)
 {
@@ -241,6 +255,9 @@ weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool a
                               const void *in, void *full, void *mine, const void *own,
                               size_t count, size_t blk);
 weft_status_t weft__ring_progress(weft_coll_t *c, weft_ring_t *ring);
+/* Pipelining chunk for blocks of @p blk_bytes: eager-sized for medium ones, else
+ * WEFT_COLL_CHUNK (never 0 unless WEFT_COLL_CHUNK is). */
+size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes);
 void weft__ring_fini(weft_ring_t *ring);
 
 /* ---- setup hooks of each kind (coll_*.c), called by weft__coll_start ---- */

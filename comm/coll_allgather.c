@@ -151,7 +151,7 @@ static weft_status_t ag_large_data(weft_coll_t *c)
 weft_status_t weft__coll_setup_allgather(weft_coll_t *c)
 {
     size_t total = blk_bytes(c) * (size_t)c->size;
-    if (total <= c->ctx->cfg.coll_small_max) {
+    if (weft__coll_is_small(c, total)) {
         c->scratch = weft__coll_alloc(c, total);
         if (c->scratch == NULL) {
             return WEFT_ERR_NO_MEMORY;

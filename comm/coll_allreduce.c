@@ -240,7 +240,7 @@ static weft_status_t setup_large(weft_coll_t *c)
 weft_status_t weft__coll_setup_reduction(weft_coll_t *c)
 {
     size_t bytes = small_elems(c) * c->elem;
-    if (bytes <= c->ctx->cfg.coll_small_max) {
+    if (weft__coll_is_small(c, bytes)) {
         return setup_small(c);
     }
     return setup_large(c);

@@ -171,7 +171,7 @@ static weft_status_t chain_data(weft_coll_t *c)
 weft_status_t weft__coll_setup_broadcast(weft_coll_t *c)
 {
     size_t bytes = bc_bytes(c);
-    if (bytes <= c->ctx->cfg.coll_small_max) {
+    if (weft__coll_is_small(c, bytes)) {
         weft_status_t st = weft__rd_init(c, &bc_small_ops, bytes);
         if (st == WEFT_OK && c->rank == c->a.root) {
             if (bytes > 0) {
@@ -188,7 +188,10 @@ weft_status_t weft__coll_setup_broadcast(weft_coll_t *c)
     int pos = (c->rank - c->a.root + c->size) % c->size;
     ch->prev = pos == 0 ? -1 : (c->rank - 1 + c->size) % c->size;
     ch->next = pos == c->size - 1 ? -1 : (c->rank + 1) % c->size;
-    ch->chunk = c->ctx->cfg.coll_chunk > 0 ? c->ctx->cfg.coll_chunk : bytes;
+    ch->chunk = weft__coll_chunk_bytes(c, bytes);
+    if (ch->chunk == 0) {
+        ch->chunk = bytes;
+    }
     ch->nchunks = (bytes + ch->chunk - 1) / ch->chunk;
     c->alg = ch;
     c->fini = chain_fini;

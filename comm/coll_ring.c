@@ -75,6 +75,22 @@ static void unit_get(const weft_ring_t *ring, size_t u, bool recv, unit_info_t *
                                                                      : ring->chunk_elems);
 }
 
+/*
+ * Chunk size for blocks (or a chain's buffer) of @p blk_bytes. A message costs either an eager copy through
+ * shared memory (up to about 8K with UCX's defaults) or a rendezvous round trip before its
+ * single copy, which only pays off for large messages. So medium blocks (up to 32 eager
+ * chunks) are cut in eager-sized chunks, and larger ones in WEFT_COLL_CHUNK chunks that
+ * amortise the round trip while the reduction of one overlaps the transfer of the next.
+ */
+size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes)
+{
+    size_t chunk = c->ctx->cfg.coll_chunk;
+    if (blk_bytes <= WEFT_RING_EAGER_CHUNK * 32 && chunk > WEFT_RING_EAGER_CHUNK) {
+        return WEFT_RING_EAGER_CHUNK;
+    }
+    return chunk;
+}
+
 weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag,
                               const void *in, void *full, void *mine, const void *own,
                               size_t count, size_t blk)
@@ -99,7 +115,7 @@ weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool a
         ring->slot[i] = -1;
     }
     size_t maxblk = blk > 0 ? blk : (count + (size_t)c->size - 1) / (size_t)c->size;
-    size_t per_chunk = c->ctx->cfg.coll_chunk / c->elem;
+    size_t per_chunk = weft__coll_chunk_bytes(c, maxblk * c->elem) / c->elem;
     if (per_chunk == 0) {
         per_chunk = 1;
     }
