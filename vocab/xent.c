@@ -202,6 +202,7 @@ static weft_status_t finish_c1(weft_vocab_mb_t *mb)
 }
 
 static weft_status_t after_collective(weft_vocab_mb_t *mb);
+static weft_status_t request_done(weft_vocab_mb_t *mb, weft_status_t st);
 
 /* Start an in-place all-reduce of the microbatch; runs what follows if it completed
  * inline. */
@@ -275,9 +276,17 @@ weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb)
     }
     mb->state = WEFT__MB_C1;
     switch (mb->algo) {
-    case WEFT_VOCAB_NAIVE:
+    case WEFT_VOCAB_NAIVE: {
+        /* The sums depend on the max, so the max is waited for here, in program order:
+         * starting the sums later from progress would let ranks with several microbatches
+         * in flight start their collectives in different orders. */
         mb->naive_stage = 1;
-        return start_allreduce(mb, mb->rec, mb->n, WEFT_F32, WEFT_MAX);
+        weft_status_t st = start_allreduce(mb, mb->rec, mb->n, WEFT_F32, WEFT_MAX);
+        if (st == WEFT_INPROGRESS && mb->naive_stage == 1) {
+            st = request_done(mb, weft_wait(mb->req, WEFT_TIMEOUT_DEFAULT));
+        }
+        return st;
+    }
     case WEFT_VOCAB_ALG1:
         return start_allreduce(mb, mb->rec, mb->n, WEFT_DTYPE_USER, mb->v->op_alg1);
     default:

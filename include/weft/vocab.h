@@ -29,9 +29,17 @@
  * default ignore_index) marks an ignored token, which has zero loss, contributes to no
  * gradient and is not counted by the mean. A label >= V is WEFT_ERR_INVALID_ARG.
  *
- * Buffers are row-major float32, contiguous. They may all be in host memory or all in
- * CUDA device memory (detected per call; the CUDA kernels exist when weft was built with
- * CUDA, else device buffers give WEFT_ERR_UNSUPPORTED); labels and ids may be in either.
+ * Buffers are row-major float32, contiguous. The tensors of one call must all be in host
+ * memory or all in CUDA device memory (detected per call with weft_memory_is_cuda(), which
+ * in a build without CUDA reports host memory for everything); labels, ids and the
+ * upstream gradient may be in either. On the device, the passes run cuBLAS and weft's
+ * kernels on the group's CUDA stream (weft_group_set_cuda_stream()) and return once that
+ * work is done; the collectives reduce host copies of the statistics (the merge operator
+ * runs on the host).
+ *
+ * Communication volume per microbatch of n tokens (4-byte floats): NAIVE and ALG1 reduce
+ * 3n + n*h floats, ALG2 (3 + 2h) * n, twice as much: the price of its single barrier is
+ * that A and B travel unscaled (weft_vocab_mb_stats() reports the bytes).
  *
  * Thread safety: as for the group the handle was created on.
  */
@@ -181,8 +189,10 @@ weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float
 /**
  * @brief Pass C1: start merging the statistics over the group (nonblocking).
  *
- * ALG1/ALG2: one collective with the merge operator; NAIVE: a max, then (when it
- * completes, inside test/wait) a sum. Every rank of the group must call it.
+ * ALG1/ALG2: one collective with the merge operator. NAIVE: a max, which this call waits
+ * for (what follows depends on it; starting the next collective later from progress
+ * would let ranks with several microbatches in flight start collectives in different
+ * orders), then the sums, left in flight. Every rank of the group must call it.
  * @return WEFT_OK when already complete, WEFT_INPROGRESS (drive with
  *         weft_vocab_mb_test() / weft_vocab_mb_wait()), or an error of the collective.
  */
