@@ -17,7 +17,14 @@
  * (where inputs are overwritten) one extra call on fresh inputs is checked. Non-reducing
  * collectives move byte patterns that depend on (source block, size). #wrong is the sum
  * over ranks; any wrong element makes the exit status 1.
+ *
+ * Binding (--bind core, the default): like mpirun's default, each rank pins itself to one
+ * CPU (local rank modulo the CPUs it may use) when the host has at least as many CPUs as
+ * local ranks; otherwise, or with --bind none, the scheduler places the ranks. Two
+ * ranks that the scheduler lets share a core pay a context switch per message.
  */
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -395,11 +402,50 @@ static int sweep(bench_t *b)
     return perf_table_end(&t);
 }
 
+static int bind_handler(void *arg, const char *name, const char *val)
+{
+    (void)name;
+    bool *bind = arg;
+    if (strcmp(val, "core") == 0 || strcmp(val, "none") == 0) {
+        *bind = strcmp(val, "core") == 0;
+        return 0;
+    }
+    return -1;
+}
+
+/* Pin this rank to one CPU of those it may use, if every local rank can have its own. */
+static void bind_to_core(void)
+{
+    const char *lr = getenv("WEFT_LOCAL_RANK"), *ls = getenv("WEFT_LOCAL_SIZE");
+    cpu_set_t allowed, one;
+    if (lr == NULL || ls == NULL || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+        return;
+    }
+    int rank = atoi(lr), size = atoi(ls), ncpu = CPU_COUNT(&allowed);
+    if (rank < 0 || size <= 0 || size > ncpu) {
+        return;
+    }
+    for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, &allowed) && seen++ == rank) {
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            if (sched_setaffinity(0, sizeof(one), &one) != 0) {
+                perror("weft-perf: sched_setaffinity");
+            }
+            return;
+        }
+    }
+}
+
 static int coll_main(int argc, char **argv, coll_kind_t kind, const char *name)
 {
+    static const perf_extra_opt_t extras[] = {
+        {"--bind", true, "core|none", "pin each rank to a core (default core, as mpirun)"},
+    };
     perf_opts_t o;
     perf_opts_default(&o);
-    int rc = perf_parse_opts(argc, argv, &o, name, NULL, 0, NULL, NULL);
+    bool bind = true;
+    int rc = perf_parse_opts(argc, argv, &o, name, extras, 1, bind_handler, &bind);
     if (rc == PERF_HELP) {
         printf("\n%s: size is the whole buffer (nccl-tests); buffers larger than the cache are "
                "rotated.\n", name);
@@ -407,6 +453,9 @@ static int coll_main(int argc, char **argv, coll_kind_t kind, const char *name)
     }
     if (rc != PERF_CONTINUE) {
         return PERF_EXIT_USAGE;
+    }
+    if (bind) {
+        bind_to_core(); /* before weft_init, so the transports' threads inherit it */
     }
     bench_t b = {.o = &o, .kind = kind, .name = name, .es = perf_dtype_size(o.dtype)};
     if (perf_world_open(&b.w) != 0) {
