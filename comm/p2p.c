@@ -3,11 +3,14 @@
  * one chosen for the peer. Used by the public send/receive calls and by collectives.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm/ctx.h"
 
-/* The peer behind group rank @p peer, connected on first use. */
-static weft_status_t peer_get(weft_group_t *g, int peer, weft_peer_t **out, int *id_out)
+/* The peer behind group rank @p peer; with @p need_ep, connected on first use. Receives
+ * need no endpoint: a message from a peer that has since finalized is still received. */
+static weft_status_t peer_get(weft_group_t *g, int peer, bool need_ep, weft_peer_t **out,
+                              int *id_out)
 {
     weft_ctx_t *ctx = g->ctx;
     weft_status_t st = weft__group_status(g);
@@ -20,7 +23,7 @@ static weft_status_t peer_get(weft_group_t *g, int peer, weft_peer_t **out, int 
     }
     int id = g->members[peer];
     weft_peer_t *p = &ctx->peers[id];
-    if (p->addr == NULL && id != ctx->rank) {
+    if (need_ep && p->addr == NULL && id != ctx->rank) {
         /* A member that joined after start-up: its address is looked up on first use. */
         st = weft__fetch_address(ctx, id, (int)ctx->cfg.connect_timeout_ms, 0);
         if (st != WEFT_OK) {
@@ -31,7 +34,7 @@ static weft_status_t peer_get(weft_group_t *g, int peer, weft_peer_t **out, int 
     if (p->failed != WEFT_OK) {
         return weft__error(ctx, p->failed, "peer %d (member %d) has failed", peer, id);
     }
-    if (p->ep == NULL && id != ctx->rank) {
+    if (need_ep && p->ep == NULL && id != ctx->rank) {
         st = p->ops->connect(p->tl, id, p->addr, p->addr_len, &p->ep);
         if (st != WEFT_OK) {
             /* Its shared memory or socket is gone: a member we cannot reach has failed,
@@ -77,7 +80,7 @@ weft_status_t weft__isend(weft_group_t *g, int peer, const void *buf, size_t len
     weft_peer_t *p;
     int id;
     void *tl_req = NULL;
-    weft_status_t st = peer_get(g, peer, &p, &id);
+    weft_status_t st = peer_get(g, peer, true, &p, &id);
     if (st != WEFT_OK) {
         return st;
     }
@@ -100,7 +103,7 @@ weft_status_t weft__irecv_len(weft_group_t *g, int peer, void *buf, size_t len,
     weft_peer_t *p;
     int id;
     void *tl_req = NULL;
-    weft_status_t st = peer_get(g, peer, &p, &id);
+    weft_status_t st = peer_get(g, peer, false, &p, &id);
     if (st != WEFT_OK) {
         return st;
     }
@@ -178,7 +181,8 @@ weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uin
 weft_status_t weft_send(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag)
 {
     weft_req_t *req = NULL;
-    return weft__blocking(weft_isend(g, buf, bytes, peer, tag, &req), req);
+    weft_status_t st = weft_isend(g, buf, bytes, peer, tag, &req); /* sets req first */
+    return weft__blocking(st, req);
 }
 
 weft_status_t weft_recv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
@@ -194,5 +198,66 @@ weft_status_t weft_recv(weft_group_t *g, void *buf, size_t bytes, int peer, uint
         *received = req->bytes;
     }
     weft_req_free(req);
+    return st;
+}
+
+weft_status_t weft__warm_up_peers(weft_group_t *g, int **ranks, int *n)
+{
+    weft_ctx_t *ctx = g->ctx;
+    int *out = malloc(sizeof(int) * (size_t)(g->size > 0 ? g->size : 1));
+    if (out == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to connect");
+    }
+    int k = 0;
+    bool all = strcmp(ctx->cfg.connect, "all") == 0;
+    bool local = strcmp(ctx->cfg.connect, "local") == 0;
+    for (int r = 0; r < g->size && (all || local); r++) {
+        int id = g->members[r];
+        if (id == ctx->rank) {
+            continue;
+        }
+        if (ctx->peers[id].addr == NULL) {
+            weft_status_t st =
+                weft__fetch_address(ctx, id, (int)ctx->cfg.connect_timeout_ms, 0);
+            if (st != WEFT_OK) {
+                free(out);
+                return st;
+            }
+        }
+        if (all || ctx->peers[id].same_host) {
+            out[k++] = r;
+        }
+    }
+    *ranks = out;
+    *n = k;
+    return WEFT_OK;
+}
+
+weft_status_t weft__warm_up(weft_group_t *g, const int *ranks, int n)
+{
+    enum { WARM_UP_PAYLOAD = 1 };
+    weft_req_t **reqs = calloc((size_t)(2 * n + 1), sizeof(*reqs));
+    if (reqs == NULL) {
+        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "no memory to connect");
+    }
+    weft_status_t st = WEFT_OK;
+    static char none;
+    for (int i = 0; i < n && st == WEFT_OK; i++) {
+        st = weft__irecv(g, ranks[i], &none, 0, WEFT_TAG_CTRL, WARM_UP_PAYLOAD, &reqs[2 * i]);
+        if (st == WEFT_OK || st == WEFT_INPROGRESS) {
+            st = weft__isend(g, ranks[i], &none, 0, WEFT_TAG_CTRL, WARM_UP_PAYLOAD,
+                             &reqs[2 * i + 1]);
+        }
+        st = st == WEFT_INPROGRESS ? WEFT_OK : st;
+    }
+    uint64_t timeout = weft__ms_to_ns(g->ctx->cfg.connect_timeout_ms);
+    for (int i = 0; i < 2 * n; i++) {
+        if (reqs[i] != NULL) {
+            weft_status_t w = weft_wait(reqs[i], timeout);
+            st = st == WEFT_OK ? w : st;
+            weft_req_free(reqs[i]);
+        }
+    }
+    free(reqs);
     return st;
 }
