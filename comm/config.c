@@ -140,6 +140,18 @@ static weft_status_t parse_ns(const char *text, void *field)
     return WEFT_OK;
 }
 
+static weft_status_t parse_connect(const char *text, void *field)
+{
+    static const char *const names[] = {"lazy", "local", "all"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcasecmp(text, names[i]) == 0) {
+            snprintf((char *)field, sizeof(((weft_config_t *)0)->connect), "%s", names[i]);
+            return WEFT_OK;
+        }
+    }
+    return WEFT_ERR_INVALID_ARG;
+}
+
 static void print_ns(const void *field, char *buf, size_t len)
 {
     snprintf(buf, len, "%s", (const char *)field);
@@ -203,6 +215,16 @@ static const config_field_t config_table[] = {
           "hwloc XML file used as this host's topology instead of discovering it (tests, "
           "simulated machines); empty: discover.",
           topo_xml, path),
+    {
+        .entry = {.name = "WEFT_CONNECT",
+                  .deflt = "local",
+                  .doc = "Peers connected at init and on admission: local (same host), all, or "
+                         "lazy (on first use). Eager connections keep set-up out of the first "
+                         "collective after a repair."},
+        .offset = offsetof(weft_config_t, connect),
+        .parse = parse_connect,
+        .print = print_ns,
+    },
 };
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))
 

@@ -23,6 +23,7 @@ typedef struct weft_config {
     size_t coll_chunk;            /* bytes: pipelining chunk of ring algorithms */
     int yield_spins;              /* progress polls before a wait starts yielding */
     char ns[32];                  /* prefix of this context's store keys */
+    char connect[8];              /* lazy | local | all: peers connected eagerly */
     char topo_xml[512];           /* hwloc XML file standing for this host; "" discovers */
 } weft_config_t;
 

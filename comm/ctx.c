@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/bootstrap.h"
 #include "comm/ctx.h"
@@ -13,6 +14,9 @@
 #define ADDR_KEY_FMT "addr/%d"
 #define CLAIM_KEY_FMT "claim/%d"
 #define FAILED_DIR "failed/"
+/* A published address: world size (int32), host name (ADDR_HOST_MAX), transport address. */
+#define ADDR_HOST_MAX 64
+#define ADDR_HEADER (sizeof(int32_t) + ADDR_HOST_MAX)
 
 void weft__key(const weft_ctx_t *ctx, char *buf, size_t len, const char *fmt, ...)
 {
@@ -107,14 +111,17 @@ static weft_status_t publish_address(weft_ctx_t *ctx)
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot get the UCX worker address");
     }
-    size_t len = sizeof(int32_t) + addr_len;
-    char *val = malloc(len);
+    char host[ADDR_HOST_MAX] = {0};
+    gethostname(host, sizeof(host) - 1);
+    size_t len = ADDR_HEADER + addr_len;
+    char *val = calloc(1, len);
     if (val == NULL) {
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for the address");
     }
     int32_t wsize = ctx->world_size_at_start;
     memcpy(val, &wsize, sizeof(wsize));
-    memcpy(val + sizeof(wsize), addr, addr_len);
+    memcpy(val + sizeof(wsize), host, sizeof(host));
+    memcpy(val + ADDR_HEADER, addr, addr_len);
     weft__key(ctx, key, sizeof(key), ADDR_KEY_FMT, ctx->rank);
     st = weft__store_set(ctx->store, key, val, len);
     free(val);
@@ -143,10 +150,10 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "member %d did not arrive within %d ms", id, timeout_ms);
     }
-    if (plen > sizeof(wsize)) {
+    if (plen > ADDR_HEADER) {
         memcpy(&wsize, pv, sizeof(wsize));
     }
-    if (plen <= sizeof(wsize) || (expect_size > 0 && wsize != expect_size)) {
+    if (plen <= ADDR_HEADER || (expect_size > 0 && wsize != expect_size)) {
         free(pv);
         return weft__error(ctx, WEFT_ERR_MISMATCH,
                            "member %d was started with world size %d, this one with %d", id,
@@ -154,13 +161,18 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
     }
     weft_peer_t *p = &ctx->peers[id];
     free(p->addr);
-    p->addr_len = plen - sizeof(wsize);
+    p->addr_len = plen - ADDR_HEADER;
     p->addr = malloc(p->addr_len);
     if (p->addr == NULL) {
         free(pv);
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for addresses");
     }
-    memcpy(p->addr, (char *)pv + sizeof(wsize), p->addr_len);
+    memcpy(p->addr, (char *)pv + ADDR_HEADER, p->addr_len);
+    char host[ADDR_HOST_MAX] = {0}, theirs[ADDR_HOST_MAX];
+    gethostname(host, sizeof(host) - 1);
+    memcpy(theirs, (char *)pv + sizeof(wsize), sizeof(theirs));
+    theirs[sizeof(theirs) - 1] = '\0';
+    p->same_host = strcmp(host, theirs) == 0;
     free(pv);
     return WEFT_OK;
 }
@@ -297,6 +309,14 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
         if (st == WEFT_OK) {
             st = create_world(ctx);
         }
+        if (st == WEFT_OK) {
+            int *ranks, n;
+            st = weft__warm_up_peers(ctx->world, &ranks, &n);
+            if (st == WEFT_OK) {
+                st = weft__warm_up(ctx->world, ranks, n);
+                free(ranks);
+            }
+        }
     }
     if (st == WEFT_OK) {
         st = weft__transport_check(ctx); /* a forced transport that cannot work fails here */
@@ -325,6 +345,15 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     if (ctx == NULL) {
         return WEFT_OK;
     }
+    /* Leave together: a member that disappears while others still talk to it looks
+     * like a failure to them. Best effort, and only on a healthy world group. */
+    if (ctx->world != NULL && ctx->world->size > 1 && ctx->world->rank >= 0 &&
+        weft__group_status(ctx->world) == WEFT_OK) {
+        weft_status_t st = weft_barrier(ctx->world);
+        if (st != WEFT_OK) {
+            WEFT_DEBUG(&ctx->logger, "finalize: barrier: %s", weft_status_str(st));
+        }
+    }
     weft__heartbeat_stop(ctx);
     while (ctx->live != NULL) {
         weft_req_free(ctx->live);
@@ -341,6 +370,11 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
         free(p->addr);
     }
     if (ctx->tl_ucx != NULL) {
+        /* Messages of old epochs nobody will receive: drop them rather than have the
+         * transport complain about them at shutdown. */
+        if (weft__tl_ucx.discard != NULL) {
+            weft__tl_ucx.discard(ctx->tl_ucx, 0, 0);
+        }
         weft__tl_ucx.fini(ctx->tl_ucx);
     }
     if (ctx->tl_self != NULL) {

@@ -24,6 +24,7 @@ typedef struct weft_peer {
     void *addr;           /* published transport address (malloc'ed), NULL if unknown */
     size_t addr_len;
     weft_status_t failed; /* WEFT_OK while alive; else why it is gone */
+    bool same_host;       /* published the same host name as this process */
 } weft_peer_t;
 
 typedef struct weft_user_op {
@@ -136,6 +137,15 @@ weft_status_t weft__irecv(weft_group_t *g, int peer, void *buf, size_t len,
 weft_status_t weft__irecv_len(weft_group_t *g, int peer, void *buf, size_t len,
                               enum weft_tag_class cls, uint32_t payload, weft_req_t **req,
                               size_t *recvd);
+/*
+ * Establish connections with group ranks @p ranks[0..n) now (an empty control message
+ * each way), so later operations do not pay for connection set-up. Collective between
+ * the pairs: each side must list the other. WEFT_OK or the first error.
+ */
+weft_status_t weft__warm_up(weft_group_t *g, const int *ranks, int n);
+/* Group ranks of @p g to warm up with under WEFT_CONNECT (local: same host; all; lazy:
+ * none), excluding this rank. *ranks is malloc'ed. */
+weft_status_t weft__warm_up_peers(weft_group_t *g, int **ranks, int *n);
 /* Poll the launcher's failure notices (weft/failed/<rank>) without blocking. */
 void weft__poll_failure_notices(weft_ctx_t *ctx);
 
