@@ -1,18 +1,23 @@
 /*
  * weft-perf group: what losing and regaining a member costs.
  *
- * Run under `weftrun -n N --elastic --replace -- weft-perf group`. Each run the last rank
+ * Run under `weftrun -n N --elastic -- weft-perf group`. Each run the last rank
  * records the time and kills itself with SIGKILL while the others loop on a small
  * allreduce. The survivors measure, side by side:
- *   detect   kill -> the first operation that fails (rank 0's clock; one host, so the
+ *   detect   kill -> the last survivor's first failed operation (one host, so the
  *            monotonic clock is shared)
- *   repair   weft_group_repair + the first allreduce that succeeds at the new epoch
+ *   repair   from the moment the last survivor knew of the death to the moment the last
+ *            survivor completed weft_group_repair + the first allreduce at the new epoch
  *   rebuild  the same recovery done the way libraries without in-place repair do it: a
  *            new context (new transport worker, address exchange), its world group, the
  *            first allreduce, and finalizing it
- *   grow     weft_group_grow admitting the replacement weftrun started (it is waiting in
- *            weft_group_join), connection set-up and the first allreduce with it included
- * The replacement becomes the next run's victim, so the group size stays N.
+ *   grow     weft_group_grow admitting a replacement (waiting in weft_group_join),
+ *            connection set-up and the first allreduce with it included
+ * Rank 0 starts the replacement itself once the repair and the rebuild have been
+ * measured, so that its start-up (exec, loading, transport init) does not compete for
+ * the cores with what is being measured; on a cluster it would start on another node.
+ * With --no-spawn, `weftrun --elastic --replace` starts it instead, at once. The
+ * replacement becomes the next run's victim, so the group size stays N.
  * Times are the maximum over the survivors of each run; medians over runs are reported.
  */
 #include <signal.h>
@@ -20,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "perf.h"
@@ -30,6 +36,9 @@ static const char *const metric_names[M_COUNT] = {"detect", "repair", "rebuild",
 typedef struct group_bench {
     perf_opts_t o;
     bool rebuild;
+    bool spawn; /* rank 0 starts each replacement itself */
+    char **argv; /* this subcommand's arguments, for the replacements */
+    int size0; /* members at the start; the replacement keeps the group at this size */
     weft_ctx_t *ctx;
     weft_group_t *g;
     double *samples[M_COUNT]; /* [runs], rank 0 */
@@ -37,6 +46,8 @@ typedef struct group_bench {
 
 static const perf_extra_opt_t extras[] = {
     {"--no-rebuild", false, NULL, "skip the full-rebuild comparison"},
+    {"--no-spawn", false, NULL,
+     "do not start replacements (weftrun --elastic --replace starts them)"},
 };
 
 static int on_extra(void *arg, const char *name, const char *val)
@@ -45,13 +56,17 @@ static int on_extra(void *arg, const char *name, const char *val)
     group_bench_t *b = arg;
     if (strcmp(name, "--no-rebuild") == 0) {
         b->rebuild = false;
+    } else if (strcmp(name, "--no-spawn") == 0) {
+        b->spawn = false;
     }
     return 0;
 }
 
+/* One name per job and run: the job token is the same in every rank and replacement. */
 static void stamp_path(char *buf, size_t len, int iter)
 {
-    snprintf(buf, len, "/tmp/weft-perf-group.%ld.%d", (long)getppid(), iter);
+    const char *token = getenv("WEFT_JOB_TOKEN");
+    snprintf(buf, len, "/tmp/weft-perf-group.%.16s.%d", token != NULL ? token : "none", iter);
 }
 
 /* The victim leaves its clock in a file: a message could be lost with the revoke. */
@@ -151,6 +166,33 @@ static double full_rebuild(group_bench_t *b, int iter)
     return dt;
 }
 
+/* A replacement: this program again, joining (the store assigns its member id). */
+static int spawn_replacement(group_bench_t *b)
+{
+    for (pid_t pid; (pid = waitpid(-1, NULL, WNOHANG)) > 0;) {
+        /* reap earlier replacements that were killed */
+    }
+    char *args[64];
+    int n = 0;
+    args[n++] = "weft-perf";
+    for (int i = 0; b->argv[i] != NULL && n < 62; i++) {
+        args[n++] = b->argv[i];
+    }
+    args[n] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("WEFT_JOIN", "1", 1);
+        unsetenv("WEFT_RANK");
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    if (pid < 0) {
+        perror("weft-perf group: fork");
+        return 1;
+    }
+    return 0;
+}
+
 static int wait_for_joiner(group_bench_t *b)
 {
     double deadline = perf_now_us() + 60e6;
@@ -162,8 +204,8 @@ static int wait_for_joiner(group_bench_t *b)
             return 0;
         }
         if (perf_now_us() > deadline) {
-            fprintf(stderr, "weft-perf group: no replacement arrived within 60 s: run under "
-                            "'weftrun --elastic --replace'\n");
+            fprintf(stderr, "weft-perf group: no replacement arrived within 60 s%s\n",
+                    b->spawn ? "" : ": run under 'weftrun --elastic --replace'");
             return 1;
         }
         struct timespec ts = {0, 1000000};
@@ -171,26 +213,42 @@ static int wait_for_joiner(group_bench_t *b)
     }
 }
 
-/* One run on a survivor; m[] gets this member's times in microseconds. */
-static int survive_one(group_bench_t *b, int iter, double m[M_COUNT])
+/*
+ * One run on a survivor. m[] gets absolute times for the detection and the end of the
+ * repair (the maxima over survivors give the run's figures) and durations for rebuild
+ * and grow. @p failed: the allreduce before the kill already saw the death.
+ */
+static int survive_one(group_bench_t *b, int iter, bool failed, double m[M_COUNT])
 {
-    weft_status_t st;
-    do {
+    weft_status_t st = failed ? WEFT_ERR_PEER_FAILED : WEFT_OK;
+    while (st == WEFT_OK) {
         st = checked_allreduce(b->g);
-    } while (st == WEFT_OK);
-    double t1 = perf_now_us();
-    double t0 = read_stamp(iter);
-    m[M_DETECT] = t0 > 0 ? t1 - t0 : -1;
-
-    double t2 = perf_now_us();
+    }
+    m[M_DETECT] = perf_now_us();
     weft_edit_info_t info = {.size = sizeof(info)};
     if (check(b->ctx, "repair", weft_group_repair(b->g, &info)) ||
         check(b->ctx, "allreduce after repair", checked_allreduce(b->g))) {
         return 1;
     }
-    m[M_REPAIR] = perf_now_us() - t2;
+    m[M_REPAIR] = perf_now_us();
+    /* Nobody starts the rebuild (heavy: a new transport context) while another survivor
+     * is still finishing the repair being measured. */
+    if (check(b->ctx, "barrier", weft_barrier(b->g))) {
+        return 1;
+    }
     m[M_REBUILD] = b->rebuild ? full_rebuild(b, iter) : -1;
 
+    int size;
+    weft_group_size(b->g, &size);
+    m[M_GROW] = -1;
+    if (size == b->size0) {
+        return 0; /* the replacement was waiting already: the repair admitted it */
+    }
+    int rank;
+    weft_group_rank(b->g, &rank);
+    if (b->spawn && rank == 0 && spawn_replacement(b)) {
+        return 1;
+    }
     if (wait_for_joiner(b)) {
         return 1;
     }
@@ -260,14 +318,18 @@ static int run(group_bench_t *b, int iter, int runs, int size0)
             fprintf(stderr, "weft-perf group: needs at least 3 ranks\n");
             return PERF_EXIT_USAGE;
         }
-        if (check(b->ctx, "allreduce", checked_allreduce(b->g))) {
+        /* The victim may die right after its part of this allreduce: a survivor can see
+         * the death here already. */
+        weft_status_t st = checked_allreduce(b->g);
+        if (st != WEFT_OK && st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
+            check(b->ctx, "allreduce", st);
             return PERF_EXIT_ERROR;
         }
         if (rank == size - 1) {
             die_now(iter);
         }
         double m[M_COUNT] = {0};
-        if (survive_one(b, iter, m)) {
+        if (survive_one(b, iter, st != WEFT_OK, m)) {
             return PERF_EXIT_ERROR;
         }
         /* Admitted replacement: tell it where we are, then gather the run's maxima. */
@@ -279,9 +341,11 @@ static int run(group_bench_t *b, int iter, int runs, int size0)
         }
         weft_group_rank(b->g, &rank);
         if (rank == 0) {
-            for (int k = 0; k < M_COUNT; k++) {
-                b->samples[k][iter] = m[k];
-            }
+            double t0 = read_stamp(iter);
+            b->samples[M_DETECT][iter] = t0 > 0 ? m[M_DETECT] - t0 : -1;
+            b->samples[M_REPAIR][iter] = m[M_REPAIR] - m[M_DETECT];
+            b->samples[M_REBUILD][iter] = m[M_REBUILD];
+            b->samples[M_GROW][iter] = m[M_GROW];
         }
     }
     int rank;
@@ -300,19 +364,18 @@ static int join_and_run(group_bench_t *b, int runs)
         return PERF_EXIT_ERROR;
     }
     int32_t next = 0;
-    double m[M_COUNT] = {0};
+    double m[M_COUNT] = {-1, -1, -1, -1};
     if (check(b->ctx, "broadcast", weft_broadcast(b->g, &next, 1, WEFT_I32, 0)) ||
         check(b->ctx, "gather times", weft_allreduce(b->g, m, m, M_COUNT, WEFT_F64, WEFT_MAX))) {
         return PERF_EXIT_ERROR;
     }
-    int size;
-    weft_group_size(b->g, &size);
-    return run(b, next, runs, size);
+    weft_group_size(b->g, &b->size0);
+    return run(b, next, runs, b->size0);
 }
 
 int perf_group_main(int argc, char **argv)
 {
-    group_bench_t b = {.rebuild = true};
+    group_bench_t b = {.rebuild = true, .spawn = true, .argv = argv};
     perf_opts_default(&b.o);
     int rc = perf_parse_opts(argc, argv, &b.o, "group", extras, sizeof(extras) / sizeof(extras[0]),
                              on_extra, &b);
@@ -336,9 +399,8 @@ int perf_group_main(int argc, char **argv)
         rc = join_and_run(&b, runs);
     } else {
         weft_ctx_world(b.ctx, &b.g);
-        int size;
-        weft_group_size(b.g, &size);
-        rc = run(&b, 0, runs, size);
+        weft_group_size(b.g, &b.size0);
+        rc = run(&b, 0, runs, b.size0);
     }
     weft_finalize(b.ctx);
     for (int k = 0; k < M_COUNT; k++) {
