@@ -206,6 +206,12 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
  * latency path). Fails with the group's status when it is revoked or edited meanwhile.
  */
 weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a);
+
+/* Collectives on CUDA buffers (comm/coll_cuda.c): whether @p a names device memory, and
+ * the start that routes it to NCCL (or refuses with the reason). */
+bool weft__coll_is_cuda(const weft_coll_args_t *a);
+weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a,
+                                    weft_req_t **req);
 /* Record that this rank saw a disagreement (first reason kept). */
 void weft__coll_set_mismatch(weft_coll_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
