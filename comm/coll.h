@@ -1,14 +1,16 @@
 /*
- * Collective algorithms (internal). A collective is a compound request whose progress()
- * advances a state machine; it never blocks. Every collective runs in two phases:
+ * Collective algorithms (internal). A collective is a state machine advanced by a
+ * step function that never blocks: the progress() of a compound request for the
+ * nonblocking calls, or a wait loop over an object on the stack for the blocking twins
+ * (no allocation on their latency path). Every collective runs in two phases:
  *
  * 1. The exchange phase: recursive doubling over the group (non-power-of-two sizes fold
  *    the ranks above the largest power of two onto partners first and hand them the
  *    result last). Every message of this phase starts with a 32-byte header carrying
  *    (kind, seq, count, dtype, op, root, elem_size, mismatch flag). Latency-bound
  *    collectives carry their data in the same messages (allreduce, reduce, reduce_scatter,
- *    allgather and broadcast up to WEFT_COLL_SMALL_MAX bytes), so they finish inside this
- *    phase; the others exchange headers only.
+ *    allgather and broadcast whose message, header included, fits WEFT_COLL_SMALL_MAX),
+ *    so they finish inside this phase; the others exchange headers only.
  * 2. The data phase of bandwidth-bound algorithms: pipelined ring, chain or pairwise
  *    exchanges, started only once the exchange phase has shown that all ranks agree.
  *
