@@ -209,7 +209,7 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
  */
 weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a);
 
-/* Collectives on CUDA buffers (comm/coll_cuda.c): whether @p a names device memory, and
+/* Collectives on CUDA buffers (comm/coll_device.c): whether @p a names device memory, and
  * the start that routes it to NCCL (or refuses with the reason). */
 bool weft__coll_is_cuda(const weft_coll_args_t *a);
 weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a,
