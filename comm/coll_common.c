@@ -243,9 +243,37 @@ static weft_status_t coll_step(weft_coll_t *c)
     return c->status;
 }
 
+static weft_status_t coll_progress(weft_req_t *req);
+
+/*
+ * Advance once every other nonblocking collective of the context. A rank waiting for one
+ * collective must keep its others moving: ranks that wait for them in different orders
+ * would otherwise each wait for a step the other never takes. Steps run directly (not
+ * through weft__req_advance) so this never recurses; children a step frees are always
+ * ahead of their parent in the live list, so the walk stays valid.
+ */
+static void progress_others(weft_ctx_t *ctx, const weft_req_t *self)
+{
+    for (weft_req_t *r = ctx->live; r != NULL; r = r->next) {
+        if (r == self || r->progress != coll_progress || r->status != WEFT_INPROGRESS ||
+            r->impl == NULL || weft__group_status(r->group) != WEFT_OK ||
+            r->group->epoch != r->epoch) {
+            continue; /* its own wait reports a revoked or edited group */
+        }
+        weft_status_t st = coll_step(r->impl);
+        if (st != WEFT_INPROGRESS) {
+            r->status = st; /* as weft__req_advance records a final status */
+        }
+    }
+}
+
 static weft_status_t coll_progress(weft_req_t *req)
 {
-    return coll_step(req->impl);
+    weft_status_t st = coll_step(req->impl);
+    if (st == WEFT_INPROGRESS) {
+        progress_others(req->ctx, req);
+    }
+    return st;
 }
 
 static void coll_cleanup(weft_req_t *req)
@@ -429,6 +457,7 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
         if (st != WEFT_INPROGRESS) {
             return st;
         }
+        progress_others(ctx, NULL);
         if (weft__progress(ctx) > 0) {
             idle = 0;
             continue;

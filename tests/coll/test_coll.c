@@ -494,11 +494,12 @@ static void test_barrier(void **state)
     }
 }
 
-/* ---- several outstanding collectives, waited in reverse order ---- */
+/* ---- several outstanding collectives, waited in any order ---- */
 
-static void test_outstanding_reverse(void **state)
+/* Start seven collectives, run a blocking one while they are outstanding, then wait for
+ * them in reverse order, or (mixed) in reverse on odd ranks and in order on even ones. */
+static void outstanding(bool mixed)
 {
-    (void)state;
     uint64_t salt = salt_counter++;
     size_t n_small = 5, n_large = 50001, n_ag = 1000, n_bc = 20000, n_rs = 3000, n_a2a = 100;
     float *s_in = xmalloc(n_small * 4), *s_out = xmalloc(n_small * 4);
@@ -525,7 +526,10 @@ static void test_outstanding_reverse(void **state)
     st[4] = weft_ireduce_scatter(world, rs_in, rs_out, n_rs, WEFT_I32, WEFT_SUM, &req[4]);
     st[5] = weft_ibarrier(world, &req[5]);
     st[6] = weft_ialltoall(world, a_in, a_out, n_a2a, WEFT_U8, &req[6]);
-    for (int i = 6; i >= 0; i--) {
+    one_allreduce(WEFT_I32, WEFT_SUM, 20011, false); /* blocking, while they are in flight */
+    bool forward = mixed && me % 2 == 0;
+    for (int k = 0; k < 7; k++) {
+        int i = forward ? k : 6 - k;
         assert_true(st[i] == WEFT_OK || st[i] == WEFT_INPROGRESS);
         if (st[i] == WEFT_INPROGRESS) {
             assert_int_equal(weft_wait(req[i], WEFT_TIMEOUT_DEFAULT), WEFT_OK);
@@ -545,6 +549,18 @@ static void test_outstanding_reverse(void **state)
                      0);
     free(s_in), free(s_out), free(l_in), free(l_out), free(ag_in), free(ag_out), free(bc);
     free(rs_in), free(rs_out), free(a_in), free(a_out);
+}
+
+static void test_outstanding_reverse(void **state)
+{
+    (void)state;
+    outstanding(false);
+}
+
+static void test_outstanding_mixed_order(void **state)
+{
+    (void)state;
+    outstanding(true);
 }
 
 /* ---- mismatch: every rank gets WEFT_ERR_MISMATCH, outputs untouched ---- */
@@ -840,6 +856,7 @@ int main(void)
         cmocka_unit_test(test_alltoallv),
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_outstanding_reverse),
+        cmocka_unit_test(test_outstanding_mixed_order),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_mismatch_alltoallv),
         cmocka_unit_test(test_user_op),
