@@ -364,11 +364,9 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     if (g == NULL || req == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
-#ifdef WEFT_HAVE_CUDA /* coll_cuda.c is built only with CUDA */
     if (weft__coll_is_cuda(a)) {
         return weft__coll_cuda_start(g, a, req);
     }
-#endif
     weft_coll_t *c = malloc(sizeof(*c));
     if (c == NULL) {
         return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", a->name);
@@ -475,13 +473,11 @@ weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a)
     if (g == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
-#ifdef WEFT_HAVE_CUDA
     if (weft__coll_is_cuda(a)) {
         weft_req_t *req = NULL;
         weft_status_t st = weft__coll_cuda_start(g, a, &req);
         return weft__blocking(st, req);
     }
-#endif
     weft_coll_t c;
     weft_status_t st = coll_init(g, a, &c);
     if (st != WEFT_INPROGRESS) {
