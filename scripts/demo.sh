@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs a local multi-rank demo through weftrun:
-# point-to-point latency/bandwidth between two ranks, then an allreduce sweep on four.
+# point-to-point bandwidth between two ranks, an allreduce sweep on four, and losing and
+# regaining a rank on four (detection, in-place repair vs a full rebuild, grow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -8,7 +9,7 @@ cd "$(dirname "$0")/.."
 ranks=${WEFT_DEMO_RANKS:-4}
 echo "== weft-perf sendrecv, 2 ranks"
 build/bin/weftrun -n 2 -- build/bin/weft-perf sendrecv -b 8 -e 16M -f 8 -n 20 -w 5 -c 1
-if build/bin/weft-perf --help | grep -q allreduce; then
-    echo "== weft-perf allreduce, $ranks ranks"
-    build/bin/weftrun -n "$ranks" -- build/bin/weft-perf allreduce -b 8 -e 16M -f 8 -n 20 -w 5 -c 1
-fi
+echo "== weft-perf allreduce, $ranks ranks"
+build/bin/weftrun -n "$ranks" -- build/bin/weft-perf allreduce -b 8 -e 16M -f 8 -n 20 -w 5 -c 1
+echo "== weft-perf group, $ranks ranks: a rank is killed (SIGKILL) each run and replaced"
+build/bin/weftrun -n "$ranks" --elastic -- build/bin/weft-perf group -n 5
