@@ -224,15 +224,25 @@ void weft__coll_child_drop(weft_req_t **r);
 /* Scratch memory owned by the collective, 64-byte aligned; NULL on failure (logged). */
 uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes);
 /*
- * Whether @p payload bytes take the latency path (data inside the exchange messages): the
- * whole message, header included, must fit in WEFT_COLL_SMALL_MAX. Past the transport's
- * eager size a message needs a rendezvous round trip, and a ring of eager-sized chunks
- * is then faster than one big exchange.
+ * Whether @p payload bytes take the latency path (data inside the exchange messages). For
+ * two ranks the whole message, header included, must fit in WEFT_COLL_SMALL_MAX: past the
+ * transport's eager size a message needs a rendezvous round trip, and a ring of
+ * eager-sized chunks is then faster than one big exchange. With more ranks the ring needs
+ * 2(P-1) steps against log2(P), so in the alpha-beta model the crossover moves up by
+ * (2(P-1) - L) / L, L = log2 of the largest power of two <= P (2x at 4 ranks, 3.7x at 8).
  */
 static inline bool weft__coll_is_small(const weft_coll_t *c, size_t payload)
 {
-    return payload <= c->ctx->cfg.coll_small_max &&
-           WEFT_COLL_HDR_SIZE + payload <= c->ctx->cfg.coll_small_max;
+    size_t lg = 0;
+    while ((2u << lg) <= (unsigned)c->size) {
+        lg++;
+    }
+    size_t limit = c->ctx->cfg.coll_small_max;
+    if (lg > 1) {
+        size_t ring_steps = 2 * (size_t)(c->size - 1);
+        limit = limit / lg * (ring_steps - lg);
+    }
+    return payload <= limit && WEFT_COLL_HDR_SIZE + payload <= limit;
 }
 
 /* Block b of @p count elements split in @p size near-equal blocks. */
@@ -263,9 +273,9 @@ weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool a
                               const void *in, void *full, void *mine, const void *own,
                               size_t count, size_t blk);
 weft_status_t weft__ring_progress(weft_coll_t *c, weft_ring_t *ring);
-/* Pipelining chunk for blocks of @p blk_bytes: eager-sized for medium ones, else
- * WEFT_COLL_CHUNK (never 0 unless WEFT_COLL_CHUNK is). */
-size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes);
+/* Pipelining chunk for blocks of @p blk_bytes, each chunk costing @p units messages per
+ * rank: eager-sized for medium blocks, else WEFT_COLL_CHUNK (0 only if that is 0). */
+size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes, int units);
 void weft__ring_fini(weft_ring_t *ring);
 
 /* ---- setup hooks of each kind (coll_*.c), called by weft__coll_start ---- */

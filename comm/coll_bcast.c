@@ -188,7 +188,7 @@ weft_status_t weft__coll_setup_broadcast(weft_coll_t *c)
     int pos = (c->rank - c->a.root + c->size) % c->size;
     ch->prev = pos == 0 ? -1 : (c->rank - 1 + c->size) % c->size;
     ch->next = pos == c->size - 1 ? -1 : (c->rank + 1) % c->size;
-    ch->chunk = weft__coll_chunk_bytes(c, bytes);
+    ch->chunk = weft__coll_chunk_bytes(c, bytes, 2); /* a receive and a send per chunk */
     if (ch->chunk == 0) {
         ch->chunk = bytes;
     }

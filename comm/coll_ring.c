@@ -76,16 +76,20 @@ static void unit_get(const weft_ring_t *ring, size_t u, bool recv, unit_info_t *
 }
 
 /*
- * Chunk size for blocks (or a chain's buffer) of @p blk_bytes. A message costs either an eager copy through
- * shared memory (up to about 8K with UCX's defaults) or a rendezvous round trip before its
- * single copy, which only pays off for large messages. So medium blocks (up to 32 eager
- * chunks) are cut in eager-sized chunks, and larger ones in WEFT_COLL_CHUNK chunks that
- * amortise the round trip while the reduction of one overlaps the transfer of the next.
+ * Chunk size for blocks (or a chain's buffer) of @p blk_bytes, where each chunk costs
+ * @p units messages per rank. A message costs either an eager copy through shared memory
+ * (up to about 8K with UCX's defaults) or a rendezvous round trip before its single copy,
+ * which only pays off for large messages. So medium blocks are cut in eager-sized chunks,
+ * as long as that makes at most about 64 messages per rank (each message also costs a
+ * scheduling round trip when ranks share cores); larger ones use WEFT_COLL_CHUNK chunks,
+ * which amortise the round trip while the reduction of one overlaps the transfer of the
+ * next.
  */
-size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes)
+size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes, int units)
 {
     size_t chunk = c->ctx->cfg.coll_chunk;
-    if (blk_bytes <= WEFT_RING_EAGER_CHUNK * 32 && chunk > WEFT_RING_EAGER_CHUNK) {
+    size_t max_chunks = units > 0 && units < 64 ? (size_t)(64 / units) : 1;
+    if (chunk > WEFT_RING_EAGER_CHUNK && blk_bytes <= WEFT_RING_EAGER_CHUNK * max_chunks) {
         return WEFT_RING_EAGER_CHUNK;
     }
     return chunk;
@@ -115,7 +119,7 @@ weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool a
         ring->slot[i] = -1;
     }
     size_t maxblk = blk > 0 ? blk : (count + (size_t)c->size - 1) / (size_t)c->size;
-    size_t per_chunk = weft__coll_chunk_bytes(c, maxblk * c->elem) / c->elem;
+    size_t per_chunk = weft__coll_chunk_bytes(c, maxblk * c->elem, ring->units) / c->elem;
     if (per_chunk == 0) {
         per_chunk = 1;
     }
