@@ -152,11 +152,11 @@ typedef struct weft_ring {
     size_t elem, count;            /* element size; elements over all blocks */
     size_t blk;                    /* block length when uniform, else 0 (split count) */
     size_t nchunks, chunk_elems;
-    size_t total; /* units over all chunks */
-    const uint8_t *in;     /* reduce-scatter input: all blocks */
-    uint8_t *full;         /* allgather buffer: all blocks; NULL without allgather */
-    uint8_t *mine;         /* where my reduced block goes */
-    const uint8_t *own;    /* allgather only: my block as the user gave it */
+    size_t total;       /* units over all chunks */
+    const uint8_t *in;  /* reduce-scatter input: all blocks */
+    uint8_t *full;      /* allgather buffer: all blocks; NULL without allgather */
+    uint8_t *mine;      /* where my reduced block goes */
+    const uint8_t *own; /* allgather only: my block as the user gave it */
     const weft_reducer_t *red;
     bool direct; /* reduce-scatter chunks are received and combined in place in `full` */
     /* Progress. Units below next_done are received and processed; sends below floor
@@ -212,8 +212,7 @@ weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a);
 /* Collectives on CUDA buffers (comm/coll_device.c): whether @p a names device memory, and
  * the start that routes it to NCCL (or refuses with the reason). */
 bool weft__coll_is_cuda(const weft_coll_args_t *a);
-weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a,
-                                    weft_req_t **req);
+weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req);
 /* Record that this rank saw a disagreement (first reason kept). */
 void weft__coll_set_mismatch(weft_coll_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -269,9 +268,8 @@ void weft__rd_fini(weft_coll_t *c);
  * in elements of the block layout: blocks of @p blk elements when blk > 0, else @p count
  * split in near-equal blocks. Returns WEFT_ERR_NO_MEMORY (logged) on failure.
  */
-weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag,
-                              const void *in, void *full, void *mine, const void *own,
-                              size_t count, size_t blk);
+weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag, const void *in,
+                              void *full, void *mine, const void *own, size_t count, size_t blk);
 weft_status_t weft__ring_progress(weft_coll_t *c, weft_ring_t *ring);
 /* Pipelining chunk for blocks of @p blk_bytes, each chunk costing @p units messages per
  * rank: eager-sized for medium blocks, else WEFT_COLL_CHUNK (0 only if that is 0). */

@@ -63,7 +63,9 @@ static void small_finish(weft_coll_t *c)
         return;
     }
     switch (c->a.kind) {
-    case WEFT_COLL_ALLREDUCE: memcpy(c->a.recvbuf, acc, bytes); break;
+    case WEFT_COLL_ALLREDUCE:
+        memcpy(c->a.recvbuf, acc, bytes);
+        break;
     case WEFT_COLL_REDUCE:
         if (c->rank == c->a.root) {
             memcpy(c->a.recvbuf, acc, bytes);
@@ -72,7 +74,8 @@ static void small_finish(weft_coll_t *c)
     case WEFT_COLL_REDUCE_SCATTER:
         memcpy(c->a.recvbuf, acc + (size_t)c->rank * bytes, bytes);
         break;
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -98,7 +101,7 @@ static weft_status_t setup_small(weft_coll_t *c)
 typedef struct red_large {
     weft_ring_t ring;
     bool ring_done;
-    uint8_t *block;     /* reduce, non-root: my reduced block before it goes to the root */
+    uint8_t *block;      /* reduce, non-root: my reduced block before it goes to the root */
     weft_req_t **gather; /* reduce: the root's receives (size), or my one send */
     bool gather_posted;
 } red_large_t;
@@ -132,7 +135,8 @@ static weft_status_t gather_post(weft_coll_t *c, red_large_t *L)
             if (b == c->rank || len == 0) {
                 continue;
             }
-            uint8_t *dst = (uint8_t *)c->a.recvbuf + weft__coll_blk_off(count, c->size, b) * c->elem;
+            uint8_t *dst =
+                (uint8_t *)c->a.recvbuf + weft__coll_blk_off(count, c->size, b) * c->elem;
             st = weft__irecv(c->g, b, dst, len * c->elem, WEFT_TAG_COLL, tag, &L->gather[b]);
         }
     } else {
@@ -155,8 +159,8 @@ static weft_status_t large_data(weft_coll_t *c)
         }
         L->ring_done = true;
         size_t bytes = c->a.count * c->elem;
-        if (c->a.kind == WEFT_COLL_REDUCE_SCATTER && c->a.sendbuf == c->a.recvbuf &&
-            c->rank != 0 && bytes > 0) {
+        if (c->a.kind == WEFT_COLL_REDUCE_SCATTER && c->a.sendbuf == c->a.recvbuf && c->rank != 0 &&
+            bytes > 0) {
             /* In place the result was built where this rank's input block was. */
             memmove(c->a.recvbuf, (uint8_t *)c->a.recvbuf + (size_t)c->rank * bytes, bytes);
         }
@@ -200,8 +204,8 @@ static weft_status_t setup_large(weft_coll_t *c)
     switch (a->kind) {
     case WEFT_COLL_ALLREDUCE:
         st = weft__ring_init(c, &L->ring, true, true, a->sendbuf, recv,
-                             recv + weft__coll_blk_off(count, c->size, c->rank) * elem, NULL,
-                             count, 0);
+                             recv + weft__coll_blk_off(count, c->size, c->rank) * elem, NULL, count,
+                             0);
         break;
     case WEFT_COLL_REDUCE_SCATTER: {
         bool inplace = a->sendbuf == a->recvbuf;
@@ -220,8 +224,7 @@ static weft_status_t setup_large(weft_coll_t *c)
         if (c->rank == a->root) {
             mine = recv + off * elem;
         } else {
-            L->block = weft__coll_alloc(
-                c, weft__coll_blk_len(count, c->size, c->rank) * elem);
+            L->block = weft__coll_alloc(c, weft__coll_blk_len(count, c->size, c->rank) * elem);
             if (L->block == NULL) {
                 return WEFT_ERR_NO_MEMORY;
             }
@@ -251,8 +254,13 @@ weft_status_t weft__coll_setup_reduction(weft_coll_t *c)
 weft_status_t weft_iallreduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                               weft_dtype_t dtype, weft_op_t op, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLREDUCE, .name = "allreduce", .sendbuf = sendbuf,
-                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLREDUCE,
+                          .name = "allreduce",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = op,
                           .root = -1};
     return weft__coll_start(g, &a, req);
 }
@@ -260,36 +268,55 @@ weft_status_t weft_iallreduce(weft_group_t *g, const void *sendbuf, void *recvbu
 weft_status_t weft_allreduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype, weft_op_t op)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLREDUCE, .name = "allreduce", .sendbuf = sendbuf,
-                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLREDUCE,
+                          .name = "allreduce",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = op,
                           .root = -1};
     return weft__coll_run(g, &a);
 }
 
 weft_status_t weft_ireduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                   size_t count, weft_dtype_t dtype, weft_op_t op,
-                                   weft_req_t **req)
+                                   size_t count, weft_dtype_t dtype, weft_op_t op, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE_SCATTER, .name = "reduce_scatter",
-                          .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
-                          .dtype = dtype, .op = op, .root = -1};
+    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE_SCATTER,
+                          .name = "reduce_scatter",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = op,
+                          .root = -1};
     return weft__coll_start(g, &a, req);
 }
 
-weft_status_t weft_reduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                  size_t count, weft_dtype_t dtype, weft_op_t op)
+weft_status_t weft_reduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                                  weft_dtype_t dtype, weft_op_t op)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE_SCATTER, .name = "reduce_scatter",
-                          .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
-                          .dtype = dtype, .op = op, .root = -1};
+    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE_SCATTER,
+                          .name = "reduce_scatter",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = op,
+                          .root = -1};
     return weft__coll_run(g, &a);
 }
 
 weft_status_t weft_ireduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                            weft_dtype_t dtype, weft_op_t op, int root, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE, .name = "reduce", .sendbuf = sendbuf,
-                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
+    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE,
+                          .name = "reduce",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = op,
                           .root = root};
     return weft__coll_start(g, &a, req);
 }
@@ -297,8 +324,13 @@ weft_status_t weft_ireduce(weft_group_t *g, const void *sendbuf, void *recvbuf, 
 weft_status_t weft_reduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                           weft_dtype_t dtype, weft_op_t op, int root)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE, .name = "reduce", .sendbuf = sendbuf,
-                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op,
+    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE,
+                          .name = "reduce",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = op,
                           .root = root};
     return weft__coll_run(g, &a);
 }

@@ -153,14 +153,13 @@ static void compare_counts(weft_coll_t *c, a2a_t *A)
         if (bad) {
             A->skip[j] = true;
             A->bad_pairs++;
-            weft__coll_set_mismatch(c,
-                                    "rank %d sends %llu and expects %llu elements; this rank "
-                                    "expects %zu and sends %zu",
-                                    j, (unsigned long long)(j == c->rank ? a->sendcounts[j]
-                                                                         : A->theirs[2 * j]),
-                                    (unsigned long long)(j == c->rank ? a->recvcounts[j]
-                                                                      : A->theirs[2 * j + 1]),
-                                    a->recvcounts[j], a->sendcounts[j]);
+            weft__coll_set_mismatch(
+                c,
+                "rank %d sends %llu and expects %llu elements; this rank "
+                "expects %zu and sends %zu",
+                j, (unsigned long long)(j == c->rank ? a->sendcounts[j] : A->theirs[2 * j]),
+                (unsigned long long)(j == c->rank ? a->recvcounts[j] : A->theirs[2 * j + 1]),
+                a->recvcounts[j], a->sendcounts[j]);
         }
     }
 }
@@ -224,8 +223,13 @@ weft_status_t weft__coll_setup_alltoall(weft_coll_t *c)
 weft_status_t weft_ialltoall(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALL, .name = "alltoall", .sendbuf = sendbuf,
-                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = -1,
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALL,
+                          .name = "alltoall",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = -1,
                           .root = -1};
     return weft__coll_start(g, &a, req);
 }
@@ -233,8 +237,13 @@ weft_status_t weft_ialltoall(weft_group_t *g, const void *sendbuf, void *recvbuf
 weft_status_t weft_alltoall(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                             weft_dtype_t dtype)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALL, .name = "alltoall", .sendbuf = sendbuf,
-                          .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = -1,
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALL,
+                          .name = "alltoall",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = -1,
                           .root = -1};
     return weft__coll_run(g, &a);
 }
@@ -243,10 +252,17 @@ weft_status_t weft_ialltoallv(weft_group_t *g, const void *sendbuf, const size_t
                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                               const size_t *rdispls, weft_dtype_t dtype, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALLV, .name = "alltoallv", .sendbuf = sendbuf,
-                          .recvbuf = recvbuf, .dtype = dtype, .op = -1, .root = -1,
-                          .sendcounts = sendcounts, .sdispls = sdispls,
-                          .recvcounts = recvcounts, .rdispls = rdispls};
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALLV,
+                          .name = "alltoallv",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .dtype = dtype,
+                          .op = -1,
+                          .root = -1,
+                          .sendcounts = sendcounts,
+                          .sdispls = sdispls,
+                          .recvcounts = recvcounts,
+                          .rdispls = rdispls};
     return weft__coll_start(g, &a, req);
 }
 
@@ -254,10 +270,17 @@ weft_status_t weft_alltoallv(weft_group_t *g, const void *sendbuf, const size_t 
                              const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                              const size_t *rdispls, weft_dtype_t dtype)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALLV, .name = "alltoallv", .sendbuf = sendbuf,
-                          .recvbuf = recvbuf, .dtype = dtype, .op = -1, .root = -1,
-                          .sendcounts = sendcounts, .sdispls = sdispls,
-                          .recvcounts = recvcounts, .rdispls = rdispls};
+    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALLV,
+                          .name = "alltoallv",
+                          .sendbuf = sendbuf,
+                          .recvbuf = recvbuf,
+                          .dtype = dtype,
+                          .op = -1,
+                          .root = -1,
+                          .sendcounts = sendcounts,
+                          .sdispls = sdispls,
+                          .recvcounts = recvcounts,
+                          .rdispls = rdispls};
     return weft__coll_run(g, &a);
 }
 

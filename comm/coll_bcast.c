@@ -119,8 +119,8 @@ static weft_status_t chain_step(weft_coll_t *c, chain_t *ch, bool *moved)
     size_t have = ch->prev < 0 ? ch->nchunks : ch->next_done;
     while (ch->next != -1 && ch->next_send < have && ch->next_send < ch->floor + CHAIN_WIN) {
         size_t i = ch->next_send;
-        st = weft__isend(c->g, ch->next, buf + i * ch->chunk, chunk_len(c, ch, i),
-                         WEFT_TAG_COLL, tag, &ch->sreq[i % CHAIN_WIN]);
+        st = weft__isend(c->g, ch->next, buf + i * ch->chunk, chunk_len(c, ch, i), WEFT_TAG_COLL,
+                         tag, &ch->sreq[i % CHAIN_WIN]);
         if (st < 0) {
             return st;
         }
@@ -141,8 +141,8 @@ static weft_status_t chain_step(weft_coll_t *c, chain_t *ch, bool *moved)
            ch->next_recv < ch->next_done + CHAIN_WIN &&
            (ch->next == -1 || ch->next_recv < ch->floor + CHAIN_WIN)) {
         size_t i = ch->next_recv;
-        st = weft__irecv(c->g, ch->prev, buf + i * ch->chunk, chunk_len(c, ch, i),
-                         WEFT_TAG_COLL, tag, &ch->rreq[i % CHAIN_WIN]);
+        st = weft__irecv(c->g, ch->prev, buf + i * ch->chunk, chunk_len(c, ch, i), WEFT_TAG_COLL,
+                         tag, &ch->rreq[i % CHAIN_WIN]);
         if (st < 0) {
             return st;
         }
@@ -202,17 +202,26 @@ weft_status_t weft__coll_setup_broadcast(weft_coll_t *c)
 weft_status_t weft_ibroadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
                               int root, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_BROADCAST, .name = "broadcast", .sendbuf = buf,
-                          .recvbuf = buf, .count = count, .dtype = dtype, .op = -1,
+    weft_coll_args_t a = {.kind = WEFT_COLL_BROADCAST,
+                          .name = "broadcast",
+                          .sendbuf = buf,
+                          .recvbuf = buf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = -1,
                           .root = root};
     return weft__coll_start(g, &a, req);
 }
 
-weft_status_t weft_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
-                             int root)
+weft_status_t weft_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype, int root)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_BROADCAST, .name = "broadcast", .sendbuf = buf,
-                          .recvbuf = buf, .count = count, .dtype = dtype, .op = -1,
+    weft_coll_args_t a = {.kind = WEFT_COLL_BROADCAST,
+                          .name = "broadcast",
+                          .sendbuf = buf,
+                          .recvbuf = buf,
+                          .count = count,
+                          .dtype = dtype,
+                          .op = -1,
                           .root = root};
     return weft__coll_run(g, &a);
 }

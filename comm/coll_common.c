@@ -65,8 +65,9 @@ static weft_status_t check_alltoallv(weft_ctx_t *ctx, const weft_coll_args_t *a,
 {
     if (a->sendcounts == NULL || a->sdispls == NULL || a->recvcounts == NULL ||
         a->rdispls == NULL) {
-        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "alltoallv: count/displacement arrays "
-                                                      "must not be NULL");
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                           "alltoallv: count/displacement arrays "
+                           "must not be NULL");
     }
     for (int j = 0; j < size; j++) {
         size_t s = a->sendcounts[j], r = a->recvcounts[j];
@@ -90,8 +91,8 @@ static weft_status_t check_args(weft_group_t *g, const weft_coll_args_t *a, size
     }
     if ((a->kind == WEFT_COLL_BROADCAST || a->kind == WEFT_COLL_REDUCE) &&
         (a->root < 0 || a->root >= g->size)) {
-        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: root %d outside a group of %d",
-                           a->name, a->root, g->size);
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: root %d outside a group of %d", a->name,
+                           a->root, g->size);
     }
     if (a->kind == WEFT_COLL_ALLTOALLV) {
         return check_alltoallv(ctx, a, g->size, *elem);
@@ -107,8 +108,8 @@ static weft_status_t check_args(weft_group_t *g, const weft_coll_args_t *a, size
     bool need_send = a->kind != WEFT_COLL_BROADCAST;
     bool need_recv = a->kind != WEFT_COLL_REDUCE || g->rank == a->root;
     if ((need_send && a->sendbuf == NULL) || (need_recv && a->recvbuf == NULL)) {
-        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: NULL buffer with count %zu",
-                           a->name, a->count);
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: NULL buffer with count %zu", a->name,
+                           a->count);
     }
     if (a->kind == WEFT_COLL_ALLTOALL && a->sendbuf == a->recvbuf) {
         return weft__error(ctx, WEFT_ERR_INVALID_ARG, "alltoall cannot work in place");
@@ -132,12 +133,12 @@ void weft__coll_single(const weft_coll_args_t *a, size_t elem)
     case WEFT_COLL_ALLTOALLV:
         if (a->sendcounts[0] > 0) {
             memmove((uint8_t *)a->recvbuf + a->rdispls[0] * elem,
-                    (const uint8_t *)a->sendbuf + a->sdispls[0] * elem,
-                    a->sendcounts[0] * elem);
+                    (const uint8_t *)a->sendbuf + a->sdispls[0] * elem, a->sendcounts[0] * elem);
         }
         break;
     case WEFT_COLL_BROADCAST:
-    case WEFT_COLL_BARRIER: break;
+    case WEFT_COLL_BARRIER:
+        break;
     }
 }
 
@@ -181,8 +182,8 @@ uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes)
 {
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes > 0 ? bytes : 64) != 0) {
-        weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory for %zu bytes of scratch",
-                    c->a.name, bytes);
+        weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory for %zu bytes of scratch", c->a.name,
+                    bytes);
         return NULL;
     }
     return p;
@@ -238,7 +239,8 @@ static weft_status_t coll_step(weft_coll_t *c)
         c->phase = WEFT_COLL_PH_DONE;
         c->status = st;
         return st;
-    case WEFT_COLL_PH_DONE: break;
+    case WEFT_COLL_PH_DONE:
+        break;
     }
     return c->status;
 }
@@ -308,12 +310,17 @@ static weft_status_t coll_setup(weft_coll_t *c)
     switch (c->a.kind) {
     case WEFT_COLL_ALLREDUCE:
     case WEFT_COLL_REDUCE:
-    case WEFT_COLL_REDUCE_SCATTER: return weft__coll_setup_reduction(c);
-    case WEFT_COLL_ALLGATHER: return weft__coll_setup_allgather(c);
-    case WEFT_COLL_BROADCAST: return weft__coll_setup_broadcast(c);
+    case WEFT_COLL_REDUCE_SCATTER:
+        return weft__coll_setup_reduction(c);
+    case WEFT_COLL_ALLGATHER:
+        return weft__coll_setup_allgather(c);
+    case WEFT_COLL_BROADCAST:
+        return weft__coll_setup_broadcast(c);
     case WEFT_COLL_ALLTOALL:
-    case WEFT_COLL_ALLTOALLV: return weft__coll_setup_alltoall(c);
-    case WEFT_COLL_BARRIER: return weft__rd_init(c, NULL, 0);
+    case WEFT_COLL_ALLTOALLV:
+        return weft__coll_setup_alltoall(c);
+    case WEFT_COLL_BARRIER:
+        return weft__rd_init(c, NULL, 0);
     }
     return WEFT_ERR_INVALID_ARG;
 }
@@ -347,8 +354,15 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
         weft__coll_single(a, elem);
         return WEFT_OK;
     }
-    *c = (weft_coll_t){.ctx = ctx, .g = g, .rank = g->rank, .size = g->size, .a = *a,
-                       .elem = elem, .red = red, .seq = seq, .phase = WEFT_COLL_PH_RD,
+    *c = (weft_coll_t){.ctx = ctx,
+                       .g = g,
+                       .rank = g->rank,
+                       .size = g->size,
+                       .a = *a,
+                       .elem = elem,
+                       .red = red,
+                       .seq = seq,
+                       .phase = WEFT_COLL_PH_RD,
                        .status = WEFT_INPROGRESS};
     fill_header(c);
     st = coll_setup(c);
@@ -461,8 +475,8 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
             continue;
         }
         if (weft__now_ns() - start >= timeout) {
-            return weft__error(ctx, WEFT_ERR_TIMEOUT, "%s #%u timed out after %llu ms",
-                               c->a.name, c->seq, (unsigned long long)ctx->cfg.timeout_ms);
+            return weft__error(ctx, WEFT_ERR_TIMEOUT, "%s #%u timed out after %llu ms", c->a.name,
+                               c->seq, (unsigned long long)ctx->cfg.timeout_ms);
         }
         coll_idle(c, &idle, &crowded);
     }

@@ -108,8 +108,8 @@ static weft_status_t rd_post(weft_coll_t *c, enum weft_rd_stage stage, int to, i
         weft_coll_hdr_t h = c->hdr;
         h.flags = c->mismatch ? WEFT_COLL_HDR_MISMATCH : 0;
         memcpy(rd->sbuf, &h, sizeof(h));
-        size_t len = rd->ops != NULL ? rd->ops->pack(c, stage, to, rd->sbuf + WEFT_COLL_HDR_SIZE)
-                                     : 0;
+        size_t len =
+            rd->ops != NULL ? rd->ops->pack(c, stage, to, rd->sbuf + WEFT_COLL_HDR_SIZE) : 0;
         st = weft__isend(c->g, to, rd->sbuf, WEFT_COLL_HDR_SIZE + len, WEFT_TAG_COLL, tag,
                          &rd->sreq);
         if (st != WEFT_OK && st != WEFT_INPROGRESS) {
@@ -131,8 +131,9 @@ static void rd_receive(weft_coll_t *c, enum weft_rd_stage stage)
     weft_rd_t *rd = &c->rd;
     int peer = rd->recv_peer;
     if (rd->recv_failed) {
-        weft__coll_set_mismatch(c, "rank %d sent a longer message than this rank's "
-                                   "parameters allow",
+        weft__coll_set_mismatch(c,
+                                "rank %d sent a longer message than this rank's "
+                                "parameters allow",
                                 peer);
         return;
     }
@@ -144,16 +145,15 @@ static void rd_receive(weft_coll_t *c, enum weft_rd_stage stage)
     memcpy(&h, rd->rbuf, sizeof(h));
     const weft_coll_hdr_t *m = &c->hdr;
     if (h.kind != m->kind || h.seq != m->seq || h.count != m->count ||
-        h.elem_size != m->elem_size || h.dtype != m->dtype || h.op != m->op ||
-        h.root != m->root) {
+        h.elem_size != m->elem_size || h.dtype != m->dtype || h.op != m->op || h.root != m->root) {
         weft__coll_set_mismatch(
             c,
             "rank %d called collective kind %u #%u count %llu dtype %s op %s root %d; this "
             "rank kind %u #%u count %llu dtype %s op %s root %d",
             peer, h.kind, h.seq, (unsigned long long)h.count,
             weft_dtype_name((weft_dtype_t)h.dtype), op_str(h.op), h.root, m->kind, m->seq,
-            (unsigned long long)m->count, weft_dtype_name((weft_dtype_t)m->dtype),
-            op_str(m->op), m->root);
+            (unsigned long long)m->count, weft_dtype_name((weft_dtype_t)m->dtype), op_str(m->op),
+            m->root);
     }
     if (h.flags & WEFT_COLL_HDR_MISMATCH) {
         c->mismatch = true;
@@ -167,8 +167,9 @@ static void rd_receive(weft_coll_t *c, enum weft_rd_stage stage)
     }
     size_t len = rd->recv_len - WEFT_COLL_HDR_SIZE;
     if (!rd->ops->unpack(c, stage, peer, rd->rbuf + WEFT_COLL_HDR_SIZE, len)) {
-        weft__coll_set_mismatch(c, "rank %d sent %zu payload bytes, not what the parameters "
-                                   "imply",
+        weft__coll_set_mismatch(c,
+                                "rank %d sent %zu payload bytes, not what the parameters "
+                                "imply",
                                 peer, len);
     }
 }

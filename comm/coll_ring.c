@@ -34,11 +34,11 @@
 #include "comm/coll.h"
 
 typedef struct unit_info {
-    int rs_step;      /* reduce-scatter step, or -1 for an allgather step */
-    int ag_step;      /* allgather step, or -1 */
-    size_t off;       /* element offset of the chunk in the block layout */
-    size_t in_block;  /* element offset of the chunk inside its block */
-    size_t len;       /* elements; 0 for an empty chunk of a short block */
+    int rs_step;     /* reduce-scatter step, or -1 for an allgather step */
+    int ag_step;     /* allgather step, or -1 */
+    size_t off;      /* element offset of the chunk in the block layout */
+    size_t in_block; /* element offset of the chunk inside its block */
+    size_t len;      /* elements; 0 for an empty chunk of a short block */
 } unit_info_t;
 
 static int mod(int a, int n)
@@ -71,8 +71,8 @@ static void unit_get(const weft_ring_t *ring, size_t u, bool recv, unit_info_t *
     size_t start = chunk * ring->chunk_elems;
     ui->in_block = start;
     ui->off = boff + start;
-    ui->len = start >= blen ? 0 : (blen - start < ring->chunk_elems ? blen - start
-                                                                     : ring->chunk_elems);
+    ui->len =
+        start >= blen ? 0 : (blen - start < ring->chunk_elems ? blen - start : ring->chunk_elems);
 }
 
 /*
@@ -95,9 +95,8 @@ size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes, int units)
     return chunk;
 }
 
-weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag,
-                              const void *in, void *full, void *mine, const void *own,
-                              size_t count, size_t blk)
+weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag, const void *in,
+                              void *full, void *mine, const void *own, size_t count, size_t blk)
 {
     memset(ring, 0, sizeof(*ring));
     ring->rank = c->rank;
@@ -199,8 +198,8 @@ static weft_status_t post_recv(weft_coll_t *c, weft_ring_t *ring, bool *blocked)
         dst = ring->full + ui.off * ring->elem;
     }
     uint32_t tag = weft__tag_coll_payload(c->seq, WEFT_COLL_STEP_RING);
-    weft_status_t st = weft__irecv(c->g, ring->left, dst, ui.len * ring->elem, WEFT_TAG_COLL,
-                                   tag, &ring->rreq[w]);
+    weft_status_t st =
+        weft__irecv(c->g, ring->left, dst, ui.len * ring->elem, WEFT_TAG_COLL, tag, &ring->rreq[w]);
     if (st != WEFT_OK && st != WEFT_INPROGRESS) {
         return st;
     }
@@ -268,8 +267,8 @@ static weft_status_t post_send(weft_coll_t *c, weft_ring_t *ring)
         src = ring->full + ui.off * ring->elem;
     }
     uint32_t tag = weft__tag_coll_payload(c->seq, WEFT_COLL_STEP_RING);
-    weft_status_t st = weft__isend(c->g, ring->right, src, ui.len * ring->elem, WEFT_TAG_COLL,
-                                   tag, &ring->sreq[w]);
+    weft_status_t st = weft__isend(c->g, ring->right, src, ui.len * ring->elem, WEFT_TAG_COLL, tag,
+                                   &ring->sreq[w]);
     if (st != WEFT_OK && st != WEFT_INPROGRESS) {
         return st;
     }
@@ -362,6 +361,5 @@ weft_status_t weft__ring_progress(weft_coll_t *c, weft_ring_t *ring)
             moved = moved || ring->next_recv != before;
         }
     }
-    return ring->floor == ring->total && ring->next_done == ring->total ? WEFT_OK
-                                                                        : WEFT_INPROGRESS;
+    return ring->floor == ring->total && ring->next_done == ring->total ? WEFT_OK : WEFT_INPROGRESS;
 }

@@ -13,15 +13,23 @@
 size_t weft_dtype_size(weft_dtype_t dtype)
 {
     switch (dtype) {
-    case WEFT_F32: return 4;
-    case WEFT_F64: return 8;
-    case WEFT_F16: return 2;
-    case WEFT_BF16: return 2;
-    case WEFT_I32: return 4;
-    case WEFT_I64: return 8;
-    case WEFT_U8: return 1;
+    case WEFT_F32:
+        return 4;
+    case WEFT_F64:
+        return 8;
+    case WEFT_F16:
+        return 2;
+    case WEFT_BF16:
+        return 2;
+    case WEFT_I32:
+        return 4;
+    case WEFT_I64:
+        return 8;
+    case WEFT_U8:
+        return 1;
     case WEFT_DTYPE_USER:
-    case WEFT_DTYPE_COUNT: break;
+    case WEFT_DTYPE_COUNT:
+        break;
     }
     return 0;
 }
@@ -29,15 +37,24 @@ size_t weft_dtype_size(weft_dtype_t dtype)
 const char *weft_dtype_name(weft_dtype_t dtype)
 {
     switch (dtype) {
-    case WEFT_F32: return "f32";
-    case WEFT_F64: return "f64";
-    case WEFT_F16: return "f16";
-    case WEFT_BF16: return "bf16";
-    case WEFT_I32: return "i32";
-    case WEFT_I64: return "i64";
-    case WEFT_U8: return "u8";
-    case WEFT_DTYPE_USER: return "user";
-    case WEFT_DTYPE_COUNT: break;
+    case WEFT_F32:
+        return "f32";
+    case WEFT_F64:
+        return "f64";
+    case WEFT_F16:
+        return "f16";
+    case WEFT_BF16:
+        return "bf16";
+    case WEFT_I32:
+        return "i32";
+    case WEFT_I64:
+        return "i64";
+    case WEFT_U8:
+        return "u8";
+    case WEFT_DTYPE_USER:
+        return "user";
+    case WEFT_DTYPE_COUNT:
+        break;
     }
     return "?";
 }
@@ -45,11 +62,16 @@ const char *weft_dtype_name(weft_dtype_t dtype)
 const char *weft_op_name(weft_op_t op)
 {
     switch (op) {
-    case WEFT_SUM: return "sum";
-    case WEFT_PROD: return "prod";
-    case WEFT_MAX: return "max";
-    case WEFT_MIN: return "min";
-    default: break;
+    case WEFT_SUM:
+        return "sum";
+    case WEFT_PROD:
+        return "prod";
+    case WEFT_MAX:
+        return "max";
+    case WEFT_MIN:
+        return "min";
+    default:
+        break;
     }
     /* Without a context we cannot tell a live user operator from a freed one. */
     return op >= WEFT_OP_USER_FIRST ? "user" : "?";

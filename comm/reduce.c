@@ -131,45 +131,45 @@ typedef void (*kernel2_fn)(void *inout, const void *in, size_t n);
 typedef void (*kernel3_fn)(void *out, const void *a, const void *b, size_t n);
 
 /* Kernels of a type whose elements are combined directly. */
-#define DIRECT_KERNELS(name, T, OP)                                                            \
-    static void k2_##name(void *restrict inout_, const void *restrict in_, size_t n)           \
-    {                                                                                          \
-        T *io = inout_;                                                                        \
-        const T *in = in_;                                                                     \
-        for (size_t i = 0; i < n; i++) {                                                       \
-            io[i] = OP(io[i], in[i]);                                                          \
-        }                                                                                      \
-    }                                                                                          \
-    static void k3_##name(void *restrict out_, const void *restrict a_,                        \
-                          const void *restrict b_, size_t n)                                   \
-    {                                                                                          \
-        T *out = out_;                                                                         \
-        const T *a = a_;                                                                       \
-        const T *b = b_;                                                                       \
-        for (size_t i = 0; i < n; i++) {                                                       \
-            out[i] = OP(a[i], b[i]);                                                           \
-        }                                                                                      \
+#define DIRECT_KERNELS(name, T, OP)                                                                \
+    static void k2_##name(void *restrict inout_, const void *restrict in_, size_t n)               \
+    {                                                                                              \
+        T *io = inout_;                                                                            \
+        const T *in = in_;                                                                         \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            io[i] = OP(io[i], in[i]);                                                              \
+        }                                                                                          \
+    }                                                                                              \
+    static void k3_##name(void *restrict out_, const void *restrict a_, const void *restrict b_,   \
+                          size_t n)                                                                \
+    {                                                                                              \
+        T *out = out_;                                                                             \
+        const T *a = a_;                                                                           \
+        const T *b = b_;                                                                           \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            out[i] = OP(a[i], b[i]);                                                               \
+        }                                                                                          \
     }
 
 /* Kernels of a 16-bit float type: widen, combine in float, round back. */
-#define HALF_KERNELS(name, TO_F, FROM_F, OP)                                                   \
-    static void k2_##name(void *restrict inout_, const void *restrict in_, size_t n)           \
-    {                                                                                          \
-        uint16_t *io = inout_;                                                                 \
-        const uint16_t *in = in_;                                                              \
-        for (size_t i = 0; i < n; i++) {                                                       \
-            io[i] = FROM_F(OP(TO_F(io[i]), TO_F(in[i])));                                      \
-        }                                                                                      \
-    }                                                                                          \
-    static void k3_##name(void *restrict out_, const void *restrict a_,                        \
-                          const void *restrict b_, size_t n)                                   \
-    {                                                                                          \
-        uint16_t *out = out_;                                                                  \
-        const uint16_t *a = a_;                                                                \
-        const uint16_t *b = b_;                                                                \
-        for (size_t i = 0; i < n; i++) {                                                       \
-            out[i] = FROM_F(OP(TO_F(a[i]), TO_F(b[i])));                                       \
-        }                                                                                      \
+#define HALF_KERNELS(name, TO_F, FROM_F, OP)                                                       \
+    static void k2_##name(void *restrict inout_, const void *restrict in_, size_t n)               \
+    {                                                                                              \
+        uint16_t *io = inout_;                                                                     \
+        const uint16_t *in = in_;                                                                  \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            io[i] = FROM_F(OP(TO_F(io[i]), TO_F(in[i])));                                          \
+        }                                                                                          \
+    }                                                                                              \
+    static void k3_##name(void *restrict out_, const void *restrict a_, const void *restrict b_,   \
+                          size_t n)                                                                \
+    {                                                                                              \
+        uint16_t *out = out_;                                                                      \
+        const uint16_t *a = a_;                                                                    \
+        const uint16_t *b = b_;                                                                    \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            out[i] = FROM_F(OP(TO_F(a[i]), TO_F(b[i])));                                           \
+        }                                                                                          \
     }
 
 DIRECT_KERNELS(f32_sum, float, OP_SUM)
@@ -202,8 +202,14 @@ DIRECT_KERNELS(u8_max, uint8_t, OP_IMAX)
 DIRECT_KERNELS(u8_min, uint8_t, OP_IMIN)
 
 #define N_BUILTIN_OPS 4 /* WEFT_SUM .. WEFT_MIN */
-#define ROW(t) {k2_##t##_sum, k2_##t##_prod, k2_##t##_max, k2_##t##_min}
-#define ROW3(t) {k3_##t##_sum, k3_##t##_prod, k3_##t##_max, k3_##t##_min}
+#define ROW(t)                                                                                     \
+    {                                                                                              \
+        k2_##t##_sum, k2_##t##_prod, k2_##t##_max, k2_##t##_min                                    \
+    }
+#define ROW3(t)                                                                                    \
+    {                                                                                              \
+        k3_##t##_sum, k3_##t##_prod, k3_##t##_max, k3_##t##_min                                    \
+    }
 
 /* Indexed by weft_dtype_t (WEFT_F32 .. WEFT_U8), then by operator. */
 static const kernel2_fn kernels2[WEFT_DTYPE_USER][N_BUILTIN_OPS] = {

@@ -46,10 +46,10 @@ typedef struct bench {
     const perf_opts_t *o;
     coll_kind_t kind;
     const char *name;
-    size_t es;              /* element size */
-    size_t count;           /* the count argument of the call */
-    size_t total;           /* elements of `size` */
-    size_t sbytes, rbytes;  /* per buffer */
+    size_t es;             /* element size */
+    size_t count;          /* the count argument of the call */
+    size_t total;          /* elements of `size` */
+    size_t sbytes, rbytes; /* per buffer */
     size_t nsets;
     unsigned char *sets[MAX_SETS]; /* each: send buffer then receive buffer */
     bool used[MAX_SETS];
@@ -80,10 +80,13 @@ static int64_t gen(weft_op_t op, int r, size_t i, uint64_t seed)
 {
     uint32_t h = hash32(seed ^ ((uint64_t)i * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)r << 48));
     switch (op) {
-    case WEFT_PROD: return 1 + (h & 1);
+    case WEFT_PROD:
+        return 1 + (h & 1);
     case WEFT_MAX:
-    case WEFT_MIN: return (int64_t)(h % 64) - 32;
-    default: return (int64_t)(h % 16) - 8;
+    case WEFT_MIN:
+        return (int64_t)(h % 64) - 32;
+    default:
+        return (int64_t)(h % 16) - 8;
     }
 }
 
@@ -103,16 +106,28 @@ static void store(void *buf, size_t k, weft_dtype_t dt, int64_t v)
     float f = (float)v;
     uint32_t fb;
     switch (dt) {
-    case WEFT_F32: ((float *)buf)[k] = f; break;
-    case WEFT_F64: ((double *)buf)[k] = (double)v; break;
-    case WEFT_F16: ((uint16_t *)buf)[k] = half_of_int(v); break;
+    case WEFT_F32:
+        ((float *)buf)[k] = f;
+        break;
+    case WEFT_F64:
+        ((double *)buf)[k] = (double)v;
+        break;
+    case WEFT_F16:
+        ((uint16_t *)buf)[k] = half_of_int(v);
+        break;
     case WEFT_BF16:
         memcpy(&fb, &f, sizeof(fb));
         ((uint16_t *)buf)[k] = (uint16_t)(fb >> 16);
         break;
-    case WEFT_I32: ((int32_t *)buf)[k] = (int32_t)(uint32_t)v; break;
-    case WEFT_I64: ((int64_t *)buf)[k] = v; break;
-    default: ((uint8_t *)buf)[k] = (uint8_t)v; break;
+    case WEFT_I32:
+        ((int32_t *)buf)[k] = (int32_t)(uint32_t)v;
+        break;
+    case WEFT_I64:
+        ((int64_t *)buf)[k] = v;
+        break;
+    default:
+        ((uint8_t *)buf)[k] = (uint8_t)v;
+        break;
     }
 }
 
@@ -130,10 +145,18 @@ static int64_t expected(const bench_t *b, size_t i, uint64_t seed)
     for (int r = 1; r < b->w.size; r++) {
         int64_t x = as_dtype(dt, gen(op, r, i, seed));
         switch (op) {
-        case WEFT_SUM: acc = (int64_t)((uint64_t)acc + (uint64_t)x); break;
-        case WEFT_PROD: acc = (int64_t)((uint64_t)acc * (uint64_t)x); break;
-        case WEFT_MAX: acc = x > acc ? x : acc; break;
-        default: acc = x < acc ? x : acc; break;
+        case WEFT_SUM:
+            acc = (int64_t)((uint64_t)acc + (uint64_t)x);
+            break;
+        case WEFT_PROD:
+            acc = (int64_t)((uint64_t)acc * (uint64_t)x);
+            break;
+        case WEFT_MAX:
+            acc = x > acc ? x : acc;
+            break;
+        default:
+            acc = x < acc ? x : acc;
+            break;
         }
     }
     return acc;
@@ -220,8 +243,8 @@ static long check_outputs(const bench_t *b, size_t set, uint64_t salt)
         }
         break;
     case K_BROADCAST:
-        wrong += (long)perf_check_pattern(out, b->total * b->es,
-                                          block_seed(b, b->o->root, -1, salt));
+        wrong +=
+            (long)perf_check_pattern(out, b->total * b->es, block_seed(b, b->o->root, -1, salt));
         break;
     default:
         for (int q = 0; q < b->w.size; q++) {
@@ -244,8 +267,10 @@ static weft_status_t run_once(bench_t *b, size_t set)
         return weft_reduce_scatter(g, sbuf(b, set), rbuf(b, set), b->count, o->dtype, o->op);
     case K_ALLGATHER:
         return weft_allgather(g, send_ptr(b, set), rbuf(b, set), b->count, o->dtype);
-    case K_BROADCAST: return weft_broadcast(g, sbuf(b, set), b->count, o->dtype, o->root);
-    default: return weft_alltoall(g, sbuf(b, set), rbuf(b, set), b->count, o->dtype);
+    case K_BROADCAST:
+        return weft_broadcast(g, sbuf(b, set), b->count, o->dtype, o->root);
+    default:
+        return weft_alltoall(g, sbuf(b, set), rbuf(b, set), b->count, o->dtype);
     }
 }
 
@@ -313,9 +338,12 @@ static double bus_factor(const bench_t *b)
 {
     double n = (double)b->w.size;
     switch (b->kind) {
-    case K_ALLREDUCE: return 2.0 * (n - 1.0) / n;
-    case K_BROADCAST: return 1.0;
-    default: return (n - 1.0) / n;
+    case K_ALLREDUCE:
+        return 2.0 * (n - 1.0) / n;
+    case K_BROADCAST:
+        return 1.0;
+    default:
+        return (n - 1.0) / n;
     }
 }
 
@@ -448,7 +476,8 @@ static int coll_main(int argc, char **argv, coll_kind_t kind, const char *name)
     int rc = perf_parse_opts(argc, argv, &o, name, extras, 1, bind_handler, &bind);
     if (rc == PERF_HELP) {
         printf("\n%s: size is the whole buffer (nccl-tests); buffers larger than the cache are "
-               "rotated.\n", name);
+               "rotated.\n",
+               name);
         return PERF_EXIT_OK;
     }
     if (rc != PERF_CONTINUE) {

@@ -56,10 +56,23 @@ static int parse_size(const char *s, size_t *out)
     }
     int shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'i') {
         end++;
@@ -101,8 +114,8 @@ static void usage(FILE *out)
 
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){.min_bytes = 8, .max_bytes = 32u << 20, .factor = 2, .iters = 20,
-                  .warmup = 5, .check = 1};
+    *o = (opts_t){
+        .min_bytes = 8, .max_bytes = 32u << 20, .factor = 2, .iters = 20, .warmup = 5, .check = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool need = true;
@@ -220,11 +233,21 @@ static int64_t gen(int op, int r, size_t i, uint64_t seed)
 static void store(void *buf, size_t k, int dt, int64_t v)
 {
     switch (dt) {
-    case 0: ((float *)buf)[k] = (float)v; break;
-    case 1: ((double *)buf)[k] = (double)v; break;
-    case 2: ((int32_t *)buf)[k] = (int32_t)(uint32_t)v; break;
-    case 3: ((int64_t *)buf)[k] = v; break;
-    default: ((uint8_t *)buf)[k] = (uint8_t)v; break;
+    case 0:
+        ((float *)buf)[k] = (float)v;
+        break;
+    case 1:
+        ((double *)buf)[k] = (double)v;
+        break;
+    case 2:
+        ((int32_t *)buf)[k] = (int32_t)(uint32_t)v;
+        break;
+    case 3:
+        ((int64_t *)buf)[k] = v;
+        break;
+    default:
+        ((uint8_t *)buf)[k] = (uint8_t)v;
+        break;
     }
 }
 
@@ -373,13 +396,13 @@ int main(int argc, char **argv)
             printf("{\"subcommand\": \"mpi_allreduce\", \"nranks\": %d, \"dtype\": \"%s\", "
                    "\"op\": \"%s\", \"inplace\": %s, \"iters\": %d, \"warmup\": %d, "
                    "\"check\": %d, \"results\": [",
-                   b.size, dtype_names[b.o.dtype], op_names[b.o.op],
-                   b.o.inplace ? "true" : "false", b.o.iters, b.o.warmup, b.o.check);
+                   b.size, dtype_names[b.o.dtype], op_names[b.o.op], b.o.inplace ? "true" : "false",
+                   b.o.iters, b.o.warmup, b.o.check);
         } else {
             printf("# mpi-allreduce-perf: %d ranks, %d iters, %d warmup, check %d, %s\n", b.size,
                    b.o.iters, b.o.warmup, b.o.check, b.o.inplace ? "in-place" : "out-of-place");
-            printf("#%12s %13s %9s %7s %10s %8s %8s %7s\n", "size", "count", "type", "op",
-                   "time", "algbw", "busbw", "#wrong");
+            printf("#%12s %13s %9s %7s %10s %8s %8s %7s\n", "size", "count", "type", "op", "time",
+                   "algbw", "busbw", "#wrong");
             printf("#%12s %13s %9s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)",
                    "(GB/s)", "(GB/s)", "");
         }

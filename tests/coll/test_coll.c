@@ -65,35 +65,59 @@ static void store_elem(void *buf, size_t k, weft_dtype_t dt, weft_op_t op, uint6
 {
     double v = gen_real(h, op);
     switch (dt) {
-    case WEFT_F32: ((float *)buf)[k] = (float)v; break;
-    case WEFT_F64: ((double *)buf)[k] = v; break;
-    case WEFT_F16: ((uint16_t *)buf)[k] = weft__f32_to_f16((float)v); break;
-    case WEFT_BF16: ((uint16_t *)buf)[k] = weft__f32_to_bf16((float)v); break;
-    case WEFT_I32: ((uint32_t *)buf)[k] = (uint32_t)(op == WEFT_PROD ? (h | 1) : h); break;
-    case WEFT_I64: ((uint64_t *)buf)[k] = op == WEFT_PROD ? (h | 1) : h; break;
-    case WEFT_U8: ((uint8_t *)buf)[k] = (uint8_t)(op == WEFT_PROD ? (h | 1) : h); break;
-    default: break;
+    case WEFT_F32:
+        ((float *)buf)[k] = (float)v;
+        break;
+    case WEFT_F64:
+        ((double *)buf)[k] = v;
+        break;
+    case WEFT_F16:
+        ((uint16_t *)buf)[k] = weft__f32_to_f16((float)v);
+        break;
+    case WEFT_BF16:
+        ((uint16_t *)buf)[k] = weft__f32_to_bf16((float)v);
+        break;
+    case WEFT_I32:
+        ((uint32_t *)buf)[k] = (uint32_t)(op == WEFT_PROD ? (h | 1) : h);
+        break;
+    case WEFT_I64:
+        ((uint64_t *)buf)[k] = op == WEFT_PROD ? (h | 1) : h;
+        break;
+    case WEFT_U8:
+        ((uint8_t *)buf)[k] = (uint8_t)(op == WEFT_PROD ? (h | 1) : h);
+        break;
+    default:
+        break;
     }
 }
 
 static double load_real(const void *buf, size_t k, weft_dtype_t dt)
 {
     switch (dt) {
-    case WEFT_F32: return ((const float *)buf)[k];
-    case WEFT_F64: return ((const double *)buf)[k];
-    case WEFT_F16: return weft__f16_to_f32(((const uint16_t *)buf)[k]);
-    case WEFT_BF16: return weft__bf16_to_f32(((const uint16_t *)buf)[k]);
-    default: return 0;
+    case WEFT_F32:
+        return ((const float *)buf)[k];
+    case WEFT_F64:
+        return ((const double *)buf)[k];
+    case WEFT_F16:
+        return weft__f16_to_f32(((const uint16_t *)buf)[k]);
+    case WEFT_BF16:
+        return weft__bf16_to_f32(((const uint16_t *)buf)[k]);
+    default:
+        return 0;
     }
 }
 
 static uint64_t load_int(const void *buf, size_t k, weft_dtype_t dt)
 {
     switch (dt) {
-    case WEFT_I32: return ((const uint32_t *)buf)[k];
-    case WEFT_I64: return ((const uint64_t *)buf)[k];
-    case WEFT_U8: return ((const uint8_t *)buf)[k];
-    default: return 0;
+    case WEFT_I32:
+        return ((const uint32_t *)buf)[k];
+    case WEFT_I64:
+        return ((const uint64_t *)buf)[k];
+    case WEFT_U8:
+        return ((const uint8_t *)buf)[k];
+    default:
+        return 0;
     }
 }
 
@@ -105,10 +129,14 @@ static bool is_float(weft_dtype_t dt)
 static double unit_roundoff(weft_dtype_t dt)
 {
     switch (dt) {
-    case WEFT_F32: return 0x1p-24;
-    case WEFT_F64: return 0x1p-53;
-    case WEFT_F16: return 0x1p-11;
-    default: return 0x1p-8;
+    case WEFT_F32:
+        return 0x1p-24;
+    case WEFT_F64:
+        return 0x1p-53;
+    case WEFT_F16:
+        return 0x1p-11;
+    default:
+        return 0x1p-8;
     }
 }
 
@@ -128,8 +156,8 @@ static int64_t sext(uint64_t v, weft_dtype_t dt)
 
 /* Number of elements of @p got (n, global indices first..) that differ from the reduction
  * over ranks of their inputs. */
-static size_t check_reduced(const void *got, weft_dtype_t dt, weft_op_t op, size_t n,
-                            uint64_t salt, size_t first)
+static size_t check_reduced(const void *got, weft_dtype_t dt, weft_op_t op, size_t n, uint64_t salt,
+                            size_t first)
 {
     size_t wrong = 0, es = weft_dtype_size(dt);
     uint8_t one[8];
@@ -208,8 +236,7 @@ static void fill_bytes(void *buf, size_t n, size_t es, int r, uint64_t salt, siz
     }
 }
 
-static size_t check_bytes(const void *buf, size_t n, size_t es, int r, uint64_t salt,
-                          size_t first)
+static size_t check_bytes(const void *buf, size_t n, size_t es, int r, uint64_t salt, size_t first)
 {
     uint8_t *want = malloc(n * es + 1);
     assert_non_null(want);
@@ -540,9 +567,8 @@ static void outstanding(bool mixed)
     assert_int_equal(check_reduced(l_out, WEFT_F32, WEFT_MAX, n_large, salt + 1, 0), 0);
     for (int r = 0; r < nranks; r++) {
         assert_int_equal(check_bytes(ag_out + (size_t)r * n_ag * 2, n_ag, 2, r, salt + 2, 0), 0);
-        assert_int_equal(check_bytes(a_out + (size_t)r * n_a2a, n_a2a, 1, r * 1000 + me,
-                                     salt + 5, 0),
-                         0);
+        assert_int_equal(
+            check_bytes(a_out + (size_t)r * n_a2a, n_a2a, 1, r * 1000 + me, salt + 5, 0), 0);
     }
     assert_int_equal(check_bytes(bc, n_bc, 8, bc_root, salt + 3, 0), 0);
     assert_int_equal(check_reduced(rs_out, WEFT_I32, WEFT_SUM, n_rs, salt + 4, (size_t)me * n_rs),
@@ -739,9 +765,9 @@ static void test_user_op(void **state)
         assert_int_equal(weft_reduce_scatter(world, in, out, n, WEFT_DTYPE_USER, op), WEFT_OK);
         triple_check(out, n, salt, (size_t)me * n);
         if (nranks > 1) {
-            expect_mismatch(weft_allreduce(world, in, out, n, WEFT_DTYPE_USER,
-                                           odd_one() ? other : op),
-                            "user op");
+            expect_mismatch(
+                weft_allreduce(world, in, out, n, WEFT_DTYPE_USER, odd_one() ? other : op),
+                "user op");
         }
         free(in);
         free(out);

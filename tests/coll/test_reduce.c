@@ -178,10 +178,10 @@ static void test_f16_edges(void **state)
     assert_int_equal(weft__f32_to_f16(-FLT_MAX), 0xfc00);
     assert_int_equal(weft__f32_to_f16(INFINITY), 0x7c00);
     assert_int_equal(weft__f32_to_f16(-INFINITY), 0xfc00);
-    assert_int_equal(weft__f32_to_f16(0x1p-24f), 0x0001);  /* smallest subnormal */
-    assert_int_equal(weft__f32_to_f16(0x1p-25f), 0x0000);  /* tie: to even (zero) */
+    assert_int_equal(weft__f32_to_f16(0x1p-24f), 0x0001); /* smallest subnormal */
+    assert_int_equal(weft__f32_to_f16(0x1p-25f), 0x0000); /* tie: to even (zero) */
     assert_int_equal(weft__f32_to_f16(0x1.8p-25f), 0x0001);
-    assert_int_equal(weft__f32_to_f16(0x1p-14f), 0x0400);  /* smallest normal */
+    assert_int_equal(weft__f32_to_f16(0x1p-14f), 0x0400);     /* smallest normal */
     assert_int_equal(weft__f32_to_f16(0x1.ff8p-15f), 0x03ff); /* largest subnormal */
     assert_int_equal(weft__f32_to_f16(0x1.ffcp-15f), 0x0400); /* tie: up into normals */
     assert_int_equal(weft__f32_to_f16(FLT_MIN), 0x0000);
@@ -260,14 +260,29 @@ static void fill_random(void *buf, size_t n, weft_dtype_t dt)
     for (size_t i = 0; i < n; i++) {
         double v = ((double)(rnd() % 20001) - 10000.0) / 1000.0; /* [-10, 10] */
         switch (dt) {
-        case WEFT_F32: ((float *)buf)[i] = (float)v; break;
-        case WEFT_F64: ((double *)buf)[i] = v; break;
-        case WEFT_F16: ((uint16_t *)buf)[i] = ref_to_half(v); break;
-        case WEFT_BF16: ((uint16_t *)buf)[i] = ref_to_bf16((float)v); break;
-        case WEFT_I32: ((int32_t *)buf)[i] = (int32_t)rnd(); break;
-        case WEFT_I64: ((int64_t *)buf)[i] = (int64_t)rnd(); break;
-        case WEFT_U8: ((uint8_t *)buf)[i] = (uint8_t)rnd(); break;
-        default: break;
+        case WEFT_F32:
+            ((float *)buf)[i] = (float)v;
+            break;
+        case WEFT_F64:
+            ((double *)buf)[i] = v;
+            break;
+        case WEFT_F16:
+            ((uint16_t *)buf)[i] = ref_to_half(v);
+            break;
+        case WEFT_BF16:
+            ((uint16_t *)buf)[i] = ref_to_bf16((float)v);
+            break;
+        case WEFT_I32:
+            ((int32_t *)buf)[i] = (int32_t)rnd();
+            break;
+        case WEFT_I64:
+            ((int64_t *)buf)[i] = (int64_t)rnd();
+            break;
+        case WEFT_U8:
+            ((uint8_t *)buf)[i] = (uint8_t)rnd();
+            break;
+        default:
+            break;
         }
     }
 }
@@ -275,26 +290,34 @@ static void fill_random(void *buf, size_t n, weft_dtype_t dt)
 static double fop(weft_op_t op, double a, double b)
 {
     switch (op) {
-    case WEFT_SUM: return a + b;
-    case WEFT_PROD: return a * b;
-    case WEFT_MAX: return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b);
-    default: return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b);
+    case WEFT_SUM:
+        return a + b;
+    case WEFT_PROD:
+        return a * b;
+    case WEFT_MAX:
+        return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b);
+    default:
+        return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b);
     }
 }
 
 static uint64_t uop(weft_op_t op, uint64_t a, uint64_t b, int64_t sa, int64_t sb, bool sgn)
 {
     switch (op) {
-    case WEFT_SUM: return a + b;
-    case WEFT_PROD: return a * b;
-    case WEFT_MAX: return sgn ? (uint64_t)(sa > sb ? sa : sb) : (a > b ? a : b);
-    default: return sgn ? (uint64_t)(sa < sb ? sa : sb) : (a < b ? a : b);
+    case WEFT_SUM:
+        return a + b;
+    case WEFT_PROD:
+        return a * b;
+    case WEFT_MAX:
+        return sgn ? (uint64_t)(sa > sb ? sa : sb) : (a > b ? a : b);
+    default:
+        return sgn ? (uint64_t)(sa < sb ? sa : sb) : (a < b ? a : b);
     }
 }
 
 /* Reference a (op) b of element i, compared with got[i]. */
-static void check_elem(weft_dtype_t dt, weft_op_t op, const void *a, const void *b,
-                       const void *got, size_t i)
+static void check_elem(weft_dtype_t dt, weft_op_t op, const void *a, const void *b, const void *got,
+                       size_t i)
 {
     switch (dt) {
     case WEFT_F32: {
@@ -346,7 +369,8 @@ static void check_elem(weft_dtype_t dt, weft_op_t op, const void *a, const void 
         assert_int_equal(((const uint8_t *)got)[i], (uint8_t)uop(op, x, y, x, y, false));
         break;
     }
-    default: fail();
+    default:
+        fail();
     }
 }
 
@@ -448,15 +472,18 @@ static void test_reducer_user(void **state)
 {
     (void)state;
     int calls = 0;
-    weft_reducer_t r = {.dtype = WEFT_DTYPE_USER, .op = WEFT_OP_USER_FIRST,
-                        .elem_size = sizeof(pair_t), .user_fn = pair_op, .user_arg = &calls};
+    weft_reducer_t r = {.dtype = WEFT_DTYPE_USER,
+                        .op = WEFT_OP_USER_FIRST,
+                        .elem_size = sizeof(pair_t),
+                        .user_fn = pair_op,
+                        .user_arg = &calls};
     pair_t a[3] = {{1, 1}, {5, 2}, {-3, 3}}, b[3] = {{4, 10}, {2, 20}, {-1, 30}}, o[3];
     weft__reducer_apply3(&r, o, a, b, 3);
     assert_int_equal(o[0].max, 4);
     assert_int_equal(o[1].max, 5);
     assert_int_equal(o[2].max, -1);
     assert_int_equal(o[2].n, 33);
-    assert_int_equal(a[0].max, 1); /* inputs untouched */
+    assert_int_equal(a[0].max, 1);        /* inputs untouched */
     weft__reducer_apply3(&r, b, a, b, 3); /* out == b */
     assert_memory_equal(b, o, sizeof(o));
     weft__reducer_apply(&r, a, a + 1, 0); /* count 0: no call */
@@ -470,10 +497,14 @@ static void test_reducer_user(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_f16_decode_all),    cmocka_unit_test(test_f16_roundtrip_all),
-        cmocka_unit_test(test_f16_rounding_ties), cmocka_unit_test(test_f16_edges),
-        cmocka_unit_test(test_bf16),              cmocka_unit_test(test_kernels_all),
-        cmocka_unit_test(test_special_values),    cmocka_unit_test(test_reducer_user),
+        cmocka_unit_test(test_f16_decode_all),
+        cmocka_unit_test(test_f16_roundtrip_all),
+        cmocka_unit_test(test_f16_rounding_ties),
+        cmocka_unit_test(test_f16_edges),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_kernels_all),
+        cmocka_unit_test(test_special_values),
+        cmocka_unit_test(test_reducer_user),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
