@@ -80,7 +80,7 @@ static void unit_get(const weft_ring_t *ring, size_t u, bool recv, unit_info_t *
  * @p units messages per rank. A message costs either an eager copy through shared memory
  * (up to about 8K with UCX's defaults) or a rendezvous round trip before its single copy,
  * which only pays off for large messages. So medium blocks are cut in eager-sized chunks,
- * as long as that makes at most about 64 messages per rank (each message also costs a
+ * as long as that makes at most about 32 messages per rank (each message also costs a
  * scheduling round trip when ranks share cores); larger ones use WEFT_COLL_CHUNK chunks,
  * which amortise the round trip while the reduction of one overlaps the transfer of the
  * next.
@@ -88,7 +88,7 @@ static void unit_get(const weft_ring_t *ring, size_t u, bool recv, unit_info_t *
 size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes, int units)
 {
     size_t chunk = c->ctx->cfg.coll_chunk;
-    size_t max_chunks = units > 0 && units < 64 ? (size_t)(64 / units) : 1;
+    size_t max_chunks = units > 0 && units < 32 ? (size_t)(32 / units) : 1;
     if (chunk > WEFT_RING_EAGER_CHUNK && blk_bytes <= WEFT_RING_EAGER_CHUNK * max_chunks) {
         return WEFT_RING_EAGER_CHUNK;
     }
