@@ -5,6 +5,7 @@
  */
 #include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,16 +355,19 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
         weft__coll_single(a, elem);
         return WEFT_OK;
     }
-    *c = (weft_coll_t){.ctx = ctx,
-                       .g = g,
-                       .rank = g->rank,
-                       .size = g->size,
-                       .a = *a,
-                       .elem = elem,
-                       .red = red,
-                       .seq = seq,
-                       .phase = WEFT_COLL_PH_RD,
-                       .status = WEFT_INPROGRESS};
+    /* Everything but the inline buffers, which need no clearing (a struct literal would
+     * clear and copy them: measurable on the 8-byte path). */
+    memset(c, 0, offsetof(weft_coll_t, inline_buf));
+    c->ctx = ctx;
+    c->g = g;
+    c->rank = g->rank;
+    c->size = g->size;
+    c->a = *a;
+    c->elem = elem;
+    c->red = red;
+    c->seq = seq;
+    c->phase = WEFT_COLL_PH_RD;
+    c->status = WEFT_INPROGRESS;
     fill_header(c);
     st = coll_setup(c);
     if (st != WEFT_OK) {
@@ -456,7 +460,7 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
     weft_group_t *g = c->g;
     uint32_t epoch = g->epoch;
     uint64_t timeout = weft__ms_to_ns(ctx->cfg.timeout_ms);
-    uint64_t start = weft__now_ns(), idle = 0;
+    uint64_t start = 0, idle = 0; /* the clock is read once this rank first waits */
     int crowded = -1; /* unknown until this rank first waits */
     for (;;) {
         weft_status_t st = weft__group_status(g);
@@ -474,7 +478,10 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
             idle = 0;
             continue;
         }
-        if (weft__now_ns() - start >= timeout) {
+        uint64_t now = weft__now_ns();
+        if (start == 0) {
+            start = now;
+        } else if (now - start >= timeout) {
             return weft__error(ctx, WEFT_ERR_TIMEOUT, "%s #%u timed out after %llu ms", c->a.name,
                                c->seq, (unsigned long long)ctx->cfg.timeout_ms);
         }
