@@ -191,6 +191,10 @@ static const config_field_t config_table[] = {
     FIELD("WEFT_CONNECT_TIMEOUT_MS", "60000",
           "How long weft_init waits for the store and for the other ranks to arrive (ms).",
           connect_timeout_ms, u64),
+    FIELD("WEFT_FINALIZE_TIMEOUT_MS", "10000",
+          "How long weft_finalize waits for the other members to finalize too (ms; 0: do "
+          "not wait). Leaving together keeps a departure from looking like a failure.",
+          finalize_timeout_ms, u64),
     FIELD("WEFT_TRANSPORT", "auto",
           "Transport for peers: auto (chosen from the topology), ucx or nccl.", transport,
           string),

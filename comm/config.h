@@ -16,6 +16,7 @@ typedef struct weft_config {
     weft_log_level_t log_level;
     uint64_t timeout_ms;          /* default for blocking calls */
     uint64_t connect_timeout_ms;  /* store connection and start-up rendezvous */
+    uint64_t finalize_timeout_ms; /* how long finalize waits for the others to finalize */
     char transport[16];           /* auto | ucx | nccl */
     uint64_t heartbeat_ms;
     uint64_t failure_timeout_ms;

@@ -348,16 +348,20 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     /* Leave together: a member that disappears while others still talk to it looks
      * like a failure to them. Best effort, and only on a healthy world group. */
     if (ctx->world != NULL && ctx->world->size > 1 && ctx->world->rank >= 0 &&
-        weft__group_status(ctx->world) == WEFT_OK) {
-        weft_status_t st = weft_barrier(ctx->world);
+        weft__group_status(ctx->world) == WEFT_OK && ctx->cfg.finalize_timeout_ms > 0) {
+        weft_req_t *req = NULL;
+        weft_status_t st = weft_ibarrier(ctx->world, &req);
+        if (st == WEFT_INPROGRESS) {
+            st = weft_wait(req, weft__ms_to_ns(ctx->cfg.finalize_timeout_ms));
+            weft_req_free(req);
+        }
         if (st != WEFT_OK) {
-            WEFT_DEBUG(&ctx->logger, "finalize: barrier: %s", weft_status_str(st));
+            WEFT_DEBUG(&ctx->logger, "finalize: not everyone left together: %s",
+                       weft_status_str(st));
         }
     }
     weft__heartbeat_stop(ctx);
-    while (ctx->live != NULL) {
-        weft_req_free(ctx->live);
-    }
+    weft__req_free_all(ctx, NULL);
     while (ctx->groups != NULL) {
         weft__group_destroy(ctx->groups);
     }
@@ -426,7 +430,8 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
     char prefix[64];
     weft__key(ctx, prefix, sizeof(prefix), FAILED_DIR);
     size_t plen = strlen(prefix);
-    while (weft__store_next_event(ctx->watch, 0, &key, &val, &len) == WEFT_OK) {
+    weft_status_t st;
+    while ((st = weft__store_next_event(ctx->watch, 0, &key, &val, &len)) == WEFT_OK) {
         const char *what = key + plen;
         char *end;
         if (strncmp(key, prefix, plen) != 0) {
@@ -443,5 +448,13 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
         }
         free(key);
         free(val);
+    }
+    if (st != WEFT_INPROGRESS) {
+        /* The store is gone (or broke the protocol): failures are now learned from the
+         * transports alone. Stop watching rather than poll a dead socket in every wait. */
+        WEFT_WARN(&ctx->logger, "lost the store's failure notices (%s): peer failures are now "
+                                "detected by the transports only", weft_status_str(st));
+        weft__store_close(ctx->watch);
+        ctx->watch = NULL;
     }
 }

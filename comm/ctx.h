@@ -110,6 +110,8 @@ weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt
 int weft__progress(weft_ctx_t *ctx);
 /* A new compound request in flight on @p g (status WEFT_INPROGRESS). */
 weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g);
+/* Free every request of @p g (NULL: of the context), owners before what they own. */
+void weft__req_free_all(weft_ctx_t *ctx, const weft_group_t *g);
 /* Advance @p req once (without driving the transports) and return its status. */
 weft_status_t weft__req_advance(weft_req_t *req);
 /* Wait for @p req with the context's default timeout, then free it. NULL: WEFT_OK. */

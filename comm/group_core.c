@@ -48,12 +48,7 @@ void weft__group_destroy(weft_group_t *g)
         }
     }
     /* Requests of this group must not outlive it. */
-    for (weft_req_t *r = ctx->live, *next; r != NULL; r = next) {
-        next = r->next;
-        if (r->group == g) {
-            weft_req_free(r);
-        }
-    }
+    weft__req_free_all(ctx, g);
     if (ctx->world == g) {
         ctx->world = NULL;
     }

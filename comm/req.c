@@ -231,6 +231,27 @@ weft_status_t weft_req_free(weft_req_t *req)
     return WEFT_OK;
 }
 
+void weft__req_free_all(weft_ctx_t *ctx, const weft_group_t *g)
+{
+    /* Compound requests first: their cleanup frees the requests they own, which must
+     * not be freed a second time from this list. The walk restarts after each, since
+     * the cleanup removes other entries. */
+    for (weft_req_t *r = ctx->live; r != NULL;) {
+        if (r->cleanup != NULL && (g == NULL || r->group == g)) {
+            weft_req_free(r);
+            r = ctx->live;
+        } else {
+            r = r->next;
+        }
+    }
+    for (weft_req_t *r = ctx->live, *next; r != NULL; r = next) {
+        next = r->next;
+        if (g == NULL || r->group == g) {
+            weft_req_free(r);
+        }
+    }
+}
+
 weft_status_t weft__req_wait_free(weft_req_t *req)
 {
     weft_status_t st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
