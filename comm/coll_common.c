@@ -419,37 +419,11 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     return st;
 }
 
-/*
- * True when this host runs more ranks of the job than it has CPUs. The CPU count is a
- * property of the machine, not of a context, and reading it costs a file read, so it is
- * cached once per process (a benign race: every thread computes the same value).
- */
-static bool oversubscribed(const weft_ctx_t *ctx)
+/* The idle step of weft_wait() (comm/req.c): it already starts yielding at once when this
+ * host runs more ranks than it has cores (WEFT_YIELD_SPINS=auto), then sleeps on the
+ * failure notices. */
+static void coll_idle(weft_coll_t *c, uint64_t *idle)
 {
-    static _Atomic int online_cpus;
-    int n = online_cpus;
-    if (n == 0) {
-        long v = sysconf(_SC_NPROCESSORS_ONLN);
-        n = v > 0 ? (int)v : 1;
-        online_cpus = n;
-    }
-    return ctx->local_size > n;
-}
-
-/*
- * One idle step. Oversubscribed ranks yield at once: the peer this rank waits for is
- * likely waiting for the CPU, and every step of a collective needs it to run (Open MPI
- * does the same with --oversubscribe). Otherwise the context's spin-then-yield policy.
- */
-static void coll_idle(weft_coll_t *c, uint64_t *idle, int *crowded)
-{
-    if (*crowded < 0) {
-        *crowded = oversubscribed(c->ctx);
-    }
-    if (*crowded) {
-        sched_yield();
-        return;
-    }
     weft__idle(c->ctx, idle);
 }
 
@@ -461,7 +435,6 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
     uint32_t epoch = g->epoch;
     uint64_t timeout = weft__ms_to_ns(ctx->cfg.timeout_ms);
     uint64_t start = 0, idle = 0; /* the clock is read once this rank first waits */
-    int crowded = -1; /* unknown until this rank first waits */
     for (;;) {
         weft_status_t st = weft__group_status(g);
         if (st == WEFT_OK && g->epoch != epoch) {
@@ -478,14 +451,19 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
             idle = 0;
             continue;
         }
-        uint64_t now = weft__now_ns();
-        if (start == 0) {
-            start = now;
-        } else if (now - start >= timeout) {
-            return weft__error(ctx, WEFT_ERR_TIMEOUT, "%s #%u timed out after %llu ms", c->a.name,
-                               c->seq, (unsigned long long)ctx->cfg.timeout_ms);
+        /* The timeout is seconds long: the clock is read on the first idle poll and then
+         * every 64th, not on each (a clock read costs as much as a poll). */
+        if (start == 0 || (idle & 63) == 0) {
+            uint64_t now = weft__now_ns();
+            if (start == 0) {
+                start = now;
+            } else if (now - start >= timeout) {
+                return weft__error(ctx, WEFT_ERR_TIMEOUT, "%s #%u timed out after %llu ms",
+                                   c->a.name, c->seq,
+                                   (unsigned long long)ctx->cfg.timeout_ms);
+            }
         }
-        coll_idle(c, &idle, &crowded);
+        coll_idle(c, &idle);
     }
 }
 

@@ -112,6 +112,25 @@ static void print_int(const void *field, char *buf, size_t len)
     snprintf(buf, len, "%d", *(const int *)field);
 }
 
+/* A count, or "auto" (-1): decided at init from the ranks per host and the cores. */
+static weft_status_t parse_spins(const char *text, void *field)
+{
+    if (strcasecmp(text, "auto") == 0) {
+        *(int *)field = -1;
+        return WEFT_OK;
+    }
+    return parse_int(text, field);
+}
+
+static void print_spins(const void *field, char *buf, size_t len)
+{
+    if (*(const int *)field < 0) {
+        snprintf(buf, len, "auto");
+    } else {
+        print_int(field, buf, len);
+    }
+}
+
 static weft_status_t parse_transport(const char *text, void *field)
 {
     static const char *const names[] = {"auto", "ucx", "nccl"};
@@ -208,9 +227,11 @@ static const config_field_t config_table[] = {
     FIELD("WEFT_COLL_CHUNK", "1M",
           "Pipelining chunk of bandwidth-optimised (ring) collectives, in bytes.", coll_chunk,
           size),
-    FIELD("WEFT_YIELD_SPINS", "64",
-          "Progress polls without news before a waiting rank starts yielding the CPU.",
-          yield_spins, int),
+    FIELD("WEFT_YIELD_SPINS", "auto",
+          "Progress polls without news before a waiting rank starts yielding the CPU; auto: "
+          "2000 (tens of microseconds), or 0 when this host runs more ranks than it has "
+          "cores.",
+          yield_spins, spins),
     FIELD("WEFT_NAMESPACE", "weft",
           "Prefix of this context's keys in the store; contexts with different namespaces "
           "can share one store (failure notices of weftrun use the default).",

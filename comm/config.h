@@ -22,7 +22,7 @@ typedef struct weft_config {
     uint64_t failure_timeout_ms;
     size_t coll_small_max;        /* bytes: latency algorithms at or below */
     size_t coll_chunk;            /* bytes: pipelining chunk of ring algorithms */
-    int yield_spins;              /* progress polls before a wait starts yielding */
+    int yield_spins;              /* progress polls before a wait starts yielding; -1: auto */
     char ns[32];                  /* prefix of this context's store keys */
     char connect[8];              /* lazy | local | all: peers connected eagerly */
     char topo_xml[512];           /* hwloc XML file standing for this host; "" discovers */

@@ -287,6 +287,11 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     snprintf(ctx->launcher, sizeof(ctx->launcher), "%s", boot.launcher);
     snprintf(ctx->store_addr, sizeof(ctx->store_addr), "%s", boot.store);
     snprintf(ctx->token, sizeof(ctx->token), "%s", boot.token);
+    if (ctx->cfg.yield_spins < 0) {
+        /* More ranks than cores: a spinning waiter takes the core its peer needs. */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        ctx->cfg.yield_spins = (cores > 0 && boot.local_size > cores) ? 0 : 2000;
+    }
     ctx->joining = boot.joining;
     ctx->world_size_at_start = boot.size;
     st = weft__peer_slot(ctx, ctx->joining ? 0 : ctx->size - 1);
@@ -366,6 +371,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
         weft__group_destroy(ctx->groups);
     }
     weft__cuda_ctx_fini(ctx);
+    weft__req_pool_drain(ctx);
     for (int i = 0; i < ctx->npeers; i++) {
         weft_peer_t *p = &ctx->peers[i];
         if (p->ep != NULL) {

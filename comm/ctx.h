@@ -52,6 +52,8 @@ struct weft_ctx {
     weft_group_t *groups;       /* every group of this context, world included */
     uint32_t next_group_id;
     struct weft_req *live;      /* requests in flight */
+    struct weft_req *req_pool;  /* freed requests kept for reuse (singly linked) */
+    int req_pool_len;
     weft_user_op_t *user_ops;
     int n_user_ops;
     uint64_t progress_calls;
@@ -110,6 +112,8 @@ weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt
 int weft__progress(weft_ctx_t *ctx);
 /* A new compound request in flight on @p g (status WEFT_INPROGRESS). */
 weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g);
+/* Release the requests kept for reuse (weft_finalize). */
+void weft__req_pool_drain(weft_ctx_t *ctx);
 /* Free every request of @p g (NULL: of the context), owners before what they own. */
 void weft__req_free_all(weft_ctx_t *ctx, const weft_group_t *g);
 /* Advance @p req once (without driving the transports) and return its status. */

@@ -5,12 +5,14 @@
 #include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "comm/ctx.h"
 
 /* How often (in progress calls) the failure-notice watch is polled. */
 #define NOTICE_POLL_INTERVAL 64
+#define REQ_POOL_MAX 256
 
 uint64_t weft__now_ns(void)
 {
@@ -97,8 +99,12 @@ static void live_remove(weft_ctx_t *ctx, weft_req_t *req)
 
 weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g)
 {
-    weft_req_t *req = calloc(1, sizeof(*req));
-    if (req == NULL) {
+    weft_req_t *req = ctx->req_pool;
+    if (req != NULL) {
+        ctx->req_pool = req->next;
+        ctx->req_pool_len--;
+        memset(req, 0, sizeof(*req));
+    } else if ((req = calloc(1, sizeof(*req))) == NULL) {
         return NULL;
     }
     req->ctx = ctx;
@@ -193,7 +199,7 @@ weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns)
         if (st != WEFT_INPROGRESS) {
             return st;
         }
-        if (weft__now_ns() - start >= timeout_ns) {
+        if ((idle & 63) == 0 && weft__now_ns() - start >= timeout_ns) {
             return weft__error(ctx, WEFT_ERR_TIMEOUT, "wait timed out after %llu ms",
                                (unsigned long long)(timeout_ns / 1000000ull));
         }
@@ -226,9 +232,27 @@ weft_status_t weft_req_free(weft_req_t *req)
     if (req->cleanup != NULL) {
         req->cleanup(req);
     }
-    live_remove(req->ctx, req);
-    free(req);
+    weft_ctx_t *ctx = req->ctx;
+    live_remove(ctx, req);
+    /* Requests come and go on every message: keep a few instead of calloc/free. */
+    if (ctx->req_pool_len < REQ_POOL_MAX) {
+        req->next = ctx->req_pool;
+        ctx->req_pool = req;
+        ctx->req_pool_len++;
+    } else {
+        free(req);
+    }
     return WEFT_OK;
+}
+
+void weft__req_pool_drain(weft_ctx_t *ctx)
+{
+    while (ctx->req_pool != NULL) {
+        weft_req_t *r = ctx->req_pool;
+        ctx->req_pool = r->next;
+        free(r);
+    }
+    ctx->req_pool_len = 0;
 }
 
 void weft__req_free_all(weft_ctx_t *ctx, const weft_group_t *g)
