@@ -238,6 +238,9 @@ static void ucx_config_default(const weft_tl_t *tl, ucp_config_t *cfg, const cha
  *    missing invalidation cannot hand stale data to a survivor.
  *  - KEEPALIVE_INTERVAL: probe endpoints every second instead of every 20 s, so a peer
  *    that died while idle is noticed in seconds.
+ *  - RNDV_THRESH: copy messages up to 512 KiB through shared memory instead of the
+ *    rendezvous handshake; measured 1.2-1.45x faster allreduce from 16 KiB to 1 MiB with
+ *    2 ranks (weft-perf allreduce with UCX_RNDV_THRESH=auto vs 512K, one run).
  */
 static void ucx_config_defaults(const weft_tl_t *tl, ucp_config_t *cfg)
 {
@@ -249,6 +252,7 @@ static void ucx_config_defaults(const weft_tl_t *tl, ucp_config_t *cfg)
     ucx_config_default(tl, cfg, "MM_ERROR_HANDLING", "y", mm_related);
     ucx_config_default(tl, cfg, "MEMORY_INVALIDATE", "y", cma_related);
     ucx_config_default(tl, cfg, "KEEPALIVE_INTERVAL", "1s", NULL);
+    ucx_config_default(tl, cfg, "RNDV_THRESH", "512K", NULL);
 }
 
 /* ---- init / fini ---- */
