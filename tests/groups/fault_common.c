@@ -10,6 +10,7 @@
 #include "fault_common.h"
 
 static char death_path[128];
+static volatile sig_atomic_t stop_instead;
 
 double fault_now_ms(void)
 {
@@ -47,10 +48,48 @@ static void on_alarm(int sig)
         (void)w;
         close(fd);
     }
-    raise(SIGKILL);
+    raise(stop_instead ? SIGSTOP : SIGKILL);
 }
 
+static void arm_timer(int member_id, unsigned seed, long min_us, long max_us);
+
 void fault_arm_death(int member_id, unsigned seed, long min_us, long max_us)
+{
+    stop_instead = 0;
+    arm_timer(member_id, seed, min_us, max_us);
+}
+
+void fault_arm_stop(int member_id, unsigned seed, long min_us, long max_us)
+{
+    char path[160];
+    path_for(path, sizeof(path) - 8, member_id);
+    strcat(path, ".pid");
+    FILE *f = fopen(path, "w");
+    if (f != NULL) {
+        fprintf(f, "%ld\n", (long)getpid());
+        fclose(f);
+    }
+    stop_instead = 1;
+    arm_timer(member_id, seed, min_us, max_us);
+}
+
+int fault_kill_stopped(int member_id)
+{
+    char path[160];
+    long pid = -1;
+    path_for(path, sizeof(path) - 8, member_id);
+    strcat(path, ".pid");
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    int ok = fscanf(f, "%ld", &pid) == 1;
+    fclose(f);
+    unlink(path);
+    return ok && pid > 0 ? kill((pid_t)pid, SIGKILL) : -1;
+}
+
+static void arm_timer(int member_id, unsigned seed, long min_us, long max_us)
 {
     path_for(death_path, sizeof(death_path), member_id);
     srand(seed * 2654435761u + (unsigned)member_id);

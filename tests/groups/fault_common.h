@@ -11,6 +11,12 @@
  * is left in a file for the survivors' detection check. */
 void fault_arm_death(int member_id, unsigned seed, long min_us, long max_us);
 
+/* Like fault_arm_death, but the process stops (SIGSTOP) instead of dying: it hangs
+ * without exiting, and leaves its pid for fault_kill_stopped(). */
+void fault_arm_stop(int member_id, unsigned seed, long min_us, long max_us);
+/* SIGKILL the process that member @p member_id stopped as; 0 on success. */
+int fault_kill_stopped(int member_id);
+
 /* Time (CLOCK_MONOTONIC, ms) a member recorded just before dying; -1 if unknown. */
 double fault_death_time_ms(int member_id);
 double fault_now_ms(void);

@@ -7,6 +7,8 @@
  *   send       the last rank dies while streaming 1 MiB messages to rank 0
  *   two        the last two ranks die at about the same time
  *   repair     the last rank dies; rank 1 dies while the others are repairing
+ *   stop       the last rank hangs without dying (SIGSTOP): only its missed heartbeats
+ *              tell; rank 0 kills it once the others have repaired
  * Seed: argv[2] (default 1).
  */
 #include <stdio.h>
@@ -69,7 +71,11 @@ int main(int argc, char **argv)
     }
     if (is_victim(scenario, rank, size)) {
         /* Both victims of "two" draw the same delay: they die at about the same time. */
-        fault_arm_death(strcmp(scenario, "two") == 0 ? size - 1 : rank, seed, 2000, 40000);
+        if (strcmp(scenario, "stop") == 0) {
+            fault_arm_stop(rank, seed, 2000, 40000);
+        } else {
+            fault_arm_death(strcmp(scenario, "two") == 0 ? size - 1 : rank, seed, 2000, 40000);
+        }
     }
     weft_status_t st = work_until_error(scenario, g, rank, size);
     double t_err = fault_now_ms();
@@ -129,6 +135,10 @@ int main(int argc, char **argv)
     if (st != WEFT_OK) {
         printf("SURVIVOR-FAIL rank %d: allreduce at the new epoch: %s\n", rank,
                weft_status_str(st));
+        return 1;
+    }
+    if (strcmp(scenario, "stop") == 0 && nr == 0 && fault_kill_stopped(size - 1) != 0) {
+        printf("SURVIVOR-FAIL rank %d: could not find the stopped process\n", nr);
         return 1;
     }
     /* OK only once finalize is behind us too: it must not hang or fail after a repair. */
