@@ -12,7 +12,8 @@
  *           [--kill-rank R --kill-step S]
  *
  * --kill-rank/--kill-step make member R kill itself (SIGKILL) at step S, to watch it
- * happen. At the end rank 0 prints the loss and every rank checks that all hold the same
+ * happen. --wait-replacement MS makes the survivors wait up to MS for replacements after a
+ * loss, so that the job keeps its width (and global batch size). At the end rank 0 prints the loss and every rank checks that all hold the same
  * parameters; the exit status is 0 when they do and the loss went down.
  */
 #include <math.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <weft/weft.h>
 
@@ -33,6 +35,8 @@ typedef struct trainer {
     float grad[DIM];
     int32_t step;
     int32_t admitted_at; /* step of the last membership sync: no second admission then */
+    int width;           /* ranks the job is meant to have (keeps the global batch) */
+    int wait_ms;         /* --wait-replacement: how long to wait for a lost rank's successor */
 } trainer_t;
 
 /* The target every rank fits; the "data" of rank r at step s perturbs it a little. */
@@ -83,6 +87,38 @@ static weft_status_t sync_state(trainer_t *t)
     return st;
 }
 
+/* After a loss: rank 0 waits (bounded) for replacements to register, and the members
+ * admit together as many as it saw. */
+static weft_status_t wait_for_width(trainer_t *t)
+{
+    int rank, size, pending = 0;
+    weft_group_rank(t->world, &rank);
+    weft_group_size(t->world, &size);
+    if (t->wait_ms <= 0 || size >= t->width) {
+        return WEFT_OK;
+    }
+    for (int waited = 0; rank == 0 && waited < t->wait_ms; waited++) {
+        weft_group_pending_joiners(t->world, &pending);
+        if (size + pending >= t->width) {
+            break;
+        }
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    int32_t n = pending;
+    weft_status_t st = weft_broadcast(t->world, &n, 1, WEFT_I32, 0);
+    if (st != WEFT_OK || n == 0) {
+        return st;
+    }
+    weft_edit_info_t info = {.size = sizeof(info)};
+    st = weft_group_grow(t->world, n, 30000, &info);
+    if (st == WEFT_OK && rank == 0) {
+        printf("step %d: admitted %d replacement(s), %d ranks\n", t->step, info.n_added,
+               info.new_size);
+    }
+    return st;
+}
+
 /* The recovery path: repair (which also admits processes already waiting to join),
  * then resynchronise; replacements that arrive later are admitted by admit_joiners(). */
 static weft_status_t recover(trainer_t *t)
@@ -98,6 +134,9 @@ static weft_status_t recover(trainer_t *t)
         if (rank == 0 && info.n_removed > 0) {
             printf("step %d: lost %d member(s), %d -> %d ranks, epoch %u\n", t->step,
                    info.n_removed, info.old_size, info.new_size, info.new_epoch);
+        }
+        if (st == WEFT_OK) {
+            st = wait_for_width(t);
         }
         if (st == WEFT_OK) {
             st = sync_state(t);
@@ -153,6 +192,7 @@ static int consistent(trainer_t *t)
 
 int main(int argc, char **argv)
 {
+    static trainer_t t = {.admitted_at = -1};
     int steps = 200, kill_rank = -1, kill_step = -1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--steps") == 0) {
@@ -161,9 +201,10 @@ int main(int argc, char **argv)
             kill_rank = atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--kill-step") == 0) {
             kill_step = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--wait-replacement") == 0) {
+            t.wait_ms = atoi(argv[i + 1]);
         }
     }
-    static trainer_t t = {.admitted_at = -1};
     weft_status_t st = weft_init(NULL, &t.ctx);
     if (st != WEFT_OK) {
         fprintf(stderr, "trainer: weft_init: %s\n", weft_status_str(st));
@@ -183,6 +224,7 @@ int main(int argc, char **argv)
     } else {
         weft_ctx_world(t.ctx, &t.world);
     }
+    weft_group_size(t.world, &t.width);
     while (t.step < steps) {
         int rank, size, me;
         if (t.step % ADMIT_EVERY == 0 && t.step != t.admitted_at) {
