@@ -31,6 +31,9 @@ weft_status_t weft__store_set(weft_store_client_t *c, const char *key, const voi
 /* Waits until the key exists or timeout_ms passes (WEFT_ERR_TIMEOUT). *val is malloc'ed. */
 weft_status_t weft__store_get(weft_store_client_t *c, const char *key, int timeout_ms,
                               void **val, size_t *len);
+/* weft__store_get of a decimal integer; WEFT_ERR_PROTOCOL if the value is not one. */
+weft_status_t weft__store_get_i64(weft_store_client_t *c, const char *key, int timeout_ms,
+                                  int64_t *out);
 /* Atomic add to a decimal counter (created at 0); *result is the new value (may be NULL). */
 weft_status_t weft__store_add(weft_store_client_t *c, const char *key, int64_t delta,
                               int64_t *result);

@@ -250,6 +250,28 @@ weft_status_t weft__store_get(weft_store_client_t *c, const char *key, int timeo
     return status;
 }
 
+weft_status_t weft__store_get_i64(weft_store_client_t *c, const char *key, int timeout_ms,
+                                  int64_t *out)
+{
+    void *val;
+    size_t len;
+    weft_status_t st = weft__store_get(c, key, timeout_ms, &val, &len);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(val, &end, 10); /* values arrive NUL-terminated */
+    bool ok = len > 0 && errno == 0 && end == (char *)val + len;
+    free(val);
+    if (!ok) {
+        WEFT_ERROR(c->lg, "store %s: %s does not hold an integer", c->addr, key);
+        return WEFT_ERR_PROTOCOL;
+    }
+    *out = v;
+    return WEFT_OK;
+}
+
 weft_status_t weft__store_add(weft_store_client_t *c, const char *key, int64_t delta,
                               int64_t *result)
 {

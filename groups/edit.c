@@ -182,13 +182,20 @@ weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info)
     }
 }
 
+/* Joiner registrations ever made on g (a store counter; joiners add 1 each). */
+static weft_status_t joins_registered(const weft_group_t *g, int64_t *count)
+{
+    char key[96];
+    weft__key(g->ctx, key, sizeof(key), "g/%u/joins", g->id);
+    return weft__store_add(g->ctx->store, key, 0, count);
+}
+
 /* Joiners registered on g since the last admission: ids and the new high-water mark. */
 static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n, uint32_t *hi)
 {
     char key[96];
     int64_t count;
-    weft__key(g->ctx, key, sizeof(key), "g/%u/joins", g->id);
-    weft_status_t st = weft__store_add(g->ctx->store, key, 0, &count);
+    weft_status_t st = joins_registered(g, &count);
     if (st != WEFT_OK) {
         return st;
     }
@@ -199,17 +206,14 @@ static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n
     }
     uint32_t got = 0;
     for (; got < want; got++) {
-        void *val;
-        size_t len;
+        int64_t id;
         weft__key(g->ctx, key, sizeof(key), "g/%u/join/%u", g->id, g->join_lo + got + 1);
         /* Registration is add-then-set: wait briefly for the set of a live joiner. */
-        if (weft__store_get(g->ctx->store, key, JOIN_GET_TIMEOUT_MS, &val, &len) != WEFT_OK) {
+        if (weft__store_get_i64(g->ctx->store, key, JOIN_GET_TIMEOUT_MS, &id) != WEFT_OK ||
+            id < 0 || id >= (int64_t)WEFT_TAG_MAX_MEMBERS) {
             break;
         }
-        char text[16] = {0};
-        memcpy(text, val, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
-        free(val);
-        out[got] = (int32_t)strtol(text, NULL, 10);
+        out[got] = (int32_t)id;
     }
     *ids = out;
     *n = got;
@@ -291,6 +295,18 @@ static int count_revoked_subgroups(const weft_group_t *g)
     return n;
 }
 
+/* Hand the edit's summary to the caller, within the size the caller's struct has. */
+static void info_finish(const weft_group_t *g, weft_edit_info_t *tmp, weft_edit_info_t *info)
+{
+    if (info == NULL) {
+        return;
+    }
+    tmp->n_subgroups_revoked = count_revoked_subgroups(g);
+    size_t n = info->size < sizeof(*tmp) ? info->size : sizeof(*tmp);
+    memcpy(info, tmp, n);
+    info->size = n;
+}
+
 static weft_status_t check_editable(weft_group_t *g)
 {
     if (g == NULL) {
@@ -324,12 +340,7 @@ weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info)
     if (st != WEFT_OK) {
         return st;
     }
-    if (info != NULL) {
-        tmp.n_subgroups_revoked = count_revoked_subgroups(g);
-        size_t n = info->size < sizeof(tmp) ? info->size : sizeof(tmp);
-        memcpy(info, &tmp, n);
-        info->size = n;
-    }
+    info_finish(g, &tmp, info);
     return WEFT_OK;
 }
 
@@ -343,8 +354,6 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
     weft_edit_info_t tmp = {.size = sizeof(tmp)};
     info_begin(&tmp, g);
     uint64_t deadline = weft__now_ns() + weft__ms_to_ns(timeout_ms);
-    char key[96];
-    weft__key(g->ctx, key, sizeof(key), "g/%u/joins", g->id);
     uint32_t start_epoch = g->epoch;
     for (;;) {
         weft__poll_failure_notices(g->ctx);
@@ -353,7 +362,7 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
             break; /* another member already decided this edit */
         }
         int64_t count;
-        st = weft__store_add(g->ctx->store, key, 0, &count);
+        st = joins_registered(g, &count);
         if (st != WEFT_OK) {
             break;
         }
@@ -369,11 +378,8 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
     }
-    if (st == WEFT_OK && info != NULL) {
-        tmp.n_subgroups_revoked = count_revoked_subgroups(g);
-        size_t n = info->size < sizeof(tmp) ? info->size : sizeof(tmp);
-        memcpy(info, &tmp, n);
-        info->size = n;
+    if (st == WEFT_OK) {
+        info_finish(g, &tmp, info);
     }
     return st;
 }
@@ -387,10 +393,8 @@ weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n)
         *n = 0;
         return WEFT_OK;
     }
-    char key[96];
     int64_t count;
-    weft__key(g->ctx, key, sizeof(key), "g/%u/joins", g->id);
-    weft_status_t st = weft__store_add(g->ctx->store, key, 0, &count);
+    weft_status_t st = joins_registered(g, &count);
     if (st != WEFT_OK) {
         return weft__error(g->ctx, st, "group %u: cannot count joiners", g->id);
     }

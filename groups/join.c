@@ -36,16 +36,17 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     }
     void *v;
     size_t vlen;
+    int64_t admitted;
     weft__key(ctx, key, sizeof(key), "g/%u/admit/%d", gid, ctx->rank);
     int tmo = timeout_ms > (uint64_t)INT32_MAX ? INT32_MAX : (int)timeout_ms;
-    st = weft__store_get(ctx->store, key, tmo, &v, &vlen);
+    st = weft__store_get_i64(ctx->store, key, tmo, &admitted);
+    if (st == WEFT_OK && (admitted < 1 || admitted > UINT32_MAX)) {
+        st = WEFT_ERR_PROTOCOL;
+    }
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "not admitted to '%s' within %d ms", name, tmo);
     }
-    char text[16] = {0};
-    memcpy(text, v, vlen < sizeof(text) - 1 ? vlen : sizeof(text) - 1);
-    free(v);
-    uint32_t epoch = (uint32_t)strtoul(text, NULL, 10);
+    uint32_t epoch = (uint32_t)admitted;
     weft__decision_key(ctx, key, sizeof(key), gid, epoch - 1);
     st = weft__store_get(ctx->store, key, tmo, &v, &vlen);
     weft_decision_t d;
@@ -111,8 +112,6 @@ static weft_status_t split_ids(weft_group_t *parent, int ncolors, uint32_t seq, 
 {
     weft_ctx_t *ctx = parent->ctx;
     char key[96], val[32];
-    void *v;
-    size_t vlen;
     weft__key(ctx, key, sizeof(key), "split/%u/%u/%u", parent->id, parent->epoch, seq);
     if (parent->rank == 0) {
         int64_t end;
@@ -128,16 +127,7 @@ static weft_status_t split_ids(weft_group_t *parent, int ncolors, uint32_t seq, 
             return st;
         }
     }
-    weft_status_t st =
-        weft__store_get(ctx->store, key, (int)ctx->cfg.connect_timeout_ms, &v, &vlen);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    char text[32] = {0};
-    memcpy(text, v, vlen < sizeof(text) - 1 ? vlen : sizeof(text) - 1);
-    free(v);
-    *base = strtoll(text, NULL, 10);
-    return WEFT_OK;
+    return weft__store_get_i64(ctx->store, key, (int)ctx->cfg.connect_timeout_ms, base);
 }
 
 weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_group_t **sub)

@@ -812,6 +812,29 @@ static void test_unexpected_types(void **state)
     check_server_serves(f);
 }
 
+/* Integers read back exactly; anything else is refused rather than read as 0. */
+static void test_get_i64(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *c = client(f);
+    int64_t v = 7;
+    assert_int_equal(weft__store_set(c, "int/ok", "-42", 3), WEFT_OK);
+    assert_int_equal(weft__store_get_i64(c, "int/ok", 1000, &v), WEFT_OK);
+    assert_int_equal(v, -42);
+    assert_int_equal(weft__store_add(c, "int/ctr", 5, NULL), WEFT_OK);
+    assert_int_equal(weft__store_get_i64(c, "int/ctr", 1000, &v), WEFT_OK);
+    assert_int_equal(v, 5);
+    const char *bad[] = {"", "12x", "x", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        v = 7;
+        assert_int_equal(weft__store_set(c, "int/bad", bad[i], strlen(bad[i])), WEFT_OK);
+        assert_int_equal(weft__store_get_i64(c, "int/bad", 1000, &v), WEFT_ERR_PROTOCOL);
+        assert_int_equal(v, 7);
+    }
+    assert_int_equal(weft__store_get_i64(c, "int/absent", 0, &v), WEFT_ERR_TIMEOUT);
+    weft__store_close(c);
+}
+
 /* ---- create-if-absent and leases ---- */
 
 static void expect_nx(weft_store_client_t *c, const char *key, const char *val, const char *won,
@@ -984,6 +1007,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_add_atomic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_nx, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_get_i64, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_everything, setup, teardown),
         cmocka_unit_test(test_connect_retries),
