@@ -191,6 +191,22 @@ struct weft_coll {
     uint8_t *scratch; /* freed with the collective */
     bool holds;       /* broadcast: this rank has the data */
     weft_status_t status;
+    /* Shared-memory path (comm/coll_shm.c): the group's segment, NULL over messages. */
+    struct weft_shm *shm;
+    struct {
+        uint64_t idx;     /* this collective's number on the segment */
+        uint32_t epoch;   /* the group's epoch when it was numbered */
+        int stage;        /* of the header step */
+        int peer;         /* next peer slot to look at */
+        bool small;       /* the data travels in the slots */
+        bool data;        /* a chunked data phase follows the header step */
+        bool finished;    /* the turn is handed on to the next collective */
+        bool stream;      /* write the output with non-temporal stores */
+        size_t per_chunk; /* elements (per block) of a chunk */
+        size_t nchunks, j;
+        int step;         /* within chunk j */
+        uint64_t gbase;   /* segment-wide number of chunk 0 */
+    } sh;
     /* Exchange buffers of small collectives live here: no allocation on the latency path. */
     _Alignas(64) uint8_t inline_buf[WEFT_COLL_INLINE];
 };
@@ -254,6 +270,14 @@ static inline size_t weft__coll_blk_len(size_t count, int size, int b)
 {
     return count / (size_t)size + ((size_t)b < count % (size_t)size ? 1 : 0);
 }
+
+/* ---- coll_shm.c: collectives through the group's shared memory ---- */
+/* Choose the shared-memory algorithm (g->shm is set); WEFT_OK or an error. */
+weft_status_t weft__coll_setup_shm(weft_coll_t *c);
+/* The header step (replaces the exchange phase); WEFT_OK when done (c->mismatch final). */
+weft_status_t weft__shm_exchange(weft_coll_t *c);
+/* Called when a collective is released: if it stopped half way, the segment is broken. */
+void weft__shm_abandon(weft_coll_t *c);
 
 /* ---- coll_rd.c: the exchange phase ---- */
 /* Allocate rd.sbuf/rd.rbuf with @p cap payload bytes each and set the schedule. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "comm/coll.h"
+#include "comm/shm.h"
 
 _Static_assert(sizeof(weft_coll_hdr_t) == WEFT_COLL_HDR_SIZE, "header must stay 32 bytes");
 
@@ -193,6 +194,7 @@ uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes)
 /* Release everything a collective holds except its own memory. */
 static void coll_release(weft_coll_t *c)
 {
+    weft__shm_abandon(c);
     weft__rd_fini(c);
     if (c->fini != NULL) {
         c->fini(c);
@@ -217,7 +219,7 @@ static weft_status_t coll_step(weft_coll_t *c)
     weft_status_t st;
     switch (c->phase) {
     case WEFT_COLL_PH_RD:
-        st = weft__rd_progress(c);
+        st = c->shm != NULL ? weft__shm_exchange(c) : weft__rd_progress(c);
         if (st != WEFT_OK) {
             return st;
         }
@@ -308,6 +310,9 @@ static void fill_header(weft_coll_t *c)
 
 static weft_status_t coll_setup(weft_coll_t *c)
 {
+    if (c->g->shm != NULL) {
+        return weft__coll_setup_shm(c);
+    }
     switch (c->a.kind) {
     case WEFT_COLL_ALLREDUCE:
     case WEFT_COLL_REDUCE:
@@ -385,11 +390,15 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     if (weft__coll_is_cuda(a)) {
         return weft__coll_cuda_start(g, a, req);
     }
+    weft_status_t st = weft__shm_ensure(g);
+    if (st != WEFT_OK) {
+        return st;
+    }
     weft_coll_t *c = malloc(sizeof(*c));
     if (c == NULL) {
         return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", a->name);
     }
-    weft_status_t st = coll_init(g, a, c);
+    st = coll_init(g, a, c);
     if (st != WEFT_INPROGRESS) {
         free(c);
         if (st == WEFT_OK) {
@@ -477,8 +486,12 @@ weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a)
         weft_status_t st = weft__coll_cuda_start(g, a, &req);
         return weft__blocking(st, req);
     }
+    weft_status_t st = weft__shm_ensure(g);
+    if (st != WEFT_OK) {
+        return st;
+    }
     weft_coll_t c;
-    weft_status_t st = coll_init(g, a, &c);
+    st = coll_init(g, a, &c);
     if (st != WEFT_INPROGRESS) {
         return st;
     }

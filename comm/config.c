@@ -171,6 +171,23 @@ static weft_status_t parse_connect(const char *text, void *field)
     return WEFT_ERR_INVALID_ARG;
 }
 
+static weft_status_t parse_onoff(const char *text, void *field)
+{
+    if (strcasecmp(text, "on") == 0 || strcmp(text, "1") == 0) {
+        *(int *)field = 1;
+    } else if (strcasecmp(text, "off") == 0 || strcmp(text, "0") == 0) {
+        *(int *)field = 0;
+    } else {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    return WEFT_OK;
+}
+
+static void print_onoff(const void *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", *(const int *)field ? "on" : "off");
+}
+
 static void print_ns(const void *field, char *buf, size_t len)
 {
     snprintf(buf, len, "%s", (const char *)field);
@@ -227,6 +244,21 @@ static const config_field_t config_table[] = {
     FIELD("WEFT_COLL_CHUNK", "1M",
           "Pipelining chunk of bandwidth-optimised (ring) collectives, in bytes.", coll_chunk,
           size),
+    FIELD("WEFT_COLL_SHM", "on",
+          "on: groups whose members share one host run their collectives through a shared "
+          "memory segment; off: over the transport's messages. Must be equal on all ranks.",
+          coll_shm, onoff),
+    FIELD("WEFT_SHM_SMALL_MAX", "4K",
+          "Shared-memory collectives whose data per rank fits this many bytes carry it in "
+          "one step through the segment's slots (latency path).",
+          shm_small_max, size),
+    FIELD("WEFT_SHM_CHUNK", "256K",
+          "Pipelining chunk of shared-memory collectives, in bytes per rank and buffer.",
+          shm_chunk, size),
+    FIELD("WEFT_SHM_STREAM_MIN", "4M",
+          "Shared-memory collectives write outputs of at least this many bytes with "
+          "non-temporal stores, which skip reading the destination into the caches.",
+          shm_stream_min, size),
     FIELD("WEFT_YIELD_SPINS", "auto",
           "Progress polls without news before a waiting rank starts yielding the CPU; auto: "
           "2000 (tens of microseconds), or 0 when this host runs more ranks than it has "

@@ -22,6 +22,10 @@ typedef struct weft_config {
     uint64_t failure_timeout_ms;
     size_t coll_small_max;        /* bytes: latency algorithms at or below */
     size_t coll_chunk;            /* bytes: pipelining chunk of ring algorithms */
+    int coll_shm;                 /* 1: same-host groups collect through shared memory */
+    size_t shm_small_max;         /* bytes: collectives carried in the shared slots */
+    size_t shm_stream_min;        /* bytes: outputs written with non-temporal stores */
+    size_t shm_chunk;             /* bytes: pipelining chunk of shared-memory collectives */
     int yield_spins;              /* progress polls before a wait starts yielding; -1: auto */
     char ns[32];                  /* prefix of this context's store keys */
     char connect[8];              /* lazy | local | all: peers connected eagerly */

@@ -57,6 +57,7 @@ struct weft_ctx {
     weft_user_op_t *user_ops;
     int n_user_ops;
     uint64_t progress_calls;
+    uint64_t shm_moves, shm_moves_seen; /* steps of shared-memory collectives (progress news) */
     char last_error[512];
     struct weft_cuda_ctx *cuda; /* topology summaries (comm/memtype.c); NULL until used */
 };
@@ -73,6 +74,10 @@ struct weft_group {
     uint32_t join_lo;      /* joiner registrations consumed by admitted edits */
     struct weft_group *parent;
     struct weft_group *next; /* in ctx->groups */
+    /* Shared-memory collectives (comm/shm.h): the segment of this epoch, or NULL. */
+    struct weft_shm *shm;
+    uint32_t shm_epoch; /* epoch + 1 once decided for that epoch; 0: not yet */
+    bool shm_setup;     /* inside the set-up: collectives go over messages */
     /* CUDA stream and NCCL communicator (comm/memtype.c, comm/nccl_comm.c); NULL until used */
     struct weft_cuda_group *cuda;
 };

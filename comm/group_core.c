@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm/ctx.h"
+#include "comm/shm.h"
 
 weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,
                                  weft_group_t *parent, weft_group_t **out)
@@ -53,6 +54,7 @@ void weft__group_destroy(weft_group_t *g)
         ctx->world = NULL;
     }
     weft__cuda_group_fini(g);
+    weft__shm_release(g);
     free(g->members);
     free(g);
 }

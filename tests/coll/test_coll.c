@@ -10,8 +10,9 @@
  * bf16); f16/bf16 also round the float partial results once more, so we allow P u.
  *
  * Small algorithms are forced down (WEFT_COLL_SMALL_MAX=4K) and ring chunks made small
- * (WEFT_COLL_CHUNK=16K) unless the environment says otherwise, so moderate counts run the
- * pipelined ring with many uneven chunks.
+ * (WEFT_COLL_CHUNK=16K, WEFT_SHM_CHUNK=16K) unless the environment says otherwise, so
+ * moderate counts run the pipelined ring, or the shared-memory chunks of same-host
+ * groups, with many uneven chunks. CMake runs it with WEFT_COLL_SHM=off as well.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -852,6 +853,7 @@ static int setup(void **state)
     (void)state;
     setenv("WEFT_COLL_SMALL_MAX", "4K", 0);
     setenv("WEFT_COLL_CHUNK", "16K", 0);
+    setenv("WEFT_SHM_CHUNK", "16K", 0);
     if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK ||
         weft_group_rank(world, &me) != WEFT_OK || weft_group_size(world, &nranks) != WEFT_OK) {
         return -1;

@@ -1,0 +1,497 @@
+/*
+ * Collectives through the group's shared-memory segment (layout and counters: shm.h).
+ *
+ * Every collective of a group with a segment starts the same way, whatever its kind and
+ * size: the rank writes its header (and, for small collectives, its data) into its slot,
+ * publishes the slot's sequence number, and reads every peer's slot. Each rank compares
+ * all headers itself, so a disagreement is seen by every rank in this one step, before
+ * any data moves, and no rank can wait for a step that another rank skips.
+ *
+ * Small collectives finish in that step: every rank combines the slots it needs, in rank
+ * order, so all ranks compute bitwise the same result. One cache-line transfer is the
+ * whole latency of an 8-byte allreduce.
+ *
+ * Large collectives move their data in chunks through per-rank stage buffers:
+ *   stage   a rank copies what its peers need from its input into its stage buffer
+ *   reduce  (reductions) each rank combines one sub-block of the chunk from every
+ *           rank's stage buffer (its own input for its own part) into its res buffer
+ *   copy    each rank copies the peers' results (res, or stage for allgather and
+ *           broadcast) into its output
+ * With buffers of WEFT_SHM_CHUNK bytes the intermediate data stays in the caches; the
+ * user's buffers are read and written once each. Alltoall and alltoallv take only the
+ * header step here and move their data with messages.
+ */
+#include <string.h>
+
+#include "comm/coll.h"
+#include "comm/copy.h"
+#include "comm/shm.h"
+
+enum { SH_TURN = 0, SH_SLOT = 1, SH_HDRS = 2, SH_DONE = 3 };
+enum { CH_STAGE = 0, CH_REDUCE = 1, CH_COPY = 2 };
+
+static bool is_red(const weft_coll_t *c)
+{
+    enum weft_coll_kind k = c->a.kind;
+    return k == WEFT_COLL_ALLREDUCE || k == WEFT_COLL_REDUCE || k == WEFT_COLL_REDUCE_SCATTER;
+}
+
+/* Whether every peer's counter @p k has reached @p v. */
+static bool peers_reached(const weft_shm_t *s, enum weft_shm_ctr k, uint64_t v)
+{
+    for (int q = 0; q < s->size; q++) {
+        if (q != s->rank && weft__shm_load(weft__shm_ctr(s, q, k)) < v) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void release_turn(weft_coll_t *c)
+{
+    if (!c->sh.finished) {
+        c->sh.finished = true;
+        c->shm->turn++;
+    }
+}
+
+/* out = src[0] (op) src[1] (op) ... in rank order; out may be src[0] but no other. */
+static void reduce_ordered(const weft_coll_t *c, uint8_t *out, const uint8_t *const *src,
+                           size_t n)
+{
+    if (n == 0) {
+        return;
+    }
+    weft__reducer_apply3(&c->red, out, src[0], src[1], n);
+    for (int q = 2; q < c->size; q++) {
+        weft__reducer_apply(&c->red, out, src[q], n);
+    }
+}
+
+static const uint8_t *slot_data(const weft_coll_t *c, int q)
+{
+    return weft__shm_slot(c->shm, q, c->sh.idx) + WEFT_SHM_SLOT_HDR;
+}
+
+/* Bytes this rank puts in its slot: what the latency path carries. */
+static size_t small_payload(const weft_coll_t *c)
+{
+    size_t bytes = c->a.count * c->elem;
+    switch (c->a.kind) {
+    case WEFT_COLL_REDUCE_SCATTER:
+        return bytes * (size_t)c->size;
+    case WEFT_COLL_BROADCAST:
+        return c->rank == c->a.root ? bytes : 0;
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_REDUCE:
+    case WEFT_COLL_ALLGATHER:
+        return bytes;
+    default:
+        return 0;
+    }
+}
+
+/* The result of a small collective, from the slots. */
+static void small_finish(weft_coll_t *c)
+{
+    const uint8_t *src[WEFT_SHM_MAX_RANKS];
+    size_t bytes = c->a.count * c->elem, n = c->a.count;
+    uint8_t *out = c->a.recvbuf;
+    if (bytes == 0) {
+        return;
+    }
+    switch (c->a.kind) {
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_REDUCE:
+        if (c->a.kind == WEFT_COLL_REDUCE && c->rank != c->a.root) {
+            return;
+        }
+        for (int q = 0; q < c->size; q++) {
+            src[q] = slot_data(c, q);
+        }
+        reduce_ordered(c, out, src, n);
+        return;
+    case WEFT_COLL_REDUCE_SCATTER:
+        for (int q = 0; q < c->size; q++) {
+            src[q] = slot_data(c, q) + (size_t)c->rank * bytes;
+        }
+        reduce_ordered(c, out, src, n);
+        return;
+    case WEFT_COLL_ALLGATHER:
+        for (int q = 0; q < c->size; q++) {
+            uint8_t *dst = out + (size_t)q * bytes;
+            if (q != c->rank || c->a.sendbuf != c->a.recvbuf) {
+                memcpy(dst, slot_data(c, q), bytes);
+            }
+        }
+        return;
+    case WEFT_COLL_BROADCAST:
+        if (c->rank != c->a.root) {
+            memcpy(out, slot_data(c, c->a.root), bytes);
+        }
+        return;
+    default:
+        return;
+    }
+}
+
+static void post_slot(weft_coll_t *c)
+{
+    weft_shm_t *s = c->shm;
+    uint8_t *slot = weft__shm_slot(s, c->rank, c->sh.idx);
+    memcpy(slot + 8, &c->hdr, sizeof(c->hdr));
+    if (c->sh.small) {
+        size_t len = small_payload(c);
+        const void *src = c->a.kind == WEFT_COLL_BROADCAST ? c->a.recvbuf : c->a.sendbuf;
+        if (c->a.kind == WEFT_COLL_ALLGATHER && c->a.sendbuf == c->a.recvbuf) {
+            src = (const uint8_t *)c->a.recvbuf + (size_t)c->rank * len;
+        }
+        if (len > 0) {
+            memcpy(slot + WEFT_SHM_SLOT_HDR, src, len);
+        }
+    }
+    weft__shm_store((uint64_t *)slot, c->sh.idx + 1);
+}
+
+static const char *op_str(int op)
+{
+    return op < 0 ? "none" : weft_op_name(op);
+}
+
+static void check_headers(weft_coll_t *c)
+{
+    const weft_coll_hdr_t *m = &c->hdr;
+    for (int q = 0; q < c->size; q++) {
+        if (q == c->rank) {
+            continue;
+        }
+        weft_coll_hdr_t h;
+        memcpy(&h, weft__shm_slot(c->shm, q, c->sh.idx) + 8, sizeof(h));
+        if (h.kind != m->kind || h.count != m->count || h.elem_size != m->elem_size ||
+            h.dtype != m->dtype || h.op != m->op || h.root != m->root) {
+            weft__coll_set_mismatch(
+                c,
+                "rank %d called collective kind %u count %llu dtype %s op %s root %d; this "
+                "rank kind %u count %llu dtype %s op %s root %d",
+                q, h.kind, (unsigned long long)h.count, weft_dtype_name((weft_dtype_t)h.dtype),
+                op_str(h.op), h.root, m->kind, (unsigned long long)m->count,
+                weft_dtype_name((weft_dtype_t)m->dtype), op_str(m->op), m->root);
+            return;
+        }
+    }
+}
+
+weft_status_t weft__shm_exchange(weft_coll_t *c)
+{
+    weft_shm_t *s = c->shm;
+    switch (c->sh.stage) {
+    case SH_TURN:
+        if (s->broken) {
+            c->sh.finished = true; /* nothing to hand on: the segment is unusable */
+            return weft__error(c->ctx, WEFT_ERR_REVOKED,
+                               "%s: an earlier collective on group %u was abandoned half "
+                               "way (timed out, or its request freed in flight); repair or "
+                               "recreate the group",
+                               c->a.name, c->g->id);
+        }
+        if (s->turn != c->sh.idx) {
+            return WEFT_INPROGRESS; /* an earlier collective of this group runs first */
+        }
+        c->sh.stage = SH_SLOT;
+        /* fall through */
+    case SH_SLOT:
+        /* My slot of collective idx - 2 must have been read by everyone. */
+        if (c->sh.idx >= 2 && !peers_reached(s, WEFT_SHM_SLOT_DONE, c->sh.idx - 1)) {
+            return WEFT_INPROGRESS;
+        }
+        post_slot(c);
+        c->sh.stage = SH_HDRS;
+        c->sh.peer = 0;
+        /* fall through */
+    case SH_HDRS:
+        for (; c->sh.peer < c->size; c->sh.peer++) {
+            if (c->sh.peer != c->rank &&
+                weft__shm_load((uint64_t *)weft__shm_slot(s, c->sh.peer, c->sh.idx)) !=
+                    c->sh.idx + 1) {
+                return WEFT_INPROGRESS;
+            }
+        }
+        check_headers(c);
+        if (!c->mismatch && c->sh.small) {
+            small_finish(c);
+        }
+        weft__shm_store(weft__shm_ctr(s, c->rank, WEFT_SHM_SLOT_DONE), c->sh.idx + 1);
+        c->sh.stage = SH_DONE;
+        if (c->mismatch || !c->sh.data) {
+            release_turn(c);
+        } else {
+            c->sh.gbase = s->chunk_next; /* the same on every rank: they agree on count */
+            s->chunk_next += c->sh.nchunks;
+        }
+        return WEFT_OK;
+    default:
+        return WEFT_OK;
+    }
+}
+
+/* ---- large collectives: chunks ---- */
+
+/* Elements of chunk j, and where it starts (in elements of one block). */
+static size_t chunk_len(const weft_coll_t *c, size_t j, size_t *base)
+{
+    *base = j * c->sh.per_chunk;
+    size_t left = c->a.count - *base;
+    return left < c->sh.per_chunk ? left : c->sh.per_chunk;
+}
+
+/* Copy to the user's output: streaming for outputs far larger than the caches. */
+static void out_copy(const weft_coll_t *c, void *dst, const void *src, size_t n)
+{
+    if (c->sh.stream) {
+        weft__copy_stream(dst, src, n);
+    } else {
+        memcpy(dst, src, n);
+    }
+}
+
+/* Allreduce / reduce: sub-block q of a chunk of len elements. */
+static size_t sub_off(const weft_coll_t *c, size_t len, int q)
+{
+    return weft__coll_blk_off(len, c->size, q);
+}
+static size_t sub_len(const weft_coll_t *c, size_t len, int q)
+{
+    return weft__coll_blk_len(len, c->size, q);
+}
+
+static const uint8_t *own_input(const weft_coll_t *c)
+{
+    if (c->a.kind == WEFT_COLL_ALLGATHER && c->a.sendbuf == c->a.recvbuf) {
+        return (const uint8_t *)c->a.recvbuf + (size_t)c->rank * c->a.count * c->elem;
+    }
+    return c->a.kind == WEFT_COLL_BROADCAST ? c->a.recvbuf : c->a.sendbuf;
+}
+
+static void do_stage(weft_coll_t *c, size_t j, uint64_t g)
+{
+    weft_shm_t *s = c->shm;
+    size_t base, len = chunk_len(c, j, &base), e = c->elem;
+    uint8_t *st = weft__shm_stage(s, c->rank, g);
+    const uint8_t *in = own_input(c);
+    switch (c->a.kind) {
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_REDUCE: {
+        /* Everything but my own sub-block, which I combine straight from my input. */
+        size_t lo = sub_off(c, len, c->rank), hi = lo + sub_len(c, len, c->rank);
+        memcpy(st, in + base * e, lo * e);
+        memcpy(st + hi * e, in + (base + hi) * e, (len - hi) * e);
+        break;
+    }
+    case WEFT_COLL_REDUCE_SCATTER:
+        for (int q = 0; q < c->size; q++) {
+            if (q != c->rank) {
+                memcpy(st + (size_t)q * len * e, in + ((size_t)q * c->a.count + base) * e,
+                       len * e);
+            }
+        }
+        break;
+    case WEFT_COLL_ALLGATHER:
+        memcpy(st, in + base * e, len * e);
+        break;
+    case WEFT_COLL_BROADCAST:
+        if (c->rank == c->a.root) {
+            memcpy(st, in + base * e, len * e);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static void do_reduce(weft_coll_t *c, size_t j, uint64_t g)
+{
+    weft_shm_t *s = c->shm;
+    const uint8_t *src[WEFT_SHM_MAX_RANKS];
+    size_t base, len = chunk_len(c, j, &base), e = c->elem;
+    const uint8_t *in = c->a.sendbuf;
+    if (c->a.kind == WEFT_COLL_REDUCE_SCATTER) {
+        for (int q = 0; q < c->size; q++) {
+            src[q] = q == c->rank ? in + ((size_t)q * c->a.count + base) * e
+                                  : weft__shm_stage(s, q, g) + (size_t)c->rank * len * e;
+        }
+        uint8_t *out = (uint8_t *)c->a.recvbuf + base * e;
+        if (c->size > 2 && out != src[0]) {
+            memcpy(out, src[0], len * e); /* reduce_ordered's out may alias src[0] only */
+            src[0] = out;
+        }
+        reduce_ordered(c, out, src, len);
+        return;
+    }
+    size_t off = sub_off(c, len, c->rank), n = sub_len(c, len, c->rank);
+    for (int q = 0; q < c->size; q++) {
+        src[q] = q == c->rank ? in + (base + off) * e : weft__shm_stage(s, q, g) + off * e;
+    }
+    uint8_t *res = weft__shm_res(s, c->rank, g);
+    reduce_ordered(c, res, src, n);
+    if (c->a.kind == WEFT_COLL_ALLREDUCE || c->rank == c->a.root) {
+        out_copy(c, (uint8_t *)c->a.recvbuf + (base + off) * e, res, n * e);
+    }
+}
+
+static bool needs_copy(const weft_coll_t *c)
+{
+    switch (c->a.kind) {
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_ALLGATHER:
+        return true;
+    case WEFT_COLL_REDUCE:
+        return c->rank == c->a.root;
+    case WEFT_COLL_BROADCAST:
+        return c->rank != c->a.root;
+    default:
+        return false;
+    }
+}
+
+static void do_copy(weft_coll_t *c, size_t j, uint64_t g)
+{
+    weft_shm_t *s = c->shm;
+    size_t base, len = chunk_len(c, j, &base), e = c->elem;
+    uint8_t *out = c->a.recvbuf;
+    switch (c->a.kind) {
+    case WEFT_COLL_ALLREDUCE:
+    case WEFT_COLL_REDUCE:
+        for (int q = 0; q < c->size; q++) {
+            if (q != c->rank) {
+                out_copy(c, out + (base + sub_off(c, len, q)) * e, weft__shm_res(s, q, g),
+                         sub_len(c, len, q) * e);
+            }
+        }
+        break;
+    case WEFT_COLL_ALLGATHER: {
+        size_t blk = c->a.count * e;
+        for (int q = 0; q < c->size; q++) {
+            uint8_t *dst = out + (size_t)q * blk + base * e;
+            if (q != c->rank) {
+                out_copy(c, dst, weft__shm_stage(s, q, g), len * e);
+            } else if (c->a.sendbuf != c->a.recvbuf) {
+                out_copy(c, dst, (const uint8_t *)c->a.sendbuf + base * e, len * e);
+            }
+        }
+        break;
+    }
+    case WEFT_COLL_BROADCAST:
+        out_copy(c, out + base * e, weft__shm_stage(s, c->a.root, g), len * e);
+        break;
+    default:
+        break;
+    }
+}
+
+/* The data phase of large collectives: WEFT_INPROGRESS until every chunk is through. */
+static weft_status_t shm_data(weft_coll_t *c)
+{
+    weft_shm_t *s = c->shm;
+    uint64_t *staged = weft__shm_ctr(s, c->rank, WEFT_SHM_STAGED);
+    uint64_t *reduced = weft__shm_ctr(s, c->rank, WEFT_SHM_REDUCED);
+    uint64_t *copied = weft__shm_ctr(s, c->rank, WEFT_SHM_COPIED);
+    bool red = is_red(c), copy = needs_copy(c);
+    while (c->sh.j < c->sh.nchunks) {
+        size_t j = c->sh.j;
+        uint64_t g = c->sh.gbase + j;
+        switch (c->sh.step) {
+        case CH_STAGE:
+            /* My buffers of chunk g - NB must have been read by everyone. */
+            if (g >= WEFT_SHM_NB && !peers_reached(s, WEFT_SHM_COPIED, g + 1 - WEFT_SHM_NB)) {
+                return WEFT_INPROGRESS;
+            }
+            do_stage(c, j, g);
+            weft__shm_store(staged, g + 1);
+            if (!red) {
+                weft__shm_store(reduced, g + 1);
+            }
+            c->sh.step = red ? CH_REDUCE : CH_COPY;
+            break;
+        case CH_REDUCE:
+            if (!peers_reached(s, WEFT_SHM_STAGED, g + 1)) {
+                return WEFT_INPROGRESS;
+            }
+            do_reduce(c, j, g);
+            weft__shm_store(reduced, g + 1);
+            c->sh.step = CH_COPY;
+            break;
+        default: /* CH_COPY */
+            if (copy) {
+                if (!peers_reached(s, WEFT_SHM_REDUCED, g + 1)) {
+                    return WEFT_INPROGRESS;
+                }
+                do_copy(c, j, g);
+            }
+            weft__shm_store(copied, g + 1);
+            c->sh.step = CH_STAGE;
+            c->sh.j++;
+            c->ctx->shm_moves++; /* news for the wait loops: they keep spinning */
+            break;
+        }
+    }
+    if (c->sh.stream) {
+        weft__copy_fence();
+    }
+    release_turn(c);
+    return WEFT_OK;
+}
+
+/* Bytes of this rank's output. */
+static size_t out_bytes(const weft_coll_t *c)
+{
+    size_t bytes = c->a.count * c->elem;
+    return c->a.kind == WEFT_COLL_ALLGATHER ? bytes * (size_t)c->size : bytes;
+}
+
+static weft_status_t setup_chunks(weft_coll_t *c, const weft_shm_t *s)
+{
+    size_t unit = c->a.kind == WEFT_COLL_REDUCE_SCATTER ? c->elem * (size_t)c->size : c->elem;
+    c->sh.per_chunk = s->chunk / unit;
+    if (c->sh.per_chunk == 0) {
+        return weft__error(c->ctx, WEFT_ERR_UNSUPPORTED,
+                           "%s: %zu-byte elements do not fit the %zu-byte shared-memory "
+                           "chunk; raise WEFT_SHM_CHUNK or set WEFT_COLL_SHM=off",
+                           c->a.name, c->elem, s->chunk);
+    }
+    c->sh.nchunks = (c->a.count + c->sh.per_chunk - 1) / c->sh.per_chunk;
+    c->sh.data = true;
+    c->sh.stream = out_bytes(c) >= c->ctx->cfg.shm_stream_min;
+    c->data = shm_data;
+    return WEFT_OK;
+}
+
+weft_status_t weft__coll_setup_shm(weft_coll_t *c)
+{
+    weft_shm_t *s = c->g->shm;
+    weft_status_t st = WEFT_OK;
+    size_t bytes = c->a.count * c->elem;
+    size_t small = c->a.kind == WEFT_COLL_REDUCE_SCATTER ? bytes * (size_t)c->size : bytes;
+    if (c->a.kind == WEFT_COLL_ALLTOALL || c->a.kind == WEFT_COLL_ALLTOALLV) {
+        st = weft__coll_setup_alltoall(c); /* headers here, data over messages */
+    } else if (c->a.kind != WEFT_COLL_BARRIER && small <= s->small_max) {
+        c->sh.small = true;
+    } else if (c->a.kind != WEFT_COLL_BARRIER) {
+        st = setup_chunks(c, s);
+    }
+    if (st == WEFT_OK) {
+        /* Numbered only once it will run: a number left unused would stall the next. */
+        c->shm = s;
+        c->sh.idx = s->issued++;
+        c->sh.epoch = c->g->epoch;
+    }
+    return st;
+}
+
+void weft__shm_abandon(weft_coll_t *c)
+{
+    /* Only the segment this collective ran on: after an edit, g->shm is a new one. */
+    if (c->shm != NULL && c->shm == c->g->shm && c->g->epoch == c->sh.epoch &&
+        c->g->shm_epoch == c->sh.epoch + 1 && !c->sh.finished) {
+        c->shm->broken = true;
+    }
+}

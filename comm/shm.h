@@ -1,0 +1,94 @@
+/*
+ * Intra-node collectives through a shared-memory segment per group (internal).
+ *
+ * When every member of a group runs on one host, its first collective of each epoch maps
+ * a segment that all members share (comm/shm_seg.c); from then on every collective of the
+ * group exchanges its header through the segment instead of messages, and most carry
+ * their data through it too (comm/coll_shm.c). Layout, for P ranks:
+ *
+ *   ctl[P]        4 cache lines per rank, each a counter only that rank writes:
+ *                 slot_done, staged, reduced, copied
+ *   slot[P][2]    one line of sequence number and header, then small_max data bytes
+ *   stage[P][NB]  chunk bytes each: inputs staged for the peers
+ *   res[P][NB]    chunk bytes each: reduced sub-blocks for the peers
+ *
+ * Collective i (numbered per segment, in issue order) uses slot i % 2 of every rank; a
+ * rank writes it once every peer has finished reading its slot of collective i - 2
+ * (slot_done). Chunks of large collectives are numbered across collectives; chunk g uses
+ * stage and res buffer g % NB, and the three counters say how far each rank got:
+ * a rank stages chunk g once every peer has copied chunk g - NB, reduces once every peer
+ * staged g, and copies once every peer reduced g. Counters only grow, so a value read is
+ * never stale in a way that matters, and no lock is taken.
+ */
+#ifndef WEFT_SHM_H
+#define WEFT_SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/status.h"
+
+struct weft_group;
+
+#define WEFT_SHM_MAX_RANKS 256 /* larger groups collect over messages */
+#define WEFT_SHM_NB 2          /* chunk buffers per rank (double buffering) */
+#define WEFT_SHM_CTL_BYTES 256 /* four counters, a cache line each */
+#define WEFT_SHM_SLOT_HDR 40   /* sequence (8) + collective header (32) */
+
+enum weft_shm_ctr { WEFT_SHM_SLOT_DONE = 0, WEFT_SHM_STAGED = 1, WEFT_SHM_REDUCED = 2,
+                    WEFT_SHM_COPIED = 3 };
+
+typedef struct weft_shm {
+    uint8_t *base;
+    size_t len;
+    int rank, size;
+    uint32_t epoch;    /* of the group it serves */
+    size_t small_max;  /* data bytes of a slot */
+    size_t chunk;      /* bytes of a stage or res buffer */
+    size_t slot_bytes; /* WEFT_SHM_SLOT_HDR + small_max, rounded up to a cache line */
+    size_t slots_off, stage_off, res_off;
+    uint64_t issued;     /* collectives numbered so far on this segment */
+    uint64_t turn;       /* the collective this rank may run now (they run in order) */
+    uint64_t chunk_next; /* chunks numbered so far */
+    bool broken;         /* a collective was abandoned half way */
+} weft_shm_t;
+
+static inline uint64_t *weft__shm_ctr(const weft_shm_t *s, int rank, enum weft_shm_ctr k)
+{
+    return (uint64_t *)(s->base + (size_t)rank * WEFT_SHM_CTL_BYTES + (size_t)k * 64);
+}
+static inline uint8_t *weft__shm_slot(const weft_shm_t *s, int rank, uint64_t idx)
+{
+    return s->base + s->slots_off + ((size_t)rank * 2 + (idx & 1)) * s->slot_bytes;
+}
+static inline uint8_t *weft__shm_stage(const weft_shm_t *s, int rank, uint64_t chunk)
+{
+    return s->base + s->stage_off +
+           ((size_t)rank * WEFT_SHM_NB + chunk % WEFT_SHM_NB) * s->chunk;
+}
+static inline uint8_t *weft__shm_res(const weft_shm_t *s, int rank, uint64_t chunk)
+{
+    return s->base + s->res_off + ((size_t)rank * WEFT_SHM_NB + chunk % WEFT_SHM_NB) * s->chunk;
+}
+static inline uint64_t weft__shm_load(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+static inline void weft__shm_store(uint64_t *p, uint64_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+/*
+ * Make sure @p g's shared-memory state fits its current epoch: on the first call of an
+ * epoch, every member maps a new segment (a collective step over messages, two internal
+ * collectives), or all agree to go without (ranks on several hosts, WEFT_COLL_SHM=off, a
+ * failure to create or map it). Afterwards g->shm is the segment or NULL. Fails only
+ * when the agreement itself fails (a peer died, the group was revoked).
+ */
+weft_status_t weft__shm_ensure(struct weft_group *g);
+/* Unmap @p g's segment (group destruction). */
+void weft__shm_release(struct weft_group *g);
+
+#endif

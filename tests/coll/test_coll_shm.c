@@ -1,0 +1,158 @@
+/*
+ * What the shared-memory path of same-host groups promises beyond the results that
+ * test_coll checks: every kind of collective starts with the same header step, so ranks
+ * calling different kinds get WEFT_ERR_MISMATCH instead of a hang; the segment leaves no
+ * name behind in /dev/shm; a collective abandoned half way makes its group's later
+ * collectives fail at once instead of waiting forever; a new segment serves a subgroup.
+ */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "weft/weft.h"
+
+static weft_ctx_t *ctx;
+static weft_group_t *world;
+static int me, nranks;
+
+static void expect_status(weft_status_t st, weft_status_t want, const char *what)
+{
+    if (st != want) {
+        fail_msg("rank %d, %s: got %s, expected %s", me, what, weft_status_str(st),
+                 weft_status_str(want));
+    }
+}
+
+/* The group still computes the right sum after whatever a test did to it. */
+static void check_sum(weft_group_t *g, size_t n)
+{
+    int rank, size;
+    assert_int_equal(weft_group_rank(g, &rank), WEFT_OK);
+    assert_int_equal(weft_group_size(g, &size), WEFT_OK);
+    int64_t *in = malloc(n * sizeof(*in)), *out = malloc(n * sizeof(*out));
+    assert_non_null(in);
+    assert_non_null(out);
+    for (size_t i = 0; i < n; i++) {
+        in[i] = (int64_t)(i * 131 + (size_t)rank * 7);
+    }
+    expect_status(weft_allreduce(g, in, out, n, WEFT_I64, WEFT_SUM), WEFT_OK, "allreduce");
+    for (size_t i = 0; i < n; i++) {
+        int64_t want = (int64_t)(i * 131) * size + 7 * (int64_t)size * (size - 1) / 2;
+        if (out[i] != want) {
+            fail_msg("rank %d: element %zu is %lld, expected %lld", me, i, (long long)out[i],
+                     (long long)want);
+        }
+    }
+    free(in);
+    free(out);
+}
+
+static void test_kind_mismatch(void **state)
+{
+    (void)state;
+    if (nranks < 2) {
+        skip();
+    }
+    float buf[16] = {0}, out[16];
+    const size_t big = 200000; /* past the slots: a chunked collective */
+    float *bin = calloc(big, sizeof(float)), *bout = calloc(big, sizeof(float));
+    assert_non_null(bin);
+    assert_non_null(bout);
+    bool odd = me == nranks - 1;
+    weft_status_t st = odd ? weft_broadcast(world, buf, 16, WEFT_F32, 0)
+                           : weft_allreduce(world, buf, out, 16, WEFT_F32, WEFT_SUM);
+    expect_status(st, WEFT_ERR_MISMATCH, "broadcast against allreduce");
+    st = odd ? weft_allgather(world, bin, bout, big / (size_t)nranks, WEFT_F32)
+             : weft_reduce_scatter(world, bin, bout, big / (size_t)nranks, WEFT_F32, WEFT_SUM);
+    expect_status(st, WEFT_ERR_MISMATCH, "allgather against reduce_scatter");
+    st = odd ? weft_barrier(world) : weft_alltoall(world, bin, bout, 16, WEFT_F32);
+    expect_status(st, WEFT_ERR_MISMATCH, "barrier against alltoall");
+    check_sum(world, 5);
+    check_sum(world, 100003);
+    free(bin);
+    free(bout);
+}
+
+/* Rank 0 creates the segments; their names carry its pid and are unlinked at once. */
+static void test_no_name_left(void **state)
+{
+    (void)state;
+    check_sum(world, 3);
+    if (me != 0 || nranks < 2) {
+        return;
+    }
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "weft-%ld-", (long)getpid());
+    DIR *d = opendir("/dev/shm");
+    if (d == NULL) {
+        return; /* no /dev/shm: shm_open lives elsewhere, nothing to look at */
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+            closedir(d);
+            fail_msg("/dev/shm/%s is left behind", e->d_name);
+        }
+    }
+    closedir(d);
+}
+
+/* Rank 0 starts a collective on a subgroup and frees it unfinished; the subgroup's next
+ * collective fails at once on rank 0. The world is untouched. */
+static void test_abandoned(void **state)
+{
+    (void)state;
+    if (nranks < 2) {
+        skip();
+    }
+    weft_group_t *sub = NULL;
+    assert_int_equal(weft_group_split(world, me < 2 ? 0 : 1, me, &sub), WEFT_OK);
+    check_sum(sub, 10); /* maps the subgroup's own segment */
+    if (me == 0) {
+        float x = 1, y = 0;
+        weft_req_t *req = NULL;
+        weft_status_t st = weft_iallreduce(sub, &x, &y, 1, WEFT_F32, WEFT_SUM, &req);
+        expect_status(st, WEFT_INPROGRESS, "iallreduce nobody else joins");
+        weft_req_free(req);
+        expect_status(weft_allreduce(sub, &x, &y, 1, WEFT_F32, WEFT_SUM), WEFT_ERR_REVOKED,
+                      "allreduce after an abandoned one");
+    }
+    assert_int_equal(weft_group_free(sub), WEFT_OK);
+    check_sum(world, 1000);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    setenv("WEFT_COLL_SHM", "on", 1);
+    if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK ||
+        weft_group_rank(world, &me) != WEFT_OK || weft_group_size(world, &nranks) != WEFT_OK) {
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return weft_finalize(ctx) == WEFT_OK ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kind_mismatch),
+        cmocka_unit_test(test_no_name_left),
+        cmocka_unit_test(test_abandoned),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
