@@ -444,6 +444,7 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
     uint32_t epoch = g->epoch;
     uint64_t timeout = weft__ms_to_ns(ctx->cfg.timeout_ms);
     uint64_t start = 0, idle = 0; /* the clock is read once this rank first waits */
+    unsigned polls = 0;
     for (;;) {
         weft_status_t st = weft__group_status(g);
         if (st == WEFT_OK && g->epoch != epoch) {
@@ -456,7 +457,16 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
             return st;
         }
         progress_others(ctx, NULL);
-        if (weft__progress(ctx) > 0) {
+        /* A collective through shared memory needs no transport: drive it (for other
+         * requests, and failure notices) on every 16th poll only. */
+        bool news;
+        if (c->shm == NULL || (++polls & 15) == 0) {
+            news = weft__progress(ctx) > 0;
+        } else {
+            news = ctx->shm_moves != ctx->shm_moves_seen;
+            ctx->shm_moves_seen = ctx->shm_moves;
+        }
+        if (news) {
             idle = 0;
             continue;
         }
