@@ -202,6 +202,7 @@ struct weft_coll {
         bool data;        /* a chunked data phase follows the header step */
         bool finished;    /* the turn is handed on to the next collective */
         bool stream;      /* write the output with non-temporal stores */
+        bool no_tl;       /* needs no transport: waits poll it rarely */
         size_t per_chunk; /* elements (per block) of a chunk */
         size_t nchunks, j;
         int step;         /* within chunk j */

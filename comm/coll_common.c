@@ -460,7 +460,7 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
         /* A collective through shared memory needs no transport: drive it (for other
          * requests, and failure notices) on every 16th poll only. */
         bool news;
-        if (c->shm == NULL || (++polls & 15) == 0) {
+        if (c->shm == NULL || !c->sh.no_tl || (++polls & 15) == 0) {
             news = weft__progress(ctx) > 0;
         } else {
             news = ctx->shm_moves != ctx->shm_moves_seen;

@@ -18,8 +18,9 @@
  *   copy    each rank copies the peers' results (res, or stage for allgather and
  *           broadcast) into its output
  * With buffers of WEFT_SHM_CHUNK bytes the intermediate data stays in the caches; the
- * user's buffers are read and written once each. Alltoall and alltoallv take only the
- * header step here and move their data with messages.
+ * user's buffers are read and written once each. Alltoall stages block q's part of each
+ * chunk for rank q. Alltoallv takes only the header step here and moves its data with
+ * messages (its blocks have any size).
  */
 #include <string.h>
 
@@ -79,6 +80,7 @@ static size_t small_payload(const weft_coll_t *c)
     size_t bytes = c->a.count * c->elem;
     switch (c->a.kind) {
     case WEFT_COLL_REDUCE_SCATTER:
+    case WEFT_COLL_ALLTOALL:
         return bytes * (size_t)c->size;
     case WEFT_COLL_BROADCAST:
         return c->rank == c->a.root ? bytes : 0;
@@ -128,6 +130,11 @@ static void small_finish(weft_coll_t *c)
     case WEFT_COLL_BROADCAST:
         if (c->rank != c->a.root) {
             memcpy(out, slot_data(c, c->a.root), bytes);
+        }
+        return;
+    case WEFT_COLL_ALLTOALL:
+        for (int q = 0; q < c->size; q++) {
+            memcpy(out + (size_t)q * bytes, slot_data(c, q) + (size_t)c->rank * bytes, bytes);
         }
         return;
     default:
@@ -288,6 +295,7 @@ static void do_stage(weft_coll_t *c, size_t j, uint64_t g)
         break;
     }
     case WEFT_COLL_REDUCE_SCATTER:
+    case WEFT_COLL_ALLTOALL: /* block q's part of the chunk, for rank q */
         for (int q = 0; q < c->size; q++) {
             if (q != c->rank) {
                 memcpy(st + (size_t)q * len * e, in + ((size_t)q * c->a.count + base) * e,
@@ -343,6 +351,7 @@ static bool needs_copy(const weft_coll_t *c)
     switch (c->a.kind) {
     case WEFT_COLL_ALLREDUCE:
     case WEFT_COLL_ALLGATHER:
+    case WEFT_COLL_ALLTOALL:
         return true;
     case WEFT_COLL_REDUCE:
         return c->rank == c->a.root;
@@ -383,6 +392,16 @@ static void do_copy(weft_coll_t *c, size_t j, uint64_t g)
     case WEFT_COLL_BROADCAST:
         out_copy(c, out + base * e, weft__shm_stage(s, c->a.root, g), len * e);
         break;
+    case WEFT_COLL_ALLTOALL: {
+        size_t blk = c->a.count * e;
+        const uint8_t *in = c->a.sendbuf;
+        for (int q = 0; q < c->size; q++) {
+            const uint8_t *from = q == c->rank ? in + (size_t)q * blk + base * e
+                                               : weft__shm_stage(s, q, g) + (size_t)c->rank * len * e;
+            out_copy(c, out + (size_t)q * blk + base * e, from, len * e);
+        }
+        break;
+    }
     default:
         break;
     }
@@ -445,12 +464,14 @@ static weft_status_t shm_data(weft_coll_t *c)
 static size_t out_bytes(const weft_coll_t *c)
 {
     size_t bytes = c->a.count * c->elem;
-    return c->a.kind == WEFT_COLL_ALLGATHER ? bytes * (size_t)c->size : bytes;
+    bool all = c->a.kind == WEFT_COLL_ALLGATHER || c->a.kind == WEFT_COLL_ALLTOALL;
+    return all ? bytes * (size_t)c->size : bytes;
 }
 
 static weft_status_t setup_chunks(weft_coll_t *c, const weft_shm_t *s)
 {
-    size_t unit = c->a.kind == WEFT_COLL_REDUCE_SCATTER ? c->elem * (size_t)c->size : c->elem;
+    bool blocks = c->a.kind == WEFT_COLL_REDUCE_SCATTER || c->a.kind == WEFT_COLL_ALLTOALL;
+    size_t unit = blocks ? c->elem * (size_t)c->size : c->elem;
     c->sh.per_chunk = s->chunk / unit;
     if (c->sh.per_chunk == 0) {
         return weft__error(c->ctx, WEFT_ERR_UNSUPPORTED,
@@ -470,8 +491,11 @@ weft_status_t weft__coll_setup_shm(weft_coll_t *c)
     weft_shm_t *s = c->g->shm;
     weft_status_t st = WEFT_OK;
     size_t bytes = c->a.count * c->elem;
-    size_t small = c->a.kind == WEFT_COLL_REDUCE_SCATTER ? bytes * (size_t)c->size : bytes;
-    if (c->a.kind == WEFT_COLL_ALLTOALL || c->a.kind == WEFT_COLL_ALLTOALLV) {
+    bool blocks = c->a.kind == WEFT_COLL_REDUCE_SCATTER || c->a.kind == WEFT_COLL_ALLTOALL;
+    size_t small = blocks ? bytes * (size_t)c->size : bytes;
+    c->sh.no_tl = true;
+    if (c->a.kind == WEFT_COLL_ALLTOALLV) {
+        c->sh.no_tl = false;
         st = weft__coll_setup_alltoall(c); /* headers here, data over messages */
     } else if (c->a.kind != WEFT_COLL_BARRIER && small <= s->small_max) {
         c->sh.small = true;
