@@ -77,7 +77,6 @@ struct weft_group {
     /* Shared-memory collectives (comm/shm.h): the segment of this epoch, or NULL. */
     struct weft_shm *shm;
     uint32_t shm_epoch; /* epoch + 1 once decided for that epoch; 0: not yet */
-    bool shm_setup;     /* inside the set-up: collectives go over messages */
     /* CUDA stream and NCCL communicator (comm/memtype.c, comm/nccl_comm.c); NULL until used */
     struct weft_cuda_group *cuda;
 };

@@ -1,11 +1,13 @@
 /*
  * Intra-node collectives through a shared-memory segment per group (internal).
  *
- * When every member of a group runs on one host, its first collective of each epoch maps
- * a segment that all members share (comm/shm_seg.c); from then on every collective of the
- * group exchanges its header through the segment instead of messages, and most carry
- * their data through it too (comm/coll_shm.c). Layout, for P ranks:
+ * When every member of a group runs on one host, each member maps a segment that all
+ * members of the group's epoch share, on its first collective of the epoch
+ * (comm/shm_seg.c); from then on every collective of the group exchanges its header
+ * through the segment instead of messages, and most carry their data through it too
+ * (comm/coll_shm.c). Layout, for P ranks:
  *
+ *   header        one cache line: magic, the creator's geometry, members attached
  *   ctl[P]        4 cache lines per rank, each a counter only that rank writes:
  *                 slot_done, staged, reduced, copied
  *   slot[P][2]    one line of sequence number and header, then small_max data bytes
@@ -52,11 +54,13 @@ typedef struct weft_shm {
     uint64_t turn;       /* the collective this rank may run now (they run in order) */
     uint64_t chunk_next; /* chunks numbered so far */
     bool broken;         /* a collective was abandoned half way */
+    bool unlinked;       /* the name is gone (every member attached) */
+    char name[64];
 } weft_shm_t;
 
 static inline uint64_t *weft__shm_ctr(const weft_shm_t *s, int rank, enum weft_shm_ctr k)
 {
-    return (uint64_t *)(s->base + (size_t)rank * WEFT_SHM_CTL_BYTES + (size_t)k * 64);
+    return (uint64_t *)(s->base + 64 + (size_t)rank * WEFT_SHM_CTL_BYTES + (size_t)k * 64);
 }
 static inline uint8_t *weft__shm_slot(const weft_shm_t *s, int rank, uint64_t idx)
 {
@@ -82,10 +86,13 @@ static inline void weft__shm_store(uint64_t *p, uint64_t v)
 
 /*
  * Make sure @p g's shared-memory state fits its current epoch: on the first call of an
- * epoch, every member maps a new segment (a collective step over messages, two internal
- * collectives), or all agree to go without (ranks on several hosts, WEFT_COLL_SHM=off, a
- * failure to create or map it). Afterwards g->shm is the segment or NULL. Fails only
- * when the agreement itself fails (a peer died, the group was revoked).
+ * epoch, map the epoch's segment (whichever member comes first creates it; no message is
+ * exchanged, so nonblocking collectives stay nonblocking), or go without when not every
+ * member shares this host, WEFT_COLL_SHM=off, or the group is larger than
+ * WEFT_SHM_MAX_RANKS. Every member decides the same from the same facts, so settings
+ * must be equal on all ranks. Afterwards g->shm is the segment or NULL. Fails (and the
+ * collective with it) when the segment cannot be created or mapped: the other members
+ * would use it, so this rank cannot fall back alone.
  */
 weft_status_t weft__shm_ensure(struct weft_group *g);
 /* Unmap @p g's segment (group destruction). */

@@ -1,10 +1,15 @@
 /*
- * The shared-memory segment of a group: created by group rank 0, mapped by the others,
- * unlinked as soon as all have it (so a crash leaves nothing behind in /dev/shm), and
- * agreed on by every member with two collectives over messages.
+ * The shared-memory segment of a group epoch. Its name is derived from the job (store
+ * address, token, namespace), the group id and the epoch, so every member finds it
+ * without a message: the first to arrive creates it exclusively, sizes it and then
+ * publishes its geometry (a magic word written last); the others open it, wait for the
+ * magic and adopt that geometry. The member that completes the attach count unlinks the
+ * name, so a crash leaves nothing in /dev/shm once all had attached; members that
+ * release a segment not everyone attached to unlink it too.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,14 +20,15 @@
 #include "comm/coll.h"
 #include "comm/shm.h"
 
-/* What rank 0 tells the others: whether it has a segment, its name and its geometry
- * (rank 0's settings win, so ranks with different settings still agree). */
-typedef struct shm_offer {
-    int32_t ok;
-    uint32_t pad;
-    uint64_t small_max, chunk, len;
-    char name[64];
-} shm_offer_t;
+#define SHM_MAGIC UINT64_C(0x77656674736d3031) /* "weftsm01" */
+#define ATTACH_WAIT_MS 10000                   /* for a creator to publish the geometry */
+
+/* The first cache line of a segment. */
+typedef struct shm_header {
+    uint64_t magic; /* written last by the creator */
+    uint64_t small_max, chunk, size, len;
+    uint64_t attached; /* members that mapped it */
+} shm_header_t;
 
 static size_t round64(size_t n)
 {
@@ -35,89 +41,28 @@ static void layout(weft_shm_t *s, int size, size_t small_max, size_t chunk)
     s->small_max = small_max;
     s->chunk = chunk;
     s->slot_bytes = round64(WEFT_SHM_SLOT_HDR + small_max);
-    s->slots_off = (size_t)size * WEFT_SHM_CTL_BYTES;
+    s->slots_off = 64 + (size_t)size * WEFT_SHM_CTL_BYTES;
     s->stage_off = round64(s->slots_off + (size_t)size * 2 * s->slot_bytes);
     s->res_off = s->stage_off + (size_t)size * WEFT_SHM_NB * chunk;
     s->len = s->res_off + (size_t)size * WEFT_SHM_NB * chunk;
 }
 
-static void seg_free(weft_shm_t *s)
-{
-    if (s != NULL) {
-        if (s->base != NULL) {
-            munmap(s->base, s->len);
-        }
-        free(s);
-    }
-}
-
 void weft__shm_release(weft_group_t *g)
 {
-    seg_free(g->shm);
-    g->shm = NULL;
-}
-
-/* Map an open segment file of s->len bytes. */
-static bool seg_map(weft_ctx_t *ctx, weft_shm_t *s, int fd, const char *name)
-{
-    void *p = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        weft__error(ctx, WEFT_ERR_IO, "shared memory %s: mmap of %zu bytes: %s", name, s->len,
-                    strerror(errno));
-        return false;
-    }
-    s->base = p;
-    return true;
-}
-
-/* Rank 0: create, size and map the segment; fills @p o (o->ok = 0 on failure). */
-static void seg_create(weft_group_t *g, weft_shm_t *s, shm_offer_t *o)
-{
-    weft_ctx_t *ctx = g->ctx;
-    size_t small = ctx->cfg.shm_small_max, chunk = round64(ctx->cfg.shm_chunk);
-    small = small > ((size_t)1 << 20) ? (size_t)1 << 20 : small;
-    chunk = chunk < 4096 ? 4096 : chunk > ((size_t)64 << 20) ? (size_t)64 << 20 : chunk;
-    layout(s, g->size, small, chunk);
-    snprintf(o->name, sizeof(o->name), "/weft-%ld-%u-%u-%lx", (long)getpid(), g->id, g->epoch,
-             (unsigned long)(weft__now_ns() & 0xffffffffu));
-    o->small_max = small;
-    o->chunk = chunk;
-    o->len = s->len;
-    int fd = shm_open(o->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-        weft__error(ctx, WEFT_ERR_IO, "shared memory %s: %s", o->name, strerror(errno));
+    weft_shm_t *s = g->shm;
+    if (s == NULL) {
         return;
     }
-    if (ftruncate(fd, (off_t)s->len) != 0) {
-        weft__error(ctx, WEFT_ERR_IO, "shared memory %s: size %zu: %s", o->name, s->len,
-                    strerror(errno));
-    } else if (seg_map(ctx, s, fd, o->name)) {
-        o->ok = 1;
+    if (!s->unlinked && s->base != NULL &&
+        __atomic_load_n(&((shm_header_t *)s->base)->attached, __ATOMIC_ACQUIRE) <
+            (uint64_t)s->size) {
+        shm_unlink(s->name); /* someone never attached: the name must not outlive us */
     }
-    close(fd);
-    if (!o->ok) {
-        shm_unlink(o->name);
+    if (s->base != NULL) {
+        munmap(s->base, s->len);
     }
-}
-
-/* Other ranks: map the segment rank 0 offered; false on failure (logged). */
-static bool seg_attach(weft_group_t *g, weft_shm_t *s, const shm_offer_t *o)
-{
-    weft_ctx_t *ctx = g->ctx;
-    layout(s, g->size, o->small_max, o->chunk);
-    if (s->len != o->len) {
-        weft__error(ctx, WEFT_ERR_PROTOCOL, "shared memory %s: %zu bytes offered, %zu expected",
-                    o->name, (size_t)o->len, s->len);
-        return false;
-    }
-    int fd = shm_open(o->name, O_RDWR, 0600);
-    if (fd < 0) {
-        weft__error(ctx, WEFT_ERR_IO, "shared memory %s: %s", o->name, strerror(errno));
-        return false;
-    }
-    bool ok = seg_map(ctx, s, fd, o->name);
-    close(fd);
-    return ok;
+    free(s);
+    g->shm = NULL;
 }
 
 static bool all_same_host(const weft_group_t *g)
@@ -130,48 +75,132 @@ static bool all_same_host(const weft_group_t *g)
     return true;
 }
 
-/* The two agreeing collectives (over messages: g->shm is NULL meanwhile). */
-static weft_status_t agree(weft_group_t *g, weft_shm_t *s, bool *ok)
+/* FNV-1a over the strings that make a job unique on this host. */
+static uint64_t job_hash(const weft_ctx_t *ctx)
 {
-    shm_offer_t o;
-    memset(&o, 0, sizeof(o));
-    if (g->rank == 0) {
-        seg_create(g, s, &o);
-    }
-    weft_coll_args_t bc = {.kind = WEFT_COLL_BROADCAST, .name = "broadcast (shm set-up)",
-                           .sendbuf = &o, .recvbuf = &o, .count = sizeof(o),
-                           .dtype = WEFT_U8, .op = -1, .root = 0};
-    weft_status_t st = weft__coll_run(g, &bc);
-    if (st != WEFT_OK) {
-        if (g->rank == 0 && o.ok) {
-            shm_unlink(o.name);
+    const char *parts[] = {ctx->store_addr, ctx->token, ctx->cfg.ns};
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        for (const char *p = parts[i]; *p != '\0'; p++) {
+            h = (h ^ (uint8_t)*p) * UINT64_C(0x100000001b3);
         }
+        h = (h ^ 0xff) * UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+/* The creator: size the file, map it, publish the geometry. */
+static weft_status_t seg_create(weft_group_t *g, weft_shm_t *s, int fd)
+{
+    weft_ctx_t *ctx = g->ctx;
+    size_t small = ctx->cfg.shm_small_max, chunk = round64(ctx->cfg.shm_chunk);
+    small = small > ((size_t)1 << 20) ? (size_t)1 << 20 : small;
+    chunk = chunk < 4096 ? 4096 : chunk > ((size_t)64 << 20) ? (size_t)64 << 20 : chunk;
+    layout(s, g->size, small, chunk);
+    if (ftruncate(fd, (off_t)s->len) != 0) {
+        return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: size %zu: %s", s->name, s->len,
+                           strerror(errno));
+    }
+    void *p = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: mmap of %zu bytes: %s", s->name,
+                           s->len, strerror(errno));
+    }
+    s->base = p;
+    shm_header_t *h = p;
+    h->small_max = small;
+    h->chunk = chunk;
+    h->size = (uint64_t)g->size;
+    h->len = s->len;
+    weft__shm_store(&h->magic, SHM_MAGIC);
+    return WEFT_OK;
+}
+
+/* The others: wait for the creator's geometry, then map the whole segment. */
+static weft_status_t seg_attach(weft_group_t *g, weft_shm_t *s, int fd)
+{
+    weft_ctx_t *ctx = g->ctx;
+    uint64_t deadline = weft__now_ns() + weft__ms_to_ns(ATTACH_WAIT_MS);
+    struct stat sb;
+    while (fstat(fd, &sb) == 0 && (size_t)sb.st_size < sizeof(shm_header_t)) {
+        if (weft__now_ns() > deadline) {
+            return weft__error(ctx, WEFT_ERR_TIMEOUT, "shared memory %s: never sized",
+                               s->name);
+        }
+        sched_yield(); /* the creator is between shm_open and ftruncate */
+    }
+    shm_header_t *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) {
+        return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: mmap: %s", s->name,
+                           strerror(errno));
+    }
+    while (weft__shm_load(&h->magic) != SHM_MAGIC && weft__now_ns() <= deadline) {
+        sched_yield();
+    }
+    shm_header_t geo = *h;
+    munmap(h, sizeof(*h));
+    if (geo.magic != SHM_MAGIC) {
+        return weft__error(ctx, WEFT_ERR_TIMEOUT, "shared memory %s: its creator never "
+                           "published it", s->name);
+    }
+    layout(s, g->size, (size_t)geo.small_max, (size_t)geo.chunk);
+    if (geo.size != (uint64_t)g->size || geo.len != s->len) {
+        return weft__error(ctx, WEFT_ERR_PROTOCOL, "shared memory %s: made for %llu members "
+                           "and %llu bytes, this group has %d", s->name,
+                           (unsigned long long)geo.size, (unsigned long long)geo.len, g->size);
+    }
+    void *p = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: mmap of %zu bytes: %s", s->name,
+                           s->len, strerror(errno));
+    }
+    s->base = p;
+    return WEFT_OK;
+}
+
+static weft_status_t seg_open(weft_group_t *g, weft_shm_t *s)
+{
+    weft_ctx_t *ctx = g->ctx;
+    snprintf(s->name, sizeof(s->name), "/weft-%016llx-%u-%u",
+             (unsigned long long)job_hash(ctx), g->id, g->epoch);
+    bool creator = true;
+    int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        creator = false;
+        fd = shm_open(s->name, O_RDWR, 0600);
+    }
+    if (fd < 0) {
+        s->unlinked = true; /* not ours to remove */
+        return weft__error(ctx, WEFT_ERR_IO,
+                           "shared memory %s: %s (WEFT_COLL_SHM=off on every rank avoids it)",
+                           s->name, strerror(errno));
+    }
+    weft_status_t st = creator ? seg_create(g, s, fd) : seg_attach(g, s, fd);
+    close(fd);
+    if (st != WEFT_OK) {
+        if (creator) {
+            shm_unlink(s->name);
+        }
+        s->unlinked = true;
         return st;
     }
-    int32_t mine = o.ok != 0, all = 0;
-    if (g->rank != 0 && mine) {
-        o.name[sizeof(o.name) - 1] = '\0';
-        mine = seg_attach(g, s, &o);
+    shm_header_t *h = (shm_header_t *)s->base;
+    if (__atomic_add_fetch(&h->attached, 1, __ATOMIC_ACQ_REL) == (uint64_t)g->size) {
+        shm_unlink(s->name); /* the last member is in: nothing left to find it by */
+        s->unlinked = true;
     }
-    weft_coll_args_t ar = {.kind = WEFT_COLL_ALLREDUCE, .name = "allreduce (shm set-up)",
-                           .sendbuf = &mine, .recvbuf = &all, .count = 1,
-                           .dtype = WEFT_I32, .op = WEFT_MIN, .root = -1};
-    st = weft__coll_run(g, &ar);
-    if (g->rank == 0 && o.ok) {
-        shm_unlink(o.name); /* everyone has it mapped, or nobody will use it */
-    }
-    *ok = st == WEFT_OK && all == 1;
-    return st;
+    return WEFT_OK;
 }
 
 weft_status_t weft__shm_ensure(weft_group_t *g)
 {
-    if (g->shm_epoch == g->epoch + 1 || g->shm_setup) {
-        return WEFT_OK; /* decided for this epoch, or these are the set-up's collectives */
+    if (g->shm_epoch == g->epoch + 1) {
+        return WEFT_OK; /* decided for this epoch */
     }
     weft__shm_release(g);
     weft_ctx_t *ctx = g->ctx;
-    if (g->size < 2 || g->size > WEFT_SHM_MAX_RANKS || !ctx->cfg.coll_shm || !all_same_host(g)) {
+    if (g->size < 2 || g->size > WEFT_SHM_MAX_RANKS || !ctx->cfg.coll_shm ||
+        (ctx->store_addr[0] == '\0' && ctx->token[0] == '\0') || !all_same_host(g)) {
         g->shm_epoch = g->epoch + 1;
         return WEFT_OK;
     }
@@ -181,28 +210,14 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
     }
     s->rank = g->rank;
     s->epoch = g->epoch;
-    /* The set-up's collectives are the library's, not the caller's: they stay out of
-     * weft_group_coll_count(). */
-    uint64_t count = g->coll_count;
-    g->shm_setup = true;
-    bool ok = false;
-    weft_status_t st = agree(g, s, &ok);
-    g->shm_setup = false;
-    g->coll_count = count;
+    g->shm = s;
+    weft_status_t st = seg_open(g, s);
     if (st != WEFT_OK) {
-        seg_free(s);
-        return st;
-    }
-    if (ok) {
-        g->shm = s;
-        WEFT_LOG(&ctx->logger, WEFT_LOG_DEBUG, "group %u epoch %u: %zu-byte shared segment",
-                 g->id, g->epoch, s->len);
-    } else {
-        seg_free(s);
-        WEFT_LOG(&ctx->logger, WEFT_LOG_INFO,
-                 "group %u epoch %u: no shared segment, collectives use messages", g->id,
-                 g->epoch);
+        weft__shm_release(g);
+        return st; /* undecided: the next collective tries again */
     }
     g->shm_epoch = g->epoch + 1;
+    WEFT_LOG(&ctx->logger, WEFT_LOG_DEBUG, "group %u epoch %u: %zu-byte shared segment %s",
+             g->id, g->epoch, s->len, s->name);
     return WEFT_OK;
 }
