@@ -1,6 +1,8 @@
 #!/bin/bash
-# Allreduce of weft vs Open MPI side by side on the same sizes, plus the single-core
-# memcpy bandwidth as the ceiling of an intra-node collective.
+# Allreduce of weft vs Open MPI side by side on the same sizes, plus two memcpy
+# ceilings: one core alone, and each of N processes copying at once (every rank of an
+# allreduce reads its input and writes its output while the others do the same, so algbw
+# cannot exceed the latter).
 #
 #   perf/peers/compare_ompi.sh [-n RANKS] [-b MIN] [-e MAX] [-r REPEATS] [-d DTYPE] [-o OP]
 #                              [--build DIR] [--inplace]
@@ -13,7 +15,8 @@
 # use more iterations than the large ones.
 #
 # Columns: weft and Open MPI time (us) and busbw (GB/s), the ratio weft busbw / Open MPI
-# busbw (> 1: weft is faster), and weft busbw as a fraction of memcpy bandwidth.
+# busbw (> 1: weft is faster), weft busbw as a fraction of single-core memcpy bandwidth,
+# and weft and Open MPI algbw as fractions of the N-process memcpy bound.
 # Exit status: non-zero if any run failed or reported wrong results.
 set -euo pipefail
 
@@ -73,6 +76,7 @@ for ((rep = 0; rep < repeats; rep++)); do
     done
 done
 "$mpiperf" --memcpy 64M >"$tmp/memcpy.txt" || status=1
+"$mpiperf" --memcpy 64M "$ranks" >"$tmp/memcpy-n.txt" || status=1
 
 "$py" - "$tmp" "$ranks" <<'EOF' || status=1
 import glob, json, os, re, statistics, sys
@@ -96,22 +100,29 @@ weft, weft_wrong = load("weft")
 ompi, ompi_wrong = load("ompi")
 m = re.search(r"([0-9.]+) GB/s", open(os.path.join(tmp, "memcpy.txt")).read())
 memcpy = float(m.group(1)) if m else float("nan")
+m = re.search(r"([0-9.]+) GB/s per process", open(os.path.join(tmp, "memcpy-n.txt")).read())
+bound = float(m.group(1)) if m else float("nan")
 factor = 2.0 * (ranks - 1) / ranks if ranks > 1 else 0.0
 
 def median(rows, key):
     return statistics.median(r[key] for r in rows)
 
 print(f"# allreduce, {ranks} ranks: weft vs Open MPI (median of the runs per size)")
-print(f"# single-core memcpy bandwidth: {memcpy:.2f} GB/s")
-print("#%11s %11s %11s %10s %10s %8s %10s" %
-      ("size(B)", "weft(us)", "ompi(us)", "weft GB/s", "ompi GB/s", "ratio", "of memcpy"))
+print(f"# single-core memcpy bandwidth: {memcpy:.2f} GB/s; per process with {ranks} "
+      f"copying at once (algbw bound): {bound:.2f} GB/s")
+print("#%11s %11s %11s %10s %10s %8s %10s %9s %9s" %
+      ("size(B)", "weft(us)", "ompi(us)", "weft GB/s", "ompi GB/s", "ratio", "of memcpy",
+       "weft/bnd", "ompi/bnd"))
 for size in sorted(set(weft) & set(ompi)):
     wt, ot = median(weft[size], "time_us"), median(ompi[size], "time_us")
     wb = size / wt / 1e3 * factor if wt > 0 else 0.0
     ob = size / ot / 1e3 * factor if ot > 0 else 0.0
     ratio = ot / wt if wt > 0 else float("nan")
     frac = wb / memcpy if memcpy > 0 else float("nan")
-    print(" %11d %11.2f %11.2f %10.3f %10.3f %8.2f %10.2f" % (size, wt, ot, wb, ob, ratio, frac))
+    wbnd = size / wt / 1e3 / bound if wt > 0 and bound > 0 else float("nan")
+    obnd = size / ot / 1e3 / bound if ot > 0 and bound > 0 else float("nan")
+    print(" %11d %11.2f %11.2f %10.3f %10.3f %8.2f %10.2f %9.2f %9.2f" %
+          (size, wt, ot, wb, ob, ratio, frac, wbnd, obnd))
 print(f"# wrong results: weft {weft_wrong}, ompi {ompi_wrong}")
 sys.exit(1 if weft_wrong or ompi_wrong else 0)
 EOF

@@ -9,8 +9,11 @@
  *  - inputs are small integers so the expected sums are exact; every output used by a
  *    timed call is checked (one extra call on fresh inputs in place).
  *
- * `mpi-allreduce-perf --memcpy SIZE` (no MPI) prints the single-core memcpy bandwidth
- * on buffers of SIZE bytes, rotated the same way: the ceiling for intra-node collectives.
+ * `mpi-allreduce-perf --memcpy SIZE [PROCS]` (no MPI) prints the memcpy bandwidth on
+ * buffers of SIZE bytes, rotated the same way, of one core, or per process while PROCS
+ * processes copy at once. The latter bounds an intra-node allreduce: every rank must at
+ * least read its input and write its output, which is one memcpy's memory traffic, while
+ * the other ranks do the same, so algbw cannot exceed it.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -109,7 +113,7 @@ static void usage(FILE *out)
                  "[-w WARMUP]\n"
                  "           [-c 0|1] [-d float|double|int32|int64|uint8] [-o sum|prod|max|min]"
                  " [--inplace] [--json]\n"
-                 "       mpi-allreduce-perf --memcpy SIZE\n");
+                 "       mpi-allreduce-perf --memcpy SIZE [PROCS]\n");
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o)
@@ -176,19 +180,16 @@ static size_t rotation_sets(size_t set_bytes)
 
 /* ---- the single-core memcpy ceiling ---- */
 
-static int memcpy_main(const char *arg)
+/* Copy rotated buffers of @p bytes; GB/s, or a negative value on failure. When @p go is
+ * not -1, say "ready" on @p ready after setting up and wait for a byte on @p go. */
+static double memcpy_run(size_t bytes, int ready, int go)
 {
-    size_t bytes;
-    if (parse_size(arg, &bytes) != 0 || bytes == 0) {
-        usage(stderr);
-        return 2;
-    }
     size_t n = rotation_sets(2 * bytes);
     unsigned char *bufs[MAX_SETS][2];
     for (size_t i = 0; i < n; i++) {
         for (int k = 0; k < 2; k++) {
             if (posix_memalign((void **)&bufs[i][k], 4096, bytes) != 0) {
-                return 3;
+                return -1.0;
             }
             memset(bufs[i][k], (int)(i + (size_t)k), bytes);
         }
@@ -197,17 +198,79 @@ static int memcpy_main(const char *arg)
     for (size_t i = 0; i < n; i++) {
         memcpy(bufs[i][1], bufs[i][0], bytes);
     }
+    if (go >= 0) {
+        char c = 1;
+        if (write(ready, &c, 1) != 1 || read(go, &c, 1) != 1) {
+            return -1.0;
+        }
+    }
     uint64_t t0 = now_ns();
     for (int r = 0; r < reps; r++) {
         memcpy(bufs[(size_t)r % n][1], bufs[(size_t)r % n][0], bytes);
     }
     double s = (double)(now_ns() - t0) / 1e9;
-    printf("memcpy %zu bytes: %.2f GB/s (single core, %zu rotated buffer pairs)\n", bytes,
-           (double)bytes * reps / s / 1e9, n);
     for (size_t i = 0; i < n; i++) {
         free(bufs[i][0]);
         free(bufs[i][1]);
     }
+    return (double)bytes * reps / s / 1e9;
+}
+
+static int memcpy_main(const char *arg, const char *procs_arg)
+{
+    size_t bytes;
+    long procs = procs_arg != NULL ? strtol(procs_arg, NULL, 10) : 0;
+    if (parse_size(arg, &bytes) != 0 || bytes == 0 || procs < 0 || procs > 256) {
+        usage(stderr);
+        return 2;
+    }
+    if (procs == 0) {
+        double gbs = memcpy_run(bytes, -1, -1);
+        if (gbs < 0) {
+            return 3;
+        }
+        printf("memcpy %zu bytes: %.2f GB/s (single core)\n", bytes, gbs);
+        return 0;
+    }
+    /* PROCS children set up, then start copying together; each reports its GB/s. */
+    int ready[2], go[2], result[2];
+    if (pipe(ready) != 0 || pipe(go) != 0 || pipe(result) != 0) {
+        return 3;
+    }
+    for (long p = 0; p < procs; p++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            return 3;
+        }
+        if (pid == 0) {
+            double gbs = memcpy_run(bytes, ready[1], go[0]);
+            _exit(write(result[1], &gbs, sizeof(gbs)) == sizeof(gbs) ? 0 : 3);
+        }
+    }
+    char c;
+    for (long p = 0; p < procs; p++) {
+        if (read(ready[0], &c, 1) != 1) {
+            return 3;
+        }
+    }
+    for (long p = 0; p < procs; p++) {
+        if (write(go[1], &c, 1) != 1) {
+            return 3;
+        }
+    }
+    double sum = 0, min = 1e30;
+    for (long p = 0; p < procs; p++) {
+        double gbs;
+        if (read(result[0], &gbs, sizeof(gbs)) != sizeof(gbs) || gbs < 0) {
+            return 3;
+        }
+        sum += gbs;
+        min = gbs < min ? gbs : min;
+    }
+    while (wait(NULL) > 0) {
+    }
+    printf("memcpy %zu bytes: %.2f GB/s per process with %ld copying at once "
+           "(slowest %.2f, total %.2f)\n", bytes, sum / (double)procs, procs, min, sum);
     return 0;
 }
 
@@ -371,8 +434,8 @@ static int run_size(bench_t *b, size_t size, bool first)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--memcpy") == 0) {
-        return memcpy_main(argv[2]);
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "--memcpy") == 0) {
+        return memcpy_main(argv[2], argc == 4 ? argv[3] : NULL);
     }
     bench_t b;
     memset(&b, 0, sizeof(b));
