@@ -181,7 +181,6 @@ struct weft_coll {
     uint32_t seq;
     weft_coll_hdr_t hdr; /* my parameters */
     bool mismatch;       /* OR of the flags seen so far */
-    char why[192];       /* what this rank saw, when it detected a mismatch itself */
     enum { WEFT_COLL_PH_RD, WEFT_COLL_PH_DATA, WEFT_COLL_PH_DONE } phase;
     weft_rd_t rd;
     /* Data phase after an agreeing exchange: WEFT_INPROGRESS until done. NULL: none. */
@@ -208,6 +207,8 @@ struct weft_coll {
         int step;         /* within chunk j */
         uint64_t gbase;   /* segment-wide number of chunk 0 */
     } sh;
+    /* Not cleared at start (only why[0]): what this rank saw, when it detected a mismatch. */
+    char why[192];
     /* Exchange buffers of small collectives live here: no allocation on the latency path. */
     _Alignas(64) uint8_t inline_buf[WEFT_COLL_INLINE];
 };

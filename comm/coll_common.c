@@ -360,9 +360,10 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
         weft__coll_single(a, elem);
         return WEFT_OK;
     }
-    /* Everything but the inline buffers, which need no clearing (a struct literal would
-     * clear and copy them: measurable on the 8-byte path). */
-    memset(c, 0, offsetof(weft_coll_t, inline_buf));
+    /* Everything but the mismatch text and the inline buffers, which need no clearing (a
+     * struct literal would clear and copy them: measurable on the 8-byte path). */
+    memset(c, 0, offsetof(weft_coll_t, why));
+    c->why[0] = '\0';
     c->ctx = ctx;
     c->g = g;
     c->rank = g->rank;
