@@ -4,8 +4,10 @@
 # allreduce reads its input and writes its output while the others do the same, so algbw
 # cannot exceed the latter).
 #
-#   perf/peers/compare_ompi.sh [-n RANKS] [-b MIN] [-e MAX] [-r REPEATS] [-d DTYPE] [-o OP]
-#                              [--build DIR] [--inplace]
+#   perf/peers/compare_ompi.sh [-n RANKS] [-C COLL] [-b MIN] [-e MAX] [-r REPEATS]
+#                              [-d DTYPE] [-o OP] [--build DIR] [--inplace]
+#
+# COLL is allreduce (the default), reduce_scatter, allgather, broadcast or alltoall.
 #
 # Both run with default settings: `weftrun -n N weft-perf allreduce` and
 # `mpirun --allow-run-as-root --oversubscribe -n N mpi-allreduce-perf`, which measure the
@@ -24,6 +26,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build="$root/build"
 ranks=2
+coll=allreduce
 min=8
 max=64M
 repeats=3
@@ -34,6 +37,7 @@ inplace=()
 while [ $# -gt 0 ]; do
     case "$1" in
     -n) ranks=$2; shift 2 ;;
+    -C) coll=$2; shift 2 ;;
     -b) min=$2; shift 2 ;;
     -e) max=$2; shift 2 ;;
     -r) repeats=$2; shift 2 ;;
@@ -41,7 +45,7 @@ while [ $# -gt 0 ]; do
     -o) op=$2; shift 2 ;;
     --build) build=$(cd "$2" && pwd); shift 2 ;;
     --inplace) inplace=(--inplace); shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "compare_ompi.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -67,10 +71,10 @@ for ((rep = 0; rep < repeats; rep++)); do
     for s in "${sweeps[@]}"; do
         read -r lo hi iters warm <<<"$s"
         tag="$rep-$lo"
-        "$weftrun" -n "$ranks" -- "$weftperf" allreduce -b "$lo" -e "$hi" -f 2 -n "$iters" \
+        "$weftrun" -n "$ranks" -- "$weftperf" "$coll" -b "$lo" -e "$hi" -f 2 -n "$iters" \
             -w "$warm" -d "$dtype" -o "$op" "${inplace[@]}" --json >"$tmp/weft-$tag.json" ||
             status=1
-        mpirun --allow-run-as-root --oversubscribe -n "$ranks" "$mpiperf" -b "$lo" -e "$hi" \
+        mpirun --allow-run-as-root --oversubscribe -n "$ranks" "$mpiperf" -C "$coll" -b "$lo" -e "$hi" \
             -f 2 -n "$iters" -w "$warm" -d "$dtype" -o "$op" "${inplace[@]}" --json \
             >"$tmp/ompi-$tag.json" || status=1
     done
@@ -78,10 +82,10 @@ done
 "$mpiperf" --memcpy 64M >"$tmp/memcpy.txt" || status=1
 "$mpiperf" --memcpy 64M "$ranks" >"$tmp/memcpy-n.txt" || status=1
 
-"$py" - "$tmp" "$ranks" <<'EOF' || status=1
+"$py" - "$tmp" "$ranks" "$coll" <<'EOF' || status=1
 import glob, json, os, re, statistics, sys
 
-tmp, ranks = sys.argv[1], int(sys.argv[2])
+tmp, ranks, coll = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 def load(prefix):
     by_size, wrong = {}, 0
@@ -102,12 +106,17 @@ m = re.search(r"([0-9.]+) GB/s", open(os.path.join(tmp, "memcpy.txt")).read())
 memcpy = float(m.group(1)) if m else float("nan")
 m = re.search(r"([0-9.]+) GB/s per process", open(os.path.join(tmp, "memcpy-n.txt")).read())
 bound = float(m.group(1)) if m else float("nan")
-factor = 2.0 * (ranks - 1) / ranks if ranks > 1 else 0.0
+if coll == "allreduce":
+    factor = 2.0 * (ranks - 1) / ranks
+elif coll == "broadcast":
+    factor = 1.0
+else:
+    factor = (ranks - 1) / ranks
 
 def median(rows, key):
     return statistics.median(r[key] for r in rows)
 
-print(f"# allreduce, {ranks} ranks: weft vs Open MPI (median of the runs per size)")
+print(f"# {coll}, {ranks} ranks: weft vs Open MPI (median of the runs per size)")
 print(f"# single-core memcpy bandwidth: {memcpy:.2f} GB/s; per process with {ranks} "
       f"copying at once (algbw bound): {bound:.2f} GB/s")
 print("#%11s %11s %11s %10s %10s %8s %10s %9s %9s" %

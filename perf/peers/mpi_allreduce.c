@@ -1,6 +1,9 @@
 /*
  * mpi-allreduce-perf: MPI_Allreduce measured exactly as `weft-perf allreduce` measures
- * weft_allreduce, for side-by-side comparisons (perf/peers/compare_ompi.sh):
+ * weft_allreduce, for side-by-side comparisons (perf/peers/compare_ompi.sh); with
+ * `-C reduce_scatter|allgather|broadcast|alltoall` the other collectives the same way
+ * (MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast from rank 0, MPI_Alltoall; sizes
+ * and busbw factors as nccl-tests and weft-perf):
  *  - the same options (-b -e -f -n -w -c -d -o --inplace --json) and the same columns;
  *  - sets of (send, receive) buffers rotated so that together they exceed twice the
  *    last-level cache (at most 64 sets, 1 GiB);
@@ -31,7 +34,18 @@
 #define MAX_SETS 64
 #define MAX_ROTATION_BYTES (1ull << 30)
 
+typedef enum coll_kind {
+    K_ALLREDUCE,
+    K_REDUCE_SCATTER,
+    K_ALLGATHER,
+    K_BROADCAST,
+    K_ALLTOALL
+} coll_kind_t;
+static const char *const kind_names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                         "alltoall"};
+
 typedef struct opts {
+    coll_kind_t kind;
     size_t min_bytes, max_bytes, factor;
     int iters, warmup, check;
     int dtype; /* 0 float, 1 double, 2 int32, 3 int64, 4 uint8 */
@@ -109,8 +123,9 @@ static int lookup(const char *s, const char *const *names, int n)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: mpirun -n N mpi-allreduce-perf [-b MIN] [-e MAX] [-f F] [-n ITERS] "
-                 "[-w WARMUP]\n"
+    fprintf(out, "usage: mpirun -n N mpi-allreduce-perf [-C allreduce|reduce_scatter|allgather|"
+                 "broadcast|alltoall]\n"
+                 "           [-b MIN] [-e MAX] [-f F] [-n ITERS] [-w WARMUP]\n"
                  "           [-c 0|1] [-d float|double|int32|int64|uint8] [-o sum|prod|max|min]"
                  " [--inplace] [--json]\n"
                  "       mpi-allreduce-perf --memcpy SIZE [PROCS]\n");
@@ -148,6 +163,10 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             bad = (o->dtype = lookup(v, dtype_names, 5)) < 0;
         } else if (strcmp(a, "-o") == 0) {
             bad = (o->op = lookup(v, op_names, 4)) < 0;
+        } else if (strcmp(a, "-C") == 0) {
+            int k = lookup(v, kind_names, 5);
+            bad = k < 0;
+            o->kind = k < 0 ? K_ALLREDUCE : (coll_kind_t)k;
         } else {
             bad = 1;
         }
@@ -157,6 +176,10 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             return -1;
         }
         i += need ? 1 : 0;
+    }
+    if (o->inplace && o->kind != K_ALLREDUCE) {
+        fprintf(stderr, "mpi-allreduce-perf: --inplace is measured for allreduce only\n");
+        return -1;
     }
     return 0;
 }
@@ -343,32 +366,145 @@ typedef struct bench {
     MPI_Datatype type;
     MPI_Op op;
     size_t es;
+    size_t total, count;   /* elements of `size`; the count argument of the call */
+    size_t sbytes, rbytes; /* per buffer set */
     unsigned char *sets[MAX_SETS];
 } bench_t;
 
-static void fill(bench_t *b, unsigned char *buf, size_t count, uint64_t seed)
+/* The value rank @p r contributes at index @p i, in the benchmark's dtype. */
+static void put(const bench_t *b, unsigned char *buf, size_t k, int r, size_t i, uint64_t seed)
 {
-    for (size_t i = 0; i < count; i++) {
-        store(buf, i, b->o.dtype, gen(b->o.op, b->rank, i, seed));
+    store(buf, k, b->o.dtype, gen(b->o.op, r, i, seed));
+}
+
+typedef void (*want_fn)(const bench_t *b, unsigned char *w, size_t k, uint64_t seed);
+
+/* Expected element k of each kind's output on this rank. */
+static void want_allreduce(const bench_t *b, unsigned char *w, size_t k, uint64_t seed)
+{
+    store(w, 0, b->o.dtype, expected(&b->o, b->size, k, seed));
+}
+static void want_reduce_scatter(const bench_t *b, unsigned char *w, size_t k, uint64_t seed)
+{
+    store(w, 0, b->o.dtype, expected(&b->o, b->size, (size_t)b->rank * b->count + k, seed));
+}
+static void want_allgather(const bench_t *b, unsigned char *w, size_t k, uint64_t seed)
+{
+    put(b, w, 0, (int)(k / b->count), k % b->count, seed);
+}
+static void want_broadcast(const bench_t *b, unsigned char *w, size_t k, uint64_t seed)
+{
+    put(b, w, 0, 0, k, seed);
+}
+static void want_alltoall(const bench_t *b, unsigned char *w, size_t k, uint64_t seed)
+{
+    put(b, w, 0, (int)(k / b->count), (size_t)b->rank * b->count + k % b->count, seed);
+}
+
+/* Send buffer: what this rank contributes (broadcast: only the root has data). */
+static void fill(bench_t *b, unsigned char *buf, uint64_t seed)
+{
+    size_t n = b->o.kind == K_ALLGATHER ? b->count : b->total;
+    for (size_t i = 0; i < n; i++) {
+        if (b->o.kind == K_BROADCAST && b->rank != 0) {
+            store(buf, i, b->o.dtype, 0);
+        } else {
+            put(b, buf, i, b->rank, i, seed);
+        }
     }
 }
 
-static long check(bench_t *b, const unsigned char *out, size_t count, uint64_t seed)
+static void call(bench_t *b, void *send, void *recv)
 {
+    int n = (int)b->count;
+    switch (b->o.kind) {
+    case K_ALLREDUCE:
+        MPI_Allreduce(send, recv, n, b->type, b->op, MPI_COMM_WORLD);
+        break;
+    case K_REDUCE_SCATTER:
+        MPI_Reduce_scatter_block(send, recv, n, b->type, b->op, MPI_COMM_WORLD);
+        break;
+    case K_ALLGATHER:
+        MPI_Allgather(send, n, b->type, recv, n, b->type, MPI_COMM_WORLD);
+        break;
+    case K_BROADCAST:
+        MPI_Bcast(send, n, b->type, 0, MPI_COMM_WORLD);
+        break;
+    case K_ALLTOALL:
+        MPI_Alltoall(send, n, b->type, recv, n, b->type, MPI_COMM_WORLD);
+        break;
+    }
+}
+
+/* Wrong elements of the output of buffer set @p set. In place and for broadcast the
+ * output is the set's first buffer, otherwise its receive buffer. */
+static long check_set(bench_t *b, unsigned char *set, uint64_t seed)
+{
+    static const want_fn refs[] = {want_allreduce, want_reduce_scatter, want_allgather,
+                                   want_broadcast, want_alltoall};
+    bool one_block = b->o.kind == K_ALLREDUCE || b->o.kind == K_BROADCAST ||
+                     b->o.kind == K_REDUCE_SCATTER;
+    size_t n = one_block ? b->count : b->total;
+    const unsigned char *out = b->o.inplace || b->o.kind == K_BROADCAST ? set : set + b->sbytes;
     unsigned char want[8];
     long wrong = 0;
-    for (size_t i = 0; i < count; i++) {
-        store(want, 0, b->o.dtype, expected(&b->o, b->size, i, seed));
-        wrong += memcmp(out + i * b->es, want, b->es) != 0;
+    for (size_t k = 0; k < n; k++) {
+        refs[b->o.kind](b, want, k, seed);
+        wrong += memcmp(out + k * b->es, want, b->es) != 0;
     }
     return wrong;
+}
+
+static double bus_factor(const bench_t *b)
+{
+    double n = b->size;
+    switch (b->o.kind) {
+    case K_ALLREDUCE:
+        return 2.0 * (n - 1) / n;
+    case K_BROADCAST:
+        return 1.0;
+    default:
+        return (n - 1) / n;
+    }
+}
+
+/* Elements and buffer sizes of a `size`-byte run, nccl-tests conventions. */
+static void shape(bench_t *b, size_t size)
+{
+    bool blocks = b->o.kind != K_ALLREDUCE && b->o.kind != K_BROADCAST;
+    b->total = size / b->es;
+    b->count = blocks ? b->total / (size_t)b->size : b->total;
+    b->total = blocks ? b->count * (size_t)b->size : b->total;
+    size_t bytes = b->total * b->es, cb = b->count * b->es;
+    switch (b->o.kind) {
+    case K_ALLREDUCE:
+        b->sbytes = bytes;
+        b->rbytes = b->o.inplace ? 0 : bytes;
+        break;
+    case K_REDUCE_SCATTER:
+        b->sbytes = bytes;
+        b->rbytes = cb;
+        break;
+    case K_ALLGATHER:
+        b->sbytes = cb;
+        b->rbytes = bytes;
+        break;
+    case K_BROADCAST:
+        b->sbytes = bytes;
+        b->rbytes = 0;
+        break;
+    case K_ALLTOALL:
+        b->sbytes = b->rbytes = bytes;
+        break;
+    }
 }
 
 static int run_size(bench_t *b, size_t size, bool first)
 {
     const opts_t *o = &b->o;
-    size_t count = size / b->es, bytes = count * b->es;
-    size_t rb = o->inplace ? 0 : bytes, set_bytes = bytes + rb;
+    shape(b, size);
+    size_t bytes = b->total * b->es;
+    size_t set_bytes = b->sbytes + b->rbytes;
     size_t nsets = rotation_sets(set_bytes);
     uint64_t seed = 0x5eed0000ull + size;
     for (size_t i = 0; i < nsets; i++) {
@@ -377,17 +513,17 @@ static int run_size(bench_t *b, size_t size, bool first)
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
         memset(b->sets[i], 0, set_bytes + 64);
-        fill(b, b->sets[i], count, seed);
+        fill(b, b->sets[i], seed);
     }
 #define SEND(i) (o->inplace ? MPI_IN_PLACE : (void *)b->sets[(i) % nsets])
-#define RECV(i) (b->sets[(i) % nsets] + (o->inplace ? 0 : bytes))
+#define RECV(i) (b->sets[(i) % nsets] + (o->inplace ? 0 : b->sbytes))
     for (int i = 0; i < o->warmup; i++) {
-        MPI_Allreduce(SEND(i), RECV(i), (int)count, b->type, b->op, MPI_COMM_WORLD);
+        call(b, SEND(i), RECV(i));
     }
     MPI_Barrier(MPI_COMM_WORLD);
     uint64_t t0 = now_ns();
     for (int i = 0; i < o->iters; i++) {
-        MPI_Allreduce(SEND(i), RECV(i), (int)count, b->type, b->op, MPI_COMM_WORLD);
+        call(b, SEND(i), RECV(i));
     }
     double t_us = (double)(now_ns() - t0) / 1e3 / (o->iters > 0 ? o->iters : 1);
     MPI_Allreduce(MPI_IN_PLACE, &t_us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -395,14 +531,14 @@ static int run_size(bench_t *b, size_t size, bool first)
     if (o->check) {
         wrong = 0;
         if (o->inplace) {
-            fill(b, b->sets[0], count, seed ^ 1);
-            MPI_Allreduce(MPI_IN_PLACE, b->sets[0], (int)count, b->type, b->op, MPI_COMM_WORLD);
-            wrong = check(b, b->sets[0], count, seed ^ 1);
+            fill(b, b->sets[0], seed ^ 1);
+            call(b, MPI_IN_PLACE, b->sets[0]);
+            wrong = check_set(b, b->sets[0], seed ^ 1);
         } else {
             /* Sets 0 .. max(iters, warmup)-1 hold results of the calls above. */
             int used = o->iters > o->warmup ? o->iters : o->warmup;
             for (size_t i = 0; i < nsets && (int)i < used; i++) {
-                wrong += check(b, b->sets[i] + bytes, count, seed);
+                wrong += check_set(b, b->sets[i], seed);
             }
         }
         MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -413,18 +549,18 @@ static int run_size(bench_t *b, size_t size, bool first)
         free(b->sets[i]);
     }
     double algbw = t_us > 0 ? (double)bytes / t_us / 1e3 : 0;
-    double busbw = algbw * 2.0 * (b->size - 1) / b->size;
+    double busbw = algbw * bus_factor(b);
     if (b->rank == 0) {
         if (o->json) {
             printf("%s\n  {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"op\": \"%s\", "
                    "\"time_us\": %.3f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": ",
-                   first ? "" : ",", bytes, count, dtype_names[o->dtype], op_names[o->op], t_us,
-                   algbw, busbw);
+                   first ? "" : ",", bytes, b->count, dtype_names[o->dtype], op_names[o->op],
+                   t_us, algbw, busbw);
             wrong >= 0 ? printf("%ld}", wrong) : printf("null}");
         } else {
             char w[24];
             snprintf(w, sizeof(w), wrong >= 0 ? "%ld" : "N/A", wrong);
-            printf(" %12zu %13zu %9s %7s %10.2f %8.2f %8.2f %7s\n", bytes, count,
+            printf(" %12zu %13zu %9s %7s %10.2f %8.2f %8.2f %7s\n", bytes, b->count,
                    dtype_names[o->dtype], op_names[o->op], t_us, algbw, busbw, w);
         }
         fflush(stdout);
@@ -456,13 +592,15 @@ int main(int argc, char **argv)
     b.es = dtype_sizes[b.o.dtype];
     if (b.rank == 0) {
         if (b.o.json) {
-            printf("{\"subcommand\": \"mpi_allreduce\", \"nranks\": %d, \"dtype\": \"%s\", "
+            printf("{\"subcommand\": \"mpi_%s\", \"nranks\": %d, \"dtype\": \"%s\", "
                    "\"op\": \"%s\", \"inplace\": %s, \"iters\": %d, \"warmup\": %d, "
                    "\"check\": %d, \"results\": [",
-                   b.size, dtype_names[b.o.dtype], op_names[b.o.op], b.o.inplace ? "true" : "false",
+                   kind_names[b.o.kind], b.size, dtype_names[b.o.dtype], op_names[b.o.op],
+                   b.o.inplace ? "true" : "false",
                    b.o.iters, b.o.warmup, b.o.check);
         } else {
-            printf("# mpi-allreduce-perf: %d ranks, %d iters, %d warmup, check %d, %s\n", b.size,
+            printf("# mpi-allreduce-perf -C %s: %d ranks, %d iters, %d warmup, check %d, %s\n",
+                   kind_names[b.o.kind], b.size,
                    b.o.iters, b.o.warmup, b.o.check, b.o.inplace ? "in-place" : "out-of-place");
             printf("#%12s %13s %9s %7s %10s %8s %8s %7s\n", "size", "count", "type", "op", "time",
                    "algbw", "busbw", "#wrong");
