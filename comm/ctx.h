@@ -76,6 +76,7 @@ struct weft_group {
     struct weft_group *next; /* in ctx->groups */
     /* Shared-memory collectives (comm/shm.h): the segment of this epoch, or NULL. */
     struct weft_shm *shm;
+    struct weft_shm *shm_old; /* the previous epoch's, unmapped after the next collective */
     uint32_t shm_epoch; /* epoch + 1 once decided for that epoch; 0: not yet */
     /* CUDA stream and NCCL communicator (comm/memtype.c, comm/nccl_comm.c); NULL until used */
     struct weft_cuda_group *cuda;

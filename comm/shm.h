@@ -95,7 +95,7 @@ static inline void weft__shm_store(uint64_t *p, uint64_t v)
  * would use it, so this rank cannot fall back alone.
  */
 weft_status_t weft__shm_ensure(struct weft_group *g);
-/* Unmap @p g's segment (group destruction). */
+/* Unmap @p g's segments (group destruction). */
 void weft__shm_release(struct weft_group *g);
 
 #endif

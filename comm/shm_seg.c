@@ -47,9 +47,8 @@ static void layout(weft_shm_t *s, int size, size_t small_max, size_t chunk)
     s->len = s->res_off + (size_t)size * WEFT_SHM_NB * chunk;
 }
 
-void weft__shm_release(weft_group_t *g)
+static void seg_free(weft_shm_t *s)
 {
-    weft_shm_t *s = g->shm;
     if (s == NULL) {
         return;
     }
@@ -62,7 +61,13 @@ void weft__shm_release(weft_group_t *g)
         munmap(s->base, s->len);
     }
     free(s);
-    g->shm = NULL;
+}
+
+void weft__shm_release(weft_group_t *g)
+{
+    seg_free(g->shm);
+    seg_free(g->shm_old);
+    g->shm = g->shm_old = NULL;
 }
 
 static bool all_same_host(const weft_group_t *g)
@@ -116,45 +121,52 @@ static weft_status_t seg_create(weft_group_t *g, weft_shm_t *s, int fd)
     return WEFT_OK;
 }
 
-/* The others: wait for the creator's geometry, then map the whole segment. */
+/* The others: wait for the creator to size the file, map it once, then wait for the
+ * geometry it publishes (one mapping: every munmap costs a TLB shootdown). */
 static weft_status_t seg_attach(weft_group_t *g, weft_shm_t *s, int fd)
 {
     weft_ctx_t *ctx = g->ctx;
     uint64_t deadline = weft__now_ns() + weft__ms_to_ns(ATTACH_WAIT_MS);
     struct stat sb;
-    while (fstat(fd, &sb) == 0 && (size_t)sb.st_size < sizeof(shm_header_t)) {
+    for (;;) {
+        if (fstat(fd, &sb) != 0) {
+            return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: %s", s->name,
+                               strerror(errno));
+        }
+        if ((size_t)sb.st_size >= sizeof(shm_header_t)) {
+            break; /* ftruncate sets the whole length at once */
+        }
         if (weft__now_ns() > deadline) {
             return weft__error(ctx, WEFT_ERR_TIMEOUT, "shared memory %s: never sized",
                                s->name);
         }
         sched_yield(); /* the creator is between shm_open and ftruncate */
     }
-    shm_header_t *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
-    if (h == MAP_FAILED) {
-        return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: mmap: %s", s->name,
-                           strerror(errno));
-    }
-    while (weft__shm_load(&h->magic) != SHM_MAGIC && weft__now_ns() <= deadline) {
-        sched_yield();
-    }
-    shm_header_t geo = *h;
-    munmap(h, sizeof(*h));
-    if (geo.magic != SHM_MAGIC) {
-        return weft__error(ctx, WEFT_ERR_TIMEOUT, "shared memory %s: its creator never "
-                           "published it", s->name);
-    }
-    layout(s, g->size, (size_t)geo.small_max, (size_t)geo.chunk);
-    if (geo.size != (uint64_t)g->size || geo.len != s->len) {
-        return weft__error(ctx, WEFT_ERR_PROTOCOL, "shared memory %s: made for %llu members "
-                           "and %llu bytes, this group has %d", s->name,
-                           (unsigned long long)geo.size, (unsigned long long)geo.len, g->size);
-    }
+    s->len = (size_t)sb.st_size;
     void *p = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: mmap of %zu bytes: %s", s->name,
                            s->len, strerror(errno));
     }
     s->base = p;
+    shm_header_t *h = p;
+    while (weft__shm_load(&h->magic) != SHM_MAGIC) {
+        if (weft__now_ns() > deadline) {
+            return weft__error(ctx, WEFT_ERR_TIMEOUT,
+                               "shared memory %s: its creator never published it", s->name);
+        }
+        sched_yield();
+    }
+    size_t mapped = s->len;
+    layout(s, g->size, (size_t)h->small_max, (size_t)h->chunk);
+    if (h->size != (uint64_t)g->size || h->len != s->len || mapped != s->len) {
+        weft_status_t st = weft__error(
+            ctx, WEFT_ERR_PROTOCOL, "shared memory %s: made for %llu members and %llu bytes, "
+            "this group has %d", s->name, (unsigned long long)h->size,
+            (unsigned long long)h->len, g->size);
+        s->len = mapped; /* what munmap must release */
+        return st;
+    }
     return WEFT_OK;
 }
 
@@ -195,9 +207,18 @@ static weft_status_t seg_open(weft_group_t *g, weft_shm_t *s)
 weft_status_t weft__shm_ensure(weft_group_t *g)
 {
     if (g->shm_epoch == g->epoch + 1) {
+        if (g->shm_old != NULL && (g->shm == NULL || g->shm->turn > 0)) {
+            seg_free(g->shm_old); /* the epoch's first collective is done: now it may cost */
+            g->shm_old = NULL;
+        }
         return WEFT_OK; /* decided for this epoch */
     }
-    weft__shm_release(g);
+    /* The previous epoch's segment is unmapped after this epoch's first collective: the
+     * TLB shootdown of a munmap costs tens of microseconds, and the first collective
+     * after a repair is on the job's critical path. */
+    seg_free(g->shm_old);
+    g->shm_old = g->shm;
+    g->shm = NULL;
     weft_ctx_t *ctx = g->ctx;
     if (g->size < 2 || g->size > WEFT_SHM_MAX_RANKS || !ctx->cfg.coll_shm ||
         (ctx->store_addr[0] == '\0' && ctx->token[0] == '\0') || !all_same_host(g)) {
@@ -213,7 +234,8 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
     g->shm = s;
     weft_status_t st = seg_open(g, s);
     if (st != WEFT_OK) {
-        weft__shm_release(g);
+        seg_free(s);
+        g->shm = NULL;
         return st; /* undecided: the next collective tries again */
     }
     g->shm_epoch = g->epoch + 1;
