@@ -250,6 +250,9 @@ uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes);
  */
 static inline bool weft__coll_is_small(const weft_coll_t *c, size_t payload)
 {
+    if (c->shm != NULL) {
+        return false; /* headers go through shared memory, without payload */
+    }
     size_t lg = 0;
     while ((2u << lg) <= (unsigned)c->size) {
         lg++;
@@ -272,6 +275,9 @@ static inline size_t weft__coll_blk_len(size_t count, int size, int b)
 {
     return count / (size_t)size + ((size_t)b < count % (size_t)size ? 1 : 0);
 }
+
+/* Choose the message algorithm of c's kind and size (sets c->data and the exchange). */
+weft_status_t weft__coll_setup_msgs(weft_coll_t *c);
 
 /* ---- coll_shm.c: collectives through the group's shared memory ---- */
 /* Choose the shared-memory algorithm (g->shm is set); WEFT_OK or an error. */

@@ -308,11 +308,8 @@ static void fill_header(weft_coll_t *c)
     };
 }
 
-static weft_status_t coll_setup(weft_coll_t *c)
+weft_status_t weft__coll_setup_msgs(weft_coll_t *c)
 {
-    if (c->g->shm != NULL) {
-        return weft__coll_setup_shm(c);
-    }
     switch (c->a.kind) {
     case WEFT_COLL_ALLREDUCE:
     case WEFT_COLL_REDUCE:
@@ -329,6 +326,11 @@ static weft_status_t coll_setup(weft_coll_t *c)
         return weft__rd_init(c, NULL, 0);
     }
     return WEFT_ERR_INVALID_ARG;
+}
+
+static weft_status_t coll_setup(weft_coll_t *c)
+{
+    return c->g->shm != NULL ? weft__coll_setup_shm(c) : weft__coll_setup_msgs(c);
 }
 
 /*

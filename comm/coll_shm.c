@@ -20,7 +20,8 @@
  * With buffers of WEFT_SHM_CHUNK bytes the intermediate data stays in the caches; the
  * user's buffers are read and written once each. Alltoall stages block q's part of each
  * chunk for rank q. Alltoallv takes only the header step here and moves its data with
- * messages (its blocks have any size).
+ * messages (its blocks have any size); so do large collectives when the data segment
+ * could not be allocated, or when one element does not fit a chunk.
  */
 #include <string.h>
 
@@ -473,17 +474,30 @@ static weft_status_t setup_chunks(weft_coll_t *c, const weft_shm_t *s)
     bool blocks = c->a.kind == WEFT_COLL_REDUCE_SCATTER || c->a.kind == WEFT_COLL_ALLTOALL;
     size_t unit = blocks ? c->elem * (size_t)c->size : c->elem;
     c->sh.per_chunk = s->chunk / unit;
-    if (c->sh.per_chunk == 0) {
-        return weft__error(c->ctx, WEFT_ERR_UNSUPPORTED,
-                           "%s: %zu-byte elements do not fit the %zu-byte shared-memory "
-                           "chunk; raise WEFT_SHM_CHUNK or set WEFT_COLL_SHM=off",
-                           c->a.name, c->elem, s->chunk);
-    }
     c->sh.nchunks = (c->a.count + c->sh.per_chunk - 1) / c->sh.per_chunk;
     c->sh.data = true;
     c->sh.stream = out_bytes(c) >= c->ctx->cfg.shm_stream_min;
     c->data = shm_data;
     return WEFT_OK;
+}
+
+/* Headers through the segment, data with messages (the algorithm that groups without a
+ * segment use; weft__coll_is_small() says no while c->shm is set, since the header step
+ * carries no payload). */
+static weft_status_t setup_msgs_data(weft_coll_t *c, weft_shm_t *s)
+{
+    c->shm = s;
+    c->sh.no_tl = false;
+    weft_status_t st = weft__coll_setup_msgs(c);
+    c->shm = NULL;
+    return st;
+}
+
+/* Whether a chunk holds at least one element (of every block, for the block kinds). */
+static bool chunk_fits(const weft_coll_t *c, const weft_shm_t *s)
+{
+    bool blocks = c->a.kind == WEFT_COLL_REDUCE_SCATTER || c->a.kind == WEFT_COLL_ALLTOALL;
+    return s->chunk / (blocks ? c->elem * (size_t)c->size : c->elem) > 0;
 }
 
 weft_status_t weft__coll_setup_shm(weft_coll_t *c)
@@ -495,12 +509,16 @@ weft_status_t weft__coll_setup_shm(weft_coll_t *c)
     size_t small = blocks ? bytes * (size_t)c->size : bytes;
     c->sh.no_tl = true;
     if (c->a.kind == WEFT_COLL_ALLTOALLV) {
-        c->sh.no_tl = false;
-        st = weft__coll_setup_alltoall(c); /* headers here, data over messages */
+        st = setup_msgs_data(c, s); /* blocks of any size */
     } else if (c->a.kind != WEFT_COLL_BARRIER && small <= s->small_max) {
         c->sh.small = true;
     } else if (c->a.kind != WEFT_COLL_BARRIER) {
-        st = setup_chunks(c, s);
+        /* The data segment, or the same answer on every rank that it cannot be had. */
+        st = weft__shm_data(c->g);
+        if (st == WEFT_OK) {
+            st = s->data_state == 1 && chunk_fits(c, s) ? setup_chunks(c, s)
+                                                         : setup_msgs_data(c, s);
+        }
     }
     if (st == WEFT_OK) {
         /* Numbered only once it will run: a number left unused would stall the next. */

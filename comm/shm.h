@@ -1,18 +1,21 @@
 /*
  * Intra-node collectives through a shared-memory segment per group (internal).
  *
- * When every member of a group runs on one host, each member maps a segment that all
- * members of the group's epoch share, on its first collective of the epoch
+ * When every member of a group runs on one host, each member maps a control segment
+ * that all members of the group's epoch share, on its first collective of the epoch
  * (comm/shm_seg.c); from then on every collective of the group exchanges its header
- * through the segment instead of messages, and most carry their data through it too
- * (comm/coll_shm.c). Layout, for P ranks:
+ * through it instead of messages, and small ones carry their data in it. The first large
+ * collective maps a second, data segment for the chunks (comm/coll_shm.c). Both are
+ * allocated in full when created (posix_fallocate), so a small /dev/shm gives a clear
+ * error at creation, which every member sees, never a SIGBUS later. Layout, for P ranks:
  *
- *   header        one cache line: magic, the creator's geometry, members attached
- *   ctl[P]        4 cache lines per rank, each a counter only that rank writes:
- *                 slot_done, staged, reduced, copied
- *   slot[P][2]    one line of sequence number and header, then small_max data bytes
- *   stage[P][NB]  chunk bytes each: inputs staged for the peers
- *   res[P][NB]    chunk bytes each: reduced sub-blocks for the peers
+ *   control:  header        one cache line: magic, status, geometry, members attached
+ *             ctl[P]        4 cache lines per rank, each a counter only that rank
+ *                           writes: slot_done, staged, reduced, copied
+ *             slot[P][2]    a line of sequence number and header, then small_max bytes
+ *   data:     header
+ *             stage[P][NB]  chunk bytes each: inputs staged for the peers
+ *             res[P][NB]    chunk bytes each: reduced sub-blocks for the peers
  *
  * Collective i (numbered per segment, in issue order) uses slot i % 2 of every rank; a
  * rank writes it once every peer has finished reading its slot of collective i - 2
@@ -41,39 +44,46 @@ struct weft_group;
 enum weft_shm_ctr { WEFT_SHM_SLOT_DONE = 0, WEFT_SHM_STAGED = 1, WEFT_SHM_REDUCED = 2,
                     WEFT_SHM_COPIED = 3 };
 
-typedef struct weft_shm {
+/* One mapped segment. */
+typedef struct weft_shm_region {
     uint8_t *base;
     size_t len;
+    bool unlinked; /* the name is gone (every member attached) */
+    char name[80];
+} weft_shm_region_t;
+
+typedef struct weft_shm {
+    weft_shm_region_t ctl, data;
+    int data_state; /* 0: not mapped yet; 1: mapped; -1: could not be made (all know) */
     int rank, size;
     uint32_t epoch;    /* of the group it serves */
     size_t small_max;  /* data bytes of a slot */
     size_t chunk;      /* bytes of a stage or res buffer */
     size_t slot_bytes; /* WEFT_SHM_SLOT_HDR + small_max, rounded up to a cache line */
-    size_t slots_off, stage_off, res_off;
+    size_t slots_off;         /* in ctl */
+    size_t stage_off, res_off; /* in data */
     uint64_t issued;     /* collectives numbered so far on this segment */
     uint64_t turn;       /* the collective this rank may run now (they run in order) */
     uint64_t chunk_next; /* chunks numbered so far */
     bool broken;         /* a collective was abandoned half way */
-    bool unlinked;       /* the name is gone (every member attached) */
-    char name[64];
 } weft_shm_t;
 
 static inline uint64_t *weft__shm_ctr(const weft_shm_t *s, int rank, enum weft_shm_ctr k)
 {
-    return (uint64_t *)(s->base + 64 + (size_t)rank * WEFT_SHM_CTL_BYTES + (size_t)k * 64);
+    return (uint64_t *)(s->ctl.base + 64 + (size_t)rank * WEFT_SHM_CTL_BYTES + (size_t)k * 64);
 }
 static inline uint8_t *weft__shm_slot(const weft_shm_t *s, int rank, uint64_t idx)
 {
-    return s->base + s->slots_off + ((size_t)rank * 2 + (idx & 1)) * s->slot_bytes;
+    return s->ctl.base + s->slots_off + ((size_t)rank * 2 + (idx & 1)) * s->slot_bytes;
 }
 static inline uint8_t *weft__shm_stage(const weft_shm_t *s, int rank, uint64_t chunk)
 {
-    return s->base + s->stage_off +
+    return s->data.base + s->stage_off +
            ((size_t)rank * WEFT_SHM_NB + chunk % WEFT_SHM_NB) * s->chunk;
 }
 static inline uint8_t *weft__shm_res(const weft_shm_t *s, int rank, uint64_t chunk)
 {
-    return s->base + s->res_off + ((size_t)rank * WEFT_SHM_NB + chunk % WEFT_SHM_NB) * s->chunk;
+    return s->data.base + s->res_off + ((size_t)rank * WEFT_SHM_NB + chunk % WEFT_SHM_NB) * s->chunk;
 }
 static inline uint64_t weft__shm_load(const uint64_t *p)
 {
@@ -97,5 +107,12 @@ static inline void weft__shm_store(uint64_t *p, uint64_t v)
 weft_status_t weft__shm_ensure(struct weft_group *g);
 /* Unmap @p g's segments (group destruction). */
 void weft__shm_release(struct weft_group *g);
+/*
+ * Map @p g's data segment if that was not tried yet this epoch. WEFT_OK with
+ * s->data_state 1 (mapped) or -1 (it could not be made, and every member learns the same
+ * from its creator: large collectives then move their data with messages); an error when
+ * this rank alone failed.
+ */
+weft_status_t weft__shm_data(struct weft_group *g);
 
 #endif

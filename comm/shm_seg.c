@@ -1,11 +1,13 @@
 /*
- * The shared-memory segment of a group epoch. Its name is derived from the job (store
- * address, token, namespace), the group id and the epoch, so every member finds it
- * without a message: the first to arrive creates it exclusively, sizes it and then
- * publishes its geometry (a magic word written last); the others open it, wait for the
- * magic and adopt that geometry. The member that completes the attach count unlinks the
- * name, so a crash leaves nothing in /dev/shm once all had attached; members that
- * release a segment not everyone attached to unlink it too.
+ * The shared-memory segments of a group epoch. A segment's name is derived from the job
+ * (store address, token, namespace), the group id, the epoch and its kind ("ctl" or
+ * "data"), so every member finds it without a message. The first to arrive creates it
+ * exclusively, allocates all of it, and then publishes its geometry and status (a magic
+ * word written last). The others open it, wait for the magic, and adopt the geometry, or
+ * the failure: when /dev/shm is too small every member sees the same status and makes
+ * the same choice. The member that completes the attach count unlinks the name, so after
+ * a crash nothing stays in /dev/shm once all had attached. A member that releases a
+ * segment some member never attached to unlinks it too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,14 +22,17 @@
 #include "comm/coll.h"
 #include "comm/shm.h"
 
-#define SHM_MAGIC UINT64_C(0x77656674736d3031) /* "weftsm01" */
+#define SHM_MAGIC UINT64_C(0x77656674736d3032) /* "weftsm02" */
 #define ATTACH_WAIT_MS 10000                   /* for a creator to publish the geometry */
+#define HEADER_PAGE 4096                       /* allocated first, whatever happens */
 
 /* The first cache line of a segment. */
 typedef struct shm_header {
-    uint64_t magic; /* written last by the creator */
-    uint64_t small_max, chunk, size, len;
-    uint64_t attached; /* members that mapped it */
+    uint64_t magic;  /* written last by the creator */
+    uint64_t status; /* 0, or the errno that kept the creator from allocating it */
+    uint64_t param;  /* ctl: small_max; data: chunk */
+    uint64_t size, len;
+    uint64_t attached; /* members that opened it */
 } shm_header_t;
 
 static size_t round64(size_t n)
@@ -35,32 +40,42 @@ static size_t round64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
-static void layout(weft_shm_t *s, int size, size_t small_max, size_t chunk)
+static size_t ctl_len(weft_shm_t *s, int size, size_t small_max)
 {
     s->size = size;
     s->small_max = small_max;
-    s->chunk = chunk;
     s->slot_bytes = round64(WEFT_SHM_SLOT_HDR + small_max);
     s->slots_off = 64 + (size_t)size * WEFT_SHM_CTL_BYTES;
-    s->stage_off = round64(s->slots_off + (size_t)size * 2 * s->slot_bytes);
-    s->res_off = s->stage_off + (size_t)size * WEFT_SHM_NB * chunk;
-    s->len = s->res_off + (size_t)size * WEFT_SHM_NB * chunk;
+    return s->slots_off + (size_t)size * 2 * s->slot_bytes;
+}
+
+static size_t data_len(weft_shm_t *s, size_t chunk)
+{
+    s->chunk = chunk;
+    s->stage_off = 64;
+    s->res_off = s->stage_off + (size_t)s->size * WEFT_SHM_NB * chunk;
+    return s->res_off + (size_t)s->size * WEFT_SHM_NB * chunk;
+}
+
+static void region_free(weft_shm_region_t *r, int size)
+{
+    if (r->base != NULL) {
+        const shm_header_t *h = (const shm_header_t *)r->base;
+        if (!r->unlinked && __atomic_load_n(&h->attached, __ATOMIC_ACQUIRE) < (uint64_t)size) {
+            shm_unlink(r->name); /* someone never attached: the name must not outlive us */
+        }
+        munmap(r->base, r->len);
+    }
+    r->base = NULL;
 }
 
 static void seg_free(weft_shm_t *s)
 {
-    if (s == NULL) {
-        return;
+    if (s != NULL) {
+        region_free(&s->ctl, s->size);
+        region_free(&s->data, s->size);
+        free(s);
     }
-    if (!s->unlinked && s->base != NULL &&
-        __atomic_load_n(&((shm_header_t *)s->base)->attached, __ATOMIC_ACQUIRE) <
-            (uint64_t)s->size) {
-        shm_unlink(s->name); /* someone never attached: the name must not outlive us */
-    }
-    if (s->base != NULL) {
-        munmap(s->base, s->len);
-    }
-    free(s);
 }
 
 void weft__shm_release(weft_group_t *g)
@@ -94,43 +109,55 @@ static uint64_t job_hash(const weft_ctx_t *ctx)
     return h;
 }
 
-/* The creator: size the file, map it, publish the geometry. */
-static weft_status_t seg_create(weft_group_t *g, weft_shm_t *s, int fd)
+static weft_status_t map_fd(weft_ctx_t *ctx, weft_shm_region_t *r, int fd, size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: mmap of %zu bytes: %s", r->name,
+                           len, strerror(errno));
+    }
+    r->base = p;
+    r->len = len;
+    return WEFT_OK;
+}
+
+/* The creator: allocate the header page, then the rest; publish the outcome. */
+static weft_status_t region_create(weft_group_t *g, weft_shm_region_t *r, int fd, size_t len,
+                                   uint64_t param)
 {
     weft_ctx_t *ctx = g->ctx;
-    size_t small = ctx->cfg.shm_small_max, chunk = round64(ctx->cfg.shm_chunk);
-    small = small > ((size_t)1 << 20) ? (size_t)1 << 20 : small;
-    chunk = chunk < 4096 ? 4096 : chunk > ((size_t)64 << 20) ? (size_t)64 << 20 : chunk;
-    layout(s, g->size, small, chunk);
-    if (ftruncate(fd, (off_t)s->len) != 0) {
-        return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: size %zu: %s", s->name, s->len,
-                           strerror(errno));
+    int rc = ftruncate(fd, (off_t)len) == 0 ? 0 : errno;
+    if (rc == 0) {
+        rc = posix_fallocate(fd, 0, HEADER_PAGE < len ? HEADER_PAGE : len);
     }
-    void *p = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: mmap of %zu bytes: %s", s->name,
-                           s->len, strerror(errno));
+    if (rc != 0) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "shared memory %s: %s", r->name,
+                           strerror(rc)); /* the others time out waiting for it */
     }
-    s->base = p;
-    shm_header_t *h = p;
-    h->small_max = small;
-    h->chunk = chunk;
+    int status = posix_fallocate(fd, 0, (off_t)len);
+    weft_status_t st = map_fd(ctx, r, fd, len);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    shm_header_t *h = (shm_header_t *)r->base;
+    h->status = (uint64_t)status;
+    h->param = param;
     h->size = (uint64_t)g->size;
-    h->len = s->len;
+    h->len = len;
     weft__shm_store(&h->magic, SHM_MAGIC);
     return WEFT_OK;
 }
 
-/* The others: wait for the creator to size the file, map it once, then wait for the
- * geometry it publishes (one mapping: every munmap costs a TLB shootdown). */
-static weft_status_t seg_attach(weft_group_t *g, weft_shm_t *s, int fd)
+/* The others: wait for the creator to size the file, map it once, wait for the header
+ * (one mapping: every munmap costs a TLB shootdown). */
+static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd)
 {
     weft_ctx_t *ctx = g->ctx;
     uint64_t deadline = weft__now_ns() + weft__ms_to_ns(ATTACH_WAIT_MS);
     struct stat sb;
     for (;;) {
         if (fstat(fd, &sb) != 0) {
-            return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: %s", s->name,
+            return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: %s", r->name,
                                strerror(errno));
         }
         if ((size_t)sb.st_size >= sizeof(shm_header_t)) {
@@ -138,68 +165,84 @@ static weft_status_t seg_attach(weft_group_t *g, weft_shm_t *s, int fd)
         }
         if (weft__now_ns() > deadline) {
             return weft__error(ctx, WEFT_ERR_TIMEOUT, "shared memory %s: never sized",
-                               s->name);
+                               r->name);
         }
         sched_yield(); /* the creator is between shm_open and ftruncate */
     }
-    s->len = (size_t)sb.st_size;
-    void *p = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        return weft__error(ctx, WEFT_ERR_IO, "shared memory %s: mmap of %zu bytes: %s", s->name,
-                           s->len, strerror(errno));
+    weft_status_t st = map_fd(ctx, r, fd, (size_t)sb.st_size);
+    if (st != WEFT_OK) {
+        return st;
     }
-    s->base = p;
-    shm_header_t *h = p;
+    const shm_header_t *h = (const shm_header_t *)r->base;
     while (weft__shm_load(&h->magic) != SHM_MAGIC) {
         if (weft__now_ns() > deadline) {
             return weft__error(ctx, WEFT_ERR_TIMEOUT,
-                               "shared memory %s: its creator never published it", s->name);
+                               "shared memory %s: its creator never published it", r->name);
         }
         sched_yield();
     }
-    size_t mapped = s->len;
-    layout(s, g->size, (size_t)h->small_max, (size_t)h->chunk);
-    if (h->size != (uint64_t)g->size || h->len != s->len || mapped != s->len) {
-        weft_status_t st = weft__error(
-            ctx, WEFT_ERR_PROTOCOL, "shared memory %s: made for %llu members and %llu bytes, "
-            "this group has %d", s->name, (unsigned long long)h->size,
-            (unsigned long long)h->len, g->size);
-        s->len = mapped; /* what munmap must release */
-        return st;
+    if (h->size != (uint64_t)g->size || h->len != r->len) {
+        return weft__error(ctx, WEFT_ERR_PROTOCOL,
+                           "shared memory %s: made for %llu members and %llu bytes, this "
+                           "group has %d",
+                           r->name, (unsigned long long)h->size, (unsigned long long)h->len,
+                           g->size);
     }
     return WEFT_OK;
 }
 
-static weft_status_t seg_open(weft_group_t *g, weft_shm_t *s)
+/*
+ * Create or attach to segment @p kind of @p g's epoch, of @p len bytes carrying @p param
+ * when created here. WEFT_OK: mapped, *param_out the creator's parameter. *refused: the
+ * creator could not allocate it (every member gets the same answer); WEFT_OK is then
+ * returned with nothing mapped. Other errors concern this rank alone.
+ */
+static weft_status_t region_open(weft_group_t *g, weft_shm_region_t *r, const char *kind,
+                                 size_t len, uint64_t param, uint64_t *param_out,
+                                 bool *refused)
 {
     weft_ctx_t *ctx = g->ctx;
-    snprintf(s->name, sizeof(s->name), "/weft-%016llx-%u-%u",
-             (unsigned long long)job_hash(ctx), g->id, g->epoch);
+    *refused = false;
+    snprintf(r->name, sizeof(r->name), "/weft-%016llx-%u-%u-%s",
+             (unsigned long long)job_hash(ctx), g->id, g->epoch, kind);
     bool creator = true;
-    int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    int fd = shm_open(r->name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 && errno == EEXIST) {
         creator = false;
-        fd = shm_open(s->name, O_RDWR, 0600);
+        fd = shm_open(r->name, O_RDWR, 0600);
     }
     if (fd < 0) {
-        s->unlinked = true; /* not ours to remove */
+        r->unlinked = true; /* not ours to remove */
         return weft__error(ctx, WEFT_ERR_IO,
                            "shared memory %s: %s (WEFT_COLL_SHM=off on every rank avoids it)",
-                           s->name, strerror(errno));
+                           r->name, strerror(errno));
     }
-    weft_status_t st = creator ? seg_create(g, s, fd) : seg_attach(g, s, fd);
+    weft_status_t st = creator ? region_create(g, r, fd, len, param) : region_attach(g, r, fd);
     close(fd);
     if (st != WEFT_OK) {
         if (creator) {
-            shm_unlink(s->name);
+            shm_unlink(r->name);
         }
-        s->unlinked = true;
+        r->unlinked = true;
+        region_free(r, g->size);
         return st;
     }
-    shm_header_t *h = (shm_header_t *)s->base;
+    shm_header_t *h = (shm_header_t *)r->base;
     if (__atomic_add_fetch(&h->attached, 1, __ATOMIC_ACQ_REL) == (uint64_t)g->size) {
-        shm_unlink(s->name); /* the last member is in: nothing left to find it by */
-        s->unlinked = true;
+        shm_unlink(r->name); /* the last member is in: nothing left to find it by */
+        r->unlinked = true;
+    }
+    *param_out = h->param;
+    if (h->status != 0) {
+        *refused = true;
+        WEFT_LOG(&ctx->logger, WEFT_LOG_WARN,
+                 "shared memory %s: %zu bytes could not be allocated (%s; /dev/shm too "
+                 "small? docker --shm-size): %s of group %u use messages instead",
+                 r->name, r->len, strerror((int)h->status),
+                 strcmp(kind, "ctl") == 0 ? "all collectives" : "large collectives", g->id);
+        r->unlinked = r->unlinked || h->attached >= (uint64_t)g->size;
+        munmap(r->base, r->len);
+        r->base = NULL;
     }
     return WEFT_OK;
 }
@@ -213,7 +256,7 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
         }
         return WEFT_OK; /* decided for this epoch */
     }
-    /* The previous epoch's segment is unmapped after this epoch's first collective: the
+    /* The previous epoch's segments are unmapped after this epoch's first collective: the
      * TLB shootdown of a munmap costs tens of microseconds, and the first collective
      * after a repair is on the job's critical path. */
     seg_free(g->shm_old);
@@ -231,15 +274,54 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
     }
     s->rank = g->rank;
     s->epoch = g->epoch;
-    g->shm = s;
-    weft_status_t st = seg_open(g, s);
+    size_t small = ctx->cfg.shm_small_max;
+    small = small > ((size_t)1 << 20) ? (size_t)1 << 20 : small;
+    uint64_t theirs = small;
+    bool refused = false;
+    weft_status_t st =
+        region_open(g, &s->ctl, "ctl", ctl_len(s, g->size, small), small, &theirs, &refused);
     if (st != WEFT_OK) {
         seg_free(s);
-        g->shm = NULL;
         return st; /* undecided: the next collective tries again */
     }
+    if (refused) {
+        seg_free(s); /* every member saw the same: this epoch collects over messages */
+        g->shm_epoch = g->epoch + 1;
+        return WEFT_OK;
+    }
+    if (ctl_len(s, g->size, (size_t)theirs) != s->ctl.len) {
+        seg_free(s);
+        return weft__error(ctx, WEFT_ERR_PROTOCOL, "shared memory: inconsistent geometry");
+    }
+    g->shm = s;
     g->shm_epoch = g->epoch + 1;
     WEFT_LOG(&ctx->logger, WEFT_LOG_DEBUG, "group %u epoch %u: %zu-byte shared segment %s",
-             g->id, g->epoch, s->len, s->name);
+             g->id, g->epoch, s->ctl.len, s->ctl.name);
+    return WEFT_OK;
+}
+
+weft_status_t weft__shm_data(weft_group_t *g)
+{
+    weft_shm_t *s = g->shm;
+    if (s->data_state != 0) {
+        return WEFT_OK;
+    }
+    size_t chunk = round64(g->ctx->cfg.shm_chunk);
+    chunk = chunk < 4096 ? 4096 : chunk > ((size_t)64 << 20) ? (size_t)64 << 20 : chunk;
+    uint64_t theirs = chunk;
+    bool refused = false;
+    weft_status_t st = region_open(g, &s->data, "data", data_len(s, chunk), chunk, &theirs,
+                                   &refused);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    if (refused) {
+        s->data_state = -1;
+        return WEFT_OK;
+    }
+    if (data_len(s, (size_t)theirs) != s->data.len) {
+        return weft__error(g->ctx, WEFT_ERR_PROTOCOL, "shared memory: inconsistent geometry");
+    }
+    s->data_state = 1;
     return WEFT_OK;
 }
