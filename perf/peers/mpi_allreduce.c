@@ -51,6 +51,7 @@ typedef struct opts {
     int dtype; /* 0 float, 1 double, 2 int32, 3 int64, 4 uint8 */
     int op;    /* 0 sum, 1 prod, 2 max, 3 min */
     bool inplace, json;
+    long settle_ms; /* --settle: small allreduces before measuring, as weft-perf */
 } opts_t;
 
 static const char *const dtype_names[] = {"float", "double", "int32", "int64", "uint8"};
@@ -125,7 +126,7 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: mpirun -n N mpi-allreduce-perf [-C allreduce|reduce_scatter|allgather|"
                  "broadcast|alltoall]\n"
-                 "           [-b MIN] [-e MAX] [-f F] [-n ITERS] [-w WARMUP]\n"
+                 "           [-b MIN] [-e MAX] [-f F] [-n ITERS] [-w WARMUP] [--settle MS]\n"
                  "           [-c 0|1] [-d float|double|int32|int64|uint8] [-o sum|prod|max|min]"
                  " [--inplace] [--json]\n"
                  "       mpi-allreduce-perf --memcpy SIZE [PROCS]\n");
@@ -134,7 +135,8 @@ static void usage(FILE *out)
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){
-        .min_bytes = 8, .max_bytes = 32u << 20, .factor = 2, .iters = 20, .warmup = 5, .check = 1};
+        .min_bytes = 8, .max_bytes = 32u << 20, .factor = 2, .iters = 20, .warmup = 5, .check = 1,
+        .settle_ms = 200};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool need = true;
@@ -163,6 +165,9 @@ static int parse_opts(int argc, char **argv, opts_t *o)
             bad = (o->dtype = lookup(v, dtype_names, 5)) < 0;
         } else if (strcmp(a, "-o") == 0) {
             bad = (o->op = lookup(v, op_names, 4)) < 0;
+        } else if (strcmp(a, "--settle") == 0) {
+            o->settle_ms = atol(v);
+            bad = o->settle_ms < 0;
         } else if (strcmp(a, "-C") == 0) {
             int k = lookup(v, kind_names, 5);
             bad = k < 0;
@@ -607,6 +612,12 @@ int main(int argc, char **argv)
             printf("#%12s %13s %9s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)",
                    "(GB/s)", "(GB/s)", "");
         }
+    }
+    /* Settle as weft-perf does (see perf/coll.c): small allreduces for settle_ms. */
+    uint64_t t0 = now_ns();
+    for (int32_t done = b.o.settle_ms <= 0; !done;) {
+        int32_t mine = now_ns() - t0 >= (uint64_t)b.o.settle_ms * 1000000ull;
+        MPI_Allreduce(&mine, &done, 1, MPI_INT32_T, MPI_MAX, MPI_COMM_WORLD);
     }
     int bad = 0;
     bool first = true;
