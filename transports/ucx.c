@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include <ucp/api/ucp.h>
@@ -315,6 +316,16 @@ static weft_status_t ucx_init(const weft_tl_params_t *params, weft_tl_t **out)
     ucs_status_t st = ucp_worker_create(tl->ctx, &wp, &tl->worker);
     if (st != UCS_OK) {
         status = ucx_error(tl, st, "ucp_worker_create");
+        /* The usual cause in containers: UCX's shared-memory transport maps about 4 MiB
+         * of /dev/shm per process, and UCX only says "no resources". */
+        struct statvfs vfs;
+        if (statvfs("/dev/shm", &vfs) == 0 &&
+            (unsigned long long)vfs.f_bavail * vfs.f_frsize < (16ull << 20)) {
+            ucx_log(tl, WEFT_LOG_ERROR,
+                    "ucx: /dev/shm has %llu KiB free; UCX needs about 4 MiB per process "
+                    "(docker --shm-size)",
+                    (unsigned long long)vfs.f_bavail * vfs.f_frsize / 1024);
+        }
         goto err_cleanup_ctx;
     }
     st = ucp_worker_get_address(tl->worker, &tl->addr, &tl->addr_len);
