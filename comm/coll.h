@@ -74,10 +74,11 @@ typedef struct weft_coll_hdr {
     int32_t root; /* -1 where there is no root */
     uint16_t kind;
     uint8_t dtype;
-    uint8_t flags; /* WEFT_COLL_HDR_MISMATCH */
+    uint8_t flags; /* WEFT_COLL_HDR_MISMATCH, WEFT_COLL_HDR_INVALID */
 } weft_coll_hdr_t;
 #define WEFT_COLL_HDR_SIZE 32
 #define WEFT_COLL_HDR_MISMATCH 0x1u
+#define WEFT_COLL_HDR_INVALID 0x2u /* shared memory: the caller's arguments were refused */
 
 /* What the caller asked for. */
 typedef struct weft_coll_args {
@@ -286,6 +287,13 @@ weft_status_t weft__coll_setup_shm(weft_coll_t *c);
 weft_status_t weft__shm_exchange(weft_coll_t *c);
 /* Called when a collective is released: if it stopped half way, the segment is broken. */
 void weft__shm_abandon(weft_coll_t *c);
+/*
+ * This rank refused the arguments of collective @p a (WEFT_ERR_INVALID_ARG): if @p g
+ * collects through shared memory and no earlier collective of it is outstanding, post a
+ * header that says so and consume the collective's number, so the other ranks get
+ * WEFT_ERR_MISMATCH at once instead of waiting for a timeout, and the group stays in step.
+ */
+void weft__shm_refuse(weft_group_t *g, const weft_coll_args_t *a);
 
 /* ---- coll_rd.c: the exchange phase ---- */
 /* Allocate rd.sbuf/rd.rbuf with @p cap payload bytes each and set the schedule. */

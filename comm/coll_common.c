@@ -345,6 +345,9 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
     weft_reducer_t red;
     weft_status_t st = check_args(g, a, &elem, &red);
     if (st != WEFT_OK) {
+        if (st == WEFT_ERR_INVALID_ARG && g->shm != NULL && weft__group_status(g) == WEFT_OK) {
+            weft__shm_refuse(g, a); /* tell the others now, not at their timeout */
+        }
         return st;
     }
     st = weft__group_status(g);
@@ -387,8 +390,14 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
 
 weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req)
 {
-    if (g == NULL || req == NULL) {
+    if (g == NULL) {
         return WEFT_ERR_INVALID_ARG;
+    }
+    if (req == NULL) {
+        if (g->shm != NULL && g->shm_epoch == g->epoch + 1 && weft__group_status(g) == WEFT_OK) {
+            weft__shm_refuse(g, a);
+        }
+        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG, "%s: no request pointer", a->name);
     }
     if (weft__coll_is_cuda(a)) {
         return weft__coll_cuda_start(g, a, req);

@@ -175,6 +175,11 @@ static void check_headers(weft_coll_t *c)
         }
         weft_coll_hdr_t h;
         memcpy(&h, weft__shm_slot(c->shm, q, c->sh.idx) + 8, sizeof(h));
+        if (h.flags & WEFT_COLL_HDR_INVALID) {
+            weft__coll_set_mismatch(c, "rank %d refused its arguments of this collective "
+                                       "(it got WEFT_ERR_INVALID_ARG)", q);
+            return;
+        }
         if (h.kind != m->kind || h.count != m->count || h.elem_size != m->elem_size ||
             h.dtype != m->dtype || h.op != m->op || h.root != m->root) {
             weft__coll_set_mismatch(
@@ -527,6 +532,42 @@ weft_status_t weft__coll_setup_shm(weft_coll_t *c)
         c->sh.epoch = c->g->epoch;
     }
     return st;
+}
+
+void weft__shm_refuse(weft_group_t *g, const weft_coll_args_t *a)
+{
+    weft_shm_t *s = g->shm;
+    uint64_t idx = s->issued;
+    if (s->broken || s->turn != idx || s->epoch != g->epoch) {
+        return; /* an earlier collective is outstanding: this one cannot be posted now */
+    }
+    /* My slot of collective idx - 2 must be free; the peers are finishing it. */
+    uint64_t deadline = weft__now_ns() + weft__ms_to_ns(g->ctx->cfg.timeout_ms);
+    uint64_t idle = 0;
+    while (idx >= 2 && !peers_reached(s, WEFT_SHM_SLOT_DONE, idx - 1)) {
+        if (weft__group_status(g) != WEFT_OK || weft__now_ns() > deadline) {
+            return;
+        }
+        weft__progress(g->ctx);
+        weft__idle(g->ctx, &idle);
+    }
+    weft_coll_hdr_t h = {
+        .count = a->count,
+        .seq = g->coll_seq,
+        .op = a->op,
+        .root = a->root,
+        .kind = (uint16_t)a->kind,
+        .dtype = (uint8_t)a->dtype,
+        .flags = WEFT_COLL_HDR_INVALID,
+    };
+    uint8_t *slot = weft__shm_slot(s, s->rank, idx);
+    memcpy(slot + 8, &h, sizeof(h));
+    weft__shm_store((uint64_t *)slot, idx + 1);
+    /* Nothing of the others' slots is needed: done reading at once. */
+    weft__shm_store(weft__shm_ctr(s, s->rank, WEFT_SHM_SLOT_DONE), idx + 1);
+    s->issued++;
+    s->turn++;
+    g->coll_seq++; /* weft_group_coll_count() counts started collectives only */
 }
 
 void weft__shm_abandon(weft_coll_t *c)
