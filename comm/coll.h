@@ -199,14 +199,13 @@ struct weft_coll {
         int stage;        /* of the header step */
         int peer;         /* next peer slot to look at */
         bool small;       /* the data travels in the slots */
-        bool data;        /* a chunked data phase follows the header step */
         bool finished;    /* the turn is handed on to the next collective */
         bool stream;      /* write the output with non-temporal stores */
         bool no_tl;       /* needs no transport: waits poll it rarely */
         size_t per_chunk; /* elements (per block) of a chunk */
         size_t nchunks, j;
-        int step;         /* within chunk j */
-        uint64_t gbase;   /* segment-wide number of chunk 0 */
+        int step;       /* within chunk j */
+        uint64_t gbase; /* segment-wide number of chunk 0 */
     } sh;
     /* Not cleared at start (only why[0]): what this rank saw, when it detected a mismatch. */
     char why[192];
@@ -232,6 +231,11 @@ weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a);
  * the start that routes it to NCCL (or refuses with the reason). */
 bool weft__coll_is_cuda(const weft_coll_args_t *a);
 weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req);
+/*
+ * Compare @p peer's header with this rank's parameters (the sequence number too when
+ * @p with_seq); on any difference record the mismatch with both sides in the message.
+ */
+bool weft__coll_hdr_agrees(weft_coll_t *c, int peer, const weft_coll_hdr_t *h, bool with_seq);
 /* Record that this rank saw a disagreement (first reason kept). */
 void weft__coll_set_mismatch(weft_coll_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -289,7 +293,8 @@ weft_status_t weft__shm_exchange(weft_coll_t *c);
 void weft__shm_abandon(weft_coll_t *c);
 /*
  * This rank refused the arguments of collective @p a (WEFT_ERR_INVALID_ARG): if @p g
- * collects through shared memory and no earlier collective of it is outstanding, post a
+ * collects through this epoch's shared memory and is healthy, and no earlier collective
+ * of it is outstanding, post a
  * header that says so and consume the collective's number, so the other ranks get
  * WEFT_ERR_MISMATCH at once instead of waiting for a timeout, and the group stays in step.
  */

@@ -155,6 +155,30 @@ void weft__coll_set_mismatch(weft_coll_t *c, const char *fmt, ...)
     c->mismatch = true;
 }
 
+static const char *op_str(int op)
+{
+    return op < 0 ? "none" : weft_op_name(op);
+}
+
+bool weft__coll_hdr_agrees(weft_coll_t *c, int peer, const weft_coll_hdr_t *h, bool with_seq)
+{
+    const weft_coll_hdr_t *m = &c->hdr;
+    if (h->kind == m->kind && (!with_seq || h->seq == m->seq) && h->count == m->count &&
+        h->elem_size == m->elem_size && h->dtype == m->dtype && h->op == m->op &&
+        h->root == m->root) {
+        return true;
+    }
+    weft__coll_set_mismatch(
+        c,
+        "rank %d called collective kind %u #%u count %llu dtype %s op %s root %d; this "
+        "rank kind %u #%u count %llu dtype %s op %s root %d",
+        peer, h->kind, h->seq, (unsigned long long)h->count,
+        weft_dtype_name((weft_dtype_t)h->dtype), op_str(h->op), h->root, m->kind, m->seq,
+        (unsigned long long)m->count, weft_dtype_name((weft_dtype_t)m->dtype), op_str(m->op),
+        m->root);
+    return false;
+}
+
 weft_status_t weft__coll_child_test(weft_req_t **r, size_t *bytes)
 {
     if (*r == NULL) {
@@ -345,7 +369,7 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
     weft_reducer_t red;
     weft_status_t st = check_args(g, a, &elem, &red);
     if (st != WEFT_OK) {
-        if (st == WEFT_ERR_INVALID_ARG && g->shm != NULL && weft__group_status(g) == WEFT_OK) {
+        if (st == WEFT_ERR_INVALID_ARG) {
             weft__shm_refuse(g, a); /* tell the others now, not at their timeout */
         }
         return st;
@@ -394,9 +418,7 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
         return WEFT_ERR_INVALID_ARG;
     }
     if (req == NULL) {
-        if (g->shm != NULL && g->shm_epoch == g->epoch + 1 && weft__group_status(g) == WEFT_OK) {
-            weft__shm_refuse(g, a);
-        }
+        weft__shm_refuse(g, a);
         return weft__error(g->ctx, WEFT_ERR_INVALID_ARG, "%s: no request pointer", a->name);
     }
     if (weft__coll_is_cuda(a)) {
@@ -471,14 +493,8 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
         progress_others(ctx, NULL);
         /* A collective through shared memory needs no transport: drive it (for other
          * requests, and failure notices) on every 16th poll only. */
-        bool news;
-        if (c->shm == NULL || !c->sh.no_tl || (++polls & 15) == 0) {
-            news = weft__progress(ctx) > 0;
-        } else {
-            news = ctx->shm_moves != ctx->shm_moves_seen;
-            ctx->shm_moves_seen = ctx->shm_moves;
-        }
-        if (news) {
+        bool drive = c->shm == NULL || !c->sh.no_tl || (++polls & 15) == 0;
+        if (drive ? weft__progress(ctx) > 0 : weft__shm_news(ctx)) {
             idle = 0;
             continue;
         }
@@ -490,8 +506,7 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
                 start = now;
             } else if (now - start >= timeout) {
                 return weft__error(ctx, WEFT_ERR_TIMEOUT, "%s #%u timed out after %llu ms",
-                                   c->a.name, c->seq,
-                                   (unsigned long long)ctx->cfg.timeout_ms);
+                                   c->a.name, c->seq, (unsigned long long)ctx->cfg.timeout_ms);
             }
         }
         coll_idle(c, &idle);

@@ -120,11 +120,6 @@ static weft_status_t rd_post(weft_coll_t *c, enum weft_rd_stage stage, int to, i
     return WEFT_OK;
 }
 
-static const char *op_str(int op)
-{
-    return op < 0 ? "none" : weft_op_name(op);
-}
-
 /* Compare a received header with ours and take its payload. */
 static void rd_receive(weft_coll_t *c, enum weft_rd_stage stage)
 {
@@ -143,18 +138,7 @@ static void rd_receive(weft_coll_t *c, enum weft_rd_stage stage)
     }
     weft_coll_hdr_t h;
     memcpy(&h, rd->rbuf, sizeof(h));
-    const weft_coll_hdr_t *m = &c->hdr;
-    if (h.kind != m->kind || h.seq != m->seq || h.count != m->count ||
-        h.elem_size != m->elem_size || h.dtype != m->dtype || h.op != m->op || h.root != m->root) {
-        weft__coll_set_mismatch(
-            c,
-            "rank %d called collective kind %u #%u count %llu dtype %s op %s root %d; this "
-            "rank kind %u #%u count %llu dtype %s op %s root %d",
-            peer, h.kind, h.seq, (unsigned long long)h.count,
-            weft_dtype_name((weft_dtype_t)h.dtype), op_str(h.op), h.root, m->kind, m->seq,
-            (unsigned long long)m->count, weft_dtype_name((weft_dtype_t)m->dtype), op_str(m->op),
-            m->root);
-    }
+    (void)weft__coll_hdr_agrees(c, peer, &h, true);
     if (h.flags & WEFT_COLL_HDR_MISMATCH) {
         c->mismatch = true;
     }

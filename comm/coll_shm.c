@@ -32,6 +32,14 @@
 enum { SH_TURN = 0, SH_SLOT = 1, SH_HDRS = 2, SH_DONE = 3 };
 enum { CH_STAGE = 0, CH_REDUCE = 1, CH_COPY = 2 };
 
+static weft_status_t shm_data(weft_coll_t *c);
+
+/* Kinds whose buffers hold one block per rank, chunked block by block. */
+static bool by_blocks(const weft_coll_t *c)
+{
+    return c->a.kind == WEFT_COLL_REDUCE_SCATTER || c->a.kind == WEFT_COLL_ALLTOALL;
+}
+
 static bool is_red(const weft_coll_t *c)
 {
     enum weft_coll_kind k = c->a.kind;
@@ -58,8 +66,7 @@ static void release_turn(weft_coll_t *c)
 }
 
 /* out = src[0] (op) src[1] (op) ... in rank order; out may be src[0] but no other. */
-static void reduce_ordered(const weft_coll_t *c, uint8_t *out, const uint8_t *const *src,
-                           size_t n)
+static void reduce_ordered(const weft_coll_t *c, uint8_t *out, const uint8_t *const *src, size_t n)
 {
     if (n == 0) {
         return;
@@ -79,10 +86,10 @@ static const uint8_t *slot_data(const weft_coll_t *c, int q)
 static size_t small_payload(const weft_coll_t *c)
 {
     size_t bytes = c->a.count * c->elem;
-    switch (c->a.kind) {
-    case WEFT_COLL_REDUCE_SCATTER:
-    case WEFT_COLL_ALLTOALL:
+    if (by_blocks(c)) {
         return bytes * (size_t)c->size;
+    }
+    switch (c->a.kind) {
     case WEFT_COLL_BROADCAST:
         return c->rank == c->a.root ? bytes : 0;
     case WEFT_COLL_ALLREDUCE:
@@ -143,32 +150,31 @@ static void small_finish(weft_coll_t *c)
     }
 }
 
-static void post_slot(weft_coll_t *c)
+/* Fill this rank's slot of collective @p idx (header, then @p len data bytes) and publish
+ * it: the sequence number is written last. */
+static void slot_write(weft_shm_t *s, uint64_t idx, const weft_coll_hdr_t *h, const void *data,
+                       size_t len)
 {
-    weft_shm_t *s = c->shm;
-    uint8_t *slot = weft__shm_slot(s, c->rank, c->sh.idx);
-    memcpy(slot + 8, &c->hdr, sizeof(c->hdr));
-    if (c->sh.small) {
-        size_t len = small_payload(c);
-        const void *src = c->a.kind == WEFT_COLL_BROADCAST ? c->a.recvbuf : c->a.sendbuf;
-        if (c->a.kind == WEFT_COLL_ALLGATHER && c->a.sendbuf == c->a.recvbuf) {
-            src = (const uint8_t *)c->a.recvbuf + (size_t)c->rank * len;
-        }
-        if (len > 0) {
-            memcpy(slot + WEFT_SHM_SLOT_HDR, src, len);
-        }
+    uint8_t *slot = weft__shm_slot(s, s->rank, idx);
+    memcpy(slot + 8, h, sizeof(*h));
+    if (len > 0) {
+        memcpy(slot + WEFT_SHM_SLOT_HDR, data, len);
     }
-    weft__shm_store((uint64_t *)slot, c->sh.idx + 1);
+    weft__shm_store((uint64_t *)slot, idx + 1);
 }
 
-static const char *op_str(int op)
+static void post_slot(weft_coll_t *c)
 {
-    return op < 0 ? "none" : weft_op_name(op);
+    size_t len = c->sh.small ? small_payload(c) : 0;
+    const void *src = c->a.kind == WEFT_COLL_BROADCAST ? c->a.recvbuf : c->a.sendbuf;
+    if (c->a.kind == WEFT_COLL_ALLGATHER && c->a.sendbuf == c->a.recvbuf) {
+        src = (const uint8_t *)c->a.recvbuf + (size_t)c->rank * len;
+    }
+    slot_write(c->shm, c->sh.idx, &c->hdr, src, len);
 }
 
 static void check_headers(weft_coll_t *c)
 {
-    const weft_coll_hdr_t *m = &c->hdr;
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank) {
             continue;
@@ -176,20 +182,14 @@ static void check_headers(weft_coll_t *c)
         weft_coll_hdr_t h;
         memcpy(&h, weft__shm_slot(c->shm, q, c->sh.idx) + 8, sizeof(h));
         if (h.flags & WEFT_COLL_HDR_INVALID) {
-            weft__coll_set_mismatch(c, "rank %d refused its arguments of this collective "
-                                       "(it got WEFT_ERR_INVALID_ARG)", q);
+            weft__coll_set_mismatch(c,
+                                    "rank %d refused its arguments of this collective "
+                                    "(it got WEFT_ERR_INVALID_ARG)",
+                                    q);
             return;
         }
-        if (h.kind != m->kind || h.count != m->count || h.elem_size != m->elem_size ||
-            h.dtype != m->dtype || h.op != m->op || h.root != m->root) {
-            weft__coll_set_mismatch(
-                c,
-                "rank %d called collective kind %u count %llu dtype %s op %s root %d; this "
-                "rank kind %u count %llu dtype %s op %s root %d",
-                q, h.kind, (unsigned long long)h.count, weft_dtype_name((weft_dtype_t)h.dtype),
-                op_str(h.op), h.root, m->kind, (unsigned long long)m->count,
-                weft_dtype_name((weft_dtype_t)m->dtype), op_str(m->op), m->root);
-            return;
+        if (!weft__coll_hdr_agrees(c, q, &h, false)) {
+            return; /* numbering is the segment's: sequence numbers are not compared */
         }
     }
 }
@@ -223,9 +223,8 @@ weft_status_t weft__shm_exchange(weft_coll_t *c)
         /* fall through */
     case SH_HDRS:
         for (; c->sh.peer < c->size; c->sh.peer++) {
-            if (c->sh.peer != c->rank &&
-                weft__shm_load((uint64_t *)weft__shm_slot(s, c->sh.peer, c->sh.idx)) !=
-                    c->sh.idx + 1) {
+            if (c->sh.peer != c->rank && weft__shm_load((uint64_t *)weft__shm_slot(
+                                             s, c->sh.peer, c->sh.idx)) != c->sh.idx + 1) {
                 return WEFT_INPROGRESS;
             }
         }
@@ -235,7 +234,7 @@ weft_status_t weft__shm_exchange(weft_coll_t *c)
         }
         weft__shm_store(weft__shm_ctr(s, c->rank, WEFT_SHM_SLOT_DONE), c->sh.idx + 1);
         c->sh.stage = SH_DONE;
-        if (c->mismatch || !c->sh.data) {
+        if (c->mismatch || c->data != shm_data) {
             release_turn(c);
         } else {
             c->sh.gbase = s->chunk_next; /* the same on every rank: they agree on count */
@@ -304,8 +303,7 @@ static void do_stage(weft_coll_t *c, size_t j, uint64_t g)
     case WEFT_COLL_ALLTOALL: /* block q's part of the chunk, for rank q */
         for (int q = 0; q < c->size; q++) {
             if (q != c->rank) {
-                memcpy(st + (size_t)q * len * e, in + ((size_t)q * c->a.count + base) * e,
-                       len * e);
+                memcpy(st + (size_t)q * len * e, in + ((size_t)q * c->a.count + base) * e, len * e);
             }
         }
         break;
@@ -402,8 +400,9 @@ static void do_copy(weft_coll_t *c, size_t j, uint64_t g)
         size_t blk = c->a.count * e;
         const uint8_t *in = c->a.sendbuf;
         for (int q = 0; q < c->size; q++) {
-            const uint8_t *from = q == c->rank ? in + (size_t)q * blk + base * e
-                                               : weft__shm_stage(s, q, g) + (size_t)c->rank * len * e;
+            const uint8_t *from = q == c->rank
+                                      ? in + (size_t)q * blk + base * e
+                                      : weft__shm_stage(s, q, g) + (size_t)c->rank * len * e;
             out_copy(c, out + (size_t)q * blk + base * e, from, len * e);
         }
         break;
@@ -471,16 +470,19 @@ static size_t out_bytes(const weft_coll_t *c)
 {
     size_t bytes = c->a.count * c->elem;
     bool all = c->a.kind == WEFT_COLL_ALLGATHER || c->a.kind == WEFT_COLL_ALLTOALL;
-    return all ? bytes * (size_t)c->size : bytes;
+    return all ? bytes * (size_t)c->size : bytes; /* allgather's input is one block */
+}
+
+/* Elements (of every block, for the block kinds) that one chunk holds; 0 if not one. */
+static size_t chunk_elems(const weft_coll_t *c, const weft_shm_t *s)
+{
+    return s->chunk / (by_blocks(c) ? c->elem * (size_t)c->size : c->elem);
 }
 
 static weft_status_t setup_chunks(weft_coll_t *c, const weft_shm_t *s)
 {
-    bool blocks = c->a.kind == WEFT_COLL_REDUCE_SCATTER || c->a.kind == WEFT_COLL_ALLTOALL;
-    size_t unit = blocks ? c->elem * (size_t)c->size : c->elem;
-    c->sh.per_chunk = s->chunk / unit;
+    c->sh.per_chunk = chunk_elems(c, s);
     c->sh.nchunks = (c->a.count + c->sh.per_chunk - 1) / c->sh.per_chunk;
-    c->sh.data = true;
     c->sh.stream = out_bytes(c) >= c->ctx->cfg.shm_stream_min;
     c->data = shm_data;
     return WEFT_OK;
@@ -498,20 +500,12 @@ static weft_status_t setup_msgs_data(weft_coll_t *c, weft_shm_t *s)
     return st;
 }
 
-/* Whether a chunk holds at least one element (of every block, for the block kinds). */
-static bool chunk_fits(const weft_coll_t *c, const weft_shm_t *s)
-{
-    bool blocks = c->a.kind == WEFT_COLL_REDUCE_SCATTER || c->a.kind == WEFT_COLL_ALLTOALL;
-    return s->chunk / (blocks ? c->elem * (size_t)c->size : c->elem) > 0;
-}
-
 weft_status_t weft__coll_setup_shm(weft_coll_t *c)
 {
     weft_shm_t *s = c->g->shm;
     weft_status_t st = WEFT_OK;
     size_t bytes = c->a.count * c->elem;
-    bool blocks = c->a.kind == WEFT_COLL_REDUCE_SCATTER || c->a.kind == WEFT_COLL_ALLTOALL;
-    size_t small = blocks ? bytes * (size_t)c->size : bytes;
+    size_t small = by_blocks(c) ? bytes * (size_t)c->size : bytes;
     c->sh.no_tl = true;
     if (c->a.kind == WEFT_COLL_ALLTOALLV) {
         st = setup_msgs_data(c, s); /* blocks of any size */
@@ -521,8 +515,8 @@ weft_status_t weft__coll_setup_shm(weft_coll_t *c)
         /* The data segment, or the same answer on every rank that it cannot be had. */
         st = weft__shm_data(c->g);
         if (st == WEFT_OK) {
-            st = s->data_state == 1 && chunk_fits(c, s) ? setup_chunks(c, s)
-                                                         : setup_msgs_data(c, s);
+            st = s->data_state == 1 && chunk_elems(c, s) > 0 ? setup_chunks(c, s)
+                                                             : setup_msgs_data(c, s);
         }
     }
     if (st == WEFT_OK) {
@@ -537,8 +531,11 @@ weft_status_t weft__coll_setup_shm(weft_coll_t *c)
 void weft__shm_refuse(weft_group_t *g, const weft_coll_args_t *a)
 {
     weft_shm_t *s = g->shm;
+    if (s == NULL || s->epoch != g->epoch || weft__group_status(g) != WEFT_OK) {
+        return; /* over messages, or the segment is not this epoch's yet */
+    }
     uint64_t idx = s->issued;
-    if (s->broken || s->turn != idx || s->epoch != g->epoch) {
+    if (s->broken || s->turn != idx) {
         return; /* an earlier collective is outstanding: this one cannot be posted now */
     }
     /* My slot of collective idx - 2 must be free; the peers are finishing it. */
@@ -560,9 +557,7 @@ void weft__shm_refuse(weft_group_t *g, const weft_coll_args_t *a)
         .dtype = (uint8_t)a->dtype,
         .flags = WEFT_COLL_HDR_INVALID,
     };
-    uint8_t *slot = weft__shm_slot(s, s->rank, idx);
-    memcpy(slot + 8, &h, sizeof(h));
-    weft__shm_store((uint64_t *)slot, idx + 1);
+    slot_write(s, idx, &h, NULL, 0);
     /* Nothing of the others' slots is needed: done reading at once. */
     weft__shm_store(weft__shm_ctr(s, s->rank, WEFT_SHM_SLOT_DONE), idx + 1);
     s->issued++;

@@ -130,6 +130,13 @@ weft_status_t weft__blocking(weft_status_t start_status, weft_req_t *req);
 /* Timeout in ns for a ms setting. */
 uint64_t weft__ms_to_ns(uint64_t ms);
 uint64_t weft__now_ns(void);
+/* Whether shared-memory collectives moved since the last call (consumes the news). */
+static inline bool weft__shm_news(weft_ctx_t *ctx)
+{
+    bool news = ctx->shm_moves != ctx->shm_moves_seen;
+    ctx->shm_moves_seen = ctx->shm_moves;
+    return news;
+}
 /* One idle step of a wait loop: spin, then yield, then sleep briefly. */
 void weft__idle(weft_ctx_t *ctx, uint64_t *idle_polls);
 

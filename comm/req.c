@@ -35,10 +35,7 @@ int weft__progress(weft_ctx_t *ctx)
     if (ctx->tl_self != NULL) {
         n += weft__tl_self.progress(ctx->tl_self);
     }
-    if (ctx->shm_moves != ctx->shm_moves_seen) {
-        ctx->shm_moves_seen = ctx->shm_moves; /* shared-memory collectives moved: news */
-        n++;
-    }
+    n += weft__shm_news(ctx);
     if (++ctx->progress_calls % NOTICE_POLL_INTERVAL == 0) {
         weft__poll_failure_notices(ctx);
     }
