@@ -93,6 +93,21 @@ typedef struct weft_coll_args {
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv */
 } weft_coll_args_t;
 
+/* The arguments of every kind but alltoallv (whose count arrays the caller adds). */
+static inline weft_coll_args_t weft__coll_args(enum weft_coll_kind kind, const char *name,
+                                               const void *sendbuf, void *recvbuf, size_t count,
+                                               weft_dtype_t dtype, weft_op_t op, int root)
+{
+    return (weft_coll_args_t){.kind = kind,
+                              .name = name,
+                              .sendbuf = sendbuf,
+                              .recvbuf = recvbuf,
+                              .count = count,
+                              .dtype = dtype,
+                              .op = op,
+                              .root = root};
+}
+
 typedef struct weft_coll weft_coll_t;
 
 /* Stages of the exchange phase. */

@@ -179,27 +179,15 @@ weft_status_t weft__coll_setup_allgather(weft_coll_t *c)
 weft_status_t weft_iallgather(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                               weft_dtype_t dtype, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLGATHER,
-                          .name = "allgather",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = -1,
-                          .root = -1};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_ALLGATHER, "allgather", sendbuf, recvbuf, count, dtype, -1, -1);
     return weft__coll_start(g, &a, req);
 }
 
 weft_status_t weft_allgather(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLGATHER,
-                          .name = "allgather",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = -1,
-                          .root = -1};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_ALLGATHER, "allgather", sendbuf, recvbuf, count, dtype, -1, -1);
     return weft__coll_run(g, &a);
 }

@@ -254,83 +254,47 @@ weft_status_t weft__coll_setup_reduction(weft_coll_t *c)
 weft_status_t weft_iallreduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                               weft_dtype_t dtype, weft_op_t op, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLREDUCE,
-                          .name = "allreduce",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = op,
-                          .root = -1};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_ALLREDUCE, "allreduce", sendbuf, recvbuf, count, dtype, op, -1);
     return weft__coll_start(g, &a, req);
 }
 
 weft_status_t weft_allreduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype, weft_op_t op)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLREDUCE,
-                          .name = "allreduce",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = op,
-                          .root = -1};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_ALLREDUCE, "allreduce", sendbuf, recvbuf, count, dtype, op, -1);
     return weft__coll_run(g, &a);
 }
 
 weft_status_t weft_ireduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
                                    size_t count, weft_dtype_t dtype, weft_op_t op, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE_SCATTER,
-                          .name = "reduce_scatter",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = op,
-                          .root = -1};
+    weft_coll_args_t a = weft__coll_args(WEFT_COLL_REDUCE_SCATTER, "reduce_scatter", sendbuf,
+                                         recvbuf, count, dtype, op, -1);
     return weft__coll_start(g, &a, req);
 }
 
 weft_status_t weft_reduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                                   weft_dtype_t dtype, weft_op_t op)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE_SCATTER,
-                          .name = "reduce_scatter",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = op,
-                          .root = -1};
+    weft_coll_args_t a = weft__coll_args(WEFT_COLL_REDUCE_SCATTER, "reduce_scatter", sendbuf,
+                                         recvbuf, count, dtype, op, -1);
     return weft__coll_run(g, &a);
 }
 
 weft_status_t weft_ireduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                            weft_dtype_t dtype, weft_op_t op, int root, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE,
-                          .name = "reduce",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = op,
-                          .root = root};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_REDUCE, "reduce", sendbuf, recvbuf, count, dtype, op, root);
     return weft__coll_start(g, &a, req);
 }
 
 weft_status_t weft_reduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                           weft_dtype_t dtype, weft_op_t op, int root)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_REDUCE,
-                          .name = "reduce",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = op,
-                          .root = root};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_REDUCE, "reduce", sendbuf, recvbuf, count, dtype, op, root);
     return weft__coll_run(g, &a);
 }

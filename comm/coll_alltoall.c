@@ -223,46 +223,39 @@ weft_status_t weft__coll_setup_alltoall(weft_coll_t *c)
 weft_status_t weft_ialltoall(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALL,
-                          .name = "alltoall",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = -1,
-                          .root = -1};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_ALLTOALL, "alltoall", sendbuf, recvbuf, count, dtype, -1, -1);
     return weft__coll_start(g, &a, req);
 }
 
 weft_status_t weft_alltoall(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                             weft_dtype_t dtype)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALL,
-                          .name = "alltoall",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = -1,
-                          .root = -1};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_ALLTOALL, "alltoall", sendbuf, recvbuf, count, dtype, -1, -1);
     return weft__coll_run(g, &a);
+}
+
+static weft_coll_args_t alltoallv_args(const void *sendbuf, const size_t *sendcounts,
+                                       const size_t *sdispls, void *recvbuf,
+                                       const size_t *recvcounts, const size_t *rdispls,
+                                       weft_dtype_t dtype)
+{
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_ALLTOALLV, "alltoallv", sendbuf, recvbuf, 0, dtype, -1, -1);
+    a.sendcounts = sendcounts;
+    a.sdispls = sdispls;
+    a.recvcounts = recvcounts;
+    a.rdispls = rdispls;
+    return a;
 }
 
 weft_status_t weft_ialltoallv(weft_group_t *g, const void *sendbuf, const size_t *sendcounts,
                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                               const size_t *rdispls, weft_dtype_t dtype, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALLV,
-                          .name = "alltoallv",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .dtype = dtype,
-                          .op = -1,
-                          .root = -1,
-                          .sendcounts = sendcounts,
-                          .sdispls = sdispls,
-                          .recvcounts = recvcounts,
-                          .rdispls = rdispls};
+    weft_coll_args_t a =
+        alltoallv_args(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype);
     return weft__coll_start(g, &a, req);
 }
 
@@ -270,28 +263,19 @@ weft_status_t weft_alltoallv(weft_group_t *g, const void *sendbuf, const size_t 
                              const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                              const size_t *rdispls, weft_dtype_t dtype)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_ALLTOALLV,
-                          .name = "alltoallv",
-                          .sendbuf = sendbuf,
-                          .recvbuf = recvbuf,
-                          .dtype = dtype,
-                          .op = -1,
-                          .root = -1,
-                          .sendcounts = sendcounts,
-                          .sdispls = sdispls,
-                          .recvcounts = recvcounts,
-                          .rdispls = rdispls};
+    weft_coll_args_t a =
+        alltoallv_args(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype);
     return weft__coll_run(g, &a);
 }
 
 weft_status_t weft_ibarrier(weft_group_t *g, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_BARRIER, .name = "barrier", .op = -1, .root = -1};
+    weft_coll_args_t a = weft__coll_args(WEFT_COLL_BARRIER, "barrier", NULL, NULL, 0, 0, -1, -1);
     return weft__coll_start(g, &a, req);
 }
 
 weft_status_t weft_barrier(weft_group_t *g)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_BARRIER, .name = "barrier", .op = -1, .root = -1};
+    weft_coll_args_t a = weft__coll_args(WEFT_COLL_BARRIER, "barrier", NULL, NULL, 0, 0, -1, -1);
     return weft__coll_run(g, &a);
 }

@@ -202,26 +202,14 @@ weft_status_t weft__coll_setup_broadcast(weft_coll_t *c)
 weft_status_t weft_ibroadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
                               int root, weft_req_t **req)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_BROADCAST,
-                          .name = "broadcast",
-                          .sendbuf = buf,
-                          .recvbuf = buf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = -1,
-                          .root = root};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_BROADCAST, "broadcast", buf, buf, count, dtype, -1, root);
     return weft__coll_start(g, &a, req);
 }
 
 weft_status_t weft_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype, int root)
 {
-    weft_coll_args_t a = {.kind = WEFT_COLL_BROADCAST,
-                          .name = "broadcast",
-                          .sendbuf = buf,
-                          .recvbuf = buf,
-                          .count = count,
-                          .dtype = dtype,
-                          .op = -1,
-                          .root = root};
+    weft_coll_args_t a =
+        weft__coll_args(WEFT_COLL_BROADCAST, "broadcast", buf, buf, count, dtype, -1, root);
     return weft__coll_run(g, &a);
 }
