@@ -76,6 +76,15 @@ typedef struct weft_store_server_params {
     int port;              /* 0: any free port */
     const char *token;     /* required, non-empty */
     const weft_logger_t *logger; /* may be NULL; must outlive the server */
+    /*
+     * May be NULL. Called when a lease lapses because its holder stopped renewing it
+     * while its connection stayed open (a hung or stopped process), just before the
+     * lease's value is published; not when the connection closes (the process is gone).
+     * Runs on the server's thread with its lock held: it must not call the server and
+     * should only note the key (write it to a pipe, say).
+     */
+    void (*on_lapse)(void *arg, const char *key);
+    void *on_lapse_arg;
 } weft_store_server_params_t;
 
 /* Starts listening and serving on a thread of its own. */

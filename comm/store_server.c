@@ -77,6 +77,8 @@ struct weft_store_server {
     int port;
     char *token;
     const weft_logger_t *lg;
+    void (*on_lapse)(void *arg, const char *key);
+    void *on_lapse_arg;
     store_entry_t **buckets;
     size_t nbuckets, nentries, data_bytes;
     store_conn_t *conns[WEFT__STORE_MAX_CONNS];
@@ -724,6 +726,9 @@ static int run_timers(weft_store_server_t *s)
         } else {
             WEFT_WARN(s->lg, "store: %s did not renew its lease: publishing %s", c->peer,
                       c->lease_key);
+            if (s->on_lapse != NULL) {
+                s->on_lapse(s->on_lapse_arg, c->lease_key);
+            }
             c->dead = true; /* reap() fires the lease */
         }
     }
@@ -912,6 +917,8 @@ weft_status_t weft__store_server_start(const weft_store_server_params_t *params,
     weft_status_t status = WEFT_ERR_NO_MEMORY;
     pthread_mutex_init(&s->lock, NULL);
     s->lg = params->logger;
+    s->on_lapse = params->on_lapse;
+    s->on_lapse_arg = params->on_lapse_arg;
     s->listen_fd = s->wake_rd = s->wake_wr = -1;
     s->nbuckets = 64;
     s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));

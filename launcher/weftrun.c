@@ -100,6 +100,10 @@ static const char usage_text[] =
     "all. When a death leaves fewer than --min processes running, the job is stopped\n"
     "as above and weftrun exits with that death's status. Once a process has exited\n"
     "0 the job is finishing: a death after that is not replaced and fails the job.\n"
+    "A rank that stops renewing its liveness lease (hung or stopped for longer than\n"
+    "WEFT_FAILURE_TIMEOUT_MS) is declared failed by the store, and weftrun kills it:\n"
+    "it is no member any more. Its end is then handled as a death, except that it\n"
+    "does not fail the job when it was declared failed before the job began to finish.\n"
     "When the program cannot be run at all (exec failed), the job is stopped.\n"
     "--tag-output prefixes are '[rank <id>] ', replacements included.\n"
     "\n"
@@ -374,6 +378,8 @@ static weft_status_t start_store(weftrun_job_t *job)
         .port = job->opts->port,
         .token = job->token,
         .logger = job->lg,
+        .on_lapse = job->opts->store_only ? NULL : weftrun_fence_on_lapse,
+        .on_lapse_arg = job,
     };
     status = weft__store_server_start(&sp, &job->server);
     if (status != WEFT_OK) {
@@ -416,7 +422,7 @@ int main(int argc, char **argv)
         .rank = -1,
         .prefix = "weftrun",
     };
-    weftrun_job_t job = {.opts = &opts, .lg = &lg, .sigfd = -1};
+    weftrun_job_t job = {.opts = &opts, .lg = &lg, .sigfd = -1, .fence_rd = -1, .fence_wr = -1};
 
     if (!opts.store_only && weftrun_resolve_program(opts.argv[0], &lg, &job.prog_path) != WEFT_OK) {
         return WEFTRUN_EXIT_NOT_FOUND;
@@ -425,7 +431,7 @@ int main(int argc, char **argv)
         rc = WEFTRUN_EXIT_FAILED;
         goto out;
     }
-    if (start_store(&job) != WEFT_OK) {
+    if (weftrun_fence_init(&job) != WEFT_OK || start_store(&job) != WEFT_OK) {
         rc = WEFTRUN_EXIT_FAILED;
         goto out;
     }
@@ -435,6 +441,7 @@ out:
     if (job.sigfd >= 0) {
         close(job.sigfd);
     }
+    weftrun_fence_close(&job);
     free(job.prog_path);
     return rc;
 }

@@ -86,6 +86,8 @@ typedef struct weftrun_slot {
     pid_t pid;      /* also the process group of the rank and its descendants */
     int wstatus;    /* from waitpid(), valid once reaped */
     int exec_errno; /* why the exec failed, 0 if it did not */
+    bool fenced;    /* declared failed by its lapsed lease while running, then killed */
+    bool fenced_early; /* ... before the job began to finish: no member at its end */
     weftrun_stream_t out, err;
 } weftrun_slot_t;
 
@@ -118,6 +120,7 @@ typedef struct weftrun_job {
     int max_slots;  /* N + --max-restarts under --replace, else N */
     int restarts;   /* replacements started so far */
     int sigfd;      /* read end of the self-pipe of SIGCHLD and forwarded signals */
+    int fence_rd, fence_wr; /* member ids whose leases lapsed, from the store's thread */
     int nrunning;   /* slots in WEFTRUN_SLOT_RUNNING */
     bool finishing; /* --elastic: a process has exited 0, so the job is ending */
     weftrun_stop_reason_t stop_reason;
@@ -171,6 +174,16 @@ int weftrun_next_signal(int sigfd);
  * (0: no limit). Returns false when the time ran out.
  */
 bool weftrun_wait_for_signal(int sigfd, uint64_t timeout_ms, const weft_logger_t *lg);
+
+/* ---- weftrun_fence.c ---- */
+
+/* The pipe of lapsed leases: fence_rd and fence_wr, both non-blocking. */
+weft_status_t weftrun_fence_init(weftrun_job_t *job);
+void weftrun_fence_close(weftrun_job_t *job);
+/* The store's on_lapse hook (its thread, its lock held): passes the member id on. */
+void weftrun_fence_on_lapse(void *arg, const char *key);
+/* Kill every still running rank whose lease lapsed (marking its slot fenced). */
+void weftrun_fence_read(weftrun_job_t *job);
 
 /* ---- weftrun_supervise.c ---- */
 

@@ -11,7 +11,8 @@
  * weft_group_join() until its own timeout, die, and be replaced again), and a process
  * that fails now failed the end of the job rather than its course. Such a death is not
  * replaced and its status becomes weftrun's (the first one wins); the others are left to
- * finish.
+ * finish. A process fenced before (weftrun_fence.c) is the exception: it had stopped
+ * being a member when its lease lapsed.
  */
 #include <signal.h>
 
@@ -72,6 +73,12 @@ void weftrun_elastic_on_death(weftrun_job_t *job, const weftrun_slot_t *s, const
         /* Every replacement would fail the same way: the program cannot be run at all. */
         WEFT_ERROR(job->lg, "rank %d could not run the program; stopping the job", s->rank);
         weftrun_begin_stop(job, WEFTRUN_STOP_RANK_FAILED, d->code, SIGTERM);
+        return;
+    }
+    if (job->finishing && s->fenced_early) {
+        /* Declared failed before the job began to finish, and repaired away. */
+        WEFT_WARN(job->lg, "rank %d (pid %d) %s; it was no longer a member, so the job does "
+                  "not fail for it", s->rank, (int)s->pid, d->text);
         return;
     }
     if (job->finishing) {

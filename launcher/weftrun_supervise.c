@@ -95,7 +95,9 @@ static void on_rank_exit(weftrun_job_t *job, weftrun_slot_t *s, int wstatus)
     if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
         s->state = WEFTRUN_SLOT_EXITED;
         WEFT_DEBUG(job->lg, "rank %d (pid %d) exited normally", s->rank, (int)s->pid);
-        if (job->opts->elastic) {
+        /* One that was declared failed first was no member any more: its end is no
+         * sign that the members are done. */
+        if (job->opts->elastic && !s->fenced_early) {
             weftrun_elastic_on_success(job, s);
         }
         return;
@@ -103,6 +105,9 @@ static void on_rank_exit(weftrun_job_t *job, weftrun_slot_t *s, int wstatus)
     s->state = WEFTRUN_SLOT_FAILED;
     weftrun_death_t d;
     describe_death(wstatus, &d);
+    if (s->fenced && WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) {
+        snprintf(d.text, sizeof(d.text), "was killed after its lease lapsed");
+    }
     /* Always first: ranks learn of the death from the store, not from our SIGTERM. */
     publish_failure(job, s, d.what);
     if (job->stop_reason != WEFTRUN_STOP_NONE) {
@@ -207,12 +212,14 @@ static void check_deadlines(weftrun_job_t *job)
     }
 }
 
-/* Register the open output streams in @p pfds after the signal pipe; returns the count. */
+/* Register the open output streams in @p pfds after the signal and fence pipes; returns
+ * the count. */
 static nfds_t collect_fds(weftrun_job_t *job, struct pollfd *pfds, weftrun_stream_t **streams,
                           int *ranks)
 {
     nfds_t n = 0;
     pfds[n++] = (struct pollfd){.fd = job->sigfd, .events = POLLIN};
+    pfds[n++] = (struct pollfd){.fd = job->fence_rd, .events = POLLIN};
     for (int i = 0; i < job->nslots; i++) {
         weftrun_stream_t *pair[2] = {&job->slots[i].out, &job->slots[i].err};
         for (int k = 0; k < 2; k++) {
@@ -229,7 +236,7 @@ static nfds_t collect_fds(weftrun_job_t *job, struct pollfd *pfds, weftrun_strea
 static weft_status_t supervise(weftrun_job_t *job)
 {
     /* Room for every slot a replacement may take, so the arrays never grow. */
-    size_t cap = 1 + 2 * (size_t)job->max_slots;
+    size_t cap = 2 + 2 * (size_t)job->max_slots;
     struct pollfd *pfds = calloc(cap, sizeof(*pfds));
     weftrun_stream_t **streams = calloc(cap, sizeof(*streams));
     int *ranks = calloc(cap, sizeof(*ranks));
@@ -247,7 +254,7 @@ static weft_status_t supervise(weftrun_job_t *job)
             status = WEFT_ERR_IO;
             goto out;
         }
-        for (nfds_t i = 1; rc > 0 && i < n; i++) {
+        for (nfds_t i = 2; rc > 0 && i < n; i++) {
             if (pfds[i].revents != 0) {
                 weftrun_stream_pump(streams[i], ranks[i]);
             }
@@ -255,6 +262,9 @@ static weft_status_t supervise(weftrun_job_t *job)
         /* Reaping may start a replacement: the next collect_fds() adds its pipes. */
         if (rc > 0 && pfds[0].revents != 0) {
             read_signals(job);
+        }
+        if (rc > 0 && pfds[1].revents != 0) {
+            weftrun_fence_read(job);
         }
         check_deadlines(job);
     }

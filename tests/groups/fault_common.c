@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -73,7 +74,7 @@ void fault_arm_stop(int member_id, unsigned seed, long min_us, long max_us)
     arm_timer(member_id, seed, min_us, max_us);
 }
 
-int fault_kill_stopped(int member_id)
+int fault_stopped_gone(int member_id, int timeout_ms)
 {
     char path[160];
     long pid = -1;
@@ -86,7 +87,18 @@ int fault_kill_stopped(int member_id)
     int ok = fscanf(f, "%ld", &pid) == 1;
     fclose(f);
     unlink(path);
-    return ok && pid > 0 ? kill((pid_t)pid, SIGKILL) : -1;
+    if (!ok || pid <= 0) {
+        return -1;
+    }
+    double until = fault_now_ms() + timeout_ms;
+    while (fault_now_ms() < until) {
+        if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+            return 0;
+        }
+        usleep(1000);
+    }
+    kill((pid_t)pid, SIGKILL);
+    return -1;
 }
 
 static void arm_timer(int member_id, unsigned seed, long min_us, long max_us)

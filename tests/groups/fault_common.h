@@ -12,10 +12,12 @@
 void fault_arm_death(int member_id, unsigned seed, long min_us, long max_us);
 
 /* Like fault_arm_death, but the process stops (SIGSTOP) instead of dying: it hangs
- * without exiting, and leaves its pid for fault_kill_stopped(). */
+ * without exiting, and leaves its pid for fault_stopped_gone(). */
 void fault_arm_stop(int member_id, unsigned seed, long min_us, long max_us);
-/* SIGKILL the process that member @p member_id stopped as; 0 on success. */
-int fault_kill_stopped(int member_id);
+/* 0 once the process member @p member_id stopped as is gone (weftrun kills a process
+ * whose lease lapsed, and reaps it), waiting at most @p timeout_ms; -1 if it never went
+ * or left no pid. Kills it itself then, so that the test ends either way. */
+int fault_stopped_gone(int member_id, int timeout_ms);
 
 /* Time (CLOCK_MONOTONIC, ms) a member recorded just before dying; -1 if unknown. */
 double fault_death_time_ms(int member_id);

@@ -8,7 +8,8 @@
  *   two        the last two ranks die at about the same time
  *   repair     the last rank dies; rank 1 dies while the others are repairing
  *   stop       the last rank hangs without dying (SIGSTOP): only its missed heartbeats
- *              tell; rank 0 kills it once the others have repaired
+ *              tell; weftrun must kill it (rank 0 checks that it is gone) and the job
+ *              still succeed
  * Seed: argv[2] (default 1).
  */
 #include <stdio.h>
@@ -137,8 +138,8 @@ int main(int argc, char **argv)
                weft_status_str(st));
         return 1;
     }
-    if (strcmp(scenario, "stop") == 0 && nr == 0 && fault_kill_stopped(size - 1) != 0) {
-        printf("SURVIVOR-FAIL rank %d: could not find the stopped process\n", nr);
+    if (strcmp(scenario, "stop") == 0 && nr == 0 && fault_stopped_gone(size - 1, 10000) != 0) {
+        printf("SURVIVOR-FAIL rank %d: the stopped process was not killed by weftrun\n", nr);
         return 1;
     }
     /* OK only once finalize is behind us too: it must not hang or fail after a repair. */

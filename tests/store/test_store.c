@@ -72,6 +72,8 @@ static weft_logger_t test_logger = {
 
 typedef struct fixture {
     weft_store_server_t *server;
+    pthread_mutex_t lapse_lock;
+    char lapsed[256]; /* the keys on_lapse was called with, each followed by ';' */
     char token[65];
     char hostport[64];
     int port;
@@ -83,13 +85,32 @@ static void sleep_ms(int ms)
               NULL);
 }
 
+static void note_lapse(void *arg, const char *key)
+{
+    fixture_t *f = arg;
+    pthread_mutex_lock(&f->lapse_lock);
+    size_t n = strlen(f->lapsed);
+    snprintf(f->lapsed + n, sizeof(f->lapsed) - n, "%s;", key);
+    pthread_mutex_unlock(&f->lapse_lock);
+}
+
+static bool lapsed_is(fixture_t *f, const char *want)
+{
+    pthread_mutex_lock(&f->lapse_lock);
+    bool same = strcmp(f->lapsed, want) == 0;
+    pthread_mutex_unlock(&f->lapse_lock);
+    return same;
+}
+
 static weft_status_t start_server(fixture_t *f, int port)
 {
     weft_store_server_params_t p = {.size = sizeof(p),
                                     .bind_addr = NULL,
                                     .port = port,
                                     .token = f->token,
-                                    .logger = &test_logger};
+                                    .logger = &test_logger,
+                                    .on_lapse = note_lapse,
+                                    .on_lapse_arg = f};
     weft_status_t st = weft__store_server_start(&p, &f->server);
     if (st == WEFT_OK) {
         f->port = weft__store_server_port(f->server);
@@ -102,6 +123,7 @@ static int setup(void **state)
 {
     fixture_t *f = calloc(1, sizeof(*f));
     assert_non_null(f);
+    pthread_mutex_init(&f->lapse_lock, NULL);
     log_clear();
     assert_int_equal(weft__store_make_token(f->token), WEFT_OK);
     assert_int_equal(start_server(f, 0), WEFT_OK);
@@ -114,6 +136,7 @@ static int teardown(void **state)
 {
     fixture_t *f = *state;
     weft__store_server_stop(f->server);
+    pthread_mutex_destroy(&f->lapse_lock);
     free(f);
     return 0;
 }
@@ -876,7 +899,8 @@ static void test_set_nx(void **state)
     weft__store_close(w);
 }
 
-/* A lease fires when its connection drops or is not renewed, never when disarmed. */
+/* A lease fires when its connection drops or is not renewed, never when disarmed; only
+ * the one not renewed is reported to the hosting process as lapsed. */
 static void test_lease(void **state)
 {
     fixture_t *f = *state;
@@ -901,8 +925,10 @@ static void test_lease(void **state)
     /* Not renewed (a stopped process): fires after the ttl and the connection is closed. */
     c = client(f);
     assert_int_equal(weft__store_lease(c, "dead/3", "late", 4, 150), WEFT_OK);
+    assert_true(lapsed_is(f, ""));
     expect_event(w, "dead/3", "late");
     assert_true(log_has(WEFT_LOG_WARN, "did not renew its lease", "dead/3"));
+    assert_true(lapsed_is(f, "dead/3;"));
     assert_int_not_equal(weft__store_set(c, "after", "x", 1), WEFT_OK);
     weft__store_close(c);
     weft__store_close(w);
