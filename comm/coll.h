@@ -79,6 +79,7 @@ typedef struct weft_coll_hdr {
 #define WEFT_COLL_HDR_SIZE 32
 #define WEFT_COLL_HDR_MISMATCH 0x1u
 #define WEFT_COLL_HDR_INVALID 0x2u /* shared memory: the caller's arguments were refused */
+#define WEFT_COLL_HDR_LATE 0x4u    /* shared memory: an earlier small broadcast disagreed */
 
 /* What the caller asked for. */
 typedef struct weft_coll_args {
@@ -214,6 +215,7 @@ struct weft_coll {
         int stage;        /* of the header step */
         int peer;         /* next peer slot to look at */
         bool small;       /* the data travels in the slots */
+        bool eager;       /* small broadcast: no wait for the peers' headers */
         bool finished;    /* the turn is handed on to the next collective */
         bool stream;      /* write the output with non-temporal stores */
         bool no_tl;       /* needs no transport: waits poll it rarely */
@@ -251,6 +253,10 @@ weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a, 
  * @p with_seq); on any difference record the mismatch with both sides in the message.
  */
 bool weft__coll_hdr_agrees(weft_coll_t *c, int peer, const weft_coll_hdr_t *h, bool with_seq);
+/* The comparison itself: whether @p peer's header @p h agrees with @p m (sequence numbers
+ * not compared); if not, what differs is written to @p why. */
+bool weft__coll_hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr_t *h, char *why,
+                         size_t len);
 /* Record that this rank saw a disagreement (first reason kept). */
 void weft__coll_set_mismatch(weft_coll_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -160,22 +160,37 @@ static const char *op_str(int op)
     return op < 0 ? "none" : weft_op_name(op);
 }
 
-bool weft__coll_hdr_agrees(weft_coll_t *c, int peer, const weft_coll_hdr_t *h, bool with_seq)
+static bool hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr_t *h, bool with_seq,
+                     char *why, size_t len)
 {
-    const weft_coll_hdr_t *m = &c->hdr;
     if (h->kind == m->kind && (!with_seq || h->seq == m->seq) && h->count == m->count &&
         h->elem_size == m->elem_size && h->dtype == m->dtype && h->op == m->op &&
         h->root == m->root) {
         return true;
     }
-    weft__coll_set_mismatch(
-        c,
-        "rank %d called collective kind %u #%u count %llu dtype %s op %s root %d; this "
-        "rank kind %u #%u count %llu dtype %s op %s root %d",
-        peer, h->kind, h->seq, (unsigned long long)h->count,
-        weft_dtype_name((weft_dtype_t)h->dtype), op_str(h->op), h->root, m->kind, m->seq,
-        (unsigned long long)m->count, weft_dtype_name((weft_dtype_t)m->dtype), op_str(m->op),
-        m->root);
+    snprintf(why, len,
+             "rank %d called collective kind %u #%u count %llu dtype %s op %s root %d; this "
+             "rank kind %u #%u count %llu dtype %s op %s root %d",
+             peer, h->kind, h->seq, (unsigned long long)h->count,
+             weft_dtype_name((weft_dtype_t)h->dtype), op_str(h->op), h->root, m->kind, m->seq,
+             (unsigned long long)m->count, weft_dtype_name((weft_dtype_t)m->dtype),
+             op_str(m->op), m->root);
+    return false;
+}
+
+bool weft__coll_hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr_t *h, char *why,
+                         size_t len)
+{
+    return hdr_same(m, peer, h, false, why, len);
+}
+
+bool weft__coll_hdr_agrees(weft_coll_t *c, int peer, const weft_coll_hdr_t *h, bool with_seq)
+{
+    char why[sizeof(c->why)];
+    if (hdr_same(&c->hdr, peer, h, with_seq, why, sizeof(why))) {
+        return true;
+    }
+    weft__coll_set_mismatch(c, "%s", why);
     return false;
 }
 

@@ -23,13 +23,14 @@
  * messages (its blocks have any size); so do large collectives when the data segment
  * could not be allocated, or when one element does not fit a chunk.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/coll.h"
 #include "comm/copy.h"
 #include "comm/shm.h"
 
-enum { SH_TURN = 0, SH_SLOT = 1, SH_HDRS = 2, SH_DONE = 3 };
+enum { SH_TURN = 0, SH_SLOT = 1, SH_ROOT = 2, SH_HDRS = 3, SH_DONE = 4 };
 enum { CH_STAGE = 0, CH_REDUCE = 1, CH_COPY = 2 };
 
 static weft_status_t shm_data(weft_coll_t *c);
@@ -173,25 +174,152 @@ static void post_slot(weft_coll_t *c)
     slot_write(c->shm, c->sh.idx, &c->hdr, src, len);
 }
 
+static bool posted(const weft_shm_t *s, int q, uint64_t idx)
+{
+    return weft__shm_load((const uint64_t *)weft__shm_slot(s, q, idx)) == idx + 1;
+}
+
+static weft_coll_hdr_t slot_hdr(const weft_shm_t *s, int q, uint64_t idx)
+{
+    weft_coll_hdr_t h;
+    memcpy(&h, weft__shm_slot(s, q, idx) + 8, sizeof(h));
+    return h;
+}
+
+#define REFUSED_FMT "rank %d refused its arguments of this collective (it got WEFT_ERR_INVALID_ARG)"
+
+static void note_late(weft_shm_t *s, uint32_t seq, const char *why)
+{
+    if (!s->late) {
+        snprintf(s->late_why, sizeof(s->late_why),
+                 "an earlier broadcast on this group (#%u) disagreed: %s", seq, why);
+        s->late = true;
+    }
+}
+
+/*
+ * Compare the peers' headers of the small broadcasts this rank was the root of with its
+ * own, as far as the peers have posted them, and publish how far this rank got with the
+ * collectives it finished without waiting for every header (slot_done). A reader compared
+ * its header with its root's in the call, and a refusal needs nothing. That is enough for
+ * someone to see every disagreement: a reader that agrees with its root names the same
+ * root, so if no reader disagrees with its root, every rank named as one believes it is
+ * the root, and two of them would see each other. The first disagreement is kept: the
+ * next collective that waits for every header reports it on every rank.
+ */
+static void verify(weft_shm_t *s)
+{
+    uint64_t j = s->verified;
+    for (; j < s->turn; j++) {
+        weft_coll_hdr_t m = slot_hdr(s, s->rank, j);
+        if ((m.flags & WEFT_COLL_HDR_INVALID) || m.root != s->rank) {
+            continue;
+        }
+        for (int q = 0; q < s->size; q++) {
+            if (q != s->rank && !posted(s, q, j)) {
+                goto out;
+            }
+        }
+        for (int q = 0; q < s->size && !s->late; q++) {
+            if (q == s->rank) {
+                continue;
+            }
+            weft_coll_hdr_t h = slot_hdr(s, q, j);
+            char why[160];
+            if (h.flags & WEFT_COLL_HDR_INVALID) {
+                snprintf(why, sizeof(why), REFUSED_FMT, q);
+            } else if (weft__coll_hdr_same(&m, q, &h, why, sizeof(why))) {
+                continue;
+            }
+            note_late(s, m.seq, why);
+        }
+    }
+out:
+    if (j != s->verified) {
+        s->verified = j;
+        weft__shm_store(weft__shm_ctr(s, s->rank, WEFT_SHM_SLOT_DONE), j);
+    }
+}
+
+/* Whether this rank may write its slot of collective @p idx: what the slot held before
+ * (collective idx - depth) has been read by every peer and checked by this rank. */
+static bool slot_free(weft_shm_t *s, uint64_t idx)
+{
+    if (idx < s->depth) {
+        return true;
+    }
+    uint64_t need = idx - s->depth + 1;
+    if (s->verified < need) {
+        verify(s);
+        if (s->verified < need) {
+            return false;
+        }
+    }
+    /* The counters only grow: read them again only when the last reading is not enough
+     * (once in depth/2 collectives or so, not every time). */
+    if (s->peers_done < need) {
+        uint64_t least = UINT64_MAX;
+        for (int q = 0; q < s->size; q++) {
+            uint64_t v = q == s->rank ? UINT64_MAX
+                                      : weft__shm_load(weft__shm_ctr(s, q, WEFT_SHM_SLOT_DONE));
+            least = v < least ? v : least;
+        }
+        s->peers_done = least;
+    }
+    return s->peers_done >= need;
+}
+
 static void check_headers(weft_coll_t *c)
 {
     for (int q = 0; q < c->size; q++) {
         if (q == c->rank) {
             continue;
         }
-        weft_coll_hdr_t h;
-        memcpy(&h, weft__shm_slot(c->shm, q, c->sh.idx) + 8, sizeof(h));
+        weft_coll_hdr_t h = slot_hdr(c->shm, q, c->sh.idx);
         if (h.flags & WEFT_COLL_HDR_INVALID) {
-            weft__coll_set_mismatch(c,
-                                    "rank %d refused its arguments of this collective "
-                                    "(it got WEFT_ERR_INVALID_ARG)",
-                                    q);
+            weft__coll_set_mismatch(c, REFUSED_FMT, q);
+            return;
+        }
+        if (h.flags & WEFT_COLL_HDR_LATE) {
+            weft__coll_set_mismatch(c, "rank %d found that an earlier broadcast on this group "
+                                    "disagreed", q);
             return;
         }
         if (!weft__coll_hdr_agrees(c, q, &h, false)) {
             return; /* numbering is the segment's: sequence numbers are not compared */
         }
     }
+}
+
+/* The root checks its readers' headers only when it needs its slots again. */
+static weft_status_t eager_done(weft_coll_t *c)
+{
+    c->sh.stage = SH_DONE;
+    release_turn(c);
+    if (c->rank != c->a.root) {
+        verify(c->shm);
+    }
+    return WEFT_OK;
+}
+
+/* A non-root of a small broadcast: the root's slot, checked against this rank's header. */
+static weft_status_t eager_recv(weft_coll_t *c)
+{
+    weft_shm_t *s = c->shm;
+    int root = c->a.root;
+    if (!posted(s, root, c->sh.idx)) {
+        return WEFT_INPROGRESS;
+    }
+    weft_coll_hdr_t h = slot_hdr(s, root, c->sh.idx);
+    if (h.flags & WEFT_COLL_HDR_INVALID) {
+        weft__coll_set_mismatch(c, REFUSED_FMT, root);
+    } else if (weft__coll_hdr_agrees(c, root, &h, false)) {
+        small_finish(c);
+    }
+    if (c->mismatch) {
+        note_late(s, c->hdr.seq, c->why); /* the root may not know: tell everyone */
+    }
+    return eager_done(c);
 }
 
 weft_status_t weft__shm_exchange(weft_coll_t *c)
@@ -213,9 +341,28 @@ weft_status_t weft__shm_exchange(weft_coll_t *c)
         c->sh.stage = SH_SLOT;
         /* fall through */
     case SH_SLOT:
-        /* My slot of collective idx - 2 must have been read by everyone. */
-        if (c->sh.idx >= 2 && !peers_reached(s, WEFT_SHM_SLOT_DONE, c->sh.idx - 1)) {
+        if (!slot_free(s, c->sh.idx)) {
             return WEFT_INPROGRESS;
+        }
+        if (c->sh.eager) {
+            post_slot(c);
+            if (c->rank == c->a.root) {
+                return eager_done(c);
+            }
+            c->sh.stage = SH_ROOT;
+            return eager_recv(c);
+        }
+        /* Every earlier header checked first, so that what this one says is final. */
+        if (s->verified < c->sh.idx) {
+            verify(s);
+            if (s->verified < c->sh.idx) {
+                return WEFT_INPROGRESS;
+            }
+        }
+        if (s->late) {
+            s->late = false;
+            c->hdr.flags |= WEFT_COLL_HDR_LATE;
+            weft__coll_set_mismatch(c, "%s", s->late_why);
         }
         post_slot(c);
         c->sh.stage = SH_HDRS;
@@ -232,7 +379,8 @@ weft_status_t weft__shm_exchange(weft_coll_t *c)
         if (!c->mismatch && c->sh.small) {
             small_finish(c);
         }
-        weft__shm_store(weft__shm_ctr(s, c->rank, WEFT_SHM_SLOT_DONE), c->sh.idx + 1);
+        s->verified = c->sh.idx + 1;
+        weft__shm_store(weft__shm_ctr(s, c->rank, WEFT_SHM_SLOT_DONE), s->verified);
         c->sh.stage = SH_DONE;
         if (c->mismatch || c->data != shm_data) {
             release_turn(c);
@@ -241,6 +389,8 @@ weft_status_t weft__shm_exchange(weft_coll_t *c)
             s->chunk_next += c->sh.nchunks;
         }
         return WEFT_OK;
+    case SH_ROOT:
+        return eager_recv(c);
     default:
         return WEFT_OK;
     }
@@ -511,6 +661,7 @@ weft_status_t weft__coll_setup_shm(weft_coll_t *c)
         st = setup_msgs_data(c, s); /* blocks of any size */
     } else if (c->a.kind != WEFT_COLL_BARRIER && small <= s->small_max) {
         c->sh.small = true;
+        c->sh.eager = c->a.kind == WEFT_COLL_BROADCAST && c->ctx->cfg.shm_bcast_eager;
     } else if (c->a.kind != WEFT_COLL_BARRIER) {
         /* The data segment, or the same answer on every rank that it cannot be had. */
         st = weft__shm_data(c->g);
@@ -538,10 +689,10 @@ void weft__shm_refuse(weft_group_t *g, const weft_coll_args_t *a)
     if (s->broken || s->turn != idx) {
         return; /* an earlier collective is outstanding: this one cannot be posted now */
     }
-    /* My slot of collective idx - 2 must be free; the peers are finishing it. */
+    /* My slot must be free; the peers are finishing what it held. */
     uint64_t deadline = weft__now_ns() + weft__ms_to_ns(g->ctx->cfg.timeout_ms);
     uint64_t idle = 0;
-    while (idx >= 2 && !peers_reached(s, WEFT_SHM_SLOT_DONE, idx - 1)) {
+    while (!slot_free(s, idx)) {
         if (weft__group_status(g) != WEFT_OK || weft__now_ns() > deadline) {
             return;
         }
@@ -558,10 +709,9 @@ void weft__shm_refuse(weft_group_t *g, const weft_coll_args_t *a)
         .flags = WEFT_COLL_HDR_INVALID,
     };
     slot_write(s, idx, &h, NULL, 0);
-    /* Nothing of the others' slots is needed: done reading at once. */
-    weft__shm_store(weft__shm_ctr(s, s->rank, WEFT_SHM_SLOT_DONE), idx + 1);
     s->issued++;
     s->turn++;
+    verify(s); /* nothing of the others' slots is needed for this one */
     g->coll_seq++; /* weft_group_coll_count() counts started collectives only */
 }
 

@@ -252,6 +252,13 @@ static const config_field_t config_table[] = {
           "Shared-memory collectives whose data per rank fits this many bytes carry it in "
           "one step through the segment's slots (latency path).",
           shm_small_max, size),
+    FIELD("WEFT_SHM_BCAST_EAGER", "on",
+          "on: the root of a shared-memory broadcast carried in the slots returns once its "
+          "data is posted, and a disagreement that only the others can see fails the "
+          "group's next collective that is not such a broadcast, on every rank; off: every "
+          "rank waits for every header, so each broadcast reports its own disagreement. "
+          "Must be equal on all ranks.",
+          shm_bcast_eager, onoff),
     FIELD("WEFT_SHM_CHUNK", "256K",
           "Pipelining chunk of shared-memory collectives, in bytes per rank and buffer.",
           shm_chunk, size),

@@ -24,6 +24,7 @@ typedef struct weft_config {
     size_t coll_chunk;            /* bytes: pipelining chunk of ring algorithms */
     int coll_shm;                 /* 1: same-host groups collect through shared memory */
     size_t shm_small_max;         /* bytes: collectives carried in the shared slots */
+    int shm_bcast_eager;          /* 1: small broadcast roots return once their data is posted */
     size_t shm_stream_min;        /* bytes: outputs written with non-temporal stores */
     size_t shm_chunk;             /* bytes: pipelining chunk of shared-memory collectives */
     int yield_spins;              /* progress polls before a wait starts yielding; -1: auto */

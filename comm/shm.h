@@ -12,14 +12,18 @@
  *   control:  header        one cache line: magic, status, geometry, members attached
  *             ctl[P]        4 cache lines per rank, each a counter only that rank
  *                           writes: slot_done, staged, reduced, copied
- *             slot[P][2]    a line of sequence number and header, then small_max bytes
+ *             slot[P][D]    a line of sequence number and header, then small_max bytes
  *   data:     header
  *             stage[P][NB]  chunk bytes each: inputs staged for the peers
  *             res[P][NB]    chunk bytes each: reduced sub-blocks for the peers
  *
- * Collective i (numbered per segment, in issue order) uses slot i % 2 of every rank; a
- * rank writes it once every peer has finished reading its slot of collective i - 2
- * (slot_done). Chunks of large collectives are numbered across collectives; chunk g uses
+ * Collective i (numbered per segment, in issue order) uses slot i % D of every rank (D,
+ * the depth, is 8 up to 64 ranks and 2 above); a rank writes it once every peer has
+ * finished reading its slot of collective i - D (slot_done) and it has itself checked the
+ * peers' headers of collective i - D. A small broadcast does not wait for the peers'
+ * headers (coll_shm.c): the root returns once its data is posted, so it can run up to D
+ * broadcasts ahead of the slowest reader, and the headers are checked afterwards, as they
+ * arrive (verified); slot_done is how far that check got. Chunks of large collectives are numbered across collectives; chunk g uses
  * stage and res buffer g % NB, and the three counters say how far each rank got:
  * a rank stages chunk g once every peer has copied chunk g - NB, reduces once every peer
  * staged g, and copies once every peer reduced g. Counters only grow, so a value read is
@@ -40,6 +44,8 @@ struct weft_group;
 #define WEFT_SHM_NB 2          /* chunk buffers per rank (double buffering) */
 #define WEFT_SHM_CTL_BYTES 256 /* four counters, a cache line each */
 #define WEFT_SHM_SLOT_HDR 40   /* sequence (8) + collective header (32) */
+#define WEFT_SHM_DEPTH 128 /* slots per rank at most: WEFT_SHM_SLOTS / ranks, at least 2 */
+#define WEFT_SHM_SLOTS 512     /* slots in all */
 
 enum weft_shm_ctr { WEFT_SHM_SLOT_DONE = 0, WEFT_SHM_STAGED = 1, WEFT_SHM_REDUCED = 2,
                     WEFT_SHM_COPIED = 3 };
@@ -60,12 +66,19 @@ typedef struct weft_shm {
     size_t small_max;  /* data bytes of a slot */
     size_t chunk;      /* bytes of a stage or res buffer */
     size_t slot_bytes; /* WEFT_SHM_SLOT_HDR + small_max, rounded up to a cache line */
+    uint64_t depth;    /* slots per rank: a power of two */
     size_t slots_off;         /* in ctl */
     size_t stage_off, res_off; /* in data */
     uint64_t issued;     /* collectives numbered so far on this segment */
     uint64_t turn;       /* the collective this rank may run now (they run in order) */
     uint64_t chunk_next; /* chunks numbered so far */
     bool broken;         /* a collective was abandoned half way */
+    /* The peers' headers of collectives below this were compared with this rank's; its
+     * slot_done counter. Only small broadcasts leave it behind turn. */
+    uint64_t verified;
+    uint64_t peers_done; /* the least slot_done of the peers, as last read */
+    bool late;          /* that comparison found a disagreement not reported yet */
+    char late_why[272]; /* what it found */
 } weft_shm_t;
 
 static inline uint64_t *weft__shm_ctr(const weft_shm_t *s, int rank, enum weft_shm_ctr k)
@@ -74,7 +87,8 @@ static inline uint64_t *weft__shm_ctr(const weft_shm_t *s, int rank, enum weft_s
 }
 static inline uint8_t *weft__shm_slot(const weft_shm_t *s, int rank, uint64_t idx)
 {
-    return s->ctl.base + s->slots_off + ((size_t)rank * 2 + (idx & 1)) * s->slot_bytes;
+    return s->ctl.base + s->slots_off +
+           ((size_t)rank * s->depth + (size_t)(idx & (s->depth - 1))) * s->slot_bytes;
 }
 static inline uint8_t *weft__shm_stage(const weft_shm_t *s, int rank, uint64_t chunk)
 {

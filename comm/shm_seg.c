@@ -22,7 +22,7 @@
 #include "comm/coll.h"
 #include "comm/shm.h"
 
-#define SHM_MAGIC UINT64_C(0x77656674736d3032) /* "weftsm02" */
+#define SHM_MAGIC UINT64_C(0x77656674736d3033) /* "weftsm03" */
 #define ATTACH_WAIT_MS 10000                   /* for a creator to publish the geometry */
 #define HEADER_PAGE 4096                       /* allocated first, whatever happens */
 
@@ -45,8 +45,12 @@ static size_t ctl_len(weft_shm_t *s, int size, size_t small_max)
     s->size = size;
     s->small_max = small_max;
     s->slot_bytes = round64(WEFT_SHM_SLOT_HDR + small_max);
+    s->depth = WEFT_SHM_DEPTH;
+    while (s->depth > 2 && s->depth * (uint64_t)size > WEFT_SHM_SLOTS) {
+        s->depth /= 2;
+    }
     s->slots_off = 64 + (size_t)size * WEFT_SHM_CTL_BYTES;
-    return s->slots_off + (size_t)size * 2 * s->slot_bytes;
+    return s->slots_off + (size_t)size * s->depth * s->slot_bytes;
 }
 
 static size_t data_len(weft_shm_t *s, size_t chunk)

@@ -5,7 +5,8 @@
  * arguments are refused (WEFT_ERR_INVALID_ARG) tells the others at once, and the group
  * stays in step; the segment leaves no name behind in /dev/shm; a collective abandoned
  * half way makes its group's later collectives fail at once instead of waiting forever;
- * a new segment serves a subgroup.
+ * a new segment serves a subgroup; a small broadcast's root runs ahead of its readers,
+ * and a disagreement it cannot see fails the next collective on every rank.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -131,6 +132,85 @@ static void test_refused_args(void **state)
     free(out);
 }
 
+/* Broadcast payload i of a sequence: different in every broadcast and every element. */
+static float bcast_val(int i, size_t k)
+{
+    return (float)(i * 1000 + (int)k);
+}
+
+/* A small broadcast's root does not wait for the readers: it runs ahead of them (here by
+ * far more broadcasts than the segment has slots per rank) and every reader still gets
+ * every broadcast's own data. */
+static void test_bcast_run_ahead(void **state)
+{
+    (void)state;
+    if (nranks < 2) {
+        skip();
+    }
+    enum { N = 1200, COUNT = 33 }; /* a root's 600 broadcasts use every slot, many times */
+    float buf[COUNT];
+    for (int i = 0; i < N; i++) {
+        int root = i < N / 2 ? 0 : nranks - 1;
+        for (size_t k = 0; k < COUNT; k++) {
+            buf[k] = me == root ? bcast_val(i, k) : -1.0f;
+        }
+        if (me != root && i % 200 == 0) {
+            usleep(20000); /* the root is far ahead now */
+        }
+        expect_status(weft_broadcast(world, buf, COUNT, WEFT_F32, root), WEFT_OK, "broadcast");
+        for (size_t k = 0; k < COUNT; k++) {
+            if (buf[k] != bcast_val(i, k)) {
+                fail_msg("rank %d, broadcast %d: element %zu is %g, expected %g", me, i, k,
+                         (double)buf[k], (double)bcast_val(i, k));
+            }
+        }
+    }
+    check_sum(world, 5);
+}
+
+/*
+ * Disagreements on small broadcasts. A non-root that disagrees with the root's header
+ * gets WEFT_ERR_MISMATCH from the broadcast itself; ranks that cannot see it there (the
+ * root, and readers that agree with it) see it in the group's next collective that is not
+ * a small broadcast, which fails on every rank with its output untouched. Then the group
+ * is in step again.
+ */
+static void test_bcast_late_mismatch(void **state)
+{
+    (void)state;
+    if (nranks < 2) {
+        skip();
+    }
+    bool odd = me == nranks - 1;
+    float buf[8], in[4] = {1, 2, 3, 4}, out[4];
+    /* A count that only the last rank has: it compares with root 0 and sees it. */
+    memset(buf, 0, sizeof(buf));
+    weft_status_t st = weft_broadcast(world, buf, odd ? 8 : 7, WEFT_F32, 0);
+    expect_status(st, odd ? WEFT_ERR_MISMATCH : WEFT_OK, "broadcast, count");
+    /* Followed by more broadcasts that agree: they work, and report nothing. */
+    for (int i = 0; i < 3; i++) {
+        buf[0] = me == 0 ? (float)i : -1.0f;
+        expect_status(weft_broadcast(world, buf, 1, WEFT_F32, 0), WEFT_OK, "broadcast after");
+        assert_true(buf[0] == (float)i);
+    }
+    memset(out, 0x5a, sizeof(out));
+    expect_status(weft_allreduce(world, in, out, 4, WEFT_F32, WEFT_SUM), WEFT_ERR_MISMATCH,
+                  "allreduce after a broadcast that disagreed");
+    for (size_t k = 0; k < sizeof(out); k++) {
+        assert_int_equal(((unsigned char *)out)[k], 0x5a);
+    }
+    check_sum(world, 9);
+    /* A root that only the last rank believes in: it is a root of its own, so nobody
+     * may see it in the broadcast; the barrier after it fails everywhere. */
+    int root = odd ? nranks - 1 : 0;
+    st = weft_broadcast(world, buf, 2, WEFT_F32, root);
+    if (st != WEFT_OK && st != WEFT_ERR_MISMATCH) {
+        fail_msg("rank %d: broadcast with two roots: %s", me, weft_status_str(st));
+    }
+    expect_status(weft_barrier(world), WEFT_ERR_MISMATCH, "barrier after two roots");
+    check_sum(world, 100003);
+}
+
 /* Rank 0 creates the segments; their names carry its pid and are unlinked at once. */
 static void test_no_name_left(void **state)
 {
@@ -202,6 +282,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_mismatch),
         cmocka_unit_test(test_refused_args),
+        cmocka_unit_test(test_bcast_run_ahead),
+        cmocka_unit_test(test_bcast_late_mismatch),
         cmocka_unit_test(test_no_name_left),
         cmocka_unit_test(test_abandoned),
     };
