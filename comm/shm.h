@@ -18,7 +18,8 @@
  *             res[P][NB]    chunk bytes each: reduced sub-blocks for the peers
  *
  * Collective i (numbered per segment, in issue order) uses slot i % D of every rank (D,
- * the depth, is 8 up to 64 ranks and 2 above); a rank writes it once every peer has
+ * the depth: 128, or fewer so that there are at most 512 slots in all, and at least 2;
+ * about 2 MiB with 4 KiB slots); a rank writes it once every peer has
  * finished reading its slot of collective i - D (slot_done) and it has itself checked the
  * peers' headers of collective i - D. A small broadcast does not wait for the peers'
  * headers (coll_shm.c): the root returns once its data is posted, so it can run up to D
