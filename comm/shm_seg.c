@@ -152,6 +152,20 @@ static weft_status_t region_create(weft_group_t *g, weft_shm_region_t *r, int fd
     return WEFT_OK;
 }
 
+/* While waiting for the creator: WEFT_OK, or the group's failure (the creator may be the
+ * member that died, between creating the name and publishing the header). */
+static weft_status_t attach_wait(weft_group_t *g, const weft_shm_region_t *r)
+{
+    sched_yield();
+    weft__progress(g->ctx); /* failure notices are polled there */
+    weft_status_t st = weft__group_status(g);
+    if (st != WEFT_OK) {
+        return weft__error(g->ctx, st, "shared memory %s: a member of group %u failed while "
+                           "it was being set up", r->name, g->id);
+    }
+    return WEFT_OK;
+}
+
 /* The others: wait for the creator to size the file, map it once, wait for the header
  * (one mapping: every munmap costs a TLB shootdown). */
 static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd)
@@ -171,7 +185,10 @@ static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd
             return weft__error(ctx, WEFT_ERR_TIMEOUT, "shared memory %s: never sized",
                                r->name);
         }
-        sched_yield(); /* the creator is between shm_open and ftruncate */
+        weft_status_t st = attach_wait(g, r); /* the creator is between shm_open and ftruncate */
+        if (st != WEFT_OK) {
+            return st;
+        }
     }
     weft_status_t st = map_fd(ctx, r, fd, (size_t)sb.st_size);
     if (st != WEFT_OK) {
@@ -183,7 +200,10 @@ static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd
             return weft__error(ctx, WEFT_ERR_TIMEOUT,
                                "shared memory %s: its creator never published it", r->name);
         }
-        sched_yield();
+        st = attach_wait(g, r);
+        if (st != WEFT_OK) {
+            return st;
+        }
     }
     if (h->size != (uint64_t)g->size || h->len != r->len) {
         return weft__error(ctx, WEFT_ERR_PROTOCOL,
@@ -224,7 +244,9 @@ static weft_status_t region_open(weft_group_t *g, weft_shm_region_t *r, const ch
     weft_status_t st = creator ? region_create(g, r, fd, len, param) : region_attach(g, r, fd);
     close(fd);
     if (st != WEFT_OK) {
-        if (creator) {
+        /* A member failed meanwhile, maybe its creator: nobody will use this epoch's
+         * segment, and a dead creator would leave the name behind. */
+        if (creator || st == WEFT_ERR_PEER_FAILED || st == WEFT_ERR_REVOKED) {
             shm_unlink(r->name);
         }
         r->unlinked = true;
