@@ -360,7 +360,10 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
             st = weft_wait(req, weft__ms_to_ns(ctx->cfg.finalize_timeout_ms));
             weft_req_free(req);
         }
-        if (st != WEFT_OK) {
+        if (st == WEFT_ERR_MISMATCH) {
+            /* Only a disagreement on an earlier small broadcast, not seen until now. */
+            WEFT_WARN(&ctx->logger, "finalize: %s", weft_last_error(ctx));
+        } else if (st != WEFT_OK) {
             WEFT_DEBUG(&ctx->logger, "finalize: not everyone left together: %s",
                        weft_status_str(st));
         }
