@@ -78,7 +78,7 @@ typedef struct weft_coll_hdr {
 } weft_coll_hdr_t;
 #define WEFT_COLL_HDR_SIZE 32
 #define WEFT_COLL_HDR_MISMATCH 0x1u
-#define WEFT_COLL_HDR_INVALID 0x2u /* shared memory: the caller's arguments were refused */
+#define WEFT_COLL_HDR_INVALID 0x2u /* the sender refused its arguments of this collective */
 #define WEFT_COLL_HDR_LATE 0x4u    /* shared memory: an earlier small broadcast disagreed */
 
 /* What the caller asked for. */
@@ -206,6 +206,7 @@ struct weft_coll {
     void *alg;
     uint8_t *scratch; /* freed with the collective */
     bool holds;       /* broadcast: this rank has the data */
+    bool detached;    /* a refused collective's exchange: nobody waits, no error text */
     weft_status_t status;
     /* Shared-memory path (comm/coll_shm.c): the group's segment, NULL over messages. */
     struct weft_shm *shm;

@@ -264,7 +264,7 @@ static weft_status_t coll_step(weft_coll_t *c)
         }
         if (c->mismatch) {
             c->phase = WEFT_COLL_PH_DONE;
-            c->status = coll_mismatch_error(c);
+            c->status = c->detached ? WEFT_ERR_MISMATCH : coll_mismatch_error(c);
             return c->status;
         }
         if (c->rd.ops != NULL && c->rd.ops->finish != NULL) {
@@ -298,7 +298,9 @@ static weft_status_t coll_progress(weft_req_t *req);
  */
 static void progress_others(weft_ctx_t *ctx, const weft_req_t *self)
 {
-    for (weft_req_t *r = ctx->live; r != NULL; r = r->next) {
+    weft_req_t *next;
+    for (weft_req_t *r = ctx->live; r != NULL; r = next) {
+        next = r->next;
         if (r == self || r->progress != coll_progress || r->status != WEFT_INPROGRESS ||
             r->impl == NULL || weft__group_status(r->group) != WEFT_OK ||
             r->group->epoch != r->epoch) {
@@ -307,6 +309,9 @@ static void progress_others(weft_ctx_t *ctx, const weft_req_t *self)
         weft_status_t st = coll_step(r->impl);
         if (st != WEFT_INPROGRESS) {
             r->status = st; /* as weft__req_advance records a final status */
+            if (((weft_coll_t *)r->impl)->detached) {
+                weft_req_free(r); /* nobody holds it */
+            }
         }
     }
 }
@@ -372,12 +377,15 @@ static weft_status_t coll_setup(weft_coll_t *c)
     return c->g->shm != NULL ? weft__coll_setup_shm(c) : weft__coll_setup_msgs(c);
 }
 
+static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blocking);
+
 /*
  * Check the arguments, count and number the collective and choose its algorithm.
  * Returns WEFT_INPROGRESS when @p c is ready to run, WEFT_OK when it completed locally
  * (one rank), or an error (nothing left to release).
  */
-static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_coll_t *c)
+static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_coll_t *c,
+                               bool blocking)
 {
     weft_ctx_t *ctx = g->ctx;
     size_t elem;
@@ -385,7 +393,7 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
     weft_status_t st = check_args(g, a, &elem, &red);
     if (st != WEFT_OK) {
         if (st == WEFT_ERR_INVALID_ARG) {
-            weft__shm_refuse(g, a); /* tell the others now, not at their timeout */
+            coll_refuse(g, a, blocking); /* tell the others now, not at their timeout */
         }
         return st;
     }
@@ -433,8 +441,10 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
         return WEFT_ERR_INVALID_ARG;
     }
     if (req == NULL) {
-        weft__shm_refuse(g, a);
-        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG, "%s: no request pointer", a->name);
+        weft_status_t st = weft__error(g->ctx, WEFT_ERR_INVALID_ARG, "%s: no request pointer",
+                                       a->name);
+        coll_refuse(g, a, false);
+        return st;
     }
     if (weft__coll_is_cuda(a)) {
         return weft__coll_cuda_start(g, a, req);
@@ -447,7 +457,7 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     if (c == NULL) {
         return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", a->name);
     }
-    st = coll_init(g, a, c);
+    st = coll_init(g, a, c, false);
     if (st != WEFT_INPROGRESS) {
         free(c);
         if (st == WEFT_OK) {
@@ -528,6 +538,74 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
     }
 }
 
+/*
+ * This rank refused the arguments of collective @p a (WEFT_ERR_INVALID_ARG, already
+ * reported). The others are in that collective all the same: tell them now rather than
+ * at their timeout, and use up its number so that the group stays in step. Through
+ * shared memory a flagged header does it. Over messages this rank takes part in the
+ * exchange phase with a header flagged as refused and no payload: to the end here when
+ * the call was blocking (as the collective itself would have), else in the background,
+ * driven by the waits of later collectives and freed when done. The error of the call
+ * stays the one the caller sees.
+ */
+static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blocking)
+{
+    weft_ctx_t *ctx = g->ctx;
+    if (weft__coll_is_cuda(a) || weft__shm_ensure(g) != WEFT_OK) {
+        return;
+    }
+    if (g->shm != NULL) {
+        weft__shm_refuse(g, a);
+        return;
+    }
+    if (g->size < 2 || weft__group_status(g) != WEFT_OK) {
+        return;
+    }
+    weft_coll_t *c = malloc(sizeof(*c));
+    if (c == NULL) {
+        return;
+    }
+    memset(c, 0, offsetof(weft_coll_t, why));
+    c->why[0] = '\0';
+    c->ctx = ctx;
+    c->g = g;
+    c->rank = g->rank;
+    c->size = g->size;
+    c->a = weft__coll_args(a->kind, a->name, NULL, NULL, a->count, a->dtype, a->op, a->root);
+    c->seq = g->coll_seq++;
+    c->phase = WEFT_COLL_PH_RD;
+    c->status = WEFT_INPROGRESS;
+    c->detached = true;
+    c->mismatch = true;
+    fill_header(c);
+    c->hdr.flags = WEFT_COLL_HDR_INVALID;
+    if (weft__rd_init(c, NULL, 0) != WEFT_OK) {
+        free(c);
+        return;
+    }
+    if (blocking) {
+        char saved[sizeof(ctx->last_error)];
+        memcpy(saved, ctx->last_error, sizeof(saved));
+        (void)coll_wait_inline(c);
+        memcpy(ctx->last_error, saved, sizeof(saved));
+        coll_release(c);
+        free(c);
+        return;
+    }
+    weft_req_t *r = weft__req_new(ctx, g);
+    if (r == NULL) {
+        coll_release(c);
+        free(c);
+        return;
+    }
+    r->impl = c;
+    r->progress = coll_progress;
+    r->cleanup = coll_cleanup;
+    if (weft__req_advance(r) != WEFT_INPROGRESS) {
+        weft_req_free(r);
+    }
+}
+
 weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a)
 {
     if (g == NULL) {
@@ -543,7 +621,7 @@ weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a)
         return st;
     }
     weft_coll_t c;
-    st = coll_init(g, a, &c);
+    st = coll_init(g, a, &c, true);
     if (st != WEFT_INPROGRESS) {
         return st;
     }

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -702,6 +703,60 @@ static void test_mismatch(void **state)
     check_group_healthy();
 }
 
+static void expect_status(weft_status_t st, weft_status_t want, const char *what)
+{
+    if (st != want) {
+        fail_msg("rank %d, %s: got %s, expected %s", me, what, weft_status_str(st),
+                 weft_status_str(want));
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The last rank passes arguments that it refuses itself; the others learn it at once,
+ * through shared memory and over messages alike (main sets WEFT_TIMEOUT_MS to 60 s:
+ * waiting for it would show), and the group stays in step. */
+static void test_refused_args(void **state)
+{
+    (void)state;
+    if (nranks < 2) {
+        skip();
+    }
+    bool odd = me == nranks - 1;
+    const size_t big = 200000;
+    float *in = calloc(big, sizeof(float)), *out = calloc(big, sizeof(float));
+    assert_non_null(in);
+    assert_non_null(out);
+    double t0 = now_s();
+    /* Small, a NULL buffer on the odd rank. */
+    weft_status_t st = weft_allreduce(world, odd ? NULL : in, out, 16, WEFT_F32, WEFT_SUM);
+    expect_status(st, odd ? WEFT_ERR_INVALID_ARG : WEFT_ERR_MISMATCH, "small, NULL buffer");
+    /* Large (chunked), an operator that does not exist on the odd rank. */
+    st = weft_allreduce(world, in, out, big, WEFT_F32, odd ? 99 : WEFT_SUM);
+    expect_status(st, odd ? WEFT_ERR_INVALID_ARG : WEFT_ERR_MISMATCH, "large, bad operator");
+    /* Nonblocking: the refusal is the start's answer; the others' wait fails. */
+    weft_req_t *req = NULL;
+    st = weft_iallgather(world, in, odd ? NULL : out, 8, WEFT_F32, &req);
+    if (odd) {
+        expect_status(st, WEFT_ERR_INVALID_ARG, "iallgather, NULL output");
+    } else {
+        expect_status(st == WEFT_INPROGRESS ? weft_wait(req, WEFT_TIMEOUT_DEFAULT) : st,
+                      WEFT_ERR_MISMATCH, "iallgather against a refusal");
+        weft_req_free(req);
+    }
+    if (now_s() - t0 > 20.0) {
+        fail_msg("rank %d: the refusals took %.1f s to reach every rank", me, now_s() - t0);
+    }
+    check_group_healthy(); /* still in step: the same collectives numbered alike */
+    free(in);
+    free(out);
+}
+
 /* Alltoallv: rank 0 expects one element more from rank 1 than rank 1 sends. */
 static void test_mismatch_alltoallv(void **state)
 {
@@ -881,6 +936,7 @@ static void test_big(void **state)
 static int setup(void **state)
 {
     (void)state;
+    setenv("WEFT_TIMEOUT_MS", "60000", 0);
     setenv("WEFT_COLL_SMALL_MAX", "4K", 0);
     setenv("WEFT_COLL_CHUNK", "16K", 0);
     setenv("WEFT_SHM_CHUNK", "16K", 0);
@@ -917,6 +973,7 @@ int main(void)
         cmocka_unit_test(test_outstanding_mixed_order),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_mismatch_alltoallv),
+        cmocka_unit_test(test_refused_args),
         cmocka_unit_test(test_user_op),
         cmocka_unit_test(test_big),
     };
