@@ -379,6 +379,19 @@ static weft_status_t coll_setup(weft_coll_t *c)
 
 static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blocking);
 
+/* A collective of @p g with nothing set yet. Everything but the mismatch text and the
+ * inline buffers is cleared; those need no clearing (a struct literal would clear and
+ * copy them: measurable on the 8-byte path). */
+static void coll_clear(weft_coll_t *c, weft_group_t *g)
+{
+    memset(c, 0, offsetof(weft_coll_t, why));
+    c->why[0] = '\0';
+    c->ctx = g->ctx;
+    c->g = g;
+    c->rank = g->rank;
+    c->size = g->size;
+}
+
 /*
  * Check the arguments, count and number the collective and choose its algorithm.
  * Returns WEFT_INPROGRESS when @p c is ready to run, WEFT_OK when it completed locally
@@ -412,14 +425,7 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
         weft__coll_single(a, elem);
         return WEFT_OK;
     }
-    /* Everything but the mismatch text and the inline buffers, which need no clearing (a
-     * struct literal would clear and copy them: measurable on the 8-byte path). */
-    memset(c, 0, offsetof(weft_coll_t, why));
-    c->why[0] = '\0';
-    c->ctx = ctx;
-    c->g = g;
-    c->rank = g->rank;
-    c->size = g->size;
+    coll_clear(c, g);
     c->a = *a;
     c->elem = elem;
     c->red = red;
@@ -565,12 +571,7 @@ static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blockin
     if (c == NULL) {
         return;
     }
-    memset(c, 0, offsetof(weft_coll_t, why));
-    c->why[0] = '\0';
-    c->ctx = ctx;
-    c->g = g;
-    c->rank = g->rank;
-    c->size = g->size;
+    coll_clear(c, g);
     c->a = weft__coll_args(a->kind, a->name, NULL, NULL, a->count, a->dtype, a->op, a->root);
     c->seq = g->coll_seq++;
     c->phase = WEFT_COLL_PH_RD;
