@@ -255,7 +255,8 @@ weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a, 
  */
 bool weft__coll_hdr_agrees(weft_coll_t *c, int peer, const weft_coll_hdr_t *h, bool with_seq);
 /* The comparison itself: whether @p peer's header @p h agrees with @p m (sequence numbers
- * not compared); if not, what differs is written to @p why. */
+ * not compared); if not, what differs is written to @p why. A header flagged as refused
+ * (WEFT_COLL_HDR_INVALID) never agrees. */
 bool weft__coll_hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr_t *h, char *why,
                          size_t len);
 /* Record that this rank saw a disagreement (first reason kept). */
@@ -314,13 +315,13 @@ weft_status_t weft__shm_exchange(weft_coll_t *c);
 /* Called when a collective is released: if it stopped half way, the segment is broken. */
 void weft__shm_abandon(weft_coll_t *c);
 /*
- * This rank refused the arguments of collective @p a (WEFT_ERR_INVALID_ARG): if @p g
+ * This rank refused the arguments of a collective (WEFT_ERR_INVALID_ARG): if @p g
  * collects through this epoch's shared memory and is healthy, and no earlier collective
- * of it is outstanding, post a
- * header that says so and consume the collective's number, so the other ranks get
- * WEFT_ERR_MISMATCH at once instead of waiting for a timeout, and the group stays in step.
+ * of it is outstanding, post @p h (flagged WEFT_COLL_HDR_INVALID) and consume the
+ * collective's number, so the other ranks get WEFT_ERR_MISMATCH at once instead of
+ * waiting for a timeout, and the group stays in step.
  */
-void weft__shm_refuse(weft_group_t *g, const weft_coll_args_t *a);
+void weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h);
 
 /* ---- coll_rd.c: the exchange phase ---- */
 /* Allocate rd.sbuf/rd.rbuf with @p cap payload bytes each and set the schedule. */

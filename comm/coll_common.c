@@ -163,6 +163,13 @@ static const char *op_str(int op)
 static bool hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr_t *h, bool with_seq,
                      char *why, size_t len)
 {
+    if (h->flags & WEFT_COLL_HDR_INVALID) {
+        snprintf(why, len,
+                 "rank %d refused its arguments of this collective (it got "
+                 "WEFT_ERR_INVALID_ARG)",
+                 peer);
+        return false;
+    }
     if (h->kind == m->kind && (!with_seq || h->seq == m->seq) && h->count == m->count &&
         h->elem_size == m->elem_size && h->dtype == m->dtype && h->op == m->op &&
         h->root == m->root) {
@@ -335,16 +342,15 @@ static void coll_cleanup(weft_req_t *req)
 }
 
 /* The parameters every rank must agree on, as sent in the exchange headers. */
-static void fill_header(weft_coll_t *c)
+static weft_coll_hdr_t coll_header(const weft_coll_args_t *a, size_t elem, uint32_t seq)
 {
-    const weft_coll_args_t *a = &c->a;
     bool red = is_reduction(a->kind);
     bool rooted = a->kind == WEFT_COLL_BROADCAST || a->kind == WEFT_COLL_REDUCE;
     bool counted = a->kind != WEFT_COLL_ALLTOALLV && a->kind != WEFT_COLL_BARRIER;
-    c->hdr = (weft_coll_hdr_t){
+    return (weft_coll_hdr_t){
         .count = counted ? a->count : 0,
-        .elem_size = a->kind == WEFT_COLL_BARRIER ? 0 : c->elem,
-        .seq = c->seq,
+        .elem_size = a->kind == WEFT_COLL_BARRIER ? 0 : elem,
+        .seq = seq,
         .op = red ? a->op : -1,
         .root = rooted ? a->root : -1,
         .kind = (uint16_t)a->kind,
@@ -432,7 +438,7 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
     c->seq = seq;
     c->phase = WEFT_COLL_PH_RD;
     c->status = WEFT_INPROGRESS;
-    fill_header(c);
+    c->hdr = coll_header(a, elem, seq);
     st = coll_setup(c);
     if (st != WEFT_OK) {
         coll_release(c);
@@ -560,8 +566,10 @@ static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blockin
     if (weft__coll_is_cuda(a) || weft__shm_ensure(g) != WEFT_OK) {
         return;
     }
+    weft_coll_hdr_t h = coll_header(a, 0, g->coll_seq);
+    h.flags = WEFT_COLL_HDR_INVALID;
     if (g->shm != NULL) {
-        weft__shm_refuse(g, a);
+        weft__shm_refuse(g, &h);
         return;
     }
     if (g->size < 2 || weft__group_status(g) != WEFT_OK) {
@@ -578,8 +586,7 @@ static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blockin
     c->status = WEFT_INPROGRESS;
     c->detached = true;
     c->mismatch = true;
-    fill_header(c);
-    c->hdr.flags = WEFT_COLL_HDR_INVALID;
+    c->hdr = h;
     if (weft__rd_init(c, NULL, 0) != WEFT_OK) {
         free(c);
         return;

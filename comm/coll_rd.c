@@ -105,8 +105,10 @@ static weft_status_t rd_post(weft_coll_t *c, enum weft_rd_stage stage, int to, i
         rd->recv_busy = st == WEFT_INPROGRESS;
     }
     if (to >= 0) {
-        weft_coll_hdr_t h = c->hdr;
-        h.flags = (c->mismatch ? WEFT_COLL_HDR_MISMATCH : 0) | (c->hdr.flags & WEFT_COLL_HDR_INVALID);
+        weft_coll_hdr_t h = c->hdr; /* flags: WEFT_COLL_HDR_INVALID from a refusal */
+        if (c->mismatch) {
+            h.flags |= WEFT_COLL_HDR_MISMATCH;
+        }
         memcpy(rd->sbuf, &h, sizeof(h));
         size_t len =
             rd->ops != NULL ? rd->ops->pack(c, stage, to, rd->sbuf + WEFT_COLL_HDR_SIZE) : 0;
@@ -138,10 +140,6 @@ static void rd_receive(weft_coll_t *c, enum weft_rd_stage stage)
     }
     weft_coll_hdr_t h;
     memcpy(&h, rd->rbuf, sizeof(h));
-    if (h.flags & WEFT_COLL_HDR_INVALID) {
-        weft__coll_set_mismatch(c, "rank %d refused its arguments of this collective (it got "
-                                "WEFT_ERR_INVALID_ARG)", peer);
-    }
     (void)weft__coll_hdr_agrees(c, peer, &h, true);
     if (h.flags & WEFT_COLL_HDR_MISMATCH) {
         c->mismatch = true;

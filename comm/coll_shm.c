@@ -186,8 +186,6 @@ static weft_coll_hdr_t slot_hdr(const weft_shm_t *s, int q, uint64_t idx)
     return h;
 }
 
-#define REFUSED_FMT "rank %d refused its arguments of this collective (it got WEFT_ERR_INVALID_ARG)"
-
 static void note_late(weft_shm_t *s, uint32_t seq, const char *why)
 {
     if (!s->late) {
@@ -226,12 +224,9 @@ static void verify(weft_shm_t *s)
             }
             weft_coll_hdr_t h = slot_hdr(s, q, j);
             char why[160];
-            if (h.flags & WEFT_COLL_HDR_INVALID) {
-                snprintf(why, sizeof(why), REFUSED_FMT, q);
-            } else if (weft__coll_hdr_same(&m, q, &h, why, sizeof(why))) {
-                continue;
+            if (!weft__coll_hdr_same(&m, q, &h, why, sizeof(why))) {
+                note_late(s, m.seq, why);
             }
-            note_late(s, m.seq, why);
         }
     }
 out:
@@ -276,10 +271,6 @@ static void check_headers(weft_coll_t *c)
             continue;
         }
         weft_coll_hdr_t h = slot_hdr(c->shm, q, c->sh.idx);
-        if (h.flags & WEFT_COLL_HDR_INVALID) {
-            weft__coll_set_mismatch(c, REFUSED_FMT, q);
-            return;
-        }
         if (h.flags & WEFT_COLL_HDR_LATE) {
             weft__coll_set_mismatch(c, "rank %d found that an earlier broadcast on this group "
                                     "disagreed", q);
@@ -311,9 +302,7 @@ static weft_status_t eager_recv(weft_coll_t *c)
         return WEFT_INPROGRESS;
     }
     weft_coll_hdr_t h = slot_hdr(s, root, c->sh.idx);
-    if (h.flags & WEFT_COLL_HDR_INVALID) {
-        weft__coll_set_mismatch(c, REFUSED_FMT, root);
-    } else if (weft__coll_hdr_agrees(c, root, &h, false)) {
+    if (weft__coll_hdr_agrees(c, root, &h, false)) {
         small_finish(c);
     }
     if (c->mismatch) {
@@ -679,7 +668,7 @@ weft_status_t weft__coll_setup_shm(weft_coll_t *c)
     return st;
 }
 
-void weft__shm_refuse(weft_group_t *g, const weft_coll_args_t *a)
+void weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h)
 {
     weft_shm_t *s = g->shm;
     if (s == NULL || s->epoch != g->epoch || weft__group_status(g) != WEFT_OK) {
@@ -699,16 +688,7 @@ void weft__shm_refuse(weft_group_t *g, const weft_coll_args_t *a)
         weft__progress(g->ctx);
         weft__idle(g->ctx, &idle);
     }
-    weft_coll_hdr_t h = {
-        .count = a->count,
-        .seq = g->coll_seq,
-        .op = a->op,
-        .root = a->root,
-        .kind = (uint16_t)a->kind,
-        .dtype = (uint8_t)a->dtype,
-        .flags = WEFT_COLL_HDR_INVALID,
-    };
-    slot_write(s, idx, &h, NULL, 0);
+    slot_write(s, idx, h, NULL, 0);
     s->issued++;
     s->turn++;
     verify(s); /* nothing of the others' slots is needed for this one */
