@@ -197,6 +197,9 @@ int weftrun_run_job(weftrun_job_t *job);
 weft_status_t weftrun_start_slot(weftrun_job_t *job, int local_rank, int replaces,
                                  weftrun_slot_t **slot);
 
+/* Signal @p s's process group (its process alone if it has none yet, while it runs). */
+void weftrun_signal_slot(const weftrun_slot_t *s, int sig);
+
 /* Stop every process: @p sig now, SIGKILL after the grace period. The first reason wins. */
 void weftrun_begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int exit_code, int sig);
 

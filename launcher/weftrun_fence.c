@@ -11,7 +11,6 @@
  * The store calls weftrun_fence_on_lapse() on its own thread; the member id travels to
  * the supervisor's poll loop through a pipe.
  */
-#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -76,9 +75,7 @@ static void fence(weftrun_job_t *job, int id)
               "rank %d (pid %d) stopped renewing its liveness lease and was declared failed; "
               "killing it, as it is no longer a member",
               s->rank, (int)s->pid);
-    if (kill(-s->pid, SIGKILL) != 0) {
-        kill(s->pid, SIGKILL);
-    }
+    weftrun_signal_slot(s, SIGKILL);
 }
 
 void weftrun_fence_read(weftrun_job_t *job)

@@ -26,6 +26,13 @@ uint64_t weftrun_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+void weftrun_signal_slot(const weftrun_slot_t *s, int sig)
+{
+    if (kill(-s->pid, sig) != 0 && s->state == WEFTRUN_SLOT_RUNNING) {
+        kill(s->pid, sig);
+    }
+}
+
 /* Signal the process group of every rank that was started. */
 static void signal_ranks(weftrun_job_t *job, int sig, bool running_only)
 {
@@ -35,9 +42,7 @@ static void signal_ranks(weftrun_job_t *job, int sig, bool running_only)
             continue;
         }
         /* A reaped rank's group may still hold its children; signal it too when stopping. */
-        if (kill(-s->pid, sig) != 0 && s->state == WEFTRUN_SLOT_RUNNING) {
-            kill(s->pid, sig);
-        }
+        weftrun_signal_slot(s, sig);
     }
 }
 
