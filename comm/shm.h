@@ -19,12 +19,14 @@
  *
  * Collective i (numbered per segment, in issue order) uses slot i % D of every rank (D,
  * the depth: 128, or fewer so that there are at most 512 slots in all, and at least 2;
- * about 2 MiB with 4 KiB slots); a rank writes it once every peer has
- * finished reading its slot of collective i - D (slot_done) and it has itself checked the
- * peers' headers of collective i - D. A small broadcast does not wait for the peers'
- * headers (coll_shm.c): the root returns once its data is posted, so it can run up to D
- * broadcasts ahead of the slowest reader, and the headers are checked afterwards, as they
- * arrive (verified); slot_done is how far that check got. Chunks of large collectives are numbered across collectives; chunk g uses
+ * about 2 MiB with 4 KiB slots); a rank writes it once every peer has finished reading
+ * its slot of collective i - D (slot_done) and it has itself checked the peers' headers
+ * of collective i - D. A small broadcast does not wait for the peers' headers
+ * (coll_shm.c): the root returns once its data is posted, so it can run up to D
+ * broadcasts ahead of the slowest reader, and the headers are checked afterwards, as
+ * they arrive (verified); slot_done is how far that check got.
+ *
+ * Chunks of large collectives are numbered across collectives; chunk g uses
  * stage and res buffer g % NB, and the three counters say how far each rank got:
  * a rank stages chunk g once every peer has copied chunk g - NB, reduces once every peer
  * staged g, and copies once every peer reduced g. Counters only grow, so a value read is
