@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "groups/edit.h"
 
@@ -83,6 +82,27 @@ static void announce_admissions(weft_group_t *g, const weft_decision_t *d)
     }
 }
 
+/* Look up the address of every member this process has never talked to, so it knows
+ * which of them share its host: the members of an epoch must agree on whether it can
+ * collect through shared memory. A member whose address cannot be read is reported as
+ * failed, which every member then learns, and the next repair removes it. */
+static void learn_newcomers(weft_group_t *g, const weft_decision_t *d)
+{
+    weft_ctx_t *ctx = g->ctx;
+    if (ctx->store == NULL || ctx->tl_ucx == NULL) {
+        return;
+    }
+    for (uint32_t i = 0; i < d->n_members; i++) {
+        int id = d->members[i];
+        if (id == ctx->rank || ctx->peers[id].addr != NULL || ctx->peers[id].failed != WEFT_OK) {
+            continue;
+        }
+        if (weft__fetch_address(ctx, id, (int)ctx->cfg.connect_timeout_ms, 0) != WEFT_OK) {
+            weft__report_failure(ctx, id, "its address could not be read");
+        }
+    }
+}
+
 static void discard_stale(weft_group_t *g)
 {
     weft_ctx_t *ctx = g->ctx;
@@ -118,6 +138,9 @@ weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
             free(members);
             return st;
         }
+    }
+    if (me >= 0) {
+        learn_newcomers(g, d);
     }
     info_step(info, g, d);
     if (ctx->store != NULL && g->rank >= 0) {
@@ -190,10 +213,34 @@ static weft_status_t joins_registered(const weft_group_t *g, int64_t *count)
     return weft__store_add(g->ctx->store, key, 0, count);
 }
 
-/* Joiners registered on g since the last admission: ids and the new high-water mark. */
-static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n, uint32_t *hi)
+/* Member id registered in joiner slot @p k of g: the id, or -1 for a slot whose joiner
+ * never completed its registration (it died between taking the slot and writing it). Such a
+ * slot is closed with a tombstone, so it stays consumed for everyone, and a live joiner
+ * that was merely slow sees the tombstone and registers again. */
+static weft_status_t joiner_in_slot(weft_group_t *g, uint32_t k, int64_t *id)
 {
     char key[96];
+    weft__key(g->ctx, key, sizeof(key), "g/%u/join/%u", g->id, k);
+    weft_status_t st = weft__store_get_i64(g->ctx->store, key, JOIN_GET_TIMEOUT_MS, id);
+    if (st == WEFT_ERR_TIMEOUT) {
+        void *won;
+        size_t wlen;
+        st = weft__store_set_nx(g->ctx->store, key, "-1", 2, &won, &wlen, NULL);
+        if (st != WEFT_OK) {
+            return st;
+        }
+        char text[24] = {0};
+        memcpy(text, won, wlen < sizeof(text) - 1 ? wlen : sizeof(text) - 1);
+        free(won);
+        *id = strtoll(text, NULL, 10);
+    }
+    return st;
+}
+
+/* Joiners registered on g since the last admission that are not known to have died:
+ * their ids and the new high-water mark of consumed registrations. */
+static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n, uint32_t *hi)
+{
     int64_t count;
     weft_status_t st = joins_registered(g, &count);
     if (st != WEFT_OK) {
@@ -204,21 +251,36 @@ static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n
     if (out == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
-    uint32_t got = 0;
-    for (; got < want; got++) {
+    uint32_t got = 0, k = 0;
+    for (; k < want; k++) {
         int64_t id;
-        weft__key(g->ctx, key, sizeof(key), "g/%u/join/%u", g->id, g->join_lo + got + 1);
-        /* Registration is add-then-set: wait briefly for the set of a live joiner. */
-        if (weft__store_get_i64(g->ctx->store, key, JOIN_GET_TIMEOUT_MS, &id) != WEFT_OK ||
-            id < 0 || id >= (int64_t)WEFT_TAG_MAX_MEMBERS) {
-            break;
+        st = joiner_in_slot(g, g->join_lo + k + 1, &id);
+        if (st != WEFT_OK) {
+            free(out);
+            return st;
         }
-        out[got] = (int32_t)id;
+        if (id < 0 || id >= (int64_t)WEFT_TAG_MAX_MEMBERS) {
+            continue; /* a tombstone */
+        }
+        if (weft__peer_slot(g->ctx, (int)id) == WEFT_OK &&
+            g->ctx->peers[id].failed == WEFT_OK) {
+            out[got++] = (int32_t)id;
+        }
     }
     *ids = out;
     *n = got;
-    *hi = g->join_lo + got;
+    *hi = g->join_lo + k;
     return WEFT_OK;
+}
+
+/* The member that decided an edit tells everyone still working at the old epoch, so an
+ * operation they have in flight there fails at once instead of waiting for members that
+ * have moved on. */
+static weft_status_t publish_revoke(weft_group_t *g, uint32_t epoch, const char *why)
+{
+    char key[96];
+    weft__key(g->ctx, key, sizeof(key), "failed/g%u.%u", g->id, epoch);
+    return weft__store_set(g->ctx->store, key, why, strlen(why));
 }
 
 /* Propose survivors + pending joiners as epoch e+1, then apply whatever won. */
@@ -257,8 +319,15 @@ static weft_status_t propose(weft_group_t *g, uint32_t kind, weft_edit_info_t *i
         return weft__error(ctx, st, "no memory for a proposal");
     }
     weft__decision_key(g->ctx, key, sizeof(key), g->id, g->epoch);
-    st = weft__store_set_nx(ctx->store, key, buf, len, &winner, &wlen, NULL);
+    int created = 0;
+    st = weft__store_set_nx(ctx->store, key, buf, len, &winner, &wlen, &created);
     free(buf);
+    if (st == WEFT_OK && created) {
+        st = publish_revoke(g, g->epoch, "edited");
+        if (st != WEFT_OK) {
+            free(winner);
+        }
+    }
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "group %u: cannot store the edit", g->id);
     }
@@ -344,9 +413,34 @@ weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info)
     return WEFT_OK;
 }
 
+/* Wait up to @p ms for joiner slot @p k of g to be written (it exists once k joiners
+ * have registered). WEFT_OK when it is there, WEFT_ERR_TIMEOUT when not yet. */
+static weft_status_t wait_for_slot(weft_group_t *g, uint32_t k, int ms)
+{
+    char key[96];
+    void *val;
+    size_t len;
+    weft__key(g->ctx, key, sizeof(key), "g/%u/join/%u", g->id, k);
+    weft_status_t st = weft__store_get(g->ctx->store, key, ms, &val, &len);
+    if (st == WEFT_OK) {
+        free(val);
+    }
+    return st;
+}
+
+/*
+ * Admission is an agreement like repair: whoever proposes first decides, and every other
+ * member applies that decision, whatever it was waiting for. So members need not agree
+ * beforehand on how many joiners to wait for, and a member that calls it later, or calls
+ * repair instead, lands on the same membership. No edit is made when there is nothing to
+ * admit and nobody failed: a member that finds nothing goes on at the same epoch, and if
+ * another did admit someone meanwhile, its next operation fails with WEFT_ERR_REVOKED and
+ * its repair applies that admission.
+ */
 weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
                               weft_edit_info_t *info)
 {
+    enum { SLICE_MS = 20 };
     weft_status_t st = check_editable(g);
     if (st != WEFT_OK || min_new < 0) {
         return st != WEFT_OK ? st : WEFT_ERR_INVALID_ARG;
@@ -355,28 +449,39 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
     info_begin(&tmp, g);
     uint64_t deadline = weft__now_ns() + weft__ms_to_ns(timeout_ms);
     uint32_t start_epoch = g->epoch;
+    int want = min_new > 0 ? min_new : 1;
     for (;;) {
         weft__poll_failure_notices(g->ctx);
         st = weft__group_catch_up(g, &tmp);
         if (st != WEFT_OK || g->epoch != start_epoch) {
             break; /* another member already decided this edit */
         }
+        if (group_needs_edit(g)) {
+            st = propose(g, WEFT_EDIT_REPAIR, &tmp); /* a failure: nobody waits for joiners */
+            break;
+        }
         int64_t count;
         st = joins_registered(g, &count);
         if (st != WEFT_OK) {
+            st = weft__error(g->ctx, st, "group %u: cannot count joiners", g->id);
             break;
         }
-        if (count - (int64_t)g->join_lo >= min_new) {
+        int64_t pending = count - (int64_t)g->join_lo;
+        uint64_t now = weft__now_ns();
+        if (pending >= want || (now >= deadline && pending > 0)) {
             st = propose(g, WEFT_EDIT_GROW, &tmp);
             break;
         }
-        if (weft__now_ns() >= deadline) {
-            st = weft__error(g->ctx, WEFT_ERR_TIMEOUT, "group %u: %d joiner(s) did not arrive",
-                             g->id, min_new);
+        if (now >= deadline) {
+            break; /* nobody to admit: no edit */
+        }
+        uint64_t left_ms = (deadline - now) / 1000000 + 1;
+        st = wait_for_slot(g, g->join_lo + (uint32_t)want,
+                           left_ms < SLICE_MS ? (int)left_ms : SLICE_MS);
+        if (st != WEFT_OK && st != WEFT_ERR_TIMEOUT) {
+            st = weft__error(g->ctx, st, "group %u: cannot wait for joiners", g->id);
             break;
         }
-        struct timespec ts = {0, 200000};
-        nanosleep(&ts, NULL);
     }
     if (st == WEFT_OK) {
         info_finish(g, &tmp, info);
@@ -413,9 +518,7 @@ weft_status_t weft_group_revoke(weft_group_t *g)
     }
     weft__group_fail_requests(g, WEFT_ERR_REVOKED);
     if (ctx->store != NULL) {
-        char key[96];
-        weft__key(g->ctx, key, sizeof(key), "failed/g%u.%u", g->id, g->epoch);
-        weft_status_t st = weft__store_set(ctx->store, key, "revoked", 7);
+        weft_status_t st = publish_revoke(g, g->epoch, "revoked");
         if (st != WEFT_OK) {
             return weft__error(ctx, st, "group %u: cannot publish the revocation", g->id);
         }

@@ -5,6 +5,53 @@
 
 #include "groups/edit.h"
 
+/* Take a joiner slot and write this member's id into it. A member that found the slot
+ * still empty after a while has closed it with a tombstone (it took us for dead between
+ * the two steps): then take another. */
+/* Addresses of the members this newcomer enters with, so it knows which share its host
+ * (all members of an epoch must agree on whether it collects through shared memory). */
+static void learn_members(weft_group_t *g)
+{
+    weft_ctx_t *ctx = g->ctx;
+    for (int i = 0; i < g->size && ctx->tl_ucx != NULL; i++) {
+        int id = g->members[i];
+        if (id == ctx->rank || ctx->peers[id].addr != NULL || ctx->peers[id].failed != WEFT_OK) {
+            continue;
+        }
+        if (weft__fetch_address(ctx, id, (int)ctx->cfg.connect_timeout_ms, 0) != WEFT_OK) {
+            weft__report_failure(ctx, id, "its address could not be read");
+        }
+    }
+}
+
+static weft_status_t register_joiner(weft_ctx_t *ctx, uint32_t gid)
+{
+    char key[96], val[32];
+    int len = snprintf(val, sizeof(val), "%d", ctx->rank);
+    for (int attempt = 0; attempt < 16; attempt++) {
+        int64_t n;
+        weft__key(ctx, key, sizeof(key), "g/%u/joins", gid);
+        weft_status_t st = weft__store_add(ctx->store, key, 1, &n);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "cannot register to join");
+        }
+        weft__key(ctx, key, sizeof(key), "g/%u/join/%lld", gid, (long long)n);
+        void *won;
+        size_t wlen;
+        st = weft__store_set_nx(ctx->store, key, val, (size_t)len, &won, &wlen, NULL);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "cannot register to join");
+        }
+        int ours = wlen == (size_t)len && memcmp(won, val, wlen) == 0;
+        free(won);
+        if (ours) {
+            return WEFT_OK;
+        }
+    }
+    return weft__error(ctx, WEFT_ERR_TIMEOUT, "cannot register to join: every slot taken was "
+                                              "closed before this process could write it");
+}
+
 weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeout_ms,
                               weft_group_t **out)
 {
@@ -21,19 +68,11 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
                            "that is not yet a member");
     }
     const uint32_t gid = 0;
-    char key[96], val[32];
-    int64_t n;
-    weft__key(ctx, key, sizeof(key), "g/%u/joins", gid);
-    weft_status_t st = weft__store_add(ctx->store, key, 1, &n);
+    weft_status_t st = register_joiner(ctx, gid);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "cannot register to join");
+        return st;
     }
-    weft__key(ctx, key, sizeof(key), "g/%u/join/%lld", gid, (long long)n);
-    int len = snprintf(val, sizeof(val), "%d", ctx->rank);
-    st = weft__store_set(ctx->store, key, val, (size_t)len);
-    if (st != WEFT_OK) {
-        return weft__error(ctx, st, "cannot register to join");
-    }
+    char key[96];
     void *v;
     size_t vlen;
     int64_t admitted;
@@ -82,6 +121,7 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     ctx->world = g;
     ctx->size = g->size;
     weft__poll_failure_notices(ctx);
+    learn_members(g);
     st = weft__group_catch_up(g, NULL);
     if (st != WEFT_OK) {
         return st;
