@@ -107,6 +107,12 @@ static weft_status_t publish_address(weft_ctx_t *ctx)
         return weft__error(ctx, WEFT_ERR_MISMATCH,
                            "member %d was started more than once in this job", ctx->rank);
     }
+    /* The id is ours: arm the liveness lease now, so that a rank that dies or hangs
+     * during the rest of start-up is seen by the others as failed, not waited for. */
+    st = weft__heartbeat_start(ctx);
+    if (st != WEFT_OK) {
+        return st;
+    }
     st = weft__tl_ucx.address(ctx->tl_ucx, &addr, &addr_len);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot get the UCX worker address");
@@ -131,9 +137,43 @@ static weft_status_t publish_address(weft_ctx_t *ctx)
     return WEFT_OK;
 }
 
+/* Wait up to @p timeout_ms for member @p id's published address, in short slices that
+ * also read failure notices: a member declared failed meanwhile (it died during start-up)
+ * ends the wait at once with WEFT_ERR_PEER_FAILED instead of after the whole timeout. */
+static weft_status_t wait_address(weft_ctx_t *ctx, int id, int timeout_ms, void **pv,
+                                  size_t *plen)
+{
+    enum { SLICE_MS = 50 };
+    char key[64];
+    weft__key(ctx, key, sizeof(key), ADDR_KEY_FMT, id);
+    uint64_t start = weft__now_ns(), end = start + weft__ms_to_ns((uint64_t)timeout_ms);
+    for (;;) {
+        uint64_t now = weft__now_ns();
+        int left = now >= end ? 0 : (int)((end - now + 999999) / 1000000);
+        weft_status_t st =
+            weft__store_get(ctx->store, key, left < SLICE_MS ? left : SLICE_MS, pv, plen);
+        if (st == WEFT_OK) {
+            return WEFT_OK;
+        }
+        unsigned long long waited = (weft__now_ns() - start) / 1000000;
+        if (st != WEFT_ERR_TIMEOUT) {
+            return weft__error(ctx, st, "cannot read the address of member %d (after %llu ms)",
+                               id, waited);
+        }
+        weft__poll_failure_notices(ctx);
+        if (ctx->peers[id].failed != WEFT_OK) {
+            return weft__error(ctx, WEFT_ERR_PEER_FAILED,
+                               "member %d failed before it published its address", id);
+        }
+        if (left == 0) {
+            return weft__error(ctx, WEFT_ERR_TIMEOUT, "member %d did not arrive (waited %llu ms)",
+                               id, waited);
+        }
+    }
+}
+
 weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int expect_size)
 {
-    char key[64];
     void *pv;
     size_t plen;
     int32_t wsize = -1;
@@ -145,10 +185,9 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
     if (st != WEFT_OK) {
         return st;
     }
-    weft__key(ctx, key, sizeof(key), ADDR_KEY_FMT, id);
-    st = weft__store_get(ctx->store, key, timeout_ms, &pv, &plen);
+    st = wait_address(ctx, id, timeout_ms, &pv, &plen);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "member %d did not arrive within %d ms", id, timeout_ms);
+        return st;
     }
     if (plen > ADDR_HEADER) {
         memcpy(&wsize, pv, sizeof(wsize));
@@ -177,12 +216,19 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
     return WEFT_OK;
 }
 
+/* Publish this rank's address and read every other's. A rank that dies during start-up
+ * does not fail the others' weft_init: they start with it marked failed, so the world
+ * group is revoked from the beginning and a repair removes it (its replacement, under
+ * weftrun --elastic --replace, is admitted then). */
 static weft_status_t exchange_addresses(weft_ctx_t *ctx)
 {
     weft_status_t st = publish_address(ctx);
     for (int i = 0; i < ctx->size && st == WEFT_OK; i++) {
         if (i != ctx->rank) {
             st = weft__fetch_address(ctx, i, (int)ctx->cfg.connect_timeout_ms, ctx->size);
+            if (st == WEFT_ERR_PEER_FAILED && ctx->peers[i].failed != WEFT_OK) {
+                st = WEFT_OK;
+            }
         }
     }
     return st;
@@ -321,13 +367,17 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
                 st = weft__warm_up(ctx->world, ranks, n);
                 free(ranks);
             }
+            if ((st == WEFT_ERR_PEER_FAILED || st == WEFT_ERR_REVOKED) &&
+                weft__group_status(ctx->world) != WEFT_OK) {
+                st = WEFT_OK; /* a rank died meanwhile: the first operation reports it */
+            }
         }
+    }
+    if (st == WEFT_OK && ctx->store != NULL && ctx->heartbeat == NULL) {
+        st = weft__heartbeat_start(ctx); /* no address was published: arm the lease now */
     }
     if (st == WEFT_OK) {
         st = weft__transport_check(ctx); /* a forced transport that cannot work fails here */
-    }
-    if (st == WEFT_OK && ctx->store != NULL) {
-        st = weft__heartbeat_start(ctx); /* identity is settled: arm the liveness lease */
     }
     if (st != WEFT_OK) {
         goto err_fini;
@@ -351,9 +401,14 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
         return WEFT_OK;
     }
     /* Leave together: a member that disappears while others still talk to it looks
-     * like a failure to them. Best effort, and only on a healthy world group. */
-    if (ctx->world != NULL && ctx->world->size > 1 && ctx->world->rank >= 0 &&
-        weft__group_status(ctx->world) == WEFT_OK && ctx->cfg.finalize_timeout_ms > 0) {
+     * like a failure to them. Best effort, and only on a healthy world group. When the
+     * members did not leave together (the group was revoked, the barrier failed or timed
+     * out, or start-up failed), the liveness lease stays armed: this process's exit then
+     * reads as a failure to members still working, which repair around it instead of
+     * waiting for it. */
+    bool left_together = ctx->world != NULL && ctx->world->rank >= 0 &&
+                         weft__group_status(ctx->world) == WEFT_OK;
+    if (left_together && ctx->world->size > 1 && ctx->cfg.finalize_timeout_ms > 0) {
         weft_req_t *req = NULL;
         weft_status_t st = weft_ibarrier(ctx->world, &req);
         if (st == WEFT_INPROGRESS) {
@@ -366,9 +421,10 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
         } else if (st != WEFT_OK) {
             WEFT_DEBUG(&ctx->logger, "finalize: not everyone left together: %s",
                        weft_status_str(st));
+            left_together = false;
         }
     }
-    weft__heartbeat_stop(ctx);
+    weft__heartbeat_stop(ctx, left_together);
     weft__req_free_all(ctx, NULL);
     while (ctx->groups != NULL) {
         weft__group_destroy(ctx->groups);

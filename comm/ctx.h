@@ -169,7 +169,9 @@ void weft__poll_failure_notices(weft_ctx_t *ctx);
 
 /* ---- liveness (comm/heartbeat.c) ---- */
 weft_status_t weft__heartbeat_start(weft_ctx_t *ctx);
-void weft__heartbeat_stop(weft_ctx_t *ctx);
+/* Stop renewing the lease; @p disarm: leaving on purpose, not failing. Without it the
+ * store publishes this member's failure notice once the connection closes. */
+void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm);
 
 /* ---- membership ---- */
 /* Make ctx->peers[id] exist (growing the table); WEFT_ERR_INVALID_ARG past the tag limit. */

@@ -33,6 +33,11 @@ weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, 
     }
     g->parent = parent;
     g->revoked = WEFT_OK;
+    for (int i = 0; i < size; i++) {
+        if (members[i] < ctx->npeers && ctx->peers[members[i]].failed != WEFT_OK) {
+            g->revoked = WEFT_ERR_PEER_FAILED; /* died before the group existed */
+        }
+    }
     g->next = ctx->groups;
     ctx->groups = g;
     *out = g;

@@ -91,7 +91,7 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     return WEFT_OK;
 }
 
-void weft__heartbeat_stop(weft_ctx_t *ctx)
+void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm)
 {
     struct weft_heartbeat *hb = ctx->heartbeat;
     if (hb == NULL) {
@@ -102,7 +102,9 @@ void weft__heartbeat_stop(weft_ctx_t *ctx)
     pthread_cond_signal(&hb->cond);
     pthread_mutex_unlock(&hb->lock);
     pthread_join(hb->thread, NULL);
-    (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0); /* leaving is not failing */
+    if (disarm) {
+        (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0); /* leaving is not failing */
+    }
     weft__store_close(hb->conn);
     pthread_mutex_destroy(&hb->lock);
     pthread_cond_destroy(&hb->cond);

@@ -213,7 +213,7 @@ weft_status_t weft__warm_up_peers(weft_group_t *g, int **ranks, int *n)
     bool local = strcmp(ctx->cfg.connect, "local") == 0;
     for (int r = 0; r < g->size && (all || local); r++) {
         int id = g->members[r];
-        if (id == ctx->rank) {
+        if (id == ctx->rank || ctx->peers[id].failed != WEFT_OK) {
             continue;
         }
         if (ctx->peers[id].addr == NULL) {
