@@ -447,7 +447,8 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
     }
     weft_edit_info_t tmp = {.size = sizeof(tmp)};
     info_begin(&tmp, g);
-    uint64_t deadline = weft__now_ns() + weft__ms_to_ns(timeout_ms);
+    /* min_new = 0: those present now, without waiting. */
+    uint64_t deadline = weft__now_ns() + (min_new > 0 ? weft__ms_to_ns(timeout_ms) : 0);
     uint32_t start_epoch = g->epoch;
     int want = min_new > 0 ? min_new : 1;
     for (;;) {

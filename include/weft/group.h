@@ -12,7 +12,22 @@
  * later on it returns WEFT_ERR_PEER_FAILED or WEFT_ERR_REVOKED on every survivor. The
  * survivors then call weft_group_repair(); the handle stays valid and works at the new
  * epoch. Each edit is decided once, by an atomic operation on the rendezvous store, so
- * no two members can end up with different memberships.
+ * no two members can end up with different memberships, and the member that decides it
+ * revokes the old epoch, so nobody stays waiting there for members that moved on.
+ *
+ * The recovery loop, which also holds for failures during recovery:
+ *
+ *     for (;;) {
+ *         st = weft_group_repair(g, &info);            // agree on who is gone
+ *         if (st != WEFT_OK) break;                     // REVOKED: we were declared dead
+ *         if (want_width) st = weft_group_grow(g, width - size, wait_ms, &info);
+ *         if (st == WEFT_OK) st = resynchronise(g);     // first collective of the epoch
+ *         if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) break;
+ *     }
+ *
+ * Make the resynchronisation (parameters and step from one rank) the first operation
+ * after every edit, including edits made by weft_group_grow: members then never stand in
+ * different operations of one epoch.
  *
  * Thread safety: as for the context (one thread at a time per context).
  */
@@ -69,12 +84,23 @@ weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info);
 
 /**
  * @brief Admit members waiting in weft_group_join() on this group, appended after the
- * existing ranks. Collective over the current members: each must call it (or repair).
- * Only connections to the newcomers are made.
+ * existing ranks. Only connections to the newcomers are made.
+ *
+ * An agreement like repair: the first member to propose decides, and every member that
+ * calls grow (or repair) applies that decision, whatever it was waiting for. Members
+ * therefore need not agree beforehand on @p min_new. If a member has failed, the edit
+ * removes it too (without waiting for joiners). When nobody is waiting and nobody failed,
+ * no edit is made and the group stays at its epoch; if another member admits someone
+ * meanwhile, this member's next operation fails with WEFT_ERR_REVOKED and its
+ * weft_group_repair() applies the admission. After any edit, resynchronise the members
+ * (see the recovery loop in examples/elastic_trainer.c).
  * @param[in]  min_new   Wait until at least this many joiners are pending (0: take those
  *                       present now, possibly none).
- * @param[in]  timeout_ms How long to wait for them.
- * @param[out] info May be NULL.
+ * @param[in]  timeout_ms How long to wait for them; when it passes, those present are
+ *                       admitted (possibly none: no edit). Not an error.
+ * @param[out] info May be NULL; n_added says how many were admitted.
+ * @return WEFT_OK; WEFT_ERR_REVOKED if this member was declared failed by the others;
+ *         WEFT_ERR_IO (store unreachable).
  */
 weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
                               weft_edit_info_t *info);
