@@ -2,6 +2,8 @@
  * A process started after the job joins the world group: rank 0 starts it (fork + exec
  * of this program with WEFT_JOIN=1), the members admit it with weft_group_grow, and
  * everyone checks the new membership and a reduction that includes the newcomer.
+ * "lagging": the last member does not call grow but waits in a barrier of the old epoch,
+ * which the admission must end; its repair then applies the admission.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +70,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "joiner") == 0) {
         return joiner_main();
     }
+    int lagging = argc > 1 && strcmp(argv[1], "lagging") == 0;
     weft_ctx_t *ctx;
     weft_group_t *g;
     if (weft_init(NULL, &ctx) != WEFT_OK) {
@@ -86,7 +89,26 @@ int main(int argc, char **argv)
         usleep(1000);
     }
     weft_edit_info_t info = {.size = sizeof(info)};
-    weft_status_t st = weft_group_grow(g, 1, 30000, &info);
+    weft_status_t st;
+    if (lagging && rank == size - 1) {
+        /* This member does not call grow: it is in a collective of the old epoch when
+         * the others admit the joiner. The decider's revocation must end that collective
+         * at once (WEFT_TIMEOUT_MS is far longer), and repair must apply the admission. */
+        double t0 = fault_now_ms();
+        st = weft_barrier(g);
+        double waited = fault_now_ms() - t0;
+        if (st != WEFT_ERR_REVOKED && st != WEFT_ERR_PEER_FAILED) {
+            printf("SURVIVOR-FAIL rank %d: barrier at the old epoch returned %s after %.0f ms\n",
+                   rank, weft_status_str(st), waited);
+            weft_finalize(ctx);
+            return 1;
+        }
+        printf("rank %d: old epoch's barrier ended by the admission after %.0f ms\n", rank,
+               waited);
+        st = weft_group_repair(g, &info);
+    } else {
+        st = weft_group_grow(g, 1, 30000, &info);
+    }
     int rc = 1;
     if (st != WEFT_OK) {
         printf("SURVIVOR-FAIL rank %d: grow: %s %s\n", rank, weft_status_str(st),
