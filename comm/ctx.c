@@ -424,6 +424,13 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
             left_together = false;
         }
     }
+    if (left_together && ctx->world->rank == 0 && ctx->store != NULL) {
+        /* The world is over: a process still waiting to join it (a replacement started
+         * late) learns so from weft_group_join instead of waiting out its timeout. */
+        char key[96];
+        weft__key(ctx, key, sizeof(key), "g/%u/closed", ctx->world->id);
+        (void)weft__store_set(ctx->store, key, "1", 1);
+    }
     weft__heartbeat_stop(ctx, left_together);
     weft__req_free_all(ctx, NULL);
     while (ctx->groups != NULL) {

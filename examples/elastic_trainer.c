@@ -281,6 +281,11 @@ int main(int argc, char **argv)
     if (join != NULL && strcmp(join, "1") == 0) {
         /* A replacement: wait to be admitted, then receive the state like everyone. */
         st = weft_group_join(t.ctx, "world", 60000, &t.world);
+        if (st == WEFT_ERR_REVOKED) {
+            printf("trainer: %s\n", weft_last_error(t.ctx)); /* came too late: nothing to do */
+            weft_finalize(t.ctx);
+            return 0;
+        }
         if (st == WEFT_OK) {
             st = sync_state(&t);
             st = peer_lost(st) ? recover(&t) : st;

@@ -24,6 +24,44 @@ static void learn_members(weft_group_t *g)
     }
 }
 
+/* Wait until the members admit this process (*epoch: the epoch it enters at), the group
+ * finishes without it (every member left together: WEFT_ERR_REVOKED), or the timeout. */
+static weft_status_t wait_admission(weft_ctx_t *ctx, uint32_t gid, uint64_t timeout_ms,
+                                    int64_t *epoch)
+{
+    enum { SLICE_MS = 100 };
+    char key[96], closed[96];
+    weft__key(ctx, key, sizeof(key), "g/%u/admit/%d", gid, ctx->rank);
+    weft__key(ctx, closed, sizeof(closed), "g/%u/closed", gid);
+    uint64_t start = weft__now_ns(), end = start + weft__ms_to_ns(timeout_ms);
+    for (;;) {
+        uint64_t now = weft__now_ns();
+        uint64_t left = now >= end ? 0 : (end - now + 999999) / 1000000;
+        weft_status_t st = weft__store_get_i64(ctx->store, key,
+                                               left < SLICE_MS ? (int)left : SLICE_MS, epoch);
+        if (st == WEFT_OK && (*epoch < 1 || *epoch > UINT32_MAX)) {
+            st = WEFT_ERR_PROTOCOL;
+        }
+        unsigned long long waited = (weft__now_ns() - start) / 1000000;
+        if (st != WEFT_ERR_TIMEOUT) {
+            return st == WEFT_OK ? st
+                                 : weft__error(ctx, st, "cannot read this member's admission "
+                                                        "(after %llu ms)", waited);
+        }
+        void *v;
+        size_t vlen;
+        if (weft__store_get(ctx->store, closed, 0, &v, &vlen) == WEFT_OK) {
+            free(v);
+            return weft__error(ctx, WEFT_ERR_REVOKED, "group %u finished before this process "
+                                                      "was admitted (every member left)", gid);
+        }
+        if (left == 0) {
+            return weft__error(ctx, WEFT_ERR_TIMEOUT, "not admitted to group %u (waited %llu ms)",
+                               gid, waited);
+        }
+    }
+}
+
 static weft_status_t register_joiner(weft_ctx_t *ctx, uint32_t gid)
 {
     char key[96], val[32];
@@ -76,14 +114,10 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     void *v;
     size_t vlen;
     int64_t admitted;
-    weft__key(ctx, key, sizeof(key), "g/%u/admit/%d", gid, ctx->rank);
     int tmo = timeout_ms > (uint64_t)INT32_MAX ? INT32_MAX : (int)timeout_ms;
-    st = weft__store_get_i64(ctx->store, key, tmo, &admitted);
-    if (st == WEFT_OK && (admitted < 1 || admitted > UINT32_MAX)) {
-        st = WEFT_ERR_PROTOCOL;
-    }
+    st = wait_admission(ctx, gid, timeout_ms, &admitted);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "not admitted to '%s' within %d ms", name, tmo);
+        return st;
     }
     uint32_t epoch = (uint32_t)admitted;
     weft__decision_key(ctx, key, sizeof(key), gid, epoch - 1);

@@ -118,7 +118,9 @@ weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n);
  * WEFT_STORE, WEFT_JOB_TOKEN and WEFT_JOIN=1). Waits until the members admit it at
  * their next weft_group_grow() or weft_group_repair().
  * @param[out] g The group, owned by @p ctx.
- * @return WEFT_OK, WEFT_ERR_TIMEOUT, WEFT_ERR_INVALID_ARG (unknown name).
+ * @return WEFT_OK, WEFT_ERR_TIMEOUT, WEFT_ERR_INVALID_ARG (unknown name),
+ *         WEFT_ERR_REVOKED when the group finished (its members left together through
+ *         weft_finalize) before admitting this process: there is nothing left to join.
  */
 weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeout_ms,
                               weft_group_t **g);
