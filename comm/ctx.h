@@ -126,6 +126,15 @@ void weft__store_loss_report(weft_ctx_t *ctx);
  * returns the level to log at; @p level for other errors. */
 weft_log_level_t weft__store_loss_explain(weft_ctx_t *ctx, weft_status_t status, char *msg,
                                           size_t len, weft_log_level_t level);
+/* How long (ns) a wait on peers that began at @p start (weft__now_ns) may last: its
+ * @p timeout_ns, or once the store is lost, WEFT_FAILURE_TIMEOUT_MS counted from the start
+ * or the loss, whichever is later (a hung peer can no longer be told from a slow one). */
+uint64_t weft__wait_limit(const weft_ctx_t *ctx, uint64_t start, uint64_t timeout_ns);
+/* WEFT_ERR_TIMEOUT for a wait on peers, @p what, that began at @p start and passed
+ * weft__wait_limit: records and logs the time waited and, if the lost store cut the wait
+ * short, that. */
+weft_status_t weft__wait_timeout(weft_ctx_t *ctx, uint64_t start, uint64_t timeout_ns,
+                                 const char *what);
 
 /* ---- progress and requests ---- */
 /* Drive transports and failure notices once; nonzero when anything happened. */
