@@ -166,9 +166,11 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
         return st;
     }
     weft__key(ctx, key, sizeof(key), ADDR_KEY_FMT, id);
+    uint64_t start = weft__now_ns();
     st = weft__store_get(ctx->store, key, timeout_ms, &pv, &plen);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "member %d did not arrive within %d ms", id, timeout_ms);
+        return weft__error(ctx, st, "member %d did not arrive after %llu ms (limit %d ms)", id,
+                           (unsigned long long)((weft__now_ns() - start) / 1000000ull), timeout_ms);
     }
     if (plen > ADDR_HEADER) {
         memcpy(&wsize, pv, sizeof(wsize));

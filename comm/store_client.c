@@ -587,7 +587,8 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
         }
         uint64_t now = now_ms();
         if (now >= deadline) {
-            WEFT_ERROR(c->lg, "store %s: cannot connect within %d ms: %s", c->addr, timeout_ms,
+            WEFT_ERROR(c->lg, "store %s: cannot connect, tried for %llu ms: %s", c->addr,
+                       (unsigned long long)(now - (deadline - (uint64_t)timeout_ms)),
                        rc != 0 ? gai_strerror(rc) : strerror(c->err));
             return WEFT_ERR_TIMEOUT;
         }

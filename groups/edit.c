@@ -353,7 +353,7 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
     }
     weft_edit_info_t tmp = {.size = sizeof(tmp)};
     info_begin(&tmp, g);
-    uint64_t deadline = weft__now_ns() + weft__ms_to_ns(timeout_ms);
+    uint64_t start = weft__now_ns(), deadline = start + weft__ms_to_ns(timeout_ms);
     uint32_t start_epoch = g->epoch;
     for (;;) {
         weft__poll_failure_notices(g->ctx);
@@ -370,9 +370,11 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
             st = propose(g, WEFT_EDIT_GROW, &tmp);
             break;
         }
-        if (weft__now_ns() >= deadline) {
-            st = weft__error(g->ctx, WEFT_ERR_TIMEOUT, "group %u: %d joiner(s) did not arrive",
-                             g->id, min_new);
+        uint64_t now = weft__now_ns();
+        if (now >= deadline) {
+            st = weft__error(g->ctx, WEFT_ERR_TIMEOUT,
+                             "group %u: %d joiner(s) did not arrive after %llu ms", g->id, min_new,
+                             (unsigned long long)((now - start) / 1000000ull));
             break;
         }
         struct timespec ts = {0, 200000};

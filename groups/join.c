@@ -39,12 +39,14 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     int64_t admitted;
     weft__key(ctx, key, sizeof(key), "g/%u/admit/%d", gid, ctx->rank);
     int tmo = timeout_ms > (uint64_t)INT32_MAX ? INT32_MAX : (int)timeout_ms;
+    uint64_t start = weft__now_ns();
     st = weft__store_get_i64(ctx->store, key, tmo, &admitted);
     if (st == WEFT_OK && (admitted < 1 || admitted > UINT32_MAX)) {
         st = WEFT_ERR_PROTOCOL;
     }
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "not admitted to '%s' within %d ms", name, tmo);
+        return weft__error(ctx, st, "not admitted to '%s' after %llu ms (limit %d ms)", name,
+                           (unsigned long long)((weft__now_ns() - start) / 1000000ull), tmo);
     }
     uint32_t epoch = (uint32_t)admitted;
     weft__decision_key(ctx, key, sizeof(key), gid, epoch - 1);
