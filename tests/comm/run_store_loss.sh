@@ -87,17 +87,19 @@ sleep 0.2
 kill_store
 
 expect=$n
+[ "$mode" = stop ] && expect=$((n - 1))
+failed=0
+for r in $(seq 0 $((expect - 1))); do
+    wait "${pids[$r]}" || failed=$((failed + 1))
+done
 if [ "$mode" = stop ]; then
-    expect=$((n - 1))
-    for r in $(seq 0 $((expect - 1))); do
-        wait "${pids[$r]}"
-    done
     kill -KILL "${pids[$((n - 1))]}"
+    wait 2>/dev/null # not the stopped rank's "Killed"
 fi
-wait 2>/dev/null # the stopped rank's "Killed"
 ok=$(cat "$dir"/r*.out | grep -c "RANK-OK")
 bad=$(cat "$dir"/r*.out | grep -c "RANK-FAIL")
 [ "$ok" -eq "$expect" ] && [ "$bad" -eq 0 ] || fail "$ok of $expect ranks OK, $bad failed"
+[ "$failed" -eq 0 ] || fail "$failed rank(s) exited with an error"
 # poll: the loss, once. stop: the loss, the allreduce that gave up and, over messages,
 # weft_finalize's leaving barrier, which gives up on the stopped rank too.
 most=1
