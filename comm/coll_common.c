@@ -541,9 +541,10 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
             uint64_t now = weft__now_ns();
             if (start == 0) {
                 start = now;
-            } else if (now - start >= timeout) {
-                return weft__error(ctx, WEFT_ERR_TIMEOUT, "%s #%u timed out after %llu ms",
-                                   c->a.name, c->seq, (unsigned long long)ctx->cfg.timeout_ms);
+            } else if (now - start >= weft__wait_limit(ctx, start, timeout)) {
+                char what[64];
+                snprintf(what, sizeof(what), "%s #%u", c->a.name, c->seq);
+                return weft__wait_timeout(ctx, start, timeout, what);
             }
         }
         coll_idle(c, &idle);

@@ -679,10 +679,11 @@ void weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h)
         return; /* an earlier collective is outstanding: this one cannot be posted now */
     }
     /* My slot must be free; the peers are finishing what it held. */
-    uint64_t deadline = weft__now_ns() + weft__ms_to_ns(g->ctx->cfg.timeout_ms);
+    uint64_t start = weft__now_ns(), timeout = weft__ms_to_ns(g->ctx->cfg.timeout_ms);
     uint64_t idle = 0;
     while (!slot_free(s, idx)) {
-        if (weft__group_status(g) != WEFT_OK || weft__now_ns() > deadline) {
+        if (weft__group_status(g) != WEFT_OK ||
+            weft__now_ns() - start > weft__wait_limit(g->ctx, start, timeout)) {
             return;
         }
         weft__progress(g->ctx);

@@ -237,7 +237,9 @@ static const config_field_t config_table[] = {
     FIELD("WEFT_HEARTBEAT_MS", "100",
           "Interval of liveness heartbeats between group members (ms).", heartbeat_ms, u64),
     FIELD("WEFT_FAILURE_TIMEOUT_MS", "2000",
-          "A member silent for this long is declared failed (ms).", failure_timeout_ms, u64),
+          "A member silent for this long is declared failed (ms). Once the store is lost, "
+          "waits on peers give up after this long too (nothing can tell a hung member then).",
+          failure_timeout_ms, u64),
     FIELD("WEFT_COLL_SMALL_MAX", "16K",
           "Collectives on messages up to this many bytes use latency-optimised algorithms.",
           coll_small_max, size),

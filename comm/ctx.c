@@ -30,6 +30,16 @@ void weft__key(const weft_ctx_t *ctx, char *buf, size_t len, const char *fmt, ..
     va_end(ap);
 }
 
+static weft_status_t record_error(weft_ctx_t *ctx, weft_status_t status, weft_log_level_t level,
+                                  const char *msg)
+{
+    if (ctx != NULL) {
+        snprintf(ctx->last_error, sizeof(ctx->last_error), "rank %d: %s", ctx->rank, msg);
+    }
+    WEFT_LOG(ctx != NULL ? &ctx->logger : NULL, level, "%s (%s)", msg, weft_status_str(status));
+    return status;
+}
+
 weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt, ...)
 {
     char msg[sizeof(ctx->last_error) - 32];
@@ -37,16 +47,26 @@ weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (ctx != NULL) {
-        snprintf(ctx->last_error, sizeof(ctx->last_error), "rank %d: %s", ctx->rank, msg);
-    }
     /* Peer errors are expected in failure scenarios: log them once at info level. */
     weft_log_level_t level = (status == WEFT_ERR_PEER_FAILED || status == WEFT_ERR_REVOKED ||
                               status == WEFT_ERR_MISMATCH)
                                  ? WEFT_LOG_INFO
                                  : WEFT_LOG_ERROR;
-    WEFT_LOG(ctx != NULL ? &ctx->logger : NULL, level, "%s (%s)", msg, weft_status_str(status));
-    return status;
+    if (ctx != NULL) {
+        level = weft__store_loss_explain(ctx, status, msg, sizeof(msg), level);
+    }
+    return record_error(ctx, status, level, msg);
+}
+
+weft_status_t weft__error_at(weft_ctx_t *ctx, weft_status_t status, weft_log_level_t level,
+                             const char *fmt, ...)
+{
+    char msg[sizeof(ctx->last_error) - 32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return record_error(ctx, status, level, msg);
 }
 
 const char *weft_last_error(const weft_ctx_t *ctx)
@@ -271,8 +291,10 @@ static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot reach the store at %s", boot->store);
     }
+    weft__store_share_health(ctx->store, &ctx->store_health);
     st = weft__store_connect(boot->store, boot->token, timeout, &ctx->logger, &ctx->watch);
     if (st == WEFT_OK) {
+        weft__store_share_health(ctx->watch, &ctx->store_health);
         char prefix[64];
         weft__key(ctx, prefix, sizeof(prefix), FAILED_DIR);
         st = weft__store_watch(ctx->watch, prefix);
@@ -524,8 +546,14 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
     if (st != WEFT_INPROGRESS) {
         /* The store is gone (or broke the protocol): failures are now learned from the
          * transports alone. Stop watching rather than poll a dead socket in every wait. */
-        WEFT_WARN(&ctx->logger, "lost the store's failure notices (%s): peer failures are now "
-                                "detected by the transports only", weft_status_str(st));
+        if (weft__store_lost_ns(&ctx->store_health) != 0) {
+            weft__store_loss_report(ctx);
+        } else {
+            WEFT_WARN(&ctx->logger,
+                      "lost the store's failure notices (%s): peer failures are "
+                      "now detected by the transports only",
+                      weft_status_str(st));
+        }
         weft__store_close(ctx->watch);
         ctx->watch = NULL;
     }

@@ -42,6 +42,7 @@ struct weft_ctx {
     char token[128];
     weft_store_client_t *store; /* request/response connection */
     weft_store_client_t *watch; /* watch on the failure-notice prefix */
+    weft_store_health_t store_health; /* shared by store, watch and the heartbeat's lease */
     struct weft_heartbeat *heartbeat; /* liveness lease (comm/heartbeat.c) */
     weft_tl_t *tl_self, *tl_ucx;
     weft_peer_t *peers;         /* [npeers] by member id; grows as members join */
@@ -108,9 +109,32 @@ void weft__key(const weft_ctx_t *ctx, char *buf, size_t len, const char *fmt, ..
     __attribute__((format(printf, 4, 5)));
 
 /* ---- errors ---- */
-/* Record detail for weft_last_error(), log it at @p level, and return @p status. */
+/* Record detail for weft_last_error(), log it, and return @p status. Peer errors are
+ * logged at info level. Once the store is lost, WEFT_ERR_IO and WEFT_ERR_TIMEOUT are its
+ * consequences: the loss is appended, and only the first of them is logged (as an error;
+ * the others at debug level), so a rank that keeps calling the store does not flood. */
 weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Record detail for weft_last_error() and log it at @p level, as it is. */
+weft_status_t weft__error_at(weft_ctx_t *ctx, weft_status_t status, weft_log_level_t level,
+                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ---- a lost store (comm/store_loss.c) ---- */
+/* Log the loss of the store, unless that was done already (once per process). */
+void weft__store_loss_report(weft_ctx_t *ctx);
+/* weft__error's rule: appends the loss to @p msg when @p status follows from it and
+ * returns the level to log at; @p level for other errors. */
+weft_log_level_t weft__store_loss_explain(weft_ctx_t *ctx, weft_status_t status, char *msg,
+                                          size_t len, weft_log_level_t level);
+/* How long (ns) a wait on peers that began at @p start (weft__now_ns) may last: its
+ * @p timeout_ns, or once the store is lost, WEFT_FAILURE_TIMEOUT_MS counted from the start
+ * or the loss, whichever is later (a hung peer can no longer be told from a slow one). */
+uint64_t weft__wait_limit(const weft_ctx_t *ctx, uint64_t start, uint64_t timeout_ns);
+/* WEFT_ERR_TIMEOUT for a wait on peers, @p what, that began at @p start and passed
+ * weft__wait_limit: records and logs the time waited and, if the lost store cut the wait
+ * short, that. */
+weft_status_t weft__wait_timeout(weft_ctx_t *ctx, uint64_t start, uint64_t timeout_ns,
+                                 const char *what);
 
 /* ---- progress and requests ---- */
 /* Drive transports and failure notices once; nonzero when anything happened. */

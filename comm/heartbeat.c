@@ -5,7 +5,9 @@
  * publishes the notice at once; if it hangs without dying (stopped, stuck in the kernel),
  * the renewals stop and the store publishes it after WEFT_FAILURE_TIMEOUT_MS. Every member
  * watches that prefix, so either way the survivors learn of it. weft_finalize disarms
- * the lease first: leaving on purpose is not a failure.
+ * the lease first: leaving on purpose is not a failure. The connection shares the
+ * context's store health: if the store is lost, the thread reports it (once per process)
+ * and stops.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,6 +24,7 @@ struct weft_heartbeat {
     pthread_cond_t cond;
     bool stop;
     weft_store_client_t *conn;
+    weft_ctx_t *ctx; /* for its logger, settings and store health: read-only after init */
     const weft_logger_t *lg;
     char key[96];
     char val[64];
@@ -45,6 +48,10 @@ static void *heartbeat_main(void *arg)
         }
         weft_status_t st =
             weft__store_lease(hb->conn, hb->key, hb->val, strlen(hb->val), hb->ttl_ms);
+        if (st != WEFT_OK && weft__store_lost_ns(&hb->ctx->store_health) != 0) {
+            weft__store_loss_report(hb->ctx); /* no store, no lease to keep */
+            break;
+        }
         if (st != WEFT_OK) {
             WEFT_WARN(hb->lg, "heartbeat: cannot renew the lease (%s); the store will soon "
                               "declare this process failed", weft_status_str(st));
@@ -61,16 +68,21 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     if (hb == NULL) {
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for the heartbeat");
     }
+    hb->ctx = ctx;
     hb->lg = &ctx->logger;
     hb->period_ms = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 100;
     uint64_t ttl = ctx->cfg.failure_timeout_ms;
     hb->ttl_ms = ttl == 0 ? 1 : (ttl > UINT32_MAX ? UINT32_MAX : (uint32_t)ttl);
     weft__key(ctx, hb->key, sizeof(hb->key), "failed/%d", ctx->rank);
     snprintf(hb->val, sizeof(hb->val), "member %d: lost (process gone or silent)", ctx->rank);
-    weft_status_t st = weft__store_connect(ctx->store_addr, ctx->token,
-                                           (int)ctx->cfg.connect_timeout_ms, &ctx->logger,
-                                           &hb->conn);
+    /* A store already lost is not dialled again for the whole connect timeout. */
+    weft_status_t st = WEFT_ERR_IO;
+    if (weft__store_lost_ns(&ctx->store_health) == 0) {
+        st = weft__store_connect(ctx->store_addr, ctx->token, (int)ctx->cfg.connect_timeout_ms,
+                                 &ctx->logger, &hb->conn);
+    }
     if (st == WEFT_OK) {
+        weft__store_share_health(hb->conn, &ctx->store_health);
         st = weft__store_lease(hb->conn, hb->key, hb->val, strlen(hb->val), hb->ttl_ms);
     }
     if (st != WEFT_OK) {

@@ -328,10 +328,15 @@ static weft_status_t member_summary(weft_ctx_t *ctx, struct weft_cuda_ctx *cc, i
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "cannot allocate a topology summary");
     }
     weft__key(ctx, key, sizeof(key), TOPO_KEY_FMT, id);
+    uint64_t start = weft__now_ns();
     st = weft__store_get(ctx->store, key, store_timeout_ms(ctx), &val, &len);
     if (st != WEFT_OK) {
         free(s);
-        return weft__error(ctx, st, "topology summary of member %d not published", id);
+        return weft__error(ctx, st,
+                           "topology summary of member %d not published after %llu ms "
+                           "(limit %d ms)",
+                           id, (unsigned long long)((weft__now_ns() - start) / 1000000ull),
+                           store_timeout_ms(ctx));
     }
     st = weft__topo_unpack(val, len, s);
     free(val);

@@ -87,11 +87,13 @@ static weft_status_t exchange_id(weft_group_t *g, uint8_t id[WEFT_NCCL_ID_BYTES]
         st = weft__store_set(ctx->store, key, id, WEFT_NCCL_ID_BYTES);
         return st == WEFT_OK ? st : weft__error(ctx, st, "store: cannot publish the NCCL id");
     }
-    uint64_t ms = ctx->cfg.connect_timeout_ms;
+    uint64_t ms = ctx->cfg.connect_timeout_ms, start = weft__now_ns();
     st = weft__store_get(ctx->store, key, ms > INT32_MAX ? INT32_MAX : (int)ms, &val, &len);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "NCCL id of group %" PRIu32 " not published by its rank 0",
-                           g->id);
+        return weft__error(ctx, st,
+                           "NCCL id of group %" PRIu32 " not published by its rank 0 after %" PRIu64
+                           " ms",
+                           g->id, (weft__now_ns() - start) / 1000000u);
     }
     if (len != WEFT_NCCL_ID_BYTES) {
         free(val);

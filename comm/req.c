@@ -200,9 +200,9 @@ weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns)
         if (st != WEFT_INPROGRESS) {
             return st;
         }
-        if ((idle & 63) == 0 && weft__now_ns() - start >= timeout_ns) {
-            return weft__error(ctx, WEFT_ERR_TIMEOUT, "wait timed out after %llu ms",
-                               (unsigned long long)(timeout_ns / 1000000ull));
+        if ((idle & 63) == 0 &&
+            weft__now_ns() - start >= weft__wait_limit(ctx, start, timeout_ns)) {
+            return weft__wait_timeout(ctx, start, timeout_ns, "wait");
         }
         if (events > 0) {
             idle = 0;

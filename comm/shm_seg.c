@@ -171,7 +171,8 @@ static weft_status_t attach_wait(weft_group_t *g, const weft_shm_region_t *r)
 static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd)
 {
     weft_ctx_t *ctx = g->ctx;
-    uint64_t deadline = weft__now_ns() + weft__ms_to_ns(ATTACH_WAIT_MS);
+    uint64_t start = weft__now_ns(), timeout = weft__ms_to_ns(ATTACH_WAIT_MS);
+    char what[160];
     struct stat sb;
     for (;;) {
         if (fstat(fd, &sb) != 0) {
@@ -181,9 +182,10 @@ static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd
         if ((size_t)sb.st_size >= sizeof(shm_header_t)) {
             break; /* ftruncate sets the whole length at once */
         }
-        if (weft__now_ns() > deadline) {
-            return weft__error(ctx, WEFT_ERR_TIMEOUT, "shared memory %s: never sized",
-                               r->name);
+        if (weft__now_ns() - start > weft__wait_limit(ctx, start, timeout)) {
+            snprintf(what, sizeof(what), "shared memory %s: waiting for its creator to size it",
+                     r->name);
+            return weft__wait_timeout(ctx, start, timeout, what);
         }
         weft_status_t st = attach_wait(g, r); /* the creator is between shm_open and ftruncate */
         if (st != WEFT_OK) {
@@ -196,9 +198,10 @@ static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd
     }
     const shm_header_t *h = (const shm_header_t *)r->base;
     while (weft__shm_load(&h->magic) != SHM_MAGIC) {
-        if (weft__now_ns() > deadline) {
-            return weft__error(ctx, WEFT_ERR_TIMEOUT,
-                               "shared memory %s: its creator never published it", r->name);
+        if (weft__now_ns() - start > weft__wait_limit(ctx, start, timeout)) {
+            snprintf(what, sizeof(what), "shared memory %s: waiting for its creator to publish it",
+                     r->name);
+            return weft__wait_timeout(ctx, start, timeout, what);
         }
         st = attach_wait(g, r);
         if (st != WEFT_OK) {

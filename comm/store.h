@@ -10,6 +10,8 @@
 #ifndef WEFT_STORE_H
 #define WEFT_STORE_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,6 +23,32 @@
 
 /* ---- client ---- */
 typedef struct weft_store_client weft_store_client_t;
+
+/*
+ * What the connections of one process know about their store. Connections that share
+ * one (weft__store_share_health) fail together: once one of them loses the store (it
+ * closed the connection, a socket call failed, or it did not answer in time), every
+ * later call on any of them fails at once with WEFT_ERR_IO, without touching the
+ * network. Such connections do not log the loss themselves: their owner reports it once
+ * (weft__store_claim_report). Thread-safe; zero-initialised it means "reachable".
+ */
+typedef struct weft_store_health {
+    _Atomic uint64_t lost_ns; /* CLOCK_MONOTONIC time of the loss; 0 while reachable */
+    _Atomic int recording;    /* 1 once a connection has begun to record the loss */
+    _Atomic int reported;     /* 1 once a caller has claimed the report */
+    char addr[128];           /* the store's address, from the first connection shared */
+    char cause[192];          /* what failed, valid once lost_ns is nonzero */
+} weft_store_health_t;
+
+/* From now on @p c fails together with the other connections that share @p h. */
+void weft__store_share_health(weft_store_client_t *c, weft_store_health_t *h);
+/* CLOCK_MONOTONIC time (ns) at which the store was lost, or 0 while it is reachable. */
+uint64_t weft__store_lost_ns(const weft_store_health_t *h);
+/* What failed ("reading the answer failed: the store closed the connection"); "" while
+ * the store is reachable. */
+const char *weft__store_lost_cause(const weft_store_health_t *h);
+/* True for exactly one caller, and only once the store is lost: that caller logs it. */
+bool weft__store_claim_report(weft_store_health_t *h);
 
 /* hostport: "host:port". Retries connecting until timeout_ms (the server may start late). */
 weft_status_t weft__store_connect(const char *hostport, const char *token, int timeout_ms,

@@ -2,7 +2,8 @@
  * The rendezvous store client. One request at a time per connection, every wait bounded
  * by a deadline; a client is not thread-safe (use one per thread). A failure in the
  * middle of an exchange leaves the byte stream out of step, so the client is then marked
- * broken and later calls fail with WEFT_ERR_IO.
+ * broken and later calls fail with WEFT_ERR_IO. Connections that share a health record
+ * are broken together when one of them loses the store.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -26,6 +27,7 @@ struct weft_store_client {
     bool watching;
     int err; /* errno of the last failed socket call; 0: the server closed */
     const weft_logger_t *lg;
+    weft_store_health_t *health; /* shared with the process's other connections, or NULL */
     char addr[128];
     uint8_t *rbuf; /* received bytes not yet consumed */
     size_t rlen, rcap;
@@ -147,15 +149,77 @@ static weft_status_t read_frame(weft_store_client_t *c, uint64_t deadline, weft_
     }
 }
 
-/* Logs why the connection cannot be used any more and marks it so. */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void weft__store_share_health(weft_store_client_t *c, weft_store_health_t *h)
+{
+    if (c == NULL || h == NULL) {
+        return;
+    }
+    if (h->addr[0] == '\0') {
+        snprintf(h->addr, sizeof(h->addr), "%s", c->addr);
+    }
+    c->health = h;
+}
+
+uint64_t weft__store_lost_ns(const weft_store_health_t *h)
+{
+    return h != NULL ? atomic_load_explicit(&h->lost_ns, memory_order_acquire) : 0;
+}
+
+const char *weft__store_lost_cause(const weft_store_health_t *h)
+{
+    return weft__store_lost_ns(h) != 0 ? h->cause : "";
+}
+
+bool weft__store_claim_report(weft_store_health_t *h)
+{
+    return weft__store_lost_ns(h) != 0 && atomic_exchange(&h->reported, 1) == 0;
+}
+
+/* The store is lost to every connection sharing @p h: the first to see it says why. */
+static void health_lost(weft_store_health_t *h, const char *what, const char *why)
+{
+    if (atomic_exchange(&h->recording, 1) != 0) {
+        while (weft__store_lost_ns(h) == 0) {
+            /* another thread is writing the cause: a few instructions away */
+        }
+        return;
+    }
+    snprintf(h->cause, sizeof(h->cause), "%s: %s", what, why);
+    uint64_t now = now_ns();
+    atomic_store_explicit(&h->lost_ns, now != 0 ? now : 1, memory_order_release);
+}
+
+/* Marks the connection unusable. A lost connection (the store closed it, a socket call
+ * failed, no answer in time) loses the store for every connection sharing its health,
+ * whose owner reports it; anything else, and a connection of its own, is logged here. */
 static weft_status_t client_fail(weft_store_client_t *c, weft_status_t st, const char *what)
 {
     const char *why = st == WEFT_ERR_IO && c->err == 0 ? "the store closed the connection"
                       : st == WEFT_ERR_IO              ? strerror(c->err)
                                                        : weft_status_str(st);
-    WEFT_ERROR(c->lg, "store %s: %s: %s", c->addr, what, why);
+    if (c->health != NULL && (st == WEFT_ERR_IO || st == WEFT_ERR_TIMEOUT)) {
+        health_lost(c->health, what, why);
+    } else {
+        WEFT_ERROR(c->lg, "store %s: %s: %s", c->addr, what, why);
+    }
     c->broken = true;
     return st;
+}
+
+/* Whether @p c may still be used: not broken, and its store not lost by another. */
+static bool usable(weft_store_client_t *c)
+{
+    if (!c->broken && weft__store_lost_ns(c->health) != 0) {
+        c->broken = true;
+    }
+    return !c->broken;
 }
 
 /*
@@ -192,13 +256,13 @@ static weft_status_t call(weft_store_client_t *c, weft_store_msg_t type, const c
 }
 
 /* Common checks of a request call. */
-static weft_status_t check_request(const weft_store_client_t *c, const char *key)
+static weft_status_t check_request(weft_store_client_t *c, const char *key)
 {
     if (c == NULL || key == NULL || key[0] == '\0' ||
         strnlen(key, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY || c->watching) {
         return WEFT_ERR_INVALID_ARG;
     }
-    return c->broken ? WEFT_ERR_IO : WEFT_OK;
+    return usable(c) ? WEFT_OK : WEFT_ERR_IO;
 }
 
 weft_status_t weft__store_set(weft_store_client_t *c, const char *key, const void *val, size_t len)
@@ -391,7 +455,7 @@ weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix)
         strnlen(prefix, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY || c->watching) {
         return WEFT_ERR_INVALID_ARG;
     }
-    if (c->broken) {
+    if (!usable(c)) {
         return WEFT_ERR_IO;
     }
     weft_status_t st = call(c, WEFT__STORE_WATCH, prefix, NULL, 0, 0, &status, &data, &dlen);
@@ -409,7 +473,7 @@ weft_status_t weft__store_next_event(weft_store_client_t *c, int timeout_ms, cha
     if (c == NULL || !c->watching || timeout_ms < 0 || key == NULL || val == NULL || len == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
-    if (c->broken) {
+    if (!usable(c)) {
         return WEFT_ERR_IO;
     }
     weft_store_msg_t type;
@@ -523,7 +587,8 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
         }
         uint64_t now = now_ms();
         if (now >= deadline) {
-            WEFT_ERROR(c->lg, "store %s: cannot connect within %d ms: %s", c->addr, timeout_ms,
+            WEFT_ERROR(c->lg, "store %s: cannot connect, tried for %llu ms: %s", c->addr,
+                       (unsigned long long)(now - (deadline - (uint64_t)timeout_ms)),
                        rc != 0 ? gai_strerror(rc) : strerror(c->err));
             return WEFT_ERR_TIMEOUT;
         }

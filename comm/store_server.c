@@ -707,8 +707,9 @@ static int run_timers(weft_store_server_t *s)
             next = c->deadline_ms < next ? c->deadline_ms : next;
         } else if (c->state == CONN_AUTH) {
             if (!c->closing) { /* a refused one that is not reading its refusal is no news */
-                WEFT_WARN(s->lg, "store: refused %s: no authentication within %d ms", c->peer,
-                          WEFT__STORE_AUTH_TIMEOUT_MS);
+                uint64_t waited = now - (c->deadline_ms - WEFT__STORE_AUTH_TIMEOUT_MS);
+                WEFT_WARN(s->lg, "store: refused %s: no authentication after %llu ms", c->peer,
+                          (unsigned long long)waited);
             }
             c->dead = true;
         } else {

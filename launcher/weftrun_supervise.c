@@ -208,8 +208,9 @@ static void check_deadlines(weftrun_job_t *job)
 {
     uint64_t now = weftrun_now_ms();
     if (job->deadline_ms != 0 && now >= job->deadline_ms && job->stop_reason == WEFTRUN_STOP_NONE) {
+        uint64_t started = job->deadline_ms - job->opts->timeout_ms;
         WEFT_ERROR(job->lg, "the job timed out after %.3g s (--timeout); stopping all ranks",
-                   (double)job->opts->timeout_ms / 1000.0);
+                   (double)(now - started) / 1000.0);
         weftrun_begin_stop(job, WEFTRUN_STOP_TIMEOUT, WEFTRUN_EXIT_TIMEOUT, SIGTERM);
     }
     if (job->kill_at_ms != 0 && now >= job->kill_at_ms) {

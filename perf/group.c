@@ -195,7 +195,7 @@ static int spawn_replacement(group_bench_t *b)
 
 static int wait_for_joiner(group_bench_t *b)
 {
-    double deadline = perf_now_us() + 60e6;
+    double start = perf_now_us(), deadline = start + 60e6;
     for (int n = 0;;) {
         if (check(b->ctx, "counting joiners", weft_group_pending_joiners(b->g, &n))) {
             return 1;
@@ -204,7 +204,8 @@ static int wait_for_joiner(group_bench_t *b)
             return 0;
         }
         if (perf_now_us() > deadline) {
-            fprintf(stderr, "weft-perf group: no replacement arrived within 60 s%s\n",
+            fprintf(stderr, "weft-perf group: no replacement arrived after %.3g s%s\n",
+                    (perf_now_us() - start) / 1e6,
                     b->spawn ? "" : ": run under 'weftrun --elastic --replace'");
             return 1;
         }

@@ -422,9 +422,12 @@ weft_status_t weft__nccl_comm_poll(weft_nccl_comm_t *c)
                          ncclGetErrorString(state), ncclGetLastError(c->nc));
     }
     retire(c);
+    uint64_t age = c->head != NULL ? now_ns() - c->head->start_ns : 0;
     if (c->failed == WEFT_OK && c->head != NULL && c->op_timeout_ns != 0 &&
-        now_ns() - c->head->start_ns > c->op_timeout_ns) {
-        return comm_fail(c, WEFT_ERR_TIMEOUT, "an NCCL operation did not finish within %llu ms",
+        age > c->op_timeout_ns) {
+        return comm_fail(c, WEFT_ERR_TIMEOUT,
+                         "an NCCL operation did not finish after %llu ms (limit %llu ms)",
+                         (unsigned long long)(age / 1000000u),
                          (unsigned long long)(c->op_timeout_ns / 1000000u));
     }
     return c->failed;

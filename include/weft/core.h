@@ -149,7 +149,9 @@ weft_status_t weft_test(weft_req_t *req);
  * @brief Wait until @p req completes or @p timeout_ns passes.
  *
  * Waiting yields the processor between progress attempts, so oversubscribed ranks do
- * not starve each other.
+ * not starve each other. Once the rendezvous store is lost, a hung peer can no longer be
+ * detected, so a wait (and every blocking call) lasts at most WEFT_FAILURE_TIMEOUT_MS,
+ * counted from its start or from the loss, whichever is later.
  * @param[in] timeout_ns Nanoseconds, or WEFT_TIMEOUT_DEFAULT.
  * @return The request's status, or WEFT_ERR_TIMEOUT (the request stays valid and may be
  *         waited on again or freed).
