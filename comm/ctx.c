@@ -10,6 +10,7 @@
 #include "comm/bootstrap.h"
 #include "comm/ctx.h"
 #include "comm/memtype.h"
+#include "comm/shm.h"
 
 #define ADDR_KEY_FMT "addr/%d"
 #define CLAIM_KEY_FMT "claim/%d"
@@ -287,6 +288,10 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     snprintf(ctx->launcher, sizeof(ctx->launcher), "%s", boot.launcher);
     snprintf(ctx->store_addr, sizeof(ctx->store_addr), "%s", boot.store);
     snprintf(ctx->token, sizeof(ctx->token), "%s", boot.token);
+    st = weft__shm_ctx_init(ctx);
+    if (st != WEFT_OK) {
+        goto err_fini;
+    }
     if (ctx->cfg.yield_spins < 0) {
         /* More ranks than cores: a spinning waiter takes the core its peer needs. */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);

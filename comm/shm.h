@@ -41,6 +41,7 @@
 
 #include "weft/status.h"
 
+struct weft_ctx;
 struct weft_group;
 
 #define WEFT_SHM_MAX_RANKS 256 /* larger groups collect over messages */
@@ -131,5 +132,11 @@ void weft__shm_release(struct weft_group *g);
  * this rank alone failed.
  */
 weft_status_t weft__shm_data(struct weft_group *g);
+
+/*
+ * weft_init, once the store address, token and namespace are known: derive the names of
+ * the context's segments (comm/shm_job.h).
+ */
+weft_status_t weft__shm_ctx_init(struct weft_ctx *ctx);
 
 #endif
