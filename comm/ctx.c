@@ -264,6 +264,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
         return WEFT_ERR_NO_MEMORY;
     }
     ctx->rank = -1;
+    ctx->shm_job.lock_fd = -1;
     ctx->logger.level = WEFT_LOG_WARN;
     ctx->logger.rank = -1;
     ctx->logger.prefix = "weft";
@@ -378,6 +379,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     while (ctx->groups != NULL) {
         weft__group_destroy(ctx->groups);
     }
+    weft__shm_ctx_fini(ctx); /* after the groups' segments are gone */
     weft__cuda_ctx_fini(ctx);
     weft__req_pool_drain(ctx);
     for (int i = 0; i < ctx->npeers; i++) {

@@ -41,7 +41,7 @@ struct weft_ctx {
     char launcher[16];          /* "weftrun", "mpirun", "srun", "singleton" */
     char store_addr[256];
     char token[128];
-    weft_shm_job_t shm_job;     /* names of its shared-memory segments */
+    weft_shm_job_t shm_job;     /* names of its shared-memory segments, the job lock */
     weft_store_client_t *store; /* request/response connection */
     weft_store_client_t *watch; /* watch on the failure-notice prefix */
     struct weft_heartbeat *heartbeat; /* liveness lease (comm/heartbeat.c) */

@@ -7,7 +7,9 @@
  * adopt the geometry, or the failure: when /dev/shm is too small every member sees the
  * same status and makes the same choice. The member that completes the attach count
  * unlinks the name. A member that releases a segment some member never attached to
- * unlinks it too.
+ * unlinks it too. What members that die before everyone attached leave behind goes by
+ * the rules of the job lock (comm/shm_job.h), which each process takes before it makes
+ * or opens its first segment.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -280,6 +282,13 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
         g->shm_epoch = g->epoch + 1;
         return WEFT_OK;
     }
+    int err = weft__shm_job_lock(&ctx->shm_job, WEFT_SHM_DIR);
+    if (err != 0) {
+        return weft__error(ctx, WEFT_ERR_IO,
+                           "shared memory: cannot hold the job lock in %s: %s (WEFT_COLL_SHM=off "
+                           "on every rank avoids it)",
+                           WEFT_SHM_DIR, strerror(err));
+    }
     weft_shm_t *s = calloc(1, sizeof(*s));
     if (s == NULL) {
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for shared-memory state");
@@ -344,5 +353,15 @@ weft_status_t weft__shm_ctx_init(weft_ctx_t *ctx)
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot derive the names of shared-memory segments");
     }
+    /* One process per host is enough to clear what dead jobs left: whatever launched it,
+     * every host of a job has a local rank 0. */
+    if (ctx->cfg.coll_shm && ctx->store_addr[0] != '\0' && ctx->local_rank == 0) {
+        weft__shm_sweep(WEFT_SHM_DIR, &ctx->logger);
+    }
     return WEFT_OK;
+}
+
+void weft__shm_ctx_fini(weft_ctx_t *ctx)
+{
+    weft__shm_job_unlock(&ctx->shm_job, WEFT_SHM_DIR, &ctx->logger);
 }
