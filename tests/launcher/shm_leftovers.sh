@@ -23,10 +23,16 @@ if [ ! -d $shm ] || [ ! -w $shm ]; then
     exit 77
 fi
 tmp=$(mktemp -d)
-pids=""
 made=""
+# Whatever still runs of ours when the script ends: background jobs, and ranks (in
+# process groups of their own) whose pid is still a shm_hold.
 cleanup() {
-    for p in $pids; do kill -9 "$p" 2>/dev/null; done
+    for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done
+    for f in "$tmp"/*/pid.*; do
+        [ -e "$f" ] || continue
+        p=$(cat "$f")
+        grep -q shm_hold "/proc/$p/cmdline" 2>/dev/null && kill -9 "$p"
+    done
     for f in $made; do rm -f "$shm/$f"; done
     rm -rf "$tmp"
 }
@@ -65,7 +71,6 @@ start_hold() {
     mkdir -p "$1"
     "$weftrun" -n 2 --timeout 100 -- "$prog" hold "$1" >"$1/out" 2>&1 &
     hold_pid=$!
-    pids="$pids $hold_pid"
     wait_file "$1/created" 60 || fail "rank 0 never reported its segment"
     job=$(cat "$1/job")
     [ -n "$(names "$job")" ] || fail "no name of job $job in $shm"
@@ -109,7 +114,6 @@ stale)
 store_only)
     "$weftrun" --store-only --timeout 100 >"$tmp/env" 2>"$tmp/store.err" &
     store_pid=$!
-    pids="$pids $store_pid"
     i=0
     until grep -q '^WEFT_JOB_TOKEN=' "$tmp/env"; do
         i=$((i + 1))
@@ -125,7 +129,6 @@ store_only)
     mkdir -p "$d"
     for r in 0 1; do
         WEFT_RANK=$r WEFT_LOCAL_RANK=$r "$prog" hold "$d" >"$d/out.$r" 2>&1 &
-        pids="$pids $!"
     done
     wait_file "$d/created" 60 || fail "rank 0 never reported its segment: $(cat "$d"/out.*)"
     check_gone "$dead" "a dead job's names after rank 0's weft_init"
