@@ -10,6 +10,7 @@
 #include "comm/bootstrap.h"
 #include "comm/ctx.h"
 #include "comm/memtype.h"
+#include "comm/shm.h"
 
 #define ADDR_KEY_FMT "addr/%d"
 #define CLAIM_KEY_FMT "claim/%d"
@@ -331,6 +332,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
         return WEFT_ERR_NO_MEMORY;
     }
     ctx->rank = -1;
+    ctx->shm_job.lock_fd = -1;
     ctx->logger.level = WEFT_LOG_WARN;
     ctx->logger.rank = -1;
     ctx->logger.prefix = "weft";
@@ -355,6 +357,10 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     snprintf(ctx->launcher, sizeof(ctx->launcher), "%s", boot.launcher);
     snprintf(ctx->store_addr, sizeof(ctx->store_addr), "%s", boot.store);
     snprintf(ctx->token, sizeof(ctx->token), "%s", boot.token);
+    st = weft__shm_ctx_init(ctx);
+    if (st != WEFT_OK) {
+        goto err_fini;
+    }
     if (ctx->cfg.yield_spins < 0) {
         /* More ranks than cores: a spinning waiter takes the core its peer needs. */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -458,6 +464,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     while (ctx->groups != NULL) {
         weft__group_destroy(ctx->groups);
     }
+    weft__shm_ctx_fini(ctx); /* after the groups' segments are gone */
     weft__cuda_ctx_fini(ctx);
     weft__req_pool_drain(ctx);
     for (int i = 0; i < ctx->npeers; i++) {

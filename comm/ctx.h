@@ -10,6 +10,7 @@
 
 #include "comm/config.h"
 #include "comm/log.h"
+#include "comm/shm_job.h"
 #include "comm/store.h"
 #include "comm/tag.h"
 #include "transports/transport.h"
@@ -40,6 +41,7 @@ struct weft_ctx {
     char launcher[16];          /* "weftrun", "mpirun", "srun", "singleton" */
     char store_addr[256];
     char token[128];
+    weft_shm_job_t shm_job;     /* names of its shared-memory segments, the job lock */
     weft_store_client_t *store; /* request/response connection */
     weft_store_client_t *watch; /* watch on the failure-notice prefix */
     weft_store_health_t store_health; /* shared by store, watch and the heartbeat's lease */

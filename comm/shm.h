@@ -41,6 +41,7 @@
 
 #include "weft/status.h"
 
+struct weft_ctx;
 struct weft_group;
 
 #define WEFT_SHM_MAX_RANKS 256 /* larger groups collect over messages */
@@ -131,5 +132,15 @@ void weft__shm_release(struct weft_group *g);
  * this rank alone failed.
  */
 weft_status_t weft__shm_data(struct weft_group *g);
+
+/*
+ * weft_init, once the store address, token and namespace are known: derive the names of
+ * the context's segments (comm/shm_job.h); on local rank 0, remove what jobs that no
+ * longer run left in /dev/shm. ctx->shm_job.lock_fd must be -1 already.
+ */
+weft_status_t weft__shm_ctx_init(struct weft_ctx *ctx);
+/* weft_finalize, after the groups: release the job lock; the last of the job's processes
+ * on this host to do so removes the job's names. */
+void weft__shm_ctx_fini(struct weft_ctx *ctx);
 
 #endif

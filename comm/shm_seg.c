@@ -1,13 +1,15 @@
 /*
  * The shared-memory segments of a group epoch. A segment's name is derived from the job
  * (store address, token, namespace), the group id, the epoch and its kind ("ctl" or
- * "data"), so every member finds it without a message. The first to arrive creates it
- * exclusively, allocates all of it, and then publishes its geometry and status (a magic
- * word written last). The others open it, wait for the magic, and adopt the geometry, or
- * the failure: when /dev/shm is too small every member sees the same status and makes
- * the same choice. The member that completes the attach count unlinks the name, so after
- * a crash nothing stays in /dev/shm once all had attached. A member that releases a
- * segment some member never attached to unlinks it too.
+ * "data"; comm/shm_job.c), so every member finds it without a message. The first to
+ * arrive creates it exclusively, allocates all of it, and then publishes its geometry
+ * and status (a magic word written last). The others open it, wait for the magic, and
+ * adopt the geometry, or the failure: when /dev/shm is too small every member sees the
+ * same status and makes the same choice. The member that completes the attach count
+ * unlinks the name. A member that releases a segment some member never attached to
+ * unlinks it too. What members that die before everyone attached leave behind goes by
+ * the rules of the job lock (comm/shm_job.h), which each process takes before it makes
+ * or opens its first segment.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +23,7 @@
 
 #include "comm/coll.h"
 #include "comm/shm.h"
+#include "comm/shm_job.h"
 
 #define SHM_MAGIC UINT64_C(0x77656674736d3033) /* "weftsm03" */
 #define ATTACH_WAIT_MS 10000                   /* for a creator to publish the geometry */
@@ -97,20 +100,6 @@ static bool all_same_host(const weft_group_t *g)
         }
     }
     return true;
-}
-
-/* FNV-1a over the strings that make a job unique on this host. */
-static uint64_t job_hash(const weft_ctx_t *ctx)
-{
-    const char *parts[] = {ctx->store_addr, ctx->token, ctx->cfg.ns};
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-        for (const char *p = parts[i]; *p != '\0'; p++) {
-            h = (h ^ (uint8_t)*p) * UINT64_C(0x100000001b3);
-        }
-        h = (h ^ 0xff) * UINT64_C(0x100000001b3);
-    }
-    return h;
 }
 
 static weft_status_t map_fd(weft_ctx_t *ctx, weft_shm_region_t *r, int fd, size_t len)
@@ -230,8 +219,7 @@ static weft_status_t region_open(weft_group_t *g, weft_shm_region_t *r, const ch
 {
     weft_ctx_t *ctx = g->ctx;
     *refused = false;
-    snprintf(r->name, sizeof(r->name), "/weft-%016llx-%u-%u-%s",
-             (unsigned long long)job_hash(ctx), g->id, g->epoch, kind);
+    weft__shm_seg_name(&ctx->shm_job, g->id, g->epoch, kind, r->name, sizeof(r->name));
     bool creator = true;
     int fd = shm_open(r->name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 && errno == EEXIST) {
@@ -297,6 +285,13 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
         g->shm_epoch = g->epoch + 1;
         return WEFT_OK;
     }
+    int err = weft__shm_job_lock(&ctx->shm_job, WEFT_SHM_DIR);
+    if (err != 0) {
+        return weft__error(ctx, WEFT_ERR_IO,
+                           "shared memory: cannot hold the job lock in %s: %s (WEFT_COLL_SHM=off "
+                           "on every rank avoids it)",
+                           WEFT_SHM_DIR, strerror(err));
+    }
     weft_shm_t *s = calloc(1, sizeof(*s));
     if (s == NULL) {
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for shared-memory state");
@@ -353,4 +348,23 @@ weft_status_t weft__shm_data(weft_group_t *g)
     }
     s->data_state = 1;
     return WEFT_OK;
+}
+
+weft_status_t weft__shm_ctx_init(weft_ctx_t *ctx)
+{
+    weft_status_t st = weft__shm_job_init(&ctx->shm_job, ctx->store_addr, ctx->token, ctx->cfg.ns);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "cannot derive the names of shared-memory segments");
+    }
+    /* One process per host is enough to clear what dead jobs left: whatever launched it,
+     * every host of a job has a local rank 0. */
+    if (ctx->cfg.coll_shm && ctx->store_addr[0] != '\0' && ctx->local_rank == 0) {
+        weft__shm_sweep(WEFT_SHM_DIR, &ctx->logger);
+    }
+    return WEFT_OK;
+}
+
+void weft__shm_ctx_fini(weft_ctx_t *ctx)
+{
+    weft__shm_job_unlock(&ctx->shm_job, WEFT_SHM_DIR, &ctx->logger);
 }

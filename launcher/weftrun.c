@@ -107,6 +107,12 @@ static const char usage_text[] =
     "When the program cannot be run at all (exec failed), the job is stopped.\n"
     "--tag-output prefixes are '[rank <id>] ', replacements included.\n"
     "\n"
+    "Shared memory: ranks on one host share segments named /dev/shm/weft-<job>-*.\n"
+    "When the job ends, however it ends, weftrun removes what is left of its job's; with\n"
+    "--store-only only when no process of the job on this host still holds the job's\n"
+    "lock (/dev/shm/weft-<job>.lock). At start, weftrun removes what jobs that no\n"
+    "longer run on this host left there.\n"
+    "\n"
     "Exit status: 0 when every rank exited 0; the failing rank's status; 124 on\n"
     "--timeout; 127 when the program cannot be run; 2 for bad usage; 1 when weftrun\n"
     "itself failed. With --elastic: 0 when every process still a member at the end\n"
@@ -390,7 +396,27 @@ static weft_status_t start_store(weftrun_job_t *job)
     format_store_addr(job->opts->bind_addr, weft__store_server_port(job->server),
                       job->opts->store_only, job->store_addr, sizeof(job->store_addr));
     WEFT_INFO(job->lg, "store listening at %s", job->store_addr);
+    if (weft__shm_job_id(job->store_addr, job->token, job->shm_job) != WEFT_OK) {
+        WEFT_WARN(job->lg, "cannot name the job's shared-memory segments: they are not "
+                           "removed at its end");
+        job->shm_job[0] = '\0';
+    }
     return WEFT_OK;
+}
+
+/*
+ * The job is over, however it ended: remove its shared-memory segments, which ranks that
+ * died before all members attached leave in /dev/shm. Under --store-only the ranks were
+ * started by others and may outlive the store, so their job lock decides
+ * (comm/shm_job.h); otherwise every rank has been reaped. Ranks given the store address
+ * spelled otherwise than printed name their segments otherwise; the job lock's rules
+ * remove those.
+ */
+static void shm_clean_at_end(const weftrun_job_t *job)
+{
+    if (job->shm_job[0] != '\0') {
+        weft__shm_clean_job(WEFT_SHM_DIR, job->shm_job, !job->opts->store_only, job->lg);
+    }
 }
 
 static int serve_store_only(weftrun_job_t *job)
@@ -436,8 +462,12 @@ int main(int argc, char **argv)
         rc = WEFTRUN_EXIT_FAILED;
         goto out;
     }
+    /* What jobs that no longer run left in /dev/shm (weftrun killed, ranks started by
+     * hand that all died) goes before this one starts. */
+    weft__shm_sweep(WEFT_SHM_DIR, &lg);
     rc = opts.store_only ? serve_store_only(&job) : weftrun_run_job(&job);
     weft__store_server_stop(job.server);
+    shm_clean_at_end(&job);
 out:
     if (job.sigfd >= 0) {
         close(job.sigfd);

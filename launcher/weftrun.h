@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include "comm/log.h"
+#include "comm/shm_job.h"
 #include "comm/store.h"
 
 /* Exit codes of weftrun itself, beside the ranks' own. */
@@ -114,6 +115,7 @@ typedef struct weftrun_job {
     weft_store_server_t *server;
     char store_addr[300]; /* host:port the ranks connect to */
     char token[65];
+    char shm_job[WEFT_SHM_ID_HEX + 1]; /* <job> of the ranks' names in /dev/shm; "": unknown */
     char *prog_path;       /* argv[0] resolved against PATH */
     weftrun_slot_t *slots; /* the first nslots are in use: the N ranks, then replacements */
     int nslots;

@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "comm/shm_job.h"
 #include "weft/weft.h"
 
 static weft_ctx_t *ctx;
@@ -164,7 +165,8 @@ static void test_bcast_late_mismatch(void **state)
     check_sum(world, 100003);
 }
 
-/* Rank 0 creates the segments; their names carry its pid and are unlinked at once. */
+/* Every member has attached to the segments made so far, so none of the job's names
+ * ("weft-<job>-", comm/shm_job.h) is left in /dev/shm. */
 static void test_no_name_left(void **state)
 {
     (void)state;
@@ -172,9 +174,11 @@ static void test_no_name_left(void **state)
     if (me != 0 || nranks < 2) {
         return;
     }
-    char prefix[64];
-    snprintf(prefix, sizeof(prefix), "weft-%ld-", (long)getpid());
-    DIR *d = opendir("/dev/shm");
+    char job[WEFT_SHM_ID_HEX + 1], prefix[64];
+    const char *store = getenv("WEFT_STORE"), *token = getenv("WEFT_JOB_TOKEN");
+    assert_int_equal(weft__shm_job_id(store ? store : "", token ? token : "", job), WEFT_OK);
+    snprintf(prefix, sizeof(prefix), "weft-%s-", job);
+    DIR *d = opendir(WEFT_SHM_DIR);
     if (d == NULL) {
         return; /* no /dev/shm: shm_open lives elsewhere, nothing to look at */
     }
