@@ -86,14 +86,13 @@ static void announce_admissions(weft_group_t *g, const weft_decision_t *d)
  * which of them share its host: the members of an epoch must agree on whether it can
  * collect through shared memory. A member whose address cannot be read is reported as
  * failed, which every member then learns, and the next repair removes it. */
-static void learn_newcomers(weft_group_t *g, const weft_decision_t *d)
+void weft__learn_members(weft_ctx_t *ctx, const int *ids, int n)
 {
-    weft_ctx_t *ctx = g->ctx;
     if (ctx->store == NULL || ctx->tl_ucx == NULL) {
         return;
     }
-    for (uint32_t i = 0; i < d->n_members; i++) {
-        int id = d->members[i];
+    for (int i = 0; i < n; i++) {
+        int id = ids[i];
         if (id == ctx->rank || ctx->peers[id].addr != NULL || ctx->peers[id].failed != WEFT_OK) {
             continue;
         }
@@ -140,7 +139,7 @@ weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
         }
     }
     if (me >= 0) {
-        learn_newcomers(g, d);
+        weft__learn_members(ctx, members, (int)d->n_members);
     }
     info_step(info, g, d);
     if (ctx->store != NULL && g->rank >= 0) {

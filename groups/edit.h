@@ -27,6 +27,9 @@ void weft__decision_key(const weft_ctx_t *ctx, char *key, size_t len, uint32_t g
 /* Apply a decided edit to @p g (members, epoch, stale messages); fills @p info. */
 weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
                                 weft_edit_info_t *info);
+/* Read the addresses of the members among @p ids this process does not know yet (so it
+ * knows which share its host); one that cannot be read is reported as failed. */
+void weft__learn_members(weft_ctx_t *ctx, const int *ids, int n);
 /* Apply every decision already taken for g's current epoch and later ones. */
 weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info);
 

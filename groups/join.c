@@ -8,22 +8,6 @@
 /* Take a joiner slot and write this member's id into it. A member that found the slot
  * still empty after a while has closed it with a tombstone (it took us for dead between
  * the two steps): then take another. */
-/* Addresses of the members this newcomer enters with, so it knows which share its host
- * (all members of an epoch must agree on whether it collects through shared memory). */
-static void learn_members(weft_group_t *g)
-{
-    weft_ctx_t *ctx = g->ctx;
-    for (int i = 0; i < g->size && ctx->tl_ucx != NULL; i++) {
-        int id = g->members[i];
-        if (id == ctx->rank || ctx->peers[id].addr != NULL || ctx->peers[id].failed != WEFT_OK) {
-            continue;
-        }
-        if (weft__fetch_address(ctx, id, (int)ctx->cfg.connect_timeout_ms, 0) != WEFT_OK) {
-            weft__report_failure(ctx, id, "its address could not be read");
-        }
-    }
-}
-
 /* Wait until the members admit this process (*epoch: the epoch it enters at), the group
  * finishes without it (every member left together: WEFT_ERR_REVOKED), or the timeout. */
 static weft_status_t wait_admission(weft_ctx_t *ctx, uint32_t gid, uint64_t timeout_ms,
@@ -155,7 +139,7 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     ctx->world = g;
     ctx->size = g->size;
     weft__poll_failure_notices(ctx);
-    learn_members(g);
+    weft__learn_members(ctx, g->members, g->size); /* which members share its host */
     st = weft__group_catch_up(g, NULL);
     if (st != WEFT_OK) {
         return st;
