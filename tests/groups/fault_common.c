@@ -185,3 +185,20 @@ int fault_membership_agrees(weft_group_t *g)
     }
     return memcmp(lo, hi, sizeof(lo)) == 0;
 }
+
+int fault_uses_shm(weft_group_t *g)
+{
+    uint32_t epoch;
+    weft_group_epoch(g, &epoch);
+    char want[48], line[512];
+    snprintf(want, sizeof(want), "-0-%u-ctl", epoch);
+    FILE *f = fopen("/proc/self/maps", "r");
+    int found = 0;
+    while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL) {
+        found = strstr(line, "/weft-") != NULL && strstr(line, want) != NULL;
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return found;
+}

@@ -34,6 +34,9 @@ int fault_membership_agrees(weft_group_t *g);
 
 /* 1 if member @p id is in @p g. */
 int fault_has_member(weft_group_t *g, int id);
+/* Whether this process maps the world group's shared-memory segment of its current epoch
+ * (after a collective at that epoch): the group collects through shared memory. */
+int fault_uses_shm(weft_group_t *g);
 
 #define SURVIVOR_OK(rank) printf("SURVIVOR-OK rank %d\n", (rank))
 #define SURVIVOR_FAIL(rank, why) printf("SURVIVOR-FAIL rank %d: %s\n", (rank), (why))

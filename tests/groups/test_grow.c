@@ -24,6 +24,14 @@ static int verify(weft_ctx_t *ctx, weft_group_t *g, int expect_size, const char 
                expect_size, weft_status_str(st), weft_last_error(ctx));
         return 1;
     }
+    /* Every member must know that the newcomer shares its host: the grown group collects
+     * through shared memory again, not over messages for good. */
+    const char *shm = getenv("WEFT_COLL_SHM");
+    if (size > 1 && (shm == NULL || strcmp(shm, "off") != 0) && !fault_uses_shm(g)) {
+        printf("SURVIVOR-FAIL %s rank %d: the grown group does not use shared memory\n", who,
+               rank);
+        return 1;
+    }
     printf("verified %s rank %d of %d\n", who, rank, size);
     return 0;
 }
