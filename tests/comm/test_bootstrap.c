@@ -12,7 +12,7 @@ static const char *const all_vars[] = {
     "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
     "WEFT_JOB_TOKEN", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-    "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PMIX_RANK",
+    "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PMIX_RANK", "WEFT_JOIN",
 };
 
 static void quiet(weft_log_level_t l, int r, const char *m, void *a)
@@ -61,6 +61,32 @@ static void test_weftrun(void **state)
     assert_string_equal(b.launcher, "weftrun");
     assert_string_equal(b.store, "127.0.0.1:4000");
     assert_string_equal(b.token, "abc");
+}
+
+/* A replacement started by weftrun learns how many ranks share its host, like the
+ * others: its idle policy (spin or yield) depends on it. */
+static void test_joiner(void **state)
+{
+    (void)state;
+    weft_boot_t b;
+    setenv("WEFT_JOIN", "1", 1);
+    setenv("WEFT_RANK", "5", 1);
+    setenv("WEFT_WORLD_SIZE", "4", 1);
+    setenv("WEFT_LOCAL_RANK", "1", 1);
+    setenv("WEFT_LOCAL_SIZE", "4", 1);
+    setenv("WEFT_STORE", "127.0.0.1:4000", 1);
+    setenv("WEFT_JOB_TOKEN", "abc", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_true(b.joining);
+    assert_int_equal(b.rank, 5);
+    assert_int_equal(b.local_rank, 1);
+    assert_int_equal(b.local_size, 4);
+    /* Started by hand without them: alone on its host. */
+    unsetenv("WEFT_LOCAL_RANK");
+    unsetenv("WEFT_LOCAL_SIZE");
+    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_int_equal(b.local_rank, 0);
+    assert_int_equal(b.local_size, 1);
 }
 
 static void test_mpirun_and_srun(void **state)
@@ -135,6 +161,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_singleton, setup),
         cmocka_unit_test_setup(test_weftrun, setup),
+        cmocka_unit_test_setup(test_joiner, setup),
         cmocka_unit_test_setup(test_mpirun_and_srun, setup),
         cmocka_unit_test_setup(test_disagreeing_sizes, setup),
         cmocka_unit_test_setup(test_bad_environment, setup),
