@@ -76,14 +76,15 @@ How to run
     tests/elastic/fault_random.py --trials 30                 # a seed from the clock
     tests/elastic/fault_random.py --trials 1000 --jobs 2 --keep /tmp/weft-faults
     tests/elastic/fault_random.py --seed 1234 --trials 1      # the draw of one trial
-(the replay command printed for a failing trial also gives --step-us, --bound and
---quick as that run had them, so that its draw, steps included, is the same)
     tests/elastic/fault_random.py --quick                     # the short version (ctest)
+
+The replay command printed for a failing trial also gives --step-us, --bound and --quick
+as that run had them, so that its draw, steps included, is the same.
 
 Options: --trials N, --seed S (trial i uses seed S+i), --jobs J (trials in parallel),
 --bin DIR (weftrun and weft-example-trainer; default build/bin), --quick (shorter runs, a
 shorter bound, 16 trials unless --trials says otherwise), --keep DIR, --bound SECONDS
-(wall-clock bound of a trial, default 60, 20 with --quick; weftrun gets --timeout
+(wall-clock bound of a trial, default 40, 20 with --quick; weftrun gets --timeout
 SECONDS - 8), --budget SECONDS (start no trial after this long; the rest are reported as
 not run), --step-us US3,US8 (the cost of a step, instead of measuring it), --only
 KEY=VALUE,... (run only the drawn trials with that fault, spacing, moment, mode or n; the
@@ -551,6 +552,19 @@ def run_trial(t, opts, workdir):
     return res, output
 
 
+def first_complaint(output):
+    """The line that best says why a job failed: the trainer's own, else weftrun's, else
+    the first error of a rank."""
+    lines = output.splitlines()
+    for test in (lambda ln: ln.startswith("trainer:"),
+                 lambda ln: ln.startswith("[weftrun] ERROR"),
+                 lambda ln: "ERROR" in ln):
+        ln = next((ln for ln in lines if test(ln)), None)
+        if ln is not None:
+            return ": " + ln.strip()[:200]
+    return ""
+
+
 def classify(t, res, output, bound, victims):
     rc = res["rc"]
     kills = sum(1 for e in res["events"] if e["what"] == "kill" and e["delivered"])
@@ -590,9 +604,7 @@ def classify(t, res, output, bound, victims):
     if why is None and finishing and all(int(p) in victims for p in finishing):
         why = "a victim died after the job began to finish"
     if why is None:
-        first = next((ln for ln in output.splitlines()
-                      if "ERROR" in ln or ln.startswith("trainer:")), "")
-        return FAIL, f"exit {rc}" + (f": {first.strip()[:200]}" if first else "")
+        return FAIL, f"exit {rc}" + first_complaint(output)
     if res["elapsed_s"] > bound / 2:
         return FAIL, f"a stop that took {res['elapsed_s']:.1f} s, not prompt ({why})"
     if leftovers:
@@ -727,7 +739,7 @@ def main():
     ap.add_argument("--keep", help="folder for the output of failing trials "
                     "(default: a new folder under the temporary directory)")
     ap.add_argument("--bound", type=int, help="wall-clock bound of one trial in seconds "
-                    "(default 60; 20 with --quick); weftrun gets --timeout bound-8")
+                    "(default 40; 20 with --quick); weftrun gets --timeout bound-8")
     ap.add_argument("--budget", type=float, help="start no trial after this many seconds")
     ap.add_argument("--stacks", action="store_true",
                     help="with gdb, record the stacks of a hung trial's ranks in procs.txt")
@@ -741,7 +753,7 @@ def main():
     if opts.trials is None:
         opts.trials = 16 if opts.quick else 30
     if opts.bound is None:
-        opts.bound = 20 if opts.quick else 60
+        opts.bound = 20 if opts.quick else 40
     if opts.seed is None:
         opts.seed = int(time.time() * 1000) % 1_000_000_000
     opts.bin = os.path.abspath(opts.bin)
