@@ -798,6 +798,9 @@ def main():
                 (opts.budget is not None and time.monotonic() - start > opts.budget):
             return
         res, output = run_trial(t, opts, workdir)
+        if interrupted.is_set():  # cut short by us: says nothing about weft
+            os.unlink(res["output_path"])
+            return
         if res["outcome"] in (HANG, FAIL):
             res["kept"] = keep_failure(opts, t, res, output)
         try:
@@ -818,6 +821,12 @@ def main():
                   f"exit {res['rc']} {res['elapsed_s']:.2f}s | {faults or 'no fault delivered'}"
                   + (f" | {res['reason']}" if res["reason"] else ""), flush=True)
 
+    # Ctrl-C, and SIGTERM (a test runner's timeout), stop the trials and what they run;
+    # SIGINT may come ignored from a shell that started us in the background.
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     pool = ThreadPoolExecutor(max_workers=opts.jobs)
     futures = [pool.submit(one, t) for t in trials]
     try:
@@ -828,14 +837,25 @@ def main():
                 f.result()
     except KeyboardInterrupt:
         interrupted.set()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("\nfault_random: interrupted; stopping the running trials", file=sys.stderr)
         with running_lock:
             procs = list(running.items())
         for tag, p in procs:
             kill_everything(p, tag)
         pool.shutdown(wait=True, cancel_futures=True)
-        return 130
-    pool.shutdown(wait=True)
+        # A trial may have started between the look at `running` and the shutdown.
+        tags = {str(t["seed"]) for t in trials}
+        for pid in all_pids():
+            if proc_env(pid).get(MARKER) in tags:
+                for sig in (signal.SIGKILL, signal.SIGCONT):
+                    try:
+                        os.kill(pid, sig)
+                    except OSError:
+                        pass
+    else:
+        pool.shutdown(wait=True)
     try:
         os.rmdir(workdir)
     except OSError:
@@ -846,7 +866,8 @@ def main():
     bad = [t for t in trials if t["seed"] in results
            and results[t["seed"]]["outcome"] in (HANG, FAIL)]
     if notrun:
-        print(f"\n{notrun} trial(s) not run (--budget {opts.budget} s spent)")
+        why = "interrupted" if interrupted.is_set() else f"--budget {opts.budget} s spent"
+        print(f"\n{notrun} trial(s) not run ({why})")
     if bad:
         print(f"\n{len(bad)} trial(s) hung or failed:")
         for t in bad:
@@ -859,7 +880,10 @@ def main():
         except OSError:
             pass
     print(f"\nfault_random: seed {opts.seed}: {len(results)} trial(s) in "
-          f"{time.monotonic() - start:.0f} s, {len(bad)} hung or failed")
+          f"{time.monotonic() - start:.0f} s, {len(bad)} hung or failed"
+          + (" (interrupted)" if interrupted.is_set() else ""))
+    if interrupted.is_set():
+        return 130
     return 1 if bad else 0
 
 
