@@ -60,7 +60,7 @@ Outcome of a trial
                  process of the trial is still running after weftrun exited (it is killed
                  and listed) or a /dev/shm/weft-* name of the trial's job remains (it is
                  removed and listed); the job's names are found from WEFT_STORE,
-                 WEFT_JOB_TOKEN and the namespace of its ranks, as comm/shm_seg.c derives
+                 WEFT_JOB_TOKEN and the namespace of its ranks, as comm/shm_job.c derives
                  them.
 
 At the end a table gives the trials by fault x spacing x moment x mode with their counts
@@ -97,6 +97,8 @@ FAULTRAND_TRIAL=<seed> in its environment, which is how leftovers are found.
 
 import argparse
 import glob
+import hashlib
+import hmac
 import json
 import math
 import os
@@ -249,14 +251,12 @@ def trial_processes(tag):
 
 
 def job_hash(store, token, ns):
-    """FNV-1a over the strings that name a job's shared-memory segments (comm/shm_seg.c)."""
-    h = 0xCBF29CE484222325
-    mask = (1 << 64) - 1
-    for part in (store, token, ns):
-        for c in part.encode():
-            h = ((h ^ c) * 0x100000001B3) & mask
-        h = ((h ^ 0xFF) * 0x100000001B3) & mask
-    return f"{h:016x}"
+    """The job part of its shared-memory names (comm/shm_job.c): 16 hex digits of
+    HMAC-SHA256 keyed by the token over "weft shm job" and the store address. It does not
+    depend on the namespace, so every name of the job starts with it."""
+    del ns
+    msg = b"weft shm job\0" + store.encode() + b"\0"
+    return hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()[:16]
 
 
 # -------------------------------------------------------------------------- one trial
