@@ -89,6 +89,7 @@ typedef struct weftrun_slot {
     int exec_errno; /* why the exec failed, 0 if it did not */
     bool fenced;    /* declared failed by its lapsed lease while running, then killed */
     bool fenced_early; /* ... before the job began to finish: no member at its end */
+    uint64_t stopped_since_ms; /* when the process was stopped (SIGSTOP...); 0: not stopped */
     weftrun_stream_t out, err;
 } weftrun_slot_t;
 
@@ -130,6 +131,8 @@ typedef struct weftrun_job {
     bool have_failure;    /* exit_code was set by a rank's failure */
     uint64_t deadline_ms; /* job timeout (monotonic), 0: none */
     uint64_t kill_at_ms;  /* when SIGKILL follows SIGTERM, 0: not stopping */
+    uint64_t stop_fence_ms; /* a rank stopped this long is fenced (WEFT_FAILURE_TIMEOUT_MS) */
+    uint64_t stop_fence_at_ms; /* when the next stopped rank is due to be fenced, 0: none */
 } weftrun_job_t;
 
 /* ---- weftrun_spawn.c ---- */
@@ -186,6 +189,9 @@ void weftrun_fence_close(weftrun_job_t *job);
 void weftrun_fence_on_lapse(void *arg, const char *key);
 /* Kill every still running rank whose lease lapsed (marking its slot fenced). */
 void weftrun_fence_read(weftrun_job_t *job);
+/* Kill every rank that has been stopped for stop_fence_ms or longer (marking it fenced);
+ * returns the nearest time (monotonic ms) at which another would be due, 0 for none. */
+uint64_t weftrun_fence_stopped(weftrun_job_t *job, uint64_t now);
 
 /* ---- weftrun_supervise.c ---- */
 

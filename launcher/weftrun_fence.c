@@ -28,6 +28,11 @@ weft_status_t weftrun_fence_init(weftrun_job_t *job)
     }
     job->fence_rd = p[0];
     job->fence_wr = p[1];
+    /* The ranks inherit this environment, so their lease uses the same setting. */
+    const char *ft = getenv("WEFT_FAILURE_TIMEOUT_MS");
+    char *end = NULL;
+    unsigned long long ms = ft != NULL ? strtoull(ft, &end, 10) : 0;
+    job->stop_fence_ms = ft != NULL && end != ft && *end == '\0' && ms > 0 ? ms : 2000;
     return WEFT_OK;
 }
 
@@ -60,22 +65,49 @@ void weftrun_fence_on_lapse(void *arg, const char *key)
     (void)unused;
 }
 
-static void fence(weftrun_job_t *job, int id)
+static void fence_slot(weftrun_job_t *job, weftrun_slot_t *s, const char *why)
 {
-    if (id >= job->nslots) {
-        return;
-    }
-    weftrun_slot_t *s = &job->slots[id];
     if (s->state != WEFTRUN_SLOT_RUNNING || s->fenced) {
         return;
     }
     s->fenced = true;
     s->fenced_early = !job->finishing;
-    WEFT_WARN(job->lg,
-              "rank %d (pid %d) stopped renewing its liveness lease and was declared failed; "
-              "killing it, as it is no longer a member",
-              s->rank, (int)s->pid);
+    WEFT_WARN(job->lg, "rank %d (pid %d) %s; killing it, as it is no longer a member", s->rank,
+              (int)s->pid, why);
     weftrun_signal_slot(s, SIGKILL);
+}
+
+static void fence(weftrun_job_t *job, int id)
+{
+    if (id < job->nslots) {
+        fence_slot(job, &job->slots[id],
+                   "stopped renewing its liveness lease and was declared failed");
+    }
+}
+
+/*
+ * A stopped process (SIGSTOP, SIGTSTP) holds no lease before it has claimed its member id
+ * in weft_init, nor after weft_finalize disarmed it, so the store cannot declare it failed
+ * then: the others would wait for it at start-up until WEFT_CONNECT_TIMEOUT_MS, and the
+ * job would never end. weftrun sees the stop itself (SIGCHLD) and fences the process once
+ * it has stayed stopped for WEFT_FAILURE_TIMEOUT_MS, as the lease would have.
+ */
+uint64_t weftrun_fence_stopped(weftrun_job_t *job, uint64_t now)
+{
+    uint64_t next = 0;
+    for (int i = 0; i < job->nslots; i++) {
+        weftrun_slot_t *s = &job->slots[i];
+        if (s->state != WEFTRUN_SLOT_RUNNING || s->stopped_since_ms == 0 || s->fenced) {
+            continue;
+        }
+        uint64_t due = s->stopped_since_ms + job->stop_fence_ms;
+        if (now >= due) {
+            fence_slot(job, s, "stayed stopped for longer than WEFT_FAILURE_TIMEOUT_MS");
+        } else if (next == 0 || due < next) {
+            next = due;
+        }
+    }
+    return next;
 }
 
 void weftrun_fence_read(weftrun_job_t *job)

@@ -43,7 +43,8 @@ weft_status_t weftrun_signals_init(int *sigfd, const weft_logger_t *lg)
     sig_pipe_wr = p[1];
     /* A closed stdout must not kill weftrun while ranks still run. */
     signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
+    /* No SA_NOCLDSTOP: a rank that stops is news too (it is fenced if it stays stopped). */
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < N_HANDLED; i++) {
         /* This also undoes an inherited SIG_IGN of SIGCHLD, which would auto-reap ranks. */

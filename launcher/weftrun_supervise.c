@@ -111,7 +111,7 @@ static void on_rank_exit(weftrun_job_t *job, weftrun_slot_t *s, int wstatus)
     weftrun_death_t d;
     describe_death(wstatus, &d);
     if (s->fenced && WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) {
-        snprintf(d.text, sizeof(d.text), "was killed after its lease lapsed");
+        snprintf(d.text, sizeof(d.text), "was killed after it was declared failed");
     }
     /* Always first: ranks learn of the death from the store, not from our SIGTERM. */
     publish_failure(job, s, d.what);
@@ -151,7 +151,7 @@ static void reap_ranks(weftrun_job_t *job)
 {
     for (;;) {
         int wstatus;
-        pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+        pid_t pid = waitpid(-1, &wstatus, WNOHANG | WUNTRACED | WCONTINUED);
         if (pid <= 0) {
             if (pid < 0 && errno == EINTR) {
                 continue;
@@ -159,7 +159,14 @@ static void reap_ranks(weftrun_job_t *job)
             return;
         }
         weftrun_slot_t *s = slot_of_pid(job, pid);
-        if (s != NULL) {
+        if (s == NULL) {
+            continue;
+        }
+        if (WIFSTOPPED(wstatus)) {
+            s->stopped_since_ms = s->stopped_since_ms != 0 ? s->stopped_since_ms : weftrun_now_ms();
+        } else if (WIFCONTINUED(wstatus)) {
+            s->stopped_since_ms = 0;
+        } else {
             on_rank_exit(job, s, wstatus);
         }
     }
@@ -198,6 +205,9 @@ static int poll_timeout(const weftrun_job_t *job, uint64_t now)
     if (job->kill_at_ms != 0 && job->kill_at_ms < next) {
         next = job->kill_at_ms;
     }
+    if (job->stop_fence_at_ms != 0 && job->stop_fence_at_ms < next) {
+        next = job->stop_fence_at_ms;
+    }
     if (next == UINT64_MAX) {
         return -1;
     }
@@ -216,6 +226,7 @@ static void check_deadlines(weftrun_job_t *job)
     if (job->kill_at_ms != 0 && now >= job->kill_at_ms) {
         kill_now(job);
     }
+    job->stop_fence_at_ms = weftrun_fence_stopped(job, now);
 }
 
 /* Register the open output streams in @p pfds after the signal and fence pipes; returns
