@@ -8,16 +8,83 @@
 /* Take a joiner slot and write this member's id into it. A member that found the slot
  * still empty after a while has closed it with a tombstone (it took us for dead between
  * the two steps): then take another. */
+/* The membership of the world group as far as decisions in the store tell, followed
+ * from epoch 0 (members 0..size-1) on, so a joiner can see whether anyone is left. */
+typedef struct world_view {
+    uint32_t epoch;
+    int32_t *members;
+    uint32_t n;
+} world_view_t;
+
+static void view_follow(weft_ctx_t *ctx, uint32_t gid, world_view_t *w)
+{
+    for (;;) {
+        char key[96];
+        void *v;
+        size_t vlen;
+        weft_decision_t d;
+        weft__decision_key(ctx, key, sizeof(key), gid, w->epoch);
+        if (weft__store_get(ctx->store, key, 0, &v, &vlen) != WEFT_OK) {
+            return;
+        }
+        weft_status_t st = weft__decision_decode(v, vlen, &d);
+        free(v);
+        if (st != WEFT_OK) {
+            return;
+        }
+        free(w->members);
+        w->members = d.members;
+        w->n = d.n_members;
+        w->epoch = d.new_epoch;
+    }
+}
+
+/* Whether every member of the group's newest known membership has failed: then nobody
+ * is left to admit anyone (every rank of the job died before its replacements came). */
+static bool view_all_failed(weft_ctx_t *ctx, uint32_t gid, world_view_t *w)
+{
+    view_follow(ctx, gid, w);
+    weft__poll_failure_notices(ctx);
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (weft__peer_slot(ctx, w->members[i]) != WEFT_OK ||
+            ctx->peers[w->members[i]].failed == WEFT_OK) {
+            return false;
+        }
+    }
+    return w->n > 0;
+}
+
+static weft_status_t wait_admission_loop(weft_ctx_t *ctx, uint32_t gid, const char *key,
+                                         const char *closed, uint64_t start, uint64_t end,
+                                         world_view_t *w, int64_t *epoch);
+
 /* Wait until the members admit this process (*epoch: the epoch it enters at), the group
  * finishes without it (every member left together: WEFT_ERR_REVOKED), or the timeout. */
 static weft_status_t wait_admission(weft_ctx_t *ctx, uint32_t gid, uint64_t timeout_ms,
                                     int64_t *epoch)
 {
-    enum { SLICE_MS = 100 };
     char key[96], closed[96];
     weft__key(ctx, key, sizeof(key), "g/%u/admit/%d", gid, ctx->rank);
     weft__key(ctx, closed, sizeof(closed), "g/%u/closed", gid);
     uint64_t start = weft__now_ns(), end = start + weft__ms_to_ns(timeout_ms);
+    world_view_t w = {.n = (uint32_t)(ctx->size > 0 ? ctx->size : 0)};
+    w.members = malloc(sizeof(int32_t) * (w.n > 0 ? w.n : 1));
+    if (w.members == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to join");
+    }
+    for (uint32_t i = 0; i < w.n; i++) {
+        w.members[i] = (int32_t)i;
+    }
+    weft_status_t st = wait_admission_loop(ctx, gid, key, closed, start, end, &w, epoch);
+    free(w.members);
+    return st;
+}
+
+static weft_status_t wait_admission_loop(weft_ctx_t *ctx, uint32_t gid, const char *key,
+                                         const char *closed, uint64_t start, uint64_t end,
+                                         world_view_t *w, int64_t *epoch)
+{
+    enum { SLICE_MS = 100 };
     for (;;) {
         uint64_t now = weft__now_ns();
         uint64_t left = now >= end ? 0 : (end - now + 999999) / 1000000;
@@ -38,6 +105,11 @@ static weft_status_t wait_admission(weft_ctx_t *ctx, uint32_t gid, uint64_t time
             free(v);
             return weft__error(ctx, WEFT_ERR_REVOKED, "group %u finished before this process "
                                                       "was admitted (every member left)", gid);
+        }
+        if (view_all_failed(ctx, gid, w)) {
+            return weft__error(ctx, WEFT_ERR_PEER_FAILED, "every member of group %u failed: "
+                                                          "nobody is left to admit this process",
+                               gid);
         }
         if (left == 0) {
             return weft__error(ctx, WEFT_ERR_TIMEOUT, "not admitted to group %u (waited %llu ms)",

@@ -51,6 +51,8 @@ Outcome of a trial
                  - weftrun said a process died "after the job began to finish", and every
                    such process was one of the trial's victims: a fault that landed while
                    the ranks were leaving fails the job by weftrun's rules.
+                 - every rank was killed (or stopped) and a replacement said that nobody is
+                   left to admit it: no state survives, so the job cannot go on.
   HANG           weftrun exited 124 (its own --timeout), or did not exit within the
                  trial's wall-clock bound (then the driver kills everything). Always a
                  failure.
@@ -603,6 +605,8 @@ def classify(t, res, output, bound, victims):
     if re.search(r"fewer than --min \d+", output):
         if not t["mode"].startswith("replace") and t["n"] - possible < min_m:
             why = (f"{possible} death(s) of {t['n']} could leave fewer than --min {min_m}")
+    if why is None and "nobody is left to admit" in output and possible >= t["n"]:
+        why = f"all {t['n']} ranks died: no state survives for a replacement to join"
     finishing = re.findall(r"rank \d+ \(pid (\d+)\) .*after the job began to finish", output)
     if why is None and finishing and all(int(p) in victims for p in finishing):
         why = "a victim died after the job began to finish"
