@@ -303,9 +303,14 @@ static weft_status_t propose(weft_group_t *g, uint32_t kind, weft_edit_info_t *i
             d.members[d.n_members++] = g->members[i];
         }
     }
+    /* Removing members needs no revocation: each removed member's failure notice is in
+     * the store already, and it fails every operation of the old epoch on every member.
+     * An admission, or an edit that removes nobody, is news to the others. */
+    bool quiet = d.n_members < (uint32_t)g->size;
     for (uint32_t i = 0; i < n_join; i++) {
         if (find_member(d.members, (int)d.n_members, joiners[i]) < 0) {
             d.members[d.n_members++] = joiners[i];
+            quiet = false;
         }
     }
     free(joiners);
@@ -321,7 +326,7 @@ static weft_status_t propose(weft_group_t *g, uint32_t kind, weft_edit_info_t *i
     int created = 0;
     st = weft__store_set_nx(ctx->store, key, buf, len, &winner, &wlen, &created);
     free(buf);
-    if (st == WEFT_OK && created) {
+    if (st == WEFT_OK && created && !quiet) {
         st = publish_revoke(g, g->epoch, "edited");
         if (st != WEFT_OK) {
             free(winner);
