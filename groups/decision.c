@@ -55,3 +55,19 @@ weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t
     d->members = m;
     return WEFT_OK;
 }
+
+weft_status_t weft__decision_lookup(const weft_ctx_t *ctx, uint32_t gid, uint32_t epoch,
+                                    int timeout_ms, weft_decision_t *d)
+{
+    char key[96];
+    void *val;
+    size_t len;
+    weft__decision_key(ctx, key, sizeof(key), gid, epoch);
+    weft_status_t st = weft__store_get(ctx->store, key, timeout_ms, &val, &len);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    st = weft__decision_decode(val, len, d);
+    free(val);
+    return st;
+}

@@ -168,28 +168,11 @@ weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
     return WEFT_OK;
 }
 
-/* The decision for g's current epoch if one was taken: WEFT_OK and *d, or
- * WEFT_ERR_TIMEOUT when there is none (yet). */
-static weft_status_t lookup_decision(weft_group_t *g, int timeout_ms, weft_decision_t *d)
-{
-    char key[96];
-    void *val;
-    size_t len;
-    weft__decision_key(g->ctx, key, sizeof(key), g->id, g->epoch);
-    weft_status_t st = weft__store_get(g->ctx->store, key, timeout_ms, &val, &len);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    st = weft__decision_decode(val, len, d);
-    free(val);
-    return st;
-}
-
 weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info)
 {
     for (;;) {
         weft_decision_t d;
-        weft_status_t st = lookup_decision(g, 0, &d);
+        weft_status_t st = weft__decision_lookup(g->ctx, g->id, g->epoch, 0, &d);
         if (st == WEFT_ERR_TIMEOUT) {
             return WEFT_OK;
         }

@@ -24,6 +24,10 @@ weft_status_t weft__decision_encode(const weft_decision_t *d, void **buf, size_t
 weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t *d);
 void weft__decision_key(const weft_ctx_t *ctx, char *key, size_t len, uint32_t gid,
                         uint32_t epoch);
+/* The decision taken at @p epoch of group @p gid, waiting up to @p timeout_ms for it:
+ * WEFT_OK and *d (d->members malloc'ed), WEFT_ERR_TIMEOUT when there is none (yet). */
+weft_status_t weft__decision_lookup(const weft_ctx_t *ctx, uint32_t gid, uint32_t epoch,
+                                    int timeout_ms, weft_decision_t *d);
 /* Apply a decided edit to @p g (members, epoch, stale messages); fills @p info. */
 weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
                                 weft_edit_info_t *info);

@@ -5,9 +5,6 @@
 
 #include "groups/edit.h"
 
-/* Take a joiner slot and write this member's id into it. A member that found the slot
- * still empty after a while has closed it with a tombstone (it took us for dead between
- * the two steps): then take another. */
 /* The membership of the world group as far as decisions in the store tell, followed
  * from epoch 0 (members 0..size-1) on, so a joiner can see whether anyone is left. */
 typedef struct world_view {
@@ -18,20 +15,8 @@ typedef struct world_view {
 
 static void view_follow(weft_ctx_t *ctx, uint32_t gid, world_view_t *w)
 {
-    for (;;) {
-        char key[96];
-        void *v;
-        size_t vlen;
-        weft_decision_t d;
-        weft__decision_key(ctx, key, sizeof(key), gid, w->epoch);
-        if (weft__store_get(ctx->store, key, 0, &v, &vlen) != WEFT_OK) {
-            return;
-        }
-        weft_status_t st = weft__decision_decode(v, vlen, &d);
-        free(v);
-        if (st != WEFT_OK) {
-            return;
-        }
+    weft_decision_t d;
+    while (weft__decision_lookup(ctx, gid, w->epoch, 0, &d) == WEFT_OK) {
         free(w->members);
         w->members = d.members;
         w->n = d.n_members;
@@ -52,32 +37,6 @@ static bool view_all_failed(weft_ctx_t *ctx, uint32_t gid, world_view_t *w)
         }
     }
     return w->n > 0;
-}
-
-static weft_status_t wait_admission_loop(weft_ctx_t *ctx, uint32_t gid, const char *key,
-                                         const char *closed, uint64_t start, uint64_t end,
-                                         world_view_t *w, int64_t *epoch);
-
-/* Wait until the members admit this process (*epoch: the epoch it enters at), the group
- * finishes without it (every member left together: WEFT_ERR_REVOKED), or the timeout. */
-static weft_status_t wait_admission(weft_ctx_t *ctx, uint32_t gid, uint64_t timeout_ms,
-                                    int64_t *epoch)
-{
-    char key[96], closed[96];
-    weft__key(ctx, key, sizeof(key), "g/%u/admit/%d", gid, ctx->rank);
-    weft__key(ctx, closed, sizeof(closed), "g/%u/closed", gid);
-    uint64_t start = weft__now_ns(), end = start + weft__ms_to_ns(timeout_ms);
-    world_view_t w = {.n = (uint32_t)(ctx->size > 0 ? ctx->size : 0)};
-    w.members = malloc(sizeof(int32_t) * (w.n > 0 ? w.n : 1));
-    if (w.members == NULL) {
-        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to join");
-    }
-    for (uint32_t i = 0; i < w.n; i++) {
-        w.members[i] = (int32_t)i;
-    }
-    weft_status_t st = wait_admission_loop(ctx, gid, key, closed, start, end, &w, epoch);
-    free(w.members);
-    return st;
 }
 
 static weft_status_t wait_admission_loop(weft_ctx_t *ctx, uint32_t gid, const char *key,
@@ -118,6 +77,31 @@ static weft_status_t wait_admission_loop(weft_ctx_t *ctx, uint32_t gid, const ch
     }
 }
 
+/* Wait until the members admit this process (*epoch: the epoch it enters at), the group
+ * finishes without it (every member left together: WEFT_ERR_REVOKED), or the timeout. */
+static weft_status_t wait_admission(weft_ctx_t *ctx, uint32_t gid, uint64_t timeout_ms,
+                                    int64_t *epoch)
+{
+    char key[96], closed[96];
+    weft__key(ctx, key, sizeof(key), "g/%u/admit/%d", gid, ctx->rank);
+    weft__key(ctx, closed, sizeof(closed), "g/%u/closed", gid);
+    uint64_t start = weft__now_ns(), end = start + weft__ms_to_ns(timeout_ms);
+    world_view_t w = {.n = (uint32_t)(ctx->size > 0 ? ctx->size : 0)};
+    w.members = malloc(sizeof(int32_t) * (w.n > 0 ? w.n : 1));
+    if (w.members == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to join");
+    }
+    for (uint32_t i = 0; i < w.n; i++) {
+        w.members[i] = (int32_t)i;
+    }
+    weft_status_t st = wait_admission_loop(ctx, gid, key, closed, start, end, &w, epoch);
+    free(w.members);
+    return st;
+}
+
+/* Take a joiner slot and write this member's id into it. A member that found the slot
+ * still empty after a while has closed it with a tombstone (it took us for dead between
+ * the two steps): then take another. */
 static weft_status_t register_joiner(weft_ctx_t *ctx, uint32_t gid)
 {
     char key[96], val[32];
@@ -166,9 +150,6 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     if (st != WEFT_OK) {
         return st;
     }
-    char key[96];
-    void *v;
-    size_t vlen;
     int64_t admitted;
     int tmo = timeout_ms > (uint64_t)INT32_MAX ? INT32_MAX : (int)timeout_ms;
     st = wait_admission(ctx, gid, timeout_ms, &admitted);
@@ -176,13 +157,8 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
         return st;
     }
     uint32_t epoch = (uint32_t)admitted;
-    weft__decision_key(ctx, key, sizeof(key), gid, epoch - 1);
-    st = weft__store_get(ctx->store, key, tmo, &v, &vlen);
     weft_decision_t d;
-    if (st == WEFT_OK) {
-        st = weft__decision_decode(v, vlen, &d);
-        free(v);
-    }
+    st = weft__decision_lookup(ctx, gid, epoch - 1, tmo, &d);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot read the edit that admitted this member");
     }
