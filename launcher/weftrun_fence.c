@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/config.h"
 #include "launcher/weftrun.h"
 
 weft_status_t weftrun_fence_init(weftrun_job_t *job)
@@ -28,11 +29,18 @@ weft_status_t weftrun_fence_init(weftrun_job_t *job)
     }
     job->fence_rd = p[0];
     job->fence_wr = p[1];
-    /* The ranks inherit this environment, so their lease uses the same setting. */
-    const char *ft = getenv("WEFT_FAILURE_TIMEOUT_MS");
-    char *end = NULL;
-    unsigned long long ms = ft != NULL ? strtoull(ft, &end, 10) : 0;
-    job->stop_fence_ms = ft != NULL && end != ft && *end == '\0' && ms > 0 ? ms : 2000;
+    /* The ranks inherit this environment, so their lease uses the same setting; read it
+     * through the ranks' own settings table. Warnings about the environment are theirs
+     * to give. If it does not parse, the ranks refuse to start, and stopped ranks are
+     * left alone (0). */
+    weft_logger_t quiet = *job->lg;
+    quiet.level = WEFT_LOG_ERROR;
+    weft_config_t cfg;
+    job->stop_fence_ms = 0;
+    if (weft__config_load(&cfg, &quiet) == WEFT_OK) {
+        /* As the lease's TTL: at least 1 ms. */
+        job->stop_fence_ms = cfg.failure_timeout_ms > 0 ? cfg.failure_timeout_ms : 1;
+    }
     return WEFT_OK;
 }
 
@@ -97,7 +105,8 @@ uint64_t weftrun_fence_stopped(weftrun_job_t *job, uint64_t now)
     uint64_t next = 0;
     for (int i = 0; i < job->nslots; i++) {
         weftrun_slot_t *s = &job->slots[i];
-        if (s->state != WEFTRUN_SLOT_RUNNING || s->stopped_since_ms == 0 || s->fenced) {
+        if (s->state != WEFTRUN_SLOT_RUNNING || s->stopped_since_ms == 0 || s->fenced ||
+            job->stop_fence_ms == 0) {
             continue;
         }
         uint64_t due = s->stopped_since_ms + job->stop_fence_ms;
