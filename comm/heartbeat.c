@@ -5,7 +5,8 @@
  * publishes the notice at once; if it hangs without dying (stopped, stuck in the kernel),
  * the renewals stop and the store publishes it after WEFT_FAILURE_TIMEOUT_MS. Every member
  * watches that prefix, so either way the survivors learn of it. weft_finalize disarms
- * the lease first: leaving on purpose is not a failure. The connection shares the
+ * the lease when the members left together: leaving on purpose is not a failure (one that
+ * leaves while others still work keeps it armed, so they repair around its exit). The connection shares the
  * context's store health: if the store is lost, the thread reports it (once per process)
  * and stops.
  */
