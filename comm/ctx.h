@@ -11,7 +11,7 @@
 #include "comm/config.h"
 #include "comm/log.h"
 #include "comm/shm_job.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 #include "comm/tag.h"
 #include "transports/transport.h"
 #include "weft/coll.h"

@@ -5,7 +5,7 @@
  * that all members of the group's epoch share, on its first collective of the epoch
  * (comm/shm_seg.c); from then on every collective of the group exchanges its header
  * through it instead of messages, and small ones carry their data in it. The first large
- * collective maps a second, data segment for the chunks (comm/coll_shm.c). Both are
+ * collective maps a second, data segment for the chunks (comm/coll/shm.c). Both are
  * allocated in full when created (posix_fallocate), so a small /dev/shm gives a clear
  * error at creation, which every member sees, never a SIGBUS later. Layout, for P ranks:
  *
@@ -22,7 +22,7 @@
  * about 2 MiB with 4 KiB slots); a rank writes it once every peer has finished reading
  * its slot of collective i - D (slot_done) and it has itself checked the peers' headers
  * of collective i - D. A small broadcast does not wait for the peers' headers
- * (coll_shm.c): the root returns once its data is posted, so it can run up to D
+ * (comm/coll/shm.c): the root returns once its data is posted, so it can run up to D
  * broadcasts ahead of the slowest reader, and the headers are checked afterwards, as
  * they arrive (verified); slot_done is how far that check got.
  *

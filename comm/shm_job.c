@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "comm/shm_job.h"
-#include "comm/store_proto.h"
+#include "comm/store/proto.h"
 
 #define NAME_PREFIX "weft-"
 #define LOCK_SUFFIX ".lock"

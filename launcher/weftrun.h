@@ -20,7 +20,7 @@
 
 #include "comm/log.h"
 #include "comm/shm_job.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 /* Exit codes of weftrun itself, beside the ranks' own. */
 #define WEFTRUN_EXIT_USAGE 2

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/store.h"
+#include "comm/store/store.h"
 #include "weft/weft.h"
 
 #define ITERS 500

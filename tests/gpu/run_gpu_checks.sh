@@ -35,7 +35,7 @@ for t in test_gpu_memtype test_gpu_nccl test_gpu_nccl_comm test_topo test_select
     echo "=== $t"
     args=()
     case "$t" in
-    test_gpu_nccl_comm | test_topo | test_select) args=("$src/tests/select") ;;
+    test_gpu_nccl_comm | test_topo | test_select) args=("$src/tests/transports/topologies") ;;
     esac
     if ! timeout 300 "$build/bin/$t" ${args[@]+"${args[@]}"}; then
         echo "run_gpu_checks: $t FAILED"

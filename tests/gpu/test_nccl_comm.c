@@ -4,7 +4,7 @@
  * a send to itself as weft requests, against CPU references. On a machine without a GPU
  * the refusals are checked (they must be quick and clear) and the GPU parts skip.
  *
- * argv[1]: the folder of the XML topologies (tests/select).
+ * argv[1]: the folder of the XML topologies (tests/transports/topologies).
  */
 #include <stdio.h>
 

@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "comm/store.h"
+#include "comm/store/store.h"
 #include "launcher/harness.h"
 
 #define SH(...) ((const char *const[]){__VA_ARGS__, NULL})

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static int log_lines;

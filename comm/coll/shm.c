@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm/coll.h"
+#include "comm/coll/coll.h"
 #include "comm/copy.h"
 #include "comm/shm.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/coll.h"
+#include "comm/coll/coll.h"
 #include "comm/shm.h"
 
 _Static_assert(sizeof(weft_coll_hdr_t) == WEFT_COLL_HDR_SIZE, "header must stay 32 bytes");

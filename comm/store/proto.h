@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/store.h"
+#include "comm/store/store.h"
 #include "weft/status.h"
 
 #define WEFT__STORE_VERSION 1

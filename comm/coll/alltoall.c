@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/coll.h"
+#include "comm/coll/coll.h"
 
 typedef struct a2a {
     weft_req_t **reqs; /* [2 * size]: receive from j at 2j, send to j at 2j+1 */

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "comm/reduce.h"
+#include "comm/coll/reduce.h"
 
 /* ---- independent references ---- */
 

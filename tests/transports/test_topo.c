@@ -1,5 +1,5 @@
 /*
- * Topology discovery on checked-in hwloc XML files in tests/select (written by
+ * Topology discovery on checked-in hwloc XML files in tests/transports/topologies (written by
  * gen_topologies.py) and the summary's serialization. Expected values are read off the
  * generator's machine descriptions, not computed by the code under test.
  */

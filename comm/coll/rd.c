@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/coll.h"
+#include "comm/coll/coll.h"
 
 weft_status_t weft__rd_init(weft_coll_t *c, const weft_rd_ops_t *ops, size_t cap)
 {

@@ -5,7 +5,7 @@
  * WEFT_ERR_UNSUPPORTED that says why (staging CUDA data through host memory over UCX is
  * not implemented yet). Host buffers never come here.
  */
-#include "comm/coll.h"
+#include "comm/coll/coll.h"
 #include "comm/memtype.h"
 #include "comm/nccl_comm.h"
 

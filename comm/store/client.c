@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/store_proto.h"
+#include "comm/store/proto.h"
 
 #define RBUF_MIN 65536
 

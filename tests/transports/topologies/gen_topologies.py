@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the hwloc 2.x XML topologies that tests/select uses.
+"""Write the hwloc 2.x XML topologies that tests/transports uses.
 
 The machines described here do not exist where the tests run: they give the transport
 selection GPUs, NICs, PCIe switches and NVLink that a CPU-only build machine lacks.
@@ -7,7 +7,7 @@ The output follows what hwloc 2.9 exports on Linux (lstopo --of xml): CPU object
 cpusets, PCI bridges and devices with their classes and ids, and the OS devices that
 the CUDA, NVML, network and OpenFabrics backends add. Re-run after editing:
 
-    /usr/bin/python3 tests/select/gen_topologies.py tests/select
+    /usr/bin/python3 tests/transports/topologies/gen_topologies.py tests/transports/topologies
 Every file must load with `lstopo-no-graphics --input FILE`.
 """
 import os

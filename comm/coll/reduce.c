@@ -16,7 +16,7 @@
 
 #include <string.h>
 
-#include "comm/reduce.h"
+#include "comm/coll/reduce.h"
 
 /* ---- half-precision conversions ---- */
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/coll.h"
+#include "comm/coll/coll.h"
 
 /* Blocks held by @p x before step k: [a0, a1) and [b0, b1). */
 static void held_ranges(const weft_coll_t *c, int x, int k, int *a0, int *a1, int *b0, int *b1)

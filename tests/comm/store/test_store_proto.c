@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "comm/store_proto.h"
+#include "comm/store/proto.h"
 
 static void hex_decode(const char *hex, uint8_t *out, size_t n)
 {

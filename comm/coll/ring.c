@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/coll.h"
+#include "comm/coll/coll.h"
 
 typedef struct unit_info {
     int rs_step;     /* reduce-scatter step, or -1 for an allgather step */

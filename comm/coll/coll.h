@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #include "comm/ctx.h"
-#include "comm/reduce.h"
+#include "comm/coll/reduce.h"
 
 enum weft_coll_kind {
     WEFT_COLL_ALLREDUCE = 1,
@@ -208,7 +208,7 @@ struct weft_coll {
     bool holds;       /* broadcast: this rank has the data */
     bool detached;    /* a refused collective's exchange: nobody waits, no error text */
     weft_status_t status;
-    /* Shared-memory path (comm/coll_shm.c): the group's segment, NULL over messages. */
+    /* Shared-memory path (comm/coll/shm.c): the group's segment, NULL over messages. */
     struct weft_shm *shm;
     struct {
         uint64_t idx;     /* this collective's number on the segment */
@@ -231,7 +231,7 @@ struct weft_coll {
     _Alignas(64) uint8_t inline_buf[WEFT_COLL_INLINE];
 };
 
-/* ---- coll_common.c ---- */
+/* ---- common.c ---- */
 /*
  * Validate, count, number and set up a collective (the kind's setup hook chooses the
  * algorithm), then post its first messages. Returns WEFT_OK with *req = NULL when it
@@ -245,7 +245,7 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
  */
 weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a);
 
-/* Collectives on CUDA buffers (comm/coll_device.c): whether @p a names device memory, and
+/* Collectives on CUDA buffers (comm/coll/device.c): whether @p a names device memory, and
  * the start that routes it to NCCL (or refuses with the reason). */
 bool weft__coll_is_cuda(const weft_coll_args_t *a);
 weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req);
@@ -307,7 +307,7 @@ static inline size_t weft__coll_blk_len(size_t count, int size, int b)
 /* Choose the message algorithm of c's kind and size (sets c->data and the exchange). */
 weft_status_t weft__coll_setup_msgs(weft_coll_t *c);
 
-/* ---- coll_shm.c: collectives through the group's shared memory ---- */
+/* ---- shm.c: collectives through the group's shared memory ---- */
 /* Choose the shared-memory algorithm (g->shm is set); WEFT_OK or an error. */
 weft_status_t weft__coll_setup_shm(weft_coll_t *c);
 /* The header step (replaces the exchange phase); WEFT_OK when done (c->mismatch final). */
@@ -323,14 +323,14 @@ void weft__shm_abandon(weft_coll_t *c);
  */
 void weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h);
 
-/* ---- coll_rd.c: the exchange phase ---- */
+/* ---- rd.c: the exchange phase ---- */
 /* Allocate rd.sbuf/rd.rbuf with @p cap payload bytes each and set the schedule. */
 weft_status_t weft__rd_init(weft_coll_t *c, const weft_rd_ops_t *ops, size_t cap);
 /* Advance; WEFT_OK when this rank's part is over (c->mismatch then final). */
 weft_status_t weft__rd_progress(weft_coll_t *c);
 void weft__rd_fini(weft_coll_t *c);
 
-/* ---- coll_ring.c ---- */
+/* ---- ring.c ---- */
 /*
  * Set up a ring. @p in (reduce-scatter input) and @p full (allgather buffer) are indexed
  * in elements of the block layout: blocks of @p blk elements when blk > 0, else @p count

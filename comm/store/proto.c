@@ -9,7 +9,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "comm/store_proto.h"
+#include "comm/store/proto.h"
 
 void weft__store_buf_free(weft_store_buf_t *b)
 {

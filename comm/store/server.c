@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/store_proto.h"
+#include "comm/store/proto.h"
 
 #define ENTRY_OVERHEAD 64                         /* bytes charged per key besides its data */
 #define OUT_HIGH_WATER (4 * WEFT_STORE_MAX_FRAME) /* stop reading requests above this */

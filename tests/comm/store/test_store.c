@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "comm/store_proto.h"
+#include "comm/store/proto.h"
 
 /* ---- log capture ---- */
 

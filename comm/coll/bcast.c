@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/coll.h"
+#include "comm/coll/coll.h"
 
 static size_t bc_bytes(const weft_coll_t *c)
 {

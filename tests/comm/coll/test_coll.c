@@ -26,7 +26,7 @@
 
 #include <cmocka.h>
 
-#include "comm/reduce.h" /* half conversions, verified by test_reduce */
+#include "comm/coll/reduce.h" /* half conversions, verified by test_reduce */
 #include "weft/weft.h"
 
 static weft_ctx_t *ctx;
