@@ -4,8 +4,9 @@
 # (Open MPI, PyTorch, NumPy).
 set -euo pipefail
 
+# binutils (nm, readelf) and util-linux (unshare) serve the packaging tests.
 pkgs=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils libhwloc-dev hwloc
-      libcmocka-dev libopenblas-dev libssl-dev python3)
+      libcmocka-dev libopenblas-dev libssl-dev python3 binutils util-linux)
 if [[ "${1:-}" == "--peers" ]]; then
     pkgs+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)
 fi
