@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check_install.sh BUILD_DIR: install weft into a scratch prefix, run the installed tools
-# from there, then build a program against the installed package with CMake's
-# find_package(weft) and with pkg-config, and run it on 2 ranks.
+# from there, then build a program against the installed package four ways, with CMake's
+# find_package(weft) (weft::weft and weft::weft_static) and with pkg-config (shared and
+# --static), and run each on 2 ranks.
 #
 # LD_LIBRARY_PATH is cleared: the installed programs must find libweft.so through their
 # RPATH ($ORIGIN/../lib), and the consumers through theirs.
@@ -26,12 +27,36 @@ echo "check_install: installed weft-info, weftrun, weft-perf and weft-example-tr
 mkdir "$tmp/src"
 cp "$here/consumer.c" "$tmp/src/"
 cp "$here/CMakeLists.txt.in" "$tmp/src/CMakeLists.txt"
+
+# needs_no_libweft PROGRAM: a static link must not have picked libweft.so.
+needs_no_libweft() {
+    if readelf -d "$1" | grep -q 'NEEDED.*\[libweft\.so'; then
+        echo "check_install: $1 was to link libweft.a, yet it needs libweft.so" >&2
+        exit 1
+    fi
+}
+
+# find_package(weft): weft::weft and weft::weft_static.
 cmake -S "$tmp/src" -B "$tmp/b" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$tmp/b" >/dev/null
+needs_no_libweft "$tmp/b/consumer_static"
 "$bin/weftrun" -n 2 -- "$tmp/b/consumer"
-libdir=$(dirname "$(find "$prefix" -name weft.pc)")
-flags=$(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs weft)
-# shellcheck disable=SC2086
-cc -o "$tmp/pc" "$tmp/src/consumer.c" $flags -Wl,-rpath,"$(dirname "$libdir")"
+"$bin/weftrun" -n 2 -- "$tmp/b/consumer_static"
+echo "check_install: find_package consumers (weft::weft, weft::weft_static) built and ran"
+
+# pkg-config: shared, then static. Where libweft.so is installed beside libweft.a, -lweft
+# picks the former: a static link names the archive.
+export PKG_CONFIG_PATH
+PKG_CONFIG_PATH=$(dirname "$(find "$prefix" -name weft.pc)")
+libdir=$(dirname "$PKG_CONFIG_PATH")
+# shellcheck disable=SC2046
+cc -o "$tmp/pc" "$tmp/src/consumer.c" $(pkg-config --cflags --libs weft) -lm \
+    -Wl,-rpath,"$libdir"
 "$bin/weftrun" -n 2 -- "$tmp/pc"
-echo "check_install: find_package and pkg-config consumers built and ran"
+static=$(pkg-config --cflags --static --libs weft)
+static=${static/-lweft /-l:libweft.a }
+# shellcheck disable=SC2086
+cc -o "$tmp/pc_static" "$tmp/src/consumer.c" $static
+needs_no_libweft "$tmp/pc_static"
+"$bin/weftrun" -n 2 -- "$tmp/pc_static"
+echo "check_install: pkg-config consumers (shared, --static) built and ran"
