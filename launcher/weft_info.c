@@ -348,7 +348,7 @@ static int parse_options(int argc, char **argv, options_t *o)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_VERSION:
-            printf("weft-info %s\n", weft_version(NULL, NULL, NULL));
+            printf("weft %s\n", weft_version(NULL, NULL, NULL));
             return 0;
         case OPT_CONFIG:
             o->config = 1;

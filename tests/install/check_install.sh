@@ -16,7 +16,21 @@ prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" >/dev/null
 bin=$prefix/bin
 
-# The installed tools, from the prefix alone.
+# The installed tools, from the prefix alone; each says the version weft.pc gives.
+version=$(PKG_CONFIG_PATH=$(dirname "$(find "$prefix" -name weft.pc)") pkg-config --modversion weft)
+for p in weftrun weft-info weft-example-trainer; do
+    out=$("$bin/$p" --version)
+    if [[ "$out" != "weft $version" ]]; then
+        echo "check_install: $p --version printed '$out', not 'weft $version'" >&2
+        exit 1
+    fi
+done
+for f in LICENSE CHANGELOG.md; do
+    if [[ ! -s "$prefix/share/doc/weft/$f" ]]; then
+        echo "check_install: share/doc/weft/$f is not installed" >&2
+        exit 1
+    fi
+done
 "$bin/weft-info" >"$tmp/info"
 grep -q '^weft ' "$tmp/info"
 "$bin/weftrun" -n 2 -- "$bin/weft-perf" allreduce -b 8 -e 4096 -n 5 -w 1 >"$tmp/perf"
