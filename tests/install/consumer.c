@@ -14,8 +14,7 @@ enum { VOCAB = 8, HIDDEN = 4, TOKENS = 2 };
 static weft_status_t vocab_loss(weft_group_t *g, float *loss)
 {
     weft_vocab_params_t vp = {.size = sizeof(vp), .vocab_size = VOCAB, .hidden = HIDDEN};
-    weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = WEFT_VOCAB_ALG2,
-                                 .max_tokens = TOKENS};
+    weft_vocab_mb_params_t mp = {.size = sizeof(mp), .algo = WEFT_VOCAB_ALG2, .max_tokens = TOKENS};
     static float w[VOCAB * HIDDEN], dw[VOCAB * HIDDEN], x[TOKENS * HIDDEN], dx[TOKENS * HIDDEN];
     const int64_t labels[TOKENS] = {1, VOCAB - 1};
     const float grad = 1;
