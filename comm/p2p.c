@@ -34,6 +34,11 @@ static weft_status_t peer_get(weft_group_t *g, int peer, bool need_ep, weft_peer
     if (p->failed != WEFT_OK) {
         return weft__error(ctx, p->failed, "peer %d (member %d) has failed", peer, id);
     }
+    if (p->ops == NULL) {
+        return weft__error(ctx, WEFT_ERR_UNSUPPORTED,
+                           "no transport reaches member %d (a job without a store has one "
+                           "process)", id);
+    }
     if (need_ep && p->ep == NULL && id != ctx->rank) {
         st = p->ops->connect(p->tl, id, p->addr, p->addr_len, &p->ep);
         if (st != WEFT_OK) {
