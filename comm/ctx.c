@@ -136,8 +136,9 @@ void weft__ctx_discard(weft_ctx_t *ctx, uint64_t tag, uint64_t mask)
     }
 }
 
-/* Register this member id (once per job) and publish the address of its remote transport. The value carries
- * the world size the writer was started with, so two launches that disagree are caught. */
+/* Register this member id (once per job) and publish the address of its remote
+ * transport. The value carries the world size the writer was started with, so two
+ * launches that disagree are caught. */
 static weft_status_t publish_address(weft_ctx_t *ctx)
 {
     char key[64];

@@ -313,13 +313,12 @@ static weft_status_t wait_quiescent(weft_tl_comm_t *parent, uint64_t deadline)
  * membership's, which may wait for departed peers and whose requests the edit failed
  * already), shrinks with NCCL_SHRINK_ABORT, which stops that work first.
  */
-static weft_status_t shrink(weft_tl_comm_t *parent, int *exclude, int n_exclude,
-                            uint64_t deadline, weft_tl_comm_t *c)
+static weft_status_t shrink(weft_tl_comm_t *parent, int *exclude, int n_exclude, uint64_t deadline,
+                            weft_tl_comm_t *c)
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     int flags = NCCL_SHRINK_DEFAULT;
-    if (!parent->revoked &&
-        (weft__nccl_comm_poll(parent) != WEFT_OK || parent->head != NULL)) {
+    if (!parent->revoked && (weft__nccl_comm_poll(parent) != WEFT_OK || parent->head != NULL)) {
         flags = NCCL_SHRINK_ABORT;
     }
     if (parent->nc == NULL) { /* the poll found it failed, and it could only be aborted */
@@ -345,9 +344,8 @@ static weft_status_t shrink(weft_tl_comm_t *parent, int *exclude, int n_exclude,
 }
 #endif
 
-static weft_status_t nccl_comm_shrink(weft_tl_comm_t *parent, const int *exclude,
-                                      int n_exclude, const weft_tl_comm_params_t *p,
-                                      weft_tl_comm_t **comm)
+static weft_status_t nccl_comm_shrink(weft_tl_comm_t *parent, const int *exclude, int n_exclude,
+                                      const weft_tl_comm_params_t *p, weft_tl_comm_t **comm)
 {
     if (!params_valid(p) || comm == NULL || parent == NULL || n_exclude < 0 ||
         (n_exclude > 0 && exclude == NULL) || p->nranks != parent->nranks - n_exclude) {
@@ -360,8 +358,8 @@ static weft_status_t nccl_comm_shrink(weft_tl_comm_t *parent, const int *exclude
     weft_tl_comm_t *c;
     int prev = -1;
     int *ex = malloc(sizeof(int) * (size_t)(n_exclude > 0 ? n_exclude : 1));
-    weft_status_t st = ex != NULL ? comm_new(p, parent->lib, parent->device, &c)
-                                  : WEFT_ERR_NO_MEMORY;
+    weft_status_t st =
+        ex != NULL ? comm_new(p, parent->lib, parent->device, &c) : WEFT_ERR_NO_MEMORY;
     if (st != WEFT_OK) {
         free(ex);
         return st;

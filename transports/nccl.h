@@ -117,20 +117,20 @@ void weft__nccl_unlink_op(weft_tl_comm_t *c, weft_tl_op_t *op);
 
 /* nccl_ops.c: the operation entries of weft__tl_nccl. */
 weft_status_t weft__nccl_start_allreduce(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                   size_t count, weft_dtype_t dtype, weft_op_t op, void *stream,
-                                   weft_tl_op_t **top);
+                                         size_t count, weft_dtype_t dtype, weft_op_t op,
+                                         void *stream, weft_tl_op_t **top);
 weft_status_t weft__nccl_start_broadcast(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                   size_t count, weft_dtype_t dtype, int root, void *stream,
-                                   weft_tl_op_t **top);
+                                         size_t count, weft_dtype_t dtype, int root, void *stream,
+                                         weft_tl_op_t **top);
 weft_status_t weft__nccl_start_allgather(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                   size_t count, weft_dtype_t dtype, void *stream,
-                                   weft_tl_op_t **top);
+                                         size_t count, weft_dtype_t dtype, void *stream,
+                                         weft_tl_op_t **top);
 weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                        size_t count, weft_dtype_t dtype, weft_op_t op,
-                                        void *stream, weft_tl_op_t **top);
+                                              size_t count, weft_dtype_t dtype, weft_op_t op,
+                                              void *stream, weft_tl_op_t **top);
 weft_status_t weft__nccl_start_sendrecv(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes,
-                                  int dst, void *recvbuf, size_t recv_bytes, int src,
-                                  void *stream, weft_tl_op_t **top);
+                                        int dst, void *recvbuf, size_t recv_bytes, int src,
+                                        void *stream, weft_tl_op_t **top);
 weft_status_t weft__nccl_op_test(weft_tl_op_t *op);
 void weft__nccl_op_release(weft_tl_op_t *op);
 

@@ -40,12 +40,12 @@ static void nccl_load(void)
         return;
     }
     const char *missing = NULL;
-#define RESOLVE(field, sym, mandatory)                                                         \
-    do {                                                                                       \
-        *(void **)&nccl.fn.field = dlsym(nccl.handle, sym);                                    \
-        if (nccl.fn.field == NULL && (mandatory) && missing == NULL) {                         \
-            missing = sym;                                                                     \
-        }                                                                                      \
+#define RESOLVE(field, sym, mandatory)                                                             \
+    do {                                                                                           \
+        *(void **)&nccl.fn.field = dlsym(nccl.handle, sym);                                        \
+        if (nccl.fn.field == NULL && (mandatory) && missing == NULL) {                             \
+            missing = sym;                                                                         \
+        }                                                                                          \
     } while (0)
     RESOLVE(GetVersion, "ncclGetVersion", 1);
     RESOLVE(GetUniqueId, "ncclGetUniqueId", 1);
@@ -160,8 +160,8 @@ const char *weft__nccl_status(char *buf, size_t n)
         major = v / 1000;
         minor = (v / 100) % 10;
     }
-    snprintf(buf, n, "loaded %s version %d.%d.%d, repair by %s", nccl.path, major, minor,
-             v % 100, weft__nccl_repair_mode());
+    snprintf(buf, n, "loaded %s version %d.%d.%d, repair by %s", nccl.path, major, minor, v % 100,
+             weft__nccl_repair_mode());
     return buf;
 }
 

@@ -78,19 +78,18 @@ static weft_status_t op_enqueued(weft_tl_comm_t *c, ncclResult_t r, const char *
     if (r == ncclInvalidArgument || r == ncclInvalidUsage) {
         /* Refused before anything was enqueued: the communicator stays usable. */
         weft__nccl_log(c, WEFT_LOG_ERROR, "%s: %s (%s)", what, c->lib->GetErrorString(r),
-             c->lib->GetLastError(c->nc));
+                       c->lib->GetLastError(c->nc));
         return WEFT_ERR_INVALID_ARG;
     }
     if (r != ncclSuccess && r != ncclInProgress) {
         return weft__nccl_fail(c, weft__nccl_map(r), "%s: %s (%s)", what, c->lib->GetErrorString(r),
-                         c->lib->GetLastError(c->nc));
+                               c->lib->GetLastError(c->nc));
     }
     return weft__nccl_wait_ready(c, weft__nccl_deadline_after(c->op_timeout_ns), what);
 }
 
 /* Record an event after the enqueued work on @p stream and track it as an operation. */
-static weft_status_t op_track(weft_tl_comm_t *c, void *stream, const char *what,
-                              weft_tl_op_t **out)
+static weft_status_t op_track(weft_tl_comm_t *c, void *stream, const char *what, weft_tl_op_t **out)
 {
     weft_tl_op_t *op = calloc(1, sizeof(*op));
     if (op == NULL) {
@@ -108,7 +107,7 @@ static weft_status_t op_track(weft_tl_comm_t *c, void *stream, const char *what,
         }
         free(op);
         return weft__nccl_fail(c, WEFT_ERR_TRANSPORT, "%s: cannot record a CUDA event: %s", what,
-                         cudaGetErrorString(e));
+                               cudaGetErrorString(e));
     }
     op->comm = c;
     op->start_ns = weft__nccl_now_ns();
@@ -167,8 +166,8 @@ static weft_status_t check_types(weft_dtype_t dtype, weft_op_t op, int with_op, 
 }
 
 weft_status_t weft__nccl_start_allreduce(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                        size_t count, weft_dtype_t dtype, weft_op_t op,
-                                        void *stream, weft_tl_op_t **top)
+                                         size_t count, weft_dtype_t dtype, weft_op_t op,
+                                         void *stream, weft_tl_op_t **top)
 {
     ncclDataType_t nt;
     ncclRedOp_t no;
@@ -186,13 +185,14 @@ weft_status_t weft__nccl_start_allreduce(weft_tl_comm_t *c, const void *sendbuf,
     if ((st = op_begin(c, &prev)) != WEFT_OK) {
         return st;
     }
-    ncclResult_t r = c->lib->AllReduce(sendbuf, recvbuf, count, nt, no, c->nc, (cudaStream_t)stream);
+    ncclResult_t r =
+        c->lib->AllReduce(sendbuf, recvbuf, count, nt, no, c->nc, (cudaStream_t)stream);
     return op_end(c, r, stream, prev, "ncclAllReduce", top);
 }
 
 weft_status_t weft__nccl_start_broadcast(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                        size_t count, weft_dtype_t dtype, int root, void *stream,
-                                        weft_tl_op_t **top)
+                                         size_t count, weft_dtype_t dtype, int root, void *stream,
+                                         weft_tl_op_t **top)
 {
     ncclDataType_t nt;
     int prev;
@@ -210,13 +210,14 @@ weft_status_t weft__nccl_start_broadcast(weft_tl_comm_t *c, const void *sendbuf,
     if ((st = op_begin(c, &prev)) != WEFT_OK) {
         return st;
     }
-    ncclResult_t r = c->lib->Broadcast(sendbuf, recvbuf, count, nt, root, c->nc, (cudaStream_t)stream);
+    ncclResult_t r =
+        c->lib->Broadcast(sendbuf, recvbuf, count, nt, root, c->nc, (cudaStream_t)stream);
     return op_end(c, r, stream, prev, "ncclBroadcast", top);
 }
 
 weft_status_t weft__nccl_start_allgather(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                        size_t count, weft_dtype_t dtype, void *stream,
-                                        weft_tl_op_t **top)
+                                         size_t count, weft_dtype_t dtype, void *stream,
+                                         weft_tl_op_t **top)
 {
     ncclDataType_t nt;
     int prev;
@@ -237,9 +238,9 @@ weft_status_t weft__nccl_start_allgather(weft_tl_comm_t *c, const void *sendbuf,
     return op_end(c, r, stream, prev, "ncclAllGather", top);
 }
 
-weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sendbuf,
-                                             void *recvbuf, size_t count, weft_dtype_t dtype,
-                                             weft_op_t op, void *stream, weft_tl_op_t **top)
+weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
+                                              size_t count, weft_dtype_t dtype, weft_op_t op,
+                                              void *stream, weft_tl_op_t **top)
 {
     ncclDataType_t nt;
     ncclRedOp_t no;
@@ -263,7 +264,8 @@ weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sen
     size_t block = count * dtype_bytes(nt);
     int shift = sendbuf == recvbuf && c->rank > 0;
     char *dst = shift ? (char *)recvbuf + (size_t)c->rank * block : recvbuf;
-    ncclResult_t r = c->lib->ReduceScatter(sendbuf, dst, count, nt, no, c->nc, (cudaStream_t)stream);
+    ncclResult_t r =
+        c->lib->ReduceScatter(sendbuf, dst, count, nt, no, c->nc, (cudaStream_t)stream);
     st = op_enqueued(c, r, "ncclReduceScatter");
     if (st == WEFT_OK && shift) {
         cudaError_t e =
@@ -271,7 +273,7 @@ weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sen
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             st = weft__nccl_fail(c, WEFT_ERR_TRANSPORT, "in-place reduce-scatter copy: %s",
-                           cudaGetErrorString(e));
+                                 cudaGetErrorString(e));
         }
     }
     if (st == WEFT_OK) {
@@ -282,8 +284,8 @@ weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sen
 }
 
 weft_status_t weft__nccl_start_sendrecv(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes,
-                                       int dst, void *recvbuf, size_t recv_bytes, int src,
-                                       void *stream, weft_tl_op_t **top)
+                                        int dst, void *recvbuf, size_t recv_bytes, int src,
+                                        void *stream, weft_tl_op_t **top)
 {
     int prev;
     if (c == NULL || top == NULL || dst < -1 || dst >= c->nranks || src < -1 || src >= c->nranks ||
@@ -346,4 +348,3 @@ void weft__nccl_op_release(weft_tl_op_t *op)
     }
     free(op);
 }
-

@@ -50,7 +50,7 @@ static void test_paths_without_gpu(void **state)
     weft_tl_comm_t *c = (weft_tl_comm_t *)0x1;
     memset(id, 0, sizeof(id));
     memset(zero, 0, sizeof(zero));
-    assert_int_equal(weft__nccl_version() / 10000, NCCL_MAJOR); /* the library linked */
+    assert_int_equal(weft__nccl_version() / 10000, NCCL_MAJOR); /* the library loaded */
     assert_int_equal(T->comm_id(id), WEFT_OK);
     assert_memory_not_equal(id, zero, sizeof(id));
     assert_int_equal(T->comm_id(NULL), WEFT_ERR_INVALID_ARG);

@@ -19,10 +19,9 @@
 /* Every entry of a tagged-message transport, in table order. */
 static int message_entries(const weft_transport_ops_t *t)
 {
-    return (t->init != NULL) + (t->fini != NULL) + (t->address != NULL) +
-           (t->connect != NULL) + (t->disconnect != NULL) + (t->isend != NULL) +
-           (t->irecv != NULL) + (t->test != NULL) + (t->cancel != NULL) +
-           (t->progress != NULL);
+    return (t->init != NULL) + (t->fini != NULL) + (t->address != NULL) + (t->connect != NULL) +
+           (t->disconnect != NULL) + (t->isend != NULL) + (t->irecv != NULL) + (t->test != NULL) +
+           (t->cancel != NULL) + (t->progress != NULL);
 }
 
 static int group_entries(const weft_transport_ops_t *t)
