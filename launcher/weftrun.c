@@ -426,10 +426,10 @@ static int serve_store_only(weftrun_job_t *job)
         WEFT_ERROR(job->lg, "cannot write the store address to stdout: %m");
         return WEFTRUN_EXIT_FAILED;
     }
-    uint64_t start = weftrun_now_ms();
+    uint64_t start = weft__now_ms();
     if (!weftrun_wait_for_signal(job->sigfd, job->opts->timeout_ms, job->lg)) {
         WEFT_ERROR(job->lg, "the store timed out after %.3g s (--timeout)",
-                   (double)(weftrun_now_ms() - start) / 1000.0);
+                   (double)(weft__now_ms() - start) / 1000.0);
         return WEFTRUN_EXIT_TIMEOUT;
     }
     return 0;
