@@ -14,6 +14,7 @@
 
 #include "comm/tag.h"
 #include "launcher/weftrun.h"
+#include "util/parse.h"
 #include "weft/core.h"
 
 #define WEFTRUN_MAX_RANKS 65536
@@ -160,13 +161,11 @@ static void usage_error(const char *fmt, const char *arg)
     fputs("\nTry 'weftrun --help' for more information.\n", stderr);
 }
 
-/* A whole decimal number in [min, max]. */
-static bool parse_int(const char *s, long min, long max, int *out)
+/* A whole decimal number in [min, max] (util/parse.h). */
+static bool parse_int(const char *s, int min, int max, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < min || v > max) {
+    int64_t v;
+    if (!weft__parse_i64(s, min, max, &v)) {
         return false;
     }
     *out = (int)v;

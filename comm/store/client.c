@@ -19,6 +19,7 @@
 
 #include "comm/store/proto.h"
 #include "util/clock.h"
+#include "util/parse.h"
 
 #define RBUF_MIN 65536
 
@@ -310,10 +311,9 @@ weft_status_t weft__store_get_i64(weft_store_client_t *c, const char *key, int t
     if (st != WEFT_OK) {
         return st;
     }
-    char *end;
-    errno = 0;
-    long long v = strtoll(val, &end, 10); /* values arrive NUL-terminated */
-    bool ok = len > 0 && errno == 0 && end == (char *)val + len;
+    int64_t v;
+    /* values arrive NUL-terminated; one with a NUL inside is no number either */
+    bool ok = strlen(val) == len && weft__parse_i64(val, INT64_MIN, INT64_MAX, &v);
     free(val);
     if (!ok) {
         WEFT_ERROR(c->lg, "store %s: %s does not hold an integer", c->addr, key);

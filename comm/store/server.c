@@ -29,6 +29,7 @@
 #include "comm/store/proto.h"
 #include "util/clock.h"
 #include "util/hash.h"
+#include "util/parse.h"
 
 #define ENTRY_OVERHEAD 64                         /* bytes charged per key besides its data */
 #define OUT_HIGH_WATER (4 * WEFT_STORE_MAX_FRAME) /* stop reading requests above this */
@@ -284,20 +285,13 @@ static weft_status_t store_put(weft_store_server_t *s, const char *key, size_t k
 /* The counter in a stored value: optional '-' and decimal digits, nothing else. */
 static bool parse_counter(const store_entry_t *e, int64_t *out)
 {
-    char text[24], *end;
+    char text[24];
     if (e->vlen == 0 || e->vlen >= sizeof(text)) {
         return false;
     }
     memcpy(text, e->val, e->vlen);
     text[e->vlen] = '\0';
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    /* strtoll also takes leading blanks and '+': refuse them by the first character */
-    if (errno != 0 || *end != '\0' || !(text[0] == '-' || (text[0] >= '0' && text[0] <= '9'))) {
-        return false;
-    }
-    *out = v;
-    return true;
+    return weft__parse_i64(text, INT64_MIN, INT64_MAX, out);
 }
 
 static weft_status_t store_add(weft_store_server_t *s, const char *key, size_t klen, int64_t delta,
