@@ -476,11 +476,9 @@ static void bind_to_core(void)
 {
     const char *lr = getenv("WEFT_LOCAL_RANK"), *ls = getenv("WEFT_LOCAL_SIZE");
     cpu_set_t allowed, one;
-    if (lr == NULL || ls == NULL || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
-        return;
-    }
-    int rank = atoi(lr), size = atoi(ls), ncpu = CPU_COUNT(&allowed);
-    if (rank < 0 || size <= 0 || size > ncpu) {
+    long rank, size;
+    if (perf_parse_int(lr, 0, INT_MAX, &rank) != 0 || perf_parse_int(ls, 1, INT_MAX, &size) != 0 ||
+        sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || size > CPU_COUNT(&allowed)) {
         return;
     }
     for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {

@@ -241,6 +241,9 @@ static const struct option common_opts[] = {
 
 int perf_parse_int(const char *s, long lo, long hi, long *out)
 {
+    if (s == NULL) {
+        return -1;
+    }
     errno = 0;
     char *end;
     long v = strtol(s, &end, 10);

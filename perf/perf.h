@@ -110,7 +110,7 @@ void perf_usage_error(const char *subcommand, const char *fmt, ...)
  * @p longopts it refused and why (unknown, ambiguous, needs a value, takes none). */
 void perf_opt_error(const char *subcommand, int c, int argc, char **argv,
                     const struct option *longopts);
-/* A whole decimal number in [lo, hi]: 0, or -1 when malformed or out of range. */
+/* A whole decimal number in [lo, hi]: 0, or -1 when NULL, malformed or out of range. */
 int perf_parse_int(const char *s, long lo, long hi, long *out);
 
 /* Print the help text of the common options (and the extras) to @p out. */
