@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "transports/nccl.h"
+#include "util/clock.h"
 #include "weft/core.h"
 
 #define SPIN_POLLS 64
@@ -19,16 +20,9 @@
 
 /* ---- helpers ---- */
 
-uint64_t weft__nccl_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t weft__nccl_deadline_after(uint64_t ns)
 {
-    uint64_t now = weft__nccl_now_ns();
+    uint64_t now = weft__now_ns();
     return (ns == 0 || ns > UINT64_MAX - now) ? UINT64_MAX : now + ns;
 }
 
@@ -161,7 +155,7 @@ weft_status_t weft__nccl_wait_ready(weft_tl_comm_t *c, uint64_t deadline, const 
             return weft__nccl_fail(c, weft__nccl_map(state), "%s: %s (%s)", what,
                                    c->lib->GetErrorString(state), c->lib->GetLastError(c->nc));
         }
-        if (weft__nccl_now_ns() > deadline) {
+        if (weft__now_ns() > deadline) {
             return weft__nccl_fail(c, WEFT_ERR_TIMEOUT, "%s did not finish in time", what);
         }
         idle(&polls);
@@ -300,7 +294,7 @@ static weft_status_t wait_quiescent(weft_tl_comm_t *parent, uint64_t deadline)
         if (state != ncclInProgress) {
             return WEFT_OK;
         }
-        if (weft__nccl_now_ns() > deadline) {
+        if (weft__now_ns() > deadline) {
             return WEFT_ERR_TIMEOUT;
         }
         idle(&polls);
@@ -457,7 +451,7 @@ weft_status_t weft__nccl_comm_poll(weft_tl_comm_t *c)
                                c->lib->GetErrorString(state), c->lib->GetLastError(c->nc));
     }
     retire(c);
-    uint64_t age = c->head != NULL ? weft__nccl_now_ns() - c->head->start_ns : 0;
+    uint64_t age = c->head != NULL ? weft__now_ns() - c->head->start_ns : 0;
     if (c->failed == WEFT_OK && c->head != NULL && c->op_timeout_ns != 0 &&
         age > c->op_timeout_ns) {
         return weft__nccl_fail(c, WEFT_ERR_TIMEOUT,
@@ -479,7 +473,7 @@ static void drain_and_finalize(weft_tl_comm_t *c)
     uint64_t deadline = weft__nccl_deadline_after(c->op_timeout_ns);
     uint64_t polls = 0;
     while (weft__nccl_comm_poll(c) == WEFT_OK && c->head != NULL) {
-        if (weft__nccl_now_ns() > deadline) {
+        if (weft__now_ns() > deadline) {
             weft__nccl_fail(c, WEFT_ERR_TIMEOUT, "operations still running at destroy");
             return;
         }

@@ -99,7 +99,6 @@ struct weft_tl_comm {
 };
 
 /* ---- shared by nccl.c and nccl_ops.c ---- */
-uint64_t weft__nccl_now_ns(void);
 uint64_t weft__nccl_deadline_after(uint64_t ns);
 void weft__nccl_log(const weft_tl_comm_t *c, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "transports/nccl.h"
+#include "util/clock.h"
 #include "weft/core.h"
 
 static int map_dtype(weft_dtype_t d, ncclDataType_t *out)
@@ -110,7 +111,7 @@ static weft_status_t op_track(weft_tl_comm_t *c, void *stream, const char *what,
                                cudaGetErrorString(e));
     }
     op->comm = c;
-    op->start_ns = weft__nccl_now_ns();
+    op->start_ns = weft__now_ns();
     op->status = WEFT_INPROGRESS;
     if (c->tail != NULL) {
         c->tail->next = op;

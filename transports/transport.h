@@ -3,7 +3,8 @@
  * (self, ucx) moves tagged messages between processes; a group-collective transport
  * (nccl) runs collectives on device memory between the ranks of a communicator. Neither
  * knows groups, contexts or the store: the comm layer exchanges addresses and ids,
- * builds tags and maps failures to groups. Transports include only public weft headers.
+ * builds tags and maps failures to groups. Transports include only public weft headers,
+ * their own and util/.
  */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
