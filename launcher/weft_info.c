@@ -11,7 +11,7 @@
 #ifdef WEFT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "vocab/cublas_lazy.h"
+#include "comm/cublas_lazy.h"
 #endif
 
 #include "comm/memtype.h"
