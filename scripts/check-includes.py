@@ -35,13 +35,6 @@ RULES = {
     "examples/": [PUBLIC],
 }
 
-# Includes that break the rules today, by file: the header folders or headers it still
-# takes from below its layer. No other file may be listed here.
-KNOWN_EXCEPTIONS = {
-    # removed when weft-info uses the public diagnostic API
-    "launcher/weft_info.c": ["transports/", "comm/memtype.h"],
-}
-
 SOURCE_ENDINGS = (".c", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
@@ -77,13 +70,10 @@ def matches(header, entry):
     return header == entry
 
 
-def allowed(src_folder, src, header):
+def allowed(src_folder, header):
     if folder_of(header) == src_folder:
         return True
-    if any(matches(header, e) for e in RULES[src_folder]):
-        return True
-    return any(header == e or (e.endswith("/") and header.startswith(e))
-               for e in KNOWN_EXCEPTIONS.get(src, []))
+    return any(matches(header, e) for e in RULES[src_folder])
 
 
 def sources(root):
@@ -113,7 +103,7 @@ def main(argv):
                 if m is None:
                     continue
                 header = resolve(root, src, m.group(1))
-                if not allowed(folder, src, header):
+                if not allowed(folder, header):
                     print(f"{src}:{lineno}: {folder} may not include {m.group(1)}")
                     violations += 1
     return 1 if violations else 0

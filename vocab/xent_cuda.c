@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "comm/ctx.h"
-#include "vocab/cublas_lazy.h"
+#include "comm/cublas_lazy.h"
 #include "vocab/kernels.h"
 #include "vocab/vocab_impl.h"
 

@@ -12,5 +12,6 @@
 #include "weft/group.h"
 #include "weft/vocab.h"
 #include "weft/cuda.h"
+#include "weft/info.h"
 
 #endif

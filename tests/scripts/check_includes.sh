@@ -1,8 +1,8 @@
 #!/bin/sh
 # scripts/check-includes.py on a small tree (includes/) whose files break the layer rules
 # in known places: it must exit 1 and name exactly those includes (includes/expected.txt),
-# and leave alone what the rules allow (own headers, "perf.h" beside its file, the
-# documented exception of launcher/weft_info.c).
+# and leave alone what the rules allow (own headers, "perf.h" beside its file, the public
+# API from launcher/). No file is an exception.
 #   check_includes.sh CHECK_INCLUDES FIXTURE_DIR
 check=$1 fixture=$2
 got=$(mktemp)

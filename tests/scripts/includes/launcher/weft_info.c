@@ -1,3 +1,4 @@
-/* fixture: the known exception covers transports/ and comm/memtype.h only */
+/* fixture: launcher/ has no exception; the public API is allowed, transports/ is not */
 #include "transports/transport.h"
 #include "comm/ctx.h"
+#include "weft/core.h"

@@ -2,7 +2,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#include "vocab/cublas_lazy.h"
+#include "comm/cublas_lazy.h"
 
 static struct {
     void *lib;
