@@ -70,9 +70,21 @@ weft_status_t weft__error_at(weft_ctx_t *ctx, weft_status_t status, weft_log_lev
     return record_error(ctx, status, level, msg);
 }
 
+/* Detail of the last failed call that has no context (layouts, plans), per thread. */
+static __thread char noctx_error[512];
+
 const char *weft_last_error(const weft_ctx_t *ctx)
 {
-    return ctx != NULL ? ctx->last_error : "";
+    return ctx != NULL ? ctx->last_error : noctx_error;
+}
+
+weft_status_t weft__error_noctx(weft_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(noctx_error, sizeof(noctx_error), fmt, ap);
+    va_end(ap);
+    return status;
 }
 
 static void on_peer_failed(void *arg, int peer_id, weft_status_t why)

@@ -121,6 +121,11 @@ weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt
 weft_status_t weft__error_at(weft_ctx_t *ctx, weft_status_t status, weft_log_level_t level,
                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* Record detail for weft_last_error(NULL), the calling thread's error of a call that has
+ * no context (layouts, plans), and return @p status. Nothing is logged. */
+weft_status_t weft__error_noctx(weft_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* ---- a lost store (comm/store_loss.c) ---- */
 /* Log the loss of the store, unless that was done already (once per process). */
 void weft__store_loss_report(weft_ctx_t *ctx);

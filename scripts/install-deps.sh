@@ -5,7 +5,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils libhwloc-dev hwloc
-      libcmocka-dev libopenblas-dev libssl-dev python3)
+      libcmocka-dev libopenblas-dev libssl-dev libxxhash-dev python3)
 if [[ "${1:-}" == "--peers" ]]; then
     pkgs+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)
 fi

@@ -10,5 +10,6 @@
 #include "weft/coll.h"
 #include "weft/group.h"
 #include "weft/vocab.h"
+#include "weft/migrate.h"
 
 #endif

@@ -1,0 +1,209 @@
+/**
+ * @file migrate.h
+ * @brief Parameter migration: where sharded tensors live (layouts), and the fewest
+ *        rank-to-rank transfers that take them from one layout to another (plans).
+ *
+ * A layout names tensors (name, dtype, global shape) and, for each member of a group,
+ * the n-dimensional boxes of each tensor it holds. Members are stable member ids
+ * (weft_group_member_id()), so a layout stays meaningful across repair and grow.
+ * Layouts and plans are values computed locally, without communication: every rank
+ * builds the same old and new layout and gets the same plan.
+ *
+ * A member keeps the regions it holds back to back in one buffer, in the order they
+ * were added to the layout (its "packed buffer"); each region is stored row-major.
+ * A flat ZeRO partition (weft_layout_flat()) is then exactly the member's flat shard.
+ *
+ * Calls here take no context: on error, weft_last_error(NULL) gives the detail (which
+ * tensor, which region) for the calling thread.
+ */
+#ifndef WEFT_MIGRATE_H
+#define WEFT_MIGRATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weft/coll.h"
+#include "weft/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Most dimensions a tensor of a layout may have. */
+#define WEFT_LAYOUT_MAX_DIMS 8
+/** @brief Longest tensor name, without its terminating NUL. */
+#define WEFT_LAYOUT_NAME_MAX 127
+
+typedef struct weft_layout weft_layout_t; /**< Tensors and who holds which part. */
+typedef struct weft_plan weft_plan_t;     /**< Transfers from one layout to another. */
+
+/** @brief An n-dimensional box of a tensor, in elements; dimensions past the tensor's
+ * are ignored. */
+typedef struct weft_box {
+    uint64_t offset[WEFT_LAYOUT_MAX_DIMS];
+    uint64_t extent[WEFT_LAYOUT_MAX_DIMS];
+} weft_box_t;
+
+/** @brief A tensor of a layout, as weft_layout_tensor() describes it. */
+typedef struct weft_tensor_info {
+    const char *name;                     /**< Owned by the layout. */
+    weft_dtype_t dtype;
+    int ndims;
+    uint64_t shape[WEFT_LAYOUT_MAX_DIMS];
+    size_t bytes;                         /**< Of the whole tensor. */
+} weft_tensor_info_t;
+
+/* ------------------------------------------------------------------------------------ */
+/** @name Layouts */
+/** @{ */
+
+/** @brief An empty layout. */
+weft_status_t weft_layout_create(weft_layout_t **layout);
+/** @brief Free @p layout (NULL is a no-op). Plans made from it stay valid. */
+void weft_layout_free(weft_layout_t *layout);
+
+/**
+ * @brief Add a tensor.
+ * @param[in]  name  Unique within the layout, 1..WEFT_LAYOUT_NAME_MAX characters.
+ * @param[in]  dtype Any built-in type (not WEFT_DTYPE_USER).
+ * @param[in]  ndims 1..WEFT_LAYOUT_MAX_DIMS; every dimension of @p shape at least 1.
+ * @param[out] index The tensor's index (tensors are numbered in the order added); may be NULL.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG (duplicate name, bad shape or dtype).
+ */
+weft_status_t weft_layout_add_tensor(weft_layout_t *layout, const char *name, weft_dtype_t dtype,
+                                     int ndims, const uint64_t *shape, int *index);
+
+/**
+ * @brief Say that member @p member holds @p box of tensor @p tensor. The region is
+ * appended to the member's packed buffer.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG if the box is empty, outside the tensor, or
+ *         overlaps a box of the same tensor the member already holds.
+ */
+weft_status_t weft_layout_add_region(weft_layout_t *layout, int member, int tensor,
+                                     const weft_box_t *box);
+
+/**
+ * @brief Even block sharding of @p tensor along dimension @p dim over @p members (in
+ * that order): each holds a slab of ceil(shape[dim] / n) rows rounded up to @p align
+ * (0 or 1: no rounding), the last ones less or nothing, the same rule as
+ * weft_vocab_shard_range(). A member whose slab is empty holds no region.
+ */
+weft_status_t weft_layout_shard(weft_layout_t *layout, int tensor, int dim, const int *members,
+                                int n);
+
+/**
+ * @brief Flat (ZeRO / FSDP) partitions: tensors @p tensors, flattened row-major and
+ * concatenated in that order, cut into @p n equal ranges of ceil(total / n) elements
+ * (the last shorter or empty), range i to @p members[i]. Each range becomes the boxes
+ * that tile it, so a member's packed buffer is its flat range.
+ */
+weft_status_t weft_layout_flat(weft_layout_t *layout, const int *tensors, int ntensors,
+                               const int *members, int n);
+
+/** @brief All of @p tensor on @p member (a pipeline stage holding a layer). */
+weft_status_t weft_layout_whole(weft_layout_t *layout, int tensor, int member);
+
+/** @brief All of @p tensor on every one of @p members (replication). */
+weft_status_t weft_layout_replicate(weft_layout_t *layout, int tensor, const int *members, int n);
+
+/** @brief Number of tensors. */
+int weft_layout_num_tensors(const weft_layout_t *layout);
+/** @brief Describe tensor @p index. */
+weft_status_t weft_layout_tensor(const weft_layout_t *layout, int index, weft_tensor_info_t *info);
+/** @brief Index of the tensor called @p name, or WEFT_ERR_INVALID_ARG. */
+weft_status_t weft_layout_find(const weft_layout_t *layout, const char *name, int *index);
+
+/** @brief Number of regions @p member holds (0 for a member the layout never names). */
+int weft_layout_num_regions(const weft_layout_t *layout, int member);
+/**
+ * @brief Region @p k of @p member: its tensor, box, and where it starts in the member's
+ * packed buffer. Any output may be NULL.
+ */
+weft_status_t weft_layout_region(const weft_layout_t *layout, int member, int k, int *tensor,
+                                 weft_box_t *box, size_t *bytes, size_t *packed_offset);
+/** @brief Bytes of @p member's packed buffer. */
+size_t weft_layout_packed_bytes(const weft_layout_t *layout, int member);
+
+/**
+ * @brief Check that every element of every tensor is held by some member (what an old
+ * layout must satisfy for a plan to be made from it).
+ * @return WEFT_OK, or WEFT_ERR_INVALID_ARG naming the first tensor and a region nobody holds.
+ */
+weft_status_t weft_layout_check_complete(const weft_layout_t *layout);
+
+/** @} */
+
+/* ------------------------------------------------------------------------------------ */
+/** @name Plans */
+/** @{ */
+
+/** @brief Optional parameters of weft_plan_create(). Zero-initialise, then set @c size. */
+typedef struct weft_plan_params {
+    size_t size;          /**< sizeof(weft_plan_params_t). */
+    /** Host of each member id (host_of[id], ids 0..num_members-1), or NULL: among several
+     * holders of a region a same-host source is preferred. */
+    const int *host_of;
+    int num_members;      /**< Entries in host_of. */
+    /** Remote pieces are cut into slabs of at most this many bytes before sources are
+     * chosen (0: 1 MiB); a smaller value balances senders more finely. */
+    size_t balance_bytes;
+} weft_plan_params_t;
+
+/** @brief One transfer of a plan. When src == dst it is a local copy. */
+typedef struct weft_transfer {
+    int src;            /**< Member that sends (holds it in the old layout). */
+    int dst;            /**< Member that receives (holds it in the new layout). */
+    int tensor;
+    int src_region;     /**< Index among src's regions of the old layout. */
+    int dst_region;     /**< Index among dst's regions of the new layout. */
+    weft_box_t box;     /**< In tensor coordinates; inside both regions. */
+    size_t bytes;
+} weft_transfer_t;
+
+/** @brief What a plan moves, for one member or (member = -1) for all. */
+typedef struct weft_plan_stats {
+    size_t bytes_out;      /**< Sent to other members. */
+    size_t bytes_in;       /**< Received from other members. */
+    size_t bytes_local;    /**< Copied within a member. */
+    size_t transfers_out;  /**< Remote transfers sent. */
+    size_t transfers_in;   /**< Remote transfers received. */
+    /** Bytes that must move: for each member, the bytes of its new regions it did not
+     * hold in the old layout. A plan's bytes_in (member -1) always equals it. */
+    size_t bytes_lower_bound;
+    size_t max_bytes_out;  /**< Largest bytes_out of any member (member -1 only). */
+} weft_plan_stats_t;
+
+/**
+ * @brief The transfers from @p old_layout to @p new_layout: every byte of a member's new
+ * regions arrives exactly once, a byte it already held is a local copy, and among several
+ * holders the source is chosen greedily to keep the most any member sends low.
+ *
+ * Deterministic: equal layouts and parameters give equal plans on every rank.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG if the layouts name different tensors (name,
+ *         dtype or shape), or the old layout leaves part of a tensor unheld.
+ */
+weft_status_t weft_plan_create(const weft_layout_t *old_layout, const weft_layout_t *new_layout,
+                               const weft_plan_params_t *params, weft_plan_t **plan);
+/** @brief Free @p plan (NULL is a no-op). */
+void weft_plan_free(weft_plan_t *plan);
+
+/** @brief Number of transfers (local copies included). */
+size_t weft_plan_num_transfers(const weft_plan_t *plan);
+/** @brief Transfer @p i, in the plan's order (by source, destination, tensor, box). */
+weft_status_t weft_plan_transfer(const weft_plan_t *plan, size_t i, weft_transfer_t *t);
+/** @brief Totals for @p member, or for the whole plan with @p member = -1. */
+weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_stats_t *stats);
+/** @brief A 64-bit digest of the plan (xxHash); ranks that built different plans get
+ * different digests. */
+uint64_t weft_plan_digest(const weft_plan_t *plan);
+/** @brief Print per-member bytes in/out and transfer counts, and the lower bound. */
+weft_status_t weft_plan_print(const weft_plan_t *plan, FILE *out);
+
+/** @} */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,376 @@
+/*
+ * Plans on random layouts, checked element by element against a brute-force reference:
+ * every element a member holds in the new layout arrives exactly once, from a member that
+ * held it; what it held already is a local copy; the bytes that cross members equal the
+ * lower bound; plans are deterministic; senders are balanced when every holder holds all.
+ * Each plan is also executed in this process (all members' packed buffers side by side)
+ * and the new buffers compared with the values the tensors were filled with.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "migrate/box.h"
+#include "weft/migrate.h"
+
+#define MAXM 16 /* member ids are below this */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static int rnd_in(int lo, int hi) /* [lo, hi] */
+{
+    return lo + (int)(rnd() % (uint64_t)(hi - lo + 1));
+}
+
+/* Random member ids, distinct, not contiguous. */
+static int pick_members(int *ids, int n)
+{
+    int k = 0;
+    while (k < n) {
+        int id = rnd_in(0, MAXM - 1);
+        bool dup = false;
+        for (int i = 0; i < k; i++) {
+            dup |= ids[i] == id;
+        }
+        if (!dup) {
+            ids[k++] = id;
+        }
+    }
+    return n;
+}
+
+/* Split @p b recursively into random boxes; each leaf goes to 1..3 random members. */
+static void random_boxes(weft_layout_t *l, int tensor, int nd, weft_box_t b, int depth,
+                         const int *members, int nm)
+{
+    int d = rnd_in(0, nd - 1);
+    if (depth > 0 && b.extent[d] > 1 && rnd() % 4 != 0) {
+        uint64_t cut = 1 + rnd() % (b.extent[d] - 1);
+        weft_box_t lo = b, hi = b;
+        lo.extent[d] = cut;
+        hi.offset[d] += cut;
+        hi.extent[d] -= cut;
+        random_boxes(l, tensor, nd, lo, depth - 1, members, nm);
+        random_boxes(l, tensor, nd, hi, depth - 1, members, nm);
+        return;
+    }
+    int copies = rnd_in(1, nm < 3 ? nm : 3), first = rnd_in(0, nm - 1);
+    for (int c = 0; c < copies; c++) {
+        assert_int_equal(weft_layout_add_region(l, members[(first + c) % nm], tensor, &b), WEFT_OK);
+    }
+}
+
+typedef struct shape {
+    int ntensors;
+    int nd[4];
+    uint64_t dims[4][WEFT_LAYOUT_MAX_DIMS];
+    weft_dtype_t dtype[4];
+} shape_t;
+
+static void random_shape(shape_t *s)
+{
+    static const weft_dtype_t types[] = {WEFT_F32, WEFT_F64, WEFT_U8};
+    s->ntensors = rnd_in(1, 4);
+    for (int t = 0; t < s->ntensors; t++) {
+        s->nd[t] = rnd_in(1, 3);
+        for (int d = 0; d < s->nd[t]; d++) {
+            s->dims[t][d] = (uint64_t)rnd_in(1, 9);
+        }
+        s->dtype[t] = types[rnd() % 3];
+    }
+}
+
+static weft_layout_t *random_layout(const shape_t *s)
+{
+    weft_layout_t *l;
+    assert_int_equal(weft_layout_create(&l), WEFT_OK);
+    char name[16];
+    for (int t = 0; t < s->ntensors; t++) {
+        snprintf(name, sizeof(name), "t%d", t);
+        assert_int_equal(weft_layout_add_tensor(l, name, s->dtype[t], s->nd[t], s->dims[t], NULL),
+                         WEFT_OK);
+    }
+    int members[8], nm = rnd_in(1, 8);
+    pick_members(members, nm);
+    int kind = rnd_in(0, 4);
+    if (kind == 0) { /* flat over all tensors */
+        int tensors[4] = {0, 1, 2, 3};
+        assert_int_equal(weft_layout_flat(l, tensors, s->ntensors, members, nm), WEFT_OK);
+        return l;
+    }
+    for (int t = 0; t < s->ntensors; t++) {
+        weft_box_t whole;
+        memset(&whole, 0, sizeof(whole));
+        for (int d = 0; d < s->nd[t]; d++) {
+            whole.extent[d] = s->dims[t][d];
+        }
+        switch (kind) {
+        case 1:
+            assert_int_equal(weft_layout_shard(l, t, rnd_in(0, s->nd[t] - 1), members, nm), WEFT_OK);
+            break;
+        case 2:
+            assert_int_equal(weft_layout_whole(l, t, members[rnd_in(0, nm - 1)]), WEFT_OK);
+            break;
+        case 3:
+            assert_int_equal(weft_layout_replicate(l, t, members, rnd_in(1, nm)), WEFT_OK);
+            break;
+        default:
+            random_boxes(l, t, s->nd[t], whole, 4, members, nm);
+        }
+    }
+    return l;
+}
+
+/* Which region of @p member's (for tensor t) contains @p c, or -1. */
+static int region_of(const weft_layout_t *l, int member, int t, int nd, const uint64_t *c)
+{
+    for (int k = 0; k < weft_layout_num_regions(l, member); k++) {
+        int tt;
+        weft_box_t b;
+        weft_layout_region(l, member, k, &tt, &b, NULL, NULL);
+        if (tt != t) {
+            continue;
+        }
+        bool in = true;
+        for (int d = 0; d < nd; d++) {
+            in &= c[d] >= b.offset[d] && c[d] < b.offset[d] + b.extent[d];
+        }
+        if (in) {
+            return k;
+        }
+    }
+    return -1;
+}
+
+static bool box_has(const weft_box_t *b, int nd, const uint64_t *c)
+{
+    for (int d = 0; d < nd; d++) {
+        if (c[d] < b->offset[d] || c[d] >= b->offset[d] + b->extent[d]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The brute-force check of one plan. */
+static void check_plan(const weft_layout_t *old, const weft_layout_t *new, const weft_plan_t *p)
+{
+    size_t nx = weft_plan_num_transfers(p), lower = 0;
+    weft_transfer_t *xs = calloc(nx, sizeof(*xs));
+    for (size_t i = 0; i < nx; i++) {
+        assert_int_equal(weft_plan_transfer(p, i, &xs[i]), WEFT_OK);
+    }
+    for (int t = 0; t < weft_layout_num_tensors(new); t++) {
+        weft_tensor_info_t ti;
+        weft_layout_tensor(new, t, &ti);
+        size_t elem = weft_dtype_size(ti.dtype);
+        uint64_t total = ti.bytes / elem;
+        for (uint64_t e = 0; e < total; e++) {
+            uint64_t c[WEFT_LAYOUT_MAX_DIMS], r = e;
+            for (int d = ti.ndims - 1; d >= 0; d--) {
+                c[d] = r % ti.shape[d];
+                r /= ti.shape[d];
+            }
+            for (int m = 0; m < MAXM; m++) {
+                int nk = region_of(new, m, t, ti.ndims, c);
+                int ok = region_of(old, m, t, ti.ndims, c);
+                if (nk >= 0 && ok < 0) {
+                    lower += elem;
+                }
+                int covers = 0;
+                for (size_t i = 0; i < nx; i++) {
+                    if (xs[i].dst != m || xs[i].tensor != t || !box_has(&xs[i].box, ti.ndims, c)) {
+                        continue;
+                    }
+                    covers++;
+                    assert_int_equal(xs[i].dst_region, nk);
+                    /* The source held it, in the region the transfer names. */
+                    assert_int_equal(region_of(old, xs[i].src, t, ti.ndims, c), xs[i].src_region);
+                    if (ok >= 0) {
+                        assert_int_equal(xs[i].src, m); /* held already: a local copy */
+                    }
+                }
+                assert_int_equal(covers, nk >= 0 ? 1 : 0);
+            }
+        }
+    }
+    weft_plan_stats_t all;
+    assert_int_equal(weft_plan_stats(p, -1, &all), WEFT_OK);
+    assert_int_equal(all.bytes_lower_bound, lower);
+    assert_int_equal(all.bytes_in, lower);
+    assert_int_equal(all.bytes_out, lower);
+    free(xs);
+}
+
+/* Run the plan in this process and compare every new buffer with the fill values. */
+static void execute_plan(const weft_layout_t *old, const weft_layout_t *new, const weft_plan_t *p)
+{
+    unsigned char *ob[MAXM] = {0}, *nb[MAXM] = {0};
+    for (int m = 0; m < MAXM; m++) {
+        ob[m] = calloc(1, weft_layout_packed_bytes(old, m) + 1);
+        nb[m] = calloc(1, weft_layout_packed_bytes(new, m) + 1);
+        for (int k = 0; k < weft_layout_num_regions(old, m); k++) {
+            int t;
+            weft_box_t b;
+            size_t bytes, off;
+            weft_layout_region(old, m, k, &t, &b, &bytes, &off);
+            for (size_t i = 0; i < bytes; i++) { /* byte value from tensor and position */
+                weft_tensor_info_t ti;
+                weft_layout_tensor(old, t, &ti);
+                size_t elem = weft_dtype_size(ti.dtype);
+                uint64_t c[WEFT_LAYOUT_MAX_DIMS], r = i / elem, g = 0;
+                for (int d = ti.ndims - 1; d >= 0; d--) {
+                    c[d] = b.offset[d] + r % b.extent[d];
+                    r /= b.extent[d];
+                }
+                for (int d = 0; d < ti.ndims; d++) {
+                    g = g * ti.shape[d] + c[d];
+                }
+                ob[m][off + i] = (unsigned char)(g * 7 + (i % elem) * 3 + (uint64_t)t * 101 + 1);
+            }
+        }
+    }
+    for (size_t i = 0; i < weft_plan_num_transfers(p); i++) {
+        weft_transfer_t x;
+        weft_plan_transfer(p, i, &x);
+        weft_tensor_info_t ti;
+        weft_layout_tensor(old, x.tensor, &ti);
+        weft_box_t sb, db;
+        size_t soff, doff;
+        weft_layout_region(old, x.src, x.src_region, NULL, &sb, NULL, &soff);
+        weft_layout_region(new, x.dst, x.dst_region, NULL, &db, NULL, &doff);
+        weft__box_copy(nb[x.dst] + doff, &db, ob[x.src] + soff, &sb, &x.box, ti.ndims,
+                       weft_dtype_size(ti.dtype));
+    }
+    for (int m = 0; m < MAXM; m++) {
+        for (int k = 0; k < weft_layout_num_regions(new, m); k++) {
+            int t;
+            weft_box_t b;
+            size_t bytes, off;
+            weft_layout_region(new, m, k, &t, &b, &bytes, &off);
+            weft_tensor_info_t ti;
+            weft_layout_tensor(new, t, &ti);
+            size_t elem = weft_dtype_size(ti.dtype);
+            for (size_t i = 0; i < bytes; i++) {
+                uint64_t c[WEFT_LAYOUT_MAX_DIMS], r = i / elem, g = 0;
+                for (int d = ti.ndims - 1; d >= 0; d--) {
+                    c[d] = b.offset[d] + r % b.extent[d];
+                    r /= b.extent[d];
+                }
+                for (int d = 0; d < ti.ndims; d++) {
+                    g = g * ti.shape[d] + c[d];
+                }
+                assert_int_equal(nb[m][off + i],
+                                 (unsigned char)(g * 7 + (i % elem) * 3 + (uint64_t)t * 101 + 1));
+            }
+        }
+        free(ob[m]);
+        free(nb[m]);
+    }
+}
+
+static void test_random_plans(void **state)
+{
+    (void)state;
+    for (int trial = 0; trial < 400; trial++) {
+        shape_t s;
+        random_shape(&s);
+        weft_layout_t *old = random_layout(&s), *new = random_layout(&s);
+        weft_plan_params_t pp = {.size = sizeof(pp), .balance_bytes = (size_t)rnd_in(1, 64)};
+        weft_plan_t *p, *again;
+        assert_int_equal(weft_plan_create(old, new, &pp, &p), WEFT_OK);
+        check_plan(old, new, p);
+        execute_plan(old, new, p);
+        /* Deterministic: the same layouts give the same plan. */
+        assert_int_equal(weft_plan_create(old, new, &pp, &again), WEFT_OK);
+        assert_int_equal(weft_plan_digest(p), weft_plan_digest(again));
+        assert_int_equal(weft_plan_num_transfers(p), weft_plan_num_transfers(again));
+        weft_plan_free(again);
+        weft_plan_free(p);
+        weft_layout_free(old);
+        weft_layout_free(new);
+    }
+}
+
+/* Every holder holds everything (replication): the most any member sends is within one
+ * slab of an even share. */
+static void test_balance_replicated(void **state)
+{
+    (void)state;
+    for (int trial = 0; trial < 100; trial++) {
+        int k = rnd_in(1, 4), nnew = rnd_in(1, 6), ids[MAXM];
+        pick_members(ids, k + nnew);
+        uint64_t shape[2] = {(uint64_t)rnd_in(1, 64), (uint64_t)rnd_in(1, 64)};
+        weft_layout_t *old, *new;
+        weft_layout_create(&old);
+        weft_layout_create(&new);
+        weft_layout_add_tensor(old, "w", WEFT_F32, 2, shape, NULL);
+        weft_layout_add_tensor(new, "w", WEFT_F32, 2, shape, NULL);
+        assert_int_equal(weft_layout_replicate(old, 0, ids, k), WEFT_OK);
+        assert_int_equal(weft_layout_shard(new, 0, rnd_in(0, 1), ids + k, nnew), WEFT_OK);
+        size_t slab = (size_t)rnd_in(4, 512);
+        weft_plan_params_t pp = {.size = sizeof(pp), .balance_bytes = slab};
+        weft_plan_t *p;
+        assert_int_equal(weft_plan_create(old, new, &pp, &p), WEFT_OK);
+        weft_plan_stats_t all;
+        weft_plan_stats(p, -1, &all);
+        size_t row = shape[1] * 4; /* a slab is at least one row of the outer dimension */
+        size_t piece = slab > row ? slab : row;
+        assert_true(all.max_bytes_out <= (all.bytes_out + (size_t)k - 1) / (size_t)k + piece);
+        weft_plan_free(p);
+        weft_layout_free(old);
+        weft_layout_free(new);
+    }
+}
+
+/* A same-host holder is chosen over a less loaded one on another host. */
+static void test_same_host_preferred(void **state)
+{
+    (void)state;
+    uint64_t shape[1] = {1000};
+    weft_layout_t *old, *new;
+    weft_layout_create(&old);
+    weft_layout_create(&new);
+    weft_layout_add_tensor(old, "w", WEFT_F32, 1, shape, NULL);
+    weft_layout_add_tensor(new, "w", WEFT_F32, 1, shape, NULL);
+    int holders[2] = {0, 1};
+    weft_layout_replicate(old, 0, holders, 2);
+    weft_layout_whole(new, 0, 3);
+    int host_of[4] = {0, 1, 0, 1}; /* member 3 shares host 1 with member 1 */
+    weft_plan_params_t pp = {.size = sizeof(pp), .host_of = host_of, .num_members = 4,
+                             .balance_bytes = 400};
+    weft_plan_t *p;
+    assert_int_equal(weft_plan_create(old, new, &pp, &p), WEFT_OK);
+    for (size_t i = 0; i < weft_plan_num_transfers(p); i++) {
+        weft_transfer_t t;
+        weft_plan_transfer(p, i, &t);
+        assert_int_equal(t.src, 1);
+    }
+    weft_plan_free(p);
+    weft_plan_free(NULL);
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_plans),
+        cmocka_unit_test(test_balance_replicated),
+        cmocka_unit_test(test_same_host_preferred),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
