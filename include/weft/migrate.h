@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "weft/coll.h"
+#include "weft/core.h"
 #include "weft/status.h"
 
 #ifdef __cplusplus
@@ -199,6 +200,53 @@ weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_sta
 uint64_t weft_plan_digest(const weft_plan_t *plan);
 /** @brief Print per-member bytes in/out and transfer counts, and the lower bound. */
 weft_status_t weft_plan_print(const weft_plan_t *plan, FILE *out);
+
+/** @} */
+
+/* ------------------------------------------------------------------------------------ */
+/** @name Running a plan */
+/** @{ */
+
+/** @brief Optional parameters of weft_migrate_start(). Zero-initialise, then set @c size. */
+typedef struct weft_migrate_params {
+    size_t size;           /**< sizeof(weft_migrate_params_t). */
+    /** Priority of each tensor (by index), higher moves first; NULL: all equal. Must be
+     * equal on all members. */
+    const int *priority;
+    int num_priorities;    /**< Entries in @c priority. */
+    /** Bytes of chunks staged in memory at once (chunks that are not contiguous in the
+     * source or destination region); 0: 64 MiB. At least one chunk is always allowed. */
+    size_t max_staged_bytes;
+} weft_migrate_params_t;
+
+/**
+ * @brief Start running @p plan on group @p g: this member sends what it holds of the old
+ * layout and receives what the new one gives it. Collective over @p g: every member
+ * starts the same plan, in the same order relative to other migrations and collectives.
+ *
+ * Data moves in chunks of WEFT_MIGRATE_CHUNK bytes, WEFT_MIGRATE_WINDOW at a time per
+ * pair of members, each checked with an xxHash checksum; a chunk that arrives corrupted
+ * is sent again once, and a second corruption fails the migration. Local copies (data a
+ * member keeps) are chunked too. The migration ends with one small agreement, so every
+ * member gets the same result.
+ *
+ * @param[in]  old_buf This member's packed buffer of the old layout
+ *                     (weft_layout_packed_bytes(); NULL if it holds nothing).
+ * @param[out] new_buf Its packed buffer of the new layout; must not overlap @p old_buf.
+ * @param[in]  params  Optional (NULL for defaults).
+ * @param[out] req     Wait for it with weft_wait() / weft_test(); NULL if done inline.
+ * @return WEFT_INPROGRESS or WEFT_OK; WEFT_ERR_INVALID_ARG if the plan names a member not
+ *         in @p g; at completion WEFT_ERR_MISMATCH if members started different plans (or
+ *         chunk sizes or priorities), WEFT_ERR_TRANSPORT if a chunk arrived corrupted
+ *         twice, WEFT_ERR_PEER_FAILED / WEFT_ERR_REVOKED if a member failed.
+ */
+weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
+                                 void *new_buf, const weft_migrate_params_t *params,
+                                 weft_req_t **req);
+
+/** @brief weft_migrate_start() and wait for it (the context's default timeout). */
+weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
+                           void *new_buf, const weft_migrate_params_t *params);
 
 /** @} */
 

@@ -15,25 +15,14 @@
 
 #include <cmocka.h>
 
+#include "layout_gen.h"
 #include "migrate/box.h"
 #include "weft/migrate.h"
 
 #define MAXM 16 /* member ids are below this */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static int rnd_in(int lo, int hi) /* [lo, hi] */
-{
-    return lo + (int)(rnd() % (uint64_t)(hi - lo + 1));
-}
+#define rnd gen_rnd
+#define rnd_in gen_in
 
 /* Random member ids, distinct, not contiguous. */
 static int pick_members(int *ids, int n)
@@ -52,87 +41,7 @@ static int pick_members(int *ids, int n)
     return n;
 }
 
-/* Split @p b recursively into random boxes; each leaf goes to 1..3 random members. */
-static void random_boxes(weft_layout_t *l, int tensor, int nd, weft_box_t b, int depth,
-                         const int *members, int nm)
-{
-    int d = rnd_in(0, nd - 1);
-    if (depth > 0 && b.extent[d] > 1 && rnd() % 4 != 0) {
-        uint64_t cut = 1 + rnd() % (b.extent[d] - 1);
-        weft_box_t lo = b, hi = b;
-        lo.extent[d] = cut;
-        hi.offset[d] += cut;
-        hi.extent[d] -= cut;
-        random_boxes(l, tensor, nd, lo, depth - 1, members, nm);
-        random_boxes(l, tensor, nd, hi, depth - 1, members, nm);
-        return;
-    }
-    int copies = rnd_in(1, nm < 3 ? nm : 3), first = rnd_in(0, nm - 1);
-    for (int c = 0; c < copies; c++) {
-        assert_int_equal(weft_layout_add_region(l, members[(first + c) % nm], tensor, &b), WEFT_OK);
-    }
-}
-
-typedef struct shape {
-    int ntensors;
-    int nd[4];
-    uint64_t dims[4][WEFT_LAYOUT_MAX_DIMS];
-    weft_dtype_t dtype[4];
-} shape_t;
-
-static void random_shape(shape_t *s)
-{
-    static const weft_dtype_t types[] = {WEFT_F32, WEFT_F64, WEFT_U8};
-    s->ntensors = rnd_in(1, 4);
-    for (int t = 0; t < s->ntensors; t++) {
-        s->nd[t] = rnd_in(1, 3);
-        for (int d = 0; d < s->nd[t]; d++) {
-            s->dims[t][d] = (uint64_t)rnd_in(1, 9);
-        }
-        s->dtype[t] = types[rnd() % 3];
-    }
-}
-
-static weft_layout_t *random_layout(const shape_t *s)
-{
-    weft_layout_t *l;
-    assert_int_equal(weft_layout_create(&l), WEFT_OK);
-    char name[16];
-    for (int t = 0; t < s->ntensors; t++) {
-        snprintf(name, sizeof(name), "t%d", t);
-        assert_int_equal(weft_layout_add_tensor(l, name, s->dtype[t], s->nd[t], s->dims[t], NULL),
-                         WEFT_OK);
-    }
-    int members[8], nm = rnd_in(1, 8);
-    pick_members(members, nm);
-    int kind = rnd_in(0, 4);
-    if (kind == 0) { /* flat over all tensors */
-        int tensors[4] = {0, 1, 2, 3};
-        assert_int_equal(weft_layout_flat(l, tensors, s->ntensors, members, nm), WEFT_OK);
-        return l;
-    }
-    for (int t = 0; t < s->ntensors; t++) {
-        weft_box_t whole;
-        memset(&whole, 0, sizeof(whole));
-        for (int d = 0; d < s->nd[t]; d++) {
-            whole.extent[d] = s->dims[t][d];
-        }
-        switch (kind) {
-        case 1:
-            assert_int_equal(weft_layout_shard(l, t, rnd_in(0, s->nd[t] - 1), members, nm), WEFT_OK);
-            break;
-        case 2:
-            assert_int_equal(weft_layout_whole(l, t, members[rnd_in(0, nm - 1)]), WEFT_OK);
-            break;
-        case 3:
-            assert_int_equal(weft_layout_replicate(l, t, members, rnd_in(1, nm)), WEFT_OK);
-            break;
-        default:
-            random_boxes(l, t, s->nd[t], whole, 4, members, nm);
-        }
-    }
-    return l;
-}
+static const int pool[MAXM] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 /* Which region of @p member's (for tensor t) contains @p c, or -1. */
 static int region_of(const weft_layout_t *l, int member, int t, int nd, const uint64_t *c)
@@ -222,26 +131,7 @@ static void execute_plan(const weft_layout_t *old, const weft_layout_t *new, con
     for (int m = 0; m < MAXM; m++) {
         ob[m] = calloc(1, weft_layout_packed_bytes(old, m) + 1);
         nb[m] = calloc(1, weft_layout_packed_bytes(new, m) + 1);
-        for (int k = 0; k < weft_layout_num_regions(old, m); k++) {
-            int t;
-            weft_box_t b;
-            size_t bytes, off;
-            weft_layout_region(old, m, k, &t, &b, &bytes, &off);
-            for (size_t i = 0; i < bytes; i++) { /* byte value from tensor and position */
-                weft_tensor_info_t ti;
-                weft_layout_tensor(old, t, &ti);
-                size_t elem = weft_dtype_size(ti.dtype);
-                uint64_t c[WEFT_LAYOUT_MAX_DIMS], r = i / elem, g = 0;
-                for (int d = ti.ndims - 1; d >= 0; d--) {
-                    c[d] = b.offset[d] + r % b.extent[d];
-                    r /= b.extent[d];
-                }
-                for (int d = 0; d < ti.ndims; d++) {
-                    g = g * ti.shape[d] + c[d];
-                }
-                ob[m][off + i] = (unsigned char)(g * 7 + (i % elem) * 3 + (uint64_t)t * 101 + 1);
-            }
-        }
+        gen_fill(old, m, ob[m]);
     }
     for (size_t i = 0; i < weft_plan_num_transfers(p); i++) {
         weft_transfer_t x;
@@ -256,27 +146,7 @@ static void execute_plan(const weft_layout_t *old, const weft_layout_t *new, con
                        weft_dtype_size(ti.dtype));
     }
     for (int m = 0; m < MAXM; m++) {
-        for (int k = 0; k < weft_layout_num_regions(new, m); k++) {
-            int t;
-            weft_box_t b;
-            size_t bytes, off;
-            weft_layout_region(new, m, k, &t, &b, &bytes, &off);
-            weft_tensor_info_t ti;
-            weft_layout_tensor(new, t, &ti);
-            size_t elem = weft_dtype_size(ti.dtype);
-            for (size_t i = 0; i < bytes; i++) {
-                uint64_t c[WEFT_LAYOUT_MAX_DIMS], r = i / elem, g = 0;
-                for (int d = ti.ndims - 1; d >= 0; d--) {
-                    c[d] = b.offset[d] + r % b.extent[d];
-                    r /= b.extent[d];
-                }
-                for (int d = 0; d < ti.ndims; d++) {
-                    g = g * ti.shape[d] + c[d];
-                }
-                assert_int_equal(nb[m][off + i],
-                                 (unsigned char)(g * 7 + (i % elem) * 3 + (uint64_t)t * 101 + 1));
-            }
-        }
+        assert_int_equal(gen_check(new, m, nb[m]), 0);
         free(ob[m]);
         free(nb[m]);
     }
@@ -286,9 +156,9 @@ static void test_random_plans(void **state)
 {
     (void)state;
     for (int trial = 0; trial < 400; trial++) {
-        shape_t s;
-        random_shape(&s);
-        weft_layout_t *old = random_layout(&s), *new = random_layout(&s);
+        gen_shape_t s;
+        gen_shape(&s, 9);
+        weft_layout_t *old = gen_layout(&s, pool, MAXM), *new = gen_layout(&s, pool, MAXM);
         weft_plan_params_t pp = {.size = sizeof(pp), .balance_bytes = (size_t)rnd_in(1, 64)};
         weft_plan_t *p, *again;
         assert_int_equal(weft_plan_create(old, new, &pp, &p), WEFT_OK);
