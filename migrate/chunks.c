@@ -77,7 +77,9 @@ static int cmp_chunk(const void *pa, const void *pb)
 
 void weft__mig_sort(weft_mig_chunk_t *c, uint32_t n)
 {
-    qsort(c, n, sizeof(*c), cmp_chunk);
+    if (n > 1) {
+        qsort(c, n, sizeof(*c), cmp_chunk);
+    }
 }
 
 bool weft__mig_contiguous(const weft_box_t *region, size_t packed, const weft_box_t *b, int nd,

@@ -319,7 +319,9 @@ static void merge_xfers(builder_t *b)
     bool merged = true;
     while (merged) {
         merged = false;
-        qsort(b->xfers, b->nxfers, sizeof(*b->xfers), cmp_xfer);
+        if (b->nxfers > 1) {
+            qsort(b->xfers, b->nxfers, sizeof(*b->xfers), cmp_xfer);
+        }
         size_t out = 0;
         for (size_t i = 0; i < b->nxfers; i++) {
             weft_box_t u;
@@ -350,7 +352,9 @@ weft_status_t weft__plan_build(weft_plan_t *plan, const weft_layout_t *old_layou
         st = WEFT_ERR_NO_MEMORY;
     }
     if (st == WEFT_OK) {
-        qsort(b.pieces, b.npieces, sizeof(*b.pieces), cmp_piece);
+        if (b.npieces > 1) {
+            qsort(b.pieces, b.npieces, sizeof(*b.pieces), cmp_piece);
+        }
         st = choose_sources(&b);
     }
     for (size_t i = 0; i < b.npieces && st == WEFT_OK; i++) {
