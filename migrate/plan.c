@@ -28,6 +28,16 @@ static uint64_t digest(const weft_plan_t *plan)
         }
         XXH3_64bits_update(s, f, sizeof(f));
     }
+    for (size_t i = 0; i < plan->nmissing; i++) {
+        const weft__xfer_t *x = &plan->missing[i];
+        uint64_t f[3 + 2 * WEFT_LAYOUT_MAX_DIMS] = {(uint64_t)x->t.dst, (uint64_t)x->t.tensor,
+                                                    (uint64_t)x->t.dst_region};
+        for (int d = 0; d < x->ndims; d++) {
+            f[3 + 2 * d] = x->t.box.offset[d];
+            f[4 + 2 * d] = x->t.box.extent[d];
+        }
+        XXH3_64bits_update(s, f, sizeof(f));
+    }
     uint64_t h = XXH3_64bits_digest(s);
     XXH3_freeState(s);
     return h;
@@ -51,7 +61,7 @@ weft_status_t weft_plan_create(const weft_layout_t *old_layout, const weft_layou
         return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_plan_create: num_members < 0");
     }
     weft_status_t st = weft__layout_same_tensors(old_layout, new_layout);
-    if (st == WEFT_OK) {
+    if (st == WEFT_OK && !p.allow_missing) {
         st = weft_layout_check_complete(old_layout);
     }
     if (st != WEFT_OK) {
@@ -76,6 +86,7 @@ void weft_plan_free(weft_plan_t *plan)
 {
     if (plan != NULL) {
         free(plan->xfers);
+        free(plan->missing);
         free(plan);
     }
 }
@@ -127,7 +138,26 @@ weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_sta
     if (member >= 0) {
         stats->max_bytes_out = 0;
     }
+    for (size_t i = 0; i < plan->nmissing; i++) {
+        if (member < 0 || plan->missing[i].t.dst == member) {
+            stats->bytes_missing += plan->missing[i].t.bytes;
+        }
+    }
     stats->bytes_lower_bound = plan->lower_bound;
+    return WEFT_OK;
+}
+
+size_t weft_plan_num_missing(const weft_plan_t *plan)
+{
+    return plan != NULL ? plan->nmissing : 0;
+}
+
+weft_status_t weft_plan_missing(const weft_plan_t *plan, size_t i, weft_transfer_t *t)
+{
+    if (plan == NULL || t == NULL || i >= plan->nmissing) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_plan_missing: no entry %zu", i);
+    }
+    *t = plan->missing[i].t;
     return WEFT_OK;
 }
 
@@ -144,9 +174,9 @@ weft_status_t weft_plan_print(const weft_plan_t *plan, FILE *out)
     weft_plan_stats_t all;
     weft_plan_stats(plan, -1, &all);
     fprintf(out, "# plan %016" PRIx64 ": %zu transfers, %zu B to move (lower bound %zu B), "
-                 "%zu B copied locally, most sent by one member %zu B\n",
+                 "%zu B copied locally, most sent by one member %zu B, %zu B held by nobody\n",
             plan->digest, plan->nxfers, all.bytes_in, all.bytes_lower_bound, all.bytes_local,
-            all.max_bytes_out);
+            all.max_bytes_out, all.bytes_missing);
     fprintf(out, "# %8s %14s %14s %14s %8s %8s\n", "member", "bytes_out", "bytes_in",
             "bytes_local", "n_out", "n_in");
     /* Every member that sends or receives, in id order. */

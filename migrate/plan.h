@@ -23,6 +23,8 @@ typedef struct weft__xfer {
 struct weft_plan {
     weft__xfer_t *xfers; /* sorted by src, dst, tensor, dst_region, src_region, box */
     size_t nxfers;
+    weft__xfer_t *missing; /* what no member of the old layout held (src = -1) */
+    size_t nmissing;
     size_t lower_bound;  /* bytes that must move */
     uint64_t digest;
 };

@@ -35,6 +35,8 @@ typedef struct builder {
     size_t npool, cap_pool;
     weft__xfer_t *xfers;
     size_t nxfers, cap_xfers;
+    weft__xfer_t *missing; /* pieces nobody holds (allow_missing), src = -1 */
+    size_t nmissing, cap_missing;
     size_t lower_bound;
 } builder_t;
 
@@ -80,6 +82,30 @@ static bool add_xfer(builder_t *b, int src_region, int dst_region, const weft_bo
     x->elem = t->elem;
     x->src_box = s->box;
     x->src_packed = s->packed_offset;
+    x->dst_box = d->box;
+    x->dst_packed = d->packed_offset;
+    return true;
+}
+
+/* A piece of new region @p dst_region that no member of the old layout holds. */
+static bool add_missing(builder_t *b, int dst_region, const weft_box_t *box)
+{
+    if (!reserve((void **)&b->missing, &b->cap_missing, b->nmissing + 1, sizeof(*b->missing))) {
+        return false;
+    }
+    const weft__lregion_t *d = &b->new->regions[dst_region];
+    const weft__ltensor_t *t = &b->new->tensors[d->tensor];
+    weft__xfer_t *x = &b->missing[b->nmissing++];
+    memset(x, 0, sizeof(*x));
+    x->t.src = -1;
+    x->t.src_region = -1;
+    x->t.dst = d->member;
+    x->t.tensor = d->tensor;
+    x->t.dst_region = d->index;
+    x->t.box = *box;
+    x->t.bytes = (size_t)weft__box_volume(box, t->ndims) * t->elem;
+    x->ndims = t->ndims;
+    x->elem = t->elem;
     x->dst_box = d->box;
     x->dst_packed = d->packed_offset;
     return true;
@@ -188,16 +214,27 @@ static weft_status_t plan_region(builder_t *b, int nr)
             return WEFT_ERR_NO_MEMORY;
         }
     }
+    size_t keep = first;
     for (size_t i = first; i < b->npieces; i++) {
-        b->pieces[i].bytes = (size_t)weft__box_volume(&b->pieces[i].box, nd) * t->elem;
-        if (b->pieces[i].nh == 0) {
+        piece_t *pc = &b->pieces[i];
+        pc->bytes = (size_t)weft__box_volume(&pc->box, nd) * t->elem;
+        if (pc->nh > 0) {
+            b->pieces[keep++] = *pc;
+            continue;
+        }
+        if (b->p == NULL || !b->p->allow_missing) {
             char text[256];
-            weft__box_format(&b->pieces[i].box, nd, text, sizeof(text));
+            weft__box_format(&pc->box, nd, text, sizeof(text));
             return weft__error_noctx(WEFT_ERR_INVALID_ARG,
                                      "tensor %s region %s is held by no member of the old layout",
                                      t->name, text);
         }
+        if (!add_missing(b, nr, &pc->box)) {
+            return WEFT_ERR_NO_MEMORY;
+        }
+        b->lower_bound -= pc->bytes; /* it cannot move: not part of the bound */
     }
+    b->npieces = keep;
     return WEFT_OK;
 }
 
@@ -313,29 +350,28 @@ static bool same_route(const weft__xfer_t *a, const weft__xfer_t *b)
            a->t.dst_region == b->t.dst_region && a->t.src_region == b->t.src_region;
 }
 
-/* Sort the transfers and merge neighbours on one route that are side by side. */
-static void merge_xfers(builder_t *b)
+/* Sort transfers and merge neighbours on one route that are side by side. */
+static void merge_xfers(weft__xfer_t *xs, size_t *n)
 {
     bool merged = true;
     while (merged) {
         merged = false;
-        if (b->nxfers > 1) {
-            qsort(b->xfers, b->nxfers, sizeof(*b->xfers), cmp_xfer);
+        if (*n > 1) {
+            qsort(xs, *n, sizeof(*xs), cmp_xfer);
         }
         size_t out = 0;
-        for (size_t i = 0; i < b->nxfers; i++) {
+        for (size_t i = 0; i < *n; i++) {
             weft_box_t u;
-            if (out > 0 && same_route(&b->xfers[out - 1], &b->xfers[i]) &&
-                weft__box_merge(&b->xfers[out - 1].t.box, &b->xfers[i].t.box,
-                                b->xfers[i].ndims, &u)) {
-                b->xfers[out - 1].t.box = u;
-                b->xfers[out - 1].t.bytes += b->xfers[i].t.bytes;
+            if (out > 0 && same_route(&xs[out - 1], &xs[i]) &&
+                weft__box_merge(&xs[out - 1].t.box, &xs[i].t.box, xs[i].ndims, &u)) {
+                xs[out - 1].t.box = u;
+                xs[out - 1].t.bytes += xs[i].t.bytes;
                 merged = true;
                 continue;
             }
-            b->xfers[out++] = b->xfers[i];
+            xs[out++] = xs[i];
         }
-        b->nxfers = out;
+        *n = out;
     }
 }
 
@@ -366,12 +402,16 @@ weft_status_t weft__plan_build(weft_plan_t *plan, const weft_layout_t *old_layou
     free(b.pool);
     if (st != WEFT_OK) {
         free(b.xfers);
+        free(b.missing);
         return st == WEFT_ERR_NO_MEMORY ? weft__error_noctx(st, "weft_plan_create: out of memory")
                                         : st;
     }
-    merge_xfers(&b);
+    merge_xfers(b.xfers, &b.nxfers);
+    merge_xfers(b.missing, &b.nmissing);
     plan->xfers = b.xfers;
     plan->nxfers = b.nxfers;
+    plan->missing = b.missing;
+    plan->nmissing = b.nmissing;
     plan->lower_bound = b.lower_bound;
     return WEFT_OK;
 }

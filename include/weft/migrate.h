@@ -149,6 +149,10 @@ typedef struct weft_plan_params {
     /** Remote pieces are cut into slabs of at most this many bytes before sources are
      * chosen (0: 1 MiB); a smaller value balances senders more finely. */
     size_t balance_bytes;
+    /** Nonzero: parts of the new layout that no member of the old one holds (their
+     * holders died) are listed by weft_plan_missing() instead of refused; the engine
+     * leaves them untouched for the caller to restore. */
+    int allow_missing;
 } weft_plan_params_t;
 
 /** @brief One transfer of a plan. When src == dst it is a local copy. */
@@ -173,6 +177,7 @@ typedef struct weft_plan_stats {
      * hold in the old layout. A plan's bytes_in (member -1) always equals it. */
     size_t bytes_lower_bound;
     size_t max_bytes_out;  /**< Largest bytes_out of any member (member -1 only). */
+    size_t bytes_missing;  /**< Of its new regions, held by nobody (allow_missing). */
 } weft_plan_stats_t;
 
 /**
@@ -195,11 +200,62 @@ size_t weft_plan_num_transfers(const weft_plan_t *plan);
 weft_status_t weft_plan_transfer(const weft_plan_t *plan, size_t i, weft_transfer_t *t);
 /** @brief Totals for @p member, or for the whole plan with @p member = -1. */
 weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_stats_t *stats);
+/** @brief Number of pieces of the new layout that nobody holds (allow_missing plans). */
+size_t weft_plan_num_missing(const weft_plan_t *plan);
+/** @brief Missing piece @p i: @c src and @c src_region are -1; @c dst, @c dst_region,
+ * @c tensor and @c box say what the destination must restore by other means. */
+weft_status_t weft_plan_missing(const weft_plan_t *plan, size_t i, weft_transfer_t *t);
 /** @brief A 64-bit digest of the plan (xxHash); ranks that built different plans get
  * different digests. */
 uint64_t weft_plan_digest(const weft_plan_t *plan);
 /** @brief Print per-member bytes in/out and transfer counts, and the lower bound. */
 weft_status_t weft_plan_print(const weft_plan_t *plan, FILE *out);
+
+/** @} */
+
+/* ------------------------------------------------------------------------------------ */
+/** @name After a membership change */
+/** @{ */
+
+/**
+ * @brief A copy of @p layout that keeps only the regions of @p members (the survivors of
+ * a repair), in their order, so their packed buffers are unchanged.
+ */
+weft_status_t weft_layout_keep(const weft_layout_t *layout, const int *members, int n,
+                               weft_layout_t **out);
+
+/**
+ * @brief The flat (ZeRO) re-cut after a repair or a grow: a new layout with every tensor
+ * of @p old, flat over the members of @p g in group rank order, and the plan to it from
+ * what members of @p g hold in @p old. Regions whose every holder left are listed by
+ * weft_plan_missing(). Computed locally, identically on every member.
+ */
+weft_status_t weft_migrate_replan_flat(const weft_layout_t *old, const weft_group_t *g,
+                                       weft_layout_t **new_layout, weft_plan_t **plan);
+
+/** @brief This member's share of a global batch (weft_batch_share()). */
+typedef struct weft_batch_share {
+    uint64_t first;          /**< Index of its first sample in the global batch. */
+    uint64_t samples;        /**< How many samples it processes. */
+    uint64_t micro_batches;  /**< How many micro-batches of at most max_micro samples. */
+    uint64_t micro_size;     /**< Samples in each micro-batch but perhaps the last. */
+    uint64_t last_micro;     /**< Samples in the last micro-batch. */
+    /** Multiply the sum of per-sample losses by this before the gradient allreduce
+     * (1 / global batch): the sum over members is then the mean over the global batch,
+     * whatever the width. */
+    double grad_scale;
+} weft_batch_share_t;
+
+/**
+ * @brief Split a global batch of @p global samples over @p width data-parallel members:
+ * member @p rank gets floor(global / width) samples, one more for the first
+ * global % width members, contiguous and in rank order, cut into micro-batches of at
+ * most @p max_micro (0: one micro-batch). The global batch and the gradient scale stay
+ * exactly the same at every width.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG if global < width, width < 1 or rank out of range.
+ */
+weft_status_t weft_batch_share(uint64_t global, int width, int rank, uint64_t max_micro,
+                               weft_batch_share_t *share);
 
 /** @} */
 

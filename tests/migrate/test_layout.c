@@ -238,6 +238,36 @@ static void test_tile_range(void **state)
     }
 }
 
+/* Batch shares: the global batch exactly, contiguous, even within one sample. */
+static void test_batch_share(void **state)
+{
+    (void)state;
+    for (uint64_t global = 1; global <= 70; global++) {
+        for (int width = 1; width <= 9 && (uint64_t)width <= global; width++) {
+            uint64_t next = 0, lo = UINT64_MAX, hi = 0;
+            for (int r = 0; r < width; r++) {
+                weft_batch_share_t b;
+                uint64_t micro = (global + (uint64_t)r) % 5; /* 0: one micro-batch */
+                assert_int_equal(weft_batch_share(global, width, r, micro, &b), WEFT_OK);
+                assert_int_equal(b.first, next);
+                next += b.samples;
+                lo = b.samples < lo ? b.samples : lo;
+                hi = b.samples > hi ? b.samples : hi;
+                assert_true(b.micro_size >= 1 && (micro == 0 || b.micro_size <= micro));
+                assert_int_equal((b.micro_batches - 1) * b.micro_size + b.last_micro, b.samples);
+                assert_true(b.last_micro >= 1 && b.last_micro <= b.micro_size);
+                assert_true(b.grad_scale == 1.0 / (double)global);
+            }
+            assert_int_equal(next, global);
+            assert_true(hi - lo <= 1);
+        }
+    }
+    weft_batch_share_t b;
+    assert_int_equal(weft_batch_share(3, 4, 0, 0, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_batch_share(8, 4, 4, 0, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_batch_share(8, 0, 0, 0, &b), WEFT_ERR_INVALID_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_box_subtract),
         cmocka_unit_test(test_tile_range),
+        cmocka_unit_test(test_batch_share),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

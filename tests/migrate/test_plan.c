@@ -99,7 +99,23 @@ static void check_plan(const weft_layout_t *old, const weft_layout_t *new, const
                 if (nk >= 0 && ok < 0) {
                     lower += elem;
                 }
-                int covers = 0;
+                int covers = 0, missing = 0;
+                for (size_t i = 0; i < weft_plan_num_missing(p); i++) {
+                    weft_transfer_t mt;
+                    weft_plan_missing(p, i, &mt);
+                    if (mt.dst == m && mt.tensor == t && box_has(&mt.box, ti.ndims, c)) {
+                        missing++;
+                        assert_int_equal(mt.dst_region, nk);
+                    }
+                }
+                bool held = false;
+                for (int h = 0; h < MAXM; h++) {
+                    held |= region_of(old, h, t, ti.ndims, c) >= 0;
+                }
+                assert_int_equal(missing, nk >= 0 && !held ? 1 : 0);
+                if (missing) {
+                    lower -= elem; /* cannot move: not part of the bound */
+                }
                 for (size_t i = 0; i < nx; i++) {
                     if (xs[i].dst != m || xs[i].tensor != t || !box_has(&xs[i].box, ti.ndims, c)) {
                         continue;
@@ -112,7 +128,7 @@ static void check_plan(const weft_layout_t *old, const weft_layout_t *new, const
                         assert_int_equal(xs[i].src, m); /* held already: a local copy */
                     }
                 }
-                assert_int_equal(covers, nk >= 0 ? 1 : 0);
+                assert_int_equal(covers + missing, nk >= 0 ? 1 : 0);
             }
         }
     }
@@ -170,6 +186,42 @@ static void test_random_plans(void **state)
         assert_int_equal(weft_plan_num_transfers(p), weft_plan_num_transfers(again));
         weft_plan_free(again);
         weft_plan_free(p);
+        weft_layout_free(old);
+        weft_layout_free(new);
+    }
+}
+
+/* Survivors of random layouts: what only the others held is listed, nothing else. */
+static void test_missing(void **state)
+{
+    (void)state;
+    for (int trial = 0; trial < 200; trial++) {
+        gen_shape_t s;
+        gen_shape(&s, 7);
+        weft_layout_t *old = gen_layout(&s, pool, MAXM), *new = gen_layout(&s, pool, MAXM);
+        int alive[MAXM], na = 0;
+        for (int m = 0; m < MAXM; m++) {
+            if (rnd() % 3 != 0) {
+                alive[na++] = m;
+            }
+        }
+        weft_layout_t *kept;
+        assert_int_equal(weft_layout_keep(old, alive, na, &kept), WEFT_OK);
+        for (int k = 0; k < na; k++) { /* packed buffers unchanged */
+            assert_int_equal(weft_layout_packed_bytes(kept, alive[k]),
+                             weft_layout_packed_bytes(old, alive[k]));
+        }
+        weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
+        weft_plan_t *p;
+        assert_int_equal(weft_plan_create(kept, new, &pp, &p), WEFT_OK);
+        check_plan(kept, new, p);
+        if (weft_plan_num_missing(p) > 0) { /* refused without allow_missing */
+            weft_plan_t *q = NULL;
+            assert_int_equal(weft_plan_create(kept, new, NULL, &q), WEFT_ERR_INVALID_ARG);
+            assert_non_null(strstr(weft_last_error(NULL), "held by no member"));
+        }
+        weft_plan_free(p);
+        weft_layout_free(kept);
         weft_layout_free(old);
         weft_layout_free(new);
     }
@@ -239,6 +291,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_plans),
+        cmocka_unit_test(test_missing),
         cmocka_unit_test(test_balance_replicated),
         cmocka_unit_test(test_same_host_preferred),
     };
