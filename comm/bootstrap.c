@@ -1,9 +1,9 @@
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/bootstrap.h"
+#include "util/parse.h"
 
 typedef struct env_source {
     const char *launcher;
@@ -29,14 +29,16 @@ static int env_int(const char *name)
     if (s == NULL || *s == '\0') {
         return -1;
     }
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
     /* SLURM_NTASKS_PER_NODE may read "4(x2)": the leading number is what we want. */
-    if (errno != 0 || end == s || v < 0 || v > (1L << 30) || (*end != '\0' && *end != '(')) {
+    char num[24];
+    size_t n = strcspn(s, "(");
+    int64_t v;
+    if (n >= sizeof(num)) {
         return -2;
     }
-    return (int)v;
+    memcpy(num, s, n);
+    num[n] = '\0';
+    return weft__parse_i64(num, 0, 1 << 30, &v) ? (int)v : -2;
 }
 
 static weft_status_t read_source(const weft_logger_t *lg, const env_source_t *src,

@@ -11,6 +11,7 @@
 #include "comm/ctx.h"
 #include "comm/memtype.h"
 #include "comm/shm.h"
+#include "util/parse.h"
 
 #define ADDR_KEY_FMT "addr/%d"
 #define CLAIM_KEY_FMT "claim/%d"
@@ -546,18 +547,15 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
     weft_status_t st;
     while ((st = weft__store_next_event(ctx->watch, 0, &key, &val, &len)) == WEFT_OK) {
         const char *what = key + plen;
-        char *end;
+        int64_t id;
         if (strncmp(key, prefix, plen) != 0) {
             /* not ours */
         } else if (what[0] == 'g') {
             apply_revoke_notice(ctx, what);
-        } else {
-            long id = strtol(what, &end, 10);
-            if (end != what && *end == '\0' && id >= 0 && id < (long)WEFT_TAG_MAX_MEMBERS) {
-                WEFT_INFO(&ctx->logger, "member %ld failed (%.*s)", id, (int)len,
-                          (const char *)val);
-                weft__peer_failed(ctx, (int)id, WEFT_ERR_PEER_FAILED);
-            }
+        } else if (weft__parse_i64(what, 0, WEFT_TAG_MAX_MEMBERS - 1, &id)) {
+            WEFT_INFO(&ctx->logger, "member %d failed (%.*s)", (int)id, (int)len,
+                      (const char *)val);
+            weft__peer_failed(ctx, (int)id, WEFT_ERR_PEER_FAILED);
         }
         free(key);
         free(val);

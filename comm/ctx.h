@@ -14,6 +14,7 @@
 #include "comm/store/store.h"
 #include "comm/tag.h"
 #include "transports/transport.h"
+#include "util/clock.h"
 #include "weft/coll.h"
 #include "weft/core.h"
 
@@ -158,9 +159,6 @@ weft_status_t weft__req_advance(weft_req_t *req);
 weft_status_t weft__req_wait_free(weft_req_t *req);
 /* Waits for a start call's request: the blocking twin of any nonblocking call. */
 weft_status_t weft__blocking(weft_status_t start_status, weft_req_t *req);
-/* Timeout in ns for a ms setting. */
-uint64_t weft__ms_to_ns(uint64_t ms);
-uint64_t weft__now_ns(void);
 /* Whether shared-memory collectives moved since the last call (consumes the news). */
 static inline bool weft__shm_news(weft_ctx_t *ctx)
 {

@@ -14,18 +14,6 @@
 #define NOTICE_POLL_INTERVAL 64
 #define REQ_POOL_MAX 256
 
-uint64_t weft__now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-uint64_t weft__ms_to_ns(uint64_t ms)
-{
-    return ms > UINT64_MAX / 1000000ull ? UINT64_MAX : ms * 1000000ull;
-}
-
 int weft__progress(weft_ctx_t *ctx)
 {
     int n = 0;

@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/coll/coll.h"
+#include "comm/ctx.h"
 #include "comm/shm.h"
 #include "comm/shm_job.h"
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "groups/edit.h"
+#include "util/parse.h"
 
 #define JOIN_GET_TIMEOUT_MS 1000
 
@@ -214,7 +215,10 @@ static weft_status_t joiner_in_slot(weft_group_t *g, uint32_t k, int64_t *id)
         char text[24] = {0};
         memcpy(text, won, wlen < sizeof(text) - 1 ? wlen : sizeof(text) - 1);
         free(won);
-        *id = strtoll(text, NULL, 10);
+        if (wlen >= sizeof(text) || !weft__parse_i64(text, INT64_MIN, INT64_MAX, id)) {
+            WEFT_ERROR(&g->ctx->logger, "%s does not hold a member id", key);
+            return WEFT_ERR_PROTOCOL;
+        }
     }
     return st;
 }

@@ -14,6 +14,7 @@
 
 #include "comm/tag.h"
 #include "launcher/weftrun.h"
+#include "util/parse.h"
 #include "weft/core.h"
 
 #define WEFTRUN_MAX_RANKS 65536
@@ -160,13 +161,11 @@ static void usage_error(const char *fmt, const char *arg)
     fputs("\nTry 'weftrun --help' for more information.\n", stderr);
 }
 
-/* A whole decimal number in [min, max]. */
-static bool parse_int(const char *s, long min, long max, int *out)
+/* A whole decimal number in [min, max] (util/parse.h). */
+static bool parse_int(const char *s, int min, int max, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < min || v > max) {
+    int64_t v;
+    if (!weft__parse_i64(s, min, max, &v)) {
         return false;
     }
     *out = (int)v;
@@ -426,10 +425,10 @@ static int serve_store_only(weftrun_job_t *job)
         WEFT_ERROR(job->lg, "cannot write the store address to stdout: %m");
         return WEFTRUN_EXIT_FAILED;
     }
-    uint64_t start = weftrun_now_ms();
+    uint64_t start = weft__now_ms();
     if (!weftrun_wait_for_signal(job->sigfd, job->opts->timeout_ms, job->lg)) {
         WEFT_ERROR(job->lg, "the store timed out after %.3g s (--timeout)",
-                   (double)(weftrun_now_ms() - start) / 1000.0);
+                   (double)(weft__now_ms() - start) / 1000.0);
         return WEFTRUN_EXIT_TIMEOUT;
     }
     return 0;

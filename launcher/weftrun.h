@@ -21,6 +21,7 @@
 #include "comm/log.h"
 #include "comm/shm_job.h"
 #include "comm/store/store.h"
+#include "util/clock.h"
 
 /* Exit codes of weftrun itself, beside the ranks' own. */
 #define WEFTRUN_EXIT_USAGE 2
@@ -221,8 +222,5 @@ void weftrun_elastic_on_death(weftrun_job_t *job, const weftrun_slot_t *s,
                               const weftrun_death_t *d);
 /* --elastic: a process exited 0. */
 void weftrun_elastic_on_success(weftrun_job_t *job, const weftrun_slot_t *s);
-
-/* Monotonic clock in milliseconds. */
-uint64_t weftrun_now_ms(void);
 
 #endif

@@ -19,6 +19,7 @@
 
 #include "comm/config.h"
 #include "launcher/weftrun.h"
+#include "util/parse.h"
 
 weft_status_t weftrun_fence_init(weftrun_job_t *job)
 {
@@ -62,9 +63,8 @@ void weftrun_fence_on_lapse(void *arg, const char *key)
     if (strncmp(key, WEFTRUN_FAILED_PREFIX, plen) != 0) {
         return; /* a lease of some other namespace: not a process of this job */
     }
-    char *end;
-    long id = strtol(key + plen, &end, 10);
-    if (end == key + plen || *end != '\0' || id < 0 || id > INT32_MAX) {
+    int64_t id;
+    if (!weft__parse_i64(key + plen, 0, INT32_MAX, &id)) {
         return;
     }
     int32_t v = (int32_t)id;

@@ -77,11 +77,11 @@ int weftrun_next_signal(int sigfd)
 
 bool weftrun_wait_for_signal(int sigfd, uint64_t timeout_ms, const weft_logger_t *lg)
 {
-    uint64_t deadline = timeout_ms != 0 ? weftrun_now_ms() + timeout_ms : 0;
+    uint64_t deadline = timeout_ms != 0 ? weft__now_ms() + timeout_ms : 0;
     for (;;) {
         int wait_ms = -1;
         if (deadline != 0) {
-            uint64_t now = weftrun_now_ms();
+            uint64_t now = weft__now_ms();
             if (now >= deadline) {
                 return false;
             }

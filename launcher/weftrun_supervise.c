@@ -19,13 +19,6 @@
 
 #include "launcher/weftrun.h"
 
-uint64_t weftrun_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 void weftrun_signal_slot(const weftrun_slot_t *s, int sig)
 {
     if (kill(-s->pid, sig) != 0 && s->state == WEFTRUN_SLOT_RUNNING) {
@@ -54,7 +47,7 @@ void weftrun_begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int ex
     job->stop_reason = reason;
     job->exit_code = exit_code;
     signal_ranks(job, sig, false);
-    job->kill_at_ms = weftrun_now_ms() + job->opts->grace_ms;
+    job->kill_at_ms = weft__now_ms() + job->opts->grace_ms;
     if (job->kill_at_ms == 0) {
         job->kill_at_ms = 1;
     }
@@ -163,7 +156,7 @@ static void reap_ranks(weftrun_job_t *job)
             continue;
         }
         if (WIFSTOPPED(wstatus)) {
-            s->stopped_since_ms = s->stopped_since_ms != 0 ? s->stopped_since_ms : weftrun_now_ms();
+            s->stopped_since_ms = s->stopped_since_ms != 0 ? s->stopped_since_ms : weft__now_ms();
         } else if (WIFCONTINUED(wstatus)) {
             s->stopped_since_ms = 0;
         } else {
@@ -216,7 +209,7 @@ static int poll_timeout(const weftrun_job_t *job, uint64_t now)
 
 static void check_deadlines(weftrun_job_t *job)
 {
-    uint64_t now = weftrun_now_ms();
+    uint64_t now = weft__now_ms();
     if (job->deadline_ms != 0 && now >= job->deadline_ms && job->stop_reason == WEFTRUN_STOP_NONE) {
         uint64_t started = job->deadline_ms - job->opts->timeout_ms;
         WEFT_ERROR(job->lg, "the job timed out after %.3g s (--timeout); stopping all ranks",
@@ -265,7 +258,7 @@ static weft_status_t supervise(weftrun_job_t *job)
     }
     while (job->nrunning > 0) {
         nfds_t n = collect_fds(job, pfds, streams, ranks);
-        int rc = poll(pfds, n, poll_timeout(job, weftrun_now_ms()));
+        int rc = poll(pfds, n, poll_timeout(job, weft__now_ms()));
         if (rc < 0 && errno != EINTR) {
             WEFT_ERROR(job->lg, "poll: %m");
             status = WEFT_ERR_IO;
@@ -341,7 +334,7 @@ int weftrun_run_job(weftrun_job_t *job)
      * zombies where init does not reap; waitpid() then returns pids of no slot. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     if (job->opts->timeout_ms != 0) {
-        job->deadline_ms = weftrun_now_ms() + job->opts->timeout_ms;
+        job->deadline_ms = weft__now_ms() + job->opts->timeout_ms;
     }
     if (start_ranks(job) != WEFT_OK) {
         weftrun_begin_stop(job, WEFTRUN_STOP_LAUNCH_FAILED, WEFTRUN_EXIT_FAILED, SIGTERM);

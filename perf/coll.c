@@ -30,6 +30,7 @@
  * local ranks; otherwise, or with --bind none, the scheduler places the ranks. Two
  * ranks that the scheduler lets share a core pay a context switch per message.
  */
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -446,13 +447,7 @@ static int extras_handler(void *arg, const char *name, const char *val)
 {
     coll_extras_t *x = arg;
     if (strcmp(name, "--settle") == 0) {
-        char *end;
-        long v = strtol(val, &end, 10);
-        if (end == val || *end != '\0' || v < 0) {
-            return -1;
-        }
-        x->settle_ms = v;
-        return 0;
+        return perf_parse_int(val, 0, LONG_MAX, &x->settle_ms);
     }
     if (strcmp(val, "core") == 0 || strcmp(val, "none") == 0) {
         x->bind = strcmp(val, "core") == 0;
@@ -481,11 +476,9 @@ static void bind_to_core(void)
 {
     const char *lr = getenv("WEFT_LOCAL_RANK"), *ls = getenv("WEFT_LOCAL_SIZE");
     cpu_set_t allowed, one;
-    if (lr == NULL || ls == NULL || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
-        return;
-    }
-    int rank = atoi(lr), size = atoi(ls), ncpu = CPU_COUNT(&allowed);
-    if (rank < 0 || size <= 0 || size > ncpu) {
+    long rank, size;
+    if (perf_parse_int(lr, 0, INT_MAX, &rank) != 0 || perf_parse_int(ls, 1, INT_MAX, &size) != 0 ||
+        sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || size > CPU_COUNT(&allowed)) {
         return;
     }
     for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
@@ -517,7 +510,7 @@ static int coll_main(int argc, char **argv, coll_kind_t kind, const char *name)
         return PERF_EXIT_OK;
     }
     if (rc != PERF_CONTINUE) {
-        return PERF_EXIT_USAGE;
+        return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
     }
     if (x.bind) {
         bind_to_core(); /* before weft_init, so the transports' threads inherit it */

@@ -1,8 +1,10 @@
 /* Helpers shared by the weft-perf subcommands: options, sizes, timers, patterns, output. */
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -200,35 +202,48 @@ void perf_print_usage(FILE *out, const char *subcommand, const perf_extra_opt_t 
             "(default 64)\n"
             "      --inplace           use the same buffer for input and output\n"
             "      --json              print one JSON document instead of the table\n"
-            "  -h, --help              this text\n",
+            "  -h, --help              this text\n"
+            "      --version           print weft-perf's version\n",
             subcommand);
     for (size_t i = 0; i < n_extras; i++) {
         char left[64];
         snprintf(left, sizeof(left), "%s%s%s", extras[i].name, extras[i].has_arg ? " " : "",
                  extras[i].has_arg && extras[i].metavar ? extras[i].metavar : "");
-        fprintf(out, "      %-18s%s\n", left, extras[i].help ? extras[i].help : "");
+        fprintf(out, "      %-20s%s\n", left, extras[i].help ? extras[i].help : "");
     }
     fprintf(out, "\nExit status: 0 ok, 1 wrong results, 2 bad options, 3 a weft call failed.\n");
 }
 
-enum opt_id { O_B, O_E, O_F, O_I, O_N, O_W, O_C, O_D, O_O, O_R, O_WIN, O_INPLACE, O_JSON, O_H };
+/* Long options past the characters: the flags without a short form, then the extras. */
+enum { OPT_INPLACE = 256, OPT_JSON, OPT_VERSION, OPT_EXTRA };
 
-static const struct {
-    const char *shrt, *lng;
-    enum opt_id id;
-    int has_arg; /* 0 no, 1 yes, 2 optional (digits only) */
-} common_opts[] = {
-    {"-b", "--minbytes", O_B, 1},  {"-e", "--maxbytes", O_E, 1},
-    {"-f", "--stepfactor", O_F, 1}, {"-i", "--stepbytes", O_I, 1},
-    {"-n", "--iters", O_N, 1},     {"-w", "--warmup_iters", O_W, 1},
-    {"-c", "--check", O_C, 2},     {"-d", "--datatype", O_D, 1},
-    {"-o", "--op", O_O, 1},        {"-r", "--root", O_R, 1},
-    {"-W", "--window", O_WIN, 1},  {NULL, "--inplace", O_INPLACE, 0},
-    {NULL, "--json", O_JSON, 0},   {"-h", "--help", O_H, 0},
+static const struct option common_opts[] = {
+    {"minbytes", required_argument, NULL, 'b'},
+    {"maxbytes", required_argument, NULL, 'e'},
+    {"stepfactor", required_argument, NULL, 'f'},
+    {"stepbytes", required_argument, NULL, 'i'},
+    {"iters", required_argument, NULL, 'n'},
+    {"warmup_iters", required_argument, NULL, 'w'},
+    {"check", optional_argument, NULL, 'c'},
+    {"datatype", required_argument, NULL, 'd'},
+    {"op", required_argument, NULL, 'o'},
+    {"root", required_argument, NULL, 'r'},
+    {"window", required_argument, NULL, 'W'},
+    {"inplace", no_argument, NULL, OPT_INPLACE},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
 };
+/* '+': no reordering, so a stray argument is reported rather than skipped;
+ * ':': a missing value is told apart from an unknown option. */
+#define COMMON_SHORT "+:b:e:f:i:n:w:c::d:o:r:W:h"
+#define MAX_EXTRAS 8
 
-static int parse_int(const char *s, long lo, long hi, long *out)
+int perf_parse_int(const char *s, long lo, long hi, long *out)
 {
+    if (s == NULL) {
+        return -1;
+    }
     errno = 0;
     char *end;
     long v = strtol(s, &end, 10);
@@ -239,160 +254,183 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-static int apply_common(perf_opts_t *o, enum opt_id id, const char *val)
+void perf_print_version(FILE *out)
+{
+    fprintf(out, "weft-perf %s\n", WEFT_PERF_VERSION);
+}
+
+void perf_usage_error(const char *subcommand, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "weft-perf%s%s: ", subcommand != NULL ? " " : "",
+            subcommand != NULL ? subcommand : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'weft-perf%s%s --help' for more information.\n",
+            subcommand != NULL ? " " : "", subcommand != NULL ? subcommand : "");
+}
+
+void perf_opt_error(const char *subcommand, int c, int argc, char **argv,
+                    const struct option *longopts)
+{
+    /* getopt_long has passed the element of a long option; a short one may sit inside a
+     * cluster ("-xn5"), so the element before is only its own when it names optopt. */
+    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    int len = (int)strcspn(arg, "=");
+    bool is_long = strncmp(arg, "--", 2) == 0 && len > 2;
+    const struct option *hit = NULL; /* the long option the element names, if just one */
+    int matches = 0;
+    for (const struct option *l = longopts; is_long && l->name != NULL; l++) {
+        if (strncmp(l->name, arg + 2, (size_t)len - 2) == 0) {
+            hit = l;
+            if ((int)strlen(l->name) == len - 2) {
+                matches = 1; /* an exact name is never ambiguous */
+                break;
+            }
+            matches++;
+        }
+    }
+    if (matches != 1) {
+        hit = NULL;
+    }
+    if (is_long && optopt > 0 && optopt < 256 && (hit == NULL || hit->val != optopt)) {
+        is_long = false; /* a short option of the element being scanned */
+    }
+    if (!is_long) {
+        const char *what = c == ':' ? "needs a value" : "is unknown";
+        perf_usage_error(subcommand, "option '-%c' %s", optopt, what);
+    } else if (c == ':') {
+        perf_usage_error(subcommand, "option '%.*s' needs a value", len, arg);
+    } else if (optopt != 0) {
+        perf_usage_error(subcommand, "option '%.*s' takes no value", len, arg);
+    } else if (matches > 1) {
+        perf_usage_error(subcommand, "option '%.*s' is ambiguous", len, arg);
+    } else {
+        perf_usage_error(subcommand, "option '%.*s' is unknown", len, arg);
+    }
+}
+
+static int apply_common(perf_opts_t *o, int id, const char *val)
 {
     long v;
     switch (id) {
-    case O_B: return perf_parse_size(val, &o->min_bytes);
-    case O_E: return perf_parse_size(val, &o->max_bytes);
-    case O_I: return perf_parse_size(val, &o->step_bytes);
-    case O_F:
-        if (parse_int(val, 1, 1L << 30, &v) != 0) {
+    case 'b': return perf_parse_size(val, &o->min_bytes);
+    case 'e': return perf_parse_size(val, &o->max_bytes);
+    case 'i': return perf_parse_size(val, &o->step_bytes);
+    case 'f':
+        if (perf_parse_int(val, 1, 1L << 30, &v) != 0) {
             return -1;
         }
         o->factor = (uint64_t)v;
         return 0;
-    case O_N:
-    case O_W:
-    case O_R:
-    case O_WIN:
-        if (parse_int(val, id == O_WIN ? 1 : 0, 1L << 30, &v) != 0) {
+    case 'n':
+    case 'w':
+    case 'r':
+    case 'W':
+        if (perf_parse_int(val, id == 'W' ? 1 : 0, 1L << 30, &v) != 0) {
             return -1;
         }
-        *(id == O_N ? &o->iters : id == O_W ? &o->warmup : id == O_R ? &o->root : &o->window) =
+        *(id == 'n' ? &o->iters : id == 'w' ? &o->warmup : id == 'r' ? &o->root : &o->window) =
             (int)v;
         return 0;
-    case O_C:
+    case 'c':
         if (val == NULL) {
             o->check = 1;
             return 0;
         }
-        if (parse_int(val, 0, 1, &v) != 0) {
+        if (perf_parse_int(val, 0, 1, &v) != 0) {
             return -1;
         }
         o->check = (int)v;
         return 0;
-    case O_D: return perf_parse_dtype(val, &o->dtype);
-    case O_O: return perf_parse_op(val, &o->op);
-    case O_INPLACE: o->inplace = true; return 0;
-    case O_JSON: o->json = true; return 0;
-    case O_H: return 0;
+    case 'd': return perf_parse_dtype(val, &o->dtype);
+    case 'o': return perf_parse_op(val, &o->op);
+    case OPT_INPLACE: o->inplace = true; return 0;
+    case OPT_JSON: o->json = true; return 0;
     }
     return -1;
 }
 
-/* Split "--name=value" / "-nVALUE": does @p arg name option @p name? Sets *inline_val. */
-static bool opt_matches(const char *arg, const char *name, const char **inline_val)
+/* The long name of option @p id, for messages. */
+static const char *common_name(int id)
 {
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0) {
-        return false;
-    }
-    if (arg[n] == '\0') {
-        *inline_val = NULL;
-        return true;
-    }
-    if (arg[n] == '=') {
-        *inline_val = arg + n + 1;
-        return true;
-    }
-    /* -n10: short options glue their value */
-    if (name[1] != '-' && n == 2) {
-        *inline_val = arg + n;
-        return true;
-    }
-    return false;
-}
-
-/* Fetch the value of an option: inline, or the next argument. */
-static int take_value(int argc, char **argv, int *i, const char *inline_val, int has_arg,
-                      const char **val)
-{
-    if (inline_val != NULL) {
-        *val = inline_val;
-        return 0;
-    }
-    if (has_arg == 2) {
-        if (*i + 1 < argc && isdigit((unsigned char)argv[*i + 1][0])) {
-            *val = argv[++*i];
-        } else {
-            *val = NULL;
-        }
-        return 0;
-    }
-    if (*i + 1 >= argc) {
-        return -1;
-    }
-    *val = argv[++*i];
-    return 0;
-}
-
-static int parse_one(int argc, char **argv, int *i, perf_opts_t *o, const char *subcommand,
-                     const perf_extra_opt_t *extras, size_t n_extras, perf_extra_fn handler,
-                     void *handler_arg, bool *help)
-{
-    const char *arg = argv[*i], *inl, *val;
-    for (size_t k = 0; k < n_extras; k++) {
-        if (!opt_matches(arg, extras[k].name, &inl) || (inl != NULL && !extras[k].has_arg)) {
-            continue;
-        }
-        if (extras[k].has_arg && take_value(argc, argv, i, inl, 1, &val) != 0) {
-            fprintf(stderr, "weft-perf %s: %s needs a value\n", subcommand, arg);
-            return -1;
-        }
-        if (handler == NULL || handler(handler_arg, extras[k].name,
-                                       extras[k].has_arg ? val : NULL) != 0) {
-            fprintf(stderr, "weft-perf %s: bad value for %s\n", subcommand, extras[k].name);
-            return -1;
-        }
-        return 0;
-    }
     for (size_t k = 0; k < NELEMS(common_opts); k++) {
-        bool m = (common_opts[k].shrt && opt_matches(arg, common_opts[k].shrt, &inl)) ||
-                 opt_matches(arg, common_opts[k].lng, &inl);
-        if (!m || (inl != NULL && common_opts[k].has_arg == 0)) {
-            continue;
+        if (common_opts[k].val == id) {
+            return common_opts[k].name;
         }
-        val = NULL;
-        if (common_opts[k].has_arg &&
-            take_value(argc, argv, i, inl, common_opts[k].has_arg, &val) != 0) {
-            fprintf(stderr, "weft-perf %s: %s needs a value\n", subcommand, arg);
-            return -1;
-        }
-        if (apply_common(o, common_opts[k].id, val) != 0) {
-            fprintf(stderr, "weft-perf %s: bad value '%s' for %s\n", subcommand,
-                    val ? val : "", common_opts[k].lng);
-            return -1;
-        }
-        *help = *help || common_opts[k].id == O_H;
-        return 0;
     }
-    fprintf(stderr, "weft-perf %s: unknown option '%s' (try --help)\n", subcommand, arg);
-    return -1;
+    return "?";
 }
 
 int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcommand,
                     const perf_extra_opt_t *extras, size_t n_extras, perf_extra_fn handler,
                     void *handler_arg)
 {
-    bool help = false;
-    for (int i = 1; i < argc; i++) {
-        if (parse_one(argc, argv, &i, o, subcommand, extras, n_extras, handler, handler_arg,
-                      &help) != 0) {
+    struct option longopts[NELEMS(common_opts) + MAX_EXTRAS + 1];
+    if (n_extras > MAX_EXTRAS) {
+        fprintf(stderr, "weft-perf %s: more than %d extra options\n", subcommand, MAX_EXTRAS);
+        return PERF_BAD;
+    }
+    memcpy(longopts, common_opts, sizeof(common_opts));
+    for (size_t k = 0; k < n_extras; k++) {
+        longopts[NELEMS(common_opts) + k] = (struct option){
+            extras[k].name + 2, extras[k].has_arg ? required_argument : no_argument, NULL,
+            OPT_EXTRA + (int)k};
+    }
+    longopts[NELEMS(common_opts) + n_extras] = (struct option){NULL, 0, NULL, 0};
+
+    bool help = false, version = false;
+    int c;
+    opterr = 0;
+    optind = 0; /* a fresh scan: main() has parsed its own options with getopt_long */
+    while ((c = getopt_long(argc, argv, COMMON_SHORT, longopts, NULL)) != -1) {
+        const char *val = optarg;
+        /* "-n=10" is "-n 10", as "--iters=10" is. */
+        if (val != NULL && val[0] == '=' && val == argv[optind - 1] + 2) {
+            val++;
+        }
+        /* "-c 0": the check flag's value may also be the next argument, if it is a digit. */
+        if (c == 'c' && val == NULL && optind < argc && isdigit((unsigned char)argv[optind][0])) {
+            val = argv[optind++];
+        }
+        if (c == 'h' || c == OPT_VERSION) {
+            help = help || c == 'h';
+            version = version || c == OPT_VERSION;
+        } else if (c == ':' || c == '?') {
+            perf_opt_error(subcommand, c, argc, argv, longopts);
+            return PERF_BAD;
+        } else if (c >= OPT_EXTRA) {
+            const perf_extra_opt_t *x = &extras[c - OPT_EXTRA];
+            if (handler == NULL || handler(handler_arg, x->name, x->has_arg ? val : NULL) != 0) {
+                perf_usage_error(subcommand, "bad value '%s' for %s", val != NULL ? val : "",
+                                 x->name);
+                return PERF_BAD;
+            }
+        } else if (apply_common(o, c, val) != 0) {
+            perf_usage_error(subcommand, "bad value '%s' for --%s", val != NULL ? val : "",
+                             common_name(c));
             return PERF_BAD;
         }
+    }
+    if (optind < argc) {
+        perf_usage_error(subcommand, "unexpected argument '%s'", argv[optind]);
+        return PERF_BAD;
     }
     if (help) {
         perf_print_usage(stdout, subcommand, extras, n_extras);
         return PERF_HELP;
     }
+    if (version) {
+        perf_print_version(stdout);
+        return PERF_VERSION;
+    }
     if (o->min_bytes > o->max_bytes) {
-        fprintf(stderr, "weft-perf %s: -b %zu is larger than -e %zu\n", subcommand,
-                o->min_bytes, o->max_bytes);
+        perf_usage_error(subcommand, "-b %zu is larger than -e %zu", o->min_bytes, o->max_bytes);
         return PERF_BAD;
     }
     if (o->factor < 2 && o->step_bytes == 0 && o->min_bytes != o->max_bytes) {
-        fprintf(stderr, "weft-perf %s: -f must be at least 2 (or use -i)\n", subcommand);
+        perf_usage_error(subcommand, "-f must be at least 2 (or use -i)");
         return PERF_BAD;
     }
     return PERF_CONTINUE;

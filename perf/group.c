@@ -381,7 +381,7 @@ int perf_group_main(int argc, char **argv)
     int rc = perf_parse_opts(argc, argv, &b.o, "group", extras, sizeof(extras) / sizeof(extras[0]),
                              on_extra, &b);
     if (rc != PERF_CONTINUE) {
-        return rc == PERF_HELP ? PERF_EXIT_OK : PERF_EXIT_USAGE;
+        return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
     }
     int runs = b.o.iters;
     for (int k = 0; k < M_COUNT; k++) {

@@ -1,3 +1,4 @@
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,7 +18,8 @@ static const perf_subcommand_t subcommands[] = {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: weft-perf SUBCOMMAND [options]   (run under weftrun)\n\nsubcommands:\n");
+    fprintf(out, "usage: weft-perf SUBCOMMAND [options]   (run under weftrun)\n"
+                 "       weft-perf --help | --version\n\nsubcommands:\n");
     for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++) {
         fprintf(out, "  %-16s %s\n", subcommands[i].name, subcommands[i].summary);
     }
@@ -26,16 +28,37 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++) {
-        if (strcmp(argv[1], subcommands[i].name) == 0) {
-            return subcommands[i].main(argc - 1, argv + 1);
+    static const struct option opts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    opterr = 0;
+    /* '+': options end at the subcommand, whose own options are its to parse. */
+    while ((c = getopt_long(argc, argv, "+hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
+            usage(stdout);
+            return PERF_EXIT_OK;
+        case 'V':
+            perf_print_version(stdout);
+            return PERF_EXIT_OK;
+        default:
+            perf_opt_error(NULL, c, argc, argv, opts);
+            return PERF_EXIT_USAGE;
         }
     }
-    fprintf(stderr, "weft-perf: unknown subcommand '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
+    if (optind >= argc) {
+        usage(stderr);
+        return PERF_EXIT_USAGE;
+    }
+    const char *name = argv[optind];
+    for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++) {
+        if (strcmp(name, subcommands[i].name) == 0) {
+            return subcommands[i].main(argc - optind, argv + optind);
+        }
+    }
+    perf_usage_error(NULL, "unknown subcommand '%s'", name);
+    return PERF_EXIT_USAGE;
 }

@@ -6,7 +6,7 @@
  *     perf_opts_t o;
  *     perf_opts_default(&o);
  *     int rc = perf_parse_opts(argc, argv, &o, "sendrecv", extras, n_extras, handler, arg);
- *     if (rc != PERF_CONTINUE) return rc == PERF_HELP ? 0 : PERF_EXIT_USAGE;
+ *     if (rc != PERF_CONTINUE) return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
  *     perf_world_t w;  perf_world_open(&w)  ...  perf_world_close(&w);
  *     perf_table_t t;  perf_table_begin(&t, &o, "sendrecv", w.size, cols, ncols, w.rank == 0);
  *     size_t size = o.min_bytes;
@@ -18,6 +18,7 @@
 #ifndef WEFT_PERF_H
 #define WEFT_PERF_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -82,19 +83,35 @@ typedef int (*perf_extra_fn)(void *arg, const char *name, const char *val);
 
 #define PERF_CONTINUE 0 /* options parsed: run */
 #define PERF_HELP 1     /* --help was printed: exit 0 */
+#define PERF_VERSION 2  /* --version was printed: exit 0 */
 #define PERF_BAD (-1)   /* an error was printed to stderr: exit PERF_EXIT_USAGE */
 
 void perf_opts_default(perf_opts_t *o);
 
 /*
- * Parse argv[1..argc-1] (argv[0] is the subcommand name). Options take their value as
- * the next argument or after '=' (--iters=10, -n10 is also accepted). Extra options
- * (may be NULL / 0) are matched before the common ones are rejected as unknown.
- * Returns PERF_CONTINUE, PERF_HELP or PERF_BAD.
+ * Parse argv[1..argc-1] (argv[0] is the subcommand name) with getopt_long, as weftrun
+ * does. Options take their value as the next argument or after '=' (--iters=10, -n=10;
+ * -n10 is also accepted); -c/--check takes an optional 0 or 1, also as the next
+ * argument. Extra options (may be NULL / 0; at most 8, each a "--long" name) come after
+ * the common ones. Unknown options, missing or bad values and stray arguments print an
+ * error to stderr. Returns PERF_CONTINUE, PERF_HELP, PERF_VERSION or PERF_BAD.
  */
 int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcommand,
                     const perf_extra_opt_t *extras, size_t n_extras, perf_extra_fn handler,
                     void *handler_arg);
+
+/* "weft-perf <version>" (the project version weft-perf was built from). */
+void perf_print_version(FILE *out);
+/* "weft-perf [SUBCOMMAND]: <message>" and where to find help, to stderr; @p subcommand
+ * may be NULL. */
+void perf_usage_error(const char *subcommand, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* After getopt_long returned @p c ('?' or ':', with opterr = 0): say which option of
+ * @p longopts it refused and why (unknown, ambiguous, needs a value, takes none). */
+void perf_opt_error(const char *subcommand, int c, int argc, char **argv,
+                    const struct option *longopts);
+/* A whole decimal number in [lo, hi]: 0, or -1 when NULL, malformed or out of range. */
+int perf_parse_int(const char *s, long lo, long hi, long *out);
 
 /* Print the help text of the common options (and the extras) to @p out. */
 void perf_print_usage(FILE *out, const char *subcommand, const perf_extra_opt_t *extras,

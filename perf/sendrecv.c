@@ -227,7 +227,7 @@ int perf_sendrecv_main(int argc, char **argv)
         return PERF_EXIT_OK;
     }
     if (rc != PERF_CONTINUE) {
-        return PERF_EXIT_USAGE;
+        return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
     }
     sr_ctx_t c = {.o = &o};
     if (perf_world_open(&c.w) != 0) {

@@ -451,7 +451,7 @@ int perf_vocab_main(int argc, char **argv)
     int rc = perf_parse_opts(argc, argv, &b.o, "vocab", extras, sizeof(extras) / sizeof(extras[0]),
                              on_extra, &b);
     if (rc != PERF_CONTINUE) {
-        return rc == PERF_HELP ? PERF_EXIT_OK : PERF_EXIT_USAGE;
+        return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
     }
     if (b.o.iters < 1) {
         b.o.iters = 1;

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Builds weft and runs the whole test suite twice: a normal build (warnings are errors)
-# and an AddressSanitizer + UndefinedBehaviorSanitizer build.
+# Checks the include rules, then builds weft and runs the whole test suite twice: a normal
+# build (warnings are errors) and an AddressSanitizer + UndefinedBehaviorSanitizer build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
+
+echo "== include rules (docs/DESIGN.md, Layout)"
+./scripts/check-includes.py
 
 run_suite() {
     local dir=$1

@@ -14,6 +14,7 @@
 
 #include "transports/nccl.h"
 #include "transports/transport.h"
+#include "util/clock.h"
 #include "weft/core.h"
 
 #define SPIN_POLLS 64
@@ -40,13 +41,6 @@ struct weft_nccl_comm {
 };
 
 /* ---- helpers ---- */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* One step of a wait loop: spin a little, then yield, then sleep, so that ranks sharing
  * cores do not starve each other. */
@@ -212,7 +206,7 @@ static weft_status_t wait_ready(weft_nccl_comm_t *c, uint64_t deadline, const ch
             return comm_fail(c, map_nccl(state), "%s: %s (%s)", what, ncclGetErrorString(state),
                              ncclGetLastError(c->nc));
         }
-        if (now_ns() > deadline) {
+        if (weft__now_ns() > deadline) {
             return comm_fail(c, WEFT_ERR_TIMEOUT, "%s did not finish in time", what);
         }
         idle(&polls);
@@ -265,7 +259,7 @@ weft_status_t weft__nccl_unique_id(void *id)
 
 static uint64_t deadline_after(uint64_t ns)
 {
-    uint64_t now = now_ns();
+    uint64_t now = weft__now_ns();
     return (ns == 0 || ns > UINT64_MAX - now) ? UINT64_MAX : now + ns;
 }
 
@@ -422,7 +416,7 @@ weft_status_t weft__nccl_comm_poll(weft_nccl_comm_t *c)
                          ncclGetErrorString(state), ncclGetLastError(c->nc));
     }
     retire(c);
-    uint64_t age = c->head != NULL ? now_ns() - c->head->start_ns : 0;
+    uint64_t age = c->head != NULL ? weft__now_ns() - c->head->start_ns : 0;
     if (c->failed == WEFT_OK && c->head != NULL && c->op_timeout_ns != 0 &&
         age > c->op_timeout_ns) {
         return comm_fail(c, WEFT_ERR_TIMEOUT,
@@ -444,7 +438,7 @@ static void drain_and_finalize(weft_nccl_comm_t *c)
     uint64_t deadline = deadline_after(c->op_timeout_ns);
     uint64_t polls = 0;
     while (weft__nccl_comm_poll(c) == WEFT_OK && c->head != NULL) {
-        if (now_ns() > deadline) {
+        if (weft__now_ns() > deadline) {
             comm_fail(c, WEFT_ERR_TIMEOUT, "operations still running at destroy");
             return;
         }
@@ -545,7 +539,7 @@ static weft_status_t op_track(weft_nccl_comm_t *c, void *stream, const char *wha
                          cudaGetErrorString(e));
     }
     op->comm = c;
-    op->start_ns = now_ns();
+    op->start_ns = weft__now_ns();
     op->status = WEFT_INPROGRESS;
     if (c->tail != NULL) {
         c->tail->next = op;

@@ -1,7 +1,8 @@
 /*
  * The transport ops table. A transport moves tagged messages between processes and
  * knows nothing of groups, contexts or the store: the comm layer exchanges addresses,
- * builds tags and maps failures to groups. Transports include only public weft headers.
+ * builds tags and maps failures to groups. Transports include only public weft headers,
+ * their own and util/.
  */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H

@@ -21,6 +21,7 @@
 #include <ucp/api/ucp.h>
 
 #include "transports/transport.h"
+#include "util/clock.h"
 #include "weft/core.h"
 
 /* How long fini() waits for endpoints to flush and close before tearing down anyway. */
@@ -100,13 +101,6 @@ static void ucx_log(const weft_tl_t *tl, int level, const char *fmt, ...)
     va_start(ap, fmt);
     tl->params.log(tl->params.log_arg, level, fmt, ap);
     va_end(ap);
-}
-
-static uint64_t ucx_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static bool ucx_is_peer_error(ucs_status_t st)
@@ -432,8 +426,8 @@ static void ucx_fini(weft_tl_t *tl)
         ucp_request_cancel(tl->worker, ur);
     }
     /* Bounded: a peer that died without UCX noticing must not hang finalize. */
-    uint64_t start = ucx_now_ns(), deadline = start + UCX_CLOSE_TIMEOUT_NS;
-    while ((tl->closing != NULL || tl->drains != NULL) && ucx_now_ns() < deadline) {
+    uint64_t start = weft__now_ns(), deadline = start + UCX_CLOSE_TIMEOUT_NS;
+    while ((tl->closing != NULL || tl->drains != NULL) && weft__now_ns() < deadline) {
         if (ucp_worker_progress(tl->worker) == 0) {
             sched_yield();
         }
@@ -442,7 +436,7 @@ static void ucx_fini(weft_tl_t *tl)
     }
     if (tl->closing != NULL || tl->drains != NULL) {
         ucx_log(tl, WEFT_LOG_WARN, "ucx: endpoints did not close after %llu ms; tearing down",
-                (unsigned long long)((ucx_now_ns() - start) / 1000000));
+                (unsigned long long)((weft__now_ns() - start) / 1000000));
     }
     while (tl->closing != NULL) {
         weft_tl_ep_t *ep = tl->closing;
@@ -666,7 +660,7 @@ static void ucx_cancel(weft_tl_t *tl, void *req)
      * end, so the buffer is not written after we return; bounded all the same. */
     uint64_t deadline = 0;
     while (ucp_request_check_status(req) == UCS_INPROGRESS) {
-        uint64_t now = ucx_now_ns();
+        uint64_t now = weft__now_ns();
         if (deadline == 0) {
             deadline = now + UCX_CANCEL_TIMEOUT_NS;
         } else if (now >= deadline) {

@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "comm/store/proto.h"
+#include "util/clock.h"
+#include "util/parse.h"
 
 #define RBUF_MIN 65536
 
@@ -35,18 +37,11 @@ struct weft_store_client {
     weft_store_buf_t wbuf;
 };
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Waits for @p events; WEFT_INPROGRESS once the deadline has passed. */
 static weft_status_t wait_fd(weft_store_client_t *c, short events, uint64_t deadline)
 {
     for (;;) {
-        uint64_t now = now_ms();
+        uint64_t now = weft__now_ms();
         if (now >= deadline) {
             return WEFT_INPROGRESS;
         }
@@ -149,13 +144,6 @@ static weft_status_t read_frame(weft_store_client_t *c, uint64_t deadline, weft_
     }
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void weft__store_share_health(weft_store_client_t *c, weft_store_health_t *h)
 {
     if (c == NULL || h == NULL) {
@@ -192,7 +180,7 @@ static void health_lost(weft_store_health_t *h, const char *what, const char *wh
         return;
     }
     snprintf(h->cause, sizeof(h->cause), "%s: %s", what, why);
-    uint64_t now = now_ns();
+    uint64_t now = weft__now_ns();
     atomic_store_explicit(&h->lost_ns, now != 0 ? now : 1, memory_order_release);
 }
 
@@ -231,7 +219,7 @@ static weft_status_t call(weft_store_client_t *c, weft_store_msg_t type, const c
                           const void *rest, size_t rest_len, uint32_t wait_ms,
                           weft_status_t *status, const uint8_t **data, size_t *dlen)
 {
-    uint64_t deadline = now_ms() + WEFT__STORE_IO_TIMEOUT_MS;
+    uint64_t deadline = weft__now_ms() + WEFT__STORE_IO_TIMEOUT_MS;
     c->wbuf.len = 0;
     weft_status_t st = weft__store_frame_kv(&c->wbuf, type, key, strlen(key), rest, rest_len);
     if (st != WEFT_OK) {
@@ -323,10 +311,9 @@ weft_status_t weft__store_get_i64(weft_store_client_t *c, const char *key, int t
     if (st != WEFT_OK) {
         return st;
     }
-    char *end;
-    errno = 0;
-    long long v = strtoll(val, &end, 10); /* values arrive NUL-terminated */
-    bool ok = len > 0 && errno == 0 && end == (char *)val + len;
+    int64_t v;
+    /* values arrive NUL-terminated; one with a NUL inside is no number either */
+    bool ok = strlen(val) == len && weft__parse_i64(val, INT64_MIN, INT64_MAX, &v);
     free(val);
     if (!ok) {
         WEFT_ERROR(c->lg, "store %s: %s does not hold an integer", c->addr, key);
@@ -481,7 +468,7 @@ weft_status_t weft__store_next_event(weft_store_client_t *c, int timeout_ms, cha
     const char *k;
     uint32_t flen;
     size_t klen, vlen;
-    weft_status_t st = read_frame(c, now_ms() + (uint64_t)timeout_ms, &type, &p, &flen);
+    weft_status_t st = read_frame(c, weft__now_ms() + (uint64_t)timeout_ms, &type, &p, &flen);
     if (st == WEFT_INPROGRESS) {
         return st;
     }
@@ -585,7 +572,7 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
             WEFT_ERROR(c->lg, "store %s: cannot resolve %s: %s", c->addr, host, gai_strerror(rc));
             return WEFT_ERR_INVALID_ARG;
         }
-        uint64_t now = now_ms();
+        uint64_t now = weft__now_ms();
         if (now >= deadline) {
             WEFT_ERROR(c->lg, "store %s: cannot connect, tried for %llu ms: %s", c->addr,
                        (unsigned long long)(now - (deadline - (uint64_t)timeout_ms)),
@@ -669,11 +656,11 @@ weft_status_t weft__store_connect(const char *hostport, const char *token, int t
     c->fd = -1;
     c->lg = lg;
     snprintf(c->addr, sizeof(c->addr), "%s", hostport);
-    uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline = weft__now_ms() + (uint64_t)timeout_ms;
     weft_status_t st = tcp_connect(c, host, port, timeout_ms, deadline);
     if (st == WEFT_OK) {
         /* Connected at the last moment: still give the greeting a fair chance. */
-        uint64_t min_deadline = now_ms() + 1000;
+        uint64_t min_deadline = weft__now_ms() + 1000;
         st = handshake(c, token, deadline > min_deadline ? deadline : min_deadline);
     }
     if (st != WEFT_OK) {

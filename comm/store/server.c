@@ -27,6 +27,9 @@
 #include <unistd.h>
 
 #include "comm/store/proto.h"
+#include "util/clock.h"
+#include "util/hash.h"
+#include "util/parse.h"
 
 #define ENTRY_OVERHEAD 64                         /* bytes charged per key besides its data */
 #define OUT_HIGH_WATER (4 * WEFT_STORE_MAX_FRAME) /* stop reading requests above this */
@@ -87,22 +90,11 @@ struct weft_store_server {
     uint64_t accept_resume_ms;
 };
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* ---- the map ---- */
 
 static size_t key_hash(const char *key, size_t klen)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < klen; i++) {
-        h = (h ^ (uint8_t)key[i]) * 1099511628211ull;
-    }
-    return (size_t)h;
+    return (size_t)weft__fnv1a(WEFT__FNV1A_SEED, key, klen);
 }
 
 static store_entry_t **map_slot(weft_store_server_t *s, const char *key, size_t klen)
@@ -293,20 +285,13 @@ static weft_status_t store_put(weft_store_server_t *s, const char *key, size_t k
 /* The counter in a stored value: optional '-' and decimal digits, nothing else. */
 static bool parse_counter(const store_entry_t *e, int64_t *out)
 {
-    char text[24], *end;
+    char text[24];
     if (e->vlen == 0 || e->vlen >= sizeof(text)) {
         return false;
     }
     memcpy(text, e->val, e->vlen);
     text[e->vlen] = '\0';
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    /* strtoll also takes leading blanks and '+': refuse them by the first character */
-    if (errno != 0 || *end != '\0' || !(text[0] == '-' || (text[0] >= '0' && text[0] <= '9'))) {
-        return false;
-    }
-    *out = v;
-    return true;
+    return weft__parse_i64(text, INT64_MIN, INT64_MAX, out);
 }
 
 static weft_status_t store_add(weft_store_server_t *s, const char *key, size_t klen, int64_t delta,
@@ -379,7 +364,7 @@ static void handle_get(weft_store_server_t *s, store_conn_t *c, const char *key,
         c->key[klen] = '\0';
         c->klen = klen;
         c->parked = true;
-        c->deadline_ms = now_ms() + timeout_ms;
+        c->deadline_ms = weft__now_ms() + timeout_ms;
     }
 }
 
@@ -427,7 +412,7 @@ static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *ke
         c->lease_klen = klen;
         memcpy(c->lease_val, rest + 4, rlen - 4);
         c->lease_vlen = rlen - 4;
-        c->lease_deadline_ms = now_ms() + ttl;
+        c->lease_deadline_ms = weft__now_ms() + ttl;
     }
     conn_resp(s, c, WEFT_OK, NULL, 0);
 }
@@ -666,7 +651,7 @@ static void conn_open(weft_store_server_t *s, int fd, const struct sockaddr_stor
         return;
     }
     c->state = CONN_AUTH;
-    c->deadline_ms = now_ms() + WEFT__STORE_AUTH_TIMEOUT_MS;
+    c->deadline_ms = weft__now_ms() + WEFT__STORE_AUTH_TIMEOUT_MS;
     s->conns[s->nconns++] = c;
     WEFT_DEBUG(s->lg, "store: connection from %s", c->peer);
 }
@@ -687,7 +672,7 @@ static void accept_all(weft_store_server_t *s)
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
             /* Out of descriptors or memory: poll() would report the listener forever. */
             WEFT_WARN(s->lg, "store: accept failed: %m; pausing %d ms", ACCEPT_PAUSE_MS);
-            s->accept_resume_ms = now_ms() + ACCEPT_PAUSE_MS;
+            s->accept_resume_ms = weft__now_ms() + ACCEPT_PAUSE_MS;
         }
         return;
     }
@@ -696,7 +681,7 @@ static void accept_all(weft_store_server_t *s)
 /* Expire authentication deadlines and parked GETs; returns the poll() timeout. */
 static int run_timers(weft_store_server_t *s)
 {
-    uint64_t now = now_ms();
+    uint64_t now = weft__now_ms();
     uint64_t next = UINT64_MAX;
     for (size_t i = 0; i < s->nconns; i++) {
         store_conn_t *c = s->conns[i];
@@ -767,7 +752,7 @@ static void reap(weft_store_server_t *s)
 static size_t build_pollfds(weft_store_server_t *s)
 {
     s->pfds[0] = (struct pollfd){.fd = s->wake_rd, .events = POLLIN};
-    s->pfds[1] = (struct pollfd){.fd = now_ms() >= s->accept_resume_ms ? s->listen_fd : -1,
+    s->pfds[1] = (struct pollfd){.fd = weft__now_ms() >= s->accept_resume_ms ? s->listen_fd : -1,
                                  .events = POLLIN};
     for (size_t i = 0; i < s->nconns; i++) {
         store_conn_t *c = s->conns[i];

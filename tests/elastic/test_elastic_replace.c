@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fault_common.h"
 #include "weft/weft.h"
 
 #define VICTIM 3
@@ -33,51 +34,6 @@ static int fail(weft_ctx_t *ctx, int id, const char *what, weft_status_t st)
            ctx != NULL ? weft_last_error(ctx) : "no context");
     fflush(stdout);
     return 1;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* Sum over ranks of rank + 1: every member can check the result. */
-static weft_status_t checked_allreduce(weft_group_t *g)
-{
-    int rank, size;
-    weft_group_rank(g, &rank);
-    weft_group_size(g, &size);
-    int64_t v = rank + 1;
-    weft_status_t st = weft_allreduce(g, &v, &v, 1, WEFT_I64, WEFT_SUM);
-    if (st == WEFT_OK && v != (int64_t)size * (size + 1) / 2) {
-        return WEFT_ERR_MISMATCH;
-    }
-    return st;
-}
-
-/* Every member holds the same member list and epoch: MIN and MAX of a hash agree. */
-static weft_status_t membership_agrees(weft_group_t *g)
-{
-    int size;
-    uint32_t epoch;
-    weft_group_size(g, &size);
-    weft_group_epoch(g, &epoch);
-    uint64_t h = 1469598103934665603ull;
-    for (int r = 0; r < size; r++) {
-        int id = -1;
-        weft_group_member_id(g, r, &id);
-        h = (h ^ (uint64_t)(uint32_t)id) * 1099511628211ull;
-    }
-    int64_t v[3] = {(int64_t)(h >> 1), (int64_t)epoch, size}, lo[3], hi[3];
-    weft_status_t st = weft_allreduce(g, v, lo, 3, WEFT_I64, WEFT_MIN);
-    if (st == WEFT_OK) {
-        st = weft_allreduce(g, v, hi, 3, WEFT_I64, WEFT_MAX);
-    }
-    if (st == WEFT_OK && memcmp(lo, hi, sizeof(lo)) != 0) {
-        st = WEFT_ERR_MISMATCH;
-    }
-    return st;
 }
 
 /* The checks every member of the final group makes, in the same order (collectives). */
@@ -99,11 +55,11 @@ static int verify(weft_ctx_t *ctx, weft_group_t *g, int id)
             return 1;
         }
     }
-    weft_status_t st = checked_allreduce(g);
+    weft_status_t st = fault_checked_allreduce(g);
     if (st != WEFT_OK) {
         return fail(ctx, id, "allreduce with the newcomer", st);
     }
-    st = membership_agrees(g);
+    st = fault_membership_agrees(g);
     if (st != WEFT_OK) {
         return fail(ctx, id, "membership agreement", st);
     }
@@ -133,7 +89,7 @@ static int joiner_main(weft_ctx_t *ctx, int id)
  */
 static weft_status_t admit_joiner(weft_group_t *g)
 {
-    double deadline = now_ms() + WAIT_MS;
+    double deadline = fault_now_ms() + WAIT_MS;
     for (;;) {
         int size, pending = 0;
         weft_group_size(g, &size);
@@ -147,7 +103,7 @@ static weft_status_t admit_joiner(weft_group_t *g)
         if (pending >= 1) {
             return weft_group_grow(g, 1, WAIT_MS, NULL);
         }
-        if (now_ms() > deadline) {
+        if (fault_now_ms() > deadline) {
             return WEFT_ERR_TIMEOUT;
         }
         struct timespec ts = {0, 2000000};
@@ -159,7 +115,7 @@ static int survivor_main(weft_ctx_t *ctx, int id)
 {
     weft_group_t *g;
     weft_ctx_world(ctx, &g);
-    weft_status_t st = checked_allreduce(g);
+    weft_status_t st = fault_checked_allreduce(g);
     if (id == VICTIM && st == WEFT_OK) {
         fflush(NULL);
         raise(SIGKILL);
@@ -167,7 +123,7 @@ static int survivor_main(weft_ctx_t *ctx, int id)
     /* The victim's last messages may be lost with it, so the first allreduce may already
      * fail on a survivor; a later one must, since the victim never takes part. */
     if (st == WEFT_OK) {
-        st = checked_allreduce(g);
+        st = fault_checked_allreduce(g);
         if (st == WEFT_OK) {
             printf("ELASTIC-FAIL member %d: an allreduce succeeded without member %d\n", id,
                    VICTIM);

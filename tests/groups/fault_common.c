@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "fault_common.h"
+#include "util/hash.h"
 
 static char death_path[128];
 static volatile sig_atomic_t stop_instead;
@@ -165,25 +166,27 @@ int fault_has_member(weft_group_t *g, int id)
     return weft_group_rank_of(g, id, &r) == WEFT_OK;
 }
 
-int fault_membership_agrees(weft_group_t *g)
+weft_status_t fault_membership_agrees(weft_group_t *g)
 {
     int size;
     uint32_t epoch;
     weft_group_size(g, &size);
     weft_group_epoch(g, &epoch);
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = WEFT__FNV1A_SEED;
     for (int r = 0; r < size; r++) {
-        int id;
+        int id = -1;
         weft_group_member_id(g, r, &id);
-        h = (h ^ (uint64_t)id) * 1099511628211ull;
+        h = weft__fnv1a(h, &id, sizeof(id));
     }
-    int64_t v[3] = {(int64_t)(h >> 1), (int64_t)epoch, size};
-    int64_t lo[3], hi[3];
-    if (weft_allreduce(g, v, lo, 3, WEFT_I64, WEFT_MIN) != WEFT_OK ||
-        weft_allreduce(g, v, hi, 3, WEFT_I64, WEFT_MAX) != WEFT_OK) {
-        return 0;
+    int64_t v[3] = {(int64_t)(h >> 1), (int64_t)epoch, size}, lo[3], hi[3];
+    weft_status_t st = weft_allreduce(g, v, lo, 3, WEFT_I64, WEFT_MIN);
+    if (st == WEFT_OK) {
+        st = weft_allreduce(g, v, hi, 3, WEFT_I64, WEFT_MAX);
     }
-    return memcmp(lo, hi, sizeof(lo)) == 0;
+    if (st == WEFT_OK && memcmp(lo, hi, sizeof(lo)) != 0) {
+        st = WEFT_ERR_MISMATCH;
+    }
+    return st;
 }
 
 int fault_uses_shm(weft_group_t *g)

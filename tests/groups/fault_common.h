@@ -29,8 +29,9 @@ weft_status_t fault_checked_allreduce(weft_group_t *g);
 /* Repair until a checked allreduce succeeds at the new epoch (bounded attempts). */
 weft_status_t fault_recover(weft_group_t *g, weft_edit_info_t *info);
 
-/* Every member holds the same membership and epoch (checked with MIN/MAX reductions). */
-int fault_membership_agrees(weft_group_t *g);
+/* Every member holds the same membership and epoch (checked with MIN/MAX reductions of
+ * an FNV-1a hash of the member ids): WEFT_OK, WEFT_ERR_MISMATCH or the allreduce's error. */
+weft_status_t fault_membership_agrees(weft_group_t *g);
 
 /* 1 if member @p id is in @p g. */
 int fault_has_member(weft_group_t *g, int id);

@@ -108,7 +108,7 @@ int main(int argc, char **argv)
         }
     }
     if (st != WEFT_OK || new_size != expected || fault_has_member(g, size - 1) ||
-        !fault_membership_agrees(g)) {
+        fault_membership_agrees(g) != WEFT_OK) {
         printf("SURVIVOR-FAIL rank %d: size %d (expected %d), agreement failed or victim kept\n",
                rank, new_size, expected);
         return 1;

@@ -19,7 +19,7 @@ static int verify(weft_ctx_t *ctx, weft_group_t *g, int expect_size, const char 
     weft_group_rank(g, &rank);
     weft_group_size(g, &size);
     weft_status_t st = fault_checked_allreduce(g);
-    if (st != WEFT_OK || size != expect_size || !fault_membership_agrees(g)) {
+    if (st != WEFT_OK || size != expect_size || fault_membership_agrees(g) != WEFT_OK) {
         printf("SURVIVOR-FAIL %s rank %d: size %d (expected %d): %s %s\n", who, rank, size,
                expect_size, weft_status_str(st), weft_last_error(ctx));
         return 1;

@@ -84,7 +84,7 @@ static int scenario_revoke(weft_ctx_t *ctx, weft_group_t *w, int rank, int size)
     weft_edit_info_t info = {.size = sizeof(info)};
     st = fault_recover(w, &info);
     if (st != WEFT_OK || info.new_size != size || info.n_removed != 0 ||
-        info.new_epoch != info.old_epoch + 1 || !fault_membership_agrees(w)) {
+        info.new_epoch != info.old_epoch + 1 || fault_membership_agrees(w) != WEFT_OK) {
         return fail(rank, "repair after revoke", st, ctx);
     }
     return 0;
@@ -126,7 +126,7 @@ static int scenario_kill(weft_ctx_t *ctx, weft_group_t *w, int rank, int size)
     }
     weft_edit_info_t info = {.size = sizeof(info)};
     st = fault_recover(w, &info);
-    if (st != WEFT_OK || info.new_size != size - 1 || !fault_membership_agrees(w)) {
+    if (st != WEFT_OK || info.new_size != size - 1 || fault_membership_agrees(w) != WEFT_OK) {
         return fail(rank, "world repair", st, ctx);
     }
     return 0;

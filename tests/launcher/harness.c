@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/clock.h"
+
 const char *wr_weftrun;
 char wr_dir[256];
 
@@ -19,13 +21,6 @@ static void sleep_ms(int ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int wr_setup(void **state)
@@ -124,7 +119,7 @@ static char *read_path(const char *path)
 
 void wr_wait(pid_t pid, int limit_ms, wr_result_t *r)
 {
-    long long end = now_ms() + limit_ms;
+    uint64_t end = weft__now_ms() + (uint64_t)limit_ms;
     int st = 0;
     r->code = -1;
     for (;;) {
@@ -136,7 +131,7 @@ void wr_wait(pid_t pid, int limit_ms, wr_result_t *r)
         if (w < 0 && errno != EINTR) {
             break;
         }
-        if (now_ms() > end) {
+        if (weft__now_ms() > end) {
             fprintf(stderr, "weftrun ran past %d ms: killed\n", limit_ms);
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
@@ -168,9 +163,9 @@ void wr_result_free(wr_result_t *r)
 
 bool wr_wait_file(const char *name, int limit_ms)
 {
-    long long end = now_ms() + limit_ms;
+    uint64_t end = weft__now_ms() + (uint64_t)limit_ms;
     while (access(wr_path(name), F_OK) != 0) {
-        if (now_ms() > end) {
+        if (weft__now_ms() > end) {
             return false;
         }
         sleep_ms(5);

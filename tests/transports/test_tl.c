@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "transports/transport.h"
+#include "util/clock.h"
 #include "weft/core.h"
 
 #define WAIT_LIMIT_NS (60ull * 1000000000ull) /* a hang guard, not a timing check */
@@ -51,13 +52,6 @@ static void on_failed(void *arg, int peer_id, weft_status_t why)
     assert_int_equal(why, WEFT_ERR_PEER_FAILED);
     p->failed_peer = peer_id;
     p->failures++;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static weft_tl_t *tl_new(pair_t *p, const weft_transport_ops_t *ops, int self_id)
@@ -152,9 +146,9 @@ static weft_status_t finish(pair_t *p, weft_tl_t *owner, weft_status_t st, void 
         return st;
     }
     assert_non_null(req);
-    uint64_t deadline = now_ns() + WAIT_LIMIT_NS;
+    uint64_t deadline = weft__now_ns() + WAIT_LIMIT_NS;
     while ((st = p->ops->test(owner, req, len)) == WEFT_INPROGRESS) {
-        assert_true(now_ns() < deadline);
+        assert_true(weft__now_ns() < deadline);
         drive(p);
     }
     return st;
@@ -711,13 +705,13 @@ static void test_ucx_peer_failure(void **state)
     int wst;
     assert_int_equal(waitpid(pid, &wst, 0), pid);
     assert_true(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = weft__now_ns();
     while (p.failures == 0) {
-        assert_true(now_ns() - t0 < WAIT_LIMIT_NS);
+        assert_true(weft__now_ns() - t0 < WAIT_LIMIT_NS);
         drive(&p);
     }
     fprintf(stderr, "peer failure reported %.3f s after the child died\n",
-            (double)(now_ns() - t0) / 1e9);
+            (double)(weft__now_ns() - t0) / 1e9);
     assert_int_equal(p.failed_peer, 1);
     assert_int_equal(p.failures, 1);
     assert_int_equal(weft__tl_ucx.test(p.a, rq, &got), WEFT_INPROGRESS);
@@ -725,10 +719,10 @@ static void test_ucx_peer_failure(void **state)
     void *sq = NULL;
     assert_int_equal(weft__tl_ucx.isend(p.a, p.ab, &hello, 4, 3, &sq), WEFT_ERR_PEER_FAILED);
     weft__tl_ucx.cancel(p.a, rq);
-    t0 = now_ns();
+    t0 = weft__now_ns();
     weft__tl_ucx.disconnect(p.a, p.ab);
     weft__tl_ucx.fini(p.a);
-    fprintf(stderr, "disconnect + fini took %.3f s\n", (double)(now_ns() - t0) / 1e9);
+    fprintf(stderr, "disconnect + fini took %.3f s\n", (double)(weft__now_ns() - t0) / 1e9);
     close(to_child);
     close(from_child);
 }
@@ -755,10 +749,10 @@ static void test_ucx_fini_dead_peer(void **state)
         st = finish(&p, p.a, st, sq, &n);
         assert_true(st == WEFT_OK || st == WEFT_ERR_PEER_FAILED);
     }
-    uint64_t t0 = now_ns();
+    uint64_t t0 = weft__now_ns();
     weft__tl_ucx.disconnect(p.a, p.ab);
     weft__tl_ucx.fini(p.a);
-    fprintf(stderr, "fini with a dead peer took %.3f s\n", (double)(now_ns() - t0) / 1e9);
+    fprintf(stderr, "fini with a dead peer took %.3f s\n", (double)(weft__now_ns() - t0) / 1e9);
     close(to_child);
     close(from_child);
 }

@@ -1,0 +1,2 @@
+/* fixture */
+#include "comm/log.h"

@@ -1,0 +1,4 @@
+/* fixture: weft-perf uses an internal header */
+#include "perf.h"
+#include "weft/core.h"
+#include "util/clock.h"

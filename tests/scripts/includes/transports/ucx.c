@@ -1,0 +1,3 @@
+/* fixture: a transport reaches into comm/ */
+#include "transports/transport.h"
+#include "comm/log.h"
