@@ -234,3 +234,16 @@ void weft__box_copy(void *dst, const weft_box_t *dst_box, const void *src,
         }
     }
 }
+
+weft_status_t weft_box_copy(void *dst, const weft_box_t *dst_box, const void *src,
+                            const weft_box_t *src_box, const weft_box_t *box, int ndims,
+                            size_t elem)
+{
+    if (dst == NULL || dst_box == NULL || src == NULL || src_box == NULL || box == NULL ||
+        ndims < 1 || ndims > WEFT_LAYOUT_MAX_DIMS || elem == 0 ||
+        !weft__box_contains(dst_box, box, ndims) || !weft__box_contains(src_box, box, ndims)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft__box_copy(dst, dst_box, src, src_box, box, ndims, elem);
+    return WEFT_OK;
+}

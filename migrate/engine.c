@@ -6,7 +6,9 @@
  *           flight; a receiver checks each chunk's xxHash, then tells the sender which
  *           chunks were bad (the verdict); those are sent once more, and a second bad
  *           copy fails the stream; local copies go one chunk per progress call;
- *   close   one small allreduce of the worst result, so every member returns the same.
+ *   close   the worst result of every member to group rank 0 and the minimum back, in
+ *           messages (it starts at no fixed point of the group's collective sequence),
+ *           so every member returns the same.
  * Tags: class MIGRATE, payload = round (1 bit) | header (1) | migration id (4) | chunk (20).
  */
 #include <stdarg.h>
@@ -65,6 +67,9 @@ typedef struct mig {
     int64_t agree[6];     /* mine (key, ~key, bad arguments), then the maxima */
     bool bad_args;        /* this member's arguments were refused (why[] says how) */
     int32_t close_in, close_out;
+    int32_t *close_vals;  /* rank 0: every member's result */
+    weft_req_t **close_reqs; /* [group size] */
+    bool close_bcast;     /* rank 0 has sent the result */
     weft_req_t *child;
     stream_t *streams;
     int nstreams;
@@ -335,6 +340,12 @@ static void local_step(mig_t *m, int gate)
                    &x->src_box, &c->box, x->ndims, x->elem);
 }
 
+/*
+ * The close: every member's worst stream status goes to group rank 0, which sends the
+ * minimum back. Messages, not a collective: the close starts whenever this member's
+ * streams end, which is not the same point of the group's collective sequence on every
+ * member, while messages are matched by the migration's own tags.
+ */
 static weft_status_t start_close(mig_t *m)
 {
     weft_status_t worst = WEFT_OK;
@@ -344,10 +355,61 @@ static weft_status_t start_close(mig_t *m)
         }
     }
     m->close_in = (int32_t)worst;
+    m->close_out = m->close_in;
     m->stage = STAGE_CLOSE;
-    weft_status_t st = weft_iallreduce(m->g, &m->close_in, &m->close_out, 1, WEFT_I32, WEFT_MIN,
-                                       &m->child);
+    int p = m->g->size;
+    m->close_reqs = calloc((size_t)p, sizeof(*m->close_reqs));
+    m->close_vals = calloc((size_t)p, sizeof(*m->close_vals));
+    if (m->close_reqs == NULL || m->close_vals == NULL) {
+        return weft__error(m->g->ctx, WEFT_ERR_NO_MEMORY, "weft_migrate: out of memory");
+    }
+    uint32_t up = payload(m, 0, true, WEFT_MIG_CLOSE), down = payload(m, 1, true, WEFT_MIG_CLOSE);
+    weft_status_t st = WEFT_OK;
+    if (m->g->rank == 0) {
+        m->close_vals[0] = m->close_in;
+        for (int r = 1; r < p && (st == WEFT_OK || st == WEFT_INPROGRESS); r++) {
+            st = weft__irecv(m->g, r, &m->close_vals[r], sizeof(int32_t), WEFT_TAG_MIGRATE, up,
+                             &m->close_reqs[r]);
+        }
+    } else {
+        st = weft__isend(m->g, 0, &m->close_in, sizeof(int32_t), WEFT_TAG_MIGRATE, up,
+                         &m->close_reqs[0]);
+        if (st == WEFT_OK || st == WEFT_INPROGRESS) {
+            st = weft__irecv(m->g, 0, &m->close_out, sizeof(int32_t), WEFT_TAG_MIGRATE, down,
+                             &m->close_reqs[1]);
+        }
+    }
     return st == WEFT_INPROGRESS ? WEFT_OK : st;
+}
+
+/* WEFT_OK once every message of the close is done. */
+static weft_status_t close_progress(mig_t *m)
+{
+    int p = m->g->size;
+    for (int r = 0; r < p; r++) {
+        weft_status_t st = child(&m->close_reqs[r], NULL);
+        if (st != WEFT_OK) {
+            return st;
+        }
+    }
+    if (m->g->rank != 0 || m->close_bcast) {
+        return WEFT_OK;
+    }
+    for (int r = 1; r < p; r++) {
+        if (m->close_vals[r] < m->close_out) {
+            m->close_out = m->close_vals[r];
+        }
+    }
+    m->close_bcast = true;
+    uint32_t down = payload(m, 1, true, WEFT_MIG_CLOSE);
+    for (int r = 1; r < p; r++) {
+        weft_status_t st = weft__isend(m->g, r, &m->close_out, sizeof(int32_t), WEFT_TAG_MIGRATE,
+                                       down, &m->close_reqs[r]);
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+    }
+    return close_progress(m);
 }
 
 static weft_status_t mig_progress(weft_req_t *req)
@@ -391,7 +453,7 @@ static weft_status_t mig_progress(weft_req_t *req)
             return st;
         }
     }
-    if ((st = child(&m->child, NULL)) != WEFT_OK) {
+    if ((st = close_progress(m)) != WEFT_OK) {
         return st;
     }
     if (m->close_out != WEFT_OK) {
@@ -413,6 +475,11 @@ static void mig_free(mig_t *m)
     if (m->child != NULL) {
         weft_req_free(m->child);
     }
+    for (int r = 0; m->close_reqs != NULL && r < m->g->size; r++) {
+        weft_req_free(m->close_reqs[r]);
+    }
+    free(m->close_reqs);
+    free(m->close_vals);
     for (int i = 0; i < m->nstreams; i++) {
         stream_t *s = &m->streams[i];
         for (size_t w = 0; s->slots != NULL && w < m->window; w++) {
@@ -503,10 +570,10 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
     weft__mig_sort(m->local, m->nlocal);
     for (int i = 0; i < m->nstreams; i++) {
         stream_t *s = &m->streams[i];
-        if (s->nchunks >= WEFT_MIG_VERDICT) {
+        if (s->nchunks >= WEFT_MIG_CLOSE) {
             return refuse(m, "%u chunks between this member and member %d (at most %u): "
                           "raise WEFT_MIGRATE_CHUNK", s->nchunks, s->member,
-                          WEFT_MIG_VERDICT - 1);
+                          WEFT_MIG_CLOSE - 1);
         }
         weft__mig_sort(s->chunks, s->nchunks);
         s->work = malloc((size_t)s->nchunks * sizeof(uint32_t));

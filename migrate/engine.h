@@ -14,9 +14,11 @@
 #include "comm/ctx.h"
 #include "migrate/plan.h"
 
-/* Chunks per stream are numbered in 20 bits of the tag; the last number is the verdict. */
+/* Chunks per stream are numbered in 20 bits of the tag; the last two numbers are the
+ * verdict and the close. */
 #define WEFT_MIG_SEQ_BITS 20
 #define WEFT_MIG_VERDICT ((1u << WEFT_MIG_SEQ_BITS) - 1)
+#define WEFT_MIG_CLOSE ((1u << WEFT_MIG_SEQ_BITS) - 2)
 
 typedef struct weft_mig_chunk {
     uint32_t x;     /* index of its transfer in the plan */

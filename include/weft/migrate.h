@@ -108,6 +108,16 @@ weft_status_t weft_layout_whole(weft_layout_t *layout, int tensor, int member);
 /** @brief All of @p tensor on every one of @p members (replication). */
 weft_status_t weft_layout_replicate(weft_layout_t *layout, int tensor, const int *members, int n);
 
+/**
+ * @brief Copy box @p box of a tensor with @p ndims dimensions and elements of @p elem
+ * bytes from @p src, which holds @p src_box row-major, into @p dst, which holds
+ * @p dst_box; @p box must lie inside both (e.g. to restore a missing piece of a plan into
+ * a packed buffer: @p dst = the buffer plus the region's packed offset).
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG for NULL pointers or a box outside either.
+ */
+weft_status_t weft_box_copy(void *dst, const weft_box_t *dst_box, const void *src,
+                   const weft_box_t *src_box, const weft_box_t *box, int ndims, size_t elem);
+
 /** @brief Number of tensors. */
 int weft_layout_num_tensors(const weft_layout_t *layout);
 /** @brief Describe tensor @p index. */
