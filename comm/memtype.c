@@ -122,7 +122,7 @@ void *weft__group_cuda_stream(const weft_group_t *g)
 
 weft_status_t weft_group_set_cuda_stream(weft_group_t *g, void *stream)
 {
-    struct weft_cuda_group *cg;
+    struct weft_cuda_group *cg = NULL;
     if (g == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -388,7 +388,7 @@ weft_status_t weft__select_peer(weft_group_t *g, int peer, weft_memtype_t mt, we
 
 weft_status_t weft__select_group(weft_group_t *g, weft_memtype_t mt, weft_tsel_t *out)
 {
-    struct weft_cuda_group *cg;
+    struct weft_cuda_group *cg = NULL;
     struct weft_cuda_ctx *cc;
     weft_tsel_override_t ov;
     if (g == NULL || out == NULL || (mt != WEFT_MEM_HOST && mt != WEFT_MEM_CUDA)) {

@@ -1,6 +1,9 @@
 #include "weft/core.h"
 #include "weft/status.h"
 
+#define VERSION_STR_(x) #x
+#define VERSION_STR(x) VERSION_STR_(x)
+
 const char *weft_version(int *major, int *minor, int *patch)
 {
     if (major != NULL) {
@@ -12,7 +15,8 @@ const char *weft_version(int *major, int *minor, int *patch)
     if (patch != NULL) {
         *patch = WEFT_VERSION_PATCH;
     }
-    return "0.1.0";
+    return VERSION_STR(WEFT_VERSION_MAJOR) "." VERSION_STR(WEFT_VERSION_MINOR) "." VERSION_STR(
+        WEFT_VERSION_PATCH);
 }
 
 const char *weft_status_str(weft_status_t status)

@@ -10,6 +10,7 @@
  *
  *   weftrun -n 4 --elastic --replace -- weft-example-trainer [--steps N]
  *           [--kill-rank R --kill-step S] [--wait-replacement MS]
+ *   weft-example-trainer --version
  *
  * --kill-rank/--kill-step make member R kill itself (SIGKILL) at step S, to watch it
  * happen. --wait-replacement MS makes the survivors wait up to MS for replacements after a
@@ -256,6 +257,12 @@ int main(int argc, char **argv)
 {
     static trainer_t t = {.admitted_at = -1};
     int steps = 200, kill_rank = -1, kill_step = -1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("weft %s\n", weft_version(NULL, NULL, NULL));
+            return 0;
+        }
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--steps") == 0) {
             steps = atoi(argv[i + 1]);

@@ -10,6 +10,8 @@
 
 #ifdef WEFT_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "vocab/cublas_lazy.h"
 #endif
 
 #include "comm/memtype.h"
@@ -69,12 +71,22 @@ static void print_cuda(void)
         drv = 0;
         (void)cudaGetLastError();
     }
-    printf("CUDA:        built (runtime %d.%d), driver %s", rt / 1000, (rt % 1000) / 10,
-           drv > 0 ? "" : "not installed");
+    /* The runtime is inside libweft (linked statically); the driver and cuBLAS are
+     * loaded when first needed, and a machine without them runs on host memory. */
+    printf("CUDA:        built, runtime %d.%d linked in\n", rt / 1000, (rt % 1000) / 10);
     if (drv > 0) {
-        printf("%d.%d", drv / 1000, (drv % 1000) / 10);
+        printf("CUDA driver: found, version %d.%d, %d device(s) visible\n", drv / 1000,
+               (drv % 1000) / 10, weft__cuda_device_count());
+    } else {
+        printf("CUDA driver: not found (libcuda.so.1): every buffer is host memory\n");
     }
-    printf(", %d device(s) visible\n", weft__cuda_device_count());
+    const char *blas = weft__cublas_library();
+    if (blas != NULL) {
+        printf("cuBLAS:      found (%s)\n", blas);
+    } else {
+        printf("cuBLAS:      not found (libcublas.so.13 or .12): vocabulary primitives on "
+               "CUDA buffers fail\n");
+    }
 #else
     printf("CUDA:        not built\n");
 #endif
@@ -336,7 +348,7 @@ static int parse_options(int argc, char **argv, options_t *o)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_VERSION:
-            printf("weft-info %s\n", weft_version(NULL, NULL, NULL));
+            printf("weft %s\n", weft_version(NULL, NULL, NULL));
             return 0;
         case OPT_CONFIG:
             o->config = 1;

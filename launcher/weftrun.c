@@ -300,7 +300,7 @@ static int parse_args(int argc, char **argv, weftrun_opts_t *o)
             fputs(usage_text, stdout);
             return 0;
         case 'V':
-            printf("weftrun (weft) %s\n", weft_version(NULL, NULL, NULL));
+            printf("weft %s\n", weft_version(NULL, NULL, NULL));
             return 0;
         case ':':
             if (optopt > 0 && optopt < 256) {

@@ -10,6 +10,9 @@
 
 #include <cublas_v2.h>
 
+/* Loads cuBLAS if not done yet: the file name it was loaded from, or NULL if none of
+ * the known names loads or lacks a function weft calls. */
+const char *weft__cublas_library(void);
 cublasStatus_t weft__cublas_create(cublasHandle_t *handle);
 cublasStatus_t weft__cublas_destroy(cublasHandle_t handle);
 cublasStatus_t weft__cublas_set_stream(cublasHandle_t handle, cudaStream_t stream);

@@ -6,6 +6,7 @@
 
 static struct {
     void *lib;
+    const char *name; /* the file name that loaded */
     cublasStatus_t (*create)(cublasHandle_t *);
     cublasStatus_t (*destroy)(cublasHandle_t);
     cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
@@ -22,6 +23,7 @@ static void cublas_load(void)
     static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && cublas.lib == NULL; i++) {
         cublas.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        cublas.name = names[i];
     }
     if (cublas.lib == NULL) {
         return;
@@ -37,6 +39,11 @@ static int cublas_ready(void)
     pthread_once(&cublas_once, cublas_load);
     return cublas.create != NULL && cublas.destroy != NULL && cublas.set_stream != NULL &&
            cublas.sgemm != NULL;
+}
+
+const char *weft__cublas_library(void)
+{
+    return cublas_ready() ? cublas.name : NULL;
 }
 
 cublasStatus_t weft__cublas_create(cublasHandle_t *handle)

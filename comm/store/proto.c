@@ -124,7 +124,7 @@ weft_status_t weft__store_frame_end(weft_store_buf_t *b, size_t start)
 weft_status_t weft__store_frame_bytes(weft_store_buf_t *b, weft_store_msg_t type, const void *p,
                                       size_t len)
 {
-    size_t start;
+    size_t start = b->len; /* what a failed frame_begin leaves: nothing to undo */
     if (len > WEFT_STORE_MAX_FRAME) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -142,7 +142,7 @@ weft_status_t weft__store_frame_bytes(weft_store_buf_t *b, weft_store_msg_t type
 weft_status_t weft__store_frame_kv(weft_store_buf_t *b, weft_store_msg_t type, const char *key,
                                    size_t klen, const void *rest, size_t rest_len)
 {
-    size_t start;
+    size_t start = b->len; /* what a failed frame_begin leaves: nothing to undo */
     if (klen > WEFT_STORE_MAX_KEY || rest_len > WEFT_STORE_MAX_FRAME) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -166,7 +166,7 @@ weft_status_t weft__store_frame_kv(weft_store_buf_t *b, weft_store_msg_t type, c
 weft_status_t weft__store_frame_resp(weft_store_buf_t *b, weft_status_t status, const void *data,
                                      size_t len)
 {
-    size_t start;
+    size_t start = b->len; /* what a failed frame_begin leaves: nothing to undo */
     if (len > WEFT_STORE_MAX_FRAME) {
         return WEFT_ERR_INVALID_ARG;
     }

@@ -14,6 +14,7 @@
 #ifndef WEFT_COLL_H
 #define WEFT_COLL_H
 
+#include "weft/export.h"
 #include "weft/core.h"
 
 #ifdef __cplusplus
@@ -34,10 +35,10 @@ typedef enum weft_dtype {
 } weft_dtype_t;
 
 /** @brief Size in bytes of one element of @p dtype; 0 for WEFT_DTYPE_USER or invalid. */
-size_t weft_dtype_size(weft_dtype_t dtype);
+WEFT_API size_t weft_dtype_size(weft_dtype_t dtype);
 
 /** @brief Name such as "f32"; "?" if invalid. */
-const char *weft_dtype_name(weft_dtype_t dtype);
+WEFT_API const char *weft_dtype_name(weft_dtype_t dtype);
 
 /**
  * @brief Reduction operators. Values from WEFT_OP_USER_FIRST up are created with
@@ -51,7 +52,7 @@ typedef int weft_op_t;
 #define WEFT_OP_USER_FIRST 16
 
 /** @brief Name such as "sum"; "user" for created operators; "?" if invalid. */
-const char *weft_op_name(weft_op_t op);
+WEFT_API const char *weft_op_name(weft_op_t op);
 
 /**
  * @brief A user reduction: combine @p count elements of @p in into @p inout
@@ -76,60 +77,63 @@ typedef struct weft_op_params {
  * @param[out] op Set on success.
  * @return WEFT_OK, WEFT_ERR_INVALID_ARG, WEFT_ERR_NO_MEMORY.
  */
-weft_status_t weft_op_create(weft_ctx_t *ctx, const weft_op_params_t *params, weft_op_t *op);
+WEFT_API weft_status_t weft_op_create(weft_ctx_t *ctx, const weft_op_params_t *params,
+                                      weft_op_t *op);
 
 /** @brief Forget a user operator; collectives using it must have completed. */
-weft_status_t weft_op_free(weft_ctx_t *ctx, weft_op_t op);
+WEFT_API weft_status_t weft_op_free(weft_ctx_t *ctx, weft_op_t op);
 
 /**
  * @brief recvbuf[i] = op over ranks of sendbuf[i], on every rank. In place allowed.
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG; WEFT_ERR_MISMATCH; peer errors; WEFT_ERR_TIMEOUT.
  */
-weft_status_t weft_allreduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
-                             weft_dtype_t dtype, weft_op_t op);
+WEFT_API weft_status_t weft_allreduce(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                      size_t count, weft_dtype_t dtype, weft_op_t op);
 /** @brief Nonblocking weft_allreduce(); *req is NULL when it completed inline. */
-weft_status_t weft_iallreduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
-                              weft_dtype_t dtype, weft_op_t op, weft_req_t **req);
+WEFT_API weft_status_t weft_iallreduce(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                       size_t count, weft_dtype_t dtype, weft_op_t op,
+                                       weft_req_t **req);
 
 /**
  * @brief Reduce size*count elements and leave block r (count elements) on rank r.
  * In place: sendbuf == recvbuf means the input is in recvbuf (size*count elements) and
  * the result is written at its start.
  */
-weft_status_t weft_reduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                  size_t count, weft_dtype_t dtype, weft_op_t op);
-weft_status_t weft_ireduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                   size_t count, weft_dtype_t dtype, weft_op_t op,
-                                   weft_req_t **req);
+WEFT_API weft_status_t weft_reduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                           size_t count, weft_dtype_t dtype, weft_op_t op);
+WEFT_API weft_status_t weft_ireduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                            size_t count, weft_dtype_t dtype, weft_op_t op,
+                                            weft_req_t **req);
 
 /**
  * @brief Gather @p count elements from every rank into recvbuf (size*count) in rank
  * order. In place: sendbuf == recvbuf + rank*count*elem.
  */
-weft_status_t weft_allgather(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
-                             weft_dtype_t dtype);
-weft_status_t weft_iallgather(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
-                              weft_dtype_t dtype, weft_req_t **req);
+WEFT_API weft_status_t weft_allgather(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                      size_t count, weft_dtype_t dtype);
+WEFT_API weft_status_t weft_iallgather(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                       size_t count, weft_dtype_t dtype, weft_req_t **req);
 
 /** @brief Copy @p count elements of @p buf on @p root to every rank's @p buf. */
-weft_status_t weft_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
-                             int root);
-weft_status_t weft_ibroadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
-                              int root, weft_req_t **req);
+WEFT_API weft_status_t weft_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
+                                      int root);
+WEFT_API weft_status_t weft_ibroadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
+                                       int root, weft_req_t **req);
 
 /** @brief Reduce into @p recvbuf on @p root only (recvbuf ignored elsewhere). In place
  * on root allowed. */
-weft_status_t weft_reduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
-                          weft_dtype_t dtype, weft_op_t op, int root);
-weft_status_t weft_ireduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
-                           weft_dtype_t dtype, weft_op_t op, int root, weft_req_t **req);
+WEFT_API weft_status_t weft_reduce(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                   size_t count, weft_dtype_t dtype, weft_op_t op, int root);
+WEFT_API weft_status_t weft_ireduce(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                    size_t count, weft_dtype_t dtype, weft_op_t op, int root,
+                                    weft_req_t **req);
 
 /** @brief Block j of sendbuf (count elements) goes to rank j; block i of recvbuf comes
  * from rank i. Not in place. */
-weft_status_t weft_alltoall(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
-                            weft_dtype_t dtype);
-weft_status_t weft_ialltoall(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
-                             weft_dtype_t dtype, weft_req_t **req);
+WEFT_API weft_status_t weft_alltoall(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype);
+WEFT_API weft_status_t weft_ialltoall(weft_group_t *g, const void *sendbuf, void *recvbuf,
+                                      size_t count, weft_dtype_t dtype, weft_req_t **req);
 
 /**
  * @brief Variable-size all-to-all: sendcounts[j] elements at sdispls[j] go to rank j;
@@ -137,23 +141,25 @@ weft_status_t weft_ialltoall(weft_group_t *g, const void *sendbuf, void *recvbuf
  * elements). A rank's recvcounts[i] must equal rank i's sendcounts[me]
  * (else WEFT_ERR_MISMATCH on the two ranks involved).
  */
-weft_status_t weft_alltoallv(weft_group_t *g, const void *sendbuf, const size_t *sendcounts,
-                             const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                             const size_t *rdispls, weft_dtype_t dtype);
-weft_status_t weft_ialltoallv(weft_group_t *g, const void *sendbuf, const size_t *sendcounts,
-                              const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                              const size_t *rdispls, weft_dtype_t dtype, weft_req_t **req);
+WEFT_API weft_status_t weft_alltoallv(weft_group_t *g, const void *sendbuf,
+                                      const size_t *sendcounts, const size_t *sdispls,
+                                      void *recvbuf, const size_t *recvcounts,
+                                      const size_t *rdispls, weft_dtype_t dtype);
+WEFT_API weft_status_t weft_ialltoallv(weft_group_t *g, const void *sendbuf,
+                                       const size_t *sendcounts, const size_t *sdispls,
+                                       void *recvbuf, const size_t *recvcounts,
+                                       const size_t *rdispls, weft_dtype_t dtype, weft_req_t **req);
 
 /** @brief Return once every member has entered the barrier. */
-weft_status_t weft_barrier(weft_group_t *g);
-weft_status_t weft_ibarrier(weft_group_t *g, weft_req_t **req);
+WEFT_API weft_status_t weft_barrier(weft_group_t *g);
+WEFT_API weft_status_t weft_ibarrier(weft_group_t *g, weft_req_t **req);
 
 /**
  * @brief Number of collective operations started on @p g since it was created
  * (each nonblocking start or blocking call counts once). Used to verify how many
  * communication barriers an algorithm issues.
  */
-weft_status_t weft_group_coll_count(const weft_group_t *g, uint64_t *count);
+WEFT_API weft_status_t weft_group_coll_count(const weft_group_t *g, uint64_t *count);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "weft/export.h"
 #include "weft/status.h"
 
 #ifdef __cplusplus
@@ -66,7 +67,7 @@ typedef struct weft_init_params {
  * @param[out] major,minor,patch Each may be NULL.
  * @return The version string, e.g. "0.1.0".
  */
-const char *weft_version(int *major, int *minor, int *patch);
+WEFT_API const char *weft_version(int *major, int *minor, int *patch);
 
 /**
  * @brief Create a context: read WEFT_* settings, find rank and size from the launcher's
@@ -79,14 +80,14 @@ const char *weft_version(int *major, int *minor, int *patch);
  *         environment; WEFT_ERR_AUTH if the store refuses the job token; WEFT_ERR_TIMEOUT
  *         if the other ranks did not arrive in time; WEFT_ERR_IO, WEFT_ERR_TRANSPORT.
  */
-weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **ctx);
+WEFT_API weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **ctx);
 
 /**
  * @brief Destroy a context and every group and request created from it.
  * @param[in] ctx May be NULL (no-op).
  * @return WEFT_OK.
  */
-weft_status_t weft_finalize(weft_ctx_t *ctx);
+WEFT_API weft_status_t weft_finalize(weft_ctx_t *ctx);
 
 /**
  * @brief Detail of the last error on this context: which call, which rank, why.
@@ -95,19 +96,19 @@ weft_status_t weft_finalize(weft_ctx_t *ctx);
  * @return A string owned by the context (or the thread), valid until its next call; ""
  *         if none.
  */
-const char *weft_last_error(const weft_ctx_t *ctx);
+WEFT_API const char *weft_last_error(const weft_ctx_t *ctx);
 
 /**
  * @brief The group of all ranks of the job. Owned by the context: do not destroy it.
  * @return WEFT_OK, or WEFT_ERR_INVALID_ARG for NULL arguments.
  */
-weft_status_t weft_ctx_world(weft_ctx_t *ctx, weft_group_t **world);
+WEFT_API weft_status_t weft_ctx_world(weft_ctx_t *ctx, weft_group_t **world);
 
 /** @brief This process's position in @p g (0 .. size-1). @return WEFT_OK or an error. */
-weft_status_t weft_group_rank(const weft_group_t *g, int *rank);
+WEFT_API weft_status_t weft_group_rank(const weft_group_t *g, int *rank);
 
 /** @brief Number of active members of @p g. @return WEFT_OK or an error. */
-weft_status_t weft_group_size(const weft_group_t *g, int *size);
+WEFT_API weft_status_t weft_group_size(const weft_group_t *g, int *size);
 
 /**
  * @brief Start sending @p bytes from @p buf to group rank @p peer with a user tag.
@@ -118,8 +119,8 @@ weft_status_t weft_group_size(const weft_group_t *g, int *size);
  * @param[out] req  The request, or NULL when the send completed inline (WEFT_OK).
  * @return WEFT_OK (completed, *req = NULL), WEFT_INPROGRESS (*req set), or an error.
  */
-weft_status_t weft_isend(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag,
-                         weft_req_t **req);
+WEFT_API weft_status_t weft_isend(weft_group_t *g, const void *buf, size_t bytes, int peer,
+                                  uint32_t tag, weft_req_t **req);
 
 /**
  * @brief Start receiving at most @p bytes into @p buf from group rank @p peer.
@@ -128,25 +129,26 @@ weft_status_t weft_isend(weft_group_t *g, const void *buf, size_t bytes, int pee
  * content of @p buf is then undefined). weft_req_bytes() gives the received length.
  * @return WEFT_OK (completed, *req = NULL), WEFT_INPROGRESS (*req set), or an error.
  */
-weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
-                         weft_req_t **req);
+WEFT_API weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
+                                  weft_req_t **req);
 
 /** @brief Largest user tag accepted by weft_isend() / weft_irecv(). */
 #define WEFT_TAG_MAX ((1u << 24) - 1)
 
 /** @brief Blocking weft_isend() with the default timeout. */
-weft_status_t weft_send(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag);
+WEFT_API weft_status_t weft_send(weft_group_t *g, const void *buf, size_t bytes, int peer,
+                                 uint32_t tag);
 
 /** @brief Blocking weft_irecv() with the default timeout; @p received may be NULL. */
-weft_status_t weft_recv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
-                        size_t *received);
+WEFT_API weft_status_t weft_recv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
+                                 size_t *received);
 
 /**
  * @brief Make progress on @p req without blocking.
  * @return WEFT_OK when it completed successfully, WEFT_INPROGRESS when not yet, or the
  *         error it completed with. A NULL request counts as completed (WEFT_OK).
  */
-weft_status_t weft_test(weft_req_t *req);
+WEFT_API weft_status_t weft_test(weft_req_t *req);
 
 /**
  * @brief Wait until @p req completes or @p timeout_ns passes.
@@ -159,16 +161,16 @@ weft_status_t weft_test(weft_req_t *req);
  * @return The request's status, or WEFT_ERR_TIMEOUT (the request stays valid and may be
  *         waited on again or freed).
  */
-weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns);
+WEFT_API weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns);
 
 /** @brief Bytes transferred by a completed request. @return WEFT_OK or an error. */
-weft_status_t weft_req_bytes(const weft_req_t *req, size_t *bytes);
+WEFT_API weft_status_t weft_req_bytes(const weft_req_t *req, size_t *bytes);
 
 /**
  * @brief Release a request. A request still in flight is cancelled first; its buffer
  * may be reused once this returns. NULL is a no-op.
  */
-weft_status_t weft_req_free(weft_req_t *req);
+WEFT_API weft_status_t weft_req_free(weft_req_t *req);
 
 /** @brief Description of one WEFT_* setting, for listings such as `weft-info --config`. */
 typedef struct weft_config_entry {
@@ -184,8 +186,8 @@ typedef struct weft_config_entry {
  *                   environment's value or the default); the string is static or owned
  *                   by @p ctx.
  */
-const weft_config_entry_t *weft_config_entry(const weft_ctx_t *ctx, size_t index,
-                                             const char **value);
+WEFT_API const weft_config_entry_t *weft_config_entry(const weft_ctx_t *ctx, size_t index,
+                                                      const char **value);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #ifndef WEFT_CUDA_H
 #define WEFT_CUDA_H
 
+#include "weft/export.h"
 #include "weft/core.h"
 
 #ifdef __cplusplus
@@ -31,14 +32,14 @@ extern "C" {
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG for a NULL group; WEFT_ERR_UNSUPPORTED for a
  *         non-NULL stream in a build without CUDA; WEFT_ERR_NO_MEMORY.
  */
-weft_status_t weft_group_set_cuda_stream(weft_group_t *g, void *stream);
+WEFT_API weft_status_t weft_group_set_cuda_stream(weft_group_t *g, void *stream);
 
 /**
  * @brief The CUDA stream set with weft_group_set_cuda_stream().
  * @param[out] stream Set on success; NULL means the legacy default stream.
  * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
  */
-weft_status_t weft_group_cuda_stream(const weft_group_t *g, void **stream);
+WEFT_API weft_status_t weft_group_cuda_stream(const weft_group_t *g, void **stream);
 
 /**
  * @brief Whether @p ptr points into CUDA device memory (cudaMalloc, or managed memory).
@@ -48,7 +49,7 @@ weft_status_t weft_group_cuda_stream(const weft_group_t *g, void **stream);
  * @param[out] is_cuda 1 for CUDA device memory, 0 for host memory.
  * @return WEFT_OK, or WEFT_ERR_INVALID_ARG for a NULL @p is_cuda.
  */
-weft_status_t weft_memory_is_cuda(const void *ptr, int *is_cuda);
+WEFT_API weft_status_t weft_memory_is_cuda(const void *ptr, int *is_cuda);
 
 #ifdef __cplusplus
 }

@@ -34,6 +34,7 @@
 #ifndef WEFT_GROUP_H
 #define WEFT_GROUP_H
 
+#include "weft/export.h"
 #include "weft/core.h"
 
 #ifdef __cplusplus
@@ -41,14 +42,14 @@ extern "C" {
 #endif
 
 /** @brief Epoch of @p g: 0 at creation, +1 per membership edit. */
-weft_status_t weft_group_epoch(const weft_group_t *g, uint32_t *epoch);
+WEFT_API weft_status_t weft_group_epoch(const weft_group_t *g, uint32_t *epoch);
 
 /** @brief Stable member id of group rank @p rank. */
-weft_status_t weft_group_member_id(const weft_group_t *g, int rank, int *id);
+WEFT_API weft_status_t weft_group_member_id(const weft_group_t *g, int rank, int *id);
 
 /** @brief Group rank of the member with stable id @p id, or WEFT_ERR_INVALID_ARG if it is
  * not an active member. */
-weft_status_t weft_group_rank_of(const weft_group_t *g, int id, int *rank);
+WEFT_API weft_status_t weft_group_rank_of(const weft_group_t *g, int id, int *rank);
 
 /** @brief What an edit did. Zero-initialise, set @c size, pass to repair/grow. */
 typedef struct weft_edit_info {
@@ -80,7 +81,7 @@ typedef struct weft_edit_info {
  * @return WEFT_OK; WEFT_ERR_REVOKED if this member itself was declared failed by the
  *         others (it must leave); WEFT_ERR_TIMEOUT, WEFT_ERR_IO (store unreachable).
  */
-weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info);
+WEFT_API weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info);
 
 /**
  * @brief Admit members waiting in weft_group_join() on this group, appended after the
@@ -102,14 +103,14 @@ weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info);
  * @return WEFT_OK; WEFT_ERR_REVOKED if this member was declared failed by the others;
  *         WEFT_ERR_IO (store unreachable).
  */
-weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
-                              weft_edit_info_t *info);
+WEFT_API weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
+                                       weft_edit_info_t *info);
 
 /**
  * @brief Number of processes waiting in weft_group_join() to be admitted to @p g.
  * Lets a trainer decide when to call weft_group_grow(). One store round trip.
  */
-weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n);
+WEFT_API weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n);
 
 /**
  * @brief Join the group called @p name ("world" for the world group) as a new member.
@@ -122,25 +123,26 @@ weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n);
  *         WEFT_ERR_REVOKED when the group finished (its members left together through
  *         weft_finalize) before admitting this process: there is nothing left to join.
  */
-weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeout_ms,
-                              weft_group_t **g);
+WEFT_API weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeout_ms,
+                                       weft_group_t **g);
 
 /**
  * @brief Split @p parent: members with equal @p color form a subgroup, ordered by
  * (@p key, parent rank). Collective over @p parent. A negative color gives *sub = NULL.
  * Subgroups are revoked along with their parent when they lose a member.
  */
-weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_group_t **sub);
+WEFT_API weft_status_t weft_group_split(weft_group_t *parent, int color, int key,
+                                        weft_group_t **sub);
 
 /** @brief Destroy a subgroup created by weft_group_split (not the world group). */
-weft_status_t weft_group_free(weft_group_t *g);
+WEFT_API weft_status_t weft_group_free(weft_group_t *g);
 
 /**
  * @brief Revoke @p g on every member: all operations in flight and later fail with
  * WEFT_ERR_REVOKED until weft_group_repair(). For a member that decides, on its own,
  * that the group cannot go on (e.g. a peer is hung).
  */
-weft_status_t weft_group_revoke(weft_group_t *g);
+WEFT_API weft_status_t weft_group_revoke(weft_group_t *g);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@
 
 #include "weft/coll.h"
 #include "weft/core.h"
+#include "weft/export.h"
 #include "weft/status.h"
 
 #ifdef __cplusplus
@@ -60,9 +61,9 @@ typedef struct weft_tensor_info {
 /** @{ */
 
 /** @brief An empty layout. */
-weft_status_t weft_layout_create(weft_layout_t **layout);
+WEFT_API weft_status_t weft_layout_create(weft_layout_t **layout);
 /** @brief Free @p layout (NULL is a no-op). Plans made from it stay valid. */
-void weft_layout_free(weft_layout_t *layout);
+WEFT_API void weft_layout_free(weft_layout_t *layout);
 
 /**
  * @brief Add a tensor.
@@ -72,7 +73,7 @@ void weft_layout_free(weft_layout_t *layout);
  * @param[out] index The tensor's index (tensors are numbered in the order added); may be NULL.
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (duplicate name, bad shape or dtype).
  */
-weft_status_t weft_layout_add_tensor(weft_layout_t *layout, const char *name, weft_dtype_t dtype,
+WEFT_API weft_status_t weft_layout_add_tensor(weft_layout_t *layout, const char *name, weft_dtype_t dtype,
                                      int ndims, const uint64_t *shape, int *index);
 
 /**
@@ -81,7 +82,7 @@ weft_status_t weft_layout_add_tensor(weft_layout_t *layout, const char *name, we
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG if the box is empty, outside the tensor, or
  *         overlaps a box of the same tensor the member already holds.
  */
-weft_status_t weft_layout_add_region(weft_layout_t *layout, int member, int tensor,
+WEFT_API weft_status_t weft_layout_add_region(weft_layout_t *layout, int member, int tensor,
                                      const weft_box_t *box);
 
 /**
@@ -90,7 +91,7 @@ weft_status_t weft_layout_add_region(weft_layout_t *layout, int member, int tens
  * (0 or 1: no rounding), the last ones less or nothing, the same rule as
  * weft_vocab_shard_range(). A member whose slab is empty holds no region.
  */
-weft_status_t weft_layout_shard(weft_layout_t *layout, int tensor, int dim, const int *members,
+WEFT_API weft_status_t weft_layout_shard(weft_layout_t *layout, int tensor, int dim, const int *members,
                                 int n);
 
 /**
@@ -99,14 +100,14 @@ weft_status_t weft_layout_shard(weft_layout_t *layout, int tensor, int dim, cons
  * (the last shorter or empty), range i to @p members[i]. Each range becomes the boxes
  * that tile it, so a member's packed buffer is its flat range.
  */
-weft_status_t weft_layout_flat(weft_layout_t *layout, const int *tensors, int ntensors,
+WEFT_API weft_status_t weft_layout_flat(weft_layout_t *layout, const int *tensors, int ntensors,
                                const int *members, int n);
 
 /** @brief All of @p tensor on @p member (a pipeline stage holding a layer). */
-weft_status_t weft_layout_whole(weft_layout_t *layout, int tensor, int member);
+WEFT_API weft_status_t weft_layout_whole(weft_layout_t *layout, int tensor, int member);
 
 /** @brief All of @p tensor on every one of @p members (replication). */
-weft_status_t weft_layout_replicate(weft_layout_t *layout, int tensor, const int *members, int n);
+WEFT_API weft_status_t weft_layout_replicate(weft_layout_t *layout, int tensor, const int *members, int n);
 
 /**
  * @brief Copy box @p box of a tensor with @p ndims dimensions and elements of @p elem
@@ -115,33 +116,33 @@ weft_status_t weft_layout_replicate(weft_layout_t *layout, int tensor, const int
  * a packed buffer: @p dst = the buffer plus the region's packed offset).
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG for NULL pointers or a box outside either.
  */
-weft_status_t weft_box_copy(void *dst, const weft_box_t *dst_box, const void *src,
+WEFT_API weft_status_t weft_box_copy(void *dst, const weft_box_t *dst_box, const void *src,
                    const weft_box_t *src_box, const weft_box_t *box, int ndims, size_t elem);
 
 /** @brief Number of tensors. */
-int weft_layout_num_tensors(const weft_layout_t *layout);
+WEFT_API int weft_layout_num_tensors(const weft_layout_t *layout);
 /** @brief Describe tensor @p index. */
-weft_status_t weft_layout_tensor(const weft_layout_t *layout, int index, weft_tensor_info_t *info);
+WEFT_API weft_status_t weft_layout_tensor(const weft_layout_t *layout, int index, weft_tensor_info_t *info);
 /** @brief Index of the tensor called @p name, or WEFT_ERR_INVALID_ARG. */
-weft_status_t weft_layout_find(const weft_layout_t *layout, const char *name, int *index);
+WEFT_API weft_status_t weft_layout_find(const weft_layout_t *layout, const char *name, int *index);
 
 /** @brief Number of regions @p member holds (0 for a member the layout never names). */
-int weft_layout_num_regions(const weft_layout_t *layout, int member);
+WEFT_API int weft_layout_num_regions(const weft_layout_t *layout, int member);
 /**
  * @brief Region @p k of @p member: its tensor, box, and where it starts in the member's
  * packed buffer. Any output may be NULL.
  */
-weft_status_t weft_layout_region(const weft_layout_t *layout, int member, int k, int *tensor,
+WEFT_API weft_status_t weft_layout_region(const weft_layout_t *layout, int member, int k, int *tensor,
                                  weft_box_t *box, size_t *bytes, size_t *packed_offset);
 /** @brief Bytes of @p member's packed buffer. */
-size_t weft_layout_packed_bytes(const weft_layout_t *layout, int member);
+WEFT_API size_t weft_layout_packed_bytes(const weft_layout_t *layout, int member);
 
 /**
  * @brief Check that every element of every tensor is held by some member (what an old
  * layout must satisfy for a plan to be made from it).
  * @return WEFT_OK, or WEFT_ERR_INVALID_ARG naming the first tensor and a region nobody holds.
  */
-weft_status_t weft_layout_check_complete(const weft_layout_t *layout);
+WEFT_API weft_status_t weft_layout_check_complete(const weft_layout_t *layout);
 
 /** @} */
 
@@ -199,27 +200,27 @@ typedef struct weft_plan_stats {
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG if the layouts name different tensors (name,
  *         dtype or shape), or the old layout leaves part of a tensor unheld.
  */
-weft_status_t weft_plan_create(const weft_layout_t *old_layout, const weft_layout_t *new_layout,
+WEFT_API weft_status_t weft_plan_create(const weft_layout_t *old_layout, const weft_layout_t *new_layout,
                                const weft_plan_params_t *params, weft_plan_t **plan);
 /** @brief Free @p plan (NULL is a no-op). */
-void weft_plan_free(weft_plan_t *plan);
+WEFT_API void weft_plan_free(weft_plan_t *plan);
 
 /** @brief Number of transfers (local copies included). */
-size_t weft_plan_num_transfers(const weft_plan_t *plan);
+WEFT_API size_t weft_plan_num_transfers(const weft_plan_t *plan);
 /** @brief Transfer @p i, in the plan's order (by source, destination, tensor, box). */
-weft_status_t weft_plan_transfer(const weft_plan_t *plan, size_t i, weft_transfer_t *t);
+WEFT_API weft_status_t weft_plan_transfer(const weft_plan_t *plan, size_t i, weft_transfer_t *t);
 /** @brief Totals for @p member, or for the whole plan with @p member = -1. */
-weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_stats_t *stats);
+WEFT_API weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_stats_t *stats);
 /** @brief Number of pieces of the new layout that nobody holds (allow_missing plans). */
-size_t weft_plan_num_missing(const weft_plan_t *plan);
+WEFT_API size_t weft_plan_num_missing(const weft_plan_t *plan);
 /** @brief Missing piece @p i: @c src and @c src_region are -1; @c dst, @c dst_region,
  * @c tensor and @c box say what the destination must restore by other means. */
-weft_status_t weft_plan_missing(const weft_plan_t *plan, size_t i, weft_transfer_t *t);
+WEFT_API weft_status_t weft_plan_missing(const weft_plan_t *plan, size_t i, weft_transfer_t *t);
 /** @brief A 64-bit digest of the plan (xxHash); ranks that built different plans get
  * different digests. */
-uint64_t weft_plan_digest(const weft_plan_t *plan);
+WEFT_API uint64_t weft_plan_digest(const weft_plan_t *plan);
 /** @brief Print per-member bytes in/out and transfer counts, and the lower bound. */
-weft_status_t weft_plan_print(const weft_plan_t *plan, FILE *out);
+WEFT_API weft_status_t weft_plan_print(const weft_plan_t *plan, FILE *out);
 
 /** @} */
 
@@ -231,7 +232,7 @@ weft_status_t weft_plan_print(const weft_plan_t *plan, FILE *out);
  * @brief A copy of @p layout that keeps only the regions of @p members (the survivors of
  * a repair), in their order, so their packed buffers are unchanged.
  */
-weft_status_t weft_layout_keep(const weft_layout_t *layout, const int *members, int n,
+WEFT_API weft_status_t weft_layout_keep(const weft_layout_t *layout, const int *members, int n,
                                weft_layout_t **out);
 
 /**
@@ -240,7 +241,7 @@ weft_status_t weft_layout_keep(const weft_layout_t *layout, const int *members, 
  * what members of @p g hold in @p old. Regions whose every holder left are listed by
  * weft_plan_missing(). Computed locally, identically on every member.
  */
-weft_status_t weft_migrate_replan_flat(const weft_layout_t *old, const weft_group_t *g,
+WEFT_API weft_status_t weft_migrate_replan_flat(const weft_layout_t *old, const weft_group_t *g,
                                        weft_layout_t **new_layout, weft_plan_t **plan);
 
 /** @brief This member's share of a global batch (weft_batch_share()). */
@@ -264,7 +265,7 @@ typedef struct weft_batch_share {
  * exactly the same at every width.
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG if global < width, width < 1 or rank out of range.
  */
-weft_status_t weft_batch_share(uint64_t global, int width, int rank, uint64_t max_micro,
+WEFT_API weft_status_t weft_batch_share(uint64_t global, int width, int rank, uint64_t max_micro,
                                weft_batch_share_t *share);
 
 /** @} */
@@ -306,12 +307,12 @@ typedef struct weft_migrate_params {
  *         chunk sizes or priorities), WEFT_ERR_TRANSPORT if a chunk arrived corrupted
  *         twice, WEFT_ERR_PEER_FAILED / WEFT_ERR_REVOKED if a member failed.
  */
-weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
+WEFT_API weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
                                  void *new_buf, const weft_migrate_params_t *params,
                                  weft_req_t **req);
 
 /** @brief weft_migrate_start() and wait for it (the context's default timeout). */
-weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
+WEFT_API weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
                            void *new_buf, const weft_migrate_params_t *params);
 
 /** @} */

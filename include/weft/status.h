@@ -9,6 +9,8 @@
 #ifndef WEFT_STATUS_H
 #define WEFT_STATUS_H
 
+#include "weft/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,7 +45,7 @@ typedef enum weft_status {
  * @param[in] status Any value; unknown values give "unknown status".
  * @return A static string; never NULL.
  */
-const char *weft_status_str(weft_status_t status);
+WEFT_API const char *weft_status_str(weft_status_t status);
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "weft/export.h"
 #include "weft/coll.h"
 #include "weft/core.h"
 
@@ -80,8 +81,8 @@ typedef struct weft_vocab_range {
  * @param[out] range      Set on success.
  * @return WEFT_OK, or WEFT_ERR_INVALID_ARG (zero sizes, rank out of range, NULL, overflow).
  */
-weft_status_t weft_vocab_shard_range(size_t vocab_size, int nranks, size_t align, int rank,
-                                     weft_vocab_range_t *range);
+WEFT_API weft_status_t weft_vocab_shard_range(size_t vocab_size, int nranks, size_t align, int rank,
+                                              weft_vocab_range_t *range);
 
 /** @} */
 
@@ -114,14 +115,14 @@ typedef struct weft_vocab_params {
  * @param[out] vocab  Set on success.
  * @return WEFT_OK, WEFT_ERR_INVALID_ARG, WEFT_ERR_NO_MEMORY.
  */
-weft_status_t weft_vocab_create(weft_group_t *g, const weft_vocab_params_t *params,
-                                weft_vocab_t **vocab);
+WEFT_API weft_status_t weft_vocab_create(weft_group_t *g, const weft_vocab_params_t *params,
+                                         weft_vocab_t **vocab);
 
 /** @brief Destroy @p vocab (NULL: no-op). Its microbatch states must be destroyed first. */
-weft_status_t weft_vocab_destroy(weft_vocab_t *vocab);
+WEFT_API weft_status_t weft_vocab_destroy(weft_vocab_t *vocab);
 
 /** @brief This rank's shard of @p vocab. @return WEFT_OK or WEFT_ERR_INVALID_ARG. */
-weft_status_t weft_vocab_local_range(const weft_vocab_t *vocab, weft_vocab_range_t *range);
+WEFT_API weft_status_t weft_vocab_local_range(const weft_vocab_t *vocab, weft_vocab_range_t *range);
 
 /** @} */
 
@@ -138,7 +139,7 @@ typedef enum weft_vocab_algo {
 } weft_vocab_algo_t;
 
 /** @brief Name of an algorithm ("naive", "alg1", "alg2"); "?" if invalid. */
-const char *weft_vocab_algo_name(weft_vocab_algo_t algo);
+WEFT_API const char *weft_vocab_algo_name(weft_vocab_algo_t algo);
 
 /** @brief How per-token losses combine into the scalar loss. */
 typedef enum weft_vocab_reduction {
@@ -164,11 +165,12 @@ typedef struct weft_vocab_mb_params {
  * buffers are allocated at the first S on each memory type and kept until destroyed.
  * @return WEFT_OK, WEFT_ERR_INVALID_ARG, WEFT_ERR_NO_MEMORY.
  */
-weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_params_t *params,
-                                   weft_vocab_mb_t **mb);
+WEFT_API weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab,
+                                            const weft_vocab_mb_params_t *params,
+                                            weft_vocab_mb_t **mb);
 
 /** @brief Destroy @p mb (NULL: no-op); a collective still in flight is cancelled. */
-weft_status_t weft_vocab_mb_destroy(weft_vocab_mb_t *mb);
+WEFT_API weft_status_t weft_vocab_mb_destroy(weft_vocab_mb_t *mb);
 
 /**
  * @brief Pass S: local logits Y_i = X W_iᵀ and local statistics (for ALG2 also A_i, B_i).
@@ -183,8 +185,8 @@ weft_status_t weft_vocab_mb_destroy(weft_vocab_mb_t *mb);
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (NULL, n too large, a label >= V, pass out of
  *         order, mixed memory types); WEFT_ERR_NO_MEMORY; WEFT_ERR_UNSUPPORTED.
  */
-weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float *w,
-                                const int64_t *labels, size_t n);
+WEFT_API weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float *w,
+                                         const int64_t *labels, size_t n);
 
 /**
  * @brief Pass C1: start merging the statistics over the group (nonblocking).
@@ -196,7 +198,7 @@ weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float
  * @return WEFT_OK when already complete, WEFT_INPROGRESS (drive with
  *         weft_vocab_mb_test() / weft_vocab_mb_wait()), or an error of the collective.
  */
-weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb);
+WEFT_API weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb);
 
 /**
  * @brief Per-token and reduced loss of a microbatch whose C1 completed.
@@ -205,7 +207,8 @@ weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb);
  * @param[out] loss     Reduced loss (per the reduction; the sum for NONE), may be NULL.
  * @return WEFT_OK, or WEFT_ERR_INVALID_ARG when C1 has not completed.
  */
-weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *loss_tok, float *loss);
+WEFT_API weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *loss_tok,
+                                            float *loss);
 
 /**
  * @brief Pass T: ∇W_i, and ∇X (complete for ALG2, this rank's part for NAIVE/ALG1).
@@ -219,38 +222,39 @@ weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *loss_tok, f
  *                  with accumulate_dw).
  * @return WEFT_OK, WEFT_ERR_INVALID_ARG (NULL, out of order, mixed memory types).
  */
-weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw);
+WEFT_API weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *dx,
+                                         float *dw);
 
 /**
  * @brief Pass C2: start the sum of ∇X over the group (NAIVE, ALG1). For ALG2 there is
  * nothing to communicate and it returns WEFT_OK at once, issuing no collective.
  * @return WEFT_OK when complete, WEFT_INPROGRESS, or an error of the collective.
  */
-weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb);
+WEFT_API weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb);
 
 /**
  * @brief Drive the collective pass (C1, C2) in flight on @p mb without blocking.
  * @return WEFT_OK when none is in flight or it completed; WEFT_INPROGRESS; or the error
  *         it failed with (the microbatch must then be restarted with S).
  */
-weft_status_t weft_vocab_mb_test(weft_vocab_mb_t *mb);
+WEFT_API weft_status_t weft_vocab_mb_test(weft_vocab_mb_t *mb);
 
 /** @brief Wait for the pass in flight, at most @p timeout_ns (or WEFT_TIMEOUT_DEFAULT).
  * @return As weft_vocab_mb_test(), or WEFT_ERR_TIMEOUT (still in flight). */
-weft_status_t weft_vocab_mb_wait(weft_vocab_mb_t *mb, uint64_t timeout_ns);
+WEFT_API weft_status_t weft_vocab_mb_wait(weft_vocab_mb_t *mb, uint64_t timeout_ns);
 
 /**
  * @brief Blocking forward: S, C1 and the wait for it.
  * @param[out] loss_tok,loss As weft_vocab_xent_loss(); written only on success.
  * @return As the passes.
  */
-weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const float *w,
-                                      const int64_t *labels, size_t n, float *loss_tok,
-                                      float *loss);
+WEFT_API weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const float *w,
+                                               const int64_t *labels, size_t n, float *loss_tok,
+                                               float *loss);
 
 /** @brief Blocking backward: T, C2 and the wait for it. @return As the passes. */
-weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx,
-                                       float *dw);
+WEFT_API weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx,
+                                                float *dw);
 
 /** @brief Where the time of a microbatch went (filled by weft_vocab_mb_stats()). */
 typedef struct weft_vocab_mb_stats {
@@ -268,7 +272,7 @@ typedef struct weft_vocab_mb_stats {
  * @param[in,out] stats Its @c size must be set; the other fields are written on success.
  * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
  */
-weft_status_t weft_vocab_mb_stats(const weft_vocab_mb_t *mb, weft_vocab_mb_stats_t *stats);
+WEFT_API weft_status_t weft_vocab_mb_stats(const weft_vocab_mb_t *mb, weft_vocab_mb_stats_t *stats);
 
 /** @brief Working memory a microbatch holds between its passes (bytes, on its device). */
 typedef struct weft_vocab_mem {
@@ -284,8 +288,8 @@ typedef struct weft_vocab_mem {
  * @param[in,out] mem Its @c size must be set; the other fields are written on success.
  * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
  */
-weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo, size_t n,
-                                     weft_vocab_mem_t *mem);
+WEFT_API weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo,
+                                              size_t n, weft_vocab_mem_t *mem);
 
 /** @} */
 
@@ -305,12 +309,13 @@ weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_
  * @return WEFT_OK, WEFT_INPROGRESS, WEFT_ERR_INVALID_ARG (an id outside [0, V)), errors of
  *         the collective.
  */
-weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const float *table, const int64_t *ids,
-                                        size_t n, float *out, weft_req_t **req);
+WEFT_API weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const float *table,
+                                                 const int64_t *ids, size_t n, float *out,
+                                                 weft_req_t **req);
 
 /** @brief Blocking weft_vocab_iembed_forward(). */
-weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table, const int64_t *ids,
-                                       size_t n, float *out);
+WEFT_API weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table,
+                                                const int64_t *ids, size_t n, float *out);
 
 /**
  * @brief Embedding backward, communication part (pass IB): broadcast ∇out from @p root,
@@ -320,8 +325,8 @@ weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table, 
  * weft_vocab_embed_grad_scatter().
  * @param[in,out] grad_out [n, h]: input on @p root, output elsewhere.
  */
-weft_status_t weft_vocab_iembed_grad_bcast(weft_vocab_t *vocab, float *grad_out, size_t n, int root,
-                                           weft_req_t **req);
+WEFT_API weft_status_t weft_vocab_iembed_grad_bcast(weft_vocab_t *vocab, float *grad_out, size_t n,
+                                                    int root, weft_req_t **req);
 
 /**
  * @brief Embedding backward, local part: ∇E_i[ids[j] - start] += ∇out[j] for every id in
@@ -329,15 +334,17 @@ weft_status_t weft_vocab_iembed_grad_bcast(weft_vocab_t *vocab, float *grad_out,
  * @param[in,out] grad_table ∇E_i [padded_length, h].
  * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
  */
-weft_status_t weft_vocab_embed_grad_scatter(weft_vocab_t *vocab, const float *grad_out,
-                                            const int64_t *ids, size_t n, float *grad_table);
+WEFT_API weft_status_t weft_vocab_embed_grad_scatter(weft_vocab_t *vocab, const float *grad_out,
+                                                     const int64_t *ids, size_t n,
+                                                     float *grad_table);
 
 /**
  * @brief Blocking embedding backward: broadcast from @p root (skipped when @p root is
  * -1: every rank holds ∇out already), then the local scatter-add.
  */
-weft_status_t weft_vocab_embed_backward(weft_vocab_t *vocab, float *grad_out, const int64_t *ids,
-                                        size_t n, int root, float *grad_table);
+WEFT_API weft_status_t weft_vocab_embed_backward(weft_vocab_t *vocab, float *grad_out,
+                                                 const int64_t *ids, size_t n, int root,
+                                                 float *grad_table);
 
 /** @} */
 

@@ -1,6 +1,7 @@
 /**
  * @file weft.h
- * @brief Umbrella header: include this to use weft.
+ * @brief Umbrella header: include this to use weft. It includes every public header;
+ * none of them needs a CUDA header (CUDA streams are passed as void *).
  */
 #ifndef WEFT_H
 #define WEFT_H
@@ -10,6 +11,7 @@
 #include "weft/coll.h"
 #include "weft/group.h"
 #include "weft/vocab.h"
+#include "weft/cuda.h"
 #include "weft/migrate.h"
 
 #endif
