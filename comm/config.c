@@ -289,6 +289,11 @@ static const config_field_t config_table[] = {
           "hwloc XML file used as this host's topology instead of discovering it (tests, "
           "simulated machines); empty: discover.",
           topo_xml, path),
+    FIELD("WEFT_NCCL_LIBRARY", "libnccl.so.2",
+          "NCCL library opened (dlopen) the first time CUDA buffers go through NCCL: a name "
+          "is searched like any shared library, a path is used as is. Not found: NCCL is "
+          "unavailable and CUDA collectives say so. Read once per process.",
+          nccl_library, path),
     {
         .entry = {.name = "WEFT_CONNECT",
                   .deflt = "local",

@@ -33,6 +33,7 @@ typedef struct weft_config {
     char ns[32];                  /* prefix of this context's store keys */
     char connect[8];              /* lazy | local | all: peers connected eagerly */
     char topo_xml[512];           /* hwloc XML file standing for this host; "" discovers */
+    char nccl_library[512];       /* NCCL opened on first use (read by transports/nccl_lib.c) */
 } weft_config_t;
 
 /* Variables that are not settings but are read from the environment (launcher-set). */

@@ -93,6 +93,10 @@ static void on_peer_failed(void *arg, int peer_id, weft_status_t why)
     weft__report_failure((weft_ctx_t *)arg, peer_id, weft_status_str(why));
 }
 
+/* Start the message transports of weft__transports[], in its order: the first loopback
+ * one for this process and, in a job with a store (which may gain members later, so
+ * even at size 1), the first other one for the other processes. Transports without
+ * init() move group collectives, not messages: comm/nccl_comm.c reaches them per group. */
 static weft_status_t init_transports(weft_ctx_t *ctx)
 {
     weft_tl_params_t tp = {
@@ -104,27 +108,50 @@ static weft_status_t init_transports(weft_ctx_t *ctx)
         .peer_failed = on_peer_failed,
         .cb_arg = ctx,
     };
-    weft_status_t st = weft__tl_self.init(&tp, &ctx->tl_self);
-    if (st != WEFT_OK) {
-        return weft__error(ctx, st, "cannot start the self transport");
-    }
-    /* Any job with a store may gain members later, so it gets UCX even at size 1. */
-    if (ctx->store != NULL) {
-        st = weft__tl_ucx.init(&tp, &ctx->tl_ucx);
+    for (size_t i = 0; weft__transports[i] != NULL && ctx->ntls < WEFT_CTX_MAX_TLS; i++) {
+        const weft_transport_ops_t *ops = weft__transports[i];
+        bool local = (ops->flags & WEFT_TL_LOOPBACK) != 0;
+        bool needed = local ? ctx->tl_local == NULL
+                            : ctx->store != NULL && ctx->tl_remote == NULL;
+        if (ops->init == NULL || !needed || !ops->available()) {
+            continue;
+        }
+        weft_tl_inst_t *t = &ctx->tls[ctx->ntls];
+        weft_status_t st = ops->init(&tp, &t->tl);
         if (st != WEFT_OK) {
-            return weft__error(ctx, st, "cannot start the UCX transport");
+            return weft__error(ctx, st, "cannot start the %s transport", ops->name);
+        }
+        t->ops = ops;
+        ctx->ntls++;
+        if (local) {
+            ctx->tl_local = t;
+        } else {
+            ctx->tl_remote = t;
         }
     }
+    if (ctx->tl_local == NULL || (ctx->store != NULL && ctx->tl_remote == NULL)) {
+        return weft__error(ctx, WEFT_ERR_UNSUPPORTED, "no usable transport reaches %s",
+                           ctx->tl_local == NULL ? "this process" : "the other processes");
+    }
     for (int i = 0; i < ctx->npeers; i++) {
-        ctx->peers[i].ops = (i == ctx->rank) ? &weft__tl_self : &weft__tl_ucx;
-        ctx->peers[i].tl = (i == ctx->rank) ? ctx->tl_self : ctx->tl_ucx;
+        weft__peer_route(ctx, i);
         ctx->peers[i].failed = WEFT_OK;
     }
     return WEFT_OK;
 }
 
-/* Register this member id (once per job) and publish its UCX address. The value carries
- * the world size the writer was started with, so two launches that disagree are caught. */
+void weft__ctx_discard(weft_ctx_t *ctx, uint64_t tag, uint64_t mask)
+{
+    for (int i = 0; i < ctx->ntls; i++) {
+        if (ctx->tls[i].ops->discard != NULL) {
+            ctx->tls[i].ops->discard(ctx->tls[i].tl, tag, mask);
+        }
+    }
+}
+
+/* Register this member id (once per job) and publish the address of its remote
+ * transport. The value carries the world size the writer was started with, so two
+ * launches that disagree are caught. */
 static weft_status_t publish_address(weft_ctx_t *ctx)
 {
     char key[64];
@@ -147,9 +174,10 @@ static weft_status_t publish_address(weft_ctx_t *ctx)
     if (st != WEFT_OK) {
         return st;
     }
-    st = weft__tl_ucx.address(ctx->tl_ucx, &addr, &addr_len);
+    const weft_tl_inst_t *t = ctx->tl_remote;
+    st = t->ops->address(t->tl, &addr, &addr_len);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "cannot get the UCX worker address");
+        return weft__error(ctx, st, "cannot get the %s address of this process", t->ops->name);
     }
     char host[ADDR_HOST_MAX] = {0};
     gethostname(host, sizeof(host) - 1);
@@ -395,7 +423,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
         st = init_joiner(ctx);
     } else {
         st = init_transports(ctx);
-        if (st == WEFT_OK && ctx->tl_ucx != NULL) {
+        if (st == WEFT_OK && ctx->tl_remote != NULL) {
             st = exchange_addresses(ctx);
         }
         if (st == WEFT_OK) {
@@ -487,16 +515,12 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
         }
         free(p->addr);
     }
-    if (ctx->tl_ucx != NULL) {
-        /* Messages of old epochs nobody will receive: drop them rather than have the
-         * transport complain about them at shutdown. */
-        if (weft__tl_ucx.discard != NULL) {
-            weft__tl_ucx.discard(ctx->tl_ucx, 0, 0);
-        }
-        weft__tl_ucx.fini(ctx->tl_ucx);
-    }
-    if (ctx->tl_self != NULL) {
-        weft__tl_self.fini(ctx->tl_self);
+    /* Messages of old epochs nobody will receive: drop them rather than have the
+     * transports complain about them at shutdown. Stopped in the reverse order. */
+    weft__ctx_discard(ctx, 0, 0);
+    while (ctx->ntls > 0) {
+        weft_tl_inst_t *t = &ctx->tls[--ctx->ntls];
+        t->ops->fini(t->tl);
     }
     weft__store_close(ctx->watch);
     weft__store_close(ctx->store);

@@ -18,9 +18,20 @@
 #include "weft/coll.h"
 #include "weft/core.h"
 
+/* One started message transport: its ops table and this process's instance of it. */
+typedef struct weft_tl_inst {
+    const weft_transport_ops_t *ops;
+    weft_tl_t *tl;
+} weft_tl_inst_t;
+
+/* Room for every message transport of weft__transports[]. */
+#define WEFT_CTX_MAX_TLS 4
+
 /* One other process (or this one), indexed by stable member id. */
 typedef struct weft_peer {
-    const weft_transport_ops_t *ops; /* transport chosen for host memory */
+    /* The instance that reaches it (ctx->tl_local or ctx->tl_remote), copied here so a
+     * message costs one load and the ops call; NULL when none does. */
+    const weft_transport_ops_t *ops;
     weft_tl_t *tl;
     weft_tl_ep_t *ep;     /* NULL until first use */
     void *addr;           /* published transport address (malloc'ed), NULL if unknown */
@@ -47,7 +58,13 @@ struct weft_ctx {
     weft_store_client_t *watch; /* watch on the failure-notice prefix */
     weft_store_health_t store_health; /* shared by store, watch and the heartbeat's lease */
     struct weft_heartbeat *heartbeat; /* liveness lease (comm/heartbeat.c) */
-    weft_tl_t *tl_self, *tl_ucx;
+    /* Message transports started for host memory, in weft__transports[] order: every
+     * built-in one that init()s this process and is needed (comm/ctx.c). */
+    weft_tl_inst_t tls[WEFT_CTX_MAX_TLS];
+    int ntls;
+    const weft_tl_inst_t *tl_local;  /* reaches this process (WEFT_TL_LOOPBACK) */
+    const weft_tl_inst_t *tl_remote; /* reaches the others, by its published address;
+                                      * NULL without a store (one process, no joins) */
     weft_peer_t *peers;         /* [npeers] by member id; grows as members join */
     int npeers;
     bool joining;               /* started as a new member (WEFT_JOIN=1), not in the world */
@@ -143,6 +160,18 @@ uint64_t weft__wait_limit(const weft_ctx_t *ctx, uint64_t start, uint64_t timeou
  * short, that. */
 weft_status_t weft__wait_timeout(weft_ctx_t *ctx, uint64_t start, uint64_t timeout_ns,
                                  const char *what);
+
+/* ---- transports ---- */
+/* Point ctx->peers[id] at the instance that reaches it. */
+static inline void weft__peer_route(weft_ctx_t *ctx, int id)
+{
+    const weft_tl_inst_t *t = id == ctx->rank ? ctx->tl_local : ctx->tl_remote;
+    ctx->peers[id].ops = t != NULL ? t->ops : NULL;
+    ctx->peers[id].tl = t != NULL ? t->tl : NULL;
+}
+/* Drop unexpected messages whose tag matches @p tag under @p mask in every transport
+ * (the messages of an epoch that an edit closed). */
+void weft__ctx_discard(weft_ctx_t *ctx, uint64_t tag, uint64_t mask);
 
 /* ---- progress and requests ---- */
 /* Drive transports and failure notices once; nonzero when anything happened. */

@@ -96,13 +96,13 @@ weft_status_t weft__peer_slot(weft_ctx_t *ctx, int id)
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for the peer table");
     }
     memset(p + ctx->npeers, 0, sizeof(*p) * (size_t)(n - ctx->npeers));
-    for (int i = ctx->npeers; i < n; i++) {
-        p[i].ops = i == ctx->rank ? &weft__tl_self : &weft__tl_ucx;
-        p[i].tl = i == ctx->rank ? ctx->tl_self : ctx->tl_ucx;
-        p[i].failed = WEFT_OK;
-    }
+    int old = ctx->npeers;
     ctx->peers = p;
     ctx->npeers = n;
+    for (int i = old; i < n; i++) {
+        weft__peer_route(ctx, i);
+        p[i].failed = WEFT_OK;
+    }
     return WEFT_OK;
 }
 

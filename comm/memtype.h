@@ -18,6 +18,7 @@ struct weft_nccl_group; /* comm/nccl_comm.c */
 struct weft_cuda_group {
     void *stream;                 /* cudaStream_t for work on CUDA buffers; NULL: default */
     struct weft_nccl_group *nccl; /* NCCL communicator (comm/nccl_comm.c), NULL until used */
+    uint32_t nccl_attempts;       /* communicators this group tried to make (store keys) */
     uint32_t sel_epoch;           /* group epoch the cached decisions are for */
     int sel_valid[2];             /* by weft_memtype_t */
     weft_tsel_t sel[2];

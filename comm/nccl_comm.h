@@ -1,10 +1,13 @@
 /*
  * Collectives and messages on CUDA buffers through NCCL, for the comm layer.
  *
- * Each group gets one NCCL communicator per epoch, created on its first use: group
- * rank 0 makes the NCCL unique id and sets it in the store, the other members get it
- * (a one-member group needs no store). A membership edit (new epoch) retires the old
- * communicator; a revoked group aborts it, so GPU work waiting for a dead peer ends.
+ * Each group gets one NCCL communicator per epoch, made on its first use: group rank 0
+ * decides whether to shrink the previous epoch's communicator (an edit that only removed
+ * members, with NCCL >= 2.27) or to rebuild from a fresh unique id, and sets that plan
+ * in the store; the other members get it (a one-member group needs no store). A revoked
+ * group stops its communicator's work (ncclCommRevoke, else ncclCommAbort), so GPU work
+ * waiting for a dead peer ends. NCCL is reached only through the ops table of the
+ * "nccl" transport (weft__transport_find).
  *
  * How the collective dispatch uses these entry points: when weft__memtype() says the
  * buffers are WEFT_MEM_CUDA, ask weft__select_group(g, WEFT_MEM_CUDA, &sel) (every

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/ctx.h"
+#include "comm/memtype.h"
 
 /* The peer behind group rank @p peer; with @p need_ep, connected on first use. Receives
  * need no endpoint: a message from a peer that has since finalized is still received. */
@@ -33,6 +34,11 @@ static weft_status_t peer_get(weft_group_t *g, int peer, bool need_ep, weft_peer
     }
     if (p->failed != WEFT_OK) {
         return weft__error(ctx, p->failed, "peer %d (member %d) has failed", peer, id);
+    }
+    if (p->ops == NULL) {
+        return weft__error(ctx, WEFT_ERR_UNSUPPORTED,
+                           "no transport reaches member %d (a job without a store has one "
+                           "process)", id);
     }
     if (need_ep && p->ep == NULL && id != ctx->rank) {
         st = p->ops->connect(p->tl, id, p->addr, p->addr_len, &p->ep);
@@ -130,7 +136,7 @@ weft_status_t weft__irecv(weft_group_t *g, int peer, void *buf, size_t len,
 }
 
 static weft_status_t check_user_args(weft_group_t *g, const void *buf, size_t bytes,
-                                     uint32_t tag, weft_req_t **req)
+                                     uint32_t tag, weft_req_t **req, const char *what)
 {
     if (g == NULL || req == NULL || (buf == NULL && bytes > 0)) {
         return WEFT_ERR_INVALID_ARG;
@@ -139,13 +145,21 @@ static weft_status_t check_user_args(weft_group_t *g, const void *buf, size_t by
         return weft__error(g->ctx, WEFT_ERR_INVALID_ARG, "tag %u exceeds WEFT_TAG_MAX (%u)",
                            tag, WEFT_TAG_MAX);
     }
+    /* The message transports move host memory only, and messages are not staged: a
+     * CUDA buffer handed to them would be read or written as host memory. */
+    if (bytes > 0 && weft__cuda_device_count() > 0 && weft__memtype(buf) == WEFT_MEM_CUDA) {
+        return weft__error(g->ctx, WEFT_ERR_UNSUPPORTED,
+                           "%s on a CUDA buffer: point-to-point messages carry host memory "
+                           "only; copy the data to a host buffer",
+                           what);
+    }
     return WEFT_OK;
 }
 
 weft_status_t weft_isend(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag,
                          weft_req_t **req)
 {
-    weft_status_t st = check_user_args(g, buf, bytes, tag, req);
+    weft_status_t st = check_user_args(g, buf, bytes, tag, req, "weft_isend");
     if (st != WEFT_OK) {
         return st;
     }
@@ -157,7 +171,7 @@ weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uin
 {
     weft_req_t *r = NULL;
     size_t got = 0;
-    weft_status_t st = check_user_args(g, buf, bytes, tag, req);
+    weft_status_t st = check_user_args(g, buf, bytes, tag, req, "weft_irecv");
     if (st != WEFT_OK) {
         return st;
     }

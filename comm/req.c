@@ -17,11 +17,8 @@
 int weft__progress(weft_ctx_t *ctx)
 {
     int n = 0;
-    if (ctx->tl_ucx != NULL) {
-        n += weft__tl_ucx.progress(ctx->tl_ucx);
-    }
-    if (ctx->tl_self != NULL) {
-        n += weft__tl_self.progress(ctx->tl_self);
+    for (int i = 0; i < ctx->ntls; i++) {
+        n += ctx->tls[i].ops->progress(ctx->tls[i].tl);
     }
     n += weft__shm_news(ctx);
     if (++ctx->progress_calls % NOTICE_POLL_INTERVAL == 0) {

@@ -89,7 +89,7 @@ static void announce_admissions(weft_group_t *g, const weft_decision_t *d)
  * failed, which every member then learns, and the next repair removes it. */
 void weft__learn_members(weft_ctx_t *ctx, const int *ids, int n)
 {
-    if (ctx->store == NULL || ctx->tl_ucx == NULL) {
+    if (ctx->store == NULL || ctx->tl_remote == NULL) {
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -105,14 +105,8 @@ void weft__learn_members(weft_ctx_t *ctx, const int *ids, int n)
 
 static void discard_stale(weft_group_t *g)
 {
-    weft_ctx_t *ctx = g->ctx;
     uint64_t tag = weft__tag(0, g->id, g->epoch, WEFT_TAG_P2P, 0);
-    if (ctx->tl_ucx != NULL && weft__tl_ucx.discard != NULL) {
-        weft__tl_ucx.discard(ctx->tl_ucx, tag, WEFT_TAG_MASK_GROUP_EPOCH);
-    }
-    if (ctx->tl_self != NULL && weft__tl_self.discard != NULL) {
-        weft__tl_self.discard(ctx->tl_self, tag, WEFT_TAG_MASK_GROUP_EPOCH);
-    }
+    weft__ctx_discard(g->ctx, tag, WEFT_TAG_MASK_GROUP_EPOCH);
 }
 
 weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,

@@ -1,137 +1,153 @@
 /*
- * The NCCL transport: collectives and point-to-point on CUDA buffers between the ranks
- * of one NCCL communicator, enqueued on a caller-given CUDA stream.
+ * The NCCL transport, split over three files: nccl_lib.c loads the library on first use
+ * and answers the queries below, nccl.c creates, shrinks, polls and destroys
+ * communicators and fills weft__tl_nccl, nccl_ops.c enqueues and tracks operations.
+ * Everything outside transports/ reaches NCCL through weft__tl_nccl; this header is for
+ * those three files, plus the queries at its end, which the tools may call.
  *
- * NCCL does not fit the tagged-message ops table (it moves whole collectives, ordered
- * on a stream, between the ranks of a communicator), so weft__tl_nccl only answers
- * available(); the comm layer (comm/nccl_comm.c) drives NCCL through this API instead.
- * The caller distributes the unique id (through the store) and maps ranks.
+ * libweft does not link libnccl: the library named by WEFT_NCCL_LIBRARY (default
+ * libnccl.so.2) is opened with dlopen the first time NCCL is asked for, and its
+ * functions are resolved into weft_nccl_lib_t. Without it, available() says 0 and
+ * comm_create() fails with WEFT_ERR_UNSUPPORTED and "NCCL library not found: ...".
  *
  * Nothing here hangs: communicators are created non-blocking and polled against a
  * deadline; every operation is tracked by a CUDA event; asynchronous errors are polled
  * with ncclCommGetAsyncError and turned into weft statuses; an error, or an operation
- * older than the operation timeout, aborts the communicator (ncclCommAbort), after which
- * every operation on it completes with the error.
+ * older than the operation timeout, stops the communicator's work (ncclCommRevoke where
+ * the library has it, else ncclCommAbort), after which every operation on it completes
+ * with the error.
  *
- * Compiled only when WEFT_HAVE_NCCL. Includes only public weft headers.
+ * Compiled only when WEFT_HAVE_NCCL (nccl.h found at build time).
  */
 #ifndef WEFT_NCCL_H
 #define WEFT_NCCL_H
 
+#include <cuda_runtime_api.h>
+#include <nccl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "weft/coll.h"
-#include "weft/status.h"
+#include "transports/transport.h"
 
-#define WEFT_NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
+/* Shrinking needs ncclCommShrink (NCCL 2.27); stopping work without freeing the
+ * communicator needs ncclCommRevoke (2.28). Built in when the headers have them, used
+ * when the loaded library has them too. */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0) && defined(NCCL_SHRINK_ABORT)
+#define WEFT_NCCL_SHRINK 1
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0) && defined(NCCL_REVOKE_DEFAULT)
+#define WEFT_NCCL_REVOKE 1
+#endif
 
-typedef struct weft_nccl_comm weft_nccl_comm_t; /* one NCCL communicator */
-typedef struct weft_nccl_op weft_nccl_op_t;     /* one enqueued operation */
+/* The environment variable naming the library, and its default (comm/config.c lists it). */
+#define WEFT_NCCL_LIBRARY_ENV "WEFT_NCCL_LIBRARY"
+#define WEFT_NCCL_LIBRARY_DEFAULT "libnccl.so.2"
 
-typedef struct weft_nccl_params {
-    size_t size; /* sizeof(weft_nccl_params_t) */
-    int nranks, rank;
-    int device;               /* CUDA device to use; -1: the caller's current device */
-    uint64_t init_timeout_ns; /* creation deadline; the communicator is aborted after it */
-    uint64_t op_timeout_ns;   /* an operation unfinished after this aborts the comm */
-    /* printf-style logger (level: weft_log_level_t), as weft_tl_params_t::log; may be NULL */
+/* NCCL's functions, resolved once from the loaded library. */
+typedef struct weft_nccl_lib {
+    __typeof__(&ncclGetVersion) GetVersion;
+    __typeof__(&ncclGetUniqueId) GetUniqueId;
+    __typeof__(&ncclGetErrorString) GetErrorString;
+    __typeof__(&ncclGetLastError) GetLastError;
+    __typeof__(&ncclCommInitRankConfig) CommInitRankConfig;
+    __typeof__(&ncclCommFinalize) CommFinalize;
+    __typeof__(&ncclCommDestroy) CommDestroy;
+    __typeof__(&ncclCommAbort) CommAbort;
+    __typeof__(&ncclCommGetAsyncError) CommGetAsyncError;
+    __typeof__(&ncclAllReduce) AllReduce;
+    __typeof__(&ncclBroadcast) Broadcast;
+    __typeof__(&ncclAllGather) AllGather;
+    __typeof__(&ncclReduceScatter) ReduceScatter;
+    __typeof__(&ncclSend) Send;
+    __typeof__(&ncclRecv) Recv;
+    __typeof__(&ncclGroupStart) GroupStart;
+    __typeof__(&ncclGroupEnd) GroupEnd;
+#ifdef WEFT_NCCL_SHRINK
+    __typeof__(&ncclCommShrink) CommShrink; /* NULL in a library older than 2.27 */
+#endif
+#ifdef WEFT_NCCL_REVOKE
+    __typeof__(&ncclCommRevoke) CommRevoke; /* NULL in a library older than 2.28 */
+#endif
+    int version; /* ncclGetVersion(), e.g. 22809 */
+} weft_nccl_lib_t;
+
+/* The loaded library (opened on the first call), or NULL: weft__nccl_status says why. */
+const weft_nccl_lib_t *weft__nccl_lib(void);
+
+struct weft_tl_op {
+    weft_tl_comm_t *comm; /* NULL once the communicator is gone */
+    cudaEvent_t ev;       /* recorded after the work on its stream; NULL when done */
+    uint64_t start_ns;
+    weft_status_t status; /* WEFT_INPROGRESS until the work finished or failed */
+    int released;         /* the owner dropped its handle */
+    struct weft_tl_op *next;
+};
+
+struct weft_tl_comm {
+    const weft_nccl_lib_t *lib;
+    ncclComm_t nc; /* NULL once aborted (freed by NCCL) */
+    int ready;     /* creation or shrink finished: a failure may revoke instead of abort */
+    int revoked;   /* ncclCommRevoke stopped its work: nc stays, for a shrink or abort */
+    int rank, nranks, device;
+    weft_status_t failed; /* WEFT_OK while usable */
+    char error[256];
+    uint64_t op_timeout_ns;
     void (*log)(void *arg, int level, const char *fmt, va_list ap);
     void *log_arg;
-} weft_nccl_params_t;
+    weft_tl_op_t *head, *tail; /* operations in flight, oldest first */
+};
 
-/* Nonzero if NCCL is built in and a CUDA device is visible (probed once). */
+/* ---- shared by nccl.c and nccl_ops.c ---- */
+uint64_t weft__nccl_deadline_after(uint64_t ns);
+void weft__nccl_log(const weft_tl_comm_t *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+weft_status_t weft__nccl_map(ncclResult_t r);
+/* Record the first failure, log it once, stop the work; returns the failure. */
+weft_status_t weft__nccl_fail(weft_tl_comm_t *c, weft_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Wait until the communicator has no NCCL call in progress, or fail it at @p deadline. */
+weft_status_t weft__nccl_wait_ready(weft_tl_comm_t *c, uint64_t deadline, const char *what);
+/* Make the communicator's device current; *prev gets the caller's, to restore. */
+weft_status_t weft__nccl_enter_device(weft_tl_comm_t *c, int *prev);
+void weft__nccl_leave_device(weft_tl_comm_t *c, int prev);
+weft_status_t weft__nccl_comm_poll(weft_tl_comm_t *c);
+void weft__nccl_unlink_op(weft_tl_comm_t *c, weft_tl_op_t *op);
+
+/* nccl_ops.c: the operation entries of weft__tl_nccl. */
+weft_status_t weft__nccl_start_allreduce(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
+                                         size_t count, weft_dtype_t dtype, weft_op_t op,
+                                         void *stream, weft_tl_op_t **top);
+weft_status_t weft__nccl_start_broadcast(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
+                                         size_t count, weft_dtype_t dtype, int root, void *stream,
+                                         weft_tl_op_t **top);
+weft_status_t weft__nccl_start_allgather(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
+                                         size_t count, weft_dtype_t dtype, void *stream,
+                                         weft_tl_op_t **top);
+weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
+                                              size_t count, weft_dtype_t dtype, weft_op_t op,
+                                              void *stream, weft_tl_op_t **top);
+weft_status_t weft__nccl_start_sendrecv(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes,
+                                        int dst, void *recvbuf, size_t recv_bytes, int src,
+                                        void *stream, weft_tl_op_t **top);
+weft_status_t weft__nccl_op_test(weft_tl_op_t *op);
+void weft__nccl_op_release(weft_tl_op_t *op);
+
+/* nccl_lib.c: weft__tl_nccl's available() and comm_id(). */
 int weft__nccl_available(void);
-
-/* Version of the linked NCCL library, e.g. 22809 for 2.28.9; 0 if unknown. */
-int weft__nccl_version(void);
-
-/*
- * A fresh unique id (WEFT_NCCL_ID_BYTES bytes) for one communicator; one rank makes it
- * and every rank passes the same bytes to weft__nccl_comm_create().
- * WEFT_OK or WEFT_ERR_TRANSPORT.
- */
+/* Why available() is 0: "NCCL library not found: <dlerror>", ...; "" when it is 1. */
+const char *weft__nccl_unavailable_why(void);
 weft_status_t weft__nccl_unique_id(void *id);
 
-/*
- * Create this rank's member of a communicator and wait (polling, yielding) until every
- * rank has joined or the init timeout passes. Collective over the p->nranks ranks.
- * Returns WEFT_OK, WEFT_ERR_INVALID_ARG, WEFT_ERR_NO_MEMORY, WEFT_ERR_TIMEOUT (aborted),
- * WEFT_ERR_PEER_FAILED or WEFT_ERR_TRANSPORT (NCCL or CUDA errors, logged once).
- */
-weft_status_t weft__nccl_comm_create(const weft_nccl_params_t *p, const void *id,
-                                     weft_nccl_comm_t **comm);
-
-/*
- * Destroy the communicator: wait for its operations (bounded by the operation timeout),
- * finalize and free it; abort instead when it failed or the wait times out. Operations
- * not yet released stay valid, complete with WEFT_ERR_REVOKED unless already complete,
- * and must still be released. NULL is a no-op.
- */
-void weft__nccl_comm_destroy(weft_nccl_comm_t *c);
-
-/*
- * Abort the communicator now (ncclCommAbort): GPU work of pending operations is
- * cancelled and each of them completes with @p why. Idempotent; the first reason stays.
- */
-void weft__nccl_comm_abort(weft_nccl_comm_t *c, weft_status_t why);
-
-/*
- * Check for asynchronous errors and for operations older than the operation timeout
- * (either aborts the communicator), and retire finished operations.
- * Returns WEFT_OK while the communicator is usable, else the error it failed with.
- */
-weft_status_t weft__nccl_comm_poll(weft_nccl_comm_t *c);
-
-/* Why the communicator failed ("" while it is fine). Owned by @p c. */
-const char *weft__nccl_comm_error(const weft_nccl_comm_t *c);
-
-/*
- * Operations. Buffers are CUDA device (or managed) memory; counts are in elements of
- * @p dtype (bytes for send/recv). @p stream is a cudaStream_t (NULL: the legacy default
- * stream). Each returns WEFT_INPROGRESS with *op set once the work is enqueued,
- * WEFT_OK with *op = NULL when there is nothing to do (count 0), or an error (*op
- * untouched): WEFT_ERR_INVALID_ARG, WEFT_ERR_UNSUPPORTED (user dtype or operator),
- * the communicator's failure, WEFT_ERR_TIMEOUT (enqueue did not finish), or
- * WEFT_ERR_TRANSPORT. In place follows weft (include/weft/coll.h): sendbuf == recvbuf
- * for allreduce and broadcast; sendbuf == recvbuf + rank*count elements for allgather;
- * sendbuf == recvbuf for reduce_scatter (input in recvbuf, result at its start).
- */
-weft_status_t weft__nccl_comm_allreduce(weft_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                        size_t count, weft_dtype_t dtype, weft_op_t op,
-                                        void *stream, weft_nccl_op_t **nop);
-weft_status_t weft__nccl_comm_broadcast(weft_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                        size_t count, weft_dtype_t dtype, int root, void *stream,
-                                        weft_nccl_op_t **nop);
-/* recvbuf holds nranks * count elements in rank order. */
-weft_status_t weft__nccl_comm_allgather(weft_nccl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                        size_t count, weft_dtype_t dtype, void *stream,
-                                        weft_nccl_op_t **nop);
-/* sendbuf holds nranks * count elements; recvbuf receives this rank's count. */
-weft_status_t weft__nccl_comm_reduce_scatter(weft_nccl_comm_t *c, const void *sendbuf,
-                                             void *recvbuf, size_t count, weft_dtype_t dtype,
-                                             weft_op_t op, void *stream, weft_nccl_op_t **nop);
-/*
- * Send @p send_bytes to rank @p dst and receive @p recv_bytes from rank @p src in one
- * NCCL group (so a rank may send to itself). Either side is skipped with a rank of -1.
- * The receiver must ask for exactly the number of bytes sent.
- */
-weft_status_t weft__nccl_comm_sendrecv(weft_nccl_comm_t *c, const void *sendbuf, size_t send_bytes,
-                                       int dst, void *recvbuf, size_t recv_bytes, int src,
-                                       void *stream, weft_nccl_op_t **nop);
-
-/*
- * Progress: WEFT_INPROGRESS until the operation's work has finished on the GPU, then
- * WEFT_OK, or the error that failed it (its communicator was aborted). Never blocks.
- */
-weft_status_t weft__nccl_op_test(weft_nccl_op_t *op);
-
-/*
- * Drop the caller's handle. An operation still running is not cancelled (GPU work
- * cannot be): it stays ordered on its stream, and the communicator retires it. NULL is
- * a no-op.
- */
-void weft__nccl_op_release(weft_nccl_op_t *op);
+/* ---- queries for the tools ---- */
+/* Version of the loaded NCCL library, e.g. 22809 for 2.28.9; 0 when none could be loaded. */
+int weft__nccl_version(void);
+/* "loaded <path> version 2.28.9, repair by shrink", or "not found: <dlerror>" and the
+ * like, written to @p buf (@p n bytes); returns @p buf. Loads the library if needed. */
+const char *weft__nccl_status(char *buf, size_t n);
+/* How a group's communicator follows an edit that only removes members: "shrink"
+ * (ncclCommShrink, built in and present in the loaded library) or "rebuild" (a new
+ * communicator from a new unique id; also what a grow always does). */
+const char *weft__nccl_repair_mode(void);
 
 #endif

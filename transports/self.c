@@ -383,6 +383,7 @@ static weft_status_t self_get(weft_tl_t *tl, weft_tl_ep_t *ep, void *buf, size_t
 const weft_transport_ops_t weft__tl_self = {
     .size = sizeof(weft_transport_ops_t),
     .name = "self",
+    .flags = WEFT_TL_LOOPBACK,
     .available = self_available,
     .init = self_init,
     .fini = self_fini,

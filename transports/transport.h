@@ -1,6 +1,8 @@
 /*
- * The transport ops table. A transport moves tagged messages between processes and
- * knows nothing of groups, contexts or the store: the comm layer exchanges addresses,
+ * The transport ops table. Every transport is reached through it. A message transport
+ * (self, ucx) moves tagged messages between processes; a group-collective transport
+ * (nccl) runs collectives on device memory between the ranks of a communicator. Neither
+ * knows groups, contexts or the store: the comm layer exchanges addresses and ids,
  * builds tags and maps failures to groups. Transports include only public weft headers,
  * their own and util/.
  */
@@ -11,11 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "weft/coll.h"
 #include "weft/status.h"
 
 typedef struct weft_tl weft_tl_t;       /* one transport instance in one process */
 typedef struct weft_tl_ep weft_tl_ep_t; /* a connection to one peer */
 typedef struct weft_tl_mem weft_tl_mem_t; /* registered memory (RMA) */
+typedef struct weft_tl_comm weft_tl_comm_t; /* a communicator over the ranks of a group */
+typedef struct weft_tl_op weft_tl_op_t;     /* one group operation enqueued on a stream */
 
 /* Memory a buffer lives in. Detected by the comm layer, never assumed. */
 typedef enum weft_memtype {
@@ -36,9 +41,32 @@ typedef struct weft_tl_params {
     void *cb_arg;
 } weft_tl_params_t;
 
+/* What a transport reaches (weft_transport_ops_t::flags). */
+enum {
+    /* Only this process: a loopback with nothing to publish. Without it, a message
+     * transport reaches other processes through the address it publishes. */
+    WEFT_TL_LOOPBACK = 1u << 0,
+};
+
+/* Largest id that the members of a new communicator share (NCCL_UNIQUE_ID_BYTES). */
+#define WEFT_TL_COMM_ID_MAX 128
+
+/* What a group-collective transport needs to form one rank's member of a communicator. */
+typedef struct weft_tl_comm_params {
+    size_t size; /* sizeof(weft_tl_comm_params_t) */
+    int nranks, rank;
+    int device;               /* CUDA device to use; -1: the caller's current device */
+    uint64_t init_timeout_ns; /* creation deadline; the communicator is aborted after it */
+    uint64_t op_timeout_ns;   /* an operation unfinished after this aborts the comm */
+    /* printf-style logger (level: weft_log_level_t), as weft_tl_params_t::log; may be NULL */
+    void (*log)(void *arg, int level, const char *fmt, va_list ap);
+    void *log_arg;
+} weft_tl_comm_params_t;
+
 typedef struct weft_transport_ops {
     size_t size; /* sizeof(weft_transport_ops_t) */
     const char *name;
+    unsigned flags; /* WEFT_TL_* */
     /* Nonzero if the transport can run on this machine (library present, devices). */
     int (*available)(void);
 
@@ -84,6 +112,77 @@ typedef struct weft_transport_ops {
                          uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req);
     weft_status_t (*get)(weft_tl_t *tl, weft_tl_ep_t *ep, void *buf, size_t len,
                          uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req);
+
+    /*
+     * Group collectives on device memory, enqueued on a CUDA stream between the ranks of a
+     * communicator (NCCL). Optional: all NULL in message transports. A group-collective
+     * transport leaves init() and the message entries above NULL and fills every entry
+     * below (comm_shrink and comm_can_shrink may be NULL, together).
+     * Nothing here hangs: creation and enqueueing are polled against the deadlines of
+     * weft_tl_comm_params_t; a failed communicator fails every operation on it.
+     */
+    size_t comm_id_bytes; /* <= WEFT_TL_COMM_ID_MAX */
+    /* A fresh id for one communicator: one rank makes it, every rank passes it to
+     * comm_create(). WEFT_OK or WEFT_ERR_TRANSPORT. */
+    weft_status_t (*comm_id)(void *id);
+    /* This rank's member of a new communicator; waits (polling) until every rank joined
+     * or the init timeout passed. Collective. WEFT_OK, WEFT_ERR_INVALID_ARG,
+     * WEFT_ERR_NO_MEMORY, WEFT_ERR_UNSUPPORTED (no device or library), WEFT_ERR_TIMEOUT,
+     * WEFT_ERR_PEER_FAILED or WEFT_ERR_TRANSPORT (logged once). */
+    weft_status_t (*comm_create)(const weft_tl_comm_params_t *p, const void *id,
+                                 weft_tl_comm_t **comm);
+    /* Nonzero when comm_shrink() can derive a communicator from @p parent now. */
+    int (*comm_can_shrink)(const weft_tl_comm_t *parent);
+    /* A communicator of the ranks of @p parent not listed in exclude[0..n_exclude)
+     * (ranks of the parent), in their order; work left on a failed parent is aborted.
+     * Collective over those ranks. Returns as comm_create(); @p parent stays and must
+     * still be destroyed. Optional. */
+    weft_status_t (*comm_shrink)(weft_tl_comm_t *parent, const int *exclude, int n_exclude,
+                                 const weft_tl_comm_params_t *p, weft_tl_comm_t **comm);
+    /* Wait for the operations (bounded by the operation timeout), then free; abort when
+     * failed or late. Unreleased operations stay valid and complete with
+     * WEFT_ERR_REVOKED unless already complete. NULL is a no-op. */
+    void (*comm_destroy)(weft_tl_comm_t *c);
+    /* Stop the work in flight now; every pending operation completes with @p why.
+     * Idempotent, the first reason stays. The communicator may still be shrunk. */
+    void (*comm_abort)(weft_tl_comm_t *c, weft_status_t why);
+    /* Poll asynchronous errors and operation ages (either aborts), retire finished
+     * operations. WEFT_OK while usable, else the error it failed with. */
+    weft_status_t (*comm_poll)(weft_tl_comm_t *c);
+    /* Why the communicator failed ("" while it is fine), owned by @p c; with NULL, why
+     * the transport is not available ("" when it is). */
+    const char *(*comm_error)(const weft_tl_comm_t *c);
+    /*
+     * Operations on device buffers; counts in elements of @p dtype (bytes for sendrecv).
+     * @p stream is a cudaStream_t (NULL: the legacy default stream). WEFT_INPROGRESS with
+     * *op set once enqueued, WEFT_OK with *op = NULL when there is nothing to do, or an
+     * error (*op untouched): WEFT_ERR_INVALID_ARG, WEFT_ERR_UNSUPPORTED (user dtype or
+     * operator), the communicator's failure, WEFT_ERR_TIMEOUT or WEFT_ERR_TRANSPORT. In
+     * place follows include/weft/coll.h. sendrecv sends @p send_bytes to @p dst and
+     * receives @p recv_bytes from @p src in one group (a rank may send to itself); -1
+     * skips a side; the receiver asks for exactly the bytes sent.
+     */
+    weft_status_t (*allreduce)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
+                               size_t count, weft_dtype_t dtype, weft_op_t op, void *stream,
+                               weft_tl_op_t **top);
+    weft_status_t (*broadcast)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
+                               size_t count, weft_dtype_t dtype, int root, void *stream,
+                               weft_tl_op_t **top);
+    weft_status_t (*allgather)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
+                               size_t count, weft_dtype_t dtype, void *stream,
+                               weft_tl_op_t **top);
+    weft_status_t (*reduce_scatter)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
+                                    size_t count, weft_dtype_t dtype, weft_op_t op,
+                                    void *stream, weft_tl_op_t **top);
+    weft_status_t (*sendrecv)(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes, int dst,
+                              void *recvbuf, size_t recv_bytes, int src, void *stream,
+                              weft_tl_op_t **top);
+    /* WEFT_INPROGRESS until the work finished on the GPU, then WEFT_OK or the error that
+     * failed it. Never blocks. NULL: WEFT_OK. */
+    weft_status_t (*op_test)(weft_tl_op_t *op);
+    /* Drop the handle; running GPU work is not cancelled (the communicator retires it).
+     * NULL is a no-op. */
+    void (*op_release)(weft_tl_op_t *op);
 } weft_transport_ops_t;
 
 /* Built-in transports, in preference order; NULL-terminated. */

@@ -249,6 +249,13 @@ weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a);
  * the start that routes it to NCCL (or refuses with the reason). */
 bool weft__coll_is_cuda(const weft_coll_args_t *a);
 weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a, weft_req_t **req);
+/* Built with CUDA only (comm/coll/staged_cuda.c): whether @p a can be staged through host
+ * memory (allreduce, broadcast, allgather, reduce-scatter on built-in dtypes), and the
+ * start that does it: the host collective on pinned copies, the result copied back on the
+ * group's stream; the request completes when the copy back has finished. */
+bool weft__coll_can_stage(const weft_group_t *g, const weft_coll_args_t *a);
+weft_status_t weft__coll_staged_start(weft_group_t *g, const weft_coll_args_t *a,
+                                      weft_req_t **req);
 /*
  * Compare @p peer's header with this rank's parameters (the sequence number too when
  * @p with_seq); on any difference record the mismatch with both sides in the message.

@@ -1,9 +1,10 @@
 /*
  * Collectives on CUDA buffers. The memory type is detected from the buffers, never taken
  * from a flag; the transport is the one every member of the group agrees on
- * (weft__select_group): NCCL for GPUs that can reach each other, else an explicit
- * WEFT_ERR_UNSUPPORTED that says why (staging CUDA data through host memory over UCX is
- * not implemented yet). Host buffers never come here.
+ * (weft__select_group): NCCL for GPUs that can reach each other; where the decision is
+ * staging, allreduce, broadcast, allgather and reduce-scatter go through pinned host
+ * memory and the host collectives (staged_cuda.c); anything else is an explicit
+ * WEFT_ERR_UNSUPPORTED that says why. Host buffers never come here.
  */
 #include "comm/coll/coll.h"
 #include "comm/memtype.h"
@@ -37,9 +38,16 @@ weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a,
         return weft__error(ctx, sel.status, "%s on CUDA buffers: %s", a->name, sel.why);
     }
     if (sel.transport != WEFT_TSEL_NCCL) {
+#ifdef WEFT_HAVE_CUDA
+        if (sel.staged && weft__coll_can_stage(g, a)) {
+            return weft__coll_staged_start(g, a, req); /* counted by the host collective */
+        }
+#endif
         return weft__error(ctx, WEFT_ERR_UNSUPPORTED,
-                           "%s on CUDA buffers needs NCCL, but %s (staging through host memory "
-                           "is not implemented: copy to host buffers)", a->name, sel.why);
+                           "%s on CUDA buffers needs NCCL, but %s (only allreduce, broadcast, "
+                           "allgather and reduce-scatter on built-in dtypes are staged through "
+                           "host memory: copy to host buffers)",
+                           a->name, sel.why);
     }
     switch (a->kind) {
     case WEFT_COLL_ALLREDUCE:

@@ -2,12 +2,16 @@
  * @file cuda.h
  * @brief CUDA buffers: memory-type detection and the stream a group's GPU work runs on.
  *
- * Collectives and messages accept CUDA device buffers wherever they accept host
- * buffers; weft detects the memory type of every buffer (never assumes it) and picks
- * the transport from the topology: NCCL between GPUs of one host (NVLink or PCIe) and
- * between hosts whose GPUs have GPUDirect-capable NICs nearby, otherwise staging
- * through host memory over UCX (docs/transport-selection.md; `weft-info --topology`
- * prints the decision and the rule behind it).
+ * weft detects the memory type of every buffer (never assumes it). Allreduce,
+ * broadcast, allgather and reduce-scatter accept CUDA device buffers; the transport comes
+ * from the topology: NCCL between GPUs of one host (NVLink or PCIe) and between hosts
+ * whose GPUs have GPUDirect-capable NICs nearby, otherwise staging through pinned host
+ * memory and the host collectives (docs/transport-selection.md; `weft-info --topology`
+ * prints the decision and the rule behind it). Where the group's decision is NCCL but
+ * the NCCL library cannot be loaded, they return WEFT_ERR_UNSUPPORTED ("NCCL library
+ * not found: ..." in weft_last_error()). The other collectives return
+ * WEFT_ERR_UNSUPPORTED on CUDA buffers, and so do point-to-point messages, which carry
+ * host memory only; one host and one CUDA buffer in a call: WEFT_ERR_INVALID_ARG.
  *
  * Work on CUDA buffers is enqueued on the group's CUDA stream; a request on such
  * buffers completes when the work has finished on the GPU. These calls exist in every

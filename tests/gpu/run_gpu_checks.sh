@@ -2,8 +2,10 @@
 # Build weft with CUDA and NCCL and run the GPU checks on a machine with (at least) one
 # NVIDIA GPU: memory-type detection of host, cudaMalloc'ed, managed and cudaMallocHost'ed
 # pointers; one-rank NCCL allreduce, broadcast, allgather, reduce-scatter and a send to
-# itself against CPU references, through the transport and through the comm layer; a
-# two-rank communicator whose peer never comes must time out. Then weft-info --topology.
+# itself against CPU references, through the transport's ops table and through the comm
+# layer; a two-rank communicator whose peer never comes must time out; collectives staged
+# through host memory on one and two ranks (weftrun), and CUDA buffers refused by
+# messages. Then weft-info --topology.
 #
 # Usage: tests/gpu/run_gpu_checks.sh [build-dir]    (default: build-gpu)
 # Exit status: 0 when every check passed on a GPU; non-zero otherwise, including when
@@ -26,8 +28,8 @@ if command -v ninja >/dev/null 2>&1; then
 fi
 cmake -S "$src" -B "$build" ${gen[@]+"${gen[@]}"} -DWEFT_WITH_CUDA=ON -DWEFT_BUILD_TESTS=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$build" -j "$jobs" --target weft-info test_gpu_memtype test_gpu_nccl \
-    test_gpu_nccl_comm test_topo test_select
+cmake --build "$build" -j "$jobs" --target weft-info weftrun test_gpu_memtype test_gpu_nccl \
+    test_gpu_nccl_comm test_gpu_staged test_topo test_select
 
 export WEFT_GPU_REQUIRED=1
 status=0
@@ -39,6 +41,15 @@ for t in test_gpu_memtype test_gpu_nccl test_gpu_nccl_comm test_topo test_select
     esac
     if ! timeout 300 "$build/bin/$t" ${args[@]+"${args[@]}"}; then
         echo "run_gpu_checks: $t FAILED"
+        status=1
+    fi
+done
+
+# Staging through host memory: one rank, then two ranks on the same GPU(s).
+for n in 1 2; do
+    echo "=== test_gpu_staged (weftrun -n $n)"
+    if ! timeout 300 "$build/bin/weftrun" -n "$n" --timeout 180 -- "$build/bin/test_gpu_staged"; then
+        echo "run_gpu_checks: test_gpu_staged -n $n FAILED"
         status=1
     fi
 done

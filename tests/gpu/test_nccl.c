@@ -2,6 +2,7 @@
  * The NCCL transport on one GPU: a one-rank communicator, every collective and a send
  * to itself, each checked against a CPU reference; argument and type errors; and a
  * communicator whose second rank never comes, which must time out instead of hanging.
+ * Everything goes through the ops table (weft__tl_nccl), as the comm layer does.
  * Without a GPU only the paths that need none run; the rest skips.
  */
 #include <nccl.h>
@@ -11,11 +12,13 @@
 #include "gpu_common.h"
 #include "transports/nccl.h"
 
+static const weft_transport_ops_t *const T = &weft__tl_nccl;
+
 #define N 4099 /* odd and not a multiple of anything NCCL chunks by */
 
-static weft_nccl_params_t params(int nranks, uint64_t init_timeout_ms)
+static weft_tl_comm_params_t params(int nranks, uint64_t init_timeout_ms)
 {
-    weft_nccl_params_t p = {
+    weft_tl_comm_params_t p = {
         .size = sizeof(p),
         .nranks = nranks,
         .rank = 0,
@@ -27,14 +30,14 @@ static weft_nccl_params_t params(int nranks, uint64_t init_timeout_ms)
 }
 
 /* Poll an operation to its end (bounded: the transport's own timeout is 60 s). */
-static weft_status_t finish(weft_nccl_op_t *op)
+static weft_status_t finish(weft_tl_op_t *op)
 {
     weft_status_t st;
     struct timespec ts = {0, 100000};
-    while ((st = weft__nccl_op_test(op)) == WEFT_INPROGRESS) {
+    while ((st = T->op_test(op)) == WEFT_INPROGRESS) {
         nanosleep(&ts, NULL);
     }
-    weft__nccl_op_release(op);
+    T->op_release(op);
     return st;
 }
 
@@ -43,37 +46,37 @@ static weft_status_t finish(weft_nccl_op_t *op)
 static void test_paths_without_gpu(void **state)
 {
     (void)state;
-    uint8_t id[WEFT_NCCL_ID_BYTES], zero[WEFT_NCCL_ID_BYTES];
-    weft_nccl_comm_t *c = (weft_nccl_comm_t *)0x1;
+    uint8_t id[WEFT_TL_COMM_ID_MAX], zero[WEFT_TL_COMM_ID_MAX];
+    weft_tl_comm_t *c = (weft_tl_comm_t *)0x1;
     memset(id, 0, sizeof(id));
     memset(zero, 0, sizeof(zero));
-    assert_int_equal(weft__nccl_version() / 10000, NCCL_MAJOR); /* the library linked */
-    assert_int_equal(weft__nccl_unique_id(id), WEFT_OK);
+    assert_int_equal(weft__nccl_version() / 10000, NCCL_MAJOR); /* the library loaded */
+    assert_int_equal(T->comm_id(id), WEFT_OK);
     assert_memory_not_equal(id, zero, sizeof(id));
-    assert_int_equal(weft__nccl_unique_id(NULL), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(T->comm_id(NULL), WEFT_ERR_INVALID_ARG);
 
-    weft_nccl_params_t p = params(1, 5000);
+    weft_tl_comm_params_t p = params(1, 5000);
     p.nranks = 0;
-    assert_int_equal(weft__nccl_comm_create(&p, id, &c), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(T->comm_create(&p, id, &c), WEFT_ERR_INVALID_ARG);
     p = params(1, 5000);
     p.rank = 1;
-    assert_int_equal(weft__nccl_comm_create(&p, id, &c), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(T->comm_create(&p, id, &c), WEFT_ERR_INVALID_ARG);
     p = params(1, 5000);
     p.size = 8;
-    assert_int_equal(weft__nccl_comm_create(&p, id, &c), WEFT_ERR_INVALID_ARG);
-    assert_int_equal(weft__nccl_comm_create(NULL, id, &c), WEFT_ERR_INVALID_ARG);
-    assert_ptr_equal(c, (weft_nccl_comm_t *)0x1); /* untouched by failures */
-    weft__nccl_comm_destroy(NULL);
-    weft__nccl_op_release(NULL);
-    assert_int_equal(weft__nccl_op_test(NULL), WEFT_OK);
+    assert_int_equal(T->comm_create(&p, id, &c), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(T->comm_create(NULL, id, &c), WEFT_ERR_INVALID_ARG);
+    assert_ptr_equal(c, (weft_tl_comm_t *)0x1); /* untouched by failures */
+    T->comm_destroy(NULL);
+    T->op_release(NULL);
+    assert_int_equal(T->op_test(NULL), WEFT_OK);
 
     if (!gpu_present()) {
-        assert_int_equal(weft__nccl_available(), 0);
+        assert_int_equal(T->available(), 0);
         p = params(1, 5000);
-        assert_int_equal(weft__nccl_comm_create(&p, id, &c), WEFT_ERR_UNSUPPORTED);
+        assert_int_equal(T->comm_create(&p, id, &c), WEFT_ERR_UNSUPPORTED);
         print_message("no GPU: the GPU checks of this file skip\n");
     } else {
-        assert_int_equal(weft__nccl_available(), 1);
+        assert_int_equal(T->available(), 1);
     }
 }
 
@@ -81,14 +84,14 @@ static void test_paths_without_gpu(void **state)
 
 static int setup_comm(void **state)
 {
-    uint8_t id[WEFT_NCCL_ID_BYTES];
-    weft_nccl_comm_t *c = NULL;
+    uint8_t id[WEFT_TL_COMM_ID_MAX];
+    weft_tl_comm_t *c = NULL;
     *state = NULL;
     if (!gpu_present()) {
         return 0;
     }
-    weft_nccl_params_t p = params(1, 60000);
-    if (weft__nccl_unique_id(id) != WEFT_OK || weft__nccl_comm_create(&p, id, &c) != WEFT_OK) {
+    weft_tl_comm_params_t p = params(1, 60000);
+    if (T->comm_id(id) != WEFT_OK || T->comm_create(&p, id, &c) != WEFT_OK) {
         return -1;
     }
     *state = c;
@@ -97,7 +100,7 @@ static int setup_comm(void **state)
 
 static int teardown_comm(void **state)
 {
-    weft__nccl_comm_destroy(*state);
+    T->comm_destroy(*state);
     return 0;
 }
 
@@ -140,14 +143,14 @@ static void bufs_free(bufs_t *b)
 static void test_allreduce(void **state)
 {
     REQUIRE_GPU();
-    weft_nccl_comm_t *c = *state;
-    weft_nccl_op_t *op = NULL;
+    weft_tl_comm_t *c = *state;
+    weft_tl_op_t *op = NULL;
     bufs_t b;
     bufs_alloc(&b, N);
     memcpy(b.h_ref, b.h_in, N * sizeof(float));
     for (weft_op_t o = WEFT_SUM; o <= WEFT_MIN; o++) {
         CUDA_OK(cudaMemset(b.d_out, 0, N * sizeof(float)));
-        assert_int_equal(weft__nccl_comm_allreduce(c, b.d_in, b.d_out, N, WEFT_F32, o, NULL, &op),
+        assert_int_equal(T->allreduce(c, b.d_in, b.d_out, N, WEFT_F32, o, NULL, &op),
                          WEFT_INPROGRESS);
         assert_int_equal(finish(op), WEFT_OK);
         bufs_check(&b, b.d_out, N);
@@ -156,14 +159,14 @@ static void test_allreduce(void **state)
     cudaStream_t s;
     CUDA_OK(cudaStreamCreate(&s));
     CUDA_OK(cudaMemcpy(b.d_out, b.h_in, N * sizeof(float), cudaMemcpyHostToDevice));
-    assert_int_equal(weft__nccl_comm_allreduce(c, b.d_out, b.d_out, N, WEFT_F32, WEFT_SUM, s, &op),
+    assert_int_equal(T->allreduce(c, b.d_out, b.d_out, N, WEFT_F32, WEFT_SUM, s, &op),
                      WEFT_INPROGRESS);
     assert_int_equal(finish(op), WEFT_OK);
     bufs_check(&b, b.d_out, N);
     CUDA_OK(cudaStreamDestroy(s));
     /* Count 0: nothing to do, completes inline. */
-    op = (weft_nccl_op_t *)0x1;
-    assert_int_equal(weft__nccl_comm_allreduce(c, NULL, NULL, 0, WEFT_F32, WEFT_SUM, NULL, &op),
+    op = (weft_tl_op_t *)0x1;
+    assert_int_equal(T->allreduce(c, NULL, NULL, 0, WEFT_F32, WEFT_SUM, NULL, &op),
                      WEFT_OK);
     assert_null(op);
     bufs_free(&b);
@@ -172,26 +175,26 @@ static void test_allreduce(void **state)
 static void test_broadcast_allgather_reduce_scatter(void **state)
 {
     REQUIRE_GPU();
-    weft_nccl_comm_t *c = *state;
-    weft_nccl_op_t *op = NULL;
+    weft_tl_comm_t *c = *state;
+    weft_tl_op_t *op = NULL;
     bufs_t b;
     bufs_alloc(&b, N);
     memcpy(b.h_ref, b.h_in, N * sizeof(float));
 
-    assert_int_equal(weft__nccl_comm_broadcast(c, b.d_in, b.d_out, N, WEFT_F32, 0, NULL, &op),
+    assert_int_equal(T->broadcast(c, b.d_in, b.d_out, N, WEFT_F32, 0, NULL, &op),
                      WEFT_INPROGRESS);
     assert_int_equal(finish(op), WEFT_OK);
     bufs_check(&b, b.d_out, N);
 
     CUDA_OK(cudaMemset(b.d_out, 0, N * sizeof(float)));
-    assert_int_equal(weft__nccl_comm_allgather(c, b.d_in, b.d_out, N, WEFT_F32, NULL, &op),
+    assert_int_equal(T->allgather(c, b.d_in, b.d_out, N, WEFT_F32, NULL, &op),
                      WEFT_INPROGRESS);
     assert_int_equal(finish(op), WEFT_OK);
     bufs_check(&b, b.d_out, N);
 
     CUDA_OK(cudaMemset(b.d_out, 0, N * sizeof(float)));
     assert_int_equal(
-        weft__nccl_comm_reduce_scatter(c, b.d_in, b.d_out, N, WEFT_F32, WEFT_MAX, NULL, &op),
+        T->reduce_scatter(c, b.d_in, b.d_out, N, WEFT_F32, WEFT_MAX, NULL, &op),
         WEFT_INPROGRESS);
     assert_int_equal(finish(op), WEFT_OK);
     bufs_check(&b, b.d_out, N);
@@ -199,7 +202,7 @@ static void test_broadcast_allgather_reduce_scatter(void **state)
     /* In place (weft's convention: input in recvbuf, result at its start). */
     CUDA_OK(cudaMemcpy(b.d_out, b.h_in, N * sizeof(float), cudaMemcpyHostToDevice));
     assert_int_equal(
-        weft__nccl_comm_reduce_scatter(c, b.d_out, b.d_out, N, WEFT_F32, WEFT_SUM, NULL, &op),
+        T->reduce_scatter(c, b.d_out, b.d_out, N, WEFT_F32, WEFT_SUM, NULL, &op),
         WEFT_INPROGRESS);
     assert_int_equal(finish(op), WEFT_OK);
     bufs_check(&b, b.d_out, N);
@@ -209,13 +212,13 @@ static void test_broadcast_allgather_reduce_scatter(void **state)
 static void test_other_dtypes(void **state)
 {
     REQUIRE_GPU();
-    weft_nccl_comm_t *c = *state;
-    weft_nccl_op_t *op = NULL;
+    weft_tl_comm_t *c = *state;
+    weft_tl_op_t *op = NULL;
     int64_t h[7] = {INT64_MIN, -1, 0, 1, 42, INT64_MAX, 7}, back[7];
     int64_t *d;
     CUDA_OK(cudaMalloc((void **)&d, sizeof(h)));
     CUDA_OK(cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice));
-    assert_int_equal(weft__nccl_comm_allreduce(c, d, d, 7, WEFT_I64, WEFT_PROD, NULL, &op),
+    assert_int_equal(T->allreduce(c, d, d, 7, WEFT_I64, WEFT_PROD, NULL, &op),
                      WEFT_INPROGRESS);
     assert_int_equal(finish(op), WEFT_OK);
     CUDA_OK(cudaMemcpy(back, d, sizeof(h), cudaMemcpyDeviceToHost));
@@ -226,47 +229,47 @@ static void test_other_dtypes(void **state)
 static void test_errors(void **state)
 {
     REQUIRE_GPU();
-    weft_nccl_comm_t *c = *state;
-    weft_nccl_op_t *op = (weft_nccl_op_t *)0x1;
+    weft_tl_comm_t *c = *state;
+    weft_tl_op_t *op = (weft_tl_op_t *)0x1;
     float *d;
     CUDA_OK(cudaMalloc((void **)&d, 64));
-    assert_int_equal(weft__nccl_comm_allreduce(c, d, d, 4, WEFT_DTYPE_USER, WEFT_SUM, NULL, &op),
+    assert_int_equal(T->allreduce(c, d, d, 4, WEFT_DTYPE_USER, WEFT_SUM, NULL, &op),
                      WEFT_ERR_UNSUPPORTED);
-    assert_int_equal(weft__nccl_comm_allreduce(c, d, d, 4, WEFT_F32, WEFT_OP_USER_FIRST, NULL, &op),
+    assert_int_equal(T->allreduce(c, d, d, 4, WEFT_F32, WEFT_OP_USER_FIRST, NULL, &op),
                      WEFT_ERR_UNSUPPORTED);
-    assert_int_equal(weft__nccl_comm_broadcast(c, d, d, 4, WEFT_F32, 1, NULL, &op),
+    assert_int_equal(T->broadcast(c, d, d, 4, WEFT_F32, 1, NULL, &op),
                      WEFT_ERR_INVALID_ARG);
-    assert_int_equal(weft__nccl_comm_allgather(c, NULL, d, 4, WEFT_F32, NULL, &op),
+    assert_int_equal(T->allgather(c, NULL, d, 4, WEFT_F32, NULL, &op),
                      WEFT_ERR_INVALID_ARG);
-    assert_int_equal(weft__nccl_comm_sendrecv(c, d, 4, 1, d, 4, 0, NULL, &op),
+    assert_int_equal(T->sendrecv(c, d, 4, 1, d, 4, 0, NULL, &op),
                      WEFT_ERR_INVALID_ARG);
-    assert_ptr_equal(op, (weft_nccl_op_t *)0x1);
+    assert_ptr_equal(op, (weft_tl_op_t *)0x1);
     /* The communicator is still fine after refused calls. */
-    assert_int_equal(weft__nccl_comm_poll(c), WEFT_OK);
-    assert_string_equal(weft__nccl_comm_error(c), "");
+    assert_int_equal(T->comm_poll(c), WEFT_OK);
+    assert_string_equal(T->comm_error(c), "");
     CUDA_OK(cudaFree(d));
 }
 
 static void test_sendrecv_self(void **state)
 {
     REQUIRE_GPU();
-    weft_nccl_comm_t *c = *state;
-    weft_nccl_op_t *op = NULL;
+    weft_tl_comm_t *c = *state;
+    weft_tl_op_t *op = NULL;
     bufs_t b;
     bufs_alloc(&b, N);
     memcpy(b.h_ref, b.h_in, N * sizeof(float));
-    assert_int_equal(weft__nccl_comm_sendrecv(c, b.d_in, N * sizeof(float), 0, b.d_out,
+    assert_int_equal(T->sendrecv(c, b.d_in, N * sizeof(float), 0, b.d_out,
                                               N * sizeof(float), 0, NULL, &op),
                      WEFT_INPROGRESS);
     assert_int_equal(finish(op), WEFT_OK);
     bufs_check(&b, b.d_out, N);
     /* Releasing before completion is allowed: the work stays ordered on its stream. */
-    assert_int_equal(weft__nccl_comm_sendrecv(c, b.d_out, N * sizeof(float), 0, b.d_in,
+    assert_int_equal(T->sendrecv(c, b.d_out, N * sizeof(float), 0, b.d_in,
                                               N * sizeof(float), 0, NULL, &op),
                      WEFT_INPROGRESS);
-    weft__nccl_op_release(op);
+    T->op_release(op);
     CUDA_OK(cudaDeviceSynchronize());
-    assert_int_equal(weft__nccl_comm_poll(c), WEFT_OK);
+    assert_int_equal(T->comm_poll(c), WEFT_OK);
     bufs_free(&b);
 }
 
@@ -275,11 +278,11 @@ static void test_missing_peer_times_out(void **state)
 {
     (void)state;
     REQUIRE_GPU();
-    uint8_t id[WEFT_NCCL_ID_BYTES];
-    weft_nccl_comm_t *c = NULL;
-    weft_nccl_params_t p = params(2, 2000);
-    assert_int_equal(weft__nccl_unique_id(id), WEFT_OK);
-    assert_int_equal(weft__nccl_comm_create(&p, id, &c), WEFT_ERR_TIMEOUT);
+    uint8_t id[WEFT_TL_COMM_ID_MAX];
+    weft_tl_comm_t *c = NULL;
+    weft_tl_comm_params_t p = params(2, 2000);
+    assert_int_equal(T->comm_id(id), WEFT_OK);
+    assert_int_equal(T->comm_create(&p, id, &c), WEFT_ERR_TIMEOUT);
     assert_null(c);
 }
 

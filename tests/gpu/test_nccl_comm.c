@@ -218,6 +218,15 @@ static void test_collectives_on_gpu(void **state)
         weft__nccl_allreduce(world, d_in, d_out, 4, WEFT_DTYPE_USER, WEFT_SUM, NULL, &req),
         WEFT_ERR_UNSUPPORTED);
 
+    /* Messages carry host memory only: a CUDA buffer is refused, never read as host
+     * memory. */
+    req = NULL;
+    assert_int_equal(weft_isend(world, d_in, sizeof(h_in), 0, 1, &req), WEFT_ERR_UNSUPPORTED);
+    assert_null(req);
+    assert_non_null(strstr(weft_last_error(ctx), "CUDA buffer"));
+    assert_int_equal(weft_irecv(world, d_out, sizeof(h_in), 0, 1, &req), WEFT_ERR_UNSUPPORTED);
+    assert_null(req);
+
     close_ctx(ctx, world);
     CUDA_OK(cudaFree(d_in));
     CUDA_OK(cudaFree(d_out));

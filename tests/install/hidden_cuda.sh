@@ -12,9 +12,9 @@
 set -euo pipefail
 unset LD_LIBRARY_PATH
 
-# Link-time dependencies that must be gone. libnccl joins this list once NCCL is loaded
-# on first use too; until then it is copied beside the test (see below).
-hidden_libs=(libcudart libcublas)
+# Link-time dependencies that must be gone: the CUDA runtime is linked statically, cuBLAS
+# and NCCL are opened on first use.
+hidden_libs=(libcudart libcublas libnccl)
 
 if [[ "${1:-}" == --inside ]]; then
     shift
@@ -33,9 +33,6 @@ if [[ "${1:-}" == --inside ]]; then
             exit 1
         fi
     done < <(ldconfig -p | awk '$1 ~ /^lib(cudart|cublas|cublasLt|nccl|cuda)\.so/ { print $NF }')
-    if [[ -d "$tmp/nccl" ]]; then
-        export LD_LIBRARY_PATH=$tmp/nccl
-    fi
     "$bin/weft-info" >"$tmp/info"
     cat "$tmp/info"
     grep -q '^CUDA driver: not found' "$tmp/info"
@@ -84,11 +81,4 @@ while read -r f; do
     esac
 done < <(ldconfig -p | awk '$1 ~ /^lib(cudart|cublas|cublasLt|nccl|cuda)\.so/ { print $NF }')
 
-if readelf -d "$lib" | grep -q 'NEEDED.*\[libnccl\.'; then
-    # NCCL is still linked: give the loader libnccl alone, nothing else of CUDA.
-    mkdir "$tmp/nccl"
-    nccl=$(ldconfig -p | awk '!n && $1 ~ /^libnccl\.so\.[0-9]+$/ { print $NF; n = 1 }')
-    cp -L "$nccl" "$tmp/nccl/"
-    echo "hidden_cuda: libweft.so still links libnccl: it alone stays visible"
-fi
 unshare -m bash "$0" --inside "$tmp" "$bin" "${hide[@]}"
