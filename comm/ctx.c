@@ -76,6 +76,7 @@ static __thread char noctx_error[512];
 
 const char *weft_last_error(const weft_ctx_t *ctx)
 {
+    WEFT_API_LOCK((weft_ctx_t *)ctx);
     return ctx != NULL ? ctx->last_error : noctx_error;
 }
 
@@ -448,6 +449,9 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     if (st == WEFT_OK) {
         st = weft__transport_check(ctx); /* a forced transport that cannot work fails here */
     }
+    if (st == WEFT_OK) {
+        st = weft__progress_thread_start(ctx);
+    }
     if (st != WEFT_OK) {
         goto err_fini;
     }
@@ -469,6 +473,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     if (ctx == NULL) {
         return WEFT_OK;
     }
+    weft__progress_thread_stop(ctx); /* from here on, this thread alone runs weft */
     /* Leave together: a member that disappears while others still talk to it looks
      * like a failure to them. Best effort, and only on a healthy world group. When the
      * members did not leave together (the group was revoked, the barrier failed or timed
@@ -532,6 +537,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
 
 weft_status_t weft_ctx_world(weft_ctx_t *ctx, weft_group_t **world)
 {
+    WEFT_API_LOCK((weft_ctx_t *)ctx);
     if (ctx == NULL || world == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }

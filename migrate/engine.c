@@ -608,6 +608,7 @@ weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const
                                  void *new_buf, const weft_migrate_params_t *params,
                                  weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || plan == NULL || req == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -680,6 +681,7 @@ weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const
         weft_req_free(r);
         return st;
     }
+    weft__req_publish(r);
     *req = r;
     return WEFT_INPROGRESS;
 }
@@ -687,6 +689,7 @@ weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const
 weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
                            void *new_buf, const weft_migrate_params_t *params)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_req_t *req = NULL;
     weft_status_t st = weft_migrate_start(g, plan, old_buf, new_buf, params, &req);
     return weft__blocking(st, req);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -180,6 +181,38 @@ static void test_disagreement(void **state)
     weft_layout_free(new);
 }
 
+/* With the progress thread, a migration advances while the caller does something else
+ * (a step of compute, here a sleep) and has completed at the first test afterwards. */
+static void test_background(void **state)
+{
+    (void)state;
+    if (n < 2 || !ctx->cfg.progress_thread) {
+        skip();
+    }
+    weft_layout_t *old, *new;
+    rotation(&old, &new);
+    weft_plan_t *plan;
+    assert_int_equal(weft_plan_create(old, new, NULL, &plan), WEFT_OK);
+    size_t ob = weft_layout_packed_bytes(old, my_id), nb = weft_layout_packed_bytes(new, my_id);
+    unsigned char *obuf = malloc(ob), *nbuf = calloc(1, nb);
+    gen_fill(old, my_id, obuf);
+    ctx->cfg.migrate_chunk = 1024; /* many chunks: many steps the thread must take */
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_migrate_start(world, plan, obuf, nbuf, NULL, &req);
+    assert_true(st == WEFT_INPROGRESS || st == WEFT_OK);
+    struct timespec step = {1, 0};
+    nanosleep(&step, NULL);
+    assert_int_equal(weft_test(req), WEFT_OK); /* done without being waited for */
+    assert_int_equal(gen_check(new, my_id, nbuf), 0);
+    weft_req_free(req);
+    ctx->cfg.migrate_chunk = 1 << 20;
+    free(obuf);
+    free(nbuf);
+    weft_plan_free(plan);
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
 static int after_test(void **state)
 {
     (void)state;
@@ -205,6 +238,7 @@ int main(void)
         MIG_TEST(test_zero_recut),
         MIG_TEST(test_corruption),
         MIG_TEST(test_disagreement),
+        MIG_TEST(test_background),
     };
     char name[32];
     snprintf(name, sizeof(name), "migrate rank %d of %d", me, n);
