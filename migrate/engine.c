@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "migrate/box.h"
+#include "comm/coll/coll.h"
 #include "migrate/engine.h"
 #include "weft/group.h"
 
@@ -82,24 +83,6 @@ static uint32_t payload(const mig_t *m, int round, bool hdr, uint32_t seq)
 {
     return ((uint32_t)round << 25) | ((uint32_t)hdr << 24) | (m->tag_id << WEFT_MIG_SEQ_BITS) |
            (seq & WEFT_MIG_VERDICT);
-}
-
-/* Test a child request; frees it once done. *bytes gets the received length. */
-static weft_status_t child(weft_req_t **r, size_t *bytes)
-{
-    if (*r == NULL) {
-        return WEFT_OK;
-    }
-    weft_status_t st = weft__req_advance(*r);
-    if (st == WEFT_INPROGRESS) {
-        return st;
-    }
-    if (bytes != NULL) {
-        *bytes = (*r)->bytes;
-    }
-    weft_req_free(*r);
-    *r = NULL;
-    return st;
 }
 
 static const weft__xfer_t *xfer_of(const mig_t *m, const weft_mig_chunk_t *c)
@@ -265,7 +248,7 @@ static weft_status_t stream_progress(mig_t *m, stream_t *s, int gate)
                 continue;
             }
             size_t got = sl->recvd;
-            weft_status_t a = child(&sl->hdr, NULL), b = child(&sl->data, &got);
+            weft_status_t a = weft__coll_child_test(&sl->hdr, NULL), b = weft__coll_child_test(&sl->data, &got);
             if (a != WEFT_OK && a != WEFT_INPROGRESS) {
                 return a;
             }
@@ -315,7 +298,7 @@ static weft_status_t stream_progress(mig_t *m, stream_t *s, int gate)
         s->phase = ST_VERDICT;
     }
     if (s->phase == ST_VERDICT) {
-        if ((st = child(&s->vreq, NULL)) != WEFT_OK) {
+        if ((st = weft__coll_child_test(&s->vreq, NULL)) != WEFT_OK) {
             return st;
         }
         if (s->send) {
@@ -387,7 +370,7 @@ static weft_status_t close_progress(mig_t *m)
 {
     int p = m->g->size;
     for (int r = 0; r < p; r++) {
-        weft_status_t st = child(&m->close_reqs[r], NULL);
+        weft_status_t st = weft__coll_child_test(&m->close_reqs[r], NULL);
         if (st != WEFT_OK) {
             return st;
         }
@@ -418,7 +401,7 @@ static weft_status_t mig_progress(weft_req_t *req)
     weft_ctx_t *ctx = m->g->ctx;
     weft_status_t st;
     if (m->stage == STAGE_AGREE) {
-        if ((st = child(&m->child, NULL)) != WEFT_OK) {
+        if ((st = weft__coll_child_test(&m->child, NULL)) != WEFT_OK) {
             return st;
         }
         if (m->bad_args) {

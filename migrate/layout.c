@@ -110,7 +110,8 @@ weft_status_t weft_layout_add_tensor(weft_layout_t *l, const char *name, weft_dt
     return WEFT_OK;
 }
 
-const weft__lmember_t *weft__layout_member(const weft_layout_t *l, int id)
+/* Where member @p id is, or would be inserted, in the sorted member table. */
+static int member_pos(const weft_layout_t *l, int id)
 {
     int lo = 0, hi = l->nmembers;
     while (lo < hi) {
@@ -121,21 +122,19 @@ const weft__lmember_t *weft__layout_member(const weft_layout_t *l, int id)
             hi = mid;
         }
     }
-    return lo < l->nmembers && l->members[lo].id == id ? &l->members[lo] : NULL;
+    return lo;
+}
+
+const weft__lmember_t *weft__layout_member(const weft_layout_t *l, int id)
+{
+    int at = member_pos(l, id);
+    return at < l->nmembers && l->members[at].id == id ? &l->members[at] : NULL;
 }
 
 /* The member entry for @p id, created in sorted position if new; NULL on no memory. */
 static weft__lmember_t *member_slot(weft_layout_t *l, int id)
 {
-    int lo = 0, hi = l->nmembers;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (l->members[mid].id < id) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
+    int lo = member_pos(l, id);
     if (lo < l->nmembers && l->members[lo].id == id) {
         return &l->members[lo];
     }
