@@ -527,12 +527,33 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
         weft_tl_inst_t *t = &ctx->tls[--ctx->ntls];
         t->ops->fini(t->tl);
     }
+    for (size_t i = 0; i < ctx->nretired; i++) { /* no transport can read them now */
+        free(ctx->retired[i]);
+    }
+    free(ctx->retired);
     weft__store_close(ctx->watch);
     weft__store_close(ctx->store);
     free(ctx->peers);
     free(ctx->user_ops);
     free(ctx);
     return WEFT_OK;
+}
+
+void weft__retire(weft_ctx_t *ctx, void *ptr)
+{
+    if (ptr == NULL) {
+        return;
+    }
+    if (ctx->nretired == ctx->cap_retired) {
+        size_t cap = ctx->cap_retired ? 2 * ctx->cap_retired : 16;
+        void **p = realloc(ctx->retired, cap * sizeof(*p));
+        if (p == NULL) {
+            return; /* leaked, never freed under a transport still reading it */
+        }
+        ctx->retired = p;
+        ctx->cap_retired = cap;
+    }
+    ctx->retired[ctx->nretired++] = ptr;
 }
 
 weft_status_t weft_ctx_world(weft_ctx_t *ctx, weft_group_t **world)

@@ -89,6 +89,8 @@ struct weft_ctx {
     bool pt_running, pt_stop, pt_sleeping;
     int lock_depth;             /* nesting of public calls on this thread */
     struct weft_req *bg;        /* published requests still in flight */
+    void **retired;             /* buffers cancelled sends may still read (weft__retire) */
+    size_t nretired, cap_retired;
 };
 
 struct weft_group {
@@ -199,6 +201,14 @@ void weft__req_unpublish(weft_req_t *req);
 weft_status_t weft__progress_thread_start(weft_ctx_t *ctx);
 /* Stop and join the thread (weft_finalize, before anything is torn down). */
 void weft__progress_thread_stop(weft_ctx_t *ctx);
+
+/* ---- buffers of cancelled sends ---- */
+/* A send cannot always be withdrawn from the transport once started (UCX keeps a pending
+ * or rendezvous send until its peer takes it or its endpoint closes), so a buffer it
+ * reads must outlive the request that was cancelled. weft__retire keeps @p ptr (from
+ * malloc) until weft_finalize has stopped the transports, then frees it. If the list
+ * cannot grow, the buffer is leaked rather than freed early. */
+void weft__retire(weft_ctx_t *ctx, void *ptr);
 
 /* ---- progress and requests ---- */
 /* Drive transports and failure notices once; nonzero when anything happened. */

@@ -450,36 +450,56 @@ static weft_status_t mig_progress(weft_req_t *req)
     return WEFT_OK;
 }
 
+/* Free @p p, or keep it until finalize when a cancelled send may still read it. */
+static void release(weft_ctx_t *ctx, void *p, bool sending)
+{
+    if (sending) {
+        weft__retire(ctx, p);
+    } else {
+        free(p);
+    }
+}
+
+/* Cancel what is in flight and free everything. Buffers of sends that were still in
+ * flight (a failed migration) are retired, not freed: the transport may read them until
+ * the peer takes the message or its endpoint closes. */
 static void mig_free(mig_t *m)
 {
     if (m == NULL) {
         return;
     }
+    weft_ctx_t *ctx = m->g->ctx;
+    bool live = false; /* some send of this migration was still in flight */
     if (m->child != NULL) {
         weft_req_free(m->child);
     }
     for (int r = 0; m->close_reqs != NULL && r < m->g->size; r++) {
+        live |= m->close_reqs[r] != NULL;
         weft_req_free(m->close_reqs[r]);
     }
     free(m->close_reqs);
-    free(m->close_vals);
+    release(ctx, m->close_vals, false);
     for (int i = 0; i < m->nstreams; i++) {
         stream_t *s = &m->streams[i];
+        bool slots_live = false;
         for (size_t w = 0; s->slots != NULL && w < m->window; w++) {
+            bool sending = s->send && (s->slots[w].hdr != NULL || s->slots[w].data != NULL);
             weft_req_free(s->slots[w].hdr);
             weft_req_free(s->slots[w].data);
-            free(s->slots[w].staging);
+            release(ctx, s->slots[w].staging, sending);
+            slots_live |= sending;
         }
+        bool verdict_live = !s->send && s->vreq != NULL;
         weft_req_free(s->vreq);
-        free(s->slots);
+        release(ctx, s->slots, slots_live); /* the headers live in the slots */
         free(s->chunks);
         free(s->work);
         free(s->bad);
-        free(s->verdict);
+        release(ctx, s->verdict, verdict_live);
     }
     free(m->streams);
     free(m->local);
-    free(m);
+    release(ctx, m, live); /* close_in and close_out live here */
 }
 
 static void mig_cleanup(weft_req_t *req)

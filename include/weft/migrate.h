@@ -300,6 +300,11 @@ typedef struct weft_migrate_params {
  * @param[in]  old_buf This member's packed buffer of the old layout
  *                     (weft_layout_packed_bytes(); NULL if it holds nothing).
  * @param[out] new_buf Its packed buffer of the new layout; must not overlap @p old_buf.
+ *                     Both stay in use until the request completes. If it fails, sends of
+ *                     the failed attempt may still read @p old_buf for a while: keep it
+ *                     unchanged and allocated until a later migration on the repaired
+ *                     group has completed (every survivor has repaired by then and dropped
+ *                     what the failed attempt sent), or until weft_finalize().
  * @param[in]  params  Optional (NULL for defaults).
  * @param[out] req     Wait for it with weft_wait() / weft_test(); NULL if done inline.
  * @return WEFT_INPROGRESS or WEFT_OK; WEFT_ERR_INVALID_ARG if the plan names a member not
