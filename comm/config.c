@@ -268,6 +268,23 @@ static const config_field_t config_table[] = {
           "Shared-memory collectives write outputs of at least this many bytes with "
           "non-temporal stores, which skip reading the destination into the caches.",
           shm_stream_min, size),
+    FIELD("WEFT_PROGRESS_THREAD", "on",
+          "on: a thread per context advances nonblocking operations (weft_i*, migrations) "
+          "while the caller is outside weft; public calls then take the context's lock. "
+          "off: operations advance only inside weft calls (weft_test, weft_wait, ...).",
+          progress_thread, onoff),
+    FIELD("WEFT_PROGRESS_SLEEP_US", "100",
+          "Longest pause of the progress thread between passes once nothing moves "
+          "(microseconds): lower advances faster, higher leaves more CPU to the caller.",
+          progress_sleep_us, u64),
+    FIELD("WEFT_MIGRATE_CHUNK", "1M",
+          "Parameter migration moves data in chunks of at most this many bytes (at least "
+          "one row of a tensor's innermost dimension); small operations slip between them. "
+          "Must be equal on all ranks (a migration checks it).",
+          migrate_chunk, size),
+    FIELD("WEFT_MIGRATE_WINDOW", "4",
+          "Chunks of a migration in flight at once between two members.",
+          migrate_window, size),
     FIELD("WEFT_YIELD_SPINS", "auto",
           "Progress polls without news before a waiting rank starts yielding the CPU; auto: "
           "2000 (tens of microseconds), or 0 when this host runs more ranks than it has "

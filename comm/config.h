@@ -27,6 +27,10 @@ typedef struct weft_config {
     int shm_bcast_eager;          /* 1: small broadcast roots return once their data is posted */
     size_t shm_stream_min;        /* bytes: outputs written with non-temporal stores */
     size_t shm_chunk;             /* bytes: pipelining chunk of shared-memory collectives */
+    int progress_thread;          /* 1: a progress thread per context */
+    uint64_t progress_sleep_us;   /* its longest pause between idle passes */
+    size_t migrate_chunk;         /* bytes: chunk of parameter migration */
+    size_t migrate_window;        /* chunks in flight per pair of members */
     int yield_spins;              /* progress polls before a wait starts yielding; -1: auto */
     char ns[32];                  /* prefix of this context's store keys */
     char connect[8];              /* lazy | local | all: peers connected eagerly */

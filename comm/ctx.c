@@ -71,9 +71,22 @@ weft_status_t weft__error_at(weft_ctx_t *ctx, weft_status_t status, weft_log_lev
     return record_error(ctx, status, level, msg);
 }
 
+/* Detail of the last failed call that has no context (layouts, plans), per thread. */
+static __thread char noctx_error[512];
+
 const char *weft_last_error(const weft_ctx_t *ctx)
 {
-    return ctx != NULL ? ctx->last_error : "";
+    WEFT_API_LOCK((weft_ctx_t *)ctx);
+    return ctx != NULL ? ctx->last_error : noctx_error;
+}
+
+weft_status_t weft__error_noctx(weft_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(noctx_error, sizeof(noctx_error), fmt, ap);
+    va_end(ap);
+    return status;
 }
 
 static void on_peer_failed(void *arg, int peer_id, weft_status_t why)
@@ -436,6 +449,9 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     if (st == WEFT_OK) {
         st = weft__transport_check(ctx); /* a forced transport that cannot work fails here */
     }
+    if (st == WEFT_OK) {
+        st = weft__progress_thread_start(ctx);
+    }
     if (st != WEFT_OK) {
         goto err_fini;
     }
@@ -457,6 +473,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     if (ctx == NULL) {
         return WEFT_OK;
     }
+    weft__progress_thread_stop(ctx); /* from here on, this thread alone runs weft */
     /* Leave together: a member that disappears while others still talk to it looks
      * like a failure to them. Best effort, and only on a healthy world group. When the
      * members did not leave together (the group was revoked, the barrier failed or timed
@@ -510,6 +527,10 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
         weft_tl_inst_t *t = &ctx->tls[--ctx->ntls];
         t->ops->fini(t->tl);
     }
+    for (size_t i = 0; i < ctx->nretired; i++) { /* no transport can read them now */
+        free(ctx->retired[i]);
+    }
+    free(ctx->retired);
     weft__store_close(ctx->watch);
     weft__store_close(ctx->store);
     free(ctx->peers);
@@ -518,8 +539,26 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     return WEFT_OK;
 }
 
+void weft__retire(weft_ctx_t *ctx, void *ptr)
+{
+    if (ptr == NULL) {
+        return;
+    }
+    if (ctx->nretired == ctx->cap_retired) {
+        size_t cap = ctx->cap_retired ? 2 * ctx->cap_retired : 16;
+        void **p = realloc(ctx->retired, cap * sizeof(*p));
+        if (p == NULL) {
+            return; /* leaked, never freed under a transport still reading it */
+        }
+        ctx->retired = p;
+        ctx->cap_retired = cap;
+    }
+    ctx->retired[ctx->nretired++] = ptr;
+}
+
 weft_status_t weft_ctx_world(weft_ctx_t *ctx, weft_group_t **world)
 {
+    WEFT_API_LOCK((weft_ctx_t *)ctx);
     if (ctx == NULL || world == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }

@@ -5,6 +5,7 @@
 #ifndef WEFT_CTX_H
 #define WEFT_CTX_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -81,6 +82,15 @@ struct weft_ctx {
     uint64_t shm_moves, shm_moves_seen; /* steps of shared-memory collectives (progress news) */
     char last_error[512];
     struct weft_cuda_ctx *cuda; /* topology summaries (comm/memtype.c); NULL until used */
+    /* The progress thread (comm/progress_thread.c). */
+    pthread_mutex_t lock;       /* held by public calls and by the thread's passes */
+    pthread_cond_t pt_cv;       /* wakes the thread when published requests appear */
+    pthread_t pt;
+    bool pt_running, pt_stop, pt_sleeping;
+    int lock_depth;             /* nesting of public calls on this thread */
+    struct weft_req *bg;        /* published requests still in flight */
+    void **retired;             /* buffers cancelled sends may still read (weft__retire) */
+    size_t nretired, cap_retired;
 };
 
 struct weft_group {
@@ -121,6 +131,8 @@ struct weft_req {
     void (*cleanup)(struct weft_req *req);
     void *impl;
     struct weft_req *prev, *next; /* in ctx->live while in flight */
+    struct weft_req *bg_next;     /* in ctx->bg while published and in flight */
+    bool in_bg;
 };
 
 /* ---- store keys ---- */
@@ -138,6 +150,11 @@ weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt
 /* Record detail for weft_last_error() and log it at @p level, as it is. */
 weft_status_t weft__error_at(weft_ctx_t *ctx, weft_status_t status, weft_log_level_t level,
                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Record detail for weft_last_error(NULL), the calling thread's error of a call that has
+ * no context (layouts, plans), and return @p status. Nothing is logged. */
+weft_status_t weft__error_noctx(weft_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* ---- a lost store (comm/store_loss.c) ---- */
 /* Log the loss of the store, unless that was done already (once per process). */
@@ -167,6 +184,31 @@ static inline void weft__peer_route(weft_ctx_t *ctx, int id)
 /* Drop unexpected messages whose tag matches @p tag under @p mask in every transport
  * (the messages of an epoch that an edit closed). */
 void weft__ctx_discard(weft_ctx_t *ctx, uint64_t tag, uint64_t mask);
+
+/* ---- the progress thread (comm/progress_thread.c) ---- */
+/* Public calls hold the context's lock while they run, released on every return:
+ *     WEFT_API_LOCK(g->ctx);
+ * The lock is recursive (public calls call others) and taken only while the thread
+ * runs. NULL is allowed (no lock). */
+weft_ctx_t *weft__api_lock(weft_ctx_t *ctx);
+void weft__api_unlock(weft_ctx_t **held);
+#define WEFT_API_LOCK(c)                                                                     \
+    weft_ctx_t *weft__held __attribute__((cleanup(weft__api_unlock), unused)) =             \
+        weft__api_lock(c)
+/* Hand a request a public call returns to the thread, which advances it until done. */
+void weft__req_publish(weft_req_t *req);
+void weft__req_unpublish(weft_req_t *req);
+weft_status_t weft__progress_thread_start(weft_ctx_t *ctx);
+/* Stop and join the thread (weft_finalize, before anything is torn down). */
+void weft__progress_thread_stop(weft_ctx_t *ctx);
+
+/* ---- buffers of cancelled sends ---- */
+/* A send cannot always be withdrawn from the transport once started (UCX keeps a pending
+ * or rendezvous send until its peer takes it or its endpoint closes), so a buffer it
+ * reads must outlive the request that was cancelled. weft__retire keeps @p ptr (from
+ * malloc) until weft_finalize has stopped the transports, then frees it. If the list
+ * cannot grow, the buffer is leaked rather than freed early. */
+void weft__retire(weft_ctx_t *ctx, void *ptr);
 
 /* ---- progress and requests ---- */
 /* Drive transports and failure notices once; nonzero when anything happened. */

@@ -157,6 +157,7 @@ void weft__report_failure(weft_ctx_t *ctx, int id, const char *why)
 
 weft_status_t weft_group_rank(const weft_group_t *g, int *rank)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || rank == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -166,6 +167,7 @@ weft_status_t weft_group_rank(const weft_group_t *g, int *rank)
 
 weft_status_t weft_group_size(const weft_group_t *g, int *size)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || size == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }

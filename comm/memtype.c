@@ -122,6 +122,7 @@ void *weft__group_cuda_stream(const weft_group_t *g)
 
 weft_status_t weft_group_set_cuda_stream(weft_group_t *g, void *stream)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     struct weft_cuda_group *cg = NULL;
     if (g == NULL) {
         return WEFT_ERR_INVALID_ARG;
@@ -141,6 +142,7 @@ weft_status_t weft_group_set_cuda_stream(weft_group_t *g, void *stream)
 
 weft_status_t weft_group_cuda_stream(const weft_group_t *g, void **stream)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || stream == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }

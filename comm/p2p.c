@@ -159,16 +159,22 @@ static weft_status_t check_user_args(weft_group_t *g, const void *buf, size_t by
 weft_status_t weft_isend(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag,
                          weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_status_t st = check_user_args(g, buf, bytes, tag, req, "weft_isend");
     if (st != WEFT_OK) {
         return st;
     }
-    return weft__isend(g, peer, buf, bytes, WEFT_TAG_P2P, tag, req);
+    st = weft__isend(g, peer, buf, bytes, WEFT_TAG_P2P, tag, req);
+    if (st == WEFT_INPROGRESS) {
+        weft__req_publish(*req);
+    }
+    return st;
 }
 
 weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
                          weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_req_t *r = NULL;
     size_t got = 0;
     weft_status_t st = check_user_args(g, buf, bytes, tag, req, "weft_irecv");
@@ -187,6 +193,7 @@ weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uin
         st = WEFT_INPROGRESS;
     }
     if (st == WEFT_INPROGRESS) {
+        weft__req_publish(r);
         *req = r;
     }
     return st;
@@ -194,6 +201,7 @@ weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uin
 
 weft_status_t weft_send(weft_group_t *g, const void *buf, size_t bytes, int peer, uint32_t tag)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_req_t *req = NULL;
     weft_status_t st = weft_isend(g, buf, bytes, peer, tag, &req); /* sets req first */
     return weft__blocking(st, req);
@@ -202,6 +210,7 @@ weft_status_t weft_send(weft_group_t *g, const void *buf, size_t bytes, int peer
 weft_status_t weft_recv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
                         size_t *received)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_req_t *req = NULL;
     weft_status_t st = weft_irecv(g, buf, bytes, peer, tag, &req);
     if (st != WEFT_INPROGRESS) {

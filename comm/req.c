@@ -158,6 +158,7 @@ weft_status_t weft__req_advance(weft_req_t *req)
 
 weft_status_t weft_test(weft_req_t *req)
 {
+    WEFT_API_LOCK(req != NULL ? req->ctx : NULL);
     if (req == NULL) {
         return WEFT_OK;
     }
@@ -170,6 +171,7 @@ weft_status_t weft_test(weft_req_t *req)
 
 weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns)
 {
+    WEFT_API_LOCK(req != NULL ? req->ctx : NULL);
     if (req == NULL) {
         return WEFT_OK;
     }
@@ -199,6 +201,7 @@ weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns)
 
 weft_status_t weft_req_bytes(const weft_req_t *req, size_t *bytes)
 {
+    WEFT_API_LOCK(req != NULL ? req->ctx : NULL);
     if (req == NULL || bytes == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -214,6 +217,8 @@ weft_status_t weft_req_free(weft_req_t *req)
     if (req == NULL) {
         return WEFT_OK;
     }
+    WEFT_API_LOCK(req->ctx);
+    weft__req_unpublish(req);
     req_cancel_transport(req);
     if (req->cleanup != NULL) {
         req->cleanup(req);

@@ -379,6 +379,7 @@ static weft_status_t check_editable(weft_group_t *g)
 
 weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_status_t st = check_editable(g);
     if (st != WEFT_OK) {
         return st;
@@ -425,6 +426,7 @@ static weft_status_t wait_for_slot(weft_group_t *g, uint32_t k, int ms)
 weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
                               weft_edit_info_t *info)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     enum { SLICE_MS = 20 };
     weft_status_t st = check_editable(g);
     if (st != WEFT_OK || min_new < 0) {
@@ -477,6 +479,7 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
 
 weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || n == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -495,6 +498,7 @@ weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n)
 
 weft_status_t weft_group_revoke(weft_group_t *g)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -514,6 +518,7 @@ weft_status_t weft_group_revoke(weft_group_t *g)
 
 weft_status_t weft_group_epoch(const weft_group_t *g, uint32_t *epoch)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || epoch == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -523,6 +528,7 @@ weft_status_t weft_group_epoch(const weft_group_t *g, uint32_t *epoch)
 
 weft_status_t weft_group_member_id(const weft_group_t *g, int rank, int *id)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || id == NULL || rank < 0 || rank >= g->size) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -532,6 +538,7 @@ weft_status_t weft_group_member_id(const weft_group_t *g, int rank, int *id)
 
 weft_status_t weft_group_rank_of(const weft_group_t *g, int id, int *rank)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || rank == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }

@@ -133,6 +133,7 @@ static weft_status_t register_joiner(weft_ctx_t *ctx, uint32_t gid)
 weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeout_ms,
                               weft_group_t **out)
 {
+    WEFT_API_LOCK((weft_ctx_t *)ctx);
     if (ctx == NULL || name == NULL || out == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -238,6 +239,7 @@ static weft_status_t split_ids(weft_group_t *parent, int ncolors, uint32_t seq, 
 
 weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_group_t **sub)
 {
+    WEFT_API_LOCK(parent != NULL ? parent->ctx : NULL);
     if (parent == NULL || sub == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -295,6 +297,7 @@ out:
 
 weft_status_t weft_group_free(weft_group_t *g)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL) {
         return WEFT_OK;
     }

@@ -14,6 +14,8 @@ static const perf_subcommand_t subcommands[] = {
     {"allgather", perf_allgather_main, "allgather bandwidth and latency"},
     {"broadcast", perf_broadcast_main, "broadcast bandwidth and latency (-r root)"},
     {"alltoall", perf_alltoall_main, "alltoall bandwidth and latency"},
+    {"migrate", perf_migrate_main,
+     "parameter migration vs allgather-then-slice and save-and-reload (--overlap, --dry-run)"},
 };
 
 static void usage(FILE *out)

@@ -23,6 +23,7 @@ static weft_status_t create_ops(weft_vocab_t *v)
 weft_status_t weft_vocab_create(weft_group_t *g, const weft_vocab_params_t *params,
                                 weft_vocab_t **vocab)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || params == NULL || vocab == NULL ||
         params->size < offsetof(weft_vocab_params_t, align) + sizeof(size_t)) {
         return WEFT_ERR_INVALID_ARG;
@@ -72,6 +73,7 @@ err_free_v:
 
 weft_status_t weft_vocab_destroy(weft_vocab_t *vocab)
 {
+    WEFT_API_LOCK(vocab != NULL ? vocab->ctx : NULL);
     if (vocab == NULL) {
         return WEFT_OK;
     }
@@ -87,6 +89,7 @@ weft_status_t weft_vocab_destroy(weft_vocab_t *vocab)
 
 weft_status_t weft_vocab_local_range(const weft_vocab_t *vocab, weft_vocab_range_t *range)
 {
+    WEFT_API_LOCK(vocab != NULL ? vocab->ctx : NULL);
     if (vocab == NULL || range == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }

@@ -15,6 +15,7 @@
 weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_params_t *params,
                                    weft_vocab_mb_t **mb)
 {
+    WEFT_API_LOCK(vocab != NULL ? vocab->ctx : NULL);
     if (vocab == NULL || params == NULL || mb == NULL ||
         params->size < offsetof(weft_vocab_mb_params_t, accumulate_dw) + sizeof(int)) {
         return WEFT_ERR_INVALID_ARG;
@@ -43,6 +44,7 @@ weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_para
 
 weft_status_t weft_vocab_mb_destroy(weft_vocab_mb_t *mb)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_OK;
     }
@@ -143,6 +145,7 @@ static weft__xent_dims_t mb_dims(const weft_vocab_mb_t *mb)
 weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float *w,
                                 const int64_t *labels, size_t n)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -268,6 +271,7 @@ static weft_status_t after_collective(weft_vocab_mb_t *mb)
 
 weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -309,6 +313,7 @@ static weft_status_t request_done(weft_vocab_mb_t *mb, weft_status_t st)
 
 weft_status_t weft_vocab_mb_test(weft_vocab_mb_t *mb)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -324,6 +329,7 @@ weft_status_t weft_vocab_mb_test(weft_vocab_mb_t *mb)
 
 weft_status_t weft_vocab_mb_wait(weft_vocab_mb_t *mb, uint64_t timeout_ns)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -348,6 +354,7 @@ weft_status_t weft_vocab_mb_wait(weft_vocab_mb_t *mb, uint64_t timeout_ns)
 
 weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *loss_tok, float *loss)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -402,6 +409,7 @@ static weft_status_t t_token_weights(weft_vocab_mb_t *mb, const float *grad)
 
 weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -441,6 +449,7 @@ weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *d
 
 weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -459,6 +468,7 @@ weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb)
 weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const float *w,
                                       const int64_t *labels, size_t n, float *loss_tok, float *loss)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     weft_status_t st = weft_vocab_xent_s(mb, x, w, labels, n);
     if (st == WEFT_OK) {
         st = weft_vocab_xent_c1(mb);
@@ -474,6 +484,7 @@ weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const
 
 weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     weft_status_t st = weft_vocab_xent_t(mb, grad, dx, dw);
     if (st == WEFT_OK) {
         st = weft_vocab_xent_c2(mb);
@@ -486,6 +497,7 @@ weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, f
 
 weft_status_t weft_vocab_mb_stats(const weft_vocab_mb_t *mb, weft_vocab_mb_stats_t *stats)
 {
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL || stats == NULL ||
         stats->size < offsetof(weft_vocab_mb_stats_t, comm_bytes) + sizeof(size_t)) {
         return WEFT_ERR_INVALID_ARG;
@@ -499,6 +511,7 @@ weft_status_t weft_vocab_mb_stats(const weft_vocab_mb_t *mb, weft_vocab_mb_stats
 weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo, size_t n,
                                      weft_vocab_mem_t *mem)
 {
+    WEFT_API_LOCK(vocab != NULL ? vocab->ctx : NULL);
     if (vocab == NULL || mem == NULL || (unsigned)algo >= WEFT_VOCAB_ALGO_COUNT ||
         mem->size < offsetof(weft_vocab_mem_t, peak) + sizeof(size_t)) {
         return WEFT_ERR_INVALID_ARG;

@@ -179,6 +179,7 @@ weft_status_t weft__coll_setup_allgather(weft_coll_t *c)
 weft_status_t weft_iallgather(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                               weft_dtype_t dtype, weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_ALLGATHER, "allgather", sendbuf, recvbuf, count, dtype, -1, -1);
     return weft__coll_start(g, &a, req);
@@ -187,6 +188,7 @@ weft_status_t weft_iallgather(weft_group_t *g, const void *sendbuf, void *recvbu
 weft_status_t weft_allgather(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_ALLGATHER, "allgather", sendbuf, recvbuf, count, dtype, -1, -1);
     return weft__coll_run(g, &a);

@@ -254,6 +254,7 @@ weft_status_t weft__coll_setup_reduction(weft_coll_t *c)
 weft_status_t weft_iallreduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                               weft_dtype_t dtype, weft_op_t op, weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_ALLREDUCE, "allreduce", sendbuf, recvbuf, count, dtype, op, -1);
     return weft__coll_start(g, &a, req);
@@ -262,6 +263,7 @@ weft_status_t weft_iallreduce(weft_group_t *g, const void *sendbuf, void *recvbu
 weft_status_t weft_allreduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype, weft_op_t op)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_ALLREDUCE, "allreduce", sendbuf, recvbuf, count, dtype, op, -1);
     return weft__coll_run(g, &a);
@@ -270,6 +272,7 @@ weft_status_t weft_allreduce(weft_group_t *g, const void *sendbuf, void *recvbuf
 weft_status_t weft_ireduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
                                    size_t count, weft_dtype_t dtype, weft_op_t op, weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a = weft__coll_args(WEFT_COLL_REDUCE_SCATTER, "reduce_scatter", sendbuf,
                                          recvbuf, count, dtype, op, -1);
     return weft__coll_start(g, &a, req);
@@ -278,6 +281,7 @@ weft_status_t weft_ireduce_scatter(weft_group_t *g, const void *sendbuf, void *r
 weft_status_t weft_reduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                                   weft_dtype_t dtype, weft_op_t op)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a = weft__coll_args(WEFT_COLL_REDUCE_SCATTER, "reduce_scatter", sendbuf,
                                          recvbuf, count, dtype, op, -1);
     return weft__coll_run(g, &a);
@@ -286,6 +290,7 @@ weft_status_t weft_reduce_scatter(weft_group_t *g, const void *sendbuf, void *re
 weft_status_t weft_ireduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                            weft_dtype_t dtype, weft_op_t op, int root, weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_REDUCE, "reduce", sendbuf, recvbuf, count, dtype, op, root);
     return weft__coll_start(g, &a, req);
@@ -294,6 +299,7 @@ weft_status_t weft_ireduce(weft_group_t *g, const void *sendbuf, void *recvbuf, 
 weft_status_t weft_reduce(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                           weft_dtype_t dtype, weft_op_t op, int root)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_REDUCE, "reduce", sendbuf, recvbuf, count, dtype, op, root);
     return weft__coll_run(g, &a);

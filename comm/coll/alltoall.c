@@ -223,6 +223,7 @@ weft_status_t weft__coll_setup_alltoall(weft_coll_t *c)
 weft_status_t weft_ialltoall(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                              weft_dtype_t dtype, weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_ALLTOALL, "alltoall", sendbuf, recvbuf, count, dtype, -1, -1);
     return weft__coll_start(g, &a, req);
@@ -231,6 +232,7 @@ weft_status_t weft_ialltoall(weft_group_t *g, const void *sendbuf, void *recvbuf
 weft_status_t weft_alltoall(weft_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
                             weft_dtype_t dtype)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_ALLTOALL, "alltoall", sendbuf, recvbuf, count, dtype, -1, -1);
     return weft__coll_run(g, &a);
@@ -254,6 +256,7 @@ weft_status_t weft_ialltoallv(weft_group_t *g, const void *sendbuf, const size_t
                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                               const size_t *rdispls, weft_dtype_t dtype, weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         alltoallv_args(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype);
     return weft__coll_start(g, &a, req);
@@ -263,6 +266,7 @@ weft_status_t weft_alltoallv(weft_group_t *g, const void *sendbuf, const size_t 
                              const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                              const size_t *rdispls, weft_dtype_t dtype)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         alltoallv_args(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype);
     return weft__coll_run(g, &a);
@@ -270,12 +274,14 @@ weft_status_t weft_alltoallv(weft_group_t *g, const void *sendbuf, const size_t 
 
 weft_status_t weft_ibarrier(weft_group_t *g, weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a = weft__coll_args(WEFT_COLL_BARRIER, "barrier", NULL, NULL, 0, 0, -1, -1);
     return weft__coll_start(g, &a, req);
 }
 
 weft_status_t weft_barrier(weft_group_t *g)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a = weft__coll_args(WEFT_COLL_BARRIER, "barrier", NULL, NULL, 0, 0, -1, -1);
     return weft__coll_run(g, &a);
 }

@@ -202,6 +202,7 @@ weft_status_t weft__coll_setup_broadcast(weft_coll_t *c)
 weft_status_t weft_ibroadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
                               int root, weft_req_t **req)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_BROADCAST, "broadcast", buf, buf, count, dtype, -1, root);
     return weft__coll_start(g, &a, req);
@@ -209,6 +210,7 @@ weft_status_t weft_ibroadcast(weft_group_t *g, void *buf, size_t count, weft_dty
 
 weft_status_t weft_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype, int root)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     weft_coll_args_t a =
         weft__coll_args(WEFT_COLL_BROADCAST, "broadcast", buf, buf, count, dtype, -1, root);
     return weft__coll_run(g, &a);

@@ -489,6 +489,7 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     /* Post the first messages now so communication starts before the first test. */
     st = weft__req_advance(r);
     if (st == WEFT_INPROGRESS) {
+        weft__req_publish(r); /* the progress thread takes it on while the caller is away */
         *req = r;
         return st;
     }
@@ -641,6 +642,7 @@ weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a)
 
 weft_status_t weft_group_coll_count(const weft_group_t *g, uint64_t *count)
 {
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || count == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }

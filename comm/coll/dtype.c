@@ -82,6 +82,7 @@ const char *weft_op_name(weft_op_t op)
 
 weft_status_t weft_op_create(weft_ctx_t *ctx, const weft_op_params_t *params, weft_op_t *op)
 {
+    WEFT_API_LOCK((weft_ctx_t *)ctx);
     if (ctx == NULL || op == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
@@ -120,6 +121,7 @@ weft_status_t weft_op_create(weft_ctx_t *ctx, const weft_op_params_t *params, we
 
 weft_status_t weft_op_free(weft_ctx_t *ctx, weft_op_t op)
 {
+    WEFT_API_LOCK((weft_ctx_t *)ctx);
     if (ctx == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }

@@ -91,7 +91,10 @@ WEFT_API weft_status_t weft_finalize(weft_ctx_t *ctx);
 
 /**
  * @brief Detail of the last error on this context: which call, which rank, why.
- * @return A string owned by the context, valid until its next call; "" if none.
+ * @param[in] ctx The context, or NULL for the calling thread's last error of a call that
+ *                takes no context (layouts and plans, weft/migrate.h).
+ * @return A string owned by the context (or the thread), valid until its next call; ""
+ *         if none.
  */
 WEFT_API const char *weft_last_error(const weft_ctx_t *ctx);
 

@@ -13,5 +13,6 @@
 #include "weft/vocab.h"
 #include "weft/cuda.h"
 #include "weft/info.h"
+#include "weft/migrate.h"
 
 #endif

@@ -1,0 +1,167 @@
+/*
+ * The progress thread: nonblocking operations advance while the caller computes.
+ *
+ * One thread per context (WEFT_PROGRESS_THREAD=on, the default). Public calls hold the
+ * context's lock while they run (WEFT_API_LOCK), so the thread and the caller never run
+ * weft at the same time: the thread works only while the caller is outside weft. It
+ * drives the transports and advances every request a public call returned (published
+ * requests: weft_i*, weft_migrate_start, the vocabulary passes) until each completes,
+ * releasing the lock between passes. With nothing published in flight it sleeps on a
+ * condition variable, woken when a public call returns leaving one.
+ *
+ * Cost: a recursive mutex lock and unlock per public call (tens of nanoseconds), and,
+ * while operations are in flight and the caller is away, the polling of one thread,
+ * which backs off from spinning to sleeping (WEFT_PROGRESS_SLEEP_US at most between
+ * passes once nothing moves) so it does not take a core from ranks that have work.
+ */
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/ctx.h"
+
+weft_ctx_t *weft__api_lock(weft_ctx_t *ctx)
+{
+    if (ctx == NULL || !ctx->pt_running) {
+        return NULL;
+    }
+    pthread_mutex_lock(&ctx->lock);
+    ctx->lock_depth++;
+    return ctx;
+}
+
+void weft__api_unlock(weft_ctx_t **held)
+{
+    weft_ctx_t *ctx = *held;
+    if (ctx == NULL) {
+        return;
+    }
+    if (--ctx->lock_depth == 0 && ctx->bg != NULL && ctx->pt_sleeping) {
+        pthread_cond_signal(&ctx->pt_cv);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+}
+
+void weft__req_publish(weft_req_t *req)
+{
+    if (req == NULL || req->in_bg || !req->ctx->pt_running || req->status != WEFT_INPROGRESS) {
+        return;
+    }
+    req->in_bg = true;
+    req->bg_next = req->ctx->bg;
+    req->ctx->bg = req;
+}
+
+void weft__req_unpublish(weft_req_t *req)
+{
+    if (!req->in_bg) {
+        return;
+    }
+    for (weft_req_t **p = &req->ctx->bg; *p != NULL; p = &(*p)->bg_next) {
+        if (*p == req) {
+            *p = req->bg_next;
+            break;
+        }
+    }
+    req->in_bg = false;
+    req->bg_next = NULL;
+}
+
+/* One pass over the published requests; those that completed leave the list. Returns
+ * how many completed. */
+static int advance_published(weft_ctx_t *ctx)
+{
+    int done = 0;
+    for (weft_req_t **p = &ctx->bg; *p != NULL;) {
+        weft_req_t *r = *p;
+        if (weft__req_advance(r) != WEFT_INPROGRESS) {
+            *p = r->bg_next;
+            r->in_bg = false;
+            r->bg_next = NULL;
+            done++;
+        } else {
+            p = &r->bg_next;
+        }
+    }
+    return done;
+}
+
+static void *run(void *arg)
+{
+    weft_ctx_t *ctx = arg;
+    uint64_t idle = 0;
+    long max_sleep_us = ctx->cfg.progress_sleep_us > 0 ? (long)ctx->cfg.progress_sleep_us : 1;
+    pthread_mutex_lock(&ctx->lock);
+    while (!ctx->pt_stop) {
+        if (ctx->bg == NULL) {
+            ctx->pt_sleeping = true;
+            pthread_cond_wait(&ctx->pt_cv, &ctx->lock);
+            ctx->pt_sleeping = false;
+            idle = 0;
+            continue;
+        }
+        int events = weft__progress(ctx);
+        events += advance_published(ctx);
+        pthread_mutex_unlock(&ctx->lock);
+        /* Give the caller the lock between passes; back off while nothing moves. */
+        idle = events > 0 ? 0 : idle + 1;
+        if (idle < 16) {
+            sched_yield();
+        } else {
+            long us = idle < 32 ? 10 : max_sleep_us;
+            struct timespec ts = {0, us * 1000};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&ctx->lock);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return NULL;
+}
+
+weft_status_t weft__progress_thread_start(weft_ctx_t *ctx)
+{
+    if (!ctx->cfg.progress_thread) {
+        return WEFT_OK;
+    }
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    int rc = pthread_mutex_init(&ctx->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    if (rc == 0 && (rc = pthread_cond_init(&ctx->pt_cv, NULL)) != 0) {
+        pthread_mutex_destroy(&ctx->lock);
+    }
+    if (rc != 0) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "progress thread: %s", strerror(rc));
+    }
+    ctx->pt_stop = false;
+    ctx->pt_running = true; /* before the thread exists: it reads it under the lock */
+    if ((rc = pthread_create(&ctx->pt, NULL, run, ctx)) != 0) {
+        ctx->pt_running = false;
+        pthread_cond_destroy(&ctx->pt_cv);
+        pthread_mutex_destroy(&ctx->lock);
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "progress thread: %s", strerror(rc));
+    }
+    return WEFT_OK;
+}
+
+void weft__progress_thread_stop(weft_ctx_t *ctx)
+{
+    if (!ctx->pt_running) {
+        return;
+    }
+    pthread_mutex_lock(&ctx->lock);
+    ctx->pt_stop = true;
+    pthread_cond_signal(&ctx->pt_cv);
+    pthread_mutex_unlock(&ctx->lock);
+    pthread_join(ctx->pt, NULL);
+    ctx->pt_running = false;
+    for (weft_req_t *r = ctx->bg, *next; r != NULL; r = next) {
+        next = r->bg_next;
+        r->in_bg = false;
+        r->bg_next = NULL;
+    }
+    ctx->bg = NULL;
+    pthread_cond_destroy(&ctx->pt_cv);
+    pthread_mutex_destroy(&ctx->lock);
+}

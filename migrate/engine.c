@@ -1,0 +1,699 @@
+/*
+ * Running a plan. A migration is one compound request on the group, in three stages:
+ *   agree   one small allreduce of the plan's digest (with the chunk size and the
+ *           priorities), so members that started different plans all fail, none hangs;
+ *   move    every stream (one per peer and direction) keeps WEFT_MIGRATE_WINDOW chunks in
+ *           flight; a receiver checks each chunk's xxHash, then tells the sender which
+ *           chunks were bad (the verdict); those are sent once more, and a second bad
+ *           copy fails the stream; local copies go one chunk per progress call;
+ *   close   the worst result of every member to group rank 0 and the minimum back, in
+ *           messages (it starts at no fixed point of the group's collective sequence),
+ *           so every member returns the same.
+ * Tags: class MIGRATE, payload = round (1 bit) | header (1) | migration id (4) | chunk (20).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "migrate/box.h"
+#include "comm/coll/coll.h"
+#include "migrate/engine.h"
+#include "weft/group.h"
+
+#define DEFAULT_MAX_STAGED (64u << 20)
+
+void (*weft__migrate_recv_hook)(int src_member, uint32_t seq, int round, void *data,
+                                size_t len) = NULL;
+
+enum { ST_CHUNKS, ST_VERDICT, ST_DONE };
+enum { STAGE_AGREE, STAGE_MOVE, STAGE_CLOSE };
+
+typedef struct slot {
+    int32_t chunk;        /* index into the stream's chunks; -1: free */
+    weft_req_t *hdr, *data;
+    uint64_t hdr_buf[2];  /* checksum, length */
+    uint8_t *staging;     /* when the chunk is not contiguous in the packed buffer */
+    uint8_t *ptr;         /* where the data is (user buffer or staging) */
+    size_t recvd;
+} slot_t;
+
+typedef struct stream {
+    int rank, member;
+    bool send;
+    weft_mig_chunk_t *chunks;
+    uint32_t nchunks, cap;
+    uint32_t *work;       /* chunks of this round */
+    uint32_t nwork, next, done;
+    uint32_t *bad;        /* receiver: bad chunks of this round */
+    uint32_t nbad;
+    uint32_t *verdict;    /* [0]: count, then chunk numbers */
+    weft_req_t *vreq;
+    int round, phase;
+    int staged;           /* slots holding a staging buffer */
+    weft_status_t err;
+    slot_t *slots;
+} stream_t;
+
+typedef struct mig {
+    weft_group_t *g;
+    const weft_plan_t *plan;
+    const uint8_t *old_buf;
+    uint8_t *new_buf;
+    size_t chunk, window, max_staged, staged;
+    uint32_t tag_id;
+    int stage;
+    bool gated;           /* priorities given: post nothing below the highest waiting */
+    int64_t agree[6];     /* mine (key, ~key, bad arguments), then the maxima */
+    bool bad_args;        /* this member's arguments were refused (why[] says how) */
+    int32_t close_in, close_out;
+    int32_t *close_vals;  /* rank 0: every member's result */
+    weft_req_t **close_reqs; /* [group size] */
+    bool close_bcast;     /* rank 0 has sent the result */
+    weft_req_t *child;
+    stream_t *streams;
+    int nstreams;
+    weft_mig_chunk_t *local;
+    uint32_t nlocal, local_cap, local_next;
+    char why[256];        /* the first stream error of this member */
+} mig_t;
+
+static uint32_t payload(const mig_t *m, int round, bool hdr, uint32_t seq)
+{
+    return ((uint32_t)round << 25) | ((uint32_t)hdr << 24) | (m->tag_id << WEFT_MIG_SEQ_BITS) |
+           (seq & WEFT_MIG_VERDICT);
+}
+
+static const weft__xfer_t *xfer_of(const mig_t *m, const weft_mig_chunk_t *c)
+{
+    return &m->plan->xfers[c->x];
+}
+
+/* Where the chunk's bytes are sent from or received into: the user's packed buffer when
+ * contiguous there, else a staging buffer (NULL when the budget is used up for now). */
+static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_chunk_t *c)
+{
+    const weft__xfer_t *x = xfer_of(m, c);
+    size_t off;
+    bool contiguous = s->send ? weft__mig_contiguous(&x->src_box, x->src_packed, &c->box,
+                                                     x->ndims, x->elem, &off)
+                              : weft__mig_contiguous(&x->dst_box, x->dst_packed, &c->box,
+                                                     x->ndims, x->elem, &off);
+    if (contiguous) {
+        return s->send ? (uint8_t *)m->old_buf + off : m->new_buf + off;
+    }
+    if (sl->staging == NULL) {
+        /* Each stream may always stage one chunk, so no stream waits for another's
+         * memory (streams waiting on each other across members could never finish). */
+        if (s->staged > 0 && m->staged + m->chunk > m->max_staged) {
+            return NULL;
+        }
+        if ((sl->staging = malloc(m->chunk)) == NULL) {
+            return NULL;
+        }
+        m->staged += m->chunk;
+        s->staged++;
+    }
+    if (s->send) {
+        weft__box_copy(sl->staging, &c->box, m->old_buf + x->src_packed, &x->src_box, &c->box,
+                       x->ndims, x->elem);
+    }
+    return sl->staging;
+}
+
+static void drop_staging(mig_t *m, stream_t *s, slot_t *sl)
+{
+    if (sl->staging != NULL) {
+        free(sl->staging);
+        sl->staging = NULL;
+        m->staged -= m->chunk;
+        s->staged--;
+    }
+}
+
+static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
+{
+    const weft_mig_chunk_t *c = &s->chunks[ci];
+    uint8_t *p = chunk_place(m, s, sl, c);
+    if (p == NULL) {
+        return WEFT_INPROGRESS; /* no staging memory now: try on a later call */
+    }
+    sl->chunk = (int32_t)ci;
+    sl->ptr = p;
+    weft_status_t st;
+    if (s->send) {
+        sl->hdr_buf[0] = XXH3_64bits(p, c->bytes);
+        sl->hdr_buf[1] = c->bytes;
+        st = weft__isend(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf), WEFT_TAG_MIGRATE,
+                         payload(m, s->round, true, ci), &sl->hdr);
+        if (st == WEFT_OK || st == WEFT_INPROGRESS) {
+            st = weft__isend(m->g, s->rank, p, c->bytes, WEFT_TAG_MIGRATE,
+                             payload(m, s->round, false, ci), &sl->data);
+        }
+    } else {
+        sl->recvd = c->bytes;
+        st = weft__irecv(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf), WEFT_TAG_MIGRATE,
+                         payload(m, s->round, true, ci), &sl->hdr);
+        if (st == WEFT_OK || st == WEFT_INPROGRESS) {
+            st = weft__irecv_len(m->g, s->rank, p, c->bytes, WEFT_TAG_MIGRATE,
+                                 payload(m, s->round, false, ci), &sl->data, &sl->recvd);
+        }
+    }
+    return st == WEFT_INPROGRESS ? WEFT_OK : st;
+}
+
+/* A received chunk is complete: check it, and unstage it into the new buffer. */
+static void check_chunk(mig_t *m, stream_t *s, slot_t *sl)
+{
+    const weft_mig_chunk_t *c = &s->chunks[sl->chunk];
+    if (weft__migrate_recv_hook != NULL) {
+        weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, sl->ptr, c->bytes);
+    }
+    bool good = sl->recvd == c->bytes && sl->hdr_buf[1] == c->bytes &&
+                XXH3_64bits(sl->ptr, c->bytes) == sl->hdr_buf[0];
+    if (!good) {
+        s->bad[s->nbad++] = (uint32_t)sl->chunk;
+        return;
+    }
+    if (sl->ptr == sl->staging) {
+        const weft__xfer_t *x = xfer_of(m, c);
+        weft__box_copy(m->new_buf + x->dst_packed, &x->dst_box, sl->staging, &c->box, &c->box,
+                       x->ndims, x->elem);
+    }
+}
+
+static int max_waiting_prio(const mig_t *m)
+{
+    int best = INT32_MIN;
+    for (int i = 0; i < m->nstreams; i++) {
+        const stream_t *s = &m->streams[i];
+        if (s->phase == ST_CHUNKS && s->next < s->nwork &&
+            s->chunks[s->work[s->next]].prio > best) {
+            best = s->chunks[s->work[s->next]].prio;
+        }
+    }
+    if (m->local_next < m->nlocal && m->local[m->local_next].prio > best) {
+        best = m->local[m->local_next].prio;
+    }
+    return best;
+}
+
+static void stream_fail(mig_t *m, stream_t *s, const char *what)
+{
+    s->err = WEFT_ERR_TRANSPORT;
+    if (m->why[0] == '\0') {
+        snprintf(m->why, sizeof(m->why), "%u chunk(s) %s member %d arrived corrupted twice",
+                 s->nbad, s->send ? "sent to" : "received from", s->member);
+    }
+    (void)what;
+}
+
+/* The verdict of a round is in (sender) or out (receiver): finish or retry. */
+static weft_status_t end_round(mig_t *m, stream_t *s, uint32_t nbad, const uint32_t *bad)
+{
+    if (nbad == 0) {
+        s->phase = ST_DONE;
+        return WEFT_OK;
+    }
+    if (s->round == 1) {
+        s->nbad = nbad;
+        stream_fail(m, s, "");
+        s->phase = ST_DONE;
+        return WEFT_OK;
+    }
+    for (uint32_t i = 0; i < nbad; i++) {
+        if (bad[i] >= s->nchunks) {
+            return weft__error(m->g->ctx, WEFT_ERR_PROTOCOL,
+                               "migration: member %d named chunk %u of %u", s->member, bad[i],
+                               s->nchunks);
+        }
+        s->work[i] = bad[i];
+    }
+    s->nwork = nbad;
+    s->next = s->done = 0;
+    s->nbad = 0;
+    s->round = 1;
+    s->phase = ST_CHUNKS;
+    return WEFT_OK;
+}
+
+static weft_status_t stream_progress(mig_t *m, stream_t *s, int gate)
+{
+    weft_status_t st;
+    if (s->phase == ST_CHUNKS) {
+        for (size_t w = 0; w < m->window; w++) {
+            slot_t *sl = &s->slots[w];
+            if (sl->chunk < 0) {
+                continue;
+            }
+            size_t got = sl->recvd;
+            weft_status_t a = weft__coll_child_test(&sl->hdr, NULL), b = weft__coll_child_test(&sl->data, &got);
+            if (a != WEFT_OK && a != WEFT_INPROGRESS) {
+                return a;
+            }
+            if (b != WEFT_OK && b != WEFT_INPROGRESS) {
+                return b;
+            }
+            if (a == WEFT_INPROGRESS || b == WEFT_INPROGRESS) {
+                continue;
+            }
+            if (!s->send) {
+                sl->recvd = got;
+                check_chunk(m, s, sl);
+            }
+            drop_staging(m, s, sl);
+            sl->chunk = -1;
+            s->done++;
+        }
+        for (size_t w = 0; w < m->window && s->next < s->nwork; w++) {
+            slot_t *sl = &s->slots[w];
+            if (sl->chunk >= 0 || (m->gated && s->chunks[s->work[s->next]].prio < gate)) {
+                continue;
+            }
+            if ((st = post_chunk(m, s, sl, s->work[s->next])) != WEFT_OK) {
+                return st;
+            }
+            if (sl->chunk < 0) {
+                break; /* waiting for staging memory */
+            }
+            s->next++;
+        }
+        if (s->done < s->nwork) {
+            return WEFT_INPROGRESS;
+        }
+        uint32_t vp = payload(m, s->round, true, WEFT_MIG_VERDICT);
+        size_t vlen = (size_t)(s->nchunks + 1) * sizeof(uint32_t);
+        if (s->send) {
+            st = weft__irecv(m->g, s->rank, s->verdict, vlen, WEFT_TAG_MIGRATE, vp, &s->vreq);
+        } else {
+            s->verdict[0] = s->nbad;
+            memcpy(&s->verdict[1], s->bad, (size_t)s->nbad * sizeof(uint32_t));
+            st = weft__isend(m->g, s->rank, s->verdict, (size_t)(s->nbad + 1) * sizeof(uint32_t),
+                             WEFT_TAG_MIGRATE, vp, &s->vreq);
+        }
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+        s->phase = ST_VERDICT;
+    }
+    if (s->phase == ST_VERDICT) {
+        if ((st = weft__coll_child_test(&s->vreq, NULL)) != WEFT_OK) {
+            return st;
+        }
+        if (s->send) {
+            uint32_t nbad = s->verdict[0] <= s->nchunks ? s->verdict[0] : s->nchunks;
+            memcpy(s->bad, &s->verdict[1], (size_t)nbad * sizeof(uint32_t));
+            return end_round(m, s, nbad, s->bad);
+        }
+        return end_round(m, s, s->nbad, s->bad);
+    }
+    return WEFT_OK;
+}
+
+/* One chunk of local copies per call, so a long copy does not hold up the streams. */
+static void local_step(mig_t *m, int gate)
+{
+    if (m->local_next >= m->nlocal || (m->gated && m->local[m->local_next].prio < gate)) {
+        return;
+    }
+    const weft_mig_chunk_t *c = &m->local[m->local_next++];
+    const weft__xfer_t *x = xfer_of(m, c);
+    weft__box_copy(m->new_buf + x->dst_packed, &x->dst_box, m->old_buf + x->src_packed,
+                   &x->src_box, &c->box, x->ndims, x->elem);
+}
+
+/*
+ * The close: every member's worst stream status goes to group rank 0, which sends the
+ * minimum back. Messages, not a collective: the close starts whenever this member's
+ * streams end, which is not the same point of the group's collective sequence on every
+ * member, while messages are matched by the migration's own tags.
+ */
+static weft_status_t start_close(mig_t *m)
+{
+    weft_status_t worst = WEFT_OK;
+    for (int i = 0; i < m->nstreams; i++) {
+        if (m->streams[i].err != WEFT_OK) {
+            worst = m->streams[i].err;
+        }
+    }
+    m->close_in = (int32_t)worst;
+    m->close_out = m->close_in;
+    m->stage = STAGE_CLOSE;
+    int p = m->g->size;
+    m->close_reqs = calloc((size_t)p, sizeof(*m->close_reqs));
+    m->close_vals = calloc((size_t)p, sizeof(*m->close_vals));
+    if (m->close_reqs == NULL || m->close_vals == NULL) {
+        return weft__error(m->g->ctx, WEFT_ERR_NO_MEMORY, "weft_migrate: out of memory");
+    }
+    uint32_t up = payload(m, 0, true, WEFT_MIG_CLOSE), down = payload(m, 1, true, WEFT_MIG_CLOSE);
+    weft_status_t st = WEFT_OK;
+    if (m->g->rank == 0) {
+        m->close_vals[0] = m->close_in;
+        for (int r = 1; r < p && (st == WEFT_OK || st == WEFT_INPROGRESS); r++) {
+            st = weft__irecv(m->g, r, &m->close_vals[r], sizeof(int32_t), WEFT_TAG_MIGRATE, up,
+                             &m->close_reqs[r]);
+        }
+    } else {
+        st = weft__isend(m->g, 0, &m->close_in, sizeof(int32_t), WEFT_TAG_MIGRATE, up,
+                         &m->close_reqs[0]);
+        if (st == WEFT_OK || st == WEFT_INPROGRESS) {
+            st = weft__irecv(m->g, 0, &m->close_out, sizeof(int32_t), WEFT_TAG_MIGRATE, down,
+                             &m->close_reqs[1]);
+        }
+    }
+    return st == WEFT_INPROGRESS ? WEFT_OK : st;
+}
+
+/* WEFT_OK once every message of the close is done. */
+static weft_status_t close_progress(mig_t *m)
+{
+    int p = m->g->size;
+    for (int r = 0; r < p; r++) {
+        weft_status_t st = weft__coll_child_test(&m->close_reqs[r], NULL);
+        if (st != WEFT_OK) {
+            return st;
+        }
+    }
+    if (m->g->rank != 0 || m->close_bcast) {
+        return WEFT_OK;
+    }
+    for (int r = 1; r < p; r++) {
+        if (m->close_vals[r] < m->close_out) {
+            m->close_out = m->close_vals[r];
+        }
+    }
+    m->close_bcast = true;
+    uint32_t down = payload(m, 1, true, WEFT_MIG_CLOSE);
+    for (int r = 1; r < p; r++) {
+        weft_status_t st = weft__isend(m->g, r, &m->close_out, sizeof(int32_t), WEFT_TAG_MIGRATE,
+                                       down, &m->close_reqs[r]);
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+    }
+    return close_progress(m);
+}
+
+static weft_status_t mig_progress(weft_req_t *req)
+{
+    mig_t *m = req->impl;
+    weft_ctx_t *ctx = m->g->ctx;
+    weft_status_t st;
+    if (m->stage == STAGE_AGREE) {
+        if ((st = weft__coll_child_test(&m->child, NULL)) != WEFT_OK) {
+            return st;
+        }
+        if (m->bad_args) {
+            return weft__error(ctx, WEFT_ERR_INVALID_ARG, "weft_migrate_start: %s", m->why);
+        }
+        if (m->agree[5] != 0) {
+            return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                               "weft_migrate: another member's arguments were refused");
+        }
+        if (m->agree[3] != m->agree[0] || m->agree[4] != m->agree[1]) {
+            return weft__error(ctx, WEFT_ERR_MISMATCH,
+                               "weft_migrate: members started different plans, chunk sizes "
+                               "(WEFT_MIGRATE_CHUNK) or priorities");
+        }
+        m->stage = STAGE_MOVE;
+    }
+    if (m->stage == STAGE_MOVE) {
+        int gate = m->gated ? max_waiting_prio(m) : 0;
+        local_step(m, gate);
+        bool all = m->local_next >= m->nlocal;
+        for (int i = 0; i < m->nstreams; i++) {
+            if ((st = stream_progress(m, &m->streams[i], gate)) != WEFT_OK &&
+                st != WEFT_INPROGRESS) {
+                return st;
+            }
+            all &= m->streams[i].phase == ST_DONE;
+        }
+        if (!all) {
+            return WEFT_INPROGRESS;
+        }
+        if ((st = start_close(m)) != WEFT_OK) {
+            return st;
+        }
+    }
+    if ((st = close_progress(m)) != WEFT_OK) {
+        return st;
+    }
+    if (m->close_out != WEFT_OK) {
+        if (m->why[0] != '\0') {
+            return weft__error(ctx, (weft_status_t)m->close_out, "weft_migrate: %s", m->why);
+        }
+        return weft__error(ctx, (weft_status_t)m->close_out,
+                           "weft_migrate: failed on another member (%s)",
+                           weft_status_str((weft_status_t)m->close_out));
+    }
+    return WEFT_OK;
+}
+
+/* Free @p p, or keep it until finalize when a cancelled send may still read it. */
+static void release(weft_ctx_t *ctx, void *p, bool sending)
+{
+    if (sending) {
+        weft__retire(ctx, p);
+    } else {
+        free(p);
+    }
+}
+
+/* Cancel what is in flight and free everything. Buffers of sends that were still in
+ * flight (a failed migration) are retired, not freed: the transport may read them until
+ * the peer takes the message or its endpoint closes. */
+static void mig_free(mig_t *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    weft_ctx_t *ctx = m->g->ctx;
+    bool live = false; /* some send of this migration was still in flight */
+    if (m->child != NULL) {
+        weft_req_free(m->child);
+    }
+    for (int r = 0; m->close_reqs != NULL && r < m->g->size; r++) {
+        live |= m->close_reqs[r] != NULL;
+        weft_req_free(m->close_reqs[r]);
+    }
+    free(m->close_reqs);
+    release(ctx, m->close_vals, false);
+    for (int i = 0; i < m->nstreams; i++) {
+        stream_t *s = &m->streams[i];
+        bool slots_live = false;
+        for (size_t w = 0; s->slots != NULL && w < m->window; w++) {
+            bool sending = s->send && (s->slots[w].hdr != NULL || s->slots[w].data != NULL);
+            weft_req_free(s->slots[w].hdr);
+            weft_req_free(s->slots[w].data);
+            release(ctx, s->slots[w].staging, sending);
+            slots_live |= sending;
+        }
+        bool verdict_live = !s->send && s->vreq != NULL;
+        weft_req_free(s->vreq);
+        release(ctx, s->slots, slots_live); /* the headers live in the slots */
+        free(s->chunks);
+        free(s->work);
+        free(s->bad);
+        release(ctx, s->verdict, verdict_live);
+    }
+    free(m->streams);
+    free(m->local);
+    release(ctx, m, live); /* close_in and close_out live here */
+}
+
+static void mig_cleanup(weft_req_t *req)
+{
+    mig_free(req->impl);
+    req->impl = NULL;
+}
+
+/* The stream with @p member in direction @p send, created if new. */
+static stream_t *stream_for(mig_t *m, int member, int rank, bool send)
+{
+    for (int i = 0; i < m->nstreams; i++) {
+        if (m->streams[i].member == member && m->streams[i].send == send) {
+            return &m->streams[i];
+        }
+    }
+    stream_t *p = realloc(m->streams, (size_t)(m->nstreams + 1) * sizeof(*p));
+    if (p == NULL) {
+        return NULL;
+    }
+    m->streams = p;
+    stream_t *s = &m->streams[m->nstreams++];
+    memset(s, 0, sizeof(*s));
+    s->member = member;
+    s->rank = rank;
+    s->send = send;
+    return s;
+}
+
+/* Refuse this member's arguments: the migration still takes part in the agreement, so
+ * every member fails with WEFT_ERR_INVALID_ARG instead of waiting for this one. */
+static weft_status_t refuse(mig_t *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static weft_status_t refuse(mig_t *m, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->why, sizeof(m->why), fmt, ap);
+    va_end(ap);
+    m->bad_args = true;
+    return WEFT_ERR_INVALID_ARG;
+}
+
+static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int me)
+{
+    for (size_t i = 0; i < m->plan->nxfers; i++) {
+        const weft__xfer_t *x = &m->plan->xfers[i];
+        if (x->t.src != me && x->t.dst != me) {
+            continue;
+        }
+        int prio = p->priority != NULL && x->t.tensor < p->num_priorities
+                       ? p->priority[x->t.tensor] : 0;
+        if (x->t.src == me && x->t.dst == me) {
+            if (!weft__mig_cut(x, (uint32_t)i, m->chunk, prio, &m->local, &m->nlocal,
+                               &m->local_cap)) {
+                return WEFT_ERR_NO_MEMORY;
+            }
+            continue;
+        }
+        bool send = x->t.src == me;
+        int other = send ? x->t.dst : x->t.src, rank;
+        if (weft_group_rank_of(m->g, other, &rank) != WEFT_OK) {
+            return refuse(m, "the plan %s member %d, which is not in group %u epoch %u",
+                          send ? "sends to" : "receives from", other, m->g->id, m->g->epoch);
+        }
+        stream_t *s = stream_for(m, other, rank, send);
+        if (s == NULL ||
+            !weft__mig_cut(x, (uint32_t)i, m->chunk, prio, &s->chunks, &s->nchunks, &s->cap)) {
+            return WEFT_ERR_NO_MEMORY;
+        }
+    }
+    weft__mig_sort(m->local, m->nlocal);
+    for (int i = 0; i < m->nstreams; i++) {
+        stream_t *s = &m->streams[i];
+        if (s->nchunks >= WEFT_MIG_CLOSE) {
+            return refuse(m, "%u chunks between this member and member %d (at most %u): "
+                          "raise WEFT_MIGRATE_CHUNK", s->nchunks, s->member,
+                          WEFT_MIG_CLOSE - 1);
+        }
+        weft__mig_sort(s->chunks, s->nchunks);
+        s->work = malloc((size_t)s->nchunks * sizeof(uint32_t));
+        s->bad = malloc((size_t)s->nchunks * sizeof(uint32_t));
+        s->verdict = malloc((size_t)(s->nchunks + 1) * sizeof(uint32_t));
+        s->slots = calloc(m->window, sizeof(slot_t));
+        if (s->work == NULL || s->bad == NULL || s->verdict == NULL || s->slots == NULL) {
+            return WEFT_ERR_NO_MEMORY;
+        }
+        for (uint32_t k = 0; k < s->nchunks; k++) {
+            s->work[k] = k;
+        }
+        s->nwork = s->nchunks;
+        for (size_t w = 0; w < m->window; w++) {
+            s->slots[w].chunk = -1;
+        }
+    }
+    return WEFT_OK;
+}
+
+/* What members must agree on: the plan, the chunk size and the priorities. */
+static uint64_t agreement_key(const mig_t *m, const weft_migrate_params_t *p)
+{
+    uint64_t h = m->plan->digest ^ XXH3_64bits(&m->chunk, sizeof(m->chunk));
+    if (p->priority != NULL && p->num_priorities > 0) {
+        h ^= XXH3_64bits_withSeed(p->priority, (size_t)p->num_priorities * sizeof(int), 1);
+    }
+    return h;
+}
+
+weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
+                                 void *new_buf, const weft_migrate_params_t *params,
+                                 weft_req_t **req)
+{
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    if (g == NULL || plan == NULL || req == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_ctx_t *ctx = g->ctx;
+    weft_status_t st = weft__group_status(g);
+    if (st != WEFT_OK) {
+        return weft__error(ctx, st, "weft_migrate_start: group %u epoch %u is revoked", g->id,
+                           g->epoch);
+    }
+    weft_migrate_params_t p;
+    memset(&p, 0, sizeof(p));
+    const char *perr = NULL;
+    if (params != NULL && params->size < sizeof(size_t)) {
+        perr = "params->size is not set";
+    } else if (params != NULL) {
+        memcpy(&p, params, params->size < sizeof(p) ? params->size : sizeof(p));
+    }
+    if (p.priority != NULL && p.num_priorities < 0) {
+        perr = "num_priorities < 0";
+        p.priority = NULL;
+    }
+    int me = g->members[g->rank];
+    mig_t *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate_start: out of memory");
+    }
+    m->g = g;
+    m->plan = plan;
+    m->old_buf = old_buf;
+    m->new_buf = new_buf;
+    m->chunk = ctx->cfg.migrate_chunk > 0 ? ctx->cfg.migrate_chunk : 1;
+    m->window = ctx->cfg.migrate_window > 0 ? ctx->cfg.migrate_window : 1;
+    m->max_staged = p.max_staged_bytes != 0 ? p.max_staged_bytes : DEFAULT_MAX_STAGED;
+    m->gated = p.priority != NULL;
+    m->tag_id = g->coll_seq & 0xf;
+    if (perr != NULL) {
+        refuse(m, "%s", perr);
+    }
+    for (size_t i = 0; i < plan->nxfers && !m->bad_args; i++) {
+        const weft_transfer_t *t = &plan->xfers[i].t;
+        if ((t->src == me && old_buf == NULL) || (t->dst == me && new_buf == NULL)) {
+            refuse(m, "member %d %s but its %s buffer is NULL", me,
+                   t->src == me ? "sends" : "receives", t->src == me ? "old" : "new");
+        }
+    }
+    if (!m->bad_args && (st = build_streams(m, &p, me)) == WEFT_ERR_NO_MEMORY) {
+        mig_free(m);
+        return weft__error(ctx, st, "weft_migrate_start: out of memory");
+    }
+    if (m->bad_args) { /* nothing moves; the agreement tells the others */
+        for (int i = 0; i < m->nstreams; i++) {
+            m->streams[i].phase = ST_DONE;
+        }
+        m->nlocal = 0;
+    }
+    uint64_t key = agreement_key(m, &p);
+    m->agree[0] = (int64_t)key;
+    m->agree[1] = (int64_t)~key;
+    m->agree[2] = m->bad_args;
+    weft_req_t *r = weft__req_new(ctx, g);
+    if (r == NULL) {
+        mig_free(m);
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate_start: out of memory");
+    }
+    r->impl = m;
+    r->progress = mig_progress;
+    r->cleanup = mig_cleanup;
+    st = weft_iallreduce(g, m->agree, &m->agree[3], 3, WEFT_I64, WEFT_MAX, &m->child);
+    if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+        weft_req_free(r);
+        return st;
+    }
+    weft__req_publish(r);
+    *req = r;
+    return WEFT_INPROGRESS;
+}
+
+weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
+                           void *new_buf, const weft_migrate_params_t *params)
+{
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_migrate_start(g, plan, old_buf, new_buf, params, &req);
+    return weft__blocking(st, req);
+}

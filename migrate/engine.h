@@ -1,0 +1,49 @@
+/*
+ * The migration engine's state: per peer and direction a stream of chunks, each chunk a
+ * sub-box of one transfer, moved WEFT_MIGRATE_WINDOW at a time as a header message
+ * (checksum, length) and a data message. engine.c runs the streams; chunks.c cuts
+ * transfers into chunks and says where a chunk lies in a member's packed buffer.
+ */
+#ifndef WEFT_MIGRATE_ENGINE_H
+#define WEFT_MIGRATE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/ctx.h"
+#include "migrate/plan.h"
+
+/* Chunks per stream are numbered in 20 bits of the tag; the last two numbers are the
+ * verdict and the close. */
+#define WEFT_MIG_SEQ_BITS 20
+#define WEFT_MIG_VERDICT ((1u << WEFT_MIG_SEQ_BITS) - 1)
+#define WEFT_MIG_CLOSE ((1u << WEFT_MIG_SEQ_BITS) - 2)
+
+typedef struct weft_mig_chunk {
+    uint32_t x;     /* index of its transfer in the plan */
+    uint32_t order; /* position in plan order, for a stable priority sort */
+    int prio;
+    weft_box_t box;
+    size_t bytes;
+} weft_mig_chunk_t;
+
+/* Append the chunks of transfer @p xi (at most @p chunk bytes each, at least one row of
+ * the innermost dimension) to *arr. false on no memory. */
+bool weft__mig_cut(const weft__xfer_t *x, uint32_t xi, size_t chunk, int prio,
+                   weft_mig_chunk_t **arr, uint32_t *n, uint32_t *cap);
+
+/* Sort chunks by priority (higher first), then plan order. */
+void weft__mig_sort(weft_mig_chunk_t *c, uint32_t n);
+
+/* Where sub-box @p b of region @p region (held from @p packed on, row-major) starts in
+ * the packed buffer, if it is contiguous there; false if it is not. */
+bool weft__mig_contiguous(const weft_box_t *region, size_t packed, const weft_box_t *b, int nd,
+                          size_t elem, size_t *offset);
+
+/* Test hook: sees every received chunk before its checksum is checked (tests flip a
+ * byte here). NULL in normal runs. */
+extern void (*weft__migrate_recv_hook)(int src_member, uint32_t seq, int round, void *data,
+                                       size_t len);
+
+#endif

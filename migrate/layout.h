@@ -1,0 +1,53 @@
+/*
+ * Inside a layout: its tensors, its regions in the order they were added, and for each
+ * member (sorted by id) the indices of its regions. Shared by layout.c and the planner.
+ */
+#ifndef WEFT_MIGRATE_LAYOUT_H
+#define WEFT_MIGRATE_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/migrate.h"
+
+typedef struct weft__ltensor {
+    char name[WEFT_LAYOUT_NAME_MAX + 1];
+    weft_dtype_t dtype;
+    int ndims;
+    uint64_t shape[WEFT_LAYOUT_MAX_DIMS];
+    size_t elem; /* bytes per element */
+} weft__ltensor_t;
+
+typedef struct weft__lregion {
+    int member;
+    int tensor;
+    int index;            /* among the member's regions */
+    weft_box_t box;
+    size_t bytes;
+    size_t packed_offset; /* in the member's packed buffer */
+} weft__lregion_t;
+
+typedef struct weft__lmember {
+    int id;
+    int nregions, cap;
+    int *regions; /* indices into weft_layout::regions, in the member's order */
+    size_t packed_bytes;
+} weft__lmember_t;
+
+struct weft_layout {
+    weft__ltensor_t *tensors;
+    int ntensors, cap_tensors;
+    weft__lregion_t *regions;
+    int nregions, cap_regions;
+    weft__lmember_t *members; /* sorted by id */
+    int nmembers, cap_members;
+};
+
+/* The member with stable id @p id, or NULL. */
+const weft__lmember_t *weft__layout_member(const weft_layout_t *l, int id);
+
+/* Whether the two layouts name the same tensors (name, dtype, shape, order); if not,
+ * records why with weft__error_noctx and returns WEFT_ERR_INVALID_ARG. */
+weft_status_t weft__layout_same_tensors(const weft_layout_t *a, const weft_layout_t *b);
+
+#endif

@@ -1,0 +1,585 @@
+/*
+ * weft-perf migrate: parameter migration against two baselines, in one run.
+ *
+ * Scenarios (P = ranks of the job):
+ *   zero-shrink  a flat ZeRO partition of the model over P members re-cut over P-1
+ *   zero-grow    over P-1 members re-cut over P (the last member starts empty)
+ *   tp           an 8192 x 8192 f32 matrix sharded by columns over P/2 members (at most
+ *                2), re-sharded over min(P, 4)
+ *   pipeline     4P equal layers, 4 per stage, rebalanced so every stage boundary moves
+ *                by one layer
+ * For each: bytes moved against the lower bound, the migration's time (maximum over
+ * ranks, median over -n runs), and the same new buffers produced by
+ *   allgather-slice  weft_allgather of every member's old shard, then each member cuts
+ *                    its new regions out of the gathered copy;
+ *   file-reload      each member writes its shard to a file in --tmpdir and fsyncs it,
+ *                    drops it from the page cache, then reads back the parts its new
+ *                    regions need (what a restart from a checkpoint does).
+ * The migration's result is compared byte for byte with the allgather-slice result.
+ * --overlap measures allreduces of 8 B to 64 KiB while a zero-shrink migration runs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "perf.h"
+
+#define MAX_SCEN 4
+
+typedef struct mig_bench {
+    perf_opts_t o;
+    perf_world_t w;
+    size_t model_bytes;
+    bool dry_run, overlap, baselines;
+    const char *only;
+    char tmpdir[256];
+} mig_bench_t;
+
+static const perf_extra_opt_t extras[] = {
+    {"--scenario", true, "NAME", "zero-shrink, zero-grow, tp, pipeline or all (default all)"},
+    {"--model-bytes", true, "BYTES", "size of the ZeRO and pipeline models (default 256M)"},
+    {"--dry-run", false, NULL, "print the plans (bytes per member, lower bound), move nothing"},
+    {"--overlap", false, NULL, "allreduce latency while a migration runs, against idle"},
+    {"--no-baselines", false, NULL, "skip allgather-slice and file-reload"},
+    {"--tmpdir", true, "DIR", "where file-reload writes (default $TMPDIR or /tmp)"},
+};
+
+static int on_extra(void *arg, const char *name, const char *val)
+{
+    mig_bench_t *b = arg;
+    if (strcmp(name, "--scenario") == 0) {
+        b->only = val;
+        return strcmp(val, "all") && strcmp(val, "zero-shrink") && strcmp(val, "zero-grow") &&
+               strcmp(val, "tp") && strcmp(val, "pipeline");
+    }
+    if (strcmp(name, "--model-bytes") == 0) {
+        return perf_parse_size(val, &b->model_bytes) != 0 || b->model_bytes < 4096;
+    }
+    if (strcmp(name, "--tmpdir") == 0) {
+        snprintf(b->tmpdir, sizeof(b->tmpdir), "%s", val);
+        return 0;
+    }
+    b->dry_run |= strcmp(name, "--dry-run") == 0;
+    b->overlap |= strcmp(name, "--overlap") == 0;
+    if (strcmp(name, "--no-baselines") == 0) {
+        b->baselines = false;
+    }
+    return 0;
+}
+
+typedef struct scenario {
+    char name[32];
+    weft_layout_t *old, *new;
+} scenario_t;
+
+/* A model of 16 f32 tensors of roughly equal size adding up to about @p bytes. */
+static void add_model(weft_layout_t *l, size_t bytes, int *tensors)
+{
+    uint64_t rows = bytes / 16 / 4 / 1024;
+    for (int t = 0; t < 16; t++) {
+        char name[16];
+        snprintf(name, sizeof(name), "layer%d", t);
+        uint64_t shape[2] = {rows > 0 ? rows : 1, 1024};
+        weft_layout_add_tensor(l, name, WEFT_F32, 2, shape, &tensors[t]);
+    }
+}
+
+static int build(const mig_bench_t *b, const char *kind, scenario_t *s)
+{
+    int p = b->w.size, ids[256], t[64];
+    if (p > 256) {
+        return -1;
+    }
+    for (int r = 0; r < p; r++) {
+        weft_group_member_id(b->w.world, r, &ids[r]);
+    }
+    snprintf(s->name, sizeof(s->name), "%s", kind);
+    weft_layout_create(&s->old);
+    weft_layout_create(&s->new);
+    if (strcmp(kind, "zero-shrink") == 0 || strcmp(kind, "zero-grow") == 0) {
+        if (p < 2) {
+            return -1;
+        }
+        add_model(s->old, b->model_bytes, t);
+        add_model(s->new, b->model_bytes, t);
+        bool shrink = kind[5] == 's';
+        weft_layout_flat(s->old, t, 16, ids, shrink ? p : p - 1);
+        weft_layout_flat(s->new, t, 16, ids, shrink ? p - 1 : p);
+    } else if (strcmp(kind, "tp") == 0) {
+        if (p < 2) {
+            return -1;
+        }
+        uint64_t shape[2] = {8192, 8192};
+        weft_layout_add_tensor(s->old, "w", WEFT_F32, 2, shape, NULL);
+        weft_layout_add_tensor(s->new, "w", WEFT_F32, 2, shape, NULL);
+        int from = p / 2 < 2 ? p / 2 : 2, to = p < 4 ? p : 4;
+        weft_layout_shard(s->old, 0, 1, ids, from);
+        weft_layout_shard(s->new, 0, 1, ids, to);
+        snprintf(s->name, sizeof(s->name), "tp-%d-to-%d", from, to);
+    } else {
+        if (p < 2) {
+            return -1;
+        }
+        int layers = 4 * p;
+        size_t per = b->model_bytes / (size_t)layers;
+        for (int l = 0; l < layers && l < 64; l++) {
+            char name[16];
+            snprintf(name, sizeof(name), "layer%d", l);
+            uint64_t shape[2] = {per / 4 / 1024 > 0 ? per / 4 / 1024 : 1, 1024};
+            weft_layout_add_tensor(s->old, name, WEFT_F32, 2, shape, NULL);
+            weft_layout_add_tensor(s->new, name, WEFT_F32, 2, shape, NULL);
+            int now = l / 4, then = (l + 1) / 4 < p ? (l + 1) / 4 : p - 1;
+            weft_layout_whole(s->old, l, ids[now]);
+            weft_layout_whole(s->new, l, ids[then]);
+        }
+    }
+    return 0;
+}
+
+/* Median over runs of the slowest rank's time. */
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++) {
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    }
+    return n > 0 ? v[n / 2] : 0;
+}
+
+static double slowest(const mig_bench_t *b, double us)
+{
+    double out = us;
+    weft_allreduce(b->w.world, &us, &out, 1, WEFT_F64, WEFT_MAX);
+    return out;
+}
+
+/* Cut this member's new regions out of whole old shards: @p shard(m) gives member m's
+ * old packed buffer. Independent of the plan: only box intersections. */
+static void slice(const scenario_t *s, int me, unsigned char *newbuf,
+                  const unsigned char *(*shard)(void *, int), void *arg, const int *ids, int p)
+{
+    for (int k = 0; k < weft_layout_num_regions(s->new, me); k++) {
+        int t;
+        weft_box_t nb;
+        size_t noff;
+        weft_layout_region(s->new, me, k, &t, &nb, NULL, &noff);
+        weft_tensor_info_t ti;
+        weft_layout_tensor(s->new, t, &ti);
+        for (int r = 0; r < p; r++) {
+            for (int j = 0; j < weft_layout_num_regions(s->old, ids[r]); j++) {
+                int ot;
+                weft_box_t ob, in;
+                size_t ooff;
+                weft_layout_region(s->old, ids[r], j, &ot, &ob, NULL, &ooff);
+                bool overlap = ot == t;
+                for (int d = 0; overlap && d < ti.ndims; d++) {
+                    uint64_t lo = nb.offset[d] > ob.offset[d] ? nb.offset[d] : ob.offset[d];
+                    uint64_t a = nb.offset[d] + nb.extent[d], c = ob.offset[d] + ob.extent[d];
+                    uint64_t hi = a < c ? a : c;
+                    overlap = hi > lo;
+                    in.offset[d] = lo;
+                    in.extent[d] = hi - lo;
+                }
+                const unsigned char *src = overlap ? shard(arg, ids[r]) : NULL;
+                if (src != NULL) {
+                    weft_box_copy(newbuf + noff, &nb, src + ooff, &ob, &in, ti.ndims,
+                                  perf_dtype_size(ti.dtype));
+                }
+            }
+        }
+    }
+}
+
+typedef struct gathered {
+    const unsigned char *all;
+    size_t stride;
+    const int *ids;
+    int p;
+} gathered_t;
+
+static const unsigned char *from_gathered(void *arg, int member)
+{
+    gathered_t *g = arg;
+    for (int r = 0; r < g->p; r++) {
+        if (g->ids[r] == member) {
+            return g->all + (size_t)r * g->stride;
+        }
+    }
+    return NULL;
+}
+
+static double allgather_slice(const mig_bench_t *b, const scenario_t *s, const int *ids,
+                              const unsigned char *oldbuf, unsigned char *out)
+{
+    int p = b->w.size, me = ids[b->w.rank];
+    size_t most = 0;
+    for (int r = 0; r < p; r++) {
+        size_t x = weft_layout_packed_bytes(s->old, ids[r]);
+        most = x > most ? x : most;
+    }
+    most = (most + 7) & ~(size_t)7;
+    unsigned char *all = perf_alloc(most * (size_t)p), *mine = perf_alloc(most);
+    memcpy(mine, oldbuf, weft_layout_packed_bytes(s->old, me));
+    weft_barrier(b->w.world);
+    double t0 = perf_now_us();
+    weft_status_t st = weft_allgather(b->w.world, mine, all, most, WEFT_U8);
+    gathered_t g = {all, most, ids, p};
+    slice(s, me, out, from_gathered, &g, ids, p);
+    double us = perf_now_us() - t0;
+    perf_free(all);
+    perf_free(mine);
+    return st == WEFT_OK ? slowest(b, us) : -1;
+}
+
+typedef struct files {
+    const mig_bench_t *b;
+    char paths[256][320];
+    unsigned char *bufs[256];
+    const int *ids;
+    int p;
+    size_t bytes_read;
+} files_t;
+
+/* The shard of member @p member as read back from its file; NULL if not needed. */
+static const unsigned char *from_file(void *arg, int member)
+{
+    files_t *f = arg;
+    for (int r = 0; r < f->p; r++) {
+        if (f->ids[r] == member) {
+            return f->bufs[r];
+        }
+    }
+    return NULL;
+}
+
+static double file_reload(const mig_bench_t *b, const scenario_t *s, const int *ids,
+                          const unsigned char *oldbuf, unsigned char *out)
+{
+    int p = b->w.size, me = ids[b->w.rank];
+    files_t *f = calloc(1, sizeof(*f));
+    f->b = b;
+    f->ids = ids;
+    f->p = p;
+    const char *job = getenv("WEFT_JOB_TOKEN");
+    for (int r = 0; r < p; r++) {
+        snprintf(f->paths[r], sizeof(f->paths[r]), "%s/weft-perf-migrate.%.12s.%d", b->tmpdir,
+                 job != NULL ? job : "x", ids[r]);
+    }
+    weft_barrier(b->w.world);
+    double t0 = perf_now_us();
+    size_t mine = weft_layout_packed_bytes(s->old, me);
+    int fd = open(f->paths[b->w.rank], O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    bool ok = fd >= 0 && write(fd, oldbuf, mine) == (ssize_t)mine && fsync(fd) == 0;
+    if (fd >= 0) {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); /* the reload reads the disk */
+        close(fd);
+    }
+    weft_barrier(b->w.world);
+    /* Read every shard that holds part of a new region of this member, whole. */
+    for (int r = 0; r < p && ok; r++) {
+        bool needed = false;
+        for (int k = 0; k < weft_layout_num_regions(s->new, me) && !needed; k++) {
+            int t;
+            weft_box_t nb;
+            weft_layout_region(s->new, me, k, &t, &nb, NULL, NULL);
+            for (int j = 0; j < weft_layout_num_regions(s->old, ids[r]) && !needed; j++) {
+                int ot;
+                weft_box_t ob;
+                weft_layout_region(s->old, ids[r], j, &ot, &ob, NULL, NULL);
+                weft_tensor_info_t ti;
+                weft_layout_tensor(s->old, ot, &ti);
+                bool hit = ot == t;
+                for (int d = 0; hit && d < ti.ndims; d++) {
+                    hit = nb.offset[d] < ob.offset[d] + ob.extent[d] &&
+                          ob.offset[d] < nb.offset[d] + nb.extent[d];
+                }
+                needed = hit;
+            }
+        }
+        if (!needed) {
+            continue;
+        }
+        size_t len = weft_layout_packed_bytes(s->old, ids[r]);
+        f->bufs[r] = perf_alloc(len);
+        int in = open(f->paths[r], O_RDONLY);
+        size_t got = 0;
+        while (in >= 0 && got < len) {
+            ssize_t n = pread(in, f->bufs[r] + got, len - got, (off_t)got);
+            if (n <= 0) {
+                break;
+            }
+            got += (size_t)n;
+        }
+        ok = in >= 0 && got == len;
+        if (in >= 0) {
+            close(in);
+        }
+        f->bytes_read += got;
+    }
+    if (ok) {
+        slice(s, me, out, from_file, f, ids, p);
+    }
+    double us = perf_now_us() - t0;
+    weft_barrier(b->w.world);
+    unlink(f->paths[b->w.rank]);
+    for (int r = 0; r < p; r++) {
+        perf_free(f->bufs[r]);
+    }
+    free(f);
+    return ok ? slowest(b, us) : -1;
+}
+
+typedef struct result {
+    char name[32];
+    size_t moved, lower, local;
+    double plan_us, time_us, gather_us, file_us;
+    long wrong;
+} result_t;
+
+static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
+{
+    int p = b->w.size, ids[256];
+    for (int r = 0; r < p; r++) {
+        weft_group_member_id(b->w.world, r, &ids[r]);
+    }
+    int me = ids[b->w.rank];
+    memset(res, 0, sizeof(*res));
+    snprintf(res->name, sizeof(res->name), "%s", s->name);
+    weft_plan_t *plan;
+    double t0 = perf_now_us();
+    weft_status_t st = weft_plan_create(s->old, s->new, NULL, &plan);
+    res->plan_us = perf_now_us() - t0;
+    if (st != WEFT_OK) {
+        fprintf(stderr, "weft-perf migrate: %s: %s\n", s->name, weft_last_error(NULL));
+        return PERF_EXIT_ERROR;
+    }
+    weft_plan_stats_t all;
+    weft_plan_stats(plan, -1, &all);
+    res->moved = all.bytes_in;
+    res->lower = all.bytes_lower_bound;
+    res->local = all.bytes_local;
+    if (b->dry_run) {
+        if (b->w.rank == 0) {
+            printf("# %s on %d ranks\n", s->name, p);
+            weft_plan_print(plan, stdout);
+        }
+        weft_plan_free(plan);
+        return PERF_EXIT_OK;
+    }
+    size_t ob = weft_layout_packed_bytes(s->old, me), nb = weft_layout_packed_bytes(s->new, me);
+    unsigned char *oldbuf = perf_alloc(ob), *newbuf = perf_alloc(nb), *ref = perf_alloc(nb);
+    perf_fill_pattern(oldbuf, ob, perf_seed(7, (uint64_t)me, ob, 0));
+    double *v = calloc((size_t)b->o.iters + 1, sizeof(double));
+    for (int i = -b->o.warmup; i < b->o.iters && st == WEFT_OK; i++) {
+        weft_barrier(b->w.world);
+        t0 = perf_now_us();
+        st = weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL);
+        double us = slowest(b, perf_now_us() - t0);
+        if (i >= 0) {
+            v[i] = us;
+        }
+    }
+    if (st != WEFT_OK) {
+        perf_report_error(&b->w, "weft_migrate", st);
+        return PERF_EXIT_ERROR;
+    }
+    res->time_us = median(v, b->o.iters);
+    res->wrong = -1;
+    if (b->baselines) {
+        for (int i = 0; i < b->o.iters; i++) {
+            memset(ref, 0, nb);
+            v[i] = allgather_slice(b, s, ids, oldbuf, ref);
+        }
+        res->gather_us = median(v, b->o.iters);
+        long wrong = 0;
+        for (size_t k = 0; k < nb; k++) {
+            wrong += newbuf[k] != ref[k];
+        }
+        weft_allreduce(b->w.world, &wrong, &res->wrong, 1, WEFT_I64, WEFT_SUM);
+        int runs = b->o.iters < 3 ? b->o.iters : 3; /* files are slow: a few runs */
+        for (int i = 0; i < runs; i++) {
+            memset(ref, 0, nb);
+            v[i] = file_reload(b, s, ids, oldbuf, ref);
+            for (size_t k = 0; k < nb; k++) {
+                v[i] = newbuf[k] != ref[k] ? -1 : v[i];
+            }
+        }
+        res->file_us = median(v, runs);
+    }
+    free(v);
+    perf_free(oldbuf);
+    perf_free(newbuf);
+    perf_free(ref);
+    weft_plan_free(plan);
+    return res->wrong > 0 ? PERF_EXIT_WRONG : PERF_EXIT_OK;
+}
+
+static double pct(double *v, int n, double q)
+{
+    median(v, n); /* sorts */
+    int k = (int)(q * (n - 1) + 0.5);
+    return v[k];
+}
+
+/* p50/p99 of allreduces of @p bytes, idle and while zero-shrink migrations keep running. */
+static int overlap(const mig_bench_t *b, FILE *out, bool json)
+{
+    scenario_t s;
+    if (build(b, "zero-shrink", &s) != 0) {
+        return PERF_EXIT_OK;
+    }
+    int p = b->w.size, ids[256];
+    for (int r = 0; r < p; r++) {
+        weft_group_member_id(b->w.world, r, &ids[r]);
+    }
+    int me = ids[b->w.rank];
+    weft_plan_t *plan;
+    weft_plan_create(s.old, s.new, NULL, &plan);
+    size_t ob = weft_layout_packed_bytes(s.old, me), nb = weft_layout_packed_bytes(s.new, me);
+    unsigned char *oldbuf = perf_alloc(ob), *newbuf = perf_alloc(nb);
+    const int k = 200;
+    double *idle = calloc(k, sizeof(double)), *during = calloc(k, sizeof(double));
+    float *x = perf_alloc(64 << 10), *y = perf_alloc(64 << 10);
+    if (json) {
+        fprintf(out, ",\n  \"overlap\": [");
+    } else if (b->w.rank == 0) {
+        fprintf(out, "#\n# allreduce while a zero-shrink migration runs (%d ranks)\n"
+                     "# %10s %12s %14s %14s %8s\n", p, "bytes", "idle_p50_us",
+                "during_p50_us", "during_p99_us", "ratio");
+    }
+    for (size_t bytes = 8; bytes <= (64 << 10); bytes *= 8) {
+        size_t count = bytes / 4;
+        for (int i = 0; i < k; i++) {
+            double t0 = perf_now_us();
+            weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
+            idle[i] = perf_now_us() - t0;
+        }
+        weft_req_t *mig = NULL;
+        int n = 0;
+        while (n < k) {
+            if (mig == NULL &&
+                weft_migrate_start(b->w.world, plan, oldbuf, newbuf, NULL, &mig) == WEFT_OK) {
+                continue; /* done inline */
+            }
+            double t0 = perf_now_us();
+            weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
+            during[n++] = perf_now_us() - t0;
+            /* Members agree when a migration is over (its close): all start the next
+             * one at the same point of their allreduce sequence. */
+            weft_status_t st = weft_test(mig);
+            int done = st != WEFT_INPROGRESS, all = done;
+            weft_allreduce(b->w.world, &done, &all, 1, WEFT_I32, WEFT_MIN);
+            if (all) {
+                weft_req_free(mig);
+                mig = NULL;
+            } else if (done) {
+                weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
+            }
+        }
+        if (mig != NULL) {
+            weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
+            weft_req_free(mig);
+        }
+        double i50 = pct(idle, k, 0.5), d50 = pct(during, k, 0.5), d99 = pct(during, k, 0.99);
+        if (json) {
+            fprintf(out, "%s\n    {\"bytes\": %zu, \"idle_p50_us\": %.2f, \"during_p50_us\": %.2f, "
+                         "\"during_p99_us\": %.2f}", bytes == 8 ? "" : ",", bytes, i50, d50, d99);
+        } else if (b->w.rank == 0) {
+            fprintf(out, "  %10zu %12.2f %14.2f %14.2f %8.2f\n", bytes, i50, d50, d99, d50 / i50);
+        }
+    }
+    if (json) {
+        fprintf(out, "\n  ]");
+    }
+    free(idle);
+    free(during);
+    perf_free(x);
+    perf_free(y);
+    perf_free(oldbuf);
+    perf_free(newbuf);
+    weft_plan_free(plan);
+    weft_layout_free(s.old);
+    weft_layout_free(s.new);
+    return PERF_EXIT_OK;
+}
+
+int perf_migrate_main(int argc, char **argv)
+{
+    mig_bench_t b;
+    memset(&b, 0, sizeof(b));
+    perf_opts_default(&b.o);
+    b.o.iters = 5;
+    b.o.warmup = 1;
+    b.model_bytes = 256u << 20;
+    b.baselines = true;
+    b.only = "all";
+    const char *tmp = getenv("TMPDIR");
+    snprintf(b.tmpdir, sizeof(b.tmpdir), "%s", tmp != NULL && *tmp ? tmp : "/tmp");
+    int rc = perf_parse_opts(argc, argv, &b.o, "migrate", extras,
+                             sizeof(extras) / sizeof(extras[0]), on_extra, &b);
+    if (rc != PERF_CONTINUE) {
+        return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
+    }
+    if (perf_world_open(&b.w) != 0) {
+        return PERF_EXIT_ERROR;
+    }
+    static const char *const kinds[MAX_SCEN] = {"zero-shrink", "zero-grow", "tp", "pipeline"};
+    bool print = b.w.rank == 0;
+    if (b.o.json && print && !b.dry_run) {
+        printf("{\n  \"subcommand\": \"migrate\",\n  \"ranks\": %d,\n  \"scenarios\": [", b.w.size);
+    } else if (print && !b.dry_run) {
+        printf("# weft-perf migrate: %d ranks, median of %d runs (file-reload: of up to 3)\n"
+               "# %-14s %12s %12s %10s %9s %12s %12s %8s %12s %8s %7s\n", b.w.size, b.o.iters,
+               "scenario", "bytes_moved", "lower_bound", "time(us)", "GB/s", "plan(us)",
+               "allg+slice", "ratio", "file_reload", "ratio", "#wrong");
+    }
+    int worst = PERF_EXIT_OK, printed = 0;
+    for (int i = 0; i < MAX_SCEN; i++) {
+        if (strcmp(b.only, "all") != 0 && strcmp(b.only, kinds[i]) != 0) {
+            continue;
+        }
+        scenario_t s;
+        result_t r;
+        if (build(&b, kinds[i], &s) != 0) {
+            weft_layout_free(s.old);
+            weft_layout_free(s.new);
+            continue;
+        }
+        rc = run_scenario(&b, &s, &r);
+        worst = rc > worst ? rc : worst;
+        weft_layout_free(s.old);
+        weft_layout_free(s.new);
+        if (!print || b.dry_run || rc == PERF_EXIT_ERROR) {
+            continue;
+        }
+        if (b.o.json) {
+            printf("%s\n    {\"name\": \"%s\", \"ranks\": %d, \"bytes_moved\": %zu, "
+                   "\"bytes_lower_bound\": %zu, \"bytes_local\": %zu, \"time_us\": %.1f, "
+                   "\"plan_us\": %.1f, \"allgather_slice_us\": %.1f, \"file_reload_us\": %.1f, "
+                   "\"wrong\": %ld}", printed++ ? "," : "", r.name, b.w.size, r.moved, r.lower,
+                   r.local, r.time_us, r.plan_us, r.gather_us, r.file_us, r.wrong);
+        } else {
+            printf("  %-14s %12zu %12zu %10.0f %9.2f %12.0f %12.0f %8.2f %12.0f %8.2f %7ld\n",
+                   r.name, r.moved, r.lower, r.time_us, perf_gbs(r.moved, r.time_us), r.plan_us,
+                   r.gather_us, r.gather_us / r.time_us, r.file_us, r.file_us / r.time_us,
+                   r.wrong);
+        }
+    }
+    if (b.o.json && print && !b.dry_run) {
+        printf("\n  ]");
+    }
+    if (b.overlap && !b.dry_run) {
+        overlap(&b, stdout, b.o.json && print);
+    }
+    if (b.o.json && print && !b.dry_run) {
+        printf("\n}\n");
+    }
+    perf_world_close(&b.w);
+    return worst;
+}

@@ -1,0 +1,282 @@
+/*
+ * Layouts: constructors against the rules they state, computed here independently, bad
+ * input with the message that names the tensor and region, and the box arithmetic the
+ * planner relies on (difference, tiling of flat ranges) checked element by element.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "migrate/box.h"
+#include "weft/core.h"
+#include "weft/migrate.h"
+
+static weft_layout_t *one_tensor(const char *name, int nd, const uint64_t *shape)
+{
+    weft_layout_t *l;
+    assert_int_equal(weft_layout_create(&l), WEFT_OK);
+    assert_int_equal(weft_layout_add_tensor(l, name, WEFT_F32, nd, shape, NULL), WEFT_OK);
+    return l;
+}
+
+static void test_shard_rule(void **state)
+{
+    (void)state;
+    for (uint64_t rows = 1; rows <= 20; rows++) {
+        for (int n = 1; n <= 7; n++) {
+            uint64_t shape[2] = {5, rows};
+            weft_layout_t *l = one_tensor("w", 2, shape);
+            int members[7] = {9, 3, 4, 0, 12, 6, 1};
+            assert_int_equal(weft_layout_shard(l, 0, 1, members, n), WEFT_OK);
+            uint64_t per = (rows + (uint64_t)n - 1) / (uint64_t)n, covered = 0;
+            for (int i = 0; i < n; i++) {
+                uint64_t start = per * (uint64_t)i;
+                int nr = weft_layout_num_regions(l, members[i]);
+                assert_int_equal(nr, start < rows ? 1 : 0);
+                if (nr == 0) {
+                    continue;
+                }
+                weft_box_t b;
+                size_t bytes, off;
+                assert_int_equal(weft_layout_region(l, members[i], 0, NULL, &b, &bytes, &off),
+                                 WEFT_OK);
+                assert_int_equal(b.offset[0], 0);
+                assert_int_equal(b.extent[0], 5);
+                assert_int_equal(b.offset[1], start);
+                assert_int_equal(b.extent[1], rows - start < per ? rows - start : per);
+                assert_int_equal(off, 0);
+                assert_int_equal(bytes, 5 * b.extent[1] * 4);
+                covered += b.extent[1];
+            }
+            assert_int_equal(covered, rows);
+            assert_int_equal(weft_layout_check_complete(l), WEFT_OK);
+            weft_layout_free(l);
+        }
+    }
+}
+
+/* weft_layout_flat: each member's packed buffer is exactly its flat range. */
+static void test_flat_is_packed_range(void **state)
+{
+    (void)state;
+    uint64_t a[3] = {3, 4, 5}, b[1] = {7}, c[2] = {2, 9};
+    weft_layout_t *l;
+    weft_layout_create(&l);
+    weft_layout_add_tensor(l, "a", WEFT_F32, 3, a, NULL);
+    weft_layout_add_tensor(l, "b", WEFT_F32, 1, b, NULL);
+    weft_layout_add_tensor(l, "c", WEFT_F32, 2, c, NULL);
+    int order[3] = {2, 0, 1}; /* concatenation order differs from tensor order */
+    uint64_t sizes[3] = {18, 60, 7}, total = 85;
+    for (int n = 1; n <= 9; n++) {
+        weft_layout_t *f;
+        weft_layout_create(&f);
+        weft_layout_add_tensor(f, "a", WEFT_F32, 3, a, NULL);
+        weft_layout_add_tensor(f, "b", WEFT_F32, 1, b, NULL);
+        weft_layout_add_tensor(f, "c", WEFT_F32, 2, c, NULL);
+        int members[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+        assert_int_equal(weft_layout_flat(f, order, 3, members, n), WEFT_OK);
+        uint64_t per = (total + (uint64_t)n - 1) / (uint64_t)n;
+        for (int m = 0; m < n; m++) {
+            uint64_t lo = per * (uint64_t)m, hi = lo + per < total ? lo + per : total;
+            size_t expect = lo < hi ? (size_t)(hi - lo) * 4 : 0;
+            assert_int_equal(weft_layout_packed_bytes(f, m), expect);
+            /* Walk its regions: each continues the flat range where the last stopped. */
+            uint64_t at = lo;
+            for (int k = 0; k < weft_layout_num_regions(f, m); k++) {
+                int t;
+                weft_box_t bx;
+                size_t bytes, off;
+                weft_layout_region(f, m, k, &t, &bx, &bytes, &off);
+                assert_int_equal(off, (size_t)(at - lo) * 4);
+                uint64_t base = 0; /* the tensor's start in the concatenation */
+                for (int j = 0; order[j] != t; j++) {
+                    base += sizes[j];
+                }
+                weft_tensor_info_t ti;
+                weft_layout_tensor(f, t, &ti);
+                uint64_t first = 0;
+                for (int d = 0; d < ti.ndims; d++) {
+                    first = first * ti.shape[d] + bx.offset[d];
+                }
+                assert_int_equal(base + first, at);
+                at += bytes / 4;
+            }
+            assert_int_equal(at, hi > lo ? hi : lo);
+        }
+        assert_int_equal(weft_layout_check_complete(f), WEFT_OK);
+        weft_layout_free(f);
+    }
+    weft_layout_free(l);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    uint64_t shape[2] = {4, 6}, zero[2] = {4, 0};
+    weft_layout_t *l = one_tensor("embed.weight", 2, shape);
+    assert_int_equal(weft_layout_add_tensor(l, "embed.weight", WEFT_F32, 2, shape, NULL),
+                     WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "already"));
+    assert_int_equal(weft_layout_add_tensor(l, "z", WEFT_F32, 2, zero, NULL),
+                     WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_layout_add_tensor(l, "u", WEFT_DTYPE_USER, 2, shape, NULL),
+                     WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_layout_add_tensor(l, "", WEFT_F32, 2, shape, NULL),
+                     WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_layout_add_tensor(l, "n", WEFT_F32, 0, shape, NULL),
+                     WEFT_ERR_INVALID_ARG);
+
+    weft_box_t out = {.offset = {2, 4}, .extent = {2, 3}}; /* columns 4..7 of 6 */
+    assert_int_equal(weft_layout_add_region(l, 0, 0, &out), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "embed.weight"));
+    assert_non_null(strstr(weft_last_error(NULL), "[2:4, 4:7]"));
+    assert_non_null(strstr(weft_last_error(NULL), "outside"));
+
+    weft_box_t a = {.offset = {0, 0}, .extent = {2, 6}}, b = {.offset = {1, 2}, .extent = {2, 2}};
+    assert_int_equal(weft_layout_add_region(l, 0, 0, &a), WEFT_OK);
+    assert_int_equal(weft_layout_add_region(l, 0, 0, &b), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "overlaps"));
+    assert_int_equal(weft_layout_add_region(l, 1, 0, &b), WEFT_OK); /* another member may */
+    assert_int_equal(weft_layout_add_region(l, -1, 0, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_layout_add_region(l, 0, 1, &b), WEFT_ERR_INVALID_ARG);
+
+    /* Rows 3 and the rest of row 2 are held by nobody. */
+    assert_int_equal(weft_layout_check_complete(l), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "embed.weight"));
+    assert_non_null(strstr(weft_last_error(NULL), "held by no member"));
+
+    weft_layout_t *full = one_tensor("embed.weight", 2, shape);
+    weft_layout_whole(full, 0, 3);
+    weft_plan_t *p = NULL;
+    assert_int_equal(weft_plan_create(l, full, NULL, &p), WEFT_ERR_INVALID_ARG);
+    assert_null(p);
+    assert_non_null(strstr(weft_last_error(NULL), "old layout"));
+
+    uint64_t other[2] = {4, 7};
+    weft_layout_t *diff = one_tensor("embed.weight", 2, other);
+    weft_layout_whole(diff, 0, 0);
+    assert_int_equal(weft_plan_create(full, diff, NULL, &p), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "embed.weight"));
+
+    int dup[2] = {1, 1};
+    assert_int_equal(weft_layout_shard(full, 0, 0, dup, 2), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_layout_shard(full, 0, 2, dup, 1), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_layout_replicate(full, 0, dup, 0), WEFT_ERR_INVALID_ARG);
+    weft_layout_free(diff);
+    weft_layout_free(full);
+    weft_layout_free(l);
+}
+
+/* a \ b, checked on every element of a small grid. */
+static void test_box_subtract(void **state)
+{
+    (void)state;
+    uint64_t seed = 12345;
+    for (int trial = 0; trial < 2000; trial++) {
+        weft_box_t a, b, out[2 * WEFT_LAYOUT_MAX_DIMS];
+        int nd = 1 + trial % 3;
+        for (int d = 0; d < nd; d++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            a.offset[d] = (seed >> 33) % 5;
+            a.extent[d] = 1 + (seed >> 40) % 5;
+            b.offset[d] = (seed >> 45) % 7;
+            b.extent[d] = 1 + (seed >> 50) % 5;
+        }
+        int n = weft__box_subtract(&a, &b, nd, out);
+        assert_true(n <= 2 * nd);
+        for (uint64_t x = 0; x < 12; x++) {
+            for (uint64_t y = 0; y < (nd > 1 ? 12u : 1u); y++) {
+                for (uint64_t z = 0; z < (nd > 2 ? 12u : 1u); z++) {
+                    uint64_t c[3] = {x, y, z};
+                    bool in_a = true, in_b = true;
+                    for (int d = 0; d < nd; d++) {
+                        in_a &= c[d] >= a.offset[d] && c[d] < a.offset[d] + a.extent[d];
+                        in_b &= c[d] >= b.offset[d] && c[d] < b.offset[d] + b.extent[d];
+                    }
+                    int hits = 0;
+                    for (int k = 0; k < n; k++) {
+                        bool in = true;
+                        for (int d = 0; d < nd; d++) {
+                            in &= c[d] >= out[k].offset[d] &&
+                                  c[d] < out[k].offset[d] + out[k].extent[d];
+                        }
+                        hits += in;
+                    }
+                    assert_int_equal(hits, in_a && !in_b ? 1 : 0);
+                }
+            }
+        }
+    }
+}
+
+/* Tiling [lo, hi) of a 3-d tensor: boxes in element order, covering exactly the range. */
+static void test_tile_range(void **state)
+{
+    (void)state;
+    const uint64_t shape[3] = {3, 4, 5};
+    for (uint64_t lo = 0; lo <= 60; lo++) {
+        for (uint64_t hi = lo; hi <= 60; hi++) {
+            weft_box_t out[6];
+            int n = weft__box_tile_range(shape, 3, lo, hi, out);
+            assert_true(n <= 5);
+            uint64_t at = lo;
+            for (int k = 0; k < n; k++) {
+                uint64_t first = (out[k].offset[0] * 4 + out[k].offset[1]) * 5 + out[k].offset[2];
+                assert_int_equal(first, at);
+                /* Row-major contiguous: the box's elements are consecutive. */
+                assert_true(out[k].extent[2] == 5 || (out[k].extent[1] == 1 && out[k].extent[0] == 1));
+                assert_true(out[k].extent[1] == 4 || out[k].extent[0] == 1);
+                at += weft__box_volume(&out[k], 3);
+            }
+            assert_int_equal(at, hi);
+        }
+    }
+}
+
+/* Batch shares: the global batch exactly, contiguous, even within one sample. */
+static void test_batch_share(void **state)
+{
+    (void)state;
+    for (uint64_t global = 1; global <= 70; global++) {
+        for (int width = 1; width <= 9 && (uint64_t)width <= global; width++) {
+            uint64_t next = 0, lo = UINT64_MAX, hi = 0;
+            for (int r = 0; r < width; r++) {
+                weft_batch_share_t b;
+                uint64_t micro = (global + (uint64_t)r) % 5; /* 0: one micro-batch */
+                assert_int_equal(weft_batch_share(global, width, r, micro, &b), WEFT_OK);
+                assert_int_equal(b.first, next);
+                next += b.samples;
+                lo = b.samples < lo ? b.samples : lo;
+                hi = b.samples > hi ? b.samples : hi;
+                assert_true(b.micro_size >= 1 && (micro == 0 || b.micro_size <= micro));
+                assert_int_equal((b.micro_batches - 1) * b.micro_size + b.last_micro, b.samples);
+                assert_true(b.last_micro >= 1 && b.last_micro <= b.micro_size);
+                assert_true(b.grad_scale == 1.0 / (double)global);
+            }
+            assert_int_equal(next, global);
+            assert_true(hi - lo <= 1);
+        }
+    }
+    weft_batch_share_t b;
+    assert_int_equal(weft_batch_share(3, 4, 0, 0, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_batch_share(8, 4, 4, 0, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_batch_share(8, 0, 0, 0, &b), WEFT_ERR_INVALID_ARG);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shard_rule),
+        cmocka_unit_test(test_flat_is_packed_range),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_box_subtract),
+        cmocka_unit_test(test_tile_range),
+        cmocka_unit_test(test_batch_share),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

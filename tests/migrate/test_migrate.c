@@ -1,0 +1,248 @@
+/*
+ * Migrations on every rank of a weftrun job (1 to 8 ranks): random layouts over the
+ * group's members, run with several chunk sizes and windows, each rank's new buffer
+ * compared byte for byte with the values the tensors were filled with (an independent,
+ * sequential reference); a ZeRO re-cut from P to P-1 members; a chunk corrupted once
+ * (sent again, the migration succeeds) and twice (every rank fails alike); members that
+ * start different plans (every rank gets WEFT_ERR_MISMATCH) and a member whose
+ * arguments are refused (every rank gets WEFT_ERR_INVALID_ARG).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "comm/ctx.h"
+#include "layout_gen.h"
+#include "migrate/engine.h"
+#include "weft/weft.h"
+
+static weft_ctx_t *ctx;
+static weft_group_t *world;
+static int me, n, my_id;
+static int ids[64];
+
+/* Run old -> new on the world and return this rank's status; checks the data on OK. */
+static weft_status_t run(const weft_layout_t *old, const weft_layout_t *new,
+                         const weft_migrate_params_t *mp, bool null_old)
+{
+    weft_plan_t *plan;
+    assert_int_equal(weft_plan_create(old, new, NULL, &plan), WEFT_OK);
+    size_t ob = weft_layout_packed_bytes(old, my_id), nb = weft_layout_packed_bytes(new, my_id);
+    unsigned char *obuf = malloc(ob + 1), *nbuf = calloc(1, nb + 1);
+    gen_fill(old, my_id, obuf);
+    weft_status_t st = weft_migrate(world, plan, null_old ? NULL : obuf, nbuf, mp);
+    if (st == WEFT_OK) {
+        size_t wrong = gen_check(new, my_id, nbuf);
+        if (wrong != 0) {
+            weft_plan_print(plan, stderr);
+            fail_msg("%zu of %zu bytes wrong", wrong, nb);
+        }
+    }
+    free(obuf);
+    free(nbuf);
+    weft_plan_free(plan);
+    return st;
+}
+
+static void test_random(void **state)
+{
+    (void)state;
+    static const size_t chunks[] = {1, 17, 256, 4096, 1 << 20};
+    for (int trial = 0; trial < 60; trial++) {
+        gen_seed((uint64_t)trial + 1000);
+        gen_shape_t s;
+        gen_shape(&s, 24);
+        weft_layout_t *old = gen_layout(&s, ids, n), *new = gen_layout(&s, ids, n);
+        assert_non_null(old);
+        assert_non_null(new);
+        ctx->cfg.migrate_chunk = chunks[gen_rnd() % 5];
+        ctx->cfg.migrate_window = (size_t)gen_in(1, 4);
+        int prio[4] = {gen_in(0, 2), gen_in(0, 2), gen_in(0, 2), gen_in(0, 2)};
+        weft_migrate_params_t mp = {.size = sizeof(mp), .priority = prio, .num_priorities = 4,
+                                    .max_staged_bytes = (size_t)gen_in(1, 3) * 64};
+        weft_status_t st = run(old, new, trial % 2 ? &mp : NULL, false);
+        if (st != WEFT_OK) {
+            fail_msg("trial %d: %s: %s", trial, weft_status_str(st), weft_last_error(ctx));
+        }
+        weft_layout_free(old);
+        weft_layout_free(new);
+    }
+    ctx->cfg.migrate_chunk = 1 << 20;
+    ctx->cfg.migrate_window = 4;
+}
+
+/* ZeRO: a flat partition of three tensors over all ranks, re-cut over all but the last. */
+static void test_zero_recut(void **state)
+{
+    (void)state;
+    uint64_t a[2] = {1000, 333}, b[1] = {4097}, c[3] = {7, 9, 11};
+    weft_layout_t *old, *new;
+    weft_layout_create(&old);
+    weft_layout_create(&new);
+    weft_layout_t *both[2] = {old, new};
+    for (int i = 0; i < 2; i++) {
+        weft_layout_add_tensor(both[i], "a", WEFT_F32, 2, a, NULL);
+        weft_layout_add_tensor(both[i], "b", WEFT_F64, 1, b, NULL);
+        weft_layout_add_tensor(both[i], "c", WEFT_BF16, 3, c, NULL);
+    }
+    int t[3] = {0, 1, 2};
+    assert_int_equal(weft_layout_flat(old, t, 3, ids, n), WEFT_OK);
+    assert_int_equal(weft_layout_flat(new, t, 3, ids, n > 1 ? n - 1 : 1), WEFT_OK);
+    ctx->cfg.migrate_chunk = 64 << 10;
+    assert_int_equal(run(old, new, NULL, false), WEFT_OK);
+    ctx->cfg.migrate_chunk = 1 << 20;
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
+static int corrupt_rounds; /* flip a byte of chunk 0 in rounds below this */
+
+static void flip(int src, uint32_t seq, int round, void *data, size_t len)
+{
+    (void)src;
+    if (seq == 0 && round < corrupt_rounds && len > 0) {
+        ((unsigned char *)data)[len / 2] ^= 0x40;
+    }
+}
+
+/* Everything rotates by one rank: every rank receives, so every rank sees a flip. */
+static void rotation(weft_layout_t **old, weft_layout_t **new)
+{
+    uint64_t shape[2] = {64, 50};
+    weft_layout_create(old);
+    weft_layout_create(new);
+    weft_layout_add_tensor(*old, "w", WEFT_F32, 2, shape, NULL);
+    weft_layout_add_tensor(*new, "w", WEFT_F32, 2, shape, NULL);
+    int rot[64];
+    for (int i = 0; i < n; i++) {
+        rot[i] = ids[(i + 1) % n];
+    }
+    weft_layout_shard(*old, 0, 0, ids, n);
+    weft_layout_shard(*new, 0, 0, rot, n);
+}
+
+static void test_corruption(void **state)
+{
+    (void)state;
+    if (n < 2) {
+        skip();
+    }
+    weft_layout_t *old, *new;
+    rotation(&old, &new);
+    ctx->cfg.migrate_chunk = 1000;
+    weft__migrate_recv_hook = flip;
+    corrupt_rounds = 1; /* once: sent again, and the data arrives intact */
+    assert_int_equal(run(old, new, NULL, false), WEFT_OK);
+    corrupt_rounds = 2; /* twice: every rank fails with the same status */
+    weft_status_t st = run(old, new, NULL, false);
+    assert_int_equal(st, WEFT_ERR_TRANSPORT);
+    assert_non_null(strstr(weft_last_error(ctx), "corrupted twice"));
+    weft__migrate_recv_hook = NULL;
+    ctx->cfg.migrate_chunk = 1 << 20;
+    /* The group still works. */
+    assert_int_equal(run(old, new, NULL, false), WEFT_OK);
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
+static void test_disagreement(void **state)
+{
+    (void)state;
+    if (n < 2) {
+        skip();
+    }
+    weft_layout_t *old, *new;
+    rotation(&old, &new);
+    /* Rank 0 plans to keep everything where it is; the others plan the rotation. */
+    weft_status_t st = run(old, me == 0 ? old : new, NULL, false);
+    assert_int_equal(st, WEFT_ERR_MISMATCH);
+    /* Chunk sizes that differ are a disagreement too. */
+    ctx->cfg.migrate_chunk = me == 0 ? 4096 : 8192;
+    assert_int_equal(run(old, new, NULL, false), WEFT_ERR_MISMATCH);
+    ctx->cfg.migrate_chunk = 1 << 20;
+    /* The last rank forgets its old buffer: everyone fails, nobody waits for it. */
+    st = run(old, new, NULL, me == n - 1);
+    assert_int_equal(st, WEFT_ERR_INVALID_ARG);
+    if (me == n - 1) {
+        assert_non_null(strstr(weft_last_error(ctx), "old buffer is NULL"));
+    } else {
+        assert_non_null(strstr(weft_last_error(ctx), "another member"));
+    }
+    assert_int_equal(run(old, new, NULL, false), WEFT_OK);
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
+/* With the progress thread, a migration advances while the caller does something else
+ * (a step of compute, here a sleep) and has completed at the first test afterwards. */
+static void test_background(void **state)
+{
+    (void)state;
+    if (n < 2 || !ctx->cfg.progress_thread) {
+        skip();
+    }
+    weft_layout_t *old, *new;
+    rotation(&old, &new);
+    weft_plan_t *plan;
+    assert_int_equal(weft_plan_create(old, new, NULL, &plan), WEFT_OK);
+    size_t ob = weft_layout_packed_bytes(old, my_id), nb = weft_layout_packed_bytes(new, my_id);
+    unsigned char *obuf = malloc(ob), *nbuf = calloc(1, nb);
+    gen_fill(old, my_id, obuf);
+    ctx->cfg.migrate_chunk = 1024; /* many chunks: many steps the thread must take */
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_migrate_start(world, plan, obuf, nbuf, NULL, &req);
+    assert_true(st == WEFT_INPROGRESS || st == WEFT_OK);
+    struct timespec step = {1, 0};
+    nanosleep(&step, NULL);
+    assert_int_equal(weft_test(req), WEFT_OK); /* done without being waited for */
+    assert_int_equal(gen_check(new, my_id, nbuf), 0);
+    weft_req_free(req);
+    ctx->cfg.migrate_chunk = 1 << 20;
+    free(obuf);
+    free(nbuf);
+    weft_plan_free(plan);
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
+static int after_test(void **state)
+{
+    (void)state;
+    return weft_barrier(world) == WEFT_OK ? 0 : -1;
+}
+
+#define MIG_TEST(f) cmocka_unit_test_teardown(f, after_test)
+
+int main(void)
+{
+    setenv("WEFT_TIMEOUT_MS", "60000", 0);
+    if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK ||
+        weft_group_rank(world, &me) != WEFT_OK || weft_group_size(world, &n) != WEFT_OK ||
+        weft_group_member_id(world, me, &my_id) != WEFT_OK || n > 64) {
+        fprintf(stderr, "test_migrate: init: %s\n", weft_last_error(ctx));
+        return 1;
+    }
+    for (int r = 0; r < n; r++) {
+        weft_group_member_id(world, r, &ids[r]);
+    }
+    const struct CMUnitTest tests[] = {
+        MIG_TEST(test_random),
+        MIG_TEST(test_zero_recut),
+        MIG_TEST(test_corruption),
+        MIG_TEST(test_disagreement),
+        MIG_TEST(test_background),
+    };
+    char name[32];
+    snprintf(name, sizeof(name), "migrate rank %d of %d", me, n);
+    int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
+    weft_finalize(ctx);
+    return failed;
+}
