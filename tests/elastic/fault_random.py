@@ -53,6 +53,11 @@ Outcome of a trial
                    the ranks were leaving fails the job by weftrun's rules.
                  - every rank was killed (or stopped) and a replacement said that nobody is
                    left to admit it: no state survives, so the job cannot go on.
+                 - the trainer said "optimizer state lost" after two or more faults: it
+                   keeps each momentum partition on two ring neighbours, so two of them
+                   dying before a migration re-replicates the state lose a partition.
+                   Under --replace weftrun replaces the members that stop and exits 0
+                   once the replacements find the job over, so here any exit status goes.
   HANG           weftrun exited 124 (its own --timeout), or did not exit within the
                  trial's wall-clock bound (then the driver kills everything). Always a
                  failure.
@@ -591,6 +596,16 @@ def classify(t, res, output, bound, victims):
         return HANG, "weftrun's --timeout expired (exit 124)"
     if not_equal:
         return FAIL, "the trainer printed 'NOT equal'"
+    if "optimizer state lost" in output and possible >= 2:
+        # The trainer stops on its own. Under --replace weftrun takes each member's exit 1
+        # for a death and replaces it, and exits 0 when the replacements find the job over.
+        why = (f"{possible} faults: two ring neighbours could die before the optimizer state "
+               "was re-replicated")
+        if res["elapsed_s"] > bound / 2:
+            return FAIL, f"a stop that took {res['elapsed_s']:.1f} s, not prompt ({why})"
+        if leftovers:
+            return FAIL, "; ".join(leftovers)
+        return EXPECTED, why
     if rc == 0:
         if not done or done[-1] != "equal":
             return FAIL, "exit 0 without the final 'parameters equal' line"
