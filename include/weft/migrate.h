@@ -295,7 +295,11 @@ typedef struct weft_migrate_params {
  * pair of members, each checked with an xxHash checksum; a chunk that arrives corrupted
  * is sent again once, and a second corruption fails the migration. Local copies (data a
  * member keeps) are chunked too. The migration ends with one small agreement, so every
- * member gets the same result.
+ * member gets the same result, unless a member dies during that agreement: then some
+ * members may already have returned WEFT_OK while the others get WEFT_ERR_PEER_FAILED
+ * (no protocol can close that window). After a repair, agree on what was committed
+ * before using the new buffers (examples/elastic_trainer.c keeps a commit counter and
+ * steps back to its old buffers when another member did not finish).
  *
  * @param[in]  old_buf This member's packed buffer of the old layout
  *                     (weft_layout_packed_bytes(); NULL if it holds nothing).
