@@ -277,7 +277,7 @@ static const config_field_t config_table[] = {
           "Longest pause of the progress thread between passes once nothing moves "
           "(microseconds): lower advances faster, higher leaves more CPU to the caller.",
           progress_sleep_us, u64),
-    FIELD("WEFT_MIGRATE_CHUNK", "1M",
+    FIELD("WEFT_MIGRATE_CHUNK", "256K",
           "Parameter migration moves data in chunks of at most this many bytes (at least "
           "one row of a tensor's innermost dimension); small operations slip between them. "
           "Must be equal on all ranks (a migration checks it).",

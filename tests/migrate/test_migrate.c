@@ -28,6 +28,7 @@ static weft_ctx_t *ctx;
 static weft_group_t *world;
 static int me, n, my_id;
 static int ids[64];
+static size_t default_chunk; /* WEFT_MIGRATE_CHUNK as set: restored after each test */
 
 /* Run old -> new on the world and return this rank's status; checks the data on OK. */
 static weft_status_t run(const weft_layout_t *old, const weft_layout_t *new,
@@ -75,7 +76,7 @@ static void test_random(void **state)
         weft_layout_free(old);
         weft_layout_free(new);
     }
-    ctx->cfg.migrate_chunk = 1 << 20;
+    ctx->cfg.migrate_chunk = default_chunk;
     ctx->cfg.migrate_window = 4;
 }
 
@@ -98,7 +99,7 @@ static void test_zero_recut(void **state)
     assert_int_equal(weft_layout_flat(new, t, 3, ids, n > 1 ? n - 1 : 1), WEFT_OK);
     ctx->cfg.migrate_chunk = 64 << 10;
     assert_int_equal(run(old, new, NULL, false), WEFT_OK);
-    ctx->cfg.migrate_chunk = 1 << 20;
+    ctx->cfg.migrate_chunk = default_chunk;
     weft_layout_free(old);
     weft_layout_free(new);
 }
@@ -146,7 +147,7 @@ static void test_corruption(void **state)
     assert_int_equal(st, WEFT_ERR_TRANSPORT);
     assert_non_null(strstr(weft_last_error(ctx), "corrupted twice"));
     weft__migrate_recv_hook = NULL;
-    ctx->cfg.migrate_chunk = 1 << 20;
+    ctx->cfg.migrate_chunk = default_chunk;
     /* The group still works. */
     assert_int_equal(run(old, new, NULL, false), WEFT_OK);
     weft_layout_free(old);
@@ -167,7 +168,7 @@ static void test_disagreement(void **state)
     /* Chunk sizes that differ are a disagreement too. */
     ctx->cfg.migrate_chunk = me == 0 ? 4096 : 8192;
     assert_int_equal(run(old, new, NULL, false), WEFT_ERR_MISMATCH);
-    ctx->cfg.migrate_chunk = 1 << 20;
+    ctx->cfg.migrate_chunk = default_chunk;
     /* The last rank forgets its old buffer: everyone fails, nobody waits for it. */
     st = run(old, new, NULL, me == n - 1);
     assert_int_equal(st, WEFT_ERR_INVALID_ARG);
@@ -205,7 +206,7 @@ static void test_background(void **state)
     assert_int_equal(weft_test(req), WEFT_OK); /* done without being waited for */
     assert_int_equal(gen_check(new, my_id, nbuf), 0);
     weft_req_free(req);
-    ctx->cfg.migrate_chunk = 1 << 20;
+    ctx->cfg.migrate_chunk = default_chunk;
     free(obuf);
     free(nbuf);
     weft_plan_free(plan);
@@ -233,6 +234,7 @@ int main(void)
     for (int r = 0; r < n; r++) {
         weft_group_member_id(world, r, &ids[r]);
     }
+    default_chunk = ctx->cfg.migrate_chunk;
     const struct CMUnitTest tests[] = {
         MIG_TEST(test_random),
         MIG_TEST(test_zero_recut),
