@@ -108,6 +108,12 @@ static int blocked_allreduce(weft_ctx_t *ctx, weft_group_t *world, int me, int n
     }
     printf("RANK-OK %d: allreduce with a stopped peer gave up after %llu ms: %s\n", me,
            (unsigned long long)ms, weft_last_error(ctx));
+    /* Stay until the others have their verdicts too: a member that exits now is a
+     * failure they would rightly report (WEFT_ERR_PEER_FAILED) if they see it before
+     * their own timeout, which they check only every few milliseconds. */
+    fflush(stdout);
+    struct timespec linger = {(time_t)(ft / 1000), (long)(ft % 1000) * 1000000L};
+    nanosleep(&linger, NULL);
     return 0;
 }
 
