@@ -6,6 +6,7 @@
 #define WEFT_CTX_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -88,6 +89,7 @@ struct weft_ctx {
     pthread_t pt;
     bool pt_running, pt_stop, pt_sleeping;
     int lock_depth;             /* nesting of public calls on this thread */
+    _Atomic int api_waiting;    /* public calls waiting for the lock: the thread yields */
     struct weft_req *bg;        /* published requests still in flight */
     void **retired;             /* buffers cancelled sends may still read (weft__retire) */
     size_t nretired, cap_retired;

@@ -6,7 +6,8 @@
  * weft at the same time: the thread works only while the caller is outside weft. It
  * drives the transports and advances every request a public call returned (published
  * requests: weft_i*, weft_migrate_start, the vocabulary passes) until each completes,
- * releasing the lock between passes. With nothing published in flight it sleeps on a
+ * releasing the lock between passes and ending a pass early when a public call is
+ * waiting for the lock. With nothing published in flight it sleeps on a
  * condition variable, woken when a public call returns leaving one.
  *
  * Cost: a recursive mutex lock and unlock per public call (tens of nanoseconds), and,
@@ -15,6 +16,7 @@
  * passes once nothing moves) so it does not take a core from ranks that have work.
  */
 #include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -25,7 +27,12 @@ weft_ctx_t *weft__api_lock(weft_ctx_t *ctx)
     if (ctx == NULL || !ctx->pt_running) {
         return NULL;
     }
-    pthread_mutex_lock(&ctx->lock);
+    if (pthread_mutex_trylock(&ctx->lock) != 0) {
+        /* The thread is in a pass: tell it to end the pass early, then wait. */
+        atomic_fetch_add(&ctx->api_waiting, 1);
+        pthread_mutex_lock(&ctx->lock);
+        atomic_fetch_sub(&ctx->api_waiting, 1);
+    }
     ctx->lock_depth++;
     return ctx;
 }
@@ -68,11 +75,11 @@ void weft__req_unpublish(weft_req_t *req)
 }
 
 /* One pass over the published requests; those that completed leave the list. Returns
- * how many completed. */
+ * how many completed. A caller waiting for the lock ends the pass early. */
 static int advance_published(weft_ctx_t *ctx)
 {
     int done = 0;
-    for (weft_req_t **p = &ctx->bg; *p != NULL;) {
+    for (weft_req_t **p = &ctx->bg; *p != NULL && atomic_load(&ctx->api_waiting) == 0;) {
         weft_req_t *r = *p;
         if (weft__req_advance(r) != WEFT_INPROGRESS) {
             *p = r->bg_next;
@@ -101,7 +108,9 @@ static void *run(void *arg)
             continue;
         }
         int events = weft__progress(ctx);
-        events += advance_published(ctx);
+        if (atomic_load(&ctx->api_waiting) == 0) {
+            events += advance_published(ctx);
+        }
         pthread_mutex_unlock(&ctx->lock);
         /* Give the caller the lock between passes; back off while nothing moves. */
         idle = events > 0 ? 0 : idle + 1;
