@@ -334,11 +334,23 @@ static weft_status_t coll_progress(weft_req_t *req)
 
 static void coll_cleanup(weft_req_t *req)
 {
-    if (req->impl != NULL) {
-        coll_release(req->impl);
-        free(req->impl);
-        req->impl = NULL;
+    weft_coll_t *c = req->impl;
+    if (c == NULL) {
+        return;
     }
+    req->impl = NULL;
+    if (req->status == WEFT_OK) {
+        coll_release(c);
+        free(c);
+        return;
+    }
+    /* Failed or abandoned in flight: a cancelled send may still read the scratch or the
+     * headers kept in @p c (weft__retire), so they outlive the request. */
+    void *scratch = c->scratch;
+    c->scratch = NULL;
+    coll_release(c);
+    weft__retire(req->ctx, scratch);
+    weft__retire(req->ctx, c);
 }
 
 /* The parameters every rank must agree on, as sent in the exchange headers. */
