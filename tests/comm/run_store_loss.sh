@@ -101,11 +101,13 @@ bad=$(cat "$dir"/r*.out | grep -c "RANK-FAIL")
 [ "$ok" -eq "$expect" ] && [ "$bad" -eq 0 ] || fail "$ok of $expect ranks OK, $bad failed"
 [ "$failed" -eq 0 ] || fail "$failed rank(s) exited with an error"
 # poll: the loss, once. stop: the loss, the allreduce that gave up and, over messages,
-# weft_finalize's leaving barrier, which gives up on the stopped rank too.
+# weft_finalize's leaving barrier, which gives up on the stopped rank too. Not counted:
+# the transport's note that a peer's connection closed, which it logs when another rank
+# exits while this one is still in that barrier (they leave at different times here).
 most=1
 [ "$mode" = stop ] && most=3
 for r in $(seq 0 $((expect - 1))); do
-    lines=$(grep -c "^\[weft $r\]" "$dir/r$r.err")
+    lines=$(grep "^\[weft $r\]" "$dir/r$r.err" | grep -vc "WARN: ucx: connection to [0-9]* failed")
     loss=$(grep -c "^\[weft $r\] ERROR: .*the store at .* is unreachable" "$dir/r$r.err")
     [ "$lines" -ge 1 ] && [ "$lines" -le "$most" ] && [ "$loss" -eq "$lines" ] ||
         fail "rank $r logged $lines line(s), $loss of them about the store; expected 1 to $most"
