@@ -12,6 +12,7 @@
  * Tags: class MIGRATE, payload = round (1 bit) | header (1) | migration id (4) | chunk (20).
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,6 +424,9 @@ static weft_status_t mig_progress(weft_req_t *req)
         local_step(m, gate);
         bool all = m->local_next >= m->nlocal;
         for (int i = 0; i < m->nstreams; i++) {
+            if (atomic_load(&ctx->api_waiting) > 0) {
+                return WEFT_INPROGRESS; /* the progress thread's pass: let the caller in */
+            }
             if ((st = stream_progress(m, &m->streams[i], gate)) != WEFT_OK &&
                 st != WEFT_INPROGRESS) {
                 return st;
