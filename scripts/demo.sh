@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs a local multi-rank demo through weftrun:
-# point-to-point bandwidth between two ranks, an allreduce sweep on four, and losing and
-# regaining a rank on four (detection, in-place repair vs a full rebuild, grow).
+# point-to-point bandwidth between two ranks, an allreduce sweep on four, losing and
+# regaining a rank on four (detection, in-place repair vs a full rebuild, grow), and
+# parameter migration on four against allgather-then-slice and save-and-reload.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -13,3 +14,5 @@ echo "== weft-perf allreduce, $ranks ranks"
 build/bin/weftrun -n "$ranks" -- build/bin/weft-perf allreduce -b 8 -e 16M -f 8 -n 20 -w 5 -c 1
 echo "== weft-perf group, $ranks ranks: a rank is killed (SIGKILL) each run and replaced"
 build/bin/weftrun -n "$ranks" --elastic -- build/bin/weft-perf group -n 5
+echo "== weft-perf migrate, $ranks ranks: ZeRO re-cut, tensor-parallel and pipeline re-layouts"
+build/bin/weftrun -n "$ranks" -- build/bin/weft-perf migrate --model-bytes 64M -n 3
