@@ -2,24 +2,19 @@
 #include <stdlib.h>
 
 #include "migrate/engine.h"
+#include "util/array.h"
 
-static bool push(weft_mig_chunk_t **arr, uint32_t *n, uint32_t *cap, const weft_mig_chunk_t *c)
+static bool push(weft_mig_chunk_t **arr, uint32_t *n, size_t *cap, const weft_mig_chunk_t *c)
 {
-    if (*n == *cap) {
-        uint32_t ncap = *cap ? *cap * 2 : 16;
-        weft_mig_chunk_t *p = realloc(*arr, (size_t)ncap * sizeof(*p));
-        if (p == NULL) {
-            return false;
-        }
-        *arr = p;
-        *cap = ncap;
+    if (!weft__array_reserve((void **)arr, cap, (size_t)*n + 1, sizeof(**arr))) {
+        return false;
     }
     (*arr)[(*n)++] = *c;
     return true;
 }
 
 bool weft__mig_cut(const weft__xfer_t *x, uint32_t xi, size_t chunk, int prio,
-                   weft_mig_chunk_t **arr, uint32_t *n, uint32_t *cap)
+                   weft_mig_chunk_t **arr, uint32_t *n, size_t *cap)
 {
     int nd = x->ndims;
     /* The outermost dimension d whose rows (everything inside it) fit one chunk. */

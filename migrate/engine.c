@@ -32,11 +32,11 @@ enum { ST_CHUNKS, ST_VERDICT, ST_DONE };
 enum { STAGE_AGREE, STAGE_MOVE, STAGE_CLOSE };
 
 typedef struct slot {
-    int32_t chunk;        /* index into the stream's chunks; -1: free */
+    int32_t chunk; /* index into the stream's chunks; -1: free */
     weft_req_t *hdr, *data;
-    uint64_t hdr_buf[2];  /* checksum, length */
-    uint8_t *staging;     /* when the chunk is not contiguous in the packed buffer */
-    uint8_t *ptr;         /* where the data is (user buffer or staging) */
+    uint64_t hdr_buf[2]; /* checksum, length */
+    uint8_t *staging;    /* when the chunk is not contiguous in the packed buffer */
+    uint8_t *ptr;        /* where the data is (user buffer or staging) */
     size_t recvd;
 } slot_t;
 
@@ -44,15 +44,16 @@ typedef struct stream {
     int rank, member;
     bool send;
     weft_mig_chunk_t *chunks;
-    uint32_t nchunks, cap;
-    uint32_t *work;       /* chunks of this round */
+    uint32_t nchunks;
+    size_t cap;
+    uint32_t *work; /* chunks of this round */
     uint32_t nwork, next, done;
-    uint32_t *bad;        /* receiver: bad chunks of this round */
+    uint32_t *bad; /* receiver: bad chunks of this round */
     uint32_t nbad;
-    uint32_t *verdict;    /* [0]: count, then chunk numbers */
+    uint32_t *verdict; /* [0]: count, then chunk numbers */
     weft_req_t *vreq;
     int round, phase;
-    int staged;           /* slots holding a staging buffer */
+    int staged; /* slots holding a staging buffer */
     weft_status_t err;
     slot_t *slots;
 } stream_t;
@@ -65,19 +66,20 @@ typedef struct mig {
     size_t chunk, window, max_staged, staged;
     uint32_t tag_id;
     int stage;
-    bool gated;           /* priorities given: post nothing below the highest waiting */
-    int64_t agree[6];     /* mine (key, ~key, bad arguments), then the maxima */
-    bool bad_args;        /* this member's arguments were refused (why[] says how) */
+    bool gated;       /* priorities given: post nothing below the highest waiting */
+    int64_t agree[6]; /* mine (key, ~key, bad arguments), then the maxima */
+    bool bad_args;    /* this member's arguments were refused (why[] says how) */
     int32_t close_in, close_out;
-    int32_t *close_vals;  /* rank 0: every member's result */
+    int32_t *close_vals;     /* rank 0: every member's result */
     weft_req_t **close_reqs; /* [group size] */
-    bool close_bcast;     /* rank 0 has sent the result */
+    bool close_bcast;        /* rank 0 has sent the result */
     weft_req_t *child;
     stream_t *streams;
     int nstreams;
     weft_mig_chunk_t *local;
-    uint32_t nlocal, local_cap, local_next;
-    char why[256];        /* the first stream error of this member */
+    uint32_t nlocal, local_next;
+    size_t local_cap;
+    char why[256]; /* the first stream error of this member */
 } mig_t;
 
 static uint32_t payload(const mig_t *m, int round, bool hdr, uint32_t seq)
@@ -97,10 +99,10 @@ static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_ch
 {
     const weft__xfer_t *x = xfer_of(m, c);
     size_t off;
-    bool contiguous = s->send ? weft__mig_contiguous(&x->src_box, x->src_packed, &c->box,
-                                                     x->ndims, x->elem, &off)
-                              : weft__mig_contiguous(&x->dst_box, x->dst_packed, &c->box,
-                                                     x->ndims, x->elem, &off);
+    bool contiguous =
+        s->send
+            ? weft__mig_contiguous(&x->src_box, x->src_packed, &c->box, x->ndims, x->elem, &off)
+            : weft__mig_contiguous(&x->dst_box, x->dst_packed, &c->box, x->ndims, x->elem, &off);
     if (contiguous) {
         return s->send ? (uint8_t *)m->old_buf + off : m->new_buf + off;
     }
@@ -200,14 +202,14 @@ static int max_waiting_prio(const mig_t *m)
     return best;
 }
 
-static void stream_fail(mig_t *m, stream_t *s, const char *what)
+/* A stream's chunks arrived corrupted twice: it fails, and the first such is told. */
+static void stream_fail(mig_t *m, stream_t *s)
 {
     s->err = WEFT_ERR_TRANSPORT;
     if (m->why[0] == '\0') {
         snprintf(m->why, sizeof(m->why), "%u chunk(s) %s member %d arrived corrupted twice",
                  s->nbad, s->send ? "sent to" : "received from", s->member);
     }
-    (void)what;
 }
 
 /* The verdict of a round is in (sender) or out (receiver): finish or retry. */
@@ -219,7 +221,7 @@ static weft_status_t end_round(mig_t *m, stream_t *s, uint32_t nbad, const uint3
     }
     if (s->round == 1) {
         s->nbad = nbad;
-        stream_fail(m, s, "");
+        stream_fail(m, s);
         s->phase = ST_DONE;
         return WEFT_OK;
     }
@@ -249,7 +251,8 @@ static weft_status_t stream_progress(mig_t *m, stream_t *s, int gate)
                 continue;
             }
             size_t got = sl->recvd;
-            weft_status_t a = weft__coll_child_test(&sl->hdr, NULL), b = weft__coll_child_test(&sl->data, &got);
+            weft_status_t a = weft__coll_child_test(&sl->hdr, NULL),
+                          b = weft__coll_child_test(&sl->data, &got);
             if (a != WEFT_OK && a != WEFT_INPROGRESS) {
                 return a;
             }
@@ -320,8 +323,8 @@ static void local_step(mig_t *m, int gate)
     }
     const weft_mig_chunk_t *c = &m->local[m->local_next++];
     const weft__xfer_t *x = xfer_of(m, c);
-    weft__box_copy(m->new_buf + x->dst_packed, &x->dst_box, m->old_buf + x->src_packed,
-                   &x->src_box, &c->box, x->ndims, x->elem);
+    weft__box_copy(m->new_buf + x->dst_packed, &x->dst_box, m->old_buf + x->src_packed, &x->src_box,
+                   &c->box, x->ndims, x->elem);
 }
 
 /*
@@ -482,7 +485,7 @@ static void mig_free(mig_t *m)
         weft_req_free(m->close_reqs[r]);
     }
     free(m->close_reqs);
-    release(ctx, m->close_vals, false);
+    free(m->close_vals);
     for (int i = 0; i < m->nstreams; i++) {
         stream_t *s = &m->streams[i];
         bool slots_live = false;
@@ -553,8 +556,8 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
         if (x->t.src != me && x->t.dst != me) {
             continue;
         }
-        int prio = p->priority != NULL && x->t.tensor < p->num_priorities
-                       ? p->priority[x->t.tensor] : 0;
+        int prio =
+            p->priority != NULL && x->t.tensor < p->num_priorities ? p->priority[x->t.tensor] : 0;
         if (x->t.src == me && x->t.dst == me) {
             if (!weft__mig_cut(x, (uint32_t)i, m->chunk, prio, &m->local, &m->nlocal,
                                &m->local_cap)) {
@@ -578,9 +581,10 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
     for (int i = 0; i < m->nstreams; i++) {
         stream_t *s = &m->streams[i];
         if (s->nchunks >= WEFT_MIG_CLOSE) {
-            return refuse(m, "%u chunks between this member and member %d (at most %u): "
-                          "raise WEFT_MIGRATE_CHUNK", s->nchunks, s->member,
-                          WEFT_MIG_CLOSE - 1);
+            return refuse(m,
+                          "%u chunks between this member and member %d (at most %u): "
+                          "raise WEFT_MIGRATE_CHUNK",
+                          s->nchunks, s->member, WEFT_MIG_CLOSE - 1);
         }
         weft__mig_sort(s->chunks, s->nchunks);
         s->work = malloc((size_t)s->nchunks * sizeof(uint32_t));

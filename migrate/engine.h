@@ -31,7 +31,7 @@ typedef struct weft_mig_chunk {
 /* Append the chunks of transfer @p xi (at most @p chunk bytes each, at least one row of
  * the innermost dimension) to *arr. false on no memory. */
 bool weft__mig_cut(const weft__xfer_t *x, uint32_t xi, size_t chunk, int prio,
-                   weft_mig_chunk_t **arr, uint32_t *n, uint32_t *cap);
+                   weft_mig_chunk_t **arr, uint32_t *n, size_t *cap);
 
 /* Sort chunks by priority (higher first), then plan order. */
 void weft__mig_sort(weft_mig_chunk_t *c, uint32_t n);

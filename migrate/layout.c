@@ -5,26 +5,9 @@
 #include "comm/ctx.h"
 #include "migrate/box.h"
 #include "migrate/layout.h"
+#include "util/array.h"
 
 #define BOX_TEXT 256
-
-static bool grow(void **arr, int *cap, int need, size_t elem)
-{
-    if (need <= *cap) {
-        return true;
-    }
-    int ncap = *cap ? *cap * 2 : 8;
-    while (ncap < need) {
-        ncap *= 2;
-    }
-    void *p = realloc(*arr, (size_t)ncap * elem);
-    if (p == NULL) {
-        return false;
-    }
-    *arr = p;
-    *cap = ncap;
-    return true;
-}
 
 weft_status_t weft_layout_create(weft_layout_t **layout)
 {
@@ -69,12 +52,13 @@ weft_status_t weft_layout_add_tensor(weft_layout_t *l, const char *name, weft_dt
     if (elem == 0) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG,
                                  "weft_layout_add_tensor: tensor %s: dtype %d is not a built-in "
-                                 "type", name, (int)dtype);
+                                 "type",
+                                 name, (int)dtype);
     }
     if (ndims < 1 || ndims > WEFT_LAYOUT_MAX_DIMS) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG,
-                                 "weft_layout_add_tensor: tensor %s: %d dimensions (1 to %d)",
-                                 name, ndims, WEFT_LAYOUT_MAX_DIMS);
+                                 "weft_layout_add_tensor: tensor %s: %d dimensions (1 to %d)", name,
+                                 ndims, WEFT_LAYOUT_MAX_DIMS);
     }
     uint64_t total = 1;
     for (int d = 0; d < ndims; d++) {
@@ -93,7 +77,8 @@ weft_status_t weft_layout_add_tensor(weft_layout_t *l, const char *name, weft_dt
                                      name);
         }
     }
-    if (!grow((void **)&l->tensors, &l->cap_tensors, l->ntensors + 1, sizeof(*l->tensors))) {
+    if (!weft__array_reserve((void **)&l->tensors, &l->cap_tensors, (size_t)l->ntensors + 1,
+                             sizeof(*l->tensors))) {
         return weft__error_noctx(WEFT_ERR_NO_MEMORY, "weft_layout_add_tensor: out of memory");
     }
     weft__ltensor_t *t = &l->tensors[l->ntensors];
@@ -138,11 +123,11 @@ static weft__lmember_t *member_slot(weft_layout_t *l, int id)
     if (lo < l->nmembers && l->members[lo].id == id) {
         return &l->members[lo];
     }
-    if (!grow((void **)&l->members, &l->cap_members, l->nmembers + 1, sizeof(*l->members))) {
+    if (!weft__array_reserve((void **)&l->members, &l->cap_members, (size_t)l->nmembers + 1,
+                             sizeof(*l->members))) {
         return NULL;
     }
-    memmove(&l->members[lo + 1], &l->members[lo],
-            (size_t)(l->nmembers - lo) * sizeof(*l->members));
+    memmove(&l->members[lo + 1], &l->members[lo], (size_t)(l->nmembers - lo) * sizeof(*l->members));
     memset(&l->members[lo], 0, sizeof(*l->members));
     l->members[lo].id = id;
     l->nmembers++;
@@ -157,8 +142,8 @@ weft_status_t weft_layout_add_region(weft_layout_t *l, int member, int tensor,
     }
     if (member < 0 || tensor < 0 || tensor >= l->ntensors) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG,
-                                 "weft_layout_add_region: member %d, tensor %d: no such %s",
-                                 member, tensor, member < 0 ? "member (ids are >= 0)" : "tensor");
+                                 "weft_layout_add_region: member %d, tensor %d: no such %s", member,
+                                 tensor, member < 0 ? "member (ids are >= 0)" : "tensor");
     }
     const weft__ltensor_t *t = &l->tensors[tensor];
     char text[BOX_TEXT];
@@ -186,11 +171,13 @@ weft_status_t weft_layout_add_region(weft_layout_t *l, int member, int tensor,
                                      t->name, text, member, other);
         }
     }
-    if (!grow((void **)&l->regions, &l->cap_regions, l->nregions + 1, sizeof(*l->regions))) {
+    if (!weft__array_reserve((void **)&l->regions, &l->cap_regions, (size_t)l->nregions + 1,
+                             sizeof(*l->regions))) {
         return weft__error_noctx(WEFT_ERR_NO_MEMORY, "weft_layout_add_region: out of memory");
     }
     weft__lmember_t *ms = member_slot(l, member);
-    if (ms == NULL || !grow((void **)&ms->regions, &ms->cap, ms->nregions + 1, sizeof(int))) {
+    if (ms == NULL || !weft__array_reserve((void **)&ms->regions, &ms->cap,
+                                           (size_t)ms->nregions + 1, sizeof(int))) {
         return weft__error_noctx(WEFT_ERR_NO_MEMORY, "weft_layout_add_region: out of memory");
     }
     weft__lregion_t *r = &l->regions[l->nregions];
@@ -225,8 +212,8 @@ static weft_status_t check_members(const int *members, int n, const char *fn)
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < i; j++) {
             if (members[i] == members[j]) {
-                return weft__error_noctx(WEFT_ERR_INVALID_ARG, "%s: member %d is listed twice",
-                                         fn, members[i]);
+                return weft__error_noctx(WEFT_ERR_INVALID_ARG, "%s: member %d is listed twice", fn,
+                                         members[i]);
             }
         }
     }
@@ -319,7 +306,8 @@ weft_status_t weft_layout_flat(weft_layout_t *l, const int *tensors, int ntensor
             weft_box_t boxes[2 * WEFT_LAYOUT_MAX_DIMS];
             int nb = weft__box_tile_range(t->shape, t->ndims, lo, hi, boxes);
             for (int k = 0; k < nb; k++) {
-                if ((st = weft_layout_add_region(l, members[m], tensors[i], &boxes[k])) != WEFT_OK) {
+                if ((st = weft_layout_add_region(l, members[m], tensors[i], &boxes[k])) !=
+                    WEFT_OK) {
                     return st;
                 }
             }

@@ -29,18 +29,22 @@ typedef struct weft__lregion {
 
 typedef struct weft__lmember {
     int id;
-    int nregions, cap;
+    int nregions;
+    size_t cap;
     int *regions; /* indices into weft_layout::regions, in the member's order */
     size_t packed_bytes;
 } weft__lmember_t;
 
 struct weft_layout {
     weft__ltensor_t *tensors;
-    int ntensors, cap_tensors;
+    int ntensors;
+    size_t cap_tensors;
     weft__lregion_t *regions;
-    int nregions, cap_regions;
+    int nregions;
+    size_t cap_regions;
     weft__lmember_t *members; /* sorted by id */
-    int nmembers, cap_members;
+    int nmembers;
+    size_t cap_members;
 };
 
 /* The member with stable id @p id, or NULL. */

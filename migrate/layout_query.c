@@ -5,6 +5,7 @@
 #include "comm/ctx.h"
 #include "migrate/box.h"
 #include "migrate/layout.h"
+#include "util/array.h"
 
 int weft_layout_num_tensors(const weft_layout_t *l)
 {
@@ -84,48 +85,40 @@ size_t weft_layout_packed_bytes(const weft_layout_t *l, int member)
 static weft_status_t find_hole(const weft_layout_t *l, int tensor, weft_box_t *hole)
 {
     const weft__ltensor_t *t = &l->tensors[tensor];
-    int nd = t->ndims, n = 1, cap = 16;
-    weft_box_t *left = malloc((size_t)cap * sizeof(*left));
-    weft_box_t *next = malloc((size_t)cap * sizeof(*next));
-    if (left == NULL || next == NULL) {
-        free(left);
-        free(next);
+    int nd = t->ndims;
+    size_t n = 1, cap_left = 0, cap_next = 0;
+    weft_box_t *left = NULL, *next = NULL;
+    weft_status_t st = WEFT_OK;
+    if (!weft__array_reserve((void **)&left, &cap_left, 1, sizeof(*left))) {
         return WEFT_ERR_NO_MEMORY;
     }
     memset(&left[0], 0, sizeof(left[0]));
     for (int d = 0; d < nd; d++) {
         left[0].extent[d] = t->shape[d];
     }
-    for (int i = 0; i < l->nregions && n > 0; i++) {
+    for (int i = 0; i < l->nregions && n > 0 && st == WEFT_OK; i++) {
         const weft__lregion_t *r = &l->regions[i];
         if (r->tensor != tensor) {
             continue;
         }
-        int m = 0;
-        for (int k = 0; k < n; k++) {
-            if (m + 2 * nd > cap) {
-                cap = (m + 2 * nd) * 2;
-                weft_box_t *p = realloc(next, (size_t)cap * sizeof(*p));
-                weft_box_t *q = p != NULL ? realloc(left, (size_t)cap * sizeof(*q)) : NULL;
-                if (p != NULL) {
-                    next = p;
-                }
-                if (q == NULL) {
-                    free(left);
-                    free(next);
-                    return WEFT_ERR_NO_MEMORY;
-                }
-                left = q;
+        size_t m = 0;
+        for (size_t k = 0; k < n; k++) {
+            if (!weft__array_reserve((void **)&next, &cap_next, m + 2 * (size_t)nd,
+                                     sizeof(*next))) {
+                st = WEFT_ERR_NO_MEMORY;
+                break;
             }
-            m += weft__box_subtract(&left[k], &r->box, nd, &next[m]);
+            m += (size_t)weft__box_subtract(&left[k], &r->box, nd, &next[m]);
         }
         weft_box_t *swap = left;
+        size_t swap_cap = cap_left;
         left = next;
+        cap_left = cap_next;
         next = swap;
+        cap_next = swap_cap;
         n = m;
     }
-    weft_status_t st = WEFT_OK;
-    if (n > 0) {
+    if (st == WEFT_OK && n > 0) {
         *hole = left[0];
         st = WEFT_ERR_INVALID_ARG;
     }
@@ -164,16 +157,15 @@ weft_status_t weft__layout_same_tensors(const weft_layout_t *a, const weft_layou
     }
     for (int i = 0; i < a->ntensors; i++) {
         const weft__ltensor_t *x = &a->tensors[i], *y = &b->tensors[i];
-        bool same = strcmp(x->name, y->name) == 0 && x->dtype == y->dtype &&
-                    x->ndims == y->ndims;
+        bool same = strcmp(x->name, y->name) == 0 && x->dtype == y->dtype && x->ndims == y->ndims;
         for (int d = 0; same && d < x->ndims; d++) {
             same = x->shape[d] == y->shape[d];
         }
         if (!same) {
             return weft__error_noctx(WEFT_ERR_INVALID_ARG,
                                      "tensor %d differs between the layouts (%s, %s vs %s, %s): "
-                                     "name, dtype and shape must agree", i, x->name,
-                                     weft_dtype_name(x->dtype), y->name,
+                                     "name, dtype and shape must agree",
+                                     i, x->name, weft_dtype_name(x->dtype), y->name,
                                      weft_dtype_name(y->dtype));
         }
     }

@@ -15,21 +15,22 @@
 #include "migrate/box.h"
 #include "migrate/layout.h"
 #include "migrate/plan.h"
+#include "util/array.h"
 
 #define DEFAULT_BALANCE_BYTES (1u << 20)
 
 typedef struct piece {
     weft_box_t box;
     int tensor, nd, dst, dst_region; /* dst_region: index into the new layout's regions */
-    int hoff, nh;                /* holders: old region indices, pool[hoff .. hoff + nh) */
+    int hoff, nh;                    /* holders: old region indices, pool[hoff .. hoff + nh) */
     size_t bytes;
-    int src_region;              /* chosen: index into the old layout's regions */
+    int src_region; /* chosen: index into the old layout's regions */
 } piece_t;
 
 typedef struct builder {
     const weft_layout_t *old, *new;
     const weft_plan_params_t *p;
-    piece_t *pieces;   /* remote pieces of every destination */
+    piece_t *pieces; /* remote pieces of every destination */
     size_t npieces, cap_pieces;
     int *pool;
     size_t npool, cap_pool;
@@ -40,27 +41,9 @@ typedef struct builder {
     size_t lower_bound;
 } builder_t;
 
-static bool reserve(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) {
-        return true;
-    }
-    size_t n = *cap ? *cap * 2 : 64;
-    while (n < need) {
-        n *= 2;
-    }
-    void *q = realloc(*arr, n * elem);
-    if (q == NULL) {
-        return false;
-    }
-    *arr = q;
-    *cap = n;
-    return true;
-}
-
 static bool add_xfer(builder_t *b, int src_region, int dst_region, const weft_box_t *box)
 {
-    if (!reserve((void **)&b->xfers, &b->cap_xfers, b->nxfers + 1, sizeof(*b->xfers))) {
+    if (!weft__array_reserve((void **)&b->xfers, &b->cap_xfers, b->nxfers + 1, sizeof(*b->xfers))) {
         return false;
     }
     const weft__lregion_t *s = &b->old->regions[src_region];
@@ -90,7 +73,8 @@ static bool add_xfer(builder_t *b, int src_region, int dst_region, const weft_bo
 /* A piece of new region @p dst_region that no member of the old layout holds. */
 static bool add_missing(builder_t *b, int dst_region, const weft_box_t *box)
 {
-    if (!reserve((void **)&b->missing, &b->cap_missing, b->nmissing + 1, sizeof(*b->missing))) {
+    if (!weft__array_reserve((void **)&b->missing, &b->cap_missing, b->nmissing + 1,
+                             sizeof(*b->missing))) {
         return false;
     }
     const weft__lregion_t *d = &b->new->regions[dst_region];
@@ -113,7 +97,8 @@ static bool add_missing(builder_t *b, int dst_region, const weft_box_t *box)
 
 static bool push_piece(builder_t *b, const piece_t *pc)
 {
-    if (!reserve((void **)&b->pieces, &b->cap_pieces, b->npieces + 1, sizeof(*b->pieces))) {
+    if (!weft__array_reserve((void **)&b->pieces, &b->cap_pieces, b->npieces + 1,
+                             sizeof(*b->pieces))) {
         return false;
     }
     b->pieces[b->npieces++] = *pc;
@@ -131,8 +116,8 @@ static bool refine(builder_t *b, size_t first, int o)
         if (!weft__box_intersect(&b->pieces[i].box, &r->box, nd, &in)) {
             continue;
         }
-        if (!reserve((void **)&b->pool, &b->cap_pool, b->npool + (size_t)b->pieces[i].nh + 1,
-                     sizeof(int))) {
+        if (!weft__array_reserve((void **)&b->pool, &b->cap_pool,
+                                 b->npool + (size_t)b->pieces[i].nh + 1, sizeof(int))) {
             return false;
         }
         piece_t pc = b->pieces[i];
@@ -183,8 +168,14 @@ static weft_status_t plan_region(builder_t *b, int nr)
     int nd = t->ndims;
     const weft__lmember_t *mine = weft__layout_member(b->old, R->member);
     size_t first = b->npieces;
-    piece_t pc = {.box = R->box, .tensor = R->tensor, .nd = nd, .dst = R->member, .dst_region = nr,
-                  .hoff = 0, .nh = 0, .src_region = -1};
+    piece_t pc = {.box = R->box,
+                  .tensor = R->tensor,
+                  .nd = nd,
+                  .dst = R->member,
+                  .dst_region = nr,
+                  .hoff = 0,
+                  .nh = 0,
+                  .src_region = -1};
     if (!push_piece(b, &pc)) {
         return WEFT_ERR_NO_MEMORY;
     }
