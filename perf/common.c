@@ -450,6 +450,31 @@ double perf_now_us(void)
     return (double)perf_now_ns() / 1e3;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double perf_median(double *v, int n)
+{
+    if (n <= 0) {
+        return 0;
+    }
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double perf_quantile(double *v, int n, double q)
+{
+    if (n <= 0) {
+        return 0;
+    }
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    int k = (int)(q * (n - 1) + 0.5);
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
 double perf_gbs(size_t bytes, double time_us)
 {
     return time_us > 0 ? (double)bytes / time_us / 1e3 : 0.0;

@@ -262,18 +262,6 @@ static int survive_one(group_bench_t *b, int iter, bool failed, double m[M_COUNT
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-
 static void report(group_bench_t *b, int runs, int size)
 {
     double med[M_COUNT], lo[M_COUNT], hi[M_COUNT];
@@ -284,7 +272,7 @@ static void report(group_bench_t *b, int runs, int size)
                 b->samples[k][n++] = b->samples[k][i];
             }
         }
-        med[k] = median(b->samples[k], n);
+        med[k] = perf_median(b->samples[k], n);
         lo[k] = n > 0 ? b->samples[k][0] : 0;
         hi[k] = n > 0 ? b->samples[k][n - 1] : 0;
     }

@@ -139,24 +139,27 @@ static int build(const mig_bench_t *b, const char *kind, scenario_t *s)
     return 0;
 }
 
-/* Median over runs of the slowest rank's time. */
-static double median(double *v, int n)
-{
-    for (int i = 1; i < n; i++) {
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double x = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = x;
-        }
-    }
-    return n > 0 ? v[n / 2] : 0;
-}
-
 static double slowest(const mig_bench_t *b, double us)
 {
     double out = us;
     weft_allreduce(b->w.world, &us, &out, 1, WEFT_F64, WEFT_MAX);
     return out;
+}
+
+/* Whether boxes @p a and @p b overlap, and their intersection in @p in. */
+static bool box_overlap(const weft_box_t *a, const weft_box_t *b, int nd, weft_box_t *in)
+{
+    for (int d = 0; d < nd; d++) {
+        uint64_t lo = a->offset[d] > b->offset[d] ? a->offset[d] : b->offset[d];
+        uint64_t ea = a->offset[d] + a->extent[d], eb = b->offset[d] + b->extent[d];
+        uint64_t hi = ea < eb ? ea : eb;
+        if (hi <= lo) {
+            return false;
+        }
+        in->offset[d] = lo;
+        in->extent[d] = hi - lo;
+    }
+    return true;
 }
 
 /* Cut this member's new regions out of whole old shards: @p shard(m) gives member m's
@@ -177,15 +180,7 @@ static void slice(const scenario_t *s, int me, unsigned char *newbuf,
                 weft_box_t ob, in;
                 size_t ooff;
                 weft_layout_region(s->old, ids[r], j, &ot, &ob, NULL, &ooff);
-                bool overlap = ot == t;
-                for (int d = 0; overlap && d < ti.ndims; d++) {
-                    uint64_t lo = nb.offset[d] > ob.offset[d] ? nb.offset[d] : ob.offset[d];
-                    uint64_t a = nb.offset[d] + nb.extent[d], c = ob.offset[d] + ob.extent[d];
-                    uint64_t hi = a < c ? a : c;
-                    overlap = hi > lo;
-                    in.offset[d] = lo;
-                    in.extent[d] = hi - lo;
-                }
+                bool overlap = ot == t && box_overlap(&nb, &ob, ti.ndims, &in);
                 const unsigned char *src = overlap ? shard(arg, ids[r]) : NULL;
                 if (src != NULL) {
                     weft_box_copy(newbuf + noff, &nb, src + ooff, &ob, &in, ti.ndims,
@@ -293,13 +288,9 @@ static double file_reload(const mig_bench_t *b, const scenario_t *s, const int *
                 weft_box_t ob;
                 weft_layout_region(s->old, ids[r], j, &ot, &ob, NULL, NULL);
                 weft_tensor_info_t ti;
+                weft_box_t in;
                 weft_layout_tensor(s->old, ot, &ti);
-                bool hit = ot == t;
-                for (int d = 0; hit && d < ti.ndims; d++) {
-                    hit = nb.offset[d] < ob.offset[d] + ob.extent[d] &&
-                          ob.offset[d] < nb.offset[d] + nb.extent[d];
-                }
-                needed = hit;
+                needed = ot == t && box_overlap(&nb, &ob, ti.ndims, &in);
             }
         }
         if (!needed) {
@@ -389,14 +380,14 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
         perf_report_error(&b->w, "weft_migrate", st);
         return PERF_EXIT_ERROR;
     }
-    res->time_us = median(v, b->o.iters);
+    res->time_us = perf_median(v, b->o.iters);
     res->wrong = -1;
     if (b->baselines) {
         for (int i = 0; i < b->o.iters; i++) {
             memset(ref, 0, nb);
             v[i] = allgather_slice(b, s, ids, oldbuf, ref);
         }
-        res->gather_us = median(v, b->o.iters);
+        res->gather_us = perf_median(v, b->o.iters);
         long wrong = 0;
         for (size_t k = 0; k < nb; k++) {
             wrong += newbuf[k] != ref[k];
@@ -410,7 +401,7 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
                 v[i] = newbuf[k] != ref[k] ? -1 : v[i];
             }
         }
-        res->file_us = median(v, runs);
+        res->file_us = perf_median(v, runs);
     }
     free(v);
     perf_free(oldbuf);
@@ -418,13 +409,6 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
     perf_free(ref);
     weft_plan_free(plan);
     return res->wrong > 0 ? PERF_EXIT_WRONG : PERF_EXIT_OK;
-}
-
-static double pct(double *v, int n, double q)
-{
-    median(v, n); /* sorts */
-    int k = (int)(q * (n - 1) + 0.5);
-    return v[k];
 }
 
 /* p50/p99 of allreduces of @p bytes, idle and while zero-shrink migrations keep running. */
@@ -449,9 +433,10 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
     if (json) {
         fprintf(out, ",\n  \"overlap\": [");
     } else if (b->w.rank == 0) {
-        fprintf(out, "#\n# allreduce while a zero-shrink migration runs (%d ranks)\n"
-                     "# %10s %12s %14s %14s %8s\n", p, "bytes", "idle_p50_us",
-                "during_p50_us", "during_p99_us", "ratio");
+        fprintf(out,
+                "#\n# allreduce while a zero-shrink migration runs (%d ranks)\n"
+                "# %10s %12s %14s %14s %8s\n",
+                p, "bytes", "idle_p50_us", "during_p50_us", "during_p99_us", "ratio");
     }
     for (size_t bytes = 8; bytes <= (64 << 10); bytes *= 8) {
         size_t count = bytes / 4;
@@ -486,10 +471,13 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
             weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
             weft_req_free(mig);
         }
-        double i50 = pct(idle, k, 0.5), d50 = pct(during, k, 0.5), d99 = pct(during, k, 0.99);
+        double i50 = perf_median(idle, k), d50 = perf_median(during, k);
+        double d99 = perf_quantile(during, k, 0.99);
         if (json) {
-            fprintf(out, "%s\n    {\"bytes\": %zu, \"idle_p50_us\": %.2f, \"during_p50_us\": %.2f, "
-                         "\"during_p99_us\": %.2f}", bytes == 8 ? "" : ",", bytes, i50, d50, d99);
+            fprintf(out,
+                    "%s\n    {\"bytes\": %zu, \"idle_p50_us\": %.2f, \"during_p50_us\": %.2f, "
+                    "\"during_p99_us\": %.2f}",
+                    bytes == 8 ? "" : ",", bytes, i50, d50, d99);
         } else if (b->w.rank == 0) {
             fprintf(out, "  %10zu %12.2f %14.2f %14.2f %8.2f\n", bytes, i50, d50, d99, d50 / i50);
         }
@@ -535,9 +523,9 @@ int perf_migrate_main(int argc, char **argv)
         printf("{\n  \"subcommand\": \"migrate\",\n  \"ranks\": %d,\n  \"scenarios\": [", b.w.size);
     } else if (print && !b.dry_run) {
         printf("# weft-perf migrate: %d ranks, median of %d runs (file-reload: of up to 3)\n"
-               "# %-14s %12s %12s %10s %9s %12s %12s %8s %12s %8s %7s\n", b.w.size, b.o.iters,
-               "scenario", "bytes_moved", "lower_bound", "time(us)", "GB/s", "plan(us)",
-               "allg+slice", "ratio", "file_reload", "ratio", "#wrong");
+               "# %-14s %12s %12s %10s %9s %12s %12s %8s %12s %8s %7s\n",
+               b.w.size, b.o.iters, "scenario", "bytes_moved", "lower_bound", "time(us)", "GB/s",
+               "plan(us)", "allg+slice", "ratio", "file_reload", "ratio", "#wrong");
     }
     int worst = PERF_EXIT_OK, printed = 0;
     for (int i = 0; i < MAX_SCEN; i++) {
@@ -562,13 +550,13 @@ int perf_migrate_main(int argc, char **argv)
             printf("%s\n    {\"name\": \"%s\", \"ranks\": %d, \"bytes_moved\": %zu, "
                    "\"bytes_lower_bound\": %zu, \"bytes_local\": %zu, \"time_us\": %.1f, "
                    "\"plan_us\": %.1f, \"allgather_slice_us\": %.1f, \"file_reload_us\": %.1f, "
-                   "\"wrong\": %ld}", printed++ ? "," : "", r.name, b.w.size, r.moved, r.lower,
-                   r.local, r.time_us, r.plan_us, r.gather_us, r.file_us, r.wrong);
+                   "\"wrong\": %ld}",
+                   printed++ ? "," : "", r.name, b.w.size, r.moved, r.lower, r.local, r.time_us,
+                   r.plan_us, r.gather_us, r.file_us, r.wrong);
         } else {
             printf("  %-14s %12zu %12zu %10.0f %9.2f %12.0f %12.0f %8.2f %12.0f %8.2f %7ld\n",
                    r.name, r.moved, r.lower, r.time_us, perf_gbs(r.moved, r.time_us), r.plan_us,
-                   r.gather_us, r.gather_us / r.time_us, r.file_us, r.file_us / r.time_us,
-                   r.wrong);
+                   r.gather_us, r.gather_us / r.time_us, r.file_us, r.file_us / r.time_us, r.wrong);
         }
     }
     if (b.o.json && print && !b.dry_run) {

@@ -147,6 +147,11 @@ bool perf_next_size(const perf_opts_t *o, size_t *size);
 /* Monotonic clock. */
 uint64_t perf_now_ns(void);
 double perf_now_us(void);
+/* Sort @p v (@p n values) and return the median: the mean of the two middle values when n
+ * is even, 0 when it is 0. */
+double perf_median(double *v, int n);
+/* Sort @p v and return the value at quantile @p q in [0, 1] (nearest rank); 0 when n is 0. */
+double perf_quantile(double *v, int n, double q);
 
 /* ---- buffers ---- */
 /* Page-aligned allocation (at least one byte), freed with perf_free(). NULL on failure. */

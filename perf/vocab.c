@@ -264,20 +264,13 @@ static weft_status_t replay_xfer(vocab_bench_t *b, weft_vocab_algo_t algo, int r
     return st;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median over the iterations of metric @p k of samples [iters][T_COUNT]. */
 static double median(const double *samples, int iters, int k, double *scratch)
 {
     for (int i = 0; i < iters; i++) {
         scratch[i] = samples[i * T_COUNT + k];
     }
-    qsort(scratch, (size_t)iters, sizeof(double), cmp_double);
-    return iters % 2 ? scratch[iters / 2] : (scratch[iters / 2 - 1] + scratch[iters / 2]) / 2;
+    return perf_median(scratch, iters);
 }
 
 /* Medians over iterations, maxima (waiting: means) over ranks, the replay, memory and the
