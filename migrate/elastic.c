@@ -44,39 +44,34 @@ weft_status_t weft_migrate_replan_flat(const weft_layout_t *old, const weft_grou
         return weft__error_noctx(WEFT_ERR_INVALID_ARG,
                                  "weft_migrate_replan_flat: NULL argument or empty layout");
     }
-    int *members = malloc((size_t)g->size * sizeof(int));
     int *tensors = malloc((size_t)old->ntensors * sizeof(int));
     weft_layout_t *nl = NULL, *kept = NULL;
-    weft_status_t st = members != NULL && tensors != NULL ? WEFT_OK : WEFT_ERR_NO_MEMORY;
-    if (st == WEFT_OK) {
-        memcpy(members, g->members, (size_t)g->size * sizeof(int));
-        for (int t = 0; t < old->ntensors; t++) {
-            tensors[t] = t;
-        }
-        st = weft_layout_keep(old, members, g->size, &kept);
-    }
-    if (st == WEFT_OK) {
-        st = weft_layout_create(&nl);
-    }
+    weft_status_t st = tensors != NULL ? WEFT_OK : WEFT_ERR_NO_MEMORY;
     for (int t = 0; t < old->ntensors && st == WEFT_OK; t++) {
-        const weft__ltensor_t *x = &old->tensors[t];
-        st = weft_layout_add_tensor(nl, x->name, x->dtype, x->ndims, x->shape, NULL);
+        tensors[t] = t;
+    }
+    /* What the members of @p g hold, and the same tensors with nobody holding them yet. */
+    if (st == WEFT_OK) {
+        st = weft_layout_keep(old, g->members, g->size, &kept);
     }
     if (st == WEFT_OK) {
-        st = weft_layout_flat(nl, tensors, old->ntensors, members, g->size);
+        st = weft_layout_keep(old, NULL, 0, &nl);
+    }
+    if (st == WEFT_OK) {
+        st = weft_layout_flat(nl, tensors, old->ntensors, g->members, g->size);
     }
     weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
     weft_plan_t *p = NULL;
     if (st == WEFT_OK) {
         st = weft_plan_create(kept, nl, &pp, &p);
     }
-    free(members);
     free(tensors);
     weft_layout_free(kept);
     if (st != WEFT_OK) {
         weft_layout_free(nl);
         return st == WEFT_ERR_NO_MEMORY
-                   ? weft__error_noctx(st, "weft_migrate_replan_flat: out of memory") : st;
+                   ? weft__error_noctx(st, "weft_migrate_replan_flat: out of memory")
+                   : st;
     }
     *new_layout = nl;
     *plan = p;
