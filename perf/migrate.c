@@ -28,6 +28,7 @@
 #include "perf.h"
 
 #define MAX_SCEN 4
+#define MAX_RANKS 256
 
 typedef struct mig_bench {
     perf_opts_t o;
@@ -36,6 +37,7 @@ typedef struct mig_bench {
     bool dry_run, overlap, baselines;
     const char *only;
     char tmpdir[256];
+    int ids[MAX_RANKS]; /* member id of each rank of the world, in rank order */
 } mig_bench_t;
 
 static const perf_extra_opt_t extras[] = {
@@ -89,13 +91,8 @@ static void add_model(weft_layout_t *l, size_t bytes, int *tensors)
 
 static int build(const mig_bench_t *b, const char *kind, scenario_t *s)
 {
-    int p = b->w.size, ids[256], t[64];
-    if (p > 256) {
-        return -1;
-    }
-    for (int r = 0; r < p; r++) {
-        weft_group_member_id(b->w.world, r, &ids[r]);
-    }
+    int p = b->w.size, t[64];
+    const int *ids = b->ids;
     snprintf(s->name, sizeof(s->name), "%s", kind);
     weft_layout_create(&s->old);
     weft_layout_create(&s->new);
@@ -335,10 +332,7 @@ typedef struct result {
 
 static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
 {
-    int p = b->w.size, ids[256];
-    for (int r = 0; r < p; r++) {
-        weft_group_member_id(b->w.world, r, &ids[r]);
-    }
+    const int *ids = b->ids;
     int me = ids[b->w.rank];
     memset(res, 0, sizeof(*res));
     snprintf(res->name, sizeof(res->name), "%s", s->name);
@@ -357,7 +351,7 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
     res->local = all.bytes_local;
     if (b->dry_run) {
         if (b->w.rank == 0) {
-            printf("# %s on %d ranks\n", s->name, p);
+            printf("# %s on %d ranks\n", s->name, b->w.size);
             weft_plan_print(plan, stdout);
         }
         weft_plan_free(plan);
@@ -418,11 +412,7 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
     if (build(b, "zero-shrink", &s) != 0) {
         return PERF_EXIT_OK;
     }
-    int p = b->w.size, ids[256];
-    for (int r = 0; r < p; r++) {
-        weft_group_member_id(b->w.world, r, &ids[r]);
-    }
-    int me = ids[b->w.rank];
+    int p = b->w.size, me = b->ids[b->w.rank];
     weft_plan_t *plan;
     weft_plan_create(s.old, s.new, NULL, &plan);
     size_t ob = weft_layout_packed_bytes(s.old, me), nb = weft_layout_packed_bytes(s.new, me);
@@ -516,6 +506,16 @@ int perf_migrate_main(int argc, char **argv)
     }
     if (perf_world_open(&b.w) != 0) {
         return PERF_EXIT_ERROR;
+    }
+    if (b.w.size > MAX_RANKS) {
+        if (b.w.rank == 0) {
+            fprintf(stderr, "weft-perf migrate: at most %d ranks\n", MAX_RANKS);
+        }
+        perf_world_close(&b.w);
+        return PERF_EXIT_USAGE;
+    }
+    for (int r = 0; r < b.w.size; r++) {
+        weft_group_member_id(b.w.world, r, &b.ids[r]);
     }
     static const char *const kinds[MAX_SCEN] = {"zero-shrink", "zero-grow", "tp", "pipeline"};
     bool print = b.w.rank == 0;
