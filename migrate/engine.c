@@ -49,6 +49,7 @@ typedef struct stream {
     uint32_t *work; /* chunks of this round */
     uint32_t nwork, next, done;
     uint32_t *bad; /* receiver: bad chunks of this round */
+    uint8_t *ok;   /* receiver: ok[k] once chunk k arrived and its checksum matched */
     uint32_t nbad;
     uint32_t *verdict; /* [0]: count, then chunk numbers */
     weft_req_t *vreq;
@@ -62,6 +63,7 @@ typedef struct mig {
     weft_group_t *g;
     const weft_plan_t *plan;
     const uint8_t *old_buf;
+    const uint8_t *resume_buf; /* a failed migration's new buffer (weft_migrate_resume) */
     uint8_t *new_buf;
     size_t chunk, window, max_staged, staged;
     uint32_t tag_id;
@@ -93,6 +95,12 @@ static const weft__xfer_t *xfer_of(const mig_t *m, const weft_mig_chunk_t *c)
     return &m->plan->xfers[c->x];
 }
 
+/* The buffer a transfer's source region lies in. */
+static const uint8_t *src_base(const mig_t *m, const weft__xfer_t *x)
+{
+    return x->src_buf == 1 ? m->resume_buf : m->old_buf;
+}
+
 /* Where the chunk's bytes are sent from or received into: the user's packed buffer when
  * contiguous there, else a staging buffer (NULL when the budget is used up for now). */
 static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_chunk_t *c)
@@ -104,7 +112,7 @@ static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_ch
             ? weft__mig_contiguous(&x->src_box, x->src_packed, &c->box, x->ndims, x->elem, &off)
             : weft__mig_contiguous(&x->dst_box, x->dst_packed, &c->box, x->ndims, x->elem, &off);
     if (contiguous) {
-        return s->send ? (uint8_t *)m->old_buf + off : m->new_buf + off;
+        return s->send ? (uint8_t *)src_base(m, x) + off : m->new_buf + off;
     }
     if (sl->staging == NULL) {
         /* Each stream may always stage one chunk, so no stream waits for another's
@@ -119,7 +127,7 @@ static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_ch
         s->staged++;
     }
     if (s->send) {
-        weft__box_copy(sl->staging, &c->box, m->old_buf + x->src_packed, &x->src_box, &c->box,
+        weft__box_copy(sl->staging, &c->box, src_base(m, x) + x->src_packed, &x->src_box, &c->box,
                        x->ndims, x->elem);
     }
     return sl->staging;
@@ -179,6 +187,7 @@ static void check_chunk(mig_t *m, stream_t *s, slot_t *sl)
         s->bad[s->nbad++] = (uint32_t)sl->chunk;
         return;
     }
+    s->ok[sl->chunk] = 1;
     if (sl->ptr == sl->staging) {
         const weft__xfer_t *x = xfer_of(m, c);
         weft__box_copy(m->new_buf + x->dst_packed, &x->dst_box, sl->staging, &c->box, &c->box,
@@ -323,8 +332,8 @@ static void local_step(mig_t *m, int gate)
     }
     const weft_mig_chunk_t *c = &m->local[m->local_next++];
     const weft__xfer_t *x = xfer_of(m, c);
-    weft__box_copy(m->new_buf + x->dst_packed, &x->dst_box, m->old_buf + x->src_packed, &x->src_box,
-                   &c->box, x->ndims, x->elem);
+    weft__box_copy(m->new_buf + x->dst_packed, &x->dst_box, src_base(m, x) + x->src_packed,
+                   &x->src_box, &c->box, x->ndims, x->elem);
 }
 
 /*
@@ -502,6 +511,7 @@ static void mig_free(mig_t *m)
         free(s->chunks);
         free(s->work);
         free(s->bad);
+        free(s->ok);
         release(ctx, s->verdict, verdict_live);
     }
     free(m->streams);
@@ -591,7 +601,9 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
         s->bad = malloc((size_t)s->nchunks * sizeof(uint32_t));
         s->verdict = malloc((size_t)(s->nchunks + 1) * sizeof(uint32_t));
         s->slots = calloc(m->window, sizeof(slot_t));
-        if (s->work == NULL || s->bad == NULL || s->verdict == NULL || s->slots == NULL) {
+        s->ok = s->send ? NULL : calloc(s->nchunks + 1, 1);
+        if (s->work == NULL || s->bad == NULL || s->verdict == NULL || s->slots == NULL ||
+            (!s->send && s->ok == NULL)) {
             return WEFT_ERR_NO_MEMORY;
         }
         for (uint32_t k = 0; k < s->nchunks; k++) {
@@ -649,6 +661,7 @@ weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const
     m->g = g;
     m->plan = plan;
     m->old_buf = old_buf;
+    m->resume_buf = p.resume_buf;
     m->new_buf = new_buf;
     m->chunk = ctx->cfg.migrate_chunk > 0 ? ctx->cfg.migrate_chunk : 1;
     m->window = ctx->cfg.migrate_window > 0 ? ctx->cfg.migrate_window : 1;
@@ -659,10 +672,14 @@ weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const
         refuse(m, "%s", perr);
     }
     for (size_t i = 0; i < plan->nxfers && !m->bad_args; i++) {
-        const weft_transfer_t *t = &plan->xfers[i].t;
-        if ((t->src == me && old_buf == NULL) || (t->dst == me && new_buf == NULL)) {
+        const weft__xfer_t *x = &plan->xfers[i];
+        const weft_transfer_t *t = &x->t;
+        if ((t->src == me && src_base(m, x) == NULL) || (t->dst == me && new_buf == NULL)) {
             refuse(m, "member %d %s but its %s buffer is NULL", me,
-                   t->src == me ? "sends" : "receives", t->src == me ? "old" : "new");
+                   t->src == me ? "sends" : "receives",
+                   t->src != me      ? "new"
+                   : x->src_buf == 1 ? "resume"
+                                     : "old");
         }
     }
     if (!m->bad_args && (st = build_streams(m, &p, me)) == WEFT_ERR_NO_MEMORY) {
@@ -704,4 +721,28 @@ weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void 
     weft_req_t *req = NULL;
     weft_status_t st = weft_migrate_start(g, plan, old_buf, new_buf, params, &req);
     return weft__blocking(st, req);
+}
+
+bool weft__mig_is(const weft_req_t *req)
+{
+    return req != NULL && req->progress == mig_progress && req->impl != NULL;
+}
+
+const weft_plan_t *weft__mig_plan(const weft_req_t *req)
+{
+    return ((const mig_t *)req->impl)->plan;
+}
+
+bool weft__mig_received(const weft_req_t *req, weft__mig_piece_fn fn, void *arg)
+{
+    const mig_t *m = req->impl;
+    for (int i = 0; i < m->nstreams; i++) {
+        const stream_t *s = &m->streams[i];
+        for (uint32_t k = 0; !s->send && k < s->nchunks; k++) {
+            if (s->ok[k] && !fn(arg, xfer_of(m, &s->chunks[k]), &s->chunks[k].box)) {
+                return false;
+            }
+        }
+    }
+    return true;
 }

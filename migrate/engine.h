@@ -41,6 +41,16 @@ void weft__mig_sort(weft_mig_chunk_t *c, uint32_t n);
 bool weft__mig_contiguous(const weft_box_t *region, size_t packed, const weft_box_t *b, int nd,
                           size_t elem, size_t *offset);
 
+/* A migration request (weft_migrate_start) that has not been freed. */
+bool weft__mig_is(const weft_req_t *req);
+/* Its plan. */
+const weft_plan_t *weft__mig_plan(const weft_req_t *req);
+
+/* Call @p fn for every chunk this member received from another and checked, with its
+ * transfer and box; stops and returns false when @p fn does. */
+typedef bool (*weft__mig_piece_fn)(void *arg, const weft__xfer_t *x, const weft_box_t *box);
+bool weft__mig_received(const weft_req_t *req, weft__mig_piece_fn fn, void *arg);
+
 /* Test hook: sees every received chunk before its checksum is checked (tests flip a
  * byte here). NULL in normal runs. */
 extern void (*weft__migrate_recv_hook)(int src_member, uint32_t seq, int round, void *data,

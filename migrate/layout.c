@@ -191,6 +191,8 @@ weft_status_t weft_layout_add_region(weft_layout_t *l, int member, int tensor,
     }
     r->bytes = (size_t)weft__box_volume(box, t->ndims) * t->elem;
     r->packed_offset = ms->packed_bytes;
+    r->space = r->box;
+    r->space_offset = r->packed_offset;
     ms->packed_bytes += r->bytes;
     ms->regions[ms->nregions++] = l->nregions++;
     return WEFT_OK;

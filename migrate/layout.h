@@ -25,6 +25,13 @@ typedef struct weft__lregion {
     weft_box_t box;
     size_t bytes;
     size_t packed_offset; /* in the member's packed buffer */
+    /* Where the bytes are, for a source: buffer 0 (the old packed buffer) or 1 (the new
+     * buffer of a failed migration, weft_migrate_resume), and the enclosing box held there
+     * row-major from space_offset on. For regions added by weft_layout_add_region: 0,
+     * the region's own box and packed offset. */
+    int buf;
+    weft_box_t space;
+    size_t space_offset;
 } weft__lregion_t;
 
 typedef struct weft__lmember {

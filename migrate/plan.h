@@ -15,7 +15,8 @@ typedef struct weft__xfer {
     int ndims;
     size_t elem;
     weft_box_t src_box;  /* the source region, in the old layout */
-    size_t src_packed;   /* its offset in the source's old packed buffer */
+    size_t src_packed;   /* its offset in the source's buffer src_buf */
+    int src_buf;         /* 0: the old packed buffer; 1: weft_migrate_params_t.resume_buf */
     weft_box_t dst_box;  /* the destination region, in the new layout */
     size_t dst_packed;   /* its offset in the destination's new packed buffer */
 } weft__xfer_t;

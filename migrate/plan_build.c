@@ -63,8 +63,9 @@ static bool add_xfer(builder_t *b, int src_region, int dst_region, const weft_bo
     }
     x->t.bytes = (size_t)weft__box_volume(box, t->ndims) * t->elem;
     x->elem = t->elem;
-    x->src_box = s->box;
-    x->src_packed = s->packed_offset;
+    x->src_box = s->space;
+    x->src_packed = s->space_offset;
+    x->src_buf = s->buf;
     x->dst_box = d->box;
     x->dst_packed = d->packed_offset;
     return true;

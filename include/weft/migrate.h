@@ -284,6 +284,10 @@ typedef struct weft_migrate_params {
     /** Bytes of chunks staged in memory at once (chunks that are not contiguous in the
      * source or destination region); 0: 64 MiB. At least one chunk is always allowed. */
     size_t max_staged_bytes;
+    /** With a plan from weft_migrate_resume(): the new buffer of the failed migration
+     * (what this member had received before it failed), read by transfers whose source
+     * is a piece received then. NULL otherwise. */
+    const void *resume_buf;
 } weft_migrate_params_t;
 
 /**
@@ -319,6 +323,34 @@ typedef struct weft_migrate_params {
 WEFT_API weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
                                  void *new_buf, const weft_migrate_params_t *params,
                                  weft_req_t **req);
+
+/**
+ * @brief After migration @p failed failed and @p g was repaired: the plan that takes the
+ * survivors to @p target from what they hold now, which is their regions of @p old (the
+ * failed plan's old layout, in their old buffers) and every chunk of the failed plan's
+ * new layout they had received from another member and checked (in its new buffer).
+ * Bytes that arrived before the failure are not sent again. Collective over @p g: the
+ * survivors exchange which chunks they received (one allgather), so every member gets
+ * the same plan. Parts of @p target that no survivor holds are listed by
+ * weft_plan_missing() (the plan is made with allow_missing).
+ *
+ * Run it with weft_migrate_start(g, plan, old_buf, target_buf, params) and
+ * params->resume_buf = the failed migration's new buffer; the target buffer must overlap
+ * neither. In the plan's transfers, @c src_region counts the source's regions of @p old
+ * first, then the pieces it received, in the order the exchange lists them.
+ * @p failed stays valid (free it with weft_req_free() after this call); a migration
+ * started with weft_migrate() cannot be resumed, since its request is gone.
+ *
+ * @param[in]  failed  The request of the failed migration (completed, not freed).
+ * @param[in]  params  Optional plan parameters (host_of, balance_bytes); allow_missing is
+ *                     always on.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG if @p failed is not a completed migration request,
+ *         or @p old does not match its plan; the errors of a collective on @p g.
+ */
+WEFT_API weft_status_t weft_migrate_resume(weft_group_t *g, weft_req_t *failed,
+                                           const weft_layout_t *old,
+                                           const weft_layout_t *target,
+                                           const weft_plan_params_t *params, weft_plan_t **plan);
 
 /** @brief weft_migrate_start() and wait for it (the context's default timeout). */
 WEFT_API weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,

@@ -5,7 +5,8 @@
  * sequential reference); a ZeRO re-cut from P to P-1 members; a chunk corrupted once
  * (sent again, the migration succeeds) and twice (every rank fails alike); members that
  * start different plans (every rank gets WEFT_ERR_MISMATCH) and a member whose
- * arguments are refused (every rank gets WEFT_ERR_INVALID_ARG).
+ * arguments are refused (every rank gets WEFT_ERR_INVALID_ARG); a failed migration
+ * resumed from what members received (weft_migrate_resume).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -67,7 +68,9 @@ static void test_random(void **state)
         ctx->cfg.migrate_chunk = chunks[gen_rnd() % 5];
         ctx->cfg.migrate_window = (size_t)gen_in(1, 4);
         int prio[4] = {gen_in(0, 2), gen_in(0, 2), gen_in(0, 2), gen_in(0, 2)};
-        weft_migrate_params_t mp = {.size = sizeof(mp), .priority = prio, .num_priorities = 4,
+        weft_migrate_params_t mp = {.size = sizeof(mp),
+                                    .priority = prio,
+                                    .num_priorities = 4,
                                     .max_staged_bytes = (size_t)gen_in(1, 3) * 64};
         weft_status_t st = run(old, new, trial % 2 ? &mp : NULL, false);
         if (st != WEFT_OK) {
@@ -154,6 +157,93 @@ static void test_corruption(void **state)
     weft_layout_free(new);
 }
 
+/* Resume after a failure (here every member's first chunk arrives corrupted twice, so
+ * the failed migration delivered everything else): the plan from what members hold now
+ * moves exactly the chunks that did not arrive, and reaches the target byte for byte;
+ * a flat target (a re-cut, not the failed one's layout) is reached too. */
+static void test_resume(void **state)
+{
+    (void)state;
+    if (n < 2) {
+        skip();
+    }
+    weft_layout_t *old, *new, *flat;
+    rotation(&old, &new);
+    weft_layout_keep(old, NULL, 0, &flat);
+    int t0 = 0;
+    assert_int_equal(weft_layout_flat(flat, &t0, 1, ids, n), WEFT_OK);
+    weft_plan_t *plan;
+    assert_int_equal(weft_plan_create(old, new, NULL, &plan), WEFT_OK);
+    size_t ob = weft_layout_packed_bytes(old, my_id), nb = weft_layout_packed_bytes(new, my_id);
+    unsigned char *obuf = malloc(ob), *failed_buf = calloc(1, nb);
+    gen_fill(old, my_id, obuf);
+    ctx->cfg.migrate_chunk = 1000;
+    weft__migrate_recv_hook = flip;
+    corrupt_rounds = 2;
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_migrate_start(world, plan, obuf, failed_buf, NULL, &req);
+    assert_true(st == WEFT_INPROGRESS || st == WEFT_OK);
+    assert_int_equal(weft_wait(req, WEFT_TIMEOUT_DEFAULT), WEFT_ERR_TRANSPORT);
+    weft__migrate_recv_hook = NULL;
+    const weft_layout_t *targets[2] = {new, flat};
+    for (int k = 0; k < 2; k++) {
+        weft_plan_t *rp;
+        assert_int_equal(weft_migrate_resume(world, req, old, targets[k], NULL, &rp), WEFT_OK);
+        weft_plan_stats_t all, fresh;
+        assert_int_equal(weft_plan_stats(rp, -1, &all), WEFT_OK);
+        assert_int_equal(all.bytes_missing, 0);
+        if (k == 0) {
+            /* Only chunk 0 of every member's region is still to come. */
+            size_t region = weft_layout_packed_bytes(new, ids[0]);
+            assert_int_equal(all.bytes_in, (size_t)n * (region < 1000 ? region : 1000));
+        } else {
+            /* Never more than a plan from the old layout alone. */
+            weft_plan_t *op;
+            assert_int_equal(weft_plan_create(old, flat, NULL, &op), WEFT_OK);
+            weft_plan_stats(op, -1, &fresh);
+            assert_true(all.bytes_in <= fresh.bytes_in);
+            weft_plan_free(op);
+        }
+        size_t tb = weft_layout_packed_bytes(targets[k], my_id);
+        unsigned char *tbuf = calloc(1, tb + 1);
+        weft_migrate_params_t mp = {.size = sizeof(mp), .resume_buf = failed_buf};
+        st = weft_migrate(world, rp, obuf, tbuf, &mp);
+        assert_int_equal(st, WEFT_OK);
+        assert_int_equal(gen_check(targets[k], my_id, tbuf), 0);
+        /* Without the resume buffer, a member that must read it refuses, and all fail. */
+        bool reads = false;
+        for (size_t i = 0; i < weft_plan_num_transfers(rp); i++) {
+            weft_transfer_t t;
+            weft_plan_transfer(rp, i, &t);
+            reads |= t.src == my_id && t.src_region >= weft_layout_num_regions(old, my_id);
+        }
+        int any = reads, anyone = 0;
+        weft_allreduce(world, &any, &anyone, 1, WEFT_I32, WEFT_MAX);
+        if (anyone) {
+            st = weft_migrate(world, rp, obuf, tbuf, NULL);
+            assert_int_equal(st, WEFT_ERR_INVALID_ARG);
+        }
+        free(tbuf);
+        weft_plan_free(rp);
+    }
+    /* A member that passes no request: every member is refused, none waits. */
+    weft_plan_t *rp = NULL;
+    st = weft_migrate_resume(world, me == n - 1 ? NULL : req, old, new, NULL, &rp);
+    assert_int_equal(st, WEFT_ERR_INVALID_ARG);
+    assert_null(rp);
+    /* A layout that is not the failed plan's old one is refused. */
+    st = weft_migrate_resume(world, req, new, new, NULL, &rp);
+    assert_int_equal(st, WEFT_ERR_INVALID_ARG);
+    weft_req_free(req);
+    ctx->cfg.migrate_chunk = default_chunk;
+    free(obuf);
+    free(failed_buf);
+    weft_plan_free(plan);
+    weft_layout_free(old);
+    weft_layout_free(new);
+    weft_layout_free(flat);
+}
+
 static void test_disagreement(void **state)
 {
     (void)state;
@@ -236,11 +326,8 @@ int main(void)
     }
     default_chunk = ctx->cfg.migrate_chunk;
     const struct CMUnitTest tests[] = {
-        MIG_TEST(test_random),
-        MIG_TEST(test_zero_recut),
-        MIG_TEST(test_corruption),
-        MIG_TEST(test_disagreement),
-        MIG_TEST(test_background),
+        MIG_TEST(test_random),       MIG_TEST(test_zero_recut), MIG_TEST(test_corruption),
+        MIG_TEST(test_disagreement), MIG_TEST(test_resume),     MIG_TEST(test_background),
     };
     char name[32];
     snprintf(name, sizeof(name), "migrate rank %d of %d", me, n);

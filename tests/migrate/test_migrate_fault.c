@@ -3,8 +3,11 @@
  * received a few chunks): every survivor's migration fails with WEFT_ERR_PEER_FAILED or
  * WEFT_ERR_REVOKED; after weft_group_repair, weft_migrate_replan_flat re-cuts the ZeRO
  * partition over the survivors from what they hold, lists exactly what only the dead
- * member held, and the new migration leaves those pieces untouched and fills the rest
- * with the right bytes. Run by run_fault.sh, which counts "SURVIVOR-OK" lines.
+ * member held; weft_migrate_resume makes the plan to the same layout from what the
+ * survivors hold now, chunks received before the death included (so it misses no more
+ * than the replan, and moves plus misses no more); the resumed migration leaves the missing pieces
+ * untouched and fills the rest with the right bytes. Run by run_fault.sh, which counts
+ * "SURVIVOR-OK".
  */
 #include <signal.h>
 #include <stdio.h>
@@ -107,7 +110,11 @@ int main(void)
     if (id == victim) {
         weft__migrate_recv_hook = die_midway;
     }
-    weft_status_t st = weft_migrate(world, plan, obuf, nbuf, NULL);
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_migrate_start(world, plan, obuf, nbuf, NULL, &req);
+    if (st == WEFT_INPROGRESS) {
+        st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
+    }
     if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
         printf("rank %d: migration returned %s\n", me, weft_status_str(st));
         SURVIVOR_FAIL(me, "the migration did not fail with the member that died in it");
@@ -133,23 +140,44 @@ int main(void)
         SURVIVOR_FAIL(me, "missing bytes");
         return 1;
     }
+    weft_plan_t *resumed;
+    if (weft_migrate_resume(world, req, old, nl, NULL, &resumed) != WEFT_OK) {
+        SURVIVOR_FAIL(me, weft_last_error(ctx));
+        return 1;
+    }
+    weft_req_free(req);
+    weft_plan_stats_t rs;
+    weft_plan_stats(resumed, -1, &rs);
+    /* What the survivors received from the victim is no longer missing (it moves now);
+     * what they received from each other does not move again. */
+    if (rs.bytes_in + rs.bytes_missing > all.bytes_in + all.bytes_missing ||
+        rs.bytes_missing > all.bytes_missing) {
+        printf("rank %d: resumed plan moves %zu B and misses %zu B; the replan %zu B and %zu B\n",
+               me, rs.bytes_in, rs.bytes_missing, all.bytes_in, all.bytes_missing);
+        SURVIVOR_FAIL(me, "the resumed plan does worse than the replan");
+        return 1;
+    }
+    printf("rank %d: resumed plan moves %zu B (the replan %zu B), misses %zu B (%zu B)\n", me,
+           rs.bytes_in, all.bytes_in, rs.bytes_missing, all.bytes_missing);
     size_t nb = weft_layout_packed_bytes(nl, id);
     unsigned char *want = malloc(nb), *buf = malloc(nb);
     gen_fill(nl, id, want);
     for (size_t i = 0; i < nb; i++) {
         buf[i] = (unsigned char)~want[i];
     }
-    if ((st = weft_migrate(world, replan, obuf, buf, NULL)) != WEFT_OK) {
+    weft_migrate_params_t mp = {.size = sizeof(mp), .resume_buf = nbuf};
+    if ((st = weft_migrate(world, resumed, obuf, buf, &mp)) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(ctx));
         return 1;
     }
-    const char *why = check_new(replan, nl, id, buf, want, nb);
+    const char *why = check_new(resumed, nl, id, buf, want, nb);
     if (why != NULL) {
         SURVIVOR_FAIL(me, why);
         return 1;
     }
     SURVIVOR_OK(me);
     weft_plan_free(replan);
+    weft_plan_free(resumed);
     weft_plan_free(plan);
     weft_layout_free(nl);
     weft_layout_free(old);
