@@ -90,6 +90,10 @@ typedef struct weftrun_slot {
     int exec_errno; /* why the exec failed, 0 if it did not */
     bool fenced;    /* declared failed by its lapsed lease while running, then killed */
     bool fenced_early; /* ... before the job began to finish: no member at its end */
+    /* Reported failed by a member (weft/failed/<id> set) before the job began to finish:
+     * the members had repaired around it, so its end, however late it is reaped, does
+     * not fail the finishing job. */
+    bool reported_early;
     uint64_t stopped_since_ms; /* when the process was stopped (SIGSTOP...); 0: not stopped */
     weftrun_stream_t out, err;
 } weftrun_slot_t;

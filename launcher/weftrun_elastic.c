@@ -12,9 +12,13 @@
  * that fails now failed the end of the job rather than its course. Such a death is not
  * replaced and its status becomes weftrun's (the first one wins); the others are left to
  * finish. A process fenced before (weftrun_fence.c) is the exception: it had stopped
- * being a member when its lease lapsed.
+ * being a member when its lease lapsed; so is one that a member had reported failed
+ * (weft/failed/<id>) before the first exit 0: a process killed with SIGKILL closes its
+ * sockets before it becomes a zombie, so the survivors may detect it, repair and exit
+ * before weftrun can reap it.
  */
 #include <signal.h>
+#include <stdio.h>
 
 #include "launcher/weftrun.h"
 
@@ -22,6 +26,15 @@ void weftrun_elastic_on_success(weftrun_job_t *job, const weftrun_slot_t *s)
 {
     if (!job->finishing) {
         job->finishing = true;
+        /* Members that others reported failed before this exit are out of the group,
+         * even when their process is reaped only after it. */
+        for (int i = 0; i < job->nslots; i++) {
+            weftrun_slot_t *o = &job->slots[i];
+            char key[64];
+            snprintf(key, sizeof(key), WEFTRUN_FAILED_PREFIX "%d", o->rank);
+            o->reported_early =
+                o->state == WEFTRUN_SLOT_RUNNING && weft__store_server_has(job->server, key);
+        }
         WEFT_INFO(job->lg,
                   "rank %d exited 0: the job is finishing; a death from now on is not "
                   "replaced and fails the job",
@@ -75,10 +88,12 @@ void weftrun_elastic_on_death(weftrun_job_t *job, const weftrun_slot_t *s, const
         weftrun_begin_stop(job, WEFTRUN_STOP_RANK_FAILED, d->code, SIGTERM);
         return;
     }
-    if (job->finishing && s->fenced_early) {
-        /* Declared failed before the job began to finish, and repaired away. */
-        WEFT_WARN(job->lg, "rank %d (pid %d) %s; it was no longer a member, so the job does "
-                  "not fail for it", s->rank, (int)s->pid, d->text);
+    if (job->finishing && (s->fenced_early || s->reported_early)) {
+        /* Declared or reported failed before the job began to finish: repaired away. */
+        WEFT_WARN(job->lg,
+                  "rank %d (pid %d) %s; it was no longer a member, so the job does "
+                  "not fail for it",
+                  s->rank, (int)s->pid, d->text);
         return;
     }
     if (job->finishing) {

@@ -139,28 +139,51 @@ static weftrun_slot_t *slot_of_pid(weftrun_job_t *job, pid_t pid)
     return NULL;
 }
 
-/* SIGCHLD notices merge, so reap until nothing is left to reap. */
+/* Whether an end is a clean exit (status 0). */
+static bool clean_exit(int wstatus)
+{
+    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+}
+
+/*
+ * SIGCHLD notices merge, so reap until nothing is left to reap. Ends reaped together are
+ * handled failures first: waitpid() hands zombies over in no particular order, and a rank
+ * that exited 0 in the same instant as another died (having repaired around it) must not
+ * make that death look as if it came after the job began to finish.
+ */
 static void reap_ranks(weftrun_job_t *job)
 {
-    for (;;) {
+    struct {
+        weftrun_slot_t *slot;
+        int wstatus;
+    } ended[64];
+    int nended = 0;
+    bool more = true;
+    while (more) {
         int wstatus;
         pid_t pid = waitpid(-1, &wstatus, WNOHANG | WUNTRACED | WCONTINUED);
-        if (pid <= 0) {
-            if (pid < 0 && errno == EINTR) {
-                continue;
-            }
-            return;
-        }
-        weftrun_slot_t *s = slot_of_pid(job, pid);
-        if (s == NULL) {
+        if (pid < 0 && errno == EINTR) {
             continue;
         }
-        if (WIFSTOPPED(wstatus)) {
+        more = pid > 0;
+        weftrun_slot_t *s = more ? slot_of_pid(job, pid) : NULL;
+        if (s != NULL && WIFSTOPPED(wstatus)) {
             s->stopped_since_ms = s->stopped_since_ms != 0 ? s->stopped_since_ms : weft__now_ms();
-        } else if (WIFCONTINUED(wstatus)) {
+        } else if (s != NULL && WIFCONTINUED(wstatus)) {
             s->stopped_since_ms = 0;
-        } else {
-            on_rank_exit(job, s, wstatus);
+        } else if (s != NULL) {
+            ended[nended].slot = s;
+            ended[nended++].wstatus = wstatus;
+        }
+        if (nended == (int)(sizeof(ended) / sizeof(ended[0])) || (!more && nended > 0)) {
+            for (int pass = 0; pass < 2; pass++) { /* failures, then clean exits */
+                for (int i = 0; i < nended; i++) {
+                    if (clean_exit(ended[i].wstatus) == (pass == 1)) {
+                        on_rank_exit(job, ended[i].slot, ended[i].wstatus);
+                    }
+                }
+            }
+            nended = 0;
         }
     }
 }

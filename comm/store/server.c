@@ -975,6 +975,17 @@ weft_status_t weft__store_server_set(weft_store_server_t *s, const char *key, co
     return st;
 }
 
+bool weft__store_server_has(weft_store_server_t *s, const char *key)
+{
+    if (s == NULL || key == NULL) {
+        return false;
+    }
+    pthread_mutex_lock(&s->lock);
+    bool has = *map_slot(s, key, strnlen(key, WEFT_STORE_MAX_KEY + 1)) != NULL;
+    pthread_mutex_unlock(&s->lock);
+    return has;
+}
+
 void weft__store_server_stop(weft_store_server_t *s)
 {
     if (s == NULL) {

@@ -122,6 +122,8 @@ int weft__store_server_port(const weft_store_server_t *s);
 /* Set a key from the hosting process (thread-safe); watchers are notified. */
 weft_status_t weft__store_server_set(weft_store_server_t *s, const char *key, const void *val,
                                      size_t len);
+/* Whether @p key is set (thread-safe). */
+bool weft__store_server_has(weft_store_server_t *s, const char *key);
 void weft__store_server_stop(weft_store_server_t *s);
 
 /* Random token of 32 hex characters from the OS entropy source. */

@@ -25,6 +25,8 @@
 
 #define SH(...) ((const char *const[]){__VA_ARGS__, NULL})
 
+static const char *store_set; /* tests/launcher/store_set.c */
+
 /* Shell helpers in front of every script: put NAME TEXT writes a file whole (readers never
  * see it half written), wait_file NAME, and reaped R waits until weftrun has reaped the
  * rank that left its pid in pid.R (see above). */
@@ -230,6 +232,23 @@ static void test_death_while_finishing(void **state)
     assert_false(have_file("env.2"));
 }
 
+/* A member another member reported failed before the job began to finish was repaired
+ * away: its death reaped after the first exit 0 (a process killed with SIGKILL closes its
+ * sockets before weftrun can reap it) does not fail the job. */
+static void test_reported_death_while_finishing(void **state)
+{
+    (void)state;
+    char script[2048];
+    snprintf(script, sizeof(script),
+             SH_LIB "if [ $WEFT_RANK = 1 ]; then put pid.1 $$; sleep 30 & wait; fi\n"
+                    "if [ $WEFT_RANK = 0 ]; then wait_file pid.1;\n"
+                    "  '%s' weft/failed/1 'reported by member 0' || exit 9;\n"
+                    "  put pid.0 $$; exit 0; fi\n"
+                    "reaped 0; kill -KILL $(cat \"$WT_DIR/pid.1\"); reaped 1; exit 0",
+             store_set);
+    run_expect(SH("-n", "3", "--elastic", "--", "/bin/sh", "-c", script), 0, "no longer a member");
+}
+
 /* A program that cannot be executed is not replaced over and over: the job stops. */
 static void test_exec_failure_not_replaced(void **state)
 {
@@ -257,11 +276,12 @@ static void test_timeout(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s PATH-TO-WEFTRUN\n", argv[0]);
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s PATH-TO-WEFTRUN PATH-TO-STORE_SET\n", argv[0]);
         return 2;
     }
     wr_weftrun = argv[1];
+    store_set = argv[2];
     const struct CMUnitTest tests[] = {
         T(test_death_does_not_stop_job),
         T(test_elastic_with_keep_going),
@@ -271,6 +291,7 @@ int main(int argc, char **argv)
         T(test_below_min_stops),
         T(test_below_min_after_restarts),
         T(test_death_while_finishing),
+        T(test_reported_death_while_finishing),
         T(test_exec_failure_not_replaced),
         T(test_timeout),
     };
