@@ -8,6 +8,8 @@
  *                2), re-sharded over min(P, 4)
  *   pipeline     4P equal layers, 4 per stage, rebalanced so every stage boundary moves
  *                by one layer
+ *   handover     (only when named) the whole model moves from the first member to the
+ *                second: a stream between two ranks without local copies
  * For each: bytes moved against the lower bound, the migration's time (maximum over
  * ranks, median over -n runs), and the same new buffers produced by
  *   allgather-slice  weft_allgather of every member's old shard, then each member cuts
@@ -27,7 +29,7 @@
 
 #include "perf.h"
 
-#define MAX_SCEN 4
+#define MAX_SCEN 5
 #define MAX_RANKS 256
 
 typedef struct mig_bench {
@@ -41,7 +43,8 @@ typedef struct mig_bench {
 } mig_bench_t;
 
 static const perf_extra_opt_t extras[] = {
-    {"--scenario", true, "NAME", "zero-shrink, zero-grow, tp, pipeline or all (default all)"},
+    {"--scenario", true, "NAME",
+     "zero-shrink, zero-grow, tp, pipeline, handover or all (default all but handover)"},
     {"--model-bytes", true, "BYTES", "size of the ZeRO and pipeline models (default 256M)"},
     {"--dry-run", false, NULL, "print the plans (bytes per member, lower bound), move nothing"},
     {"--overlap", false, NULL, "allreduce latency while a migration runs, against idle"},
@@ -55,7 +58,7 @@ static int on_extra(void *arg, const char *name, const char *val)
     if (strcmp(name, "--scenario") == 0) {
         b->only = val;
         return strcmp(val, "all") && strcmp(val, "zero-shrink") && strcmp(val, "zero-grow") &&
-               strcmp(val, "tp") && strcmp(val, "pipeline");
+               strcmp(val, "tp") && strcmp(val, "pipeline") && strcmp(val, "handover");
     }
     if (strcmp(name, "--model-bytes") == 0) {
         return perf_parse_size(val, &b->model_bytes) != 0 || b->model_bytes < 4096;
@@ -105,6 +108,18 @@ static int build(const mig_bench_t *b, const char *kind, scenario_t *s)
         bool shrink = kind[5] == 's';
         weft_layout_flat(s->old, t, 16, ids, shrink ? p : p - 1);
         weft_layout_flat(s->new, t, 16, ids, shrink ? p - 1 : p);
+    } else if (strcmp(kind, "handover") == 0) {
+        /* The whole model moves from one member to another: a pure stream between two
+         * ranks, no local copies (the bandwidth of the engine itself). */
+        if (p < 2) {
+            return -1;
+        }
+        add_model(s->old, b->model_bytes, t);
+        add_model(s->new, b->model_bytes, t);
+        for (int k = 0; k < 16; k++) {
+            weft_layout_whole(s->old, t[k], ids[0]);
+            weft_layout_whole(s->new, t[k], ids[1]);
+        }
     } else if (strcmp(kind, "tp") == 0) {
         if (p < 2) {
             return -1;
@@ -425,18 +440,23 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
     } else if (b->w.rank == 0) {
         fprintf(out,
                 "#\n# allreduce while a zero-shrink migration runs (%d ranks)\n"
-                "# %10s %12s %14s %14s %8s\n",
-                p, "bytes", "idle_p50_us", "during_p50_us", "during_p99_us", "ratio");
+                "# %10s %12s %14s %14s %8s %10s\n",
+                p, "bytes", "idle_p50_us", "during_p50_us", "during_p99_us", "ratio", "migrations");
     }
+    /* One migration first, so that neither side measures first-touch page faults. */
+    weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL);
     for (size_t bytes = 8; bytes <= (64 << 10); bytes *= 8) {
         size_t count = bytes / 4;
+        for (int i = 0; i < k / 4; i++) { /* warm-up */
+            weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
+        }
         for (int i = 0; i < k; i++) {
             double t0 = perf_now_us();
             weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
             idle[i] = perf_now_us() - t0;
         }
         weft_req_t *mig = NULL;
-        int n = 0;
+        int n = 0, finished = 0; /* migrations completed among the allreduces */
         while (n < k) {
             if (mig == NULL &&
                 weft_migrate_start(b->w.world, plan, oldbuf, newbuf, NULL, &mig) == WEFT_OK) {
@@ -453,6 +473,7 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
             if (all) {
                 weft_req_free(mig);
                 mig = NULL;
+                finished++;
             } else if (done) {
                 weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
             }
@@ -466,10 +487,11 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
         if (json) {
             fprintf(out,
                     "%s\n    {\"bytes\": %zu, \"idle_p50_us\": %.2f, \"during_p50_us\": %.2f, "
-                    "\"during_p99_us\": %.2f}",
-                    bytes == 8 ? "" : ",", bytes, i50, d50, d99);
+                    "\"during_p99_us\": %.2f, \"migrations\": %d}",
+                    bytes == 8 ? "" : ",", bytes, i50, d50, d99, finished);
         } else if (b->w.rank == 0) {
-            fprintf(out, "  %10zu %12.2f %14.2f %14.2f %8.2f\n", bytes, i50, d50, d99, d50 / i50);
+            fprintf(out, "  %10zu %12.2f %14.2f %14.2f %8.2f %10d\n", bytes, i50, d50, d99,
+                    d50 / i50, finished);
         }
     }
     if (json) {
@@ -517,7 +539,8 @@ int perf_migrate_main(int argc, char **argv)
     for (int r = 0; r < b.w.size; r++) {
         weft_group_member_id(b.w.world, r, &b.ids[r]);
     }
-    static const char *const kinds[MAX_SCEN] = {"zero-shrink", "zero-grow", "tp", "pipeline"};
+    static const char *const kinds[MAX_SCEN] = {"zero-shrink", "zero-grow", "tp", "pipeline",
+                                                "handover"};
     bool print = b.w.rank == 0;
     if (b.o.json && print && !b.dry_run) {
         printf("{\n  \"subcommand\": \"migrate\",\n  \"ranks\": %d,\n  \"scenarios\": [", b.w.size);
@@ -529,7 +552,8 @@ int perf_migrate_main(int argc, char **argv)
     }
     int worst = PERF_EXIT_OK, printed = 0;
     for (int i = 0; i < MAX_SCEN; i++) {
-        if (strcmp(b.only, "all") != 0 && strcmp(b.only, kinds[i]) != 0) {
+        bool all = strcmp(b.only, "all") == 0;
+        if ((!all && strcmp(b.only, kinds[i]) != 0) || (all && strcmp(kinds[i], "handover") == 0)) {
             continue;
         }
         scenario_t s;
