@@ -273,6 +273,12 @@ static const config_field_t config_table[] = {
           "while the caller is outside weft; public calls then take the context's lock. "
           "off: operations advance only inside weft calls (weft_test, weft_wait, ...).",
           progress_thread, onoff),
+    FIELD("WEFT_PROGRESS_IDLE", "on",
+          "on: the progress thread runs at idle priority (SCHED_IDLE): it uses only cores "
+          "that no other thread wants, so background work never delays the caller's own "
+          "threads, and advances at full speed while they compute on a GPU, sleep or wait; "
+          "off: normal priority, for hosts whose other threads keep every core busy.",
+          progress_idle, onoff),
     FIELD("WEFT_PROGRESS_SLEEP_US", "100",
           "Longest pause of the progress thread between passes once nothing moves "
           "(microseconds): lower advances faster, higher leaves more CPU to the caller.",

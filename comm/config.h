@@ -29,6 +29,7 @@ typedef struct weft_config {
     size_t shm_chunk;             /* bytes: pipelining chunk of shared-memory collectives */
     int progress_thread;          /* 1: a progress thread per context */
     uint64_t progress_sleep_us;   /* its longest pause between idle passes */
+    int progress_idle;            /* 1: the progress thread runs under SCHED_IDLE */
     size_t migrate_chunk;         /* bytes: chunk of parameter migration */
     size_t migrate_window;        /* chunks in flight per pair of members */
     int yield_spins;              /* progress polls before a wait starts yielding; -1: auto */

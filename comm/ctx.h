@@ -88,6 +88,7 @@ struct weft_ctx {
     pthread_cond_t pt_cv;       /* wakes the thread when published requests appear */
     pthread_t pt;
     bool pt_running, pt_stop, pt_sleeping;
+    uint64_t pt_pass_ns;        /* when the thread last ended a pass (weft__now_ns) */
     int lock_depth;             /* nesting of public calls on this thread */
     _Atomic int api_waiting;    /* public calls waiting for the lock: the thread yields */
     struct weft_req *bg;        /* published requests still in flight */
@@ -201,6 +202,9 @@ void weft__api_unlock(weft_ctx_t **held);
 void weft__req_publish(weft_req_t *req);
 void weft__req_unpublish(weft_req_t *req);
 weft_status_t weft__progress_thread_start(weft_ctx_t *ctx);
+/* Whether @p req is left to the progress thread, which is keeping up (it ended a pass
+ * within the last millisecond): weft_test then only reads its status. */
+bool weft__progress_thread_owns(const weft_req_t *req);
 /* Stop and join the thread (weft_finalize, before anything is torn down). */
 void weft__progress_thread_stop(weft_ctx_t *ctx);
 

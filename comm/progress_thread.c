@@ -14,13 +14,35 @@
  * while operations are in flight and the caller is away, the polling of one thread,
  * which backs off from spinning to sleeping (WEFT_PROGRESS_SLEEP_US at most between
  * passes once nothing moves) so it does not take a core from ranks that have work.
+ * It runs under SCHED_IDLE (WEFT_PROGRESS_IDLE): any runnable thread of normal priority
+ * preempts it, so on an oversubscribed host the caller's small operations are not
+ * delayed by a migration's copies and checksums. A public call that finds the lock held
+ * spins for a few microseconds (the thread ends its pass at the next check of
+ * api_waiting) before it sleeps on the mutex.
  */
 #include <sched.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
 #include "comm/ctx.h"
+#include "util/clock.h"
+
+/* Polls of the lock before a public call sleeps on it (about 2 us). */
+#define API_LOCK_SPINS 200
+
+/* A thread that ended a pass this recently is keeping up with its requests. */
+#define PT_KEEPING_UP_NS 1000000u
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
 
 weft_ctx_t *weft__api_lock(weft_ctx_t *ctx)
 {
@@ -28,9 +50,17 @@ weft_ctx_t *weft__api_lock(weft_ctx_t *ctx)
         return NULL;
     }
     if (pthread_mutex_trylock(&ctx->lock) != 0) {
-        /* The thread is in a pass: tell it to end the pass early, then wait. */
+        /* The thread is in a pass: tell it to end the pass early, then wait, spinning
+         * first (a pass ends within microseconds when the thread is on a core). */
         atomic_fetch_add(&ctx->api_waiting, 1);
-        pthread_mutex_lock(&ctx->lock);
+        bool got = false;
+        for (int i = 0; i < API_LOCK_SPINS && !got; i++) {
+            cpu_relax();
+            got = pthread_mutex_trylock(&ctx->lock) == 0;
+        }
+        if (!got) {
+            pthread_mutex_lock(&ctx->lock);
+        }
         atomic_fetch_sub(&ctx->api_waiting, 1);
     }
     ctx->lock_depth++;
@@ -97,6 +127,14 @@ static void *run(void *arg)
 {
     weft_ctx_t *ctx = arg;
     uint64_t idle = 0;
+    if (ctx->cfg.progress_idle) {
+        struct sched_param sp = {0};
+        int rc = pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+        if (rc != 0) {
+            WEFT_WARN(&ctx->logger, "progress thread: SCHED_IDLE: %s; it runs at normal priority",
+                      strerror(rc));
+        }
+    }
     long max_sleep_us = ctx->cfg.progress_sleep_us > 0 ? (long)ctx->cfg.progress_sleep_us : 1;
     pthread_mutex_lock(&ctx->lock);
     while (!ctx->pt_stop) {
@@ -111,6 +149,7 @@ static void *run(void *arg)
         if (atomic_load(&ctx->api_waiting) == 0) {
             events += advance_published(ctx);
         }
+        ctx->pt_pass_ns = weft__now_ns();
         pthread_mutex_unlock(&ctx->lock);
         /* Give the caller the lock between passes; back off while nothing moves. */
         idle = events > 0 ? 0 : idle + 1;
@@ -125,6 +164,12 @@ static void *run(void *arg)
     }
     pthread_mutex_unlock(&ctx->lock);
     return NULL;
+}
+
+bool weft__progress_thread_owns(const weft_req_t *req)
+{
+    return req->in_bg && req->ctx->pt_running &&
+           weft__now_ns() - req->ctx->pt_pass_ns < PT_KEEPING_UP_NS;
 }
 
 weft_status_t weft__progress_thread_start(weft_ctx_t *ctx)

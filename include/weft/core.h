@@ -144,7 +144,8 @@ WEFT_API weft_status_t weft_recv(weft_group_t *g, void *buf, size_t bytes, int p
                                  size_t *received);
 
 /**
- * @brief Make progress on @p req without blocking.
+ * @brief Make progress on @p req without blocking. When the progress thread is advancing
+ * @p req and keeping up, only its status is read: the work stays on that thread.
  * @return WEFT_OK when it completed successfully, WEFT_INPROGRESS when not yet, or the
  *         error it completed with. A NULL request counts as completed (WEFT_OK).
  */
