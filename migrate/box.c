@@ -197,8 +197,22 @@ void weft__box_format(const weft_box_t *b, int nd, char *buf, size_t len)
     }
 }
 
+static bool host_copy(void *dst, const void *src, size_t n, void *arg)
+{
+    (void)arg;
+    memcpy(dst, src, n);
+    return true;
+}
+
 void weft__box_copy(void *dst, const weft_box_t *dst_box, const void *src,
                     const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem)
+{
+    (void)weft__box_copy_with(dst, dst_box, src, src_box, b, nd, elem, host_copy, NULL);
+}
+
+bool weft__box_copy_with(void *dst, const weft_box_t *dst_box, const void *src,
+                         const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem,
+                         weft__copy_fn copy, void *arg)
 {
     /* Dimensions from k on are whole in all three boxes: one memcpy covers them. */
     int k = nd - 1;
@@ -223,14 +237,16 @@ void weft__box_copy(void *dst, const weft_box_t *dst_box, const void *src,
             so += (c - src_box->offset[d]) * sstride[d];
             dof += (c - dst_box->offset[d]) * dstride[d];
         }
-        memcpy((char *)dst + dof * elem, (const char *)src + so * elem, run);
+        if (!copy((char *)dst + dof * elem, (const char *)src + so * elem, run, arg)) {
+            return false;
+        }
         int d = k - 1;
         while (d >= 0 && ++idx[d] == b->extent[d]) {
             idx[d] = 0;
             d--;
         }
         if (d < 0) {
-            return;
+            return true;
         }
     }
 }

@@ -48,4 +48,11 @@ void weft__box_format(const weft_box_t *b, int nd, char *buf, size_t len);
 void weft__box_copy(void *dst, const weft_box_t *dst_box, const void *src,
                     const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem);
 
+/* weft__box_copy with @p copy moving each contiguous run (device memory, say); stops
+ * and returns false when @p copy does. */
+typedef bool (*weft__copy_fn)(void *dst, const void *src, size_t n, void *arg);
+bool weft__box_copy_with(void *dst, const weft_box_t *dst_box, const void *src,
+                         const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem,
+                         weft__copy_fn copy, void *arg);
+
 #endif

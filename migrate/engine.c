@@ -18,8 +18,10 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "migrate/box.h"
 #include "comm/coll/coll.h"
+#include "comm/memtype.h"
+#include "migrate/box.h"
+#include "migrate/device.h"
 #include "migrate/engine.h"
 #include "weft/group.h"
 
@@ -38,6 +40,7 @@ typedef struct slot {
     uint8_t *staging;    /* when the chunk is not contiguous in the packed buffer */
     uint8_t *ptr;        /* where the data is (user buffer or staging) */
     size_t recvd;
+    bool copy_failed; /* sender: the chunk could not be read from device memory */
 } slot_t;
 
 typedef struct stream {
@@ -65,6 +68,8 @@ typedef struct mig {
     const uint8_t *old_buf;
     const uint8_t *resume_buf; /* a failed migration's new buffer (weft_migrate_resume) */
     uint8_t *new_buf;
+    bool old_dev, resume_dev, new_dev; /* CUDA buffers: every chunk is staged on the host */
+    bool local_err;                    /* a local copy failed (device memory) */
     size_t chunk, window, max_staged, staged;
     uint32_t tag_id;
     int stage;
@@ -101,14 +106,42 @@ static const uint8_t *src_base(const mig_t *m, const weft__xfer_t *x)
     return x->src_buf == 1 ? m->resume_buf : m->old_buf;
 }
 
+static bool src_dev(const mig_t *m, const weft__xfer_t *x)
+{
+    return x->src_buf == 1 ? m->resume_dev : m->old_dev;
+}
+
+/* weft__box_copy where @p dev says either side is device memory; false (and the reason
+ * in m->why) when a device copy failed. */
+static bool move_box(mig_t *m, bool dev, void *dst, const weft_box_t *dst_box, const void *src,
+                     const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem)
+{
+#ifdef WEFT_HAVE_CUDA
+    if (dev) {
+        char why[160];
+        if (weft__mig_dev_copy(dst, dst_box, src, src_box, b, nd, elem, why, sizeof(why))) {
+            return true;
+        }
+        if (m->why[0] == '\0') {
+            snprintf(m->why, sizeof(m->why), "device buffer: %s", why);
+        }
+        return false;
+    }
+#endif
+    (void)dev;
+    weft__box_copy(dst, dst_box, src, src_box, b, nd, elem);
+    return true;
+}
+
 /* Where the chunk's bytes are sent from or received into: the user's packed buffer when
  * contiguous there, else a staging buffer (NULL when the budget is used up for now). */
 static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_chunk_t *c)
 {
     const weft__xfer_t *x = xfer_of(m, c);
     size_t off;
+    bool dev = s->send ? src_dev(m, x) : m->new_dev;
     bool contiguous =
-        s->send
+        !dev && s->send
             ? weft__mig_contiguous(&x->src_box, x->src_packed, &c->box, x->ndims, x->elem, &off)
             : weft__mig_contiguous(&x->dst_box, x->dst_packed, &c->box, x->ndims, x->elem, &off);
     if (contiguous) {
@@ -126,10 +159,9 @@ static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_ch
         m->staged += m->chunk;
         s->staged++;
     }
-    if (s->send) {
-        weft__box_copy(sl->staging, &c->box, src_base(m, x) + x->src_packed, &x->src_box, &c->box,
-                       x->ndims, x->elem);
-    }
+    sl->copy_failed = s->send && !move_box(m, dev, sl->staging, &c->box,
+                                           src_base(m, x) + x->src_packed, &x->src_box,
+                                           &c->box, x->ndims, x->elem);
     return sl->staging;
 }
 
@@ -154,7 +186,9 @@ static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
     sl->ptr = p;
     weft_status_t st;
     if (s->send) {
-        sl->hdr_buf[0] = XXH3_64bits(p, c->bytes);
+        /* A chunk that could not be read goes out with a checksum that cannot match, so
+         * the receiver rejects it twice and every member fails alike. */
+        sl->hdr_buf[0] = XXH3_64bits(p, c->bytes) ^ (sl->copy_failed ? 1u : 0u);
         sl->hdr_buf[1] = c->bytes;
         st = weft__isend(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf), WEFT_TAG_MIGRATE,
                          payload(m, s->round, true, ci), &sl->hdr);
@@ -187,12 +221,15 @@ static void check_chunk(mig_t *m, stream_t *s, slot_t *sl)
         s->bad[s->nbad++] = (uint32_t)sl->chunk;
         return;
     }
-    s->ok[sl->chunk] = 1;
     if (sl->ptr == sl->staging) {
         const weft__xfer_t *x = xfer_of(m, c);
-        weft__box_copy(m->new_buf + x->dst_packed, &x->dst_box, sl->staging, &c->box, &c->box,
-                       x->ndims, x->elem);
+        if (!move_box(m, m->new_dev, m->new_buf + x->dst_packed, &x->dst_box, sl->staging,
+                      &c->box, &c->box, x->ndims, x->elem)) {
+            s->bad[s->nbad++] = (uint32_t)sl->chunk; /* sent again, then the stream fails */
+            return;
+        }
     }
+    s->ok[sl->chunk] = 1;
 }
 
 static int max_waiting_prio(const mig_t *m)
@@ -332,8 +369,10 @@ static void local_step(mig_t *m, int gate)
     }
     const weft_mig_chunk_t *c = &m->local[m->local_next++];
     const weft__xfer_t *x = xfer_of(m, c);
-    weft__box_copy(m->new_buf + x->dst_packed, &x->dst_box, src_base(m, x) + x->src_packed,
-                   &x->src_box, &c->box, x->ndims, x->elem);
+    if (!move_box(m, src_dev(m, x) || m->new_dev, m->new_buf + x->dst_packed, &x->dst_box,
+                  src_base(m, x) + x->src_packed, &x->src_box, &c->box, x->ndims, x->elem)) {
+        m->local_err = true;
+    }
 }
 
 /*
@@ -344,7 +383,7 @@ static void local_step(mig_t *m, int gate)
  */
 static weft_status_t start_close(mig_t *m)
 {
-    weft_status_t worst = WEFT_OK;
+    weft_status_t worst = m->local_err ? WEFT_ERR_TRANSPORT : WEFT_OK;
     for (int i = 0; i < m->nstreams; i++) {
         if (m->streams[i].err != WEFT_OK) {
             worst = m->streams[i].err;
@@ -663,6 +702,9 @@ weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const
     m->old_buf = old_buf;
     m->resume_buf = p.resume_buf;
     m->new_buf = new_buf;
+    m->old_dev = weft__memtype(old_buf) == WEFT_MEM_CUDA;
+    m->resume_dev = weft__memtype(p.resume_buf) == WEFT_MEM_CUDA;
+    m->new_dev = weft__memtype(new_buf) == WEFT_MEM_CUDA;
     m->chunk = ctx->cfg.migrate_chunk > 0 ? ctx->cfg.migrate_chunk : 1;
     m->window = ctx->cfg.migrate_window > 0 ? ctx->cfg.migrate_window : 1;
     m->max_staged = p.max_staged_bytes != 0 ? p.max_staged_bytes : DEFAULT_MAX_STAGED;

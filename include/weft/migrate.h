@@ -306,7 +306,9 @@ typedef struct weft_migrate_params {
  * steps back to its old buffers when another member did not finish).
  *
  * @param[in]  old_buf This member's packed buffer of the old layout
- *                     (weft_layout_packed_bytes(); NULL if it holds nothing).
+ *                     (weft_layout_packed_bytes(); NULL if it holds nothing). Any buffer
+ *                     may be CUDA device memory: its chunks are then staged in host
+ *                     memory.
  * @param[out] new_buf Its packed buffer of the new layout; must not overlap @p old_buf.
  *                     Both stay in use until the request completes. If it fails, sends of
  *                     the failed attempt may still read @p old_buf for a while: keep it

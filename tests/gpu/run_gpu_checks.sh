@@ -5,7 +5,8 @@
 # itself against CPU references, through the transport's ops table and through the comm
 # layer; a two-rank communicator whose peer never comes must time out; collectives staged
 # through host memory on one and two ranks (weftrun), and CUDA buffers refused by
-# messages. Then weft-info --topology.
+# messages; migrations with old and new buffers on the device, the host, or both, on one
+# and two ranks. Then weft-info --topology.
 #
 # Usage: tests/gpu/run_gpu_checks.sh [build-dir]    (default: build-gpu)
 # Exit status: 0 when every check passed on a GPU; non-zero otherwise, including when
@@ -29,7 +30,7 @@ fi
 cmake -S "$src" -B "$build" ${gen[@]+"${gen[@]}"} -DWEFT_WITH_CUDA=ON -DWEFT_BUILD_TESTS=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j "$jobs" --target weft-info weftrun test_gpu_memtype test_gpu_nccl \
-    test_gpu_nccl_comm test_gpu_staged test_topo test_select
+    test_gpu_nccl_comm test_gpu_staged test_gpu_migrate test_topo test_select
 
 export WEFT_GPU_REQUIRED=1
 status=0
@@ -45,13 +46,16 @@ for t in test_gpu_memtype test_gpu_nccl test_gpu_nccl_comm test_topo test_select
     fi
 done
 
-# Staging through host memory: one rank, then two ranks on the same GPU(s).
-for n in 1 2; do
-    echo "=== test_gpu_staged (weftrun -n $n)"
-    if ! timeout 300 "$build/bin/weftrun" -n "$n" --timeout 180 -- "$build/bin/test_gpu_staged"; then
-        echo "run_gpu_checks: test_gpu_staged -n $n FAILED"
-        status=1
-    fi
+# Staging through host memory, and migrations of CUDA buffers: one rank, then two ranks
+# on the same GPU(s).
+for t in test_gpu_staged test_gpu_migrate; do
+    for n in 1 2; do
+        echo "=== $t (weftrun -n $n)"
+        if ! timeout 300 "$build/bin/weftrun" -n "$n" --timeout 180 -- "$build/bin/$t"; then
+            echo "run_gpu_checks: $t -n $n FAILED"
+            status=1
+        fi
+    done
 done
 
 echo "=== weft-info"

@@ -1,0 +1,30 @@
+/* Copies of migration chunks to and from CUDA buffers (see device.h). */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+
+#include "migrate/box.h"
+#include "migrate/device.h"
+
+typedef struct dev_copy {
+    cudaError_t err;
+} dev_copy_t;
+
+static bool run_copy(void *dst, const void *src, size_t n, void *arg)
+{
+    dev_copy_t *c = arg;
+    c->err = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+    return c->err == cudaSuccess;
+}
+
+bool weft__mig_dev_copy(void *dst, const weft_box_t *dst_box, const void *src,
+                        const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem,
+                        char *why, size_t why_len)
+{
+    dev_copy_t c = {cudaSuccess};
+    if (weft__box_copy_with(dst, dst_box, src, src_box, b, nd, elem, run_copy, &c)) {
+        return true;
+    }
+    (void)cudaGetLastError();
+    snprintf(why, why_len, "cudaMemcpy: %s", cudaGetErrorString(c.err));
+    return false;
+}
