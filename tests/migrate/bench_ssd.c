@@ -48,12 +48,14 @@ static int run(const char *parent, void *data, size_t bytes, int qd, weft__ssd_d
         return 1;
     }
     weft__ssd_region_t r = {"w", WEFT_U8, 1, {{0}, {bytes}}, data};
-    uint64_t t0 = weft__now_ns(), inside = 0;
+    uint64_t t0 = weft__now_ns(), inside = 0, longest = 0;
     weft_status_t st = weft__ssd_snapshot_start(s, 1, &r, 1, NULL, 0);
     while (st == WEFT_INPROGRESS) {
         uint64_t a = weft__now_ns();
         st = weft__ssd_progress(s);
-        inside += weft__now_ns() - a;
+        a = weft__now_ns() - a;
+        inside += a;
+        longest = a > longest ? a : longest;
         for (uint64_t until = weft__now_ns() + 100000; weft__now_ns() < until;) {
             /* 100 us of "compute" between polls */
         }
@@ -64,10 +66,12 @@ static int run(const char *parent, void *data, size_t bytes, int qd, weft__ssd_d
     if (st != WEFT_OK) {
         fprintf(stderr, "bench_ssd: %s\n", weft_last_error(NULL));
     } else {
-        printf("queue depth %d  %-8s  %7.1f MiB  %6.3f s  %7.1f MiB/s  in progress calls %5.1f%%\n",
+        printf("queue depth %d  %-8s  %7.1f MiB  %6.3f s  %7.1f MiB/s  in progress calls "
+               "%5.1f%% (longest %.2f ms)\n",
                qd, weft__ssd_is_direct(s) ? "O_DIRECT" : "buffered",
                (double)stats.bytes_written / 1048576.0, secs,
-               (double)stats.bytes_written / 1048576.0 / secs, 100.0 * (double)inside / 1e9 / secs);
+               (double)stats.bytes_written / 1048576.0 / secs, 100.0 * (double)inside / 1e9 / secs,
+               (double)longest / 1e6);
     }
     weft__ssd_close(s);
     nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
