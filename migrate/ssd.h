@@ -41,8 +41,9 @@ typedef struct weft__ssd_params {
     int queue_depth;    /* chunk writes or reads in flight, 1..256 (0: 8) */
     int keep_steps;     /* committed steps garbage collection keeps (0: 2) */
     weft__ssd_direct_t direct;
-    /* Replaces open(2) for every file the handle opens (NULL: open). For tests: a
-     * filesystem that refuses O_DIRECT, a crash at a chosen file. */
+    /* Replaces open(2) for chunk files and manifests (NULL: open; the directory and its
+     * lock file are opened with open(2)). For tests: a filesystem that refuses O_DIRECT,
+     * a crash at a chosen file. */
     int (*open_fn)(const char *path, int flags, mode_t mode);
 } weft__ssd_params_t;
 
