@@ -7,7 +7,7 @@ set -euo pipefail
 # binutils (nm, readelf), util-linux (unshare) and libudev-dev (hwloc's static link, in
 # pkg-config --static) serve the packaging tests.
 pkgs=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils libhwloc-dev hwloc
-      libcmocka-dev libopenblas-dev libssl-dev libxxhash-dev python3 binutils util-linux libudev-dev)
+      libcmocka-dev libopenblas-dev libssl-dev libxxhash-dev liburing-dev python3 binutils util-linux libudev-dev)
 if [[ "${1:-}" == "--peers" ]]; then
     pkgs+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)
 fi
