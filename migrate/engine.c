@@ -159,9 +159,9 @@ static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_ch
         m->staged += m->chunk;
         s->staged++;
     }
-    sl->copy_failed = s->send && !move_box(m, dev, sl->staging, &c->box,
-                                           src_base(m, x) + x->src_packed, &x->src_box,
-                                           &c->box, x->ndims, x->elem);
+    sl->copy_failed =
+        s->send && !move_box(m, dev, sl->staging, &c->box, src_base(m, x) + x->src_packed,
+                             &x->src_box, &c->box, x->ndims, x->elem);
     return sl->staging;
 }
 
@@ -223,8 +223,8 @@ static void check_chunk(mig_t *m, stream_t *s, slot_t *sl)
     }
     if (sl->ptr == sl->staging) {
         const weft__xfer_t *x = xfer_of(m, c);
-        if (!move_box(m, m->new_dev, m->new_buf + x->dst_packed, &x->dst_box, sl->staging,
-                      &c->box, &c->box, x->ndims, x->elem)) {
+        if (!move_box(m, m->new_dev, m->new_buf + x->dst_packed, &x->dst_box, sl->staging, &c->box,
+                      &c->box, x->ndims, x->elem)) {
             s->bad[s->nbad++] = (uint32_t)sl->chunk; /* sent again, then the stream fails */
             return;
         }
@@ -670,6 +670,14 @@ weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const
                                  void *new_buf, const weft_migrate_params_t *params,
                                  weft_req_t **req)
 {
+    return weft__migrate_start_keyed(g, plan, old_buf, new_buf, params, 0, req);
+}
+
+weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan,
+                                        const void *old_buf, void *new_buf,
+                                        const weft_migrate_params_t *params, uint64_t extra_key,
+                                        weft_req_t **req)
+{
     WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || plan == NULL || req == NULL) {
         return WEFT_ERR_INVALID_ARG;
@@ -734,7 +742,7 @@ weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const
         }
         m->nlocal = 0;
     }
-    uint64_t key = agreement_key(m, &p);
+    uint64_t key = agreement_key(m, &p) ^ XXH3_64bits_withSeed(&extra_key, sizeof(extra_key), 2);
     m->agree[0] = (int64_t)key;
     m->agree[1] = (int64_t)~key;
     m->agree[2] = m->bad_args;

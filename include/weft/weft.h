@@ -14,5 +14,6 @@
 #include "weft/cuda.h"
 #include "weft/info.h"
 #include "weft/migrate.h"
+#include "weft/snapshot.h"
 
 #endif

@@ -1,0 +1,136 @@
+/**
+ * @file snapshot.h
+ * @brief In-memory snapshots of sharded training state on peer members ("buddies"), and
+ *        restoring a lost member's state from them after a repair.
+ *
+ * After a training step each member starts a snapshot of its shard of the state (the
+ * packed buffer of a layout: parameters, optimizer state) and an opaque blob (RNG state,
+ * data-loader position, step counter). The snapshot copies the shard, in the background
+ * through the migration engine, into a buffer of the member itself and of
+ * @c redundancy buddies (the next members in group rank order, on another host first
+ * when hosts are given). Each copy is double-buffered: a snapshot in progress never
+ * overwrites the newest complete one. A snapshot of step s is committed when its
+ * migration completes, which every member learns at the same time (the migration's
+ * closing agreement); data of the next snapshot lands only after every member has passed
+ * that point, so the buffer of the previous step is intact until then.
+ *
+ * After weft_group_repair(), the survivors call weft_snapshot_restore(): they agree on the
+ * newest step every survivor has committed, and one migration takes every region of a
+ * target layout (a re-cut over the survivors) from the survivors' copies of that step.
+ * Regions whose every copy died are reported, never left stale silently.
+ *
+ * A snapshot object belongs to one group at one membership: after a restore, free it and
+ * create one for the new layout. Members admitted by weft_group_grow() take no part in a
+ * restore; give them their share with an ordinary migration afterwards.
+ */
+#ifndef WEFT_SNAPSHOT_H
+#define WEFT_SNAPSHOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/core.h"
+#include "weft/export.h"
+#include "weft/migrate.h"
+#include "weft/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct weft_snapshot weft_snapshot_t; /**< Snapshots of one layout on one group. */
+
+/** @brief Optional parameters of weft_snapshot_create(). Zero-initialise, then set @c size. */
+typedef struct weft_snapshot_params {
+    size_t size; /**< sizeof(weft_snapshot_params_t). */
+    /** Buddies holding a copy of each member's shard besides the member itself (0: 1;
+     * at most group size - 1). */
+    int redundancy;
+    /** Host of each member id (host_of[id], ids 0..num_members-1), or NULL: buddies on
+     * another host than the member are chosen first. */
+    const int *host_of;
+    int num_members; /**< Entries in host_of. */
+} weft_snapshot_params_t;
+
+/**
+ * @brief Prepare snapshots of @p state (every member of @p g holds its regions; the
+ * layout must cover every tensor) with blobs of at most @p blob_bytes per member. Local:
+ * no communication, but every member must pass equal arguments (the first snapshot
+ * checks). Allocates this member's two copy buffers (weft_snapshot_bytes()).
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG (a layout naming members outside @p g, leaving a
+ *         tensor partly unheld, or a tensor named "weft.blob.*"); WEFT_ERR_NO_MEMORY.
+ */
+WEFT_API weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state,
+                                            size_t blob_bytes, const weft_snapshot_params_t *params,
+                                            weft_snapshot_t **snap);
+
+/** @brief Free @p snap (NULL is a no-op); a snapshot still in flight is cancelled (its
+ * request then completes with WEFT_ERR_REVOKED; free it as usual). */
+WEFT_API void weft_snapshot_free(weft_snapshot_t *snap);
+
+/** @brief Bytes this member keeps for copies: both buffers together. */
+WEFT_API size_t weft_snapshot_bytes(const weft_snapshot_t *snap);
+
+/**
+ * @brief Start the snapshot of step @p step: this member's packed state buffer
+ * @p state_buf and @p blob_len bytes of @p blob (copied at once). Collective over the
+ * snapshot's group: every member starts it, with the same @p step. @p state_buf must
+ * stay unchanged until the request completes. One snapshot at a time.
+ * @param[out] req Completes when the snapshot is committed on every member, or fails
+ *                 like a migration (WEFT_ERR_PEER_FAILED, WEFT_ERR_MISMATCH, ...).
+ * @return WEFT_INPROGRESS or WEFT_OK; WEFT_ERR_INVALID_ARG (a snapshot in flight, a blob
+ *         longer than blob_bytes, a step not above the last committed one).
+ */
+WEFT_API weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step,
+                                           const void *state_buf, const void *blob, size_t blob_len,
+                                           weft_req_t **req);
+
+/** @brief The newest step this member has seen committed; WEFT_ERR_INVALID_ARG if none. */
+WEFT_API weft_status_t weft_snapshot_committed(const weft_snapshot_t *snap, uint64_t *step);
+
+/** @brief Bytes the new buffer of weft_snapshot_restore() needs for @p target on this
+ * member: its packed bytes of @p target, then the members' blobs. */
+WEFT_API size_t weft_snapshot_restore_bytes(const weft_snapshot_t *snap,
+                                            const weft_layout_t *target);
+
+/** @brief What a restore did. */
+typedef struct weft_snapshot_restored {
+    uint64_t step;        /**< The step restored: the newest every survivor committed. */
+    size_t bytes_moved;   /**< Between members, all members together. */
+    size_t bytes_local;   /**< Copied within members. */
+    size_t bytes_missing; /**< Of the target, held in no surviving copy (left untouched). */
+} weft_snapshot_restored_t;
+
+/**
+ * @brief After weft_group_repair() of the snapshot's group: restore @p target (a layout
+ * of the same tensors over the survivors, e.g. a flat re-cut) from the survivors' copies
+ * of the newest step they all committed. Collective over the group; blocking.
+ *
+ * @p new_buf receives this member's packed buffer of @p target, followed by every
+ * member's blob (read them with weft_snapshot_blob()); it has
+ * weft_snapshot_restore_bytes() bytes. Parts of @p target that no surviving copy holds
+ * (every holder died) are left untouched and counted in @c bytes_missing; list them
+ * with weft_plan_missing() on weft_snapshot_restore_plan().
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG (no step committed by every survivor, a target
+ *         with other tensors, a buffer too small), or a migration's errors.
+ */
+WEFT_API weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
+                                             void *new_buf, size_t new_bytes,
+                                             weft_snapshot_restored_t *info);
+
+/** @brief After a restore: the blob member @p member stored with the restored step
+ * (copied into @p out, at most @p cap bytes; *len gets its length).
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG if no restore happened, @p member had no blob in
+ *         the snapshot, or its blob is missing (every copy died). */
+WEFT_API weft_status_t weft_snapshot_blob(const weft_snapshot_t *snap, int member, void *out,
+                                          size_t cap, size_t *len);
+
+/** @brief After a restore: the plan it ran, for weft_plan_missing() and
+ * weft_plan_stats(); NULL before. Owned by @p snap. */
+WEFT_API const weft_plan_t *weft_snapshot_restore_plan(const weft_snapshot_t *snap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,362 @@
+/*
+ * Taking snapshots: the layouts of the copies (buddies chosen in group rank order, on
+ * another host first), and a request per snapshot that runs the copy plan through the
+ * migration engine and commits the step when it completes on every member.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/coll/coll.h"
+#include "migrate/box.h"
+#include "migrate/engine.h"
+#include "migrate/layout.h"
+#include "migrate/snapshot.h"
+#include "weft/group.h"
+
+int weft__snap_index(const weft_snapshot_t *s, int id)
+{
+    for (int i = 0; i < s->n; i++) {
+        if (s->members[i] == id) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static int host_of(const weft_snapshot_params_t *p, int id)
+{
+    return p->host_of != NULL && id >= 0 && id < p->num_members ? p->host_of[id] : -1;
+}
+
+/* The @p r buddies of member index @p i: the next members in rank order, those on
+ * another host first. */
+static void choose_buddies(const weft_snapshot_t *s, const weft_snapshot_params_t *p, int i, int r,
+                           int *out)
+{
+    int k = 0, h = host_of(p, s->members[i]);
+    for (int pass = 0; pass < 2 && k < r; pass++) {
+        for (int d = 1; d < s->n && k < r; d++) {
+            int j = (i + d) % s->n;
+            int hj = host_of(p, s->members[j]);
+            bool other = h < 0 || hj < 0 || hj != h;
+            bool taken = false;
+            for (int q = 0; q < k; q++) {
+                taken |= out[q] == j;
+            }
+            if (!taken && (pass == 1 || other)) {
+                out[k++] = j;
+            }
+        }
+    }
+}
+
+/* Add to @p member of @p l the part of @p box of tensor @p t it does not hold yet. */
+static weft_status_t add_missing_part(weft_layout_t *l, int member, int t, const weft_box_t *box)
+{
+    int nd = l->tensors[t].ndims;
+    weft_box_t *parts = malloc(sizeof(weft_box_t)), *next = NULL;
+    if (parts == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    parts[0] = *box;
+    int nparts = 1;
+    const weft__lmember_t *m = weft__layout_member(l, member);
+    for (int k = 0; m != NULL && k < m->nregions && nparts > 0; k++) {
+        const weft__lregion_t *q = &l->regions[m->regions[k]];
+        if (q->tensor != t) {
+            continue;
+        }
+        next = malloc((size_t)nparts * 2 * (size_t)nd * sizeof(weft_box_t) + sizeof(weft_box_t));
+        if (next == NULL) {
+            free(parts);
+            return WEFT_ERR_NO_MEMORY;
+        }
+        int nn = 0;
+        for (int j = 0; j < nparts; j++) {
+            nn += weft__box_subtract(&parts[j], &q->box, nd, &next[nn]);
+        }
+        free(parts);
+        parts = next;
+        nparts = nn;
+    }
+    weft_status_t st = WEFT_OK;
+    for (int j = 0; j < nparts && st == WEFT_OK; j++) {
+        st = weft_layout_add_region(l, member, t, &parts[j]);
+    }
+    free(parts);
+    return st;
+}
+
+/* src and copies (snapshot.h). */
+static weft_status_t build_layouts(weft_snapshot_t *s, const weft_layout_t *state,
+                                   const weft_snapshot_params_t *p, int r)
+{
+    weft_status_t st = weft_layout_keep(state, s->members, s->n, &s->src);
+    if (st == WEFT_OK) {
+        st = weft_layout_keep(state, NULL, 0, &s->copies);
+    }
+    uint64_t shape[1] = {8 + s->blob_bytes};
+    for (int i = 0; i < s->n && st == WEFT_OK; i++) {
+        char name[WEFT_LAYOUT_NAME_MAX + 1];
+        snprintf(name, sizeof(name), WEFT_SNAP_BLOB_PREFIX "%d", s->members[i]);
+        st = weft_layout_add_tensor(s->src, name, WEFT_U8, 1, shape, NULL);
+        if (st == WEFT_OK) {
+            st = weft_layout_add_tensor(s->copies, name, WEFT_U8, 1, shape, NULL);
+        }
+        if (st == WEFT_OK) {
+            st = weft_layout_whole(s->src, s->nstate + i, s->members[i]);
+        }
+        if (st == WEFT_OK) { /* the blob lives in buffer 1 */
+            weft__lregion_t *reg = &s->src->regions[s->src->nregions - 1];
+            reg->buf = 1;
+            reg->space_offset = 0;
+        }
+    }
+    int *b = calloc((size_t)r + 1, sizeof(int));
+    if (b == NULL && st == WEFT_OK) {
+        st = WEFT_ERR_NO_MEMORY;
+    }
+    /* Every member holds its own regions, then its buddies hold them. */
+    for (int i = 0; i < s->n && st == WEFT_OK; i++) {
+        b[0] = i;
+        choose_buddies(s, p, i, r, &b[1]);
+        const weft__lmember_t *m = weft__layout_member(s->src, s->members[i]);
+        for (int h = 0; h <= r && st == WEFT_OK; h++) {
+            for (int k = 0; m != NULL && k < m->nregions && st == WEFT_OK; k++) {
+                const weft__lregion_t *reg = &s->src->regions[m->regions[k]];
+                st = add_missing_part(s->copies, s->members[b[h]], reg->tensor, &reg->box);
+            }
+        }
+    }
+    free(b);
+    if (st == WEFT_OK) {
+        weft_plan_params_t pp = {
+            .size = sizeof(pp), .host_of = p->host_of, .num_members = p->num_members};
+        st = weft_plan_create(s->src, s->copies, &pp, &s->plan);
+    }
+    return st;
+}
+
+weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, size_t blob_bytes,
+                                   const weft_snapshot_params_t *params, weft_snapshot_t **snap)
+{
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    if (g == NULL || state == NULL || snap == NULL) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_snapshot_create: NULL argument");
+    }
+    weft_snapshot_params_t p;
+    memset(&p, 0, sizeof(p));
+    if (params != NULL) {
+        if (params->size < sizeof(size_t)) {
+            return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                     "weft_snapshot_create: params->size is not set");
+        }
+        memcpy(&p, params, params->size < sizeof(p) ? params->size : sizeof(p));
+    }
+    int r = p.redundancy > 0 ? p.redundancy : 1;
+    if (r > g->size - 1) {
+        r = g->size - 1;
+    }
+    for (int t = 0; t < state->ntensors; t++) {
+        if (strncmp(state->tensors[t].name, WEFT_SNAP_BLOB_PREFIX, strlen(WEFT_SNAP_BLOB_PREFIX)) ==
+            0) {
+            return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                     "weft_snapshot_create: tensor name %s is reserved",
+                                     state->tensors[t].name);
+        }
+    }
+    for (int k = 0; k < state->nmembers; k++) {
+        int rank;
+        if (state->members[k].nregions > 0 &&
+            weft_group_rank_of(g, state->members[k].id, &rank) != WEFT_OK) {
+            return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                     "weft_snapshot_create: the layout names member %d, which "
+                                     "is not in group %u epoch %u",
+                                     state->members[k].id, g->id, g->epoch);
+        }
+    }
+    weft_status_t st = weft_layout_check_complete(state);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    weft_snapshot_t *s = calloc(1, sizeof(*s));
+    if (s == NULL || (s->members = malloc((size_t)g->size * sizeof(int))) == NULL) {
+        free(s);
+        return weft__error_noctx(WEFT_ERR_NO_MEMORY, "weft_snapshot_create: out of memory");
+    }
+    s->g = g;
+    s->n = g->size;
+    memcpy(s->members, g->members, (size_t)g->size * sizeof(int));
+    s->nstate = state->ntensors;
+    s->blob_bytes = blob_bytes;
+    st = build_layouts(s, state, &p, r);
+    if (st == WEFT_OK) {
+        int me = g->members[g->rank];
+        s->buf_bytes = weft_layout_packed_bytes(s->copies, me);
+        s->blob = calloc(1, 8 + blob_bytes);
+        for (int k = 0; k < 2; k++) {
+            s->buf[k] = malloc(s->buf_bytes > 0 ? s->buf_bytes : 1);
+        }
+        if (s->blob == NULL || s->buf[0] == NULL || s->buf[1] == NULL) {
+            st = WEFT_ERR_NO_MEMORY;
+        }
+    }
+    if (st != WEFT_OK) {
+        weft_snapshot_free(s);
+        return st == WEFT_ERR_NO_MEMORY
+                   ? weft__error_noctx(st, "weft_snapshot_create: out of memory")
+                   : st;
+    }
+    *snap = s;
+    return WEFT_OK;
+}
+
+size_t weft_snapshot_bytes(const weft_snapshot_t *snap)
+{
+    return snap != NULL ? 2 * snap->buf_bytes : 0;
+}
+
+/* The request of one snapshot: the migration is its child. */
+typedef struct snap_req {
+    weft_snapshot_t *snap; /* NULL once the snapshot object was freed */
+    weft_req_t *child;
+} snap_req_t;
+
+static weft_status_t snap_progress(weft_req_t *req)
+{
+    snap_req_t *q = req->impl;
+    weft_snapshot_t *s = q->snap;
+    if (s == NULL) {
+        return WEFT_ERR_REVOKED; /* the snapshot object was freed under it */
+    }
+    weft_status_t st = weft__coll_child_test(&q->child, NULL);
+    if (st == WEFT_OK) {
+        s->have_committed = true;
+        s->committed = s->pending_step;
+        s->committed_parity = s->pending_parity;
+    } else if (st != WEFT_INPROGRESS) {
+        s->failed_once = true;
+    }
+    return st;
+}
+
+static void snap_cleanup(weft_req_t *req)
+{
+    snap_req_t *q = req->impl;
+    if (q == NULL) {
+        return;
+    }
+    if (q->child != NULL && q->snap != NULL) {
+        q->snap->failed_once = true; /* cancelled in flight */
+    }
+    weft__coll_child_drop(&q->child);
+    if (q->snap != NULL && q->snap->pending == req) {
+        q->snap->pending = NULL;
+    }
+    free(q);
+    req->impl = NULL;
+}
+
+weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step, const void *state_buf,
+                                  const void *blob, size_t blob_len, weft_req_t **req)
+{
+    WEFT_API_LOCK(snap != NULL ? snap->g->ctx : NULL);
+    if (snap == NULL || req == NULL || (blob == NULL && blob_len > 0)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_ctx_t *ctx = snap->g->ctx;
+    if (snap->pending != NULL) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_snapshot_start: the snapshot of step %" PRIu64
+                           " is still in flight (wait for it and free its request first)",
+                           snap->pending_step);
+    }
+    if (blob_len > snap->blob_bytes) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_snapshot_start: a blob of %zu bytes, at most %zu", blob_len,
+                           snap->blob_bytes);
+    }
+    if (snap->have_committed && step <= snap->committed) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_snapshot_start: step %" PRIu64
+                           " is not above the committed %" PRIu64,
+                           step, snap->committed);
+    }
+    uint64_t len = blob_len;
+    memcpy(snap->blob, &len, 8);
+    if (blob_len > 0) {
+        memcpy(snap->blob + 8, blob, blob_len);
+    }
+    int parity = snap->have_committed ? 1 - snap->committed_parity : 0;
+    weft_req_t *r = weft__req_new(ctx, snap->g);
+    snap_req_t *q = calloc(1, sizeof(*q));
+    if (r == NULL || q == NULL) {
+        weft_req_free(r);
+        free(q);
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_start: out of memory");
+    }
+    weft_migrate_params_t mp = {.size = sizeof(mp), .resume_buf = snap->blob};
+    weft_req_t *child = NULL;
+    weft_status_t st = weft__migrate_start_keyed(snap->g, snap->plan, state_buf, snap->buf[parity],
+                                                 &mp, step, &child);
+    if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+        weft_req_free(r);
+        free(q);
+        return st;
+    }
+    q->snap = snap;
+    q->child = child;
+    r->impl = q;
+    r->progress = snap_progress;
+    r->cleanup = snap_cleanup;
+    snap->pending = r;
+    snap->pending_step = step;
+    snap->pending_parity = parity;
+    weft__req_publish(r);
+    *req = r;
+    return WEFT_INPROGRESS;
+}
+
+weft_status_t weft_snapshot_committed(const weft_snapshot_t *snap, uint64_t *step)
+{
+    if (snap == NULL || step == NULL || !snap->have_committed) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_snapshot_committed: none");
+    }
+    *step = snap->committed;
+    return WEFT_OK;
+}
+
+void weft_snapshot_free(weft_snapshot_t *snap)
+{
+    if (snap == NULL) {
+        return;
+    }
+    WEFT_API_LOCK(snap->g->ctx);
+    if (snap->pending != NULL) {
+        snap_req_t *q = snap->pending->impl;
+        weft__coll_child_drop(&q->child);
+        q->snap = NULL;
+        snap->failed_once = true;
+    }
+    weft_ctx_t *ctx = snap->g->ctx;
+    if (snap->failed_once) {
+        /* Cancelled sends of a failed snapshot may still read these (weft__retire). */
+        weft__retire(ctx, snap->blob);
+        weft__retire(ctx, snap->buf[0]);
+        weft__retire(ctx, snap->buf[1]);
+        snap->blob = snap->buf[0] = snap->buf[1] = NULL;
+    }
+    weft_layout_free(snap->src);
+    weft_layout_free(snap->copies);
+    weft_plan_free(snap->plan);
+    weft_plan_free(snap->restore_plan);
+    free(snap->blob);
+    free(snap->buf[0]);
+    free(snap->buf[1]);
+    free(snap->blobs);
+    free(snap->blob_ok);
+    free(snap->members);
+    free(snap);
+}

@@ -1,0 +1,190 @@
+/*
+ * Snapshots on every rank of a weftrun job (1 to 4 ranks), without failures: two
+ * committed steps, then the live state moves on, and a restore into another layout (the
+ * flat partition in reverse member order) gives exactly the state of the newest committed
+ * step, computed independently element by element, and every member's blob of that step;
+ * bad arguments (a snapshot in flight, a step not above the committed one, a blob too
+ * long, a restore without a committed step, a buffer too small) fail on every rank, and
+ * members that start different steps all get WEFT_ERR_MISMATCH.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "snap_common.h"
+#include "weft/weft.h"
+
+static weft_ctx_t *ctx;
+static weft_group_t *world;
+static int me, n, my_id;
+static int ids[64];
+
+static weft_layout_t *model(const int *members, int k)
+{
+    uint64_t a[2] = {300, 17}, b[1] = {5001};
+    weft_layout_t *l;
+    weft_layout_create(&l);
+    weft_layout_add_tensor(l, "a", WEFT_F32, 2, a, NULL);
+    weft_layout_add_tensor(l, "b", WEFT_F64, 1, b, NULL);
+    int t[2] = {0, 1};
+    assert_int_equal(weft_layout_flat(l, t, 2, members, k), WEFT_OK);
+    return l;
+}
+
+static void set_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    snap_reference(t, i, dt, *(uint64_t *)arg, elem);
+}
+
+typedef struct check {
+    uint64_t step;
+    size_t wrong;
+} check_t;
+
+static void check_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    check_t *c = arg;
+    uint64_t want[1];
+    snap_reference(t, i, dt, c->step, want);
+    c->wrong += memcmp(elem, want, weft_dtype_size(dt)) != 0;
+}
+
+static weft_status_t snapshot(weft_snapshot_t *s, uint64_t step, const void *state)
+{
+    char blob[64];
+    int len = snprintf(blob, sizeof(blob), "step %llu member %d", (unsigned long long)step, my_id);
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_snapshot_start(s, step, state, blob, (size_t)len, &req);
+    if (st == WEFT_INPROGRESS) {
+        st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
+        weft_req_free(req);
+    }
+    return st;
+}
+
+static void test_restore_newest(void **state)
+{
+    (void)state;
+    weft_layout_t *l = model(ids, n);
+    weft_snapshot_t *s;
+    weft_snapshot_params_t sp = {.size = sizeof(sp), .redundancy = 2};
+    assert_int_equal(weft_snapshot_create(world, l, 64, &sp, &s), WEFT_OK);
+    size_t bytes = weft_layout_packed_bytes(l, my_id);
+    unsigned char *live = malloc(bytes + 1);
+    /* No committed step yet: a restore fails on every member. */
+    unsigned char small[8];
+    assert_int_equal(weft_snapshot_restore(s, l, small, sizeof(small), NULL), WEFT_ERR_INVALID_ARG);
+    for (uint64_t step = 1; step <= 2; step++) {
+        snap_each(l, my_id, live, set_elem, &step);
+        assert_int_equal(snapshot(s, step, live), WEFT_OK);
+        uint64_t c;
+        assert_int_equal(weft_snapshot_committed(s, &c), WEFT_OK);
+        assert_int_equal(c, step);
+    }
+    uint64_t later = 3;
+    snap_each(l, my_id, live, set_elem, &later); /* the live state moves on */
+    int rev[64];
+    for (int r = 0; r < n; r++) {
+        rev[r] = ids[n - 1 - r];
+    }
+    weft_layout_t *target = model(rev, n);
+    size_t nb = weft_snapshot_restore_bytes(s, target);
+    unsigned char *out = calloc(1, nb);
+    weft_snapshot_restored_t info;
+    assert_int_equal(weft_snapshot_restore(s, target, out, nb, &info), WEFT_OK);
+    assert_int_equal(info.step, 2);
+    assert_int_equal(info.bytes_missing, 0);
+    check_t c = {.step = 2};
+    snap_each(target, my_id, out, check_elem, &c);
+    assert_int_equal(c.wrong, 0);
+    for (int r = 0; r < n; r++) {
+        char got[64] = {0}, want[64];
+        size_t len;
+        assert_int_equal(weft_snapshot_blob(s, ids[r], got, sizeof(got) - 1, &len), WEFT_OK);
+        snprintf(want, sizeof(want), "step 2 member %d", ids[r]);
+        assert_int_equal(len, strlen(want));
+        assert_string_equal(got, want);
+    }
+    /* A buffer too small on one member: every member fails. */
+    assert_int_equal(weft_snapshot_restore(s, target, out, me == 0 ? 1 : nb, NULL),
+                     WEFT_ERR_INVALID_ARG);
+    free(out);
+    free(live);
+    weft_layout_free(target);
+    weft_layout_free(l);
+    weft_snapshot_free(s);
+}
+
+static void test_bad_starts(void **state)
+{
+    (void)state;
+    weft_layout_t *l = model(ids, n);
+    weft_snapshot_t *s;
+    assert_int_equal(weft_snapshot_create(world, l, 16, NULL, &s), WEFT_OK);
+    unsigned char *live = calloc(1, weft_layout_packed_bytes(l, my_id) + 1);
+    weft_req_t *req = NULL;
+    char big[17] = {0};
+    assert_int_equal(weft_snapshot_start(s, 1, live, big, sizeof(big), &req), WEFT_ERR_INVALID_ARG);
+    weft_status_t st = weft_snapshot_start(s, 5, live, "x", 1, &req);
+    assert_true(st == WEFT_INPROGRESS || st == WEFT_OK);
+    weft_req_t *second = NULL;
+    assert_int_equal(weft_snapshot_start(s, 6, live, "x", 1, &second), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_wait(req, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
+    weft_req_free(req);
+    assert_int_equal(weft_snapshot_start(s, 5, live, "x", 1, &req), WEFT_ERR_INVALID_ARG);
+    if (n > 1) {
+        /* Members that start different steps: every member fails alike. */
+        st = weft_snapshot_start(s, me == 0 ? 7 : 8, live, "x", 1, &req);
+        assert_true(st == WEFT_INPROGRESS || st == WEFT_OK);
+        assert_int_equal(weft_wait(req, WEFT_TIMEOUT_DEFAULT), WEFT_ERR_MISMATCH);
+        weft_req_free(req);
+    }
+    /* Still usable; the reserved tensor names are refused. */
+    assert_int_equal(snapshot(s, 9, live), WEFT_OK);
+    weft_layout_t *bad;
+    uint64_t shape[1] = {4};
+    weft_layout_create(&bad);
+    weft_layout_add_tensor(bad, "weft.blob.0", WEFT_U8, 1, shape, NULL);
+    weft_layout_whole(bad, 0, ids[0]);
+    weft_snapshot_t *s2 = NULL;
+    assert_int_equal(weft_snapshot_create(world, bad, 0, NULL, &s2), WEFT_ERR_INVALID_ARG);
+    weft_layout_free(bad);
+    free(live);
+    weft_layout_free(l);
+    weft_snapshot_free(s);
+}
+
+static int after_test(void **state)
+{
+    (void)state;
+    return weft_barrier(world) == WEFT_OK ? 0 : -1;
+}
+
+int main(void)
+{
+    setenv("WEFT_TIMEOUT_MS", "60000", 0);
+    if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK ||
+        weft_group_rank(world, &me) != WEFT_OK || weft_group_size(world, &n) != WEFT_OK ||
+        weft_group_member_id(world, me, &my_id) != WEFT_OK || n > 64) {
+        fprintf(stderr, "test_snapshot: init: %s\n", weft_last_error(ctx));
+        return 1;
+    }
+    for (int r = 0; r < n; r++) {
+        weft_group_member_id(world, r, &ids[r]);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_restore_newest, after_test),
+        cmocka_unit_test_teardown(test_bad_starts, after_test),
+    };
+    char name[32];
+    snprintf(name, sizeof(name), "snapshot rank %d of %d", me, n);
+    int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
+    weft_finalize(ctx);
+    return failed;
+}

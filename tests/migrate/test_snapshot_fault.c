@@ -1,0 +1,180 @@
+/*
+ * Lose a rank, keep training from the last committed step: a toy training loop (a flat
+ * ZeRO state of two tensors, one step = an elementwise update and a "loss" allreduce,
+ * then a snapshot with the step in the blob) in which the last member kills itself
+ * (SIGKILL) in the middle of step KILL_STEP. The survivors' allreduce fails, they repair,
+ * restore a flat re-cut over themselves from the snapshots (nothing is missing with one
+ * buddy), read the step to resume from the blobs (the dead member's included), take new
+ * snapshots on the new layout and train to the end. Every element of every survivor's
+ * shard must then be bitwise equal to the same number of steps computed without any
+ * failure. Run by run_fault.sh, which counts "SURVIVOR-OK" lines.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../groups/fault_common.h"
+#include "snap_common.h"
+#include "weft/weft.h"
+
+#define STEPS 12
+#define KILL_STEP 6
+
+static weft_layout_t *model(const int *members, int k)
+{
+    uint64_t a[1] = {40000}, b[2] = {123, 77};
+    weft_layout_t *l;
+    weft_layout_create(&l);
+    weft_layout_add_tensor(l, "w", WEFT_F32, 1, a, NULL);
+    weft_layout_add_tensor(l, "m", WEFT_F64, 2, b, NULL);
+    int t[2] = {0, 1};
+    weft_layout_flat(l, t, 2, members, k);
+    return l;
+}
+
+static void init_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    (void)arg;
+    snap_store(elem, dt, snap_initial(t, i));
+}
+
+static void step_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    snap_store(elem, dt, snap_update(t, i, *(uint64_t *)arg, snap_load(elem, dt)));
+}
+
+static void check_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    uint64_t want[1];
+    snap_reference(t, i, dt, STEPS, want);
+    *(size_t *)arg += memcmp(elem, want, weft_dtype_size(dt)) != 0;
+}
+
+typedef struct blob {
+    uint64_t step;
+    uint64_t seed; /* stands for RNG state: must come back with the step */
+} blob_t;
+
+/* One training step on the shard, and the loss allreduce (which fails once a member is
+ * gone). */
+static weft_status_t train_step(weft_group_t *g, const weft_layout_t *l, int id, void *buf,
+                                uint64_t step)
+{
+    snap_each(l, id, buf, step_elem, &step);
+    double loss = 1.0, sum = 0;
+    return weft_allreduce(g, &loss, &sum, 1, WEFT_F64, WEFT_SUM);
+}
+
+static weft_status_t snapshot(weft_snapshot_t *s, uint64_t step, const void *buf)
+{
+    blob_t b = {step, step * 1000003u};
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_snapshot_start(s, step, buf, &b, sizeof(b), &req);
+    if (st == WEFT_INPROGRESS) {
+        st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
+    }
+    weft_req_free(req);
+    return st;
+}
+
+int main(void)
+{
+    setenv("WEFT_TIMEOUT_MS", "60000", 0);
+    weft_ctx_t *ctx;
+    weft_group_t *world;
+    int me, n, id, ids[64];
+    if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK) {
+        return 1;
+    }
+    weft_group_rank(world, &me);
+    weft_group_size(world, &n);
+    weft_group_member_id(world, me, &id);
+    for (int r = 0; r < n; r++) {
+        weft_group_member_id(world, r, &ids[r]);
+    }
+    int victim = ids[n - 1];
+    weft_layout_t *l = model(ids, n);
+    weft_snapshot_t *snap;
+    if (weft_snapshot_create(world, l, sizeof(blob_t), NULL, &snap) != WEFT_OK) {
+        SURVIVOR_FAIL(me, weft_last_error(NULL));
+        return 1;
+    }
+    unsigned char *buf = malloc(weft_layout_packed_bytes(l, id) + 1);
+    snap_each(l, id, buf, init_elem, NULL);
+    uint64_t step = 1;
+    weft_status_t st = WEFT_OK;
+    for (; step <= STEPS && st == WEFT_OK; step++) {
+        if (id == victim && step == KILL_STEP) {
+            raise(SIGKILL);
+        }
+        st = train_step(world, l, id, buf, step);
+        if (st == WEFT_OK) {
+            st = snapshot(snap, step, buf);
+        }
+    }
+    if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
+        printf("rank %d: training returned %s\n", me, weft_status_str(st));
+        SURVIVOR_FAIL(me, "the step with the dead member did not fail");
+        return 1;
+    }
+    weft_edit_info_t info = {.size = sizeof(info)};
+    if (fault_recover(world, &info) != WEFT_OK || fault_has_member(world, victim)) {
+        SURVIVOR_FAIL(me, "repair");
+        return 1;
+    }
+    /* Restore a flat re-cut over the survivors from the snapshots. */
+    int k = 0, left[64];
+    weft_group_size(world, &k);
+    for (int r = 0; r < k; r++) {
+        weft_group_member_id(world, r, &left[r]);
+    }
+    weft_layout_t *nl = model(left, k);
+    size_t nb = weft_snapshot_restore_bytes(snap, nl);
+    unsigned char *nbuf = malloc(nb);
+    weft_snapshot_restored_t got;
+    if ((st = weft_snapshot_restore(snap, nl, nbuf, nb, &got)) != WEFT_OK) {
+        SURVIVOR_FAIL(me, weft_last_error(ctx));
+        return 1;
+    }
+    blob_t vb = {0, 0};
+    size_t len = 0;
+    if (got.bytes_missing != 0 ||
+        weft_snapshot_blob(snap, victim, &vb, sizeof(vb), &len) != WEFT_OK || len != sizeof(vb) ||
+        vb.step != got.step || vb.seed != got.step * 1000003u ||
+        (got.step != KILL_STEP - 1 && got.step != KILL_STEP - 2)) {
+        printf("rank %d: restored step %llu, %zu B missing, the victim's blob says step %llu\n", me,
+               (unsigned long long)got.step, got.bytes_missing, (unsigned long long)vb.step);
+        SURVIVOR_FAIL(me, "restore");
+        return 1;
+    }
+    printf("rank %d: restored step %llu: %zu B moved, %zu B copied locally\n", me,
+           (unsigned long long)got.step, got.bytes_moved, got.bytes_local);
+    weft_snapshot_free(snap);
+    if (weft_snapshot_create(world, nl, sizeof(blob_t), NULL, &snap) != WEFT_OK) {
+        SURVIVOR_FAIL(me, weft_last_error(NULL));
+        return 1;
+    }
+    for (step = vb.step + 1; step <= STEPS && st == WEFT_OK; step++) {
+        st = train_step(world, nl, id, nbuf, step);
+        if (st == WEFT_OK) {
+            st = snapshot(snap, step, nbuf);
+        }
+    }
+    size_t wrong = 0;
+    snap_each(nl, id, nbuf, check_elem, &wrong);
+    if (st != WEFT_OK || wrong != 0) {
+        printf("rank %d: %s, %zu elements differ from the run without failure\n", me,
+               weft_status_str(st), wrong);
+        SURVIVOR_FAIL(me, "the state after the failure is not the state without it");
+        return 1;
+    }
+    SURVIVOR_OK(me);
+    weft_snapshot_free(snap);
+    weft_layout_free(l);
+    weft_layout_free(nl);
+    free(buf);
+    free(nbuf);
+    weft_finalize(ctx);
+    return 0;
+}
