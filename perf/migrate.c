@@ -18,13 +18,17 @@
  *                    drops it from the page cache, then reads back the parts its new
  *                    regions need (what a restart from a checkpoint does).
  * The migration's result is compared byte for byte with the allgather-slice result.
- * --overlap measures allreduces of 8 B to 64 KiB while a zero-shrink migration runs.
+ * --overlap measures allreduces of 8 B to 64 KiB while a zero-shrink migration runs, with
+ * --gap-us of emulated compute (a sleep, as a CPU thread driving a GPU step) between them,
+ * against the same allreduces and gaps without a migration; migrations restart until
+ * enough allreduces are timed, and the table says how many completed.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "perf.h"
@@ -36,6 +40,7 @@ typedef struct mig_bench {
     perf_opts_t o;
     perf_world_t w;
     size_t model_bytes;
+    size_t gap_us; /* --overlap: emulated compute between allreduces */
     bool dry_run, overlap, baselines;
     const char *only;
     char tmpdir[256];
@@ -48,6 +53,8 @@ static const perf_extra_opt_t extras[] = {
     {"--model-bytes", true, "BYTES", "size of the ZeRO and pipeline models (default 256M)"},
     {"--dry-run", false, NULL, "print the plans (bytes per member, lower bound), move nothing"},
     {"--overlap", false, NULL, "allreduce latency while a migration runs, against idle"},
+    {"--gap-us", true, "US",
+     "--overlap: emulated compute (the caller sleeps) between allreduces (default 100)"},
     {"--no-baselines", false, NULL, "skip allgather-slice and file-reload"},
     {"--tmpdir", true, "DIR", "where file-reload writes (default $TMPDIR or /tmp)"},
 };
@@ -62,6 +69,9 @@ static int on_extra(void *arg, const char *name, const char *val)
     }
     if (strcmp(name, "--model-bytes") == 0) {
         return perf_parse_size(val, &b->model_bytes) != 0 || b->model_bytes < 4096;
+    }
+    if (strcmp(name, "--gap-us") == 0) {
+        return perf_parse_size(val, &b->gap_us) != 0;
     }
     if (strcmp(name, "--tmpdir") == 0) {
         snprintf(b->tmpdir, sizeof(b->tmpdir), "%s", val);
@@ -421,6 +431,15 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
 }
 
 /* p50/p99 of allreduces of @p bytes, idle and while zero-shrink migrations keep running. */
+/* A step of GPU compute as the CPU sees it: the caller sleeps. */
+static void compute(size_t us)
+{
+    if (us > 0) {
+        struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int overlap(const mig_bench_t *b, FILE *out, bool json)
 {
     scenario_t s;
@@ -439,9 +458,11 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
         fprintf(out, ",\n  \"overlap\": [");
     } else if (b->w.rank == 0) {
         fprintf(out,
-                "#\n# allreduce while a zero-shrink migration runs (%d ranks)\n"
+                "#\n# allreduce while a zero-shrink migration runs (%d ranks), %zu us of "
+                "emulated compute (sleep) between allreduces\n"
                 "# %10s %12s %14s %14s %8s %10s\n",
-                p, "bytes", "idle_p50_us", "during_p50_us", "during_p99_us", "ratio", "migrations");
+                p, b->gap_us, "bytes", "idle_p50_us", "during_p50_us", "during_p99_us", "ratio",
+                "migrations");
     }
     /* One migration first, so that neither side measures first-touch page faults. */
     weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL);
@@ -454,6 +475,7 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
             double t0 = perf_now_us();
             weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
             idle[i] = perf_now_us() - t0;
+            compute(b->gap_us);
         }
         weft_req_t *mig = NULL;
         int n = 0, finished = 0; /* migrations completed among the allreduces */
@@ -477,6 +499,7 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
             } else if (done) {
                 weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
             }
+            compute(b->gap_us);
         }
         if (mig != NULL) {
             weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
@@ -517,6 +540,7 @@ int perf_migrate_main(int argc, char **argv)
     b.o.iters = 5;
     b.o.warmup = 1;
     b.model_bytes = 256u << 20;
+    b.gap_us = 100;
     b.baselines = true;
     b.only = "all";
     const char *tmp = getenv("TMPDIR");
