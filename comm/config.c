@@ -288,6 +288,11 @@ static const config_field_t config_table[] = {
           "one row of a tensor's innermost dimension); small operations slip between them. "
           "Must be equal on all ranks (a migration checks it).",
           migrate_chunk, size),
+    FIELD("WEFT_MIGRATE_CMA", "on",
+          "on: between ranks on one host, a migration's receiver reads each chunk straight "
+          "from the sender's memory (process_vm_readv), outside the context's lock; where "
+          "that is not permitted the chunk is sent again as a message. off: always messages.",
+          migrate_cma, onoff),
     FIELD("WEFT_MIGRATE_WINDOW", "4",
           "Chunks of a migration in flight at once between two members.",
           migrate_window, size),

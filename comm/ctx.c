@@ -375,6 +375,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     }
     ctx->rank = -1;
     ctx->shm_job.lock_fd = -1;
+    pthread_mutex_init(&ctx->job_lock, NULL);
     ctx->logger.level = WEFT_LOG_WARN;
     ctx->logger.rank = -1;
     ctx->logger.prefix = "weft";
@@ -464,6 +465,7 @@ err_fini:
     weft_finalize(ctx);
     return st;
 err_free:
+    pthread_mutex_destroy(&ctx->job_lock);
     free(ctx);
     return st;
 }
@@ -535,6 +537,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     weft__store_close(ctx->store);
     free(ctx->peers);
     free(ctx->user_ops);
+    pthread_mutex_destroy(&ctx->job_lock);
     free(ctx);
     return WEFT_OK;
 }

@@ -92,6 +92,9 @@ struct weft_ctx {
     int lock_depth;             /* nesting of public calls on this thread */
     _Atomic int api_waiting;    /* public calls waiting for the lock: the thread yields */
     struct weft_req *bg;        /* published requests still in flight */
+    /* Jobs (comm/job.h): queued data work, run outside the lock above. */
+    pthread_mutex_t job_lock;
+    struct weft_job *jobs_head, *jobs_tail;
     void **retired;             /* buffers cancelled sends may still read (weft__retire) */
     size_t nretired, cap_retired;
 };

@@ -23,10 +23,12 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
 #include "comm/ctx.h"
+#include "comm/job.h"
 #include "util/clock.h"
 
 /* Polls of the lock before a public call sleeps on it (about 2 us). */
@@ -151,6 +153,9 @@ static void *run(void *arg)
         }
         ctx->pt_pass_ns = weft__now_ns();
         pthread_mutex_unlock(&ctx->lock);
+        /* The data work the pass handed over, outside the lock: a public call never
+         * waits behind a copy or a checksum. */
+        events += weft__jobs_run(ctx, INT32_MAX);
         /* Give the caller the lock between passes; back off while nothing moves. */
         idle = events > 0 ? 0 : idle + 1;
         if (idle < 16) {

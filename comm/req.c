@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "comm/ctx.h"
+#include "comm/job.h"
 
 /* How often (in progress calls) the failure-notice watch is polled. */
 #define NOTICE_POLL_INTERVAL 64
@@ -189,6 +190,9 @@ weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns)
     for (;;) {
         int events = weft__progress(ctx);
         weft_status_t st = weft__req_advance(req);
+        if (st == WEFT_INPROGRESS && weft__jobs_pending(ctx)) {
+            events += weft__jobs_run(ctx, 1); /* waiting anyway: lend a hand */
+        }
         if (st != WEFT_INPROGRESS) {
             return st;
         }

@@ -11,14 +11,19 @@
  *           so every member returns the same.
  * Tags: class MIGRATE, payload = round (1 bit) | header (1) | migration id (4) | chunk (20).
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "comm/coll/coll.h"
+#include "comm/job.h"
 #include "comm/memtype.h"
 #include "migrate/box.h"
 #include "migrate/device.h"
@@ -26,21 +31,38 @@
 #include "weft/group.h"
 
 #define DEFAULT_MAX_STAGED (64u << 20)
+/* In a verdict's count: the receiver could not read the sender's memory (CMA). */
+#define VERDICT_NO_CMA (1u << 31)
 
 void (*weft__migrate_recv_hook)(int src_member, uint32_t seq, int round, void *data,
                                 size_t len) = NULL;
+bool weft__migrate_cma_refuse = false;
+_Atomic uint64_t weft__migrate_cma_reads = 0;
 
 enum { ST_CHUNKS, ST_VERDICT, ST_DONE };
 enum { STAGE_AGREE, STAGE_MOVE, STAGE_CLOSE };
 
+/* A slot's stage, per direction. Send: the job gathers (if staged) and checksums, then the
+ * header (and, without CMA, the data) go out. Receive: the header comes; then either this
+ * member reads the data from the sender's memory (CMA) in the job, or a data message
+ * comes and the job checks it; the job also scatters a staged chunk. */
+enum { SL_FREE, SL_JOB, SL_SENDING, SL_HDR, SL_DATA };
+
 typedef struct slot {
-    int32_t chunk; /* index into the stream's chunks; -1: free */
+    weft_job_t job; /* first: the job's run() finds its slot */
+    int32_t chunk;  /* index into the stream's chunks; -1: free */
+    int phase;
+    struct mig *m;
+    struct stream *s;
     weft_req_t *hdr, *data;
-    uint64_t hdr_buf[2]; /* checksum, length */
+    uint64_t hdr_buf[4]; /* checksum, length, sender pid and address (CMA) or 0 */
     uint8_t *staging;    /* when the chunk is not contiguous in the packed buffer */
     uint8_t *ptr;        /* where the data is (user buffer or staging) */
     size_t recvd;
-    bool copy_failed; /* sender: the chunk could not be read from device memory */
+    bool cma;         /* send: the receiver reads it; receive: read it from the sender */
+    bool copy_failed; /* send: the chunk could not be read (device memory) */
+    bool good;        /* receive: the job found the checksum right and placed the data */
+    bool cma_failed;  /* receive: the sender's memory could not be read */
 } slot_t;
 
 typedef struct stream {
@@ -54,10 +76,12 @@ typedef struct stream {
     uint32_t *bad; /* receiver: bad chunks of this round */
     uint8_t *ok;   /* receiver: ok[k] once chunk k arrived and its checksum matched */
     uint32_t nbad;
-    uint32_t *verdict; /* [0]: count, then chunk numbers */
+    uint32_t *verdict; /* [0]: count (| VERDICT_NO_CMA), then chunk numbers */
     weft_req_t *vreq;
     int round, phase;
-    int staged; /* slots holding a staging buffer */
+    int staged;      /* slots holding a staging buffer */
+    bool cma;        /* the peer is on this host: contiguous chunks are read from its memory */
+    bool cma_failed; /* receiver: a read of the sender's memory failed (sent again by message) */
     weft_status_t err;
     slot_t *slots;
 } stream_t;
@@ -69,7 +93,11 @@ typedef struct mig {
     const uint8_t *resume_buf; /* a failed migration's new buffer (weft_migrate_resume) */
     uint8_t *new_buf;
     bool old_dev, resume_dev, new_dev; /* CUDA buffers: every chunk is staged on the host */
+    bool any_dev;                      /* jobs run at once, on the caller's thread */
     bool local_err;                    /* a local copy failed (device memory) */
+    weft_job_t local_job;              /* the local copy in progress (chunk local_cur) */
+    uint32_t local_cur;
+    bool local_busy;
     size_t chunk, window, max_staged, staged;
     uint32_t tag_id;
     int stage;
@@ -134,17 +162,19 @@ static bool move_box(mig_t *m, bool dev, void *dst, const weft_box_t *dst_box, c
 }
 
 /* Where the chunk's bytes are sent from or received into: the user's packed buffer when
- * contiguous there, else a staging buffer (NULL when the budget is used up for now). */
-static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_chunk_t *c)
+ * contiguous there (and host memory), else a staging buffer (NULL when the budget is used
+ * up for now). *contiguous says which. */
+static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_chunk_t *c,
+                            bool *contiguous)
 {
     const weft__xfer_t *x = xfer_of(m, c);
     size_t off;
     bool dev = s->send ? src_dev(m, x) : m->new_dev;
-    bool contiguous =
-        !dev && s->send
-            ? weft__mig_contiguous(&x->src_box, x->src_packed, &c->box, x->ndims, x->elem, &off)
-            : weft__mig_contiguous(&x->dst_box, x->dst_packed, &c->box, x->ndims, x->elem, &off);
-    if (contiguous) {
+    *contiguous = !dev && s->send ? weft__mig_contiguous(&x->src_box, x->src_packed, &c->box,
+                                                         x->ndims, x->elem, &off)
+                                  : !dev && weft__mig_contiguous(&x->dst_box, x->dst_packed,
+                                                                 &c->box, x->ndims, x->elem, &off);
+    if (*contiguous) {
         return s->send ? (uint8_t *)src_base(m, x) + off : m->new_buf + off;
     }
     if (sl->staging == NULL) {
@@ -159,9 +189,6 @@ static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_ch
         m->staged += m->chunk;
         s->staged++;
     }
-    sl->copy_failed =
-        s->send && !move_box(m, dev, sl->staging, &c->box, src_base(m, x) + x->src_packed,
-                             &x->src_box, &c->box, x->ndims, x->elem);
     return sl->staging;
 }
 
@@ -175,61 +202,177 @@ static void drop_staging(mig_t *m, stream_t *s, slot_t *sl)
     }
 }
 
-static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
+/* Read @p len bytes at @p addr of process @p pid into @p dst; false if that fails. */
+static bool cma_read(void *dst, uint64_t pid, uint64_t addr, size_t len)
 {
-    const weft_mig_chunk_t *c = &s->chunks[ci];
-    uint8_t *p = chunk_place(m, s, sl, c);
-    if (p == NULL) {
-        return WEFT_INPROGRESS; /* no staging memory now: try on a later call */
+    if (weft__migrate_cma_refuse) {
+        errno = EPERM;
+        return false;
     }
-    sl->chunk = (int32_t)ci;
-    sl->ptr = p;
-    weft_status_t st;
-    if (s->send) {
-        /* A chunk that could not be read goes out with a checksum that cannot match, so
-         * the receiver rejects it twice and every member fails alike. */
-        sl->hdr_buf[0] = XXH3_64bits(p, c->bytes) ^ (sl->copy_failed ? 1u : 0u);
-        sl->hdr_buf[1] = c->bytes;
-        st = weft__isend(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf), WEFT_TAG_MIGRATE,
-                         payload(m, s->round, true, ci), &sl->hdr);
-        if (st == WEFT_OK || st == WEFT_INPROGRESS) {
-            st = weft__isend(m->g, s->rank, p, c->bytes, WEFT_TAG_MIGRATE,
-                             payload(m, s->round, false, ci), &sl->data);
+    size_t got = 0;
+    while (got < len) {
+        struct iovec local = {(char *)dst + got, len - got};
+        struct iovec remote = {(void *)(uintptr_t)(addr + got), len - got};
+        ssize_t n = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            return false;
         }
-    } else {
-        sl->recvd = c->bytes;
-        st = weft__irecv(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf), WEFT_TAG_MIGRATE,
-                         payload(m, s->round, true, ci), &sl->hdr);
-        if (st == WEFT_OK || st == WEFT_INPROGRESS) {
-            st = weft__irecv_len(m->g, s->rank, p, c->bytes, WEFT_TAG_MIGRATE,
-                                 payload(m, s->round, false, ci), &sl->data, &sl->recvd);
-        }
+        got += (size_t)n;
     }
-    return st == WEFT_INPROGRESS ? WEFT_OK : st;
+    atomic_fetch_add(&weft__migrate_cma_reads, 1);
+    return true;
 }
 
-/* A received chunk is complete: check it, and unstage it into the new buffer. */
-static void check_chunk(mig_t *m, stream_t *s, slot_t *sl)
+/* The data work of a slot, outside the context's lock (comm/job.h). */
+static void slot_job(weft_job_t *job)
 {
+    slot_t *sl = (slot_t *)job;
+    mig_t *m = sl->m;
+    stream_t *s = sl->s;
     const weft_mig_chunk_t *c = &s->chunks[sl->chunk];
-    if (weft__migrate_recv_hook != NULL) {
-        weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, sl->ptr, c->bytes);
-    }
-    bool good = sl->recvd == c->bytes && sl->hdr_buf[1] == c->bytes &&
-                XXH3_64bits(sl->ptr, c->bytes) == sl->hdr_buf[0];
-    if (!good) {
-        s->bad[s->nbad++] = (uint32_t)sl->chunk;
+    const weft__xfer_t *x = xfer_of(m, c);
+    if (s->send) {
+        if (sl->ptr == sl->staging) {
+            sl->copy_failed =
+                !move_box(m, src_dev(m, x), sl->staging, &c->box, src_base(m, x) + x->src_packed,
+                          &x->src_box, &c->box, x->ndims, x->elem);
+        }
+        /* A chunk that could not be read goes out with a checksum that cannot match, so
+         * the receiver rejects it twice and every member fails alike. */
+        sl->hdr_buf[0] = XXH3_64bits(sl->ptr, c->bytes) ^ (sl->copy_failed ? 1u : 0u);
         return;
     }
-    if (sl->ptr == sl->staging) {
-        const weft__xfer_t *x = xfer_of(m, c);
-        if (!move_box(m, m->new_dev, m->new_buf + x->dst_packed, &x->dst_box, sl->staging, &c->box,
-                      &c->box, x->ndims, x->elem)) {
-            s->bad[s->nbad++] = (uint32_t)sl->chunk; /* sent again, then the stream fails */
+    sl->good = false;
+    if (sl->cma) {
+        sl->recvd = c->bytes;
+        if (!cma_read(sl->ptr, sl->hdr_buf[2], sl->hdr_buf[3], c->bytes)) {
+            sl->cma_failed = true;
             return;
         }
     }
-    s->ok[sl->chunk] = 1;
+    if (weft__migrate_recv_hook != NULL) {
+        weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, sl->ptr, c->bytes);
+    }
+    if (sl->recvd != c->bytes || sl->hdr_buf[1] != c->bytes ||
+        XXH3_64bits(sl->ptr, c->bytes) != sl->hdr_buf[0]) {
+        return;
+    }
+    sl->good =
+        sl->ptr != sl->staging || move_box(m, m->new_dev, m->new_buf + x->dst_packed, &x->dst_box,
+                                           sl->staging, &c->box, &c->box, x->ndims, x->elem);
+}
+
+static void submit(mig_t *m, slot_t *sl)
+{
+    sl->phase = SL_JOB;
+    weft__job_submit(m->g->ctx, &sl->job, m->any_dev);
+}
+
+/* Take chunk @p ci into free slot @p sl: place it, then start its job (send) or post the
+ * receive of its header. */
+static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
+{
+    const weft_mig_chunk_t *c = &s->chunks[ci];
+    bool contiguous;
+    uint8_t *p = chunk_place(m, s, sl, c, &contiguous);
+    if (p == NULL) {
+        return WEFT_OK; /* no staging memory now: try on a later call */
+    }
+    sl->chunk = (int32_t)ci;
+    sl->ptr = p;
+    sl->m = m;
+    sl->s = s;
+    sl->job.run = slot_job;
+    sl->copy_failed = sl->good = sl->cma_failed = false;
+    if (s->send) {
+        sl->cma = s->cma && contiguous;
+        sl->hdr_buf[1] = c->bytes;
+        sl->hdr_buf[2] = sl->cma ? (uint64_t)getpid() : 0;
+        sl->hdr_buf[3] = sl->cma ? (uint64_t)(uintptr_t)p : 0;
+        submit(m, sl);
+        return WEFT_OK;
+    }
+    sl->recvd = c->bytes;
+    sl->phase = SL_HDR;
+    weft_status_t st = weft__irecv(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf),
+                                   WEFT_TAG_MIGRATE, payload(m, s->round, true, ci), &sl->hdr);
+    return st == WEFT_INPROGRESS ? WEFT_OK : st;
+}
+
+/* Advance slot @p sl; WEFT_OK when its chunk is finished with (the slot is free again). */
+static weft_status_t slot_progress(mig_t *m, stream_t *s, slot_t *sl)
+{
+    weft_status_t st;
+    uint32_t ci = (uint32_t)sl->chunk;
+    const weft_mig_chunk_t *c = &s->chunks[ci];
+    if (sl->phase == SL_JOB && !weft__job_done(&sl->job)) {
+        return WEFT_INPROGRESS;
+    }
+    if (sl->phase == SL_JOB && s->send) { /* checksummed: send */
+        sl->phase = SL_SENDING;
+        st = weft__isend(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf), WEFT_TAG_MIGRATE,
+                         payload(m, s->round, true, ci), &sl->hdr);
+        if ((st == WEFT_OK || st == WEFT_INPROGRESS) && !sl->cma) {
+            st = weft__isend(m->g, s->rank, sl->ptr, c->bytes, WEFT_TAG_MIGRATE,
+                             payload(m, s->round, false, ci), &sl->data);
+        }
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+    }
+    if (sl->phase == SL_SENDING) {
+        weft_status_t a = weft__coll_child_test(&sl->hdr, NULL),
+                      b = weft__coll_child_test(&sl->data, NULL);
+        if (a != WEFT_OK) {
+            return a;
+        }
+        return b;
+    }
+    if (sl->phase == SL_HDR) {
+        if ((st = weft__coll_child_test(&sl->hdr, NULL)) != WEFT_OK) {
+            return st;
+        }
+        /* Read it from the sender's memory only where this member agrees it may; where
+         * not, the chunk counts as bad and is sent again by message. */
+        sl->cma = sl->hdr_buf[3] != 0 && s->cma;
+        if (sl->cma) {
+            submit(m, sl);
+            return WEFT_INPROGRESS;
+        }
+        if (sl->hdr_buf[3] != 0) {
+            sl->good = false;
+            sl->cma_failed = true;
+            s->bad[s->nbad++] = ci;
+            s->cma_failed = true;
+            return WEFT_OK;
+        }
+        sl->phase = SL_DATA;
+        st = weft__irecv_len(m->g, s->rank, sl->ptr, c->bytes, WEFT_TAG_MIGRATE,
+                             payload(m, s->round, false, ci), &sl->data, &sl->recvd);
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+    }
+    if (sl->phase == SL_DATA) {
+        size_t got = sl->recvd;
+        if ((st = weft__coll_child_test(&sl->data, &got)) != WEFT_OK) {
+            return st;
+        }
+        sl->recvd = got;
+        submit(m, sl);
+        return WEFT_INPROGRESS;
+    }
+    /* The receive job is done: record the chunk. */
+    if (sl->good) {
+        s->ok[ci] = 1;
+    } else {
+        s->bad[s->nbad++] = ci;
+        s->cma_failed |= sl->cma_failed;
+    }
+    return WEFT_OK;
 }
 
 static int max_waiting_prio(const mig_t *m)
@@ -296,24 +439,15 @@ static weft_status_t stream_progress(mig_t *m, stream_t *s, int gate)
             if (sl->chunk < 0) {
                 continue;
             }
-            size_t got = sl->recvd;
-            weft_status_t a = weft__coll_child_test(&sl->hdr, NULL),
-                          b = weft__coll_child_test(&sl->data, &got);
-            if (a != WEFT_OK && a != WEFT_INPROGRESS) {
-                return a;
-            }
-            if (b != WEFT_OK && b != WEFT_INPROGRESS) {
-                return b;
-            }
-            if (a == WEFT_INPROGRESS || b == WEFT_INPROGRESS) {
+            if ((st = slot_progress(m, s, sl)) == WEFT_INPROGRESS) {
                 continue;
             }
-            if (!s->send) {
-                sl->recvd = got;
-                check_chunk(m, s, sl);
+            if (st != WEFT_OK) {
+                return st;
             }
             drop_staging(m, s, sl);
             sl->chunk = -1;
+            sl->phase = SL_FREE;
             s->done++;
         }
         for (size_t w = 0; w < m->window && s->next < s->nwork; w++) {
@@ -337,7 +471,7 @@ static weft_status_t stream_progress(mig_t *m, stream_t *s, int gate)
         if (s->send) {
             st = weft__irecv(m->g, s->rank, s->verdict, vlen, WEFT_TAG_MIGRATE, vp, &s->vreq);
         } else {
-            s->verdict[0] = s->nbad;
+            s->verdict[0] = s->nbad | (s->cma_failed ? VERDICT_NO_CMA : 0);
             memcpy(&s->verdict[1], s->bad, (size_t)s->nbad * sizeof(uint32_t));
             st = weft__isend(m->g, s->rank, s->verdict, (size_t)(s->nbad + 1) * sizeof(uint32_t),
                              WEFT_TAG_MIGRATE, vp, &s->vreq);
@@ -352,27 +486,53 @@ static weft_status_t stream_progress(mig_t *m, stream_t *s, int gate)
             return st;
         }
         if (s->send) {
-            uint32_t nbad = s->verdict[0] <= s->nchunks ? s->verdict[0] : s->nchunks;
+            if (s->verdict[0] & VERDICT_NO_CMA) {
+                s->cma = false; /* the receiver cannot read this member's memory */
+            }
+            uint32_t count = s->verdict[0] & ~VERDICT_NO_CMA;
+            uint32_t nbad = count <= s->nchunks ? count : s->nchunks;
             memcpy(s->bad, &s->verdict[1], (size_t)nbad * sizeof(uint32_t));
             return end_round(m, s, nbad, s->bad);
+        }
+        if (s->cma_failed) {
+            s->cma = false; /* what is sent again comes by message */
         }
         return end_round(m, s, s->nbad, s->bad);
     }
     return WEFT_OK;
 }
 
-/* One chunk of local copies per call, so a long copy does not hold up the streams. */
-static void local_step(mig_t *m, int gate)
+static void local_job(weft_job_t *job)
 {
-    if (m->local_next >= m->nlocal || (m->gated && m->local[m->local_next].prio < gate)) {
-        return;
-    }
-    const weft_mig_chunk_t *c = &m->local[m->local_next++];
+    mig_t *m = (mig_t *)((char *)job - offsetof(mig_t, local_job));
+    const weft_mig_chunk_t *c = &m->local[m->local_cur];
     const weft__xfer_t *x = xfer_of(m, c);
     if (!move_box(m, src_dev(m, x) || m->new_dev, m->new_buf + x->dst_packed, &x->dst_box,
                   src_base(m, x) + x->src_packed, &x->src_box, &c->box, x->ndims, x->elem)) {
         m->local_err = true;
     }
+}
+
+/* Local copies one chunk at a time, each a job; true once all are done. */
+static bool local_step(mig_t *m, int gate)
+{
+    if (m->local_busy) {
+        if (!weft__job_done(&m->local_job)) {
+            return false;
+        }
+        m->local_busy = false;
+    }
+    if (m->local_next >= m->nlocal) {
+        return true;
+    }
+    if (m->gated && m->local[m->local_next].prio < gate) {
+        return false;
+    }
+    m->local_cur = m->local_next++;
+    m->local_job.run = local_job;
+    m->local_busy = true;
+    weft__job_submit(m->g->ctx, &m->local_job, m->any_dev);
+    return false;
 }
 
 /*
@@ -472,8 +632,7 @@ static weft_status_t mig_progress(weft_req_t *req)
     }
     if (m->stage == STAGE_MOVE) {
         int gate = m->gated ? max_waiting_prio(m) : 0;
-        local_step(m, gate);
-        bool all = m->local_next >= m->nlocal;
+        bool all = local_step(m, gate);
         for (int i = 0; i < m->nstreams; i++) {
             if (atomic_load(&ctx->api_waiting) > 0) {
                 return WEFT_INPROGRESS; /* the progress thread's pass: let the caller in */
@@ -525,6 +684,13 @@ static void mig_free(mig_t *m)
     }
     weft_ctx_t *ctx = m->g->ctx;
     bool live = false; /* some send of this migration was still in flight */
+    /* No job may touch the buffers once they are released. */
+    weft__job_cancel(ctx, &m->local_job);
+    for (int i = 0; i < m->nstreams; i++) {
+        for (size_t w = 0; m->streams[i].slots != NULL && w < m->window; w++) {
+            weft__job_cancel(ctx, &m->streams[i].slots[w].job);
+        }
+    }
     if (m->child != NULL) {
         weft_req_free(m->child);
     }
@@ -652,6 +818,11 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
         for (size_t w = 0; w < m->window; w++) {
             s->slots[w].chunk = -1;
         }
+        /* On one host, contiguous chunks are read by the receiver from the sender's
+         * memory (one copy, off the transport, outside the context's lock). */
+        weft_ctx_t *ctx = m->g->ctx;
+        s->cma = ctx->cfg.migrate_cma && !m->any_dev && s->member < ctx->npeers &&
+                 ctx->peers[s->member].same_host;
     }
     return WEFT_OK;
 }
@@ -713,6 +884,7 @@ weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan
     m->old_dev = weft__memtype(old_buf) == WEFT_MEM_CUDA;
     m->resume_dev = weft__memtype(p.resume_buf) == WEFT_MEM_CUDA;
     m->new_dev = weft__memtype(new_buf) == WEFT_MEM_CUDA;
+    m->any_dev = m->old_dev || m->resume_dev || m->new_dev;
     m->chunk = ctx->cfg.migrate_chunk > 0 ? ctx->cfg.migrate_chunk : 1;
     m->window = ctx->cfg.migrate_window > 0 ? ctx->cfg.migrate_window : 1;
     m->max_staged = p.max_staged_bytes != 0 ? p.max_staged_bytes : DEFAULT_MAX_STAGED;

@@ -7,6 +7,7 @@
 #ifndef WEFT_MIGRATE_ENGINE_H
 #define WEFT_MIGRATE_ENGINE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,11 @@ const weft_plan_t *weft__mig_plan(const weft_req_t *req);
  * transfer and box; stops and returns false when @p fn does. */
 typedef bool (*weft__mig_piece_fn)(void *arg, const weft__xfer_t *x, const weft_box_t *box);
 bool weft__mig_received(const weft_req_t *req, weft__mig_piece_fn fn, void *arg);
+
+/* Test hooks: make every read of a sender's memory fail (as where process_vm_readv is not
+ * permitted), and count the chunks read that way. */
+extern bool weft__migrate_cma_refuse;
+extern _Atomic uint64_t weft__migrate_cma_reads;
 
 /* Test hook: sees every received chunk before its checksum is checked (tests flip a
  * byte here). NULL in normal runs. */
