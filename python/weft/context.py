@@ -46,6 +46,7 @@ class Context:
         self._lock = threading.RLock()
         self._children = []  # weak references, in creation order
         self._orphans = []   # (request handle, kept buffers) of requests dropped in flight
+        self._retired = []   # buffers weft may still read after a failure, until finalize
         world = c_void_p()
         check(lib.weft_ctx_world(handle, byref(world)), handle)
         self._world = Group(self, world.value, owned=False)
@@ -157,6 +158,7 @@ class Context:
                 lib.weft_req_free(req)
             self._orphans = []
             h, self._handle = self._handle, None
+            self._retired = []
             _live.discard(self)
             check(lib.weft_finalize(h))
 

@@ -7,7 +7,7 @@ from ctypes import byref, c_int, c_void_p
 from . import _structs as S
 from ._buffer import as_buffer
 from ._lib import lib
-from .errors import check, invalid
+from .errors import Error, check, invalid
 from .layout import Layout
 from .plan import Plan
 from .request import Request
@@ -52,23 +52,30 @@ def migrate_start(group, plan, old_buf, new_buf, priority=None, max_staged_bytes
     """Start running @p plan on @p group (collective): this member sends what it holds
     of the old layout from its packed buffer @p old_buf and receives its packed buffer of
     the new layout into @p new_buf. Returns a weft.Request (wait() returns new_buf); the
-    request keeps both buffers until done. priority: per tensor (list by index, or dict
-    by name), higher moves first; the same on every member."""
+    request keeps both buffers until done, and old_buf until finalize if it fails (sends
+    of a failed migration may still read it). priority: per tensor (list by index, or
+    dict by name), higher moves first; the same on every member."""
     old, new = _buffers(group, plan, old_buf, new_buf)
     params, prio = _params(plan, priority, max_staged_bytes)
     group._ctx._reap_orphans()
     req = c_void_p()
     group._call(lib.weft_migrate_start, plan.handle, old.ptr if old else None,
                 new.ptr if new else None, byref(params), byref(req))
-    return Request(group._ctx, req.value, keep=(old, new, prio, plan), result=new_buf)
+    return Request(group._ctx, req.value, keep=(old, new, prio, plan), result=new_buf,
+                   keep_on_failure=old)
 
 
 def migrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0):
     """migrate_start() and wait for it (the context's default timeout). Returns new_buf."""
     old, new = _buffers(group, plan, old_buf, new_buf)
     params, _prio = _params(plan, priority, max_staged_bytes)
-    group._call(lib.weft_migrate, plan.handle, old.ptr if old else None,
-                new.ptr if new else None, byref(params))
+    try:
+        group._call(lib.weft_migrate, plan.handle, old.ptr if old else None,
+                    new.ptr if new else None, byref(params))
+    except Error:
+        # Sends of the failed attempt may still read old_buf: keep it until finalize.
+        group._ctx._retired.append(old)
+        raise
     return new_buf
 
 

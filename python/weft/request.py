@@ -16,10 +16,11 @@ from .errors import Status, Timeout, error_for, last_error
 class Request:
     """A nonblocking weft operation: test(), wait(timeout=None), cancel()."""
 
-    def __init__(self, ctx, handle, keep=(), result=None):
+    def __init__(self, ctx, handle, keep=(), result=None, keep_on_failure=None):
         self._ctx = ctx
         self._handle = handle      # None once complete (or completed inline)
         self._keep = keep if handle else None
+        self._keep_on_failure = keep_on_failure  # kept by the context if it fails
         self._result = result
         self._error = None
         self._nbytes = None
@@ -31,12 +32,14 @@ class Request:
         h, self._handle = self._handle, None
         if status < 0:
             self._error = error_for(status, last_error(self._ctx._handle))
+            if self._keep_on_failure is not None:
+                self._ctx._retired.append(self._keep_on_failure)
         else:
             n = c_size_t()
             if lib.weft_req_bytes(h, byref(n)) == Status.OK:
                 self._nbytes = n.value
         lib.weft_req_free(h)
-        self._keep = None
+        self._keep = self._keep_on_failure = None
 
     def _outcome(self):
         if self._error is not None:

@@ -5,7 +5,8 @@ model over the survivors with replan_flat (the dead member's part listed as miss
 and, where PyTorch is present, run the vocabulary-parallel loss over the survivors.
 
 With the argument "request" the survivors wait on nonblocking allreduces (the error comes
-out of Request.wait). Run by tests/groups/run_fault.sh under `weftrun --elastic`: it
+out of Request.wait); with "migrate" they run migrations of the model between two flat
+layouts (the error comes out of weft.migrate, which keeps the old buffer it was reading). Run by tests/groups/run_fault.sh under `weftrun --elastic`: it
 counts the "SURVIVOR-OK" lines (one per survivor) and fails on any "SURVIVOR-FAIL".
 """
 
@@ -32,6 +33,17 @@ def checked_allreduce(g, nonblocking=False):
     want = g.size * (g.size + 1) / 2
     if not (x == want).all():
         raise AssertionError("allreduce gave %s, not %s" % (x[0], want))
+
+
+def checked_migration(g, old):
+    """The model from `old` to a flat layout over the members in reverse order."""
+    full = model()
+    me = g.member_id()
+    new = weft.Layout.from_tensors(full).flat(g.member_ids[::-1])
+    buf = np.zeros(new.packed_bytes(me), np.uint8)
+    weft.migrate(g, weft.Plan(old, new), old.pack(me, full), buf)
+    if not (buf == new.pack(me, full)).all():
+        raise AssertionError("migration delivered wrong bytes")
 
 
 def model():
@@ -86,15 +98,20 @@ def main():
         checked_allreduce(g)
     if me == victim:
         os.kill(os.getpid(), signal.SIGKILL)
-    nonblocking = sys.argv[1:] == ["request"]
+    mode = sys.argv[1] if len(sys.argv) > 1 else "blocking"
     try:
         for _ in range(1_000_000):
-            checked_allreduce(g, nonblocking)
+            if mode == "migrate":
+                checked_migration(g, old)
+            else:
+                checked_allreduce(g, mode == "request")
         say("SURVIVOR-FAIL rank %d: no error after the death" % me)
         return 1
     except weft.PeerError as e:
         seen = type(e).__name__
         assert e.status in (weft.Status.ERR_PEER_FAILED, weft.Status.ERR_REVOKED)
+        if mode == "migrate" and not ctx._retired:
+            raise AssertionError("the failed migration's old buffer was not kept")
     for attempt in range(5):  # a failure during recovery fails a call: repair again
         try:
             info = g.repair()
