@@ -71,7 +71,7 @@ class CollectivesMixin:
         self._ctx._reap_orphans()
         req = c_void_p()
         self._call(getattr(lib, "weft_i" + name), *args, byref(req))
-        return Request(self._ctx, req.value, keep=(buffers, extra), result=result)
+        return Request(self._ctx, req.value, keep=(buffers, extra), result=result, group=self)
 
     # -- allreduce -----------------------------------------------------------------------
     def _allreduce(self, send, recv, op, nb):

@@ -45,7 +45,7 @@ class Context:
         self._handle = handle
         self._lock = threading.RLock()
         self._children = []  # weak references, in creation order
-        self._orphans = []   # (request handle, kept buffers) of requests dropped in flight
+        self._orphans = []   # (handle, kept buffers, group) of requests dropped in flight
         self._retired = []   # buffers weft may still read after a failure, until finalize
         world = c_void_p()
         check(lib.weft_ctx_world(handle, byref(world)), handle)
@@ -81,12 +81,25 @@ class Context:
             if self._handle is None:
                 return
             keep = []
-            for req, bufs in self._orphans:
-                if lib.weft_test(req) == 1:  # WEFT_INPROGRESS
-                    keep.append((req, bufs))
+            for orphan in self._orphans:
+                if lib.weft_test(orphan[0]) == 1:  # WEFT_INPROGRESS
+                    keep.append(orphan)
                 else:
-                    lib.weft_req_free(req)
+                    lib.weft_req_free(orphan[0])
             self._orphans = keep
+
+    def _release_group(self, group):
+        """Before @p group is freed: release what was made on it, newest first (weft
+        frees a group's requests with it, and a vocabulary must go before its group)."""
+        with self._lock:
+            for ref in reversed(self._children):
+                obj = ref()
+                if obj is not None and getattr(obj, "_owner_group", None) is group:
+                    obj._release(finalizing=False)
+            for orphan in self._orphans:
+                if orphan[2] is group:
+                    lib.weft_req_free(orphan[0])
+            self._orphans = [o for o in self._orphans if o[2] is not group]
 
     # -- public ------------------------------------------------------------------------
     @property
@@ -154,8 +167,8 @@ class Context:
                 if obj is not None:
                     obj._release(finalizing=True)
             self._children = []
-            for req, _ in self._orphans:
-                lib.weft_req_free(req)
+            for orphan in self._orphans:
+                lib.weft_req_free(orphan[0])
             self._orphans = []
             h, self._handle = self._handle, None
             self._retired = []

@@ -121,12 +121,15 @@ class Group(CollectivesMixin, PointToPointMixin):
         return Group(self._ctx, sub.value, owned=True) if sub.value else None
 
     def free(self):
-        """Destroy a subgroup (the world group belongs to its context)."""
+        """Destroy a subgroup (the world group belongs to its context). Requests still in
+        flight on it are cancelled and its vocabularies destroyed first."""
         if not self._owned:
             raise invalid("the world group belongs to the context; finalize frees it")
         if self._handle is not None:
-            self._call(lib.weft_group_free)
-            self._handle = None
+            with self._ctx._lock:
+                self._ctx._release_group(self)
+                self._call(lib.weft_group_free)
+                self._handle = None
 
     def __enter__(self):
         return self

@@ -62,7 +62,7 @@ def migrate_start(group, plan, old_buf, new_buf, priority=None, max_staged_bytes
     group._call(lib.weft_migrate_start, plan.handle, old.ptr if old else None,
                 new.ptr if new else None, byref(params), byref(req))
     return Request(group._ctx, req.value, keep=(old, new, prio, plan), result=new_buf,
-                   keep_on_failure=old)
+                   keep_on_failure=old, group=group)
 
 
 def migrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0):

@@ -40,7 +40,7 @@ class PointToPointMixin:
         self._ctx._reap_orphans()
         req = c_void_p()
         self._call(lib.weft_isend, b.ptr, b.nbytes, peer, _tag(tag), byref(req))
-        return Request(self._ctx, req.value, keep=(b,), result=None)
+        return Request(self._ctx, req.value, keep=(b,), result=None, group=self)
 
     def irecv(self, buf, peer, tag=0):
         """Start receiving into buf; wait() returns buf, Request.nbytes the length (None
@@ -49,4 +49,4 @@ class PointToPointMixin:
         self._ctx._reap_orphans()
         req = c_void_p()
         self._call(lib.weft_irecv, b.ptr, b.nbytes, peer, _tag(tag), byref(req))
-        return Request(self._ctx, req.value, keep=(b,), result=buf)
+        return Request(self._ctx, req.value, keep=(b,), result=buf, group=self)

@@ -16,8 +16,9 @@ from .errors import Status, Timeout, error_for, last_error
 class Request:
     """A nonblocking weft operation: test(), wait(timeout=None), cancel()."""
 
-    def __init__(self, ctx, handle, keep=(), result=None, keep_on_failure=None):
+    def __init__(self, ctx, handle, keep=(), result=None, keep_on_failure=None, group=None):
         self._ctx = ctx
+        self._owner_group = group  # freeing that group frees the request (Group.free)
         self._handle = handle      # None once complete (or completed inline)
         self._keep = keep if handle else None
         self._keep_on_failure = keep_on_failure  # kept by the context if it fails
@@ -112,7 +113,7 @@ class Request:
         h = getattr(self, "_handle", None)
         if h is not None and self._ctx._handle is not None:
             # Dropped in flight: the context keeps the buffers and frees it when done.
-            self._ctx._orphans.append((h, self._keep))
+            self._ctx._orphans.append((h, self._keep, self._owner_group))
             self._handle = None
 
     def __repr__(self):

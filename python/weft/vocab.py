@@ -76,6 +76,7 @@ class Vocab:
         group._call(lib.weft_vocab_create, byref(p), byref(h))
         self._handle = h.value
         self.group, self.vocab_size, self.hidden = group, vocab_size, hidden
+        self._owner_group = group
         self.epoch = group.epoch
         r = S.VocabRange()
         self._call(lib.weft_vocab_local_range, byref(r))
@@ -139,7 +140,8 @@ class Vocab:
         t, i, o = self._embed_args(table, ids, out)
         req = c_void_p()
         self._call(lib.weft_vocab_iembed_forward, t.ptr, i.ptr, i.count, o.ptr, byref(req))
-        return Request(self.group._ctx, req.value, keep=(t, i, o), result=out)
+        return Request(self.group._ctx, req.value, keep=(t, i, o), result=out,
+                       group=self.group)
 
     def iembed_grad_bcast(self, grad_out, n, root):
         """Broadcast ∇out [n, h] from @p root (pass IB); returns a Request."""
@@ -147,7 +149,8 @@ class Vocab:
         self.group._follow_torch_stream((g,))
         req = c_void_p()
         self._call(lib.weft_vocab_iembed_grad_bcast, g.ptr, n, root, byref(req))
-        return Request(self.group._ctx, req.value, keep=(g,), result=grad_out)
+        return Request(self.group._ctx, req.value, keep=(g,), result=grad_out,
+                       group=self.group)
 
     def embed_grad_scatter(self, grad_out, ids, grad_table):
         """∇E_i[ids[j] - start] += ∇out[j] for the ids of this shard (no communication)."""
@@ -182,6 +185,7 @@ class Microbatch:
         h = c_void_p()
         vocab._call(lib.weft_vocab_mb_create, byref(p), byref(h))
         self._handle, self.vocab = h.value, vocab
+        self._owner_group = vocab.group
         self.algo, self.reduction, self.max_tokens = p.algo, p.reduction, max_tokens
         self.n = 0
         self._keep = ()

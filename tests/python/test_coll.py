@@ -206,9 +206,15 @@ def test_split(world):
     x = rank_values(me, 4, "int64")
     sub.allreduce(x)
     np.testing.assert_array_equal(x, sum(rank_values(r, 4, "int64") for r in mates))
+    vocab = weft.Vocab(sub, 10, 2)  # made on the subgroup: freed before it
+    mb = vocab.microbatch(max_tokens=4)
     sub.free()
     with pytest.raises(weft.InvalidArgument):
         sub.allreduce(x)
+    with pytest.raises(weft.InvalidArgument, match="destroyed"):
+        vocab.memory("alg2", 4)
+    with pytest.raises(weft.InvalidArgument, match="closed"):
+        mb.stats()
     assert world.split(None) is None
     with world.split(0) as everyone:
         assert everyone.size == n
