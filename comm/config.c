@@ -327,9 +327,11 @@ static const config_field_t config_table[] = {
 };
 #define CONFIG_COUNT (sizeof(config_table) / sizeof(config_table[0]))
 
+/* Variables that are not settings but are not unknown either: the launcher's, and
+ * WEFT_LIBRARY, where the Python binding looks for libweft.so first. */
 const char *const weft__env_known[] = {
-    "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
-    "WEFT_JOB_TOKEN", "WEFT_JOIN", NULL,
+    "WEFT_RANK",      "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
+    "WEFT_JOB_TOKEN", "WEFT_JOIN",       "WEFT_LIBRARY",    NULL,
 };
 
 static int is_known(const char *name, size_t len)

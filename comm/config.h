@@ -40,7 +40,8 @@ typedef struct weft_config {
     char nccl_library[512];       /* NCCL opened on first use (read by transports/nccl_lib.c) */
 } weft_config_t;
 
-/* Variables that are not settings but are read from the environment (launcher-set). */
+/* Variables that are not settings but are read from the environment: the launcher's, and
+ * WEFT_LIBRARY (the Python binding's). */
 extern const char *const weft__env_known[];
 
 /*

@@ -19,11 +19,14 @@ extern char **environ;
 
 /*
  * The variables weftrun sets; the same names inherited from weftrun's caller are dropped.
- * WEFT_JOIN, last, is set for replacements only: an inherited WEFT_JOIN=1 would make every
- * rank of a new job wait to join a group that nobody has created.
+ * RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE repeat the WEFT_ values under the names
+ * torchrun uses, so PyTorch scripts read them unchanged. WEFT_JOIN, last, is set for
+ * replacements only: an inherited WEFT_JOIN=1 would make every rank of a new job wait to
+ * join a group that nobody has created.
  */
 static const char *const rank_env_names[] = {
     "WEFT_RANK",  "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE",
+    "RANK",       "WORLD_SIZE",      "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
     "WEFT_STORE", "WEFT_JOB_TOKEN",  "WEFT_JOIN",
 };
 #define N_RANK_ENV (sizeof(rank_env_names) / sizeof(rank_env_names[0]))
@@ -143,6 +146,7 @@ static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot
     snprintf(size_text, sizeof(size_text), "%d", job->opts->nranks);
     snprintf(local_text, sizeof(local_text), "%d", slot->local_rank);
     const char *const values[N_RANK_ENV] = {rank_text,       size_text,  local_text, size_text,
+                                            rank_text,       size_text,  local_text, size_text,
                                             job->store_addr, job->token, "1"};
     size_t nset = slot->replaces >= 0 ? N_RANK_ENV : N_RANK_ENV - 1;
     for (size_t i = 0; i < nset; i++) {

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs what weft needs to build and test on Debian 12 (run as root).
-# --peers also installs what the peer comparisons and reference checks use
-# (Open MPI, PyTorch, NumPy).
+# --peers also installs what the peer comparisons use (Open MPI).
 set -euo pipefail
 
 # binutils (nm, readelf), util-linux (unshare) and libudev-dev (hwloc's static link, in
-# pkg-config --static) serve the packaging tests.
+# pkg-config --static) serve the packaging tests. NumPy, pytest and PyTorch serve the
+# Python binding's tests (python/, tests/python), pip and setuptools its install test.
 pkgs=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils libhwloc-dev hwloc
-      libcmocka-dev libopenblas-dev libssl-dev libxxhash-dev liburing-dev python3 binutils util-linux libudev-dev)
+      libcmocka-dev libopenblas-dev libssl-dev libxxhash-dev liburing-dev python3 binutils
+      util-linux libudev-dev python3-numpy python3-pytest python3-torch python3-pip
+      python3-setuptools)
 if [[ "${1:-}" == "--peers" ]]; then
-    pkgs+=(openmpi-bin libopenmpi-dev python3-torch python3-numpy)
+    pkgs+=(openmpi-bin libopenmpi-dev)
 fi
 
 missing=()

@@ -110,11 +110,13 @@ static void test_unknown_variable_warned(void **state)
     weft_logger_t lg = make_logger(&c);
     weft_config_t cfg;
     setenv("WEFT_BOGUS_SETTING", "1", 1);
-    setenv("WEFT_RANK", "0", 1); /* launcher variable: known, not warned */
+    setenv("WEFT_RANK", "0", 1);                /* launcher variable: known, not warned */
+    setenv("WEFT_LIBRARY", "/x/libweft.so", 1); /* the Python binding's: not warned */
     assert_int_equal(weft__config_load(&cfg, &lg), WEFT_OK);
     assert_int_equal(c.lines, 1);
     assert_non_null(strstr(c.text, "WEFT_BOGUS_SETTING"));
     unsetenv("WEFT_RANK");
+    unsetenv("WEFT_LIBRARY");
 }
 
 /* The public listing covers the whole table, each entry documented, and ends with NULL. */

@@ -116,6 +116,7 @@ static void test_help_and_version(void **state)
 typedef struct rank_env {
     int rank, size, local_rank, local_size;
     char store[300], token[80];
+    int torch[4]; /* RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE */
 } rank_env_t;
 
 /* Read the env.* files the ranks wrote; returns how many. */
@@ -133,9 +134,10 @@ static int read_rank_envs(rank_env_t *envs, int max)
         char *text = wr_read_file(e->d_name);
         assert_non_null(text);
         rank_env_t *v = &envs[n++];
-        int got = sscanf(text, "%d %d %d %d %299s %79s", &v->rank, &v->size, &v->local_rank,
-                         &v->local_size, v->store, v->token);
-        if (got != 6) {
+        int got = sscanf(text, "%d %d %d %d %299s %79s %d %d %d %d", &v->rank, &v->size,
+                         &v->local_rank, &v->local_size, v->store, v->token, &v->torch[0],
+                         &v->torch[1], &v->torch[2], &v->torch[3]);
+        if (got != 10) {
             fail_msg("rank wrote '%s'", text);
         }
         free(text);
@@ -148,15 +150,20 @@ static void check_env(int nranks)
 {
     char n[16];
     snprintf(n, sizeof(n), "%d", nranks);
-    /* Values inherited from the caller must be replaced, not kept. */
-    setenv("WEFT_RANK", "77", 1);
-    setenv("WEFT_JOB_TOKEN", "inherited", 1);
+    /* Values inherited from the caller must be replaced, not kept: torchrun's names too. */
+    const char *inherited[] = {"WEFT_RANK",  "WEFT_JOB_TOKEN", "RANK",
+                               "WORLD_SIZE", "LOCAL_RANK",     "LOCAL_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++) {
+        setenv(inherited[i], "77", 1);
+    }
     run_expect(SH("-n", n, "--", "/bin/sh", "-c",
                   "echo \"$WEFT_RANK $WEFT_WORLD_SIZE $WEFT_LOCAL_RANK $WEFT_LOCAL_SIZE "
-                  "$WEFT_STORE $WEFT_JOB_TOKEN\" > \"$WT_DIR/env.$$\""),
+                  "$WEFT_STORE $WEFT_JOB_TOKEN $RANK $WORLD_SIZE $LOCAL_RANK "
+                  "$LOCAL_WORLD_SIZE\" > \"$WT_DIR/env.$$\""),
                0, NULL);
-    unsetenv("WEFT_RANK");
-    unsetenv("WEFT_JOB_TOKEN");
+    for (size_t i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++) {
+        unsetenv(inherited[i]);
+    }
     rank_env_t envs[8];
     assert_int_equal(read_rank_envs(envs, 8), nranks);
     bool seen[8] = {false};
@@ -168,6 +175,11 @@ static void check_env(int nranks)
         assert_int_equal(v->size, nranks);
         assert_int_equal(v->local_rank, v->rank);
         assert_int_equal(v->local_size, nranks);
+        /* PyTorch's names carry the same values. */
+        assert_int_equal(v->torch[0], v->rank);
+        assert_int_equal(v->torch[1], nranks);
+        assert_int_equal(v->torch[2], v->local_rank);
+        assert_int_equal(v->torch[3], nranks);
         assert_string_equal(v->store, envs[0].store);
         assert_string_equal(v->token, envs[0].token);
         assert_int_equal(strlen(v->token), 32);

@@ -36,7 +36,8 @@ static const char *store_set; /* tests/launcher/store_set.c */
     "reaped() { wait_file pid.$1; p=$(cat \"$WT_DIR/pid.$1\");\n"                                  \
     "  while [ -e /proc/$p ]; do sleep 0.01; done; }\n"                                            \
     "put env.$WEFT_RANK \"$WEFT_RANK $WEFT_WORLD_SIZE $WEFT_LOCAL_RANK $WEFT_LOCAL_SIZE "          \
-    "${WEFT_JOIN:--} $WEFT_STORE $WEFT_JOB_TOKEN\"\n"
+    "${WEFT_JOIN:--} $WEFT_STORE $WEFT_JOB_TOKEN $RANK $WORLD_SIZE $LOCAL_RANK "                   \
+    "$LOCAL_WORLD_SIZE\"\n"
 
 static void run_expect(const char *const *args, int code, const char *err_has)
 {
@@ -77,10 +78,18 @@ static void read_env(int id, rank_env_t *v)
     if (text == NULL) {
         fail_msg("member %d never ran", id);
     }
-    int got = sscanf(text, "%d %d %d %d %7s %299s %79s", &v->rank, &v->size, &v->local_rank,
-                     &v->local_size, v->join, v->store, v->token);
-    if (got != 7) {
+    int torch[4];
+    int got = sscanf(text, "%d %d %d %d %7s %299s %79s %d %d %d %d", &v->rank, &v->size,
+                     &v->local_rank, &v->local_size, v->join, v->store, v->token, &torch[0],
+                     &torch[1], &torch[2], &torch[3]);
+    if (got != 11) {
         fail_msg("member %d wrote '%s'", id, text);
+    }
+    /* PyTorch's names (RANK ...) repeat the WEFT_ values, replacements included. */
+    if (torch[0] != v->rank || torch[1] != v->size || torch[2] != v->local_rank ||
+        torch[3] != v->local_size) {
+        fail_msg("member %d: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE differ: '%s'", id,
+                 text);
     }
     free(text);
 }

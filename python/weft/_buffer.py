@@ -1,0 +1,83 @@
+"""Memory handed to weft without a copy: NumPy arrays, torch tensors (CPU or CUDA, through
+data_ptr()), and for point-to-point messages any contiguous bytes-like object.
+
+The binding checks what weft cannot see through a pointer: contiguity, the dtype, that
+an output is writable. Sizes are checked by each call.
+"""
+
+import numpy as np
+
+from .dtypes import dtype_of, is_tensor
+from .errors import invalid
+
+
+class Buffer:
+    """A contiguous region: pointer, bytes, element count and dtype, and the object that
+    owns the memory (kept referenced while weft may use the pointer)."""
+
+    __slots__ = ("obj", "ptr", "nbytes", "count", "dtype", "cuda_device")
+
+    def __init__(self, obj, ptr, nbytes, count, dtype, cuda_device=None):
+        self.obj = obj
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.count = count
+        self.dtype = dtype
+        self.cuda_device = cuda_device  # a torch.device for CUDA tensors, else None
+
+    @property
+    def itemsize(self):
+        return self.nbytes // self.count if self.count else self.dtype.itemsize
+
+
+def _from_tensor(t, what, typed):
+    if t.device.type not in ("cpu", "cuda"):
+        raise invalid("%s: tensors on %s are not supported (cpu or cuda)" % (what, t.device))
+    if not t.is_contiguous():
+        raise invalid("%s: tensor is not contiguous (call .contiguous())" % what)
+    dtype = dtype_of(t) if typed else None
+    cuda = t.device if t.device.type == "cuda" else None
+    return Buffer(t, t.data_ptr(), t.numel() * t.element_size(), t.numel(), dtype, cuda)
+
+
+def _from_array(a, what, writable, typed):
+    if not a.flags.c_contiguous:
+        raise invalid("%s: array is not C-contiguous (use np.ascontiguousarray)" % what)
+    if writable and not a.flags.writeable:
+        raise invalid("%s: array is read-only" % what)
+    dtype = dtype_of(a) if typed else None
+    return Buffer(a, a.ctypes.data, a.nbytes, a.size, dtype)
+
+
+def as_buffer(obj, what, writable=False, typed=True):
+    """A Buffer over @p obj. typed: the dtype must be a weft dtype (collectives); else
+    any element type (point-to-point bytes). Raises weft.InvalidArgument."""
+    if obj is None:
+        raise invalid("%s: a buffer is needed, not None" % what)
+    if is_tensor(obj):
+        return _from_tensor(obj, what, typed)
+    if isinstance(obj, np.ndarray):
+        return _from_array(obj, what, writable, typed)
+    if not typed:
+        try:
+            view = memoryview(obj)
+        except TypeError:
+            view = None
+        if view is not None:
+            if not view.c_contiguous:
+                raise invalid("%s: buffer is not contiguous" % what)
+            arr = np.frombuffer(view.cast("B"), dtype=np.uint8) if view.nbytes else \
+                np.empty(0, np.uint8)
+            if writable and view.readonly:
+                raise invalid("%s: buffer is read-only" % what)
+            b = _from_array(arr, what, False, False)
+            b.obj = (obj, arr)
+            return b
+    raise invalid("%s: expected a numpy.ndarray or torch.Tensor, got %s" %
+                  (what, type(obj).__name__))
+
+
+def same_kind(a, b, what):
+    """a and b have the same dtype (both typed buffers)."""
+    if a.dtype != b.dtype:
+        raise invalid("%s: dtypes differ (%s and %s)" % (what, a.dtype.name, b.dtype.name))

@@ -1,0 +1,107 @@
+"""The public C structs of include/weft/, as ctypes Structures (same field order and types).
+
+tests/python/test_structs.py compares their sizes and offsets with the C compiler's.
+"""
+
+import ctypes
+from ctypes import (Structure, POINTER, c_char_p, c_double, c_int, c_size_t, c_uint,
+                    c_uint32, c_uint64)
+
+LAYOUT_MAX_DIMS = 8
+EDIT_MAX_IDS = 64
+EDIT_MAX_RANK_MAP = 1024
+
+
+def sized(cls):
+    """A zeroed struct with its `size` field set, as the C API asks."""
+    s = cls()
+    s.size = ctypes.sizeof(cls)
+    return s
+
+
+class ConfigEntry(Structure):
+    _fields_ = [("name", c_char_p), ("deflt", c_char_p), ("doc", c_char_p)]
+
+
+class InfoParams(Structure):
+    _fields_ = [("size", c_size_t), ("flags", c_uint), ("topo_xml", c_char_p),
+                ("peer_xml", c_char_p), ("gpu", c_int)]
+
+
+class EditInfo(Structure):
+    _fields_ = [("size", c_size_t), ("old_epoch", c_uint32), ("new_epoch", c_uint32),
+                ("old_size", c_int), ("new_size", c_int), ("n_removed", c_int),
+                ("removed", c_int * EDIT_MAX_IDS), ("n_added", c_int),
+                ("added", c_int * EDIT_MAX_IDS), ("rank_map", c_int * EDIT_MAX_RANK_MAP),
+                ("n_subgroups_revoked", c_int)]
+
+
+class Box(Structure):
+    _fields_ = [("offset", c_uint64 * LAYOUT_MAX_DIMS), ("extent", c_uint64 * LAYOUT_MAX_DIMS)]
+
+
+class TensorInfo(Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndims", c_int),
+                ("shape", c_uint64 * LAYOUT_MAX_DIMS), ("bytes", c_size_t)]
+
+
+class PlanParams(Structure):
+    _fields_ = [("size", c_size_t), ("host_of", POINTER(c_int)), ("num_members", c_int),
+                ("balance_bytes", c_size_t), ("allow_missing", c_int)]
+
+
+class Transfer(Structure):
+    _fields_ = [("src", c_int), ("dst", c_int), ("tensor", c_int), ("src_region", c_int),
+                ("dst_region", c_int), ("box", Box), ("bytes", c_size_t)]
+
+
+class PlanStats(Structure):
+    _fields_ = [(n, c_size_t) for n in (
+        "bytes_out", "bytes_in", "bytes_local", "transfers_out", "transfers_in",
+        "bytes_lower_bound", "max_bytes_out", "bytes_missing")]
+
+
+class BatchShare(Structure):
+    _fields_ = [("first", c_uint64), ("samples", c_uint64), ("micro_batches", c_uint64),
+                ("micro_size", c_uint64), ("last_micro", c_uint64), ("grad_scale", c_double)]
+
+
+class MigrateParams(Structure):
+    _fields_ = [("size", c_size_t), ("priority", POINTER(c_int)), ("num_priorities", c_int),
+                ("max_staged_bytes", c_size_t)]
+
+
+class VocabRange(Structure):
+    _fields_ = [("start", c_size_t), ("length", c_size_t), ("padded_length", c_size_t)]
+
+
+class VocabParams(Structure):
+    _fields_ = [("size", c_size_t), ("vocab_size", c_size_t), ("hidden", c_size_t),
+                ("align", c_size_t)]
+
+
+class VocabMbParams(Structure):
+    _fields_ = [("size", c_size_t), ("algo", c_int), ("reduction", c_int),
+                ("max_tokens", c_size_t), ("accumulate_dw", c_int)]
+
+
+class VocabMbStats(Structure):
+    _fields_ = [("size", c_size_t), ("compute_ns", c_uint64), ("comm_ns", c_uint64),
+                ("collectives", c_uint32), ("comm_bytes", c_size_t)]
+
+
+class VocabMem(Structure):
+    _fields_ = [("size", c_size_t), ("s_to_c1", c_size_t), ("c1_to_t", c_size_t),
+                ("peak", c_size_t)]
+
+
+# Every struct above, by its C name (for the layout test).
+C_NAMES = {
+    "weft_config_entry_t": ConfigEntry, "weft_info_params_t": InfoParams,
+    "weft_edit_info_t": EditInfo, "weft_box_t": Box, "weft_tensor_info_t": TensorInfo,
+    "weft_plan_params_t": PlanParams, "weft_transfer_t": Transfer,
+    "weft_plan_stats_t": PlanStats, "weft_batch_share_t": BatchShare,
+    "weft_migrate_params_t": MigrateParams, "weft_vocab_range_t": VocabRange,
+    "weft_vocab_params_t": VocabParams, "weft_vocab_mb_params_t": VocabMbParams,
+    "weft_vocab_mb_stats_t": VocabMbStats, "weft_vocab_mem_t": VocabMem,
+}

@@ -1,0 +1,228 @@
+"""Collectives (include/weft/coll.h) as methods of Group.
+
+Each has a blocking form, which returns its output buffer, and a nonblocking twin
+(`i` prefix), which returns a weft.Request whose wait() returns it. Buffers are NumPy
+arrays or torch tensors, contiguous, of one weft dtype; outputs are written in place.
+"""
+
+import enum
+from ctypes import byref, c_size_t, c_void_p
+
+from ._buffer import as_buffer, same_kind
+from ._lib import lib
+from .errors import invalid
+from .request import Request
+
+
+class Op(enum.IntEnum):
+    """Built-in reduction operators."""
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+
+
+def op_value(op):
+    """An Op, its name ("sum", "prod", "max", "min") or its value."""
+    if isinstance(op, str):
+        try:
+            return int(Op[op.upper()])
+        except KeyError:
+            raise invalid("unknown reduction operator '%s' (sum, prod, max, min)" % op) \
+                from None
+    try:
+        return int(Op(op))
+    except ValueError:
+        raise invalid("unknown reduction operator %r" % (op,)) from None
+
+
+def _blocks(buf, parts, what):
+    if buf.count % parts:
+        raise invalid("%s: %d elements do not split into %d equal blocks" %
+                      (what, buf.count, parts))
+    return buf.count // parts
+
+
+def _size_array(values, n, what):
+    vals = [int(v) for v in values]
+    if len(vals) != n:
+        raise invalid("%s: %d entries for %d ranks" % (what, len(vals), n))
+    if any(v < 0 for v in vals):
+        raise invalid("%s: negative entry" % what)
+    return (c_size_t * n)(*vals)
+
+
+def _displs(counts):
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out
+
+
+class CollectivesMixin:
+    """Collective operations of a Group (see the module comment)."""
+
+    def _run(self, name, nonblocking, args, buffers, result, extra=()):
+        self._follow_torch_stream(buffers)
+        if not nonblocking:
+            self._call(getattr(lib, "weft_" + name), *args)
+            return result
+        self._ctx._reap_orphans()
+        req = c_void_p()
+        self._call(getattr(lib, "weft_i" + name), *args, byref(req))
+        return Request(self._ctx, req.value, keep=(buffers, extra), result=result, group=self)
+
+    # -- allreduce -----------------------------------------------------------------------
+    def _allreduce(self, send, recv, op, nb):
+        s = as_buffer(send, "allreduce send", writable=recv is None)
+        r = s if recv is None else as_buffer(recv, "allreduce recv", writable=True)
+        same_kind(s, r, "allreduce")
+        if r.count != s.count:
+            raise invalid("allreduce: recv has %d elements, send %d" % (r.count, s.count))
+        return self._run("allreduce", nb, (s.ptr, r.ptr, s.count, s.dtype, op_value(op)),
+                         (s, r), r.obj)
+
+    def allreduce(self, send, recv=None, op="sum"):
+        """recv[i] = op over ranks of send[i] on every rank; recv None: in place."""
+        return self._allreduce(send, recv, op, False)
+
+    def iallreduce(self, send, recv=None, op="sum"):
+        return self._allreduce(send, recv, op, True)
+
+    # -- reduce_scatter ------------------------------------------------------------------
+    def _reduce_scatter(self, send, recv, op, nb):
+        n = self.size
+        s = as_buffer(send, "reduce_scatter send", writable=recv is None)
+        if recv is None:  # in place: block `rank` lands at the start of send
+            count = _blocks(s, n, "reduce_scatter")
+            r = s
+        else:
+            r = as_buffer(recv, "reduce_scatter recv", writable=True)
+            same_kind(s, r, "reduce_scatter")
+            count = r.count
+            if s.count != n * count:
+                raise invalid("reduce_scatter: send has %d elements, not %d ranks x %d" %
+                              (s.count, n, count))
+        return self._run("reduce_scatter", nb, (s.ptr, r.ptr, count, s.dtype, op_value(op)),
+                         (s, r), r.obj)
+
+    def reduce_scatter(self, send, recv=None, op="sum"):
+        """Reduce size*count elements; block r (count elements) goes to rank r's recv.
+        recv None: in place, the result in the first count elements of send."""
+        return self._reduce_scatter(send, recv, op, False)
+
+    def ireduce_scatter(self, send, recv=None, op="sum"):
+        return self._reduce_scatter(send, recv, op, True)
+
+    # -- allgather -----------------------------------------------------------------------
+    def _allgather(self, send, recv, nb):
+        n = self.size
+        r = as_buffer(recv, "allgather recv", writable=True)
+        if send is None:  # in place: this rank's block is already at its place in recv
+            count = _blocks(r, n, "allgather")
+            sptr, s = r.ptr + self.rank * count * r.itemsize, None
+        else:
+            s = as_buffer(send, "allgather send")
+            same_kind(s, r, "allgather")
+            count, sptr = s.count, s.ptr
+            if r.count != n * count:
+                raise invalid("allgather: recv has %d elements, not %d ranks x %d" %
+                              (r.count, n, count))
+        return self._run("allgather", nb, (sptr, r.ptr, count, r.dtype), (s, r), r.obj)
+
+    def allgather(self, send, recv):
+        """Every rank's send (count elements) into recv (size*count) in rank order.
+        send None: in place (this rank's block already in recv)."""
+        return self._allgather(send, recv, False)
+
+    def iallgather(self, send, recv):
+        return self._allgather(send, recv, True)
+
+    # -- broadcast -----------------------------------------------------------------------
+    def _broadcast(self, buf, root, nb):
+        b = as_buffer(buf, "broadcast buffer", writable=True)
+        return self._run("broadcast", nb, (b.ptr, b.count, b.dtype, root), (b,), b.obj)
+
+    def broadcast(self, buf, root=0):
+        """Copy root's buf to every rank's buf."""
+        return self._broadcast(buf, root, False)
+
+    def ibroadcast(self, buf, root=0):
+        return self._broadcast(buf, root, True)
+
+    # -- reduce --------------------------------------------------------------------------
+    def _reduce(self, send, recv, op, root, nb):
+        on_root = self.rank == root
+        s = as_buffer(send, "reduce send", writable=on_root and recv is None)
+        if recv is None:
+            r = s if on_root else None
+        else:
+            r = as_buffer(recv, "reduce recv", writable=True)
+            same_kind(s, r, "reduce")
+            if on_root and r.count != s.count:
+                raise invalid("reduce: recv has %d elements, send %d" % (r.count, s.count))
+        rptr = r.ptr if r is not None else None
+        return self._run("reduce", nb, (s.ptr, rptr, s.count, s.dtype, op_value(op), root),
+                         (s, r), r.obj if on_root else None)
+
+    def reduce(self, send, recv=None, op="sum", root=0):
+        """Reduce into recv on root only (in place on root when recv is None; other
+        ranks need no recv). Returns recv on root, else None."""
+        return self._reduce(send, recv, op, root, False)
+
+    def ireduce(self, send, recv=None, op="sum", root=0):
+        return self._reduce(send, recv, op, root, True)
+
+    # -- alltoall ------------------------------------------------------------------------
+    def _alltoall(self, send, recv, nb):
+        s = as_buffer(send, "alltoall send")
+        r = as_buffer(recv, "alltoall recv", writable=True)
+        same_kind(s, r, "alltoall")
+        if s.count != r.count:
+            raise invalid("alltoall: recv has %d elements, send %d" % (r.count, s.count))
+        count = _blocks(s, self.size, "alltoall")
+        if s.ptr == r.ptr and s.count:
+            raise invalid("alltoall: not in place (send and recv are the same memory)")
+        return self._run("alltoall", nb, (s.ptr, r.ptr, count, s.dtype), (s, r), r.obj)
+
+    def alltoall(self, send, recv):
+        """Block j of send goes to rank j; block i of recv comes from rank i."""
+        return self._alltoall(send, recv, False)
+
+    def ialltoall(self, send, recv):
+        return self._alltoall(send, recv, True)
+
+    # -- alltoallv -----------------------------------------------------------------------
+    def _alltoallv(self, send, sendcounts, recv, recvcounts, sdispls, rdispls, nb):
+        n = self.size
+        s = as_buffer(send, "alltoallv send")
+        r = as_buffer(recv, "alltoallv recv", writable=True)
+        same_kind(s, r, "alltoallv")
+        sc = _size_array(sendcounts, n, "alltoallv sendcounts")
+        rc = _size_array(recvcounts, n, "alltoallv recvcounts")
+        sd = _size_array(_displs(sc) if sdispls is None else sdispls, n, "alltoallv sdispls")
+        rd = _size_array(_displs(rc) if rdispls is None else rdispls, n, "alltoallv rdispls")
+        for what, counts, displs, buf in (("send", sc, sd, s), ("recv", rc, rd, r)):
+            for j in range(n):
+                if counts[j] and displs[j] + counts[j] > buf.count:
+                    raise invalid("alltoallv: %s block %d ends past the buffer (%d elements)"
+                                  % (what, j, buf.count))
+        return self._run("alltoallv", nb, (s.ptr, sc, sd, r.ptr, rc, rd, s.dtype), (s, r),
+                         r.obj, extra=(sc, rc, sd, rd))
+
+    def alltoallv(self, send, sendcounts, recv, recvcounts, sdispls=None, rdispls=None):
+        """sendcounts[j] elements at sdispls[j] go to rank j; recvcounts[i] from rank i
+        land at rdispls[i] (displacements default to the counts packed in rank order)."""
+        return self._alltoallv(send, sendcounts, recv, recvcounts, sdispls, rdispls, False)
+
+    def ialltoallv(self, send, sendcounts, recv, recvcounts, sdispls=None, rdispls=None):
+        return self._alltoallv(send, sendcounts, recv, recvcounts, sdispls, rdispls, True)
+
+    # -- barrier -------------------------------------------------------------------------
+    def barrier(self):
+        """Return once every member entered the barrier."""
+        self._run("barrier", False, (), (), None)
+
+    def ibarrier(self):
+        return self._run("barrier", True, (), (), None)

@@ -1,0 +1,237 @@
+"""The context (weft_init / weft_finalize) and the module-level default context.
+
+One lock per context serialises the binding's calls into weft: the C API allows one
+thread at a time per context, and ctypes releases the GIL during a call.
+"""
+
+import atexit
+import os
+import sys
+import threading
+import weakref
+from collections import namedtuple
+from ctypes import byref, c_char_p, c_void_p
+
+from ._lib import lib
+from .errors import check, error_for, invalid, last_error
+
+TIMEOUT_DEFAULT = (1 << 64) - 1  # WEFT_TIMEOUT_DEFAULT: the context's WEFT_TIMEOUT_MS
+
+Setting = namedtuple("Setting", "name default doc value")
+
+
+def timeout_ns(timeout):
+    """Seconds (None: the context's default) as the nanoseconds weft waits take."""
+    if timeout is None:
+        return TIMEOUT_DEFAULT
+    if timeout < 0:
+        raise invalid("timeout must be >= 0 seconds, not %r" % (timeout,))
+    return int(timeout * 1e9)
+
+
+def timeout_ms(timeout):
+    """Seconds as whole milliseconds (for repair, grow and join)."""
+    if timeout is None or timeout < 0:
+        raise invalid("timeout must be >= 0 seconds, not %r" % (timeout,))
+    return int(timeout * 1000)
+
+
+class Context:
+    """A process's weft instance (weft_ctx_t). Made by weft.init(); a context manager
+    that finalizes on exit."""
+
+    def __init__(self, handle):
+        from .group import Group
+        self._handle = handle
+        self._lock = threading.RLock()
+        self._children = []  # weak references, in creation order
+        self._orphans = []   # (handle, kept buffers, group) of requests dropped in flight
+        self._retired = []   # buffers weft may still read after a failure, until finalize
+        world = c_void_p()
+        check(lib.weft_ctx_world(handle, byref(world)), handle)
+        self._world = Group(self, world.value, owned=False)
+        _live.add(self)
+
+    # -- calls into weft ---------------------------------------------------------------
+    def _h(self):
+        if self._handle is None:
+            raise invalid("the weft context was finalized")
+        return self._handle
+
+    def _call(self, fn, *args):
+        """fn(*args) under the context's lock; raises for a negative status."""
+        with self._lock:
+            h = self._h()
+            st = fn(*args)
+            if st < 0:
+                raise error_for(st, last_error(h))
+            return st
+
+    def _track(self, obj):
+        """Remember @p obj (weakly) so finalize can release it first."""
+        self._children.append(weakref.ref(obj))
+        if len(self._children) >= 64 and len(self._children) % 64 == 0:
+            self._children = [r for r in self._children if r() is not None]
+
+    def _reap_orphans(self):
+        """Free requests that were dropped in flight and have completed since."""
+        if not self._orphans:
+            return
+        with self._lock:
+            if self._handle is None:
+                return
+            keep = []
+            for orphan in self._orphans:
+                if lib.weft_test(orphan[0]) == 1:  # WEFT_INPROGRESS
+                    keep.append(orphan)
+                else:
+                    lib.weft_req_free(orphan[0])
+            self._orphans = keep
+
+    def _release_group(self, group):
+        """Before @p group is freed: release what was made on it, newest first (weft
+        frees a group's requests with it, and a vocabulary must go before its group)."""
+        with self._lock:
+            for ref in reversed(self._children):
+                obj = ref()
+                if obj is not None and getattr(obj, "_owner_group", None) is group:
+                    obj._release(finalizing=False)
+            for orphan in self._orphans:
+                if orphan[2] is group:
+                    lib.weft_req_free(orphan[0])
+            self._orphans = [o for o in self._orphans if o[2] is not group]
+
+    # -- public ------------------------------------------------------------------------
+    @property
+    def handle(self):
+        """The weft_ctx_t pointer as an int (for C extensions)."""
+        return self._h()
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    @property
+    def world(self):
+        """The group of all ranks of the job (owned by the context)."""
+        self._h()
+        return self._world
+
+    @property
+    def rank(self):
+        return self.world.rank
+
+    @property
+    def size(self):
+        return self.world.size
+
+    @property
+    def last_error(self):
+        """weft_last_error(): detail of the last error on this context."""
+        return last_error(self._h())
+
+    def join(self, name="world", timeout=60.0):
+        """weft_group_join(): join group @p name as a new member (a process started with
+        WEFT_JOIN=1, e.g. a replacement of `weftrun --elastic --replace`). Returns the
+        group once the members admitted this process at their grow or repair."""
+        from .group import Group
+        g = c_void_p()
+        self._call(lib.weft_group_join, self._h(), name.encode(), timeout_ms(timeout), byref(g))
+        return Group(self, g.value, owned=False)
+
+    def settings(self):
+        """Every WEFT_* setting as (name, default, doc, value in effect)."""
+        out = []
+        with self._lock:
+            h = self._h()
+            i = 0
+            while True:
+                value = c_char_p()
+                e = lib.weft_config_entry(h, i, byref(value))
+                if not e:
+                    return out
+                e = e.contents
+                out.append(Setting(e.name.decode(), e.deflt.decode(), e.doc.decode(),
+                                   value.value.decode() if value.value is not None else None))
+                i += 1
+
+    def finalize(self):
+        """weft_finalize(): release everything made from this context (requests still in
+        flight are cancelled, vocabularies destroyed), then the context. Collective over
+        the job: every rank calls it. A second call does nothing."""
+        with self._lock:
+            if self._handle is None:
+                return
+            for ref in reversed(self._children):
+                obj = ref()
+                if obj is not None:
+                    obj._release(finalizing=True)
+            self._children = []
+            for orphan in self._orphans:
+                lib.weft_req_free(orphan[0])
+            self._orphans = []
+            h, self._handle = self._handle, None
+            self._retired = []
+            _live.discard(self)
+            check(lib.weft_finalize(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.finalize()
+        return False
+
+    def __repr__(self):
+        if self._handle is None:
+            return "<weft.Context finalized>"
+        return "<weft.Context rank %d of %d>" % (self.rank, self.size)
+
+
+_live = set()  # contexts not finalized yet (finalized at exit)
+_default = None
+
+
+def init(settings=None):
+    """weft_init(): create a context from the launcher's environment (weftrun, mpirun,
+    srun; a single rank without one). Collective over the job.
+
+    @p settings: optional WEFT_* settings for this process ({"TIMEOUT_MS": 5000} or
+    {"WEFT_TIMEOUT_MS": 5000}), put into os.environ before the call. The first context
+    becomes the default one that weft.world(), weft.rank() ... use."""
+    global _default
+    for name, value in (settings or {}).items():
+        key = name if name.startswith("WEFT_") else "WEFT_" + name
+        os.environ[key] = str(value)
+    h = c_void_p()
+    check(lib.weft_init(None, byref(h)))
+    ctx = Context(h.value)
+    if _default is None or _default.closed:
+        _default = ctx
+    return ctx
+
+
+def default_context():
+    """The context weft.init() made first (and not yet finalized)."""
+    if _default is None or _default.closed:
+        raise invalid("weft.init() has not been called (or the context was finalized)")
+    return _default
+
+
+def finalize():
+    """Finalize the default context (weft.init()'s)."""
+    if _default is not None:
+        _default.finalize()
+
+
+@atexit.register
+def _finalize_at_exit():
+    # A program that ends normally leaves together with the others, as weft_finalize
+    # does; one that dies of an uncaught exception just exits (weftrun reports it).
+    if hasattr(sys, "last_value"):
+        return
+    for ctx in list(_live):
+        try:
+            ctx.finalize()
+        except Exception:
+            pass

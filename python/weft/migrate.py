@@ -1,0 +1,98 @@
+"""Running a plan (weft_migrate_start / weft_migrate), replanning after a membership
+change (weft_migrate_replan_flat) and sharing a global batch (weft_batch_share)."""
+
+from collections import namedtuple
+from ctypes import byref, c_int, c_void_p
+
+from . import _structs as S
+from ._buffer import as_buffer
+from ._lib import lib
+from .errors import Error, check, invalid
+from .layout import Layout
+from .plan import Plan
+from .request import Request
+
+BatchShare = namedtuple("BatchShare", "first samples micro_batches micro_size last_micro "
+                                      "grad_scale")
+
+
+def _params(plan, priority, max_staged_bytes):
+    p = S.sized(S.MigrateParams)
+    keep = None
+    if priority is not None:
+        if isinstance(priority, dict):
+            values = [0] * plan.new.num_tensors
+            for name, prio in priority.items():
+                values[plan.new.index(name)] = int(prio)
+        else:
+            values = [int(v) for v in priority]
+        keep = (c_int * max(len(values), 1))(*values)
+        p.priority, p.num_priorities = keep, len(values)
+    p.max_staged_bytes = max_staged_bytes
+    return p, keep
+
+
+def _buffers(group, plan, old_buf, new_buf):
+    me = group.member_id()
+    need_old, need_new = plan.old.packed_bytes(me), plan.new.packed_bytes(me)
+    old = new = None
+    if old_buf is not None:
+        old = as_buffer(old_buf, "migrate old_buf", typed=False)
+    if new_buf is not None:
+        new = as_buffer(new_buf, "migrate new_buf", writable=True, typed=False)
+    for what, b, need in (("old_buf", old, need_old), ("new_buf", new, need_new)):
+        have = b.nbytes if b is not None else 0
+        if have < need:
+            raise invalid("migrate: %s has %d bytes; member %d's packed buffer needs %d" %
+                          (what, have, me, need))
+    return old, new
+
+
+def migrate_start(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0):
+    """Start running @p plan on @p group (collective): this member sends what it holds
+    of the old layout from its packed buffer @p old_buf and receives its packed buffer of
+    the new layout into @p new_buf. Returns a weft.Request (wait() returns new_buf); the
+    request keeps both buffers until done, and old_buf until finalize if it fails (sends
+    of a failed migration may still read it). priority: per tensor (list by index, or
+    dict by name), higher moves first; the same on every member."""
+    old, new = _buffers(group, plan, old_buf, new_buf)
+    params, prio = _params(plan, priority, max_staged_bytes)
+    group._ctx._reap_orphans()
+    req = c_void_p()
+    group._call(lib.weft_migrate_start, plan.handle, old.ptr if old else None,
+                new.ptr if new else None, byref(params), byref(req))
+    return Request(group._ctx, req.value, keep=(old, new, prio, plan), result=new_buf,
+                   keep_on_failure=old, group=group)
+
+
+def migrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0):
+    """migrate_start() and wait for it (the context's default timeout). Returns new_buf."""
+    old, new = _buffers(group, plan, old_buf, new_buf)
+    params, _prio = _params(plan, priority, max_staged_bytes)
+    try:
+        group._call(lib.weft_migrate, plan.handle, old.ptr if old else None,
+                    new.ptr if new else None, byref(params))
+    except Error:
+        # Sends of the failed attempt may still read old_buf: keep it until finalize.
+        group._ctx._retired.append(old)
+        raise
+    return new_buf
+
+
+def replan_flat(old, group):
+    """The flat (ZeRO) re-cut of every tensor of @p old over the members of @p group (in
+    group rank order) and the plan to it from what members of @p group hold in @p old;
+    pieces only departed members held are in plan.missing. Returns (layout, plan)."""
+    new_h, plan_h = c_void_p(), c_void_p()
+    check(lib.weft_migrate_replan_flat(old.handle, group._h(), byref(new_h), byref(plan_h)))
+    new = Layout._wrap(new_h.value)
+    return new, Plan._wrap(plan_h.value, old, new)
+
+
+def batch_share(global_batch, width, rank, max_micro=0):
+    """Member @p rank's share of a global batch over @p width data-parallel members:
+    BatchShare(first, samples, micro_batches, micro_size, last_micro, grad_scale)."""
+    s = S.BatchShare()
+    check(lib.weft_batch_share(global_batch, width, rank, max_micro, byref(s)))
+    return BatchShare(s.first, s.samples, s.micro_batches, s.micro_size, s.last_micro,
+                      s.grad_scale)

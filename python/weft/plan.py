@@ -1,0 +1,94 @@
+"""Plans: the fewest transfers from one layout to another (weft_plan_t). Computed
+locally and identically on every rank."""
+
+from collections import namedtuple
+from ctypes import byref, c_int, c_void_p
+
+from . import _structs as S
+from ._cfile import capture
+from ._lib import lib
+from .errors import check
+from .layout import py_box
+
+Transfer = namedtuple("Transfer", "src dst tensor src_region dst_region box nbytes")
+Transfer.__doc__ = ("One transfer: member src sends box of tensor to member dst (src == dst: "
+                    "a local copy; src -1: a missing piece dst must restore).")
+PlanStats = namedtuple("PlanStats", [f[0] for f in S.PlanStats._fields_])
+
+
+class Plan:
+    """weft_plan_create(old, new): every byte of a member's new regions arrives exactly
+    once; bytes it held are local copies; senders are balanced among holders.
+
+    host_of: host index of each member id (prefer same-host sources); balance_bytes:
+    slab size for balancing (0: 1 MiB); allow_missing: list what nobody holds (missing)
+    instead of refusing."""
+
+    def __init__(self, old, new, host_of=None, balance_bytes=0, allow_missing=False):
+        p = S.sized(S.PlanParams)
+        hosts = None
+        if host_of is not None:
+            hosts = (c_int * max(len(host_of), 1))(*[int(h) for h in host_of])
+            p.host_of, p.num_members = hosts, len(host_of)
+        p.balance_bytes = balance_bytes
+        p.allow_missing = 1 if allow_missing else 0
+        h = c_void_p()
+        check(lib.weft_plan_create(old.handle, new.handle, byref(p), byref(h)))
+        self._handle = h.value
+        self.old, self.new = old, new
+
+    @classmethod
+    def _wrap(cls, handle, old, new):
+        obj = cls.__new__(cls)
+        obj._handle, obj.old, obj.new = handle, old, new
+        return obj
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h:
+            lib.weft_plan_free(h)
+            self._handle = None
+
+    @property
+    def handle(self):
+        return self._handle
+
+    def _transfer(self, fn, i):
+        t = S.Transfer()
+        check(fn(self._handle, i, byref(t)))
+        ndims = len(self.new.tensor(t.tensor).shape)
+        return Transfer(t.src, t.dst, t.tensor, t.src_region, t.dst_region,
+                        py_box(t.box, ndims), t.bytes)
+
+    @property
+    def num_transfers(self):
+        return lib.weft_plan_num_transfers(self._handle)
+
+    @property
+    def transfers(self):
+        """Every Transfer, local copies included, in the plan's order."""
+        return [self._transfer(lib.weft_plan_transfer, i) for i in range(self.num_transfers)]
+
+    @property
+    def missing(self):
+        """Pieces of the new layout nobody holds (allow_missing plans), as Transfers with
+        src and src_region -1."""
+        n = lib.weft_plan_num_missing(self._handle)
+        return [self._transfer(lib.weft_plan_missing, i) for i in range(n)]
+
+    def stats(self, member=-1):
+        """PlanStats for @p member, or for the whole plan (-1)."""
+        s = S.PlanStats()
+        check(lib.weft_plan_stats(self._handle, member, byref(s)))
+        return PlanStats(*(getattr(s, f) for f in PlanStats._fields))
+
+    @property
+    def digest(self):
+        """64-bit digest: ranks that built different plans get different digests."""
+        return lib.weft_plan_digest(self._handle)
+
+    def summary(self):
+        """weft_plan_print's text: bytes in/out and transfers per member, the bound."""
+        text, st = capture(lambda f: lib.weft_plan_print(self._handle, f))
+        check(st)
+        return text

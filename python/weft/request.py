@@ -1,0 +1,120 @@
+"""Nonblocking operations in flight (weft_req_t).
+
+A Request keeps every buffer of its operation referenced until the operation completes,
+so a tensor handed to weft.iallreduce() cannot be freed under weft's feet. A Request
+dropped while in flight is not cancelled: its buffers stay referenced and weft frees it
+once it completes (or at finalize). cancel() cancels it.
+"""
+
+from ctypes import byref, c_size_t
+
+from ._lib import lib
+from .context import timeout_ns
+from .errors import Status, Timeout, error_for, last_error
+
+
+class Request:
+    """A nonblocking weft operation: test(), wait(timeout=None), cancel()."""
+
+    def __init__(self, ctx, handle, keep=(), result=None, keep_on_failure=None, group=None):
+        self._ctx = ctx
+        self._owner_group = group  # freeing that group frees the request (Group.free)
+        self._handle = handle      # None once complete (or completed inline)
+        self._keep = keep if handle else None
+        self._keep_on_failure = keep_on_failure  # kept by the context if it fails
+        self._result = result
+        self._error = None
+        self._nbytes = None
+        if handle:
+            ctx._track(self)
+
+    def _finish(self, status):
+        """Record the outcome of a completed request and free it (under the lock)."""
+        h, self._handle = self._handle, None
+        if status < 0:
+            self._error = error_for(status, last_error(self._ctx._handle))
+            if self._keep_on_failure is not None:
+                self._ctx._retired.append(self._keep_on_failure)
+        else:
+            n = c_size_t()
+            if lib.weft_req_bytes(h, byref(n)) == Status.OK:
+                self._nbytes = n.value
+        lib.weft_req_free(h)
+        self._keep = self._keep_on_failure = None
+
+    def _outcome(self):
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    @property
+    def done(self):
+        """True once the operation completed (successfully or not)."""
+        return self._handle is None
+
+    @property
+    def result(self):
+        """The output buffer(s) of the operation (what wait() returns)."""
+        return self._result
+
+    @property
+    def nbytes(self):
+        """Bytes transferred (the received length of a receive); None before completion."""
+        return self._nbytes
+
+    def test(self):
+        """Advance without blocking: True when complete, False when not yet. Raises the
+        operation's error (a weft.Error) if it failed."""
+        if self._handle is not None:
+            with self._ctx._lock:
+                if self._handle is not None:
+                    self._ctx._h()
+                    st = lib.weft_test(self._handle)
+                    if st == Status.INPROGRESS:
+                        return False
+                    self._finish(st)
+        self._outcome()
+        return True
+
+    def wait(self, timeout=None):
+        """Wait until complete or @p timeout seconds passed (None: the context's
+        WEFT_TIMEOUT_MS). Returns the output (the result buffer, or for a receive the
+        buffer); raises weft.Timeout if still in flight (the request stays valid: wait
+        again or cancel), or the operation's error."""
+        ns = timeout_ns(timeout)
+        if self._handle is not None:
+            with self._ctx._lock:
+                if self._handle is not None:
+                    self._ctx._h()
+                    st = lib.weft_wait(self._handle, ns)
+                    if st == Status.ERR_TIMEOUT:
+                        st = lib.weft_test(self._handle)
+                        if st == Status.INPROGRESS:
+                            raise Timeout(Status.ERR_TIMEOUT,
+                                          "request still in flight after %s s" % timeout)
+                    self._finish(st)
+        return self._outcome()
+
+    def cancel(self):
+        """weft_req_free(): cancel the operation if still in flight (a collective left
+        half done makes the group's next collectives fail with weft.Revoked until it is
+        repaired). Its buffers may be reused afterwards."""
+        if self._handle is not None:
+            with self._ctx._lock:
+                if self._handle is not None and self._ctx._handle is not None:
+                    lib.weft_req_free(self._handle)
+                self._handle = None
+                self._keep = None
+
+    def _release(self, finalizing):
+        self.cancel()
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h is not None and self._ctx._handle is not None:
+            # Dropped in flight: the context keeps the buffers and frees it when done.
+            self._ctx._orphans.append((h, self._keep, self._owner_group))
+            self._handle = None
+
+    def __repr__(self):
+        return "<weft.Request %s>" % ("done" if self.done else "in flight")

@@ -1,0 +1,17 @@
+"""PyTorch layers on weft's vocabulary parallelism (needs torch; `import weft` does not).
+
+- VocabParallelCrossEntropy: the output layer and softmax cross-entropy with the
+  vocabulary sharded over a group; forward runs passes S and C1, backward T (and C2 for
+  "naive" and "alg1").
+- VocabParallelEmbedding: the input embedding sharded the same way.
+- shard_vocab: this rank's padded shard of a whole [V, ...] tensor.
+"""
+
+import torch  # noqa: F401  (fails here, with ImportError, when PyTorch is missing)
+
+from .cross_entropy import VocabParallelCrossEntropy, VocabParallelCrossEntropyFunction
+from .embedding import VocabParallelEmbedding, VocabParallelEmbeddingFunction
+from .shard import shard_vocab
+
+__all__ = ["VocabParallelCrossEntropy", "VocabParallelCrossEntropyFunction",
+           "VocabParallelEmbedding", "VocabParallelEmbeddingFunction", "shard_vocab"]

@@ -1,0 +1,169 @@
+"""The vocabulary-parallel output layer and cross-entropy as an autograd Function and a
+Module.
+
+Forward: S (this rank's logits X W_iᵀ and statistics) and C1 (their merge over the
+group), waited for: the loss. Backward: T (∇W_i, and ∇X for "alg2"), then for "naive"
+and "alg1" C2 (the sum of ∇X over the group). Every rank of the group runs forward and
+backward (the collectives pair up across ranks). The computation is float32.
+"""
+
+import torch
+
+from ..errors import invalid
+from ..vocab import ALGOS, REDUCTIONS, Vocab
+
+_POOL_MAX = 4  # idle microbatch states kept for reuse
+
+
+class _Layer:
+    """What the Function needs of the module: the vocabulary and microbatch states."""
+
+    def __init__(self, group, algo, reduction, vocab_size, align):
+        self.group, self.algo, self.reduction = group, algo, reduction
+        self.vocab_size, self.align = vocab_size, align
+        self.vocab = None
+        self.idle = []
+
+    def vocab_for(self, weight):
+        """The Vocab for this weight, made anew after a membership change."""
+        g = self.group
+        rows, hidden = weight.shape
+        v = self.vocab
+        if v is None or v.hidden != hidden or v.epoch != g.epoch:
+            for mb in self.idle:
+                mb.close()
+            self.idle = []
+            size = self.vocab_size if self.vocab_size is not None else rows * g.size
+            self.vocab = v = Vocab(g, size, hidden, self.align)
+        if rows != v.range.padded_length:
+            raise invalid("weight: %d rows; this rank's shard of a vocabulary of %d over %d "
+                          "ranks has %d (padded; see weft.torch.shard_vocab)" %
+                          (rows, v.vocab_size, g.size, v.range.padded_length))
+        return v
+
+    def take(self, vocab, n):
+        for i, mb in enumerate(self.idle):
+            if mb.vocab is vocab and mb.max_tokens >= n:
+                return self.idle.pop(i)
+        return vocab.microbatch(self.algo, self.reduction, max(n, 1))
+
+    def give_back(self, mb):
+        if mb.vocab is self.vocab and len(self.idle) < _POOL_MAX:
+            self.idle.append(mb)
+        else:
+            mb.close()
+
+
+class VocabParallelCrossEntropyFunction(torch.autograd.Function):
+    """apply(hidden [n, h] f32, weight [padded, h] f32, labels [n] int64 with ignored
+    tokens negative, layer, needs_backward) -> loss (scalar, or [n] for "none")."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, layer, needs_backward):
+        vocab = layer.vocab_for(weight)
+        n = labels.numel()
+        mb = layer.take(vocab, n)
+        none = layer.reduction == REDUCTIONS["none"]
+        loss_tok = torch.empty(n, dtype=torch.float32, device=hidden.device) if none else None
+        try:
+            loss = mb.forward(hidden, weight, labels, loss_tok)
+        except BaseException:
+            mb.close()
+            raise
+        if needs_backward:
+            ctx.mb, ctx.layer = mb, layer
+            ctx.save_for_backward(hidden, weight, labels)
+        else:
+            layer.give_back(mb)
+        if none:
+            return loss_tok
+        return torch.tensor(loss, dtype=torch.float32, device=hidden.device)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        hidden, weight, _labels = ctx.saved_tensors
+        mb, ctx.mb = ctx.mb, None
+        if mb is None:
+            raise RuntimeError("weft: backward through the vocabulary-parallel layer twice")
+        g = grad.detach().to(torch.float32).contiguous().reshape(-1)
+        dx = torch.empty_like(hidden)
+        dw = torch.empty_like(weight)
+        try:
+            mb.backward(g, dx, dw)
+        except BaseException:
+            mb.close()
+            raise
+        ctx.layer.give_back(mb)
+        return (dx if ctx.needs_input_grad[0] else None,
+                dw if ctx.needs_input_grad[1] else None, None, None, None)
+
+
+class VocabParallelCrossEntropy(torch.nn.Module):
+    """Softmax cross-entropy of the logits hidden @ Wᵀ where W [V, h] is sharded by
+    vocabulary over @p group: forward(hidden [..., h], weight, labels [...]) with
+    weight this rank's shard [padded_length, h] (weft.torch.shard_vocab) gives the loss
+    that torch.nn.functional.cross_entropy(hidden @ W.T, labels, ...) gives, on every rank.
+
+    algo: "naive" (3 collectives), "alg1" (2) or "alg2" (1 per microbatch).
+    ignore_index: labels equal to it have no loss and no gradient (the mean counts the
+    others; with every token ignored the mean is 0, where PyTorch gives nan).
+    reduction: "mean", "sum" or "none" (per-token losses, shaped like labels).
+    vocab_size: V (default: weight rows x group size, no padding).
+    align: shard length multiple, as weft_vocab_shard_range's.
+    Floating inputs are computed in float32; gradients come back in their dtype."""
+
+    def __init__(self, group, algo="alg2", ignore_index=-100, reduction="mean", *,
+                 vocab_size=None, align=0):
+        super().__init__()
+        if algo not in ALGOS:
+            raise invalid("algo must be one of %s, not %r" % (", ".join(ALGOS), algo))
+        if reduction not in REDUCTIONS:
+            raise invalid("reduction must be one of %s, not %r" %
+                          (", ".join(REDUCTIONS), reduction))
+        self.group, self.algo, self.reduction = group, algo, reduction
+        self.ignore_index = int(ignore_index)
+        self._layer = _Layer(group, ALGOS[algo], REDUCTIONS[reduction], vocab_size, align)
+
+    @property
+    def vocab(self):
+        """The weft.Vocab in use (None before the first forward)."""
+        return self._layer.vocab
+
+    def _labels(self, labels):
+        if labels.dtype.is_floating_point or labels.dtype.is_complex or \
+                labels.dtype == torch.bool:
+            raise invalid("labels must be integers, not %s" % labels.dtype)
+        lab = labels.reshape(-1).to(torch.int64)
+        ignored = lab == self.ignore_index
+        if bool(((lab < 0) & ~ignored).any()):
+            raise invalid("labels: a negative label other than ignore_index %d" %
+                          self.ignore_index)
+        if self.ignore_index >= 0:
+            lab = torch.where(ignored, torch.full_like(lab, -1), lab)
+        return lab.contiguous()
+
+    @staticmethod
+    def _float32(t, what):
+        if not t.dtype.is_floating_point:
+            raise invalid("%s must be floating point, not %s" % (what, t.dtype))
+        return t.to(torch.float32).contiguous()
+
+    def forward(self, hidden, weight, labels):
+        h = hidden.shape[-1]
+        if weight.dim() != 2 or weight.shape[1] != h:
+            raise invalid("weight must be [padded_length, %d], not %s" %
+                          (h, list(weight.shape)))
+        if hidden.shape[:-1] != labels.shape:
+            raise invalid("hidden %s and labels %s: one label per row of hidden" %
+                          (list(hidden.shape), list(labels.shape)))
+        x = self._float32(hidden, "hidden").reshape(-1, h)
+        w = self._float32(weight, "weight")
+        lab = self._labels(labels)
+        needs = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+        loss = VocabParallelCrossEntropyFunction.apply(x, w, lab, self._layer, needs)
+        return loss.reshape(labels.shape) if self.reduction == "none" else loss
+
+    def extra_repr(self):
+        return "algo=%s, ignore_index=%d, reduction=%s" % (
+            self.algo, self.ignore_index, self.reduction)

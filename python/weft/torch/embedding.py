@@ -1,0 +1,89 @@
+"""The vocabulary-parallel input embedding as an autograd Function and a Module.
+
+Forward: each rank looks up the ids of its shard (zeros elsewhere) and one sum over the
+group completes every row on every rank. Backward: ∇out is broadcast from grad_root
+(skipped when every rank holds it, the default), then each rank scatter-adds the rows of
+its shard into the gradient of its table.
+"""
+
+import torch
+
+from ..errors import invalid
+from ..vocab import Vocab
+
+
+class VocabParallelEmbeddingFunction(torch.autograd.Function):
+    """apply(ids [n] int64, weight [padded, h] f32, vocab, grad_root) -> [n, h]."""
+
+    @staticmethod
+    def forward(ctx, ids, weight, vocab, grad_root):
+        out = torch.empty((ids.numel(), vocab.hidden), dtype=torch.float32, device=weight.device)
+        vocab.embed_forward(weight, ids, out)
+        ctx.vocab, ctx.grad_root = vocab, grad_root
+        ctx.save_for_backward(ids)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        (ids,) = ctx.saved_tensors
+        vocab = ctx.vocab
+        g = grad_out.detach().to(torch.float32).contiguous()
+        if ctx.grad_root is not None and g.data_ptr() == grad_out.data_ptr():
+            g = g.clone()  # the broadcast writes into it
+        grad_table = torch.zeros(vocab.table_shape, dtype=torch.float32, device=g.device)
+        vocab.embed_backward(g, ids, grad_table, ctx.grad_root)
+        return None, grad_table, None, None
+
+
+class VocabParallelEmbedding(torch.nn.Module):
+    """torch.nn.Embedding with its table [V, h] sharded by vocabulary over @p group:
+    this rank holds `weight` [padded_length, h] (rows past its shard's length are padding
+    and stay zero). forward(ids) gives [*ids.shape, h] on every rank.
+
+    grad_root: None when every rank computes the gradient of the output (it feeds the
+    rest of the model on every rank); else the group rank that computes it, which
+    broadcasts it in backward (every rank must then run backward).
+    Make the modules of a job in the same order on every rank (each registers reduction
+    operators with the context)."""
+
+    def __init__(self, group, num_embeddings, embedding_dim, *, align=0, grad_root=None,
+                 device=None):
+        super().__init__()
+        self.group, self.grad_root = group, grad_root
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.vocab = Vocab(group, num_embeddings, embedding_dim, align)
+        r = self.vocab.range
+        self.weight = torch.nn.Parameter(
+            torch.zeros(r.padded_length, embedding_dim, dtype=torch.float32, device=device))
+        self.reset_parameters()
+
+    @property
+    def vocab_range(self):
+        """VocabRange(start, length, padded_length) of this rank's shard."""
+        return self.vocab.range
+
+    def reset_parameters(self):
+        """N(0, 1) on this shard's rows (each rank's own generator), zero padding."""
+        with torch.no_grad():
+            n = self.vocab.range.length
+            self.weight.zero_()
+            self.weight[:n].normal_()
+
+    def forward(self, ids):
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise invalid("ids must be integers, not %s" % ids.dtype)
+        if self.vocab.epoch != self.group.epoch:
+            raise invalid("the group changed since this embedding was made (epoch %d, now "
+                          "%d): make it again over the new membership" %
+                          (self.vocab.epoch, self.group.epoch))
+        flat = ids.reshape(-1).to(torch.int64).contiguous()
+        out = VocabParallelEmbeddingFunction.apply(flat, self.weight, self.vocab,
+                                                   self.grad_root)
+        return out.reshape(tuple(ids.shape) + (self.embedding_dim,))
+
+    def extra_repr(self):
+        r = self.vocab.range
+        return "%d, %d, shard [%d, %d) of %d rows" % (
+            self.num_embeddings, self.embedding_dim, r.start, r.start + r.length,
+            r.padded_length)

@@ -1,0 +1,302 @@
+"""Vocabulary parallelism (include/weft/vocab.h) on NumPy arrays or tensors: the output
+layer's passes S, C1, T, C2 and the embedding. weft.torch builds autograd layers on it.
+
+Buffers are float32 (labels and ids int64), contiguous; X, W and the outputs all in host
+or all in CUDA memory. The vocabulary of V entries is cut into P shards of padded_length
+rows; rank i holds rows [start, start + length) of W in a buffer of padded_length rows.
+"""
+
+from collections import namedtuple
+from ctypes import byref, c_float, c_void_p
+
+import numpy as np
+
+from . import _structs as S
+from ._buffer import as_buffer
+from ._lib import lib
+from .context import timeout_ns
+from .dtypes import DType
+from .errors import Status, check, invalid
+from .request import Request
+
+VocabRange = namedtuple("VocabRange", "start length padded_length")
+VocabMemory = namedtuple("VocabMemory", "s_to_c1 c1_to_t peak")
+MicrobatchStats = namedtuple("MicrobatchStats", "compute_ns comm_ns collectives comm_bytes")
+ALGOS = {"naive": 0, "alg1": 1, "alg2": 2}
+REDUCTIONS = {"mean": 0, "sum": 1, "none": 2}
+
+
+def _choice(value, table, what):
+    if isinstance(value, str) and value.lower() in table:
+        return table[value.lower()]
+    if isinstance(value, int) and value in table.values():
+        return value
+    raise invalid("%s must be one of %s, not %r" % (what, ", ".join(table), value))
+
+
+def shard_range(vocab_size, nranks, rank, align=0):
+    """The shard of @p rank when @p vocab_size entries are cut over @p nranks ranks."""
+    r = S.VocabRange()
+    check(lib.weft_vocab_shard_range(vocab_size, nranks, align, rank, byref(r)))
+    return VocabRange(r.start, r.length, r.padded_length)
+
+
+def _f32(x, what, count, writable=False):
+    b = as_buffer(x, what, writable=writable)
+    if b.dtype != DType.F32:
+        raise invalid("%s: float32 needed, not %s" % (what, b.dtype.name.lower()))
+    if count is not None and b.count != count:
+        raise invalid("%s: %d elements, %d expected" % (what, b.count, count))
+    return b
+
+
+def _i64(x, what, count=None):
+    b = as_buffer(x, what)
+    if b.dtype != DType.I64:
+        raise invalid("%s: int64 needed, not %s" % (what, b.dtype.name.lower()))
+    if count is not None and b.count != count:
+        raise invalid("%s: %d elements, %d expected" % (what, b.count, count))
+    return b
+
+
+def _grad(grad, reduction, n):
+    if isinstance(grad, (int, float)):
+        grad = np.full(1, grad, np.float32)
+    return _f32(grad, "upstream gradient", n if reduction == REDUCTIONS["none"] else 1)
+
+
+class Vocab:
+    """A sharded vocabulary on a group (weft_vocab_t). Creating one registers reduction
+    operators on the context: every rank creates its Vocab objects in the same order."""
+
+    def __init__(self, group, vocab_size, hidden, align=0):
+        p = S.sized(S.VocabParams)
+        p.vocab_size, p.hidden, p.align = vocab_size, hidden, align
+        h = c_void_p()
+        group._call(lib.weft_vocab_create, byref(p), byref(h))
+        self._handle = h.value
+        self.group, self.vocab_size, self.hidden = group, vocab_size, hidden
+        self._owner_group = group
+        self.epoch = group.epoch
+        r = S.VocabRange()
+        self._call(lib.weft_vocab_local_range, byref(r))
+        self.range = VocabRange(r.start, r.length, r.padded_length)
+        group._ctx._track(self)
+
+    def _h(self):
+        if self._handle is None:
+            raise invalid("the vocabulary was destroyed")
+        return self._handle
+
+    def _call(self, fn, *args):
+        return self.group._ctx._call(fn, self._h(), *args)
+
+    def close(self):
+        """weft_vocab_destroy() (microbatches made from it must be closed first)."""
+        if self._handle is not None and not self.group._ctx.closed:
+            self._call(lib.weft_vocab_destroy)
+        self._handle = None
+
+    def _release(self, finalizing):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def table_shape(self):
+        """(padded_length, hidden): the shape of this rank's W_i / E_i buffer."""
+        return (self.range.padded_length, self.hidden)
+
+    def microbatch(self, algo="alg2", reduction="mean", max_tokens=1, accumulate_dw=False):
+        """The state of one microbatch of the output layer (weft_vocab_mb_create)."""
+        return Microbatch(self, algo, reduction, max_tokens, accumulate_dw)
+
+    def memory(self, algo, n):
+        """Bytes an algorithm keeps alive per microbatch of @p n tokens."""
+        m = S.sized(S.VocabMem)
+        self._call(lib.weft_vocab_xent_memory, _choice(algo, ALGOS, "algo"), n, byref(m))
+        return VocabMemory(m.s_to_c1, m.c1_to_t, m.peak)
+
+    # -- embedding -----------------------------------------------------------------------
+    def _embed_args(self, table, ids, out):
+        i = _i64(ids, "ids")
+        t = _f32(table, "embedding table", self.range.padded_length * self.hidden)
+        o = _f32(out, "embedding out", i.count * self.hidden, writable=True)
+        self.group._follow_torch_stream((t, o))
+        return t, i, o
+
+    def embed_forward(self, table, ids, out):
+        """out[j] = E[ids[j]] on every rank (one collective). Returns out."""
+        t, i, o = self._embed_args(table, ids, out)
+        self._call(lib.weft_vocab_embed_forward, t.ptr, i.ptr, i.count, o.ptr)
+        return out
+
+    def iembed_forward(self, table, ids, out):
+        """Nonblocking embed_forward (pass IF): a Request whose wait() returns out."""
+        t, i, o = self._embed_args(table, ids, out)
+        req = c_void_p()
+        self._call(lib.weft_vocab_iembed_forward, t.ptr, i.ptr, i.count, o.ptr, byref(req))
+        return Request(self.group._ctx, req.value, keep=(t, i, o), result=out,
+                       group=self.group)
+
+    def iembed_grad_bcast(self, grad_out, n, root):
+        """Broadcast ∇out [n, h] from @p root (pass IB); returns a Request."""
+        g = _f32(grad_out, "embedding grad_out", n * self.hidden, writable=True)
+        self.group._follow_torch_stream((g,))
+        req = c_void_p()
+        self._call(lib.weft_vocab_iembed_grad_bcast, g.ptr, n, root, byref(req))
+        return Request(self.group._ctx, req.value, keep=(g,), result=grad_out,
+                       group=self.group)
+
+    def embed_grad_scatter(self, grad_out, ids, grad_table):
+        """∇E_i[ids[j] - start] += ∇out[j] for the ids of this shard (no communication)."""
+        i = _i64(ids, "ids")
+        g = _f32(grad_out, "embedding grad_out", i.count * self.hidden)
+        t = _f32(grad_table, "embedding grad_table", self.range.padded_length * self.hidden,
+                 writable=True)
+        self._call(lib.weft_vocab_embed_grad_scatter, g.ptr, i.ptr, i.count, t.ptr)
+        return grad_table
+
+    def embed_backward(self, grad_out, ids, grad_table, root=None):
+        """Broadcast ∇out from @p root (None: every rank holds it), then scatter-add."""
+        i = _i64(ids, "ids")
+        g = _f32(grad_out, "embedding grad_out", i.count * self.hidden, writable=root is not None)
+        t = _f32(grad_table, "embedding grad_table", self.range.padded_length * self.hidden,
+                 writable=True)
+        self.group._follow_torch_stream((g, t))
+        self._call(lib.weft_vocab_embed_backward, g.ptr, i.ptr, i.count,
+                   -1 if root is None else root, t.ptr)
+        return grad_table
+
+
+class Microbatch:
+    """One microbatch of the vocabulary-parallel output layer between its passes. X, W
+    and the labels given to s() stay referenced until T completed; ∇X until C2 did."""
+
+    def __init__(self, vocab, algo, reduction, max_tokens, accumulate_dw):
+        p = S.sized(S.VocabMbParams)
+        p.algo = _choice(algo, ALGOS, "algo")
+        p.reduction = _choice(reduction, REDUCTIONS, "reduction")
+        p.max_tokens, p.accumulate_dw = max_tokens, 1 if accumulate_dw else 0
+        h = c_void_p()
+        vocab._call(lib.weft_vocab_mb_create, byref(p), byref(h))
+        self._handle, self.vocab = h.value, vocab
+        self._owner_group = vocab.group
+        self.algo, self.reduction, self.max_tokens = p.algo, p.reduction, max_tokens
+        self.n = 0
+        self._keep = ()
+        self._c2 = False
+        vocab.group._ctx._track(self)
+
+    def _call(self, fn, *args):
+        if self._handle is None:
+            raise invalid("the microbatch was closed")
+        return self.vocab.group._ctx._call(fn, self._handle, *args)
+
+    def close(self):
+        """weft_vocab_mb_destroy() (cancels a collective in flight)."""
+        if self._handle is not None and not self.vocab.group._ctx.closed:
+            self._call(lib.weft_vocab_mb_destroy)
+        self._handle, self._keep = None, ()
+
+    def _release(self, finalizing):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- passes --------------------------------------------------------------------------
+    def s(self, x, w, labels):
+        """Pass S: local logits and statistics of X [n, h] against W_i [padded, h]."""
+        lab = _i64(labels, "labels")
+        n, h = lab.count, self.vocab.hidden
+        xb = _f32(x, "X", n * h)
+        wb = _f32(w, "W", self.vocab.range.padded_length * h)
+        self.vocab.group._follow_torch_stream((xb, wb))
+        self._keep = (xb, wb, lab)
+        self._call(lib.weft_vocab_xent_s, xb.ptr, wb.ptr, lab.ptr, n)
+        self.n = n
+
+    def c1(self):
+        """Pass C1: start merging the statistics; True when already complete."""
+        return self._call(lib.weft_vocab_xent_c1) == Status.OK
+
+    def test(self):
+        """Drive the collective pass in flight: True when none is in flight any more."""
+        done = self._call(lib.weft_vocab_mb_test) == Status.OK
+        self._drop_after_c2(done)
+        return done
+
+    def wait(self, timeout=None):
+        """Wait for the pass in flight (weft.Timeout if still in flight after it)."""
+        self._call(lib.weft_vocab_mb_wait, timeout_ns(timeout))
+        self._drop_after_c2(True)
+
+    def _drop_after_c2(self, done):
+        if done and self._c2:
+            self._keep, self._c2 = (), False
+
+    def loss(self, loss_tok=None):
+        """The reduced loss (a float) once C1 completed; per-token losses into
+        @p loss_tok ([n] float32) if given."""
+        lt = _f32(loss_tok, "loss_tok", self.n, writable=True) if loss_tok is not None else None
+        out = c_float()
+        self._call(lib.weft_vocab_xent_loss, lt.ptr if lt else None, byref(out))
+        return out.value
+
+    def t(self, grad, dx, dw):
+        """Pass T: ∇W_i into @p dw and ∇X (NAIVE/ALG1: this rank's part until C2)."""
+        g, dxb, dwb = self._t_args(grad, dx, dw)
+        self._call(lib.weft_vocab_xent_t, g.ptr, dxb.ptr, dwb.ptr)
+        self._keep = (dxb,) if self.algo != ALGOS["alg2"] else ()
+
+    def c2(self):
+        """Pass C2: start the sum of ∇X (NAIVE, ALG1); True when already complete."""
+        done = self._call(lib.weft_vocab_xent_c2) == Status.OK
+        self._c2 = True
+        self._drop_after_c2(done)
+        return done
+
+    def _t_args(self, grad, dx, dw):
+        h = self.vocab.hidden
+        g = _grad(grad, self.reduction, self.n)
+        dxb = _f32(dx, "dX", self.n * h, writable=True)
+        dwb = _f32(dw, "dW", self.vocab.range.padded_length * h, writable=True)
+        self.vocab.group._follow_torch_stream((dxb, dwb))
+        return g, dxb, dwb
+
+    # -- blocking ------------------------------------------------------------------------
+    def forward(self, x, w, labels, loss_tok=None):
+        """S, C1 and the wait: returns the reduced loss (per-token into loss_tok)."""
+        lab = _i64(labels, "labels")
+        n, h = lab.count, self.vocab.hidden
+        xb = _f32(x, "X", n * h)
+        wb = _f32(w, "W", self.vocab.range.padded_length * h)
+        lt = _f32(loss_tok, "loss_tok", n, writable=True) if loss_tok is not None else None
+        self.vocab.group._follow_torch_stream((xb, wb))
+        self._keep = (xb, wb, lab)
+        out = c_float()
+        self._call(lib.weft_vocab_xent_forward, xb.ptr, wb.ptr, lab.ptr, n,
+                   lt.ptr if lt else None, byref(out))
+        self.n = n
+        return out.value
+
+    def backward(self, grad, dx, dw):
+        """T, C2 and the wait: ∇X complete in @p dx, ∇W_i in @p dw."""
+        g, dxb, dwb = self._t_args(grad, dx, dw)
+        self._call(lib.weft_vocab_xent_backward, g.ptr, dxb.ptr, dwb.ptr)
+        self._keep = ()
+
+    def stats(self):
+        """MicrobatchStats(compute_ns, comm_ns, collectives, comm_bytes) of the current
+        or last microbatch."""
+        s = S.sized(S.VocabMbStats)
+        self._call(lib.weft_vocab_mb_stats, byref(s))
+        return MicrobatchStats(s.compute_ns, s.comm_ns, s.collectives, s.comm_bytes)

@@ -1,0 +1,73 @@
+"""A process started after the job joins the world group from Python: rank 0 starts it
+(this script with the argument "joiner" and WEFT_JOIN=1), it calls Context.join(), every
+member waits until Group.pending_joiners() sees it and admits it with Group.grow(), and
+all of them check the new membership and an allreduce that includes the newcomer.
+
+Run by tests/groups/run_fault.sh, which counts the "SURVIVOR-OK" lines: one per member
+and one for the joiner.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import weft
+
+
+def say(text):
+    """One line in one write: the processes share weftrun's output file."""
+    os.write(1, (text + "\n").encode())
+
+
+def checked_allreduce(g):
+    x = np.full(100, g.rank + 1, np.int64)
+    g.allreduce(x)
+    if not (x == g.size * (g.size + 1) // 2).all():
+        raise AssertionError("allreduce gave %d on %d ranks" % (x[0], g.size))
+
+
+def joiner():
+    with weft.init() as ctx:
+        g = ctx.join("world", timeout=30)
+        if g.rank != g.size - 1:
+            raise AssertionError("the joiner is rank %d of %d" % (g.rank, g.size))
+        checked_allreduce(g)
+        say("SURVIVOR-OK joiner: rank %d of %d, member id %d, epoch %d" %
+            (g.rank, g.size, g.member_id(), g.epoch))
+
+
+def member():
+    ctx = weft.init()
+    g = ctx.world
+    n, me = g.size, g.rank
+    child = None
+    if me == 0:
+        env = dict(os.environ, WEFT_JOIN="1")
+        env.pop("WEFT_RANK", None)
+        child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "joiner"],
+                                 env=env)
+    until = time.monotonic() + 30
+    while g.pending_joiners() < 1 and time.monotonic() < until:
+        time.sleep(0.001)
+    info = g.grow(min_new=1, timeout=30)
+    if len(info.added) != 1 or info.new_size != n + 1 or info.rank_map[me] != me or \
+            info.new_epoch != info.old_epoch + 1 or g.size != n + 1:
+        raise AssertionError("grow: %s" % (info,))
+    checked_allreduce(g)
+    assert g.member_ids[-1] == info.added[0]
+    ctx.finalize()
+    if child is not None and child.wait(timeout=60) != 0:
+        raise AssertionError("the joiner exited with %d" % child.returncode)
+    say("SURVIVOR-OK member rank %d: admitted member %d, epoch %d -> %d" %
+        (me, info.added[0], info.old_epoch, info.new_epoch))
+
+
+if __name__ == "__main__":
+    try:
+        joiner() if sys.argv[1:] == ["joiner"] else member()
+    except Exception as e:
+        say("SURVIVOR-FAIL: %s: %s" % (type(e).__name__, e))
+        sys.exit(1)

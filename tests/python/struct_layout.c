@@ -1,0 +1,101 @@
+/*
+ * Prints the size of every public struct and the offset of each of its fields, as the C
+ * compiler lays them out, for test_structs.py to compare with the Python binding's
+ * ctypes Structures: "<struct> <sizeof>" then "<struct>.<field> <offset>" lines.
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "weft/weft.h"
+
+#define SIZE(T) printf(#T " %zu\n", sizeof(T))
+#define FIELD(T, f) printf(#T "." #f " %zu\n", offsetof(T, f))
+
+int main(void)
+{
+    SIZE(weft_config_entry_t);
+    FIELD(weft_config_entry_t, name);
+    FIELD(weft_config_entry_t, deflt);
+    FIELD(weft_config_entry_t, doc);
+    SIZE(weft_info_params_t);
+    FIELD(weft_info_params_t, flags);
+    FIELD(weft_info_params_t, topo_xml);
+    FIELD(weft_info_params_t, peer_xml);
+    FIELD(weft_info_params_t, gpu);
+    SIZE(weft_edit_info_t);
+    FIELD(weft_edit_info_t, old_epoch);
+    FIELD(weft_edit_info_t, new_epoch);
+    FIELD(weft_edit_info_t, old_size);
+    FIELD(weft_edit_info_t, new_size);
+    FIELD(weft_edit_info_t, n_removed);
+    FIELD(weft_edit_info_t, removed);
+    FIELD(weft_edit_info_t, n_added);
+    FIELD(weft_edit_info_t, added);
+    FIELD(weft_edit_info_t, rank_map);
+    FIELD(weft_edit_info_t, n_subgroups_revoked);
+    SIZE(weft_box_t);
+    FIELD(weft_box_t, offset);
+    FIELD(weft_box_t, extent);
+    SIZE(weft_tensor_info_t);
+    FIELD(weft_tensor_info_t, name);
+    FIELD(weft_tensor_info_t, dtype);
+    FIELD(weft_tensor_info_t, ndims);
+    FIELD(weft_tensor_info_t, shape);
+    FIELD(weft_tensor_info_t, bytes);
+    SIZE(weft_plan_params_t);
+    FIELD(weft_plan_params_t, host_of);
+    FIELD(weft_plan_params_t, num_members);
+    FIELD(weft_plan_params_t, balance_bytes);
+    FIELD(weft_plan_params_t, allow_missing);
+    SIZE(weft_transfer_t);
+    FIELD(weft_transfer_t, src);
+    FIELD(weft_transfer_t, dst);
+    FIELD(weft_transfer_t, tensor);
+    FIELD(weft_transfer_t, src_region);
+    FIELD(weft_transfer_t, dst_region);
+    FIELD(weft_transfer_t, box);
+    FIELD(weft_transfer_t, bytes);
+    SIZE(weft_plan_stats_t);
+    FIELD(weft_plan_stats_t, bytes_out);
+    FIELD(weft_plan_stats_t, bytes_in);
+    FIELD(weft_plan_stats_t, bytes_local);
+    FIELD(weft_plan_stats_t, transfers_out);
+    FIELD(weft_plan_stats_t, transfers_in);
+    FIELD(weft_plan_stats_t, bytes_lower_bound);
+    FIELD(weft_plan_stats_t, max_bytes_out);
+    FIELD(weft_plan_stats_t, bytes_missing);
+    SIZE(weft_batch_share_t);
+    FIELD(weft_batch_share_t, first);
+    FIELD(weft_batch_share_t, samples);
+    FIELD(weft_batch_share_t, micro_batches);
+    FIELD(weft_batch_share_t, micro_size);
+    FIELD(weft_batch_share_t, last_micro);
+    FIELD(weft_batch_share_t, grad_scale);
+    SIZE(weft_migrate_params_t);
+    FIELD(weft_migrate_params_t, priority);
+    FIELD(weft_migrate_params_t, num_priorities);
+    FIELD(weft_migrate_params_t, max_staged_bytes);
+    SIZE(weft_vocab_range_t);
+    FIELD(weft_vocab_range_t, start);
+    FIELD(weft_vocab_range_t, length);
+    FIELD(weft_vocab_range_t, padded_length);
+    SIZE(weft_vocab_params_t);
+    FIELD(weft_vocab_params_t, vocab_size);
+    FIELD(weft_vocab_params_t, hidden);
+    FIELD(weft_vocab_params_t, align);
+    SIZE(weft_vocab_mb_params_t);
+    FIELD(weft_vocab_mb_params_t, algo);
+    FIELD(weft_vocab_mb_params_t, reduction);
+    FIELD(weft_vocab_mb_params_t, max_tokens);
+    FIELD(weft_vocab_mb_params_t, accumulate_dw);
+    SIZE(weft_vocab_mb_stats_t);
+    FIELD(weft_vocab_mb_stats_t, compute_ns);
+    FIELD(weft_vocab_mb_stats_t, comm_ns);
+    FIELD(weft_vocab_mb_stats_t, collectives);
+    FIELD(weft_vocab_mb_stats_t, comm_bytes);
+    SIZE(weft_vocab_mem_t);
+    FIELD(weft_vocab_mem_t, s_to_c1);
+    FIELD(weft_vocab_mem_t, c1_to_t);
+    FIELD(weft_vocab_mem_t, peak);
+    return 0;
+}
