@@ -109,6 +109,19 @@ _MIGRATE = {
     "weft_batch_share": (I, [c_uint64, I, I, c_uint64, POINTER(S.BatchShare)]),
     "weft_migrate_start": (I, [P, P, P, P, POINTER(S.MigrateParams), PP]),
     "weft_migrate": (I, [P, P, P, P, POINTER(S.MigrateParams)]),
+    "weft_migrate_resume": (I, [P, P, P, P, POINTER(S.PlanParams), PP]),
+}
+
+_SNAPSHOT = {
+    "weft_snapshot_create": (I, [P, P, SZ, POINTER(S.SnapshotParams), PP]),
+    "weft_snapshot_free": (None, [P]),
+    "weft_snapshot_bytes": (SZ, [P]),
+    "weft_snapshot_start": (I, [P, c_uint64, P, P, SZ, PP]),
+    "weft_snapshot_committed": (I, [P, POINTER(c_uint64)]),
+    "weft_snapshot_restore_bytes": (SZ, [P, P]),
+    "weft_snapshot_restore": (I, [P, P, P, SZ, POINTER(S.SnapshotRestored)]),
+    "weft_snapshot_blob": (I, [P, I, P, SZ, PSZ]),
+    "weft_snapshot_restore_plan": (P, [P]),
 }
 
 _VOCAB = {
@@ -138,7 +151,7 @@ _VOCAB = {
 }
 
 TABLE = {}
-for _t in (_CORE, _COLL, _GROUP, _MIGRATE, _VOCAB):
+for _t in (_CORE, _COLL, _GROUP, _MIGRATE, _SNAPSHOT, _VOCAB):
     TABLE.update(_t)
 
 

@@ -5,7 +5,7 @@ tests/python/test_structs.py compares their sizes and offsets with the C compile
 
 import ctypes
 from ctypes import (Structure, POINTER, c_char_p, c_double, c_int, c_size_t, c_uint,
-                    c_uint32, c_uint64)
+                    c_uint32, c_uint64, c_void_p)
 
 LAYOUT_MAX_DIMS = 8
 EDIT_MAX_IDS = 64
@@ -68,7 +68,17 @@ class BatchShare(Structure):
 
 class MigrateParams(Structure):
     _fields_ = [("size", c_size_t), ("priority", POINTER(c_int)), ("num_priorities", c_int),
-                ("max_staged_bytes", c_size_t)]
+                ("max_staged_bytes", c_size_t), ("resume_buf", c_void_p)]
+
+
+class SnapshotParams(Structure):
+    _fields_ = [("size", c_size_t), ("redundancy", c_int), ("host_of", POINTER(c_int)),
+                ("num_members", c_int)]
+
+
+class SnapshotRestored(Structure):
+    _fields_ = [("step", c_uint64), ("bytes_moved", c_size_t), ("bytes_local", c_size_t),
+                ("bytes_missing", c_size_t)]
 
 
 class VocabRange(Structure):
@@ -102,6 +112,7 @@ C_NAMES = {
     "weft_plan_params_t": PlanParams, "weft_transfer_t": Transfer,
     "weft_plan_stats_t": PlanStats, "weft_batch_share_t": BatchShare,
     "weft_migrate_params_t": MigrateParams, "weft_vocab_range_t": VocabRange,
+    "weft_snapshot_params_t": SnapshotParams, "weft_snapshot_restored_t": SnapshotRestored,
     "weft_vocab_params_t": VocabParams, "weft_vocab_mb_params_t": VocabMbParams,
     "weft_vocab_mb_stats_t": VocabMbStats, "weft_vocab_mem_t": VocabMem,
 }

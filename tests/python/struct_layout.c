@@ -75,6 +75,16 @@ int main(void)
     FIELD(weft_migrate_params_t, priority);
     FIELD(weft_migrate_params_t, num_priorities);
     FIELD(weft_migrate_params_t, max_staged_bytes);
+    FIELD(weft_migrate_params_t, resume_buf);
+    SIZE(weft_snapshot_params_t);
+    FIELD(weft_snapshot_params_t, redundancy);
+    FIELD(weft_snapshot_params_t, host_of);
+    FIELD(weft_snapshot_params_t, num_members);
+    SIZE(weft_snapshot_restored_t);
+    FIELD(weft_snapshot_restored_t, step);
+    FIELD(weft_snapshot_restored_t, bytes_moved);
+    FIELD(weft_snapshot_restored_t, bytes_local);
+    FIELD(weft_snapshot_restored_t, bytes_missing);
     SIZE(weft_vocab_range_t);
     FIELD(weft_vocab_range_t, start);
     FIELD(weft_vocab_range_t, length);
