@@ -40,7 +40,8 @@ typedef struct mig_bench {
     perf_opts_t o;
     perf_world_t w;
     size_t model_bytes;
-    size_t gap_us; /* --overlap: emulated compute between allreduces */
+    size_t gap_us;  /* --overlap: emulated compute between allreduces */
+    size_t step_ms; /* --step-ms: a migration started before an emulated GPU step */
     bool dry_run, overlap, baselines;
     const char *only;
     char tmpdir[256];
@@ -56,6 +57,9 @@ static const perf_extra_opt_t extras[] = {
     {"--gap-us", true, "US",
      "--overlap: emulated compute (the caller sleeps) between allreduces (default 100)"},
     {"--no-baselines", false, NULL, "skip allgather-slice and file-reload"},
+    {"--step-ms", true, "MS",
+     "start a zero-shrink migration, sleep MS (an emulated GPU step), then test whether it "
+     "completed in the background"},
     {"--tmpdir", true, "DIR", "where file-reload writes (default $TMPDIR or /tmp)"},
 };
 
@@ -69,6 +73,9 @@ static int on_extra(void *arg, const char *name, const char *val)
     }
     if (strcmp(name, "--model-bytes") == 0) {
         return perf_parse_size(val, &b->model_bytes) != 0 || b->model_bytes < 4096;
+    }
+    if (strcmp(name, "--step-ms") == 0) {
+        return perf_parse_size(val, &b->step_ms) != 0;
     }
     if (strcmp(name, "--gap-us") == 0) {
         return perf_parse_size(val, &b->gap_us) != 0;
@@ -432,6 +439,60 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
 
 /* p50/p99 of allreduces of @p bytes, idle and while zero-shrink migrations keep running. */
 /* A step of GPU compute as the CPU sees it: the caller sleeps. */
+static void compute(size_t us);
+
+/* A zero-shrink migration started right before an emulated GPU step of --step-ms: whether
+ * it has completed when the step ends (weft_test, no wait), and how long the same
+ * migration takes when waited for. */
+static int background_step(const mig_bench_t *b, FILE *out, bool json)
+{
+    scenario_t s;
+    if (build(b, "zero-shrink", &s) != 0) {
+        return PERF_EXIT_OK;
+    }
+    int me = b->ids[b->w.rank];
+    weft_plan_t *plan;
+    weft_plan_create(s.old, s.new, NULL, &plan);
+    weft_plan_stats_t st;
+    weft_plan_stats(plan, -1, &st);
+    unsigned char *oldbuf = perf_alloc(weft_layout_packed_bytes(s.old, me));
+    unsigned char *newbuf = perf_alloc(weft_layout_packed_bytes(s.new, me));
+    double t0 = perf_now_us();
+    weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL); /* also touches the pages */
+    double waited = slowest(b, perf_now_us() - t0);
+    int done_all = 0, runs = 5, done;
+    for (int r = 0; r < runs; r++) {
+        weft_barrier(b->w.world);
+        weft_req_t *req = NULL;
+        weft_status_t rc = weft_migrate_start(b->w.world, plan, oldbuf, newbuf, NULL, &req);
+        compute(b->step_ms * 1000);
+        rc = rc == WEFT_OK ? WEFT_OK : weft_test(req);
+        int mine = rc == WEFT_OK;
+        weft_allreduce(b->w.world, &mine, &done, 1, WEFT_I32, WEFT_MIN);
+        done_all += done;
+        weft_wait(req, WEFT_TIMEOUT_DEFAULT);
+        weft_req_free(req);
+    }
+    if (json) {
+        fprintf(out,
+                ",\n  \"background\": {\"step_ms\": %zu, \"bytes_moved\": %zu, "
+                "\"waited_us\": %.1f, \"runs\": %d, \"done_at_step_end\": %d}",
+                b->step_ms, st.bytes_in, waited, runs, done_all);
+    } else if (b->w.rank == 0) {
+        fprintf(out,
+                "#\n# zero-shrink migration (%zu B) started before a %zu ms emulated GPU step "
+                "(sleep), %d ranks\n#   waited for: %.1f us; completed in the background by the "
+                "step's end: %d of %d runs\n",
+                st.bytes_in, b->step_ms, b->w.size, waited, done_all, runs);
+    }
+    perf_free(oldbuf);
+    perf_free(newbuf);
+    weft_plan_free(plan);
+    weft_layout_free(s.old);
+    weft_layout_free(s.new);
+    return PERF_EXIT_OK;
+}
+
 static void compute(size_t us)
 {
     if (us > 0) {
@@ -612,6 +673,9 @@ int perf_migrate_main(int argc, char **argv)
     }
     if (b.overlap && !b.dry_run) {
         overlap(&b, stdout, b.o.json && print);
+    }
+    if (b.step_ms > 0 && !b.dry_run) {
+        background_step(&b, stdout, b.o.json && print);
     }
     if (b.o.json && print && !b.dry_run) {
         printf("\n}\n");
