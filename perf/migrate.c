@@ -19,9 +19,10 @@
  *                    regions need (what a restart from a checkpoint does).
  * The migration's result is compared byte for byte with the allgather-slice result.
  * --overlap measures allreduces of 8 B to 64 KiB while a zero-shrink migration runs, with
- * --gap-us of emulated compute (a sleep, as a CPU thread driving a GPU step) between them,
- * against the same allreduces and gaps without a migration; migrations restart until
- * enough allreduces are timed, and the table says how many completed.
+ * --gap-us of emulated compute (a sleep, as a CPU thread driving a GPU step) and a barrier
+ * (so that the ranks' different wake-up times do not count) before each, against the same
+ * without a migration; migrations restart until enough allreduces are timed, and the
+ * table says how many completed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -532,42 +533,48 @@ static int overlap(const mig_bench_t *b, FILE *out, bool json)
         for (int i = 0; i < k / 4; i++) { /* warm-up */
             weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
         }
-        for (int i = 0; i < k; i++) {
-            double t0 = perf_now_us();
-            weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
-            idle[i] = perf_now_us() - t0;
-            compute(b->gap_us);
-        }
-        weft_req_t *mig = NULL;
-        int n = 0, finished = 0; /* migrations completed among the allreduces */
-        while (n < k) {
-            if (mig == NULL &&
-                weft_migrate_start(b->w.world, plan, oldbuf, newbuf, NULL, &mig) == WEFT_OK) {
-                continue; /* done inline */
+        /* Idle and during in alternating blocks, so that drift of the machine (other
+         * load, frequency) falls on both alike. */
+        int ni = 0, n = 0, finished = 0; /* migrations completed among the allreduces */
+        for (int round = 0; round < 4; round++) {
+            for (int i = 0; i < k / 4; i++) {
+                compute(b->gap_us);
+                weft_barrier(b->w.world); /* the ranks woke at different times */
+                double t0 = perf_now_us();
+                weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
+                idle[ni++] = perf_now_us() - t0;
             }
-            double t0 = perf_now_us();
-            weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
-            during[n++] = perf_now_us() - t0;
-            /* Members agree when a migration is over (its close): all start the next
-             * one at the same point of their allreduce sequence. */
-            weft_status_t st = weft_test(mig);
-            int done = st != WEFT_INPROGRESS, all = done;
-            weft_allreduce(b->w.world, &done, &all, 1, WEFT_I32, WEFT_MIN);
-            if (all) {
-                weft_req_free(mig);
-                mig = NULL;
-                finished++;
-            } else if (done) {
+            weft_req_t *mig = NULL;
+            while (n < (round + 1) * (k / 4)) {
+                if (mig == NULL &&
+                    weft_migrate_start(b->w.world, plan, oldbuf, newbuf, NULL, &mig) == WEFT_OK) {
+                    continue; /* done inline */
+                }
+                compute(b->gap_us);
+                weft_barrier(b->w.world);
+                double t0 = perf_now_us();
+                weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
+                during[n++] = perf_now_us() - t0;
+                /* Members agree when a migration is over (its close): all start the next
+                 * one at the same point of their allreduce sequence. */
+                weft_status_t st = weft_test(mig);
+                int done = st != WEFT_INPROGRESS, all = done;
+                weft_allreduce(b->w.world, &done, &all, 1, WEFT_I32, WEFT_MIN);
+                if (all) {
+                    weft_req_free(mig);
+                    mig = NULL;
+                    finished++;
+                } else if (done) {
+                    weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
+                }
+            }
+            if (mig != NULL) {
                 weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
+                weft_req_free(mig);
             }
-            compute(b->gap_us);
         }
-        if (mig != NULL) {
-            weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
-            weft_req_free(mig);
-        }
-        double i50 = perf_median(idle, k), d50 = perf_median(during, k);
-        double d99 = perf_quantile(during, k, 0.99);
+        double i50 = perf_median(idle, ni), d50 = perf_median(during, n);
+        double d99 = perf_quantile(during, n, 0.99);
         if (json) {
             fprintf(out,
                     "%s\n    {\"bytes\": %zu, \"idle_p50_us\": %.2f, \"during_p50_us\": %.2f, "
