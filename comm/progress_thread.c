@@ -138,22 +138,32 @@ static void *run(void *arg)
         }
     }
     long max_sleep_us = ctx->cfg.progress_sleep_us > 0 ? (long)ctx->cfg.progress_sleep_us : 1;
-    pthread_mutex_lock(&ctx->lock);
-    while (!ctx->pt_stop) {
-        if (ctx->bg == NULL) {
-            ctx->pt_sleeping = true;
-            pthread_cond_wait(&ctx->pt_cv, &ctx->lock);
-            ctx->pt_sleeping = false;
-            idle = 0;
-            continue;
+    for (;;) {
+        int events = 0;
+        /* A pass when the caller is outside weft; while it is inside (a blocking call
+         * holds the lock), only the jobs, which need no lock: the caller's wait and this
+         * thread then share the data work. */
+        if (pthread_mutex_trylock(&ctx->lock) == 0) {
+            if (ctx->pt_stop) {
+                pthread_mutex_unlock(&ctx->lock);
+                break;
+            }
+            if (ctx->bg == NULL && !weft__jobs_pending(ctx)) {
+                ctx->pt_sleeping = true;
+                pthread_cond_wait(&ctx->pt_cv, &ctx->lock);
+                ctx->pt_sleeping = false;
+                pthread_mutex_unlock(&ctx->lock);
+                idle = 0;
+                continue;
+            }
+            events = weft__progress(ctx);
+            if (atomic_load(&ctx->api_waiting) == 0) {
+                events += advance_published(ctx);
+            }
+            ctx->pt_pass_ns = weft__now_ns();
+            pthread_mutex_unlock(&ctx->lock);
         }
-        int events = weft__progress(ctx);
-        if (atomic_load(&ctx->api_waiting) == 0) {
-            events += advance_published(ctx);
-        }
-        ctx->pt_pass_ns = weft__now_ns();
-        pthread_mutex_unlock(&ctx->lock);
-        /* The data work the pass handed over, outside the lock: a public call never
+        /* The data work the passes handed over, outside the lock: a public call never
          * waits behind a copy or a checksum. */
         events += weft__jobs_run(ctx, INT32_MAX);
         /* Give the caller the lock between passes; back off while nothing moves. */
@@ -165,9 +175,7 @@ static void *run(void *arg)
             struct timespec ts = {0, us * 1000};
             nanosleep(&ts, NULL);
         }
-        pthread_mutex_lock(&ctx->lock);
     }
-    pthread_mutex_unlock(&ctx->lock);
     return NULL;
 }
 

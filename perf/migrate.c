@@ -442,6 +442,59 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
 /* A step of GPU compute as the CPU sees it: the caller sleeps. */
 static void compute(size_t us);
 
+/* The chunk size in effect (WEFT_MIGRATE_CHUNK). */
+static size_t chunk_setting(const mig_bench_t *b)
+{
+    const char *val = NULL;
+    for (size_t i = 0; weft_config_entry(b->w.ctx, i, &val) != NULL; i++) {
+        size_t v;
+        if (strcmp(weft_config_entry(b->w.ctx, i, NULL)->name, "WEFT_MIGRATE_CHUNK") == 0 &&
+            val != NULL && perf_parse_size(val, &v) == 0 && v > 0) {
+            return v;
+        }
+    }
+    return 256u << 10;
+}
+
+/* The handover's bytes as plain messages: the first rank's whole model to the second in
+ * chunk-size weft_isend/weft_irecv, 4 in flight (the migration's window), no checksums;
+ * median over @p iters of the slower rank's time. Others idle. */
+static double stream_baseline(const mig_bench_t *b, size_t bytes, int iters)
+{
+    size_t chunk = chunk_setting(b);
+    int r = b->w.rank;
+    unsigned char *buf = perf_alloc(bytes);
+    memset(buf, r, bytes);
+    double *t = calloc((size_t)iters, sizeof(double));
+    for (int it = 0; it < iters; it++) {
+        weft_barrier(b->w.world);
+        double t0 = perf_now_us();
+        weft_req_t *q[4] = {NULL};
+        size_t nchunks = (bytes + chunk - 1) / chunk;
+        for (size_t c = 0; c < nchunks && r < 2; c++) {
+            size_t off = c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+            weft_req_t **slot = &q[c % 4];
+            weft_wait(*slot, WEFT_TIMEOUT_DEFAULT);
+            weft_req_free(*slot);
+            *slot = NULL;
+            if (r == 0) {
+                weft_isend(b->w.world, buf + off, len, 1, (uint32_t)(c & 0xffff), slot);
+            } else {
+                weft_irecv(b->w.world, buf + off, len, 0, (uint32_t)(c & 0xffff), slot);
+            }
+        }
+        for (int k = 0; k < 4; k++) {
+            weft_wait(q[k], WEFT_TIMEOUT_DEFAULT);
+            weft_req_free(q[k]);
+        }
+        t[it] = slowest(b, perf_now_us() - t0);
+    }
+    double med = perf_median(t, iters);
+    free(t);
+    perf_free(buf);
+    return med;
+}
+
 /* A zero-shrink migration started right before an emulated GPU step of --step-ms: whether
  * it has completed when the step ends (weft_test, no wait), and how long the same
  * migration takes when waited for. */
@@ -659,6 +712,10 @@ int perf_migrate_main(int argc, char **argv)
         worst = rc > worst ? rc : worst;
         weft_layout_free(s.old);
         weft_layout_free(s.new);
+        double stream_us = 0;
+        if (strcmp(kinds[i], "handover") == 0 && !b.dry_run && rc != PERF_EXIT_ERROR) {
+            stream_us = stream_baseline(&b, r.moved, b.o.iters);
+        }
         if (!print || b.dry_run || rc == PERF_EXIT_ERROR) {
             continue;
         }
@@ -673,6 +730,13 @@ int perf_migrate_main(int argc, char **argv)
             printf("  %-14s %12zu %12zu %10.0f %9.2f %12.0f %12.0f %8.2f %12.0f %8.2f %7ld\n",
                    r.name, r.moved, r.lower, r.time_us, perf_gbs(r.moved, r.time_us), r.plan_us,
                    r.gather_us, r.gather_us / r.time_us, r.file_us, r.file_us / r.time_us, r.wrong);
+        }
+        if (stream_us > 0 && !b.o.json) {
+            printf(
+                "#   the same bytes as plain weft_isend/irecv of %zu B messages, 4 in flight, no "
+                "checksums: %.0f us, %.2f GB/s; migration / plain %.2f\n",
+                chunk_setting(&b), stream_us, perf_gbs(r.moved, stream_us),
+                perf_gbs(r.moved, r.time_us) / perf_gbs(r.moved, stream_us));
         }
     }
     if (b.o.json && print && !b.dry_run) {
