@@ -193,6 +193,9 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
     s->blob_bytes = blob_bytes;
     st = build_layouts(s, state, &p, r);
     if (st == WEFT_OK) {
+        st = weft__snap_ssd_open(s, p.ssd_dir);
+    }
+    if (st == WEFT_OK) {
         int me = g->members[g->rank];
         s->buf_bytes = weft_layout_packed_bytes(s->copies, me);
         s->blob = calloc(1, 8 + blob_bytes);
@@ -204,7 +207,10 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
         }
     }
     if (st != WEFT_OK) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", weft_last_error(NULL));
         weft_snapshot_free(s);
+        weft__error_noctx(st, "%s", why);
         return st == WEFT_ERR_NO_MEMORY
                    ? weft__error_noctx(st, "weft_snapshot_create: out of memory")
                    : st;
@@ -221,7 +227,8 @@ size_t weft_snapshot_bytes(const weft_snapshot_t *snap)
 /* The request of one snapshot: the migration is its child. */
 typedef struct snap_req {
     weft_snapshot_t *snap; /* NULL once the snapshot object was freed */
-    weft_req_t *child;
+    weft_req_t *child;     /* the migration into the copy buffers */
+    bool writing;          /* committed; now writing it to the SSD tier */
 } snap_req_t;
 
 static weft_status_t snap_progress(weft_req_t *req)
@@ -231,12 +238,20 @@ static weft_status_t snap_progress(weft_req_t *req)
     if (s == NULL) {
         return WEFT_ERR_REVOKED; /* the snapshot object was freed under it */
     }
+    if (q->writing) {
+        return weft__snap_ssd_progress(s);
+    }
     weft_status_t st = weft__coll_child_test(&q->child, NULL);
     if (st == WEFT_OK) {
         s->have_committed = true;
         s->committed = s->pending_step;
         s->committed_parity = s->pending_parity;
-    } else if (st != WEFT_INPROGRESS) {
+        s->stats.have_committed = 1;
+        s->stats.committed = s->committed;
+        q->writing = true;
+        return weft__snap_ssd_start(s, s->committed, s->committed_parity);
+    }
+    if (st != WEFT_INPROGRESS) {
         s->failed_once = true;
     }
     return st;
@@ -250,6 +265,12 @@ static void snap_cleanup(weft_req_t *req)
     }
     if (q->child != NULL && q->snap != NULL) {
         q->snap->failed_once = true; /* cancelled in flight */
+    }
+    if (q->writing && q->snap != NULL && q->snap->ssd_running) {
+        /* Freed before the SSD write ended: it stops here (the step is not written). */
+        weft__job_cancel(req->ctx, &q->snap->ssd_job);
+        q->snap->ssd_running = false;
+        q->snap->stats.ssd_status = WEFT_ERR_REVOKED;
     }
     weft__coll_child_drop(&q->child);
     if (q->snap != NULL && q->snap->pending == req) {
@@ -319,6 +340,18 @@ weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step, const vo
     return WEFT_INPROGRESS;
 }
 
+weft_status_t weft_snapshot_stats(const weft_snapshot_t *snap, weft_snapshot_stats_t *stats)
+{
+    if (snap == NULL || stats == NULL || stats->size < sizeof(size_t)) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_snapshot_stats: bad argument");
+    }
+    size_t n = stats->size < sizeof(*stats) ? stats->size : sizeof(*stats);
+    weft_snapshot_stats_t full = snap->stats;
+    full.size = stats->size;
+    memcpy(stats, &full, n);
+    return WEFT_OK;
+}
+
 weft_status_t weft_snapshot_committed(const weft_snapshot_t *snap, uint64_t *step)
 {
     if (snap == NULL || step == NULL || !snap->have_committed) {
@@ -341,6 +374,7 @@ void weft_snapshot_free(weft_snapshot_t *snap)
         snap->failed_once = true;
     }
     weft_ctx_t *ctx = snap->g->ctx;
+    weft__snap_ssd_close(snap);
     if (snap->failed_once) {
         /* Cancelled sends of a failed snapshot may still read these (weft__retire). */
         weft__retire(ctx, snap->blob);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "comm/ctx.h"
+#include "comm/job.h"
 #include "weft/snapshot.h"
 
 #define WEFT_SNAP_BLOB_PREFIX "weft.blob."
@@ -40,6 +41,17 @@ struct weft_snapshot {
     uint64_t pending_step;
     int pending_parity;
     bool failed_once; /* a snapshot failed or was cancelled: buffers are retired, not freed */
+    /* The SSD tier (snapshot_ssd.c): this member's directory, the write of the last
+     * committed step (one weft__ssd_progress per job, outside the context's lock). */
+    char *ssd_root;
+    struct weft__ssd *ssd;
+    weft_job_t ssd_job;
+    weft_status_t ssd_result; /* of the job's progress call */
+    char ssd_why[256];        /* the SSD module's text when it failed (job's thread) */
+    bool ssd_running;
+    uint64_t ssd_step;
+    double ssd_t0;
+    weft_snapshot_stats_t stats;
     /* After a restore. */
     weft_plan_t *restore_plan;
     uint8_t *blobs; /* [n][8 + blob_bytes] as restored */
@@ -49,6 +61,20 @@ struct weft_snapshot {
 
 /* Index of member @p id among the snapshot's members, or -1. */
 int weft__snap_index(const weft_snapshot_t *s, int id);
+
+/* SSD tier (snapshot_ssd.c). Open this member's directory; NULL root: none. */
+weft_status_t weft__snap_ssd_open(weft_snapshot_t *s, const char *root);
+/* Start writing committed step @p step from copy buffer @p parity: WEFT_INPROGRESS with
+ * the first job submitted, or WEFT_OK when there is nothing to do (or it failed: stats). */
+weft_status_t weft__snap_ssd_start(weft_snapshot_t *s, uint64_t step, int parity);
+/* Advance the write: WEFT_INPROGRESS, or WEFT_OK once it ended (its result in stats). */
+weft_status_t weft__snap_ssd_progress(weft_snapshot_t *s);
+void weft__snap_ssd_close(weft_snapshot_t *s);
+/* After a restore's migration: read from the SSD directories of @p step the missing
+ * pieces whose destination is this member, into @p buf (packed in @p t); @p got[k] says
+ * which of the plan's missing pieces were read. Returns the bytes read. */
+size_t weft__snap_ssd_fill(weft_snapshot_t *s, const weft_layout_t *t, uint64_t step, void *buf,
+                           bool *got);
 
 /* A copy of @p target plus the blob tensors, each replicated on the members of @p g. */
 weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *target,

@@ -80,8 +80,10 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, uint64_t *step
     return WEFT_OK;
 }
 
-/* Keep every member's restored blob (the tail of @p buf) for weft_snapshot_blob(). */
-static weft_status_t keep_blobs(weft_snapshot_t *s, const weft_layout_t *t, const uint8_t *buf)
+/* Keep every member's restored blob (the tail of @p buf) for weft_snapshot_blob();
+ * @p got[k]: missing piece k was read from SSD files after all. */
+static weft_status_t keep_blobs(weft_snapshot_t *s, const weft_layout_t *t, const uint8_t *buf,
+                                const bool *got)
 {
     size_t each = 8 + s->blob_bytes;
     free(s->blobs);
@@ -102,7 +104,7 @@ static weft_status_t keep_blobs(weft_snapshot_t *s, const weft_layout_t *t, cons
     for (size_t k = 0; k < weft_plan_num_missing(s->restore_plan); k++) {
         weft_transfer_t x;
         weft_plan_missing(s->restore_plan, k, &x);
-        if (x.dst == me && x.tensor >= s->nstate) {
+        if (x.dst == me && x.tensor >= s->nstate && !got[k]) {
             s->blob_ok[x.tensor - s->nstate] = false;
         }
     }
@@ -156,7 +158,18 @@ weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *
         return st != WEFT_OK ? st : ast;
     }
     st = weft_migrate(g, snap->restore_plan, snap->buf[parity], new_buf, NULL);
-    if (st == WEFT_OK && (st = keep_blobs(snap, t, new_buf)) == WEFT_OK) {
+    /* What no memory copy held: from the SSD directories, where they have it. */
+    size_t nmiss = weft_plan_num_missing(snap->restore_plan);
+    bool *got = calloc(nmiss + 1, sizeof(bool));
+    int64_t from_ssd[1] = {0}, total[1] = {0};
+    if (st == WEFT_OK && got == NULL) {
+        st = weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_restore: out of memory");
+    }
+    if (st == WEFT_OK) {
+        from_ssd[0] = (int64_t)weft__snap_ssd_fill(snap, t, step, new_buf, got);
+        st = weft_allreduce(g, from_ssd, total, 1, WEFT_I64, WEFT_SUM);
+    }
+    if (st == WEFT_OK && (st = keep_blobs(snap, t, new_buf, got)) == WEFT_OK) {
         snap->restored = true;
         if (info != NULL) {
             weft_plan_stats_t all;
@@ -164,9 +177,11 @@ weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *
             info->step = step;
             info->bytes_moved = all.bytes_in;
             info->bytes_local = all.bytes_local;
-            info->bytes_missing = all.bytes_missing;
+            info->bytes_from_ssd = (size_t)total[0];
+            info->bytes_missing = all.bytes_missing - (size_t)total[0];
         }
     }
+    free(got);
     weft_layout_free(t);
     return st;
 }

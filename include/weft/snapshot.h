@@ -50,6 +50,15 @@ typedef struct weft_snapshot_params {
      * another host than the member are chosen first. */
     const int *host_of;
     int num_members; /**< Entries in host_of. */
+    /** A directory for the SSD tier, or NULL for none. After each committed step, every
+     * member writes what it holds of it (its own shard, its buddies' copies, the blobs)
+     * to <ssd_dir>/member-<id>, in the background, through io_uring, chunks named by
+     * their hash so that unchanged chunks are not written again; the snapshot's request
+     * completes when that write ends. A restore reads from these directories what no
+     * surviving memory copy holds (one host, or a shared filesystem). A failed write does
+     * not fail the snapshot (its memory copies are committed): weft_snapshot_stats()
+     * tells it. */
+    const char *ssd_dir;
 } weft_snapshot_params_t;
 
 /**
@@ -95,11 +104,30 @@ WEFT_API size_t weft_snapshot_restore_bytes(const weft_snapshot_t *snap,
 
 /** @brief What a restore did. */
 typedef struct weft_snapshot_restored {
-    uint64_t step;        /**< The step restored: the newest every survivor committed. */
-    size_t bytes_moved;   /**< Between members, all members together. */
-    size_t bytes_local;   /**< Copied within members. */
-    size_t bytes_missing; /**< Of the target, held in no surviving copy (left untouched). */
+    uint64_t step;         /**< The step restored: the newest every survivor committed. */
+    size_t bytes_moved;    /**< Between members, all members together. */
+    size_t bytes_local;    /**< Copied within members. */
+    size_t bytes_missing;  /**< Of the target, held in no surviving copy (left untouched). */
+    size_t bytes_from_ssd; /**< Of those held in no memory copy, read from SSD files. */
 } weft_snapshot_restored_t;
+
+/** @brief This member's view of its snapshots (weft_snapshot_stats()). */
+typedef struct weft_snapshot_stats {
+    size_t size;                /**< sizeof(weft_snapshot_stats_t). */
+    int have_committed;         /**< Whether a step was committed in memory. */
+    uint64_t committed;         /**< The newest committed step. */
+    int have_durable;           /**< Whether a step was written to this member's directory. */
+    uint64_t durable;           /**< The newest step written there. */
+    weft_status_t ssd_status;   /**< Of the last SSD write (WEFT_OK if none). */
+    char ssd_error[256];        /**< Why it failed, if it did. */
+    uint64_t ssd_bytes_written; /**< By the last SSD write: chunk bytes written ... */
+    uint64_t ssd_bytes_skipped; /**< ... and not written again (unchanged chunks). */
+    double ssd_write_us;        /**< Its duration, from commit to durable. */
+} weft_snapshot_stats_t;
+
+/** @brief Fill @p stats (set its @c size first). */
+WEFT_API weft_status_t weft_snapshot_stats(const weft_snapshot_t *snap,
+                                           weft_snapshot_stats_t *stats);
 
 /**
  * @brief After weft_group_repair() of the snapshot's group: restore @p target (a layout

@@ -73,12 +73,19 @@ class MigrateParams(Structure):
 
 class SnapshotParams(Structure):
     _fields_ = [("size", c_size_t), ("redundancy", c_int), ("host_of", POINTER(c_int)),
-                ("num_members", c_int)]
+                ("num_members", c_int), ("ssd_dir", c_char_p)]
 
 
 class SnapshotRestored(Structure):
     _fields_ = [("step", c_uint64), ("bytes_moved", c_size_t), ("bytes_local", c_size_t),
-                ("bytes_missing", c_size_t)]
+                ("bytes_missing", c_size_t), ("bytes_from_ssd", c_size_t)]
+
+
+class SnapshotStats(Structure):
+    _fields_ = [("size", c_size_t), ("have_committed", c_int), ("committed", c_uint64),
+                ("have_durable", c_int), ("durable", c_uint64), ("ssd_status", c_int),
+                ("ssd_error", ctypes.c_char * 256), ("ssd_bytes_written", c_uint64),
+                ("ssd_bytes_skipped", c_uint64), ("ssd_write_us", c_double)]
 
 
 class VocabRange(Structure):
@@ -113,6 +120,7 @@ C_NAMES = {
     "weft_plan_stats_t": PlanStats, "weft_batch_share_t": BatchShare,
     "weft_migrate_params_t": MigrateParams, "weft_vocab_range_t": VocabRange,
     "weft_snapshot_params_t": SnapshotParams, "weft_snapshot_restored_t": SnapshotRestored,
+    "weft_snapshot_stats_t": SnapshotStats,
     "weft_vocab_params_t": VocabParams, "weft_vocab_mb_params_t": VocabMbParams,
     "weft_vocab_mb_stats_t": VocabMbStats, "weft_vocab_mem_t": VocabMem,
 }

@@ -5,8 +5,11 @@
  * step, computed independently element by element, and every member's blob of that step;
  * bad arguments (a snapshot in flight, a step not above the committed one, a blob too
  * long, a restore without a committed step, a buffer too small) fail on every rank, and
- * members that start different steps all get WEFT_ERR_MISMATCH.
+ * members that start different steps all get WEFT_ERR_MISMATCH; with the SSD tier every
+ * committed step is written, and a snapshot of unchanged state writes under 1% of the
+ * first.
  */
+#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -160,6 +164,61 @@ static void test_bad_starts(void **state)
     weft_snapshot_free(s);
 }
 
+/* A directory every rank sees: rank 0 makes it, the others learn its name. */
+static void shared_tmpdir(char *dir, size_t len)
+{
+    memset(dir, 0, len);
+    if (me == 0) {
+        snprintf(dir, len, "/tmp/weft-snapshot-XXXXXX");
+        assert_non_null(mkdtemp(dir));
+    }
+    assert_int_equal(weft_broadcast(world, dir, len, WEFT_U8, 0), WEFT_OK);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* The SSD tier: every committed step is written to each member's directory; a second
+ * snapshot of unchanged state writes under 1% of the first (only the blob changed). */
+static void test_ssd_tier(void **state)
+{
+    (void)state;
+    char dir[64];
+    shared_tmpdir(dir, sizeof(dir));
+    weft_layout_t *l = model(ids, n);
+    weft_snapshot_t *s;
+    weft_snapshot_params_t sp = {.size = sizeof(sp), .ssd_dir = dir};
+    assert_int_equal(weft_snapshot_create(world, l, 64, &sp, &s), WEFT_OK);
+    unsigned char *live = malloc(weft_layout_packed_bytes(l, my_id) + 1);
+    uint64_t one = 1;
+    snap_each(l, my_id, live, set_elem, &one);
+    weft_snapshot_stats_t st1 = {.size = sizeof(st1)}, st2 = {.size = sizeof(st2)};
+    assert_int_equal(snapshot(s, 1, live), WEFT_OK);
+    assert_int_equal(weft_snapshot_stats(s, &st1), WEFT_OK);
+    assert_int_equal(snapshot(s, 2, live), WEFT_OK); /* the state did not change */
+    assert_int_equal(weft_snapshot_stats(s, &st2), WEFT_OK);
+    assert_int_equal(st1.ssd_status, WEFT_OK);
+    assert_int_equal(st2.ssd_status, WEFT_OK);
+    assert_true(st1.have_durable && st1.durable == 1);
+    assert_true(st2.have_durable && st2.durable == 2);
+    assert_true(st1.ssd_bytes_written >= weft_layout_packed_bytes(l, my_id));
+    if (st2.ssd_bytes_written * 100 >= st1.ssd_bytes_written) {
+        fail_msg("second snapshot wrote %llu B, the first %llu B",
+                 (unsigned long long)st2.ssd_bytes_written,
+                 (unsigned long long)st1.ssd_bytes_written);
+    }
+    free(live);
+    weft_layout_free(l);
+    weft_snapshot_free(s);
+    assert_int_equal(weft_barrier(world), WEFT_OK);
+    if (me == 0) {
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
 static int after_test(void **state)
 {
     (void)state;
@@ -181,6 +240,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_restore_newest, after_test),
         cmocka_unit_test_teardown(test_bad_starts, after_test),
+        cmocka_unit_test_teardown(test_ssd_tier, after_test),
     };
     char name[32];
     snprintf(name, sizeof(name), "snapshot rank %d of %d", me, n);

@@ -8,11 +8,18 @@
  * snapshots on the new layout and train to the end. Every element of every survivor's
  * shard must then be bitwise equal to the same number of steps computed without any
  * failure. Run by run_fault.sh, which counts "SURVIVOR-OK" lines.
+ *
+ * With --ssd, the snapshots also go to an SSD directory, and the last two members die
+ * together: the second-to-last one's shard was in memory only on itself and on the last
+ * one (its buddy), so the restore must read it from the files, and still match bitwise.
  */
+#include <ftw.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../groups/fault_common.h"
 #include "snap_common.h"
@@ -78,8 +85,15 @@ static weft_status_t snapshot(weft_snapshot_t *s, uint64_t step, const void *buf
     return st;
 }
 
-int main(void)
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int main(int argc, char **argv)
+{
+    bool ssd = argc > 1 && strcmp(argv[1], "--ssd") == 0;
     setenv("WEFT_TIMEOUT_MS", "60000", 0);
     weft_ctx_t *ctx;
     weft_group_t *world;
@@ -93,10 +107,22 @@ int main(void)
     for (int r = 0; r < n; r++) {
         weft_group_member_id(world, r, &ids[r]);
     }
-    int victim = ids[n - 1];
+    int victim = ids[n - 1], victim2 = ssd ? ids[n - 2] : -1;
+    char dir[64] = {0};
+    if (ssd && me == 0) {
+        snprintf(dir, sizeof(dir), "/tmp/weft-snapfault-XXXXXX");
+        if (mkdtemp(dir) == NULL) {
+            SURVIVOR_FAIL(me, "mkdtemp");
+            return 1;
+        }
+    }
+    if (ssd && weft_broadcast(world, dir, sizeof(dir), WEFT_U8, 0) != WEFT_OK) {
+        return 1;
+    }
     weft_layout_t *l = model(ids, n);
     weft_snapshot_t *snap;
-    if (weft_snapshot_create(world, l, sizeof(blob_t), NULL, &snap) != WEFT_OK) {
+    weft_snapshot_params_t sp = {.size = sizeof(sp), .ssd_dir = ssd ? dir : NULL};
+    if (weft_snapshot_create(world, l, sizeof(blob_t), &sp, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
         return 1;
     }
@@ -105,7 +131,7 @@ int main(void)
     uint64_t step = 1;
     weft_status_t st = WEFT_OK;
     for (; step <= STEPS && st == WEFT_OK; step++) {
-        if (id == victim && step == KILL_STEP) {
+        if ((id == victim || id == victim2) && step == KILL_STEP) {
             raise(SIGKILL);
         }
         st = train_step(world, l, id, buf, step);
@@ -119,7 +145,8 @@ int main(void)
         return 1;
     }
     weft_edit_info_t info = {.size = sizeof(info)};
-    if (fault_recover(world, &info) != WEFT_OK || fault_has_member(world, victim)) {
+    if (fault_recover(world, &info) != WEFT_OK || fault_has_member(world, victim) ||
+        (ssd && fault_has_member(world, victim2))) {
         SURVIVOR_FAIL(me, "repair");
         return 1;
     }
@@ -139,7 +166,7 @@ int main(void)
     }
     blob_t vb = {0, 0};
     size_t len = 0;
-    if (got.bytes_missing != 0 ||
+    if (got.bytes_missing != 0 || (ssd && got.bytes_from_ssd == 0) ||
         weft_snapshot_blob(snap, victim, &vb, sizeof(vb), &len) != WEFT_OK || len != sizeof(vb) ||
         vb.step != got.step || vb.seed != got.step * 1000003u ||
         (got.step != KILL_STEP - 1 && got.step != KILL_STEP - 2)) {
@@ -148,10 +175,11 @@ int main(void)
         SURVIVOR_FAIL(me, "restore");
         return 1;
     }
-    printf("rank %d: restored step %llu: %zu B moved, %zu B copied locally\n", me,
-           (unsigned long long)got.step, got.bytes_moved, got.bytes_local);
+    printf("rank %d: restored step %llu: %zu B moved, %zu B copied locally, %zu B from SSD "
+           "files\n",
+           me, (unsigned long long)got.step, got.bytes_moved, got.bytes_local, got.bytes_from_ssd);
     weft_snapshot_free(snap);
-    if (weft_snapshot_create(world, nl, sizeof(blob_t), NULL, &snap) != WEFT_OK) {
+    if (weft_snapshot_create(world, nl, sizeof(blob_t), &sp, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
         return 1;
     }
@@ -171,6 +199,9 @@ int main(void)
     }
     SURVIVOR_OK(me);
     weft_snapshot_free(snap);
+    if (ssd && weft_barrier(world) == WEFT_OK && me == 0) {
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
     weft_layout_free(l);
     weft_layout_free(nl);
     free(buf);
