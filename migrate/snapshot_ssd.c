@@ -150,8 +150,9 @@ static bool read_piece(const weft_snapshot_t *s, int id, uint64_t step, const ch
         return false;
     }
     weft__ssd_t *h = NULL;
-    if (weft__ssd_open(dir, NULL, &h) != WEFT_OK) {
-        return false; /* locked by its living owner, say */
+    weft__ssd_params_t p = {.read_only = true}; /* its owner is gone: no lock to take */
+    if (weft__ssd_open(dir, &p, &h) != WEFT_OK) {
+        return false;
     }
     bool ok = weft__ssd_read(h, step, tensor, box, tmp) == WEFT_OK;
     weft__ssd_close(h);
@@ -176,15 +177,11 @@ size_t weft__snap_ssd_fill(weft_snapshot_t *s, const weft_layout_t *t, uint64_t 
         if (tmp == NULL) {
             continue;
         }
-        /* Any member's directory that has the step and the piece will do: the members
-         * that are gone first (the living ones hold theirs in memory). */
-        for (int pass = 0; pass < 2 && !got[k]; pass++) {
-            for (int i = 0; i < s->n && !got[k]; i++) {
-                int id = s->members[i], rank;
-                bool alive = weft_group_rank_of(s->g, id, &rank) == WEFT_OK;
-                if (alive == (pass == 0) || id == me) {
-                    continue;
-                }
+        /* The directory of any member that is gone and held the piece: the living ones
+         * hold theirs in memory, and may be writing to their directories. */
+        for (int i = 0; i < s->n && !got[k]; i++) {
+            int id = s->members[i], rank;
+            if (weft_group_rank_of(s->g, id, &rank) != WEFT_OK) {
                 got[k] = read_piece(s, id, step, tt->name, &x.box, tmp);
             }
         }

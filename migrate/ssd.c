@@ -92,6 +92,12 @@ static weft_status_t check_params(const weft__ssd_params_t *p)
 
 static weft_status_t open_dir(weft__ssd_t *s, const char *dir)
 {
+    if (s->read_only) {
+        s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return s->dirfd >= 0 ? WEFT_OK
+                             : weft__error_noctx(WEFT_ERR_IO, "ssd: cannot open %s: %s", dir,
+                                                 strerror(errno));
+    }
     if (make_dirs(dir) != 0) {
         return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot create %s: %s", dir, strerror(errno));
     }
@@ -138,6 +144,7 @@ weft_status_t weft__ssd_open(const char *dir, const weft__ssd_params_t *params, 
     s->keep_steps = p.keep_steps ? p.keep_steps : DEFAULT_KEEP;
     s->direct = p.direct == WEFT__SSD_DIRECT_AUTO;
     s->open_fn = p.open_fn;
+    s->read_only = p.read_only;
     if ((status = open_dir(s, dir)) != WEFT_OK) {
         goto err_close;
     }

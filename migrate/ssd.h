@@ -45,6 +45,9 @@ typedef struct weft__ssd_params {
      * lock file are opened with open(2)). For tests: a filesystem that refuses O_DIRECT,
      * a crash at a chosen file. */
     int (*open_fn)(const char *path, int flags, mode_t mode);
+    /* Read only: the directory must exist; it is neither locked nor cleaned, and nothing
+     * is written (for reading what the process that owned it, now dead, left there). */
+    bool read_only;
 } weft__ssd_params_t;
 
 /* A region of a tensor to snapshot: @p data holds @p box row-major and stays unchanged

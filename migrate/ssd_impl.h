@@ -74,6 +74,7 @@ struct weft__ssd {
     int queue_depth;
     int keep_steps;
     bool direct;
+    bool read_only; /* opened without the lock, for reading a dead owner's steps */
     int (*open_fn)(const char *path, int flags, mode_t mode);
     uint8_t *bufs;           /* queue_depth slot buffers */
     weft__ssd_slot_t *slots; /* queue_depth chunk slots, then the control slot */

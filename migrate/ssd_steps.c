@@ -316,6 +316,9 @@ weft_status_t weft__ssd_gc(weft__ssd_t *s)
     if (s == NULL) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG, "ssd: gc on a NULL handle");
     }
+    if (s->read_only) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "ssd: %s was opened read only", s->dir);
+    }
     if (s->op != WEFT__SSD_IDLE) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG, "ssd: gc: an operation is running on %s",
                                  s->dir);

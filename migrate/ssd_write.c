@@ -154,6 +154,9 @@ weft_status_t weft__ssd_snapshot_start(weft__ssd_t *s, uint64_t step,
                                        const weft__ssd_region_t *regions, int nregions,
                                        const weft__ssd_blob_t *blobs, int nblobs)
 {
+    if (s != NULL && s->read_only) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "ssd: %s was opened read only", s->dir);
+    }
     if (s == NULL || nregions < 0 || nblobs < 0 || (regions == NULL && nregions > 0) ||
         (blobs == NULL && nblobs > 0)) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG, "ssd: snapshot: NULL handle, or NULL or "

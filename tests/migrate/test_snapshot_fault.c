@@ -139,6 +139,9 @@ int main(int argc, char **argv)
             st = snapshot(snap, step, buf);
         }
     }
+    if (id == victim || id == victim2) {
+        raise(SIGKILL); /* it saw the other victim's death before its own step came */
+    }
     if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
         printf("rank %d: training returned %s\n", me, weft_status_str(st));
         SURVIVOR_FAIL(me, "the step with the dead member did not fail");

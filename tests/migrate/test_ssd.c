@@ -212,6 +212,30 @@ static void test_round_trip(void **state)
     free(m);
 }
 
+/* A read-only handle on a directory another handle holds (the owner, as if it were
+ * gone): it reads every step, takes no lock, removes nothing and writes nothing. */
+static void test_read_only(void **state)
+{
+    (void)state;
+    weft__ssd_t *s = open_tier(0, NULL);
+    model_t *m = malloc(sizeof(*m));
+    fill_model(m, 3);
+    assert_int_equal(snapshot_model(s, 4, m), WEFT_OK);
+    weft__ssd_params_t p = {.read_only = true};
+    weft__ssd_t *ro = NULL;
+    assert_int_equal(weft__ssd_open(dir, &p, &ro), WEFT_OK);
+    check_model(ro, 4, m);
+    expect_error(snapshot_model(ro, 5, m), WEFT_ERR_INVALID_ARG, "read only");
+    expect_error(weft__ssd_gc(ro), WEFT_ERR_INVALID_ARG, "read only");
+    weft__ssd_close(ro);
+    check_model(s, 4, m); /* the owner's handle is untouched */
+    weft__ssd_close(s);
+    char missing[200];
+    snprintf(missing, sizeof(missing), "%s/none", dir);
+    expect_error(weft__ssd_open(missing, &p, &ro), WEFT_ERR_IO, "cannot open");
+    free(m);
+}
+
 /* ---- boxes: a 3-D tensor in three regions, read by random boxes ---- */
 
 static void test_sub_boxes(void **state)
@@ -771,6 +795,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sub_boxes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_payload, setup, teardown),
