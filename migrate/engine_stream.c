@@ -1,0 +1,414 @@
+/*
+ * The streams of a migration: chunks placed in the user's buffers or staged, their
+ * checksums, gathers and scatters, local copies and same-host reads as jobs (outside the
+ * context's lock, comm/job.h), headers and data as messages, the verdict of each round
+ * and the one resend of bad chunks.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "comm/coll/coll.h"
+#include "migrate/box.h"
+#include "migrate/device.h"
+#include "migrate/engine_impl.h"
+
+bool weft__mig_move_box(mig_t *m, bool dev, void *dst, const weft_box_t *dst_box, const void *src,
+                        const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem)
+{
+#ifdef WEFT_HAVE_CUDA
+    if (dev) {
+        char why[160];
+        if (weft__mig_dev_copy(dst, dst_box, src, src_box, b, nd, elem, why, sizeof(why))) {
+            return true;
+        }
+        if (m->why[0] == '\0') {
+            snprintf(m->why, sizeof(m->why), "device buffer: %s", why);
+        }
+        return false;
+    }
+#endif
+    (void)dev;
+    weft__box_copy(dst, dst_box, src, src_box, b, nd, elem);
+    return true;
+}
+
+/* Where the chunk's bytes are sent from or received into: the user's packed buffer when
+ * contiguous there (and host memory), else a staging buffer (NULL when the budget is used
+ * up for now). *contiguous says which. */
+static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_chunk_t *c,
+                            bool *contiguous)
+{
+    const weft__xfer_t *x = xfer_of(m, c);
+    size_t off;
+    bool dev = s->send ? src_dev(m, x) : m->new_dev;
+    *contiguous = !dev && s->send ? weft__mig_contiguous(&x->src_box, x->src_packed, &c->box,
+                                                         x->ndims, x->elem, &off)
+                                  : !dev && weft__mig_contiguous(&x->dst_box, x->dst_packed,
+                                                                 &c->box, x->ndims, x->elem, &off);
+    if (*contiguous) {
+        return s->send ? (uint8_t *)src_base(m, x) + off : m->new_buf + off;
+    }
+    if (sl->staging == NULL) {
+        /* Each stream may always stage one chunk, so no stream waits for another's
+         * memory (streams waiting on each other across members could never finish). */
+        if (s->staged > 0 && m->staged + m->chunk > m->max_staged) {
+            return NULL;
+        }
+        if ((sl->staging = malloc(m->chunk)) == NULL) {
+            return NULL;
+        }
+        m->staged += m->chunk;
+        s->staged++;
+    }
+    return sl->staging;
+}
+
+static void drop_staging(mig_t *m, stream_t *s, slot_t *sl)
+{
+    if (sl->staging != NULL) {
+        free(sl->staging);
+        sl->staging = NULL;
+        m->staged -= m->chunk;
+        s->staged--;
+    }
+}
+
+/* Read @p len bytes at @p addr of process @p pid into @p dst; false if that fails. */
+static bool cma_read(void *dst, uint64_t pid, uint64_t addr, size_t len)
+{
+    if (weft__migrate_cma_refuse) {
+        errno = EPERM;
+        return false;
+    }
+    size_t got = 0;
+    while (got < len) {
+        struct iovec local = {(char *)dst + got, len - got};
+        struct iovec remote = {(void *)(uintptr_t)(addr + got), len - got};
+        ssize_t n = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            return false;
+        }
+        got += (size_t)n;
+    }
+    atomic_fetch_add(&weft__migrate_cma_reads, 1);
+    return true;
+}
+
+/* The data work of a slot, outside the context's lock (comm/job.h). */
+static void slot_job(weft_job_t *job)
+{
+    slot_t *sl = (slot_t *)job;
+    mig_t *m = sl->m;
+    stream_t *s = sl->s;
+    const weft_mig_chunk_t *c = &s->chunks[sl->chunk];
+    const weft__xfer_t *x = xfer_of(m, c);
+    if (s->send) {
+        if (sl->ptr == sl->staging) {
+            sl->copy_failed = !weft__mig_move_box(m, src_dev(m, x), sl->staging, &c->box,
+                                                  src_base(m, x) + x->src_packed, &x->src_box,
+                                                  &c->box, x->ndims, x->elem);
+        }
+        /* A chunk that could not be read goes out with a checksum that cannot match, so
+         * the receiver rejects it twice and every member fails alike. */
+        sl->hdr_buf[0] = XXH3_64bits(sl->ptr, c->bytes) ^ (sl->copy_failed ? 1u : 0u);
+        return;
+    }
+    sl->good = false;
+    if (sl->cma) {
+        sl->recvd = c->bytes;
+        if (!cma_read(sl->ptr, sl->hdr_buf[2], sl->hdr_buf[3], c->bytes)) {
+            sl->cma_failed = true;
+            return;
+        }
+    }
+    if (weft__migrate_recv_hook != NULL) {
+        weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, sl->ptr, c->bytes);
+    }
+    if (sl->recvd != c->bytes || sl->hdr_buf[1] != c->bytes ||
+        XXH3_64bits(sl->ptr, c->bytes) != sl->hdr_buf[0]) {
+        return;
+    }
+    sl->good = sl->ptr != sl->staging ||
+               weft__mig_move_box(m, m->new_dev, m->new_buf + x->dst_packed, &x->dst_box,
+                                  sl->staging, &c->box, &c->box, x->ndims, x->elem);
+}
+
+static void submit(mig_t *m, slot_t *sl)
+{
+    sl->phase = SL_JOB;
+    weft__job_submit(m->g->ctx, &sl->job, m->any_dev);
+}
+
+/* Take chunk @p ci into free slot @p sl: place it, then start its job (send) or post the
+ * receive of its header. */
+static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
+{
+    const weft_mig_chunk_t *c = &s->chunks[ci];
+    bool contiguous;
+    uint8_t *p = chunk_place(m, s, sl, c, &contiguous);
+    if (p == NULL) {
+        return WEFT_OK; /* no staging memory now: try on a later call */
+    }
+    sl->chunk = (int32_t)ci;
+    sl->ptr = p;
+    sl->m = m;
+    sl->s = s;
+    sl->job.run = slot_job;
+    sl->copy_failed = sl->good = sl->cma_failed = false;
+    if (s->send) {
+        sl->cma = s->cma && contiguous;
+        sl->hdr_buf[1] = c->bytes;
+        sl->hdr_buf[2] = sl->cma ? (uint64_t)getpid() : 0;
+        sl->hdr_buf[3] = sl->cma ? (uint64_t)(uintptr_t)p : 0;
+        submit(m, sl);
+        return WEFT_OK;
+    }
+    sl->recvd = c->bytes;
+    sl->phase = SL_HDR;
+    weft_status_t st = weft__irecv(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf),
+                                   WEFT_TAG_MIGRATE, payload(m, s->round, true, ci), &sl->hdr);
+    return st == WEFT_INPROGRESS ? WEFT_OK : st;
+}
+
+/* Advance slot @p sl; WEFT_OK when its chunk is finished with (the slot is free again). */
+static weft_status_t slot_progress(mig_t *m, stream_t *s, slot_t *sl)
+{
+    weft_status_t st;
+    uint32_t ci = (uint32_t)sl->chunk;
+    const weft_mig_chunk_t *c = &s->chunks[ci];
+    if (sl->phase == SL_JOB && !weft__job_done(&sl->job)) {
+        return WEFT_INPROGRESS;
+    }
+    if (sl->phase == SL_JOB && s->send) { /* checksummed: send */
+        sl->phase = SL_SENDING;
+        st = weft__isend(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf), WEFT_TAG_MIGRATE,
+                         payload(m, s->round, true, ci), &sl->hdr);
+        if ((st == WEFT_OK || st == WEFT_INPROGRESS) && !sl->cma) {
+            st = weft__isend(m->g, s->rank, sl->ptr, c->bytes, WEFT_TAG_MIGRATE,
+                             payload(m, s->round, false, ci), &sl->data);
+        }
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+    }
+    if (sl->phase == SL_SENDING) {
+        weft_status_t a = weft__coll_child_test(&sl->hdr, NULL),
+                      b = weft__coll_child_test(&sl->data, NULL);
+        if (a != WEFT_OK) {
+            return a;
+        }
+        return b;
+    }
+    if (sl->phase == SL_HDR) {
+        if ((st = weft__coll_child_test(&sl->hdr, NULL)) != WEFT_OK) {
+            return st;
+        }
+        /* Read it from the sender's memory only where this member agrees it may; where
+         * not, the chunk counts as bad and is sent again by message. */
+        sl->cma = sl->hdr_buf[3] != 0 && s->cma;
+        if (sl->cma) {
+            submit(m, sl);
+            return WEFT_INPROGRESS;
+        }
+        if (sl->hdr_buf[3] != 0) {
+            sl->good = false;
+            sl->cma_failed = true;
+            s->bad[s->nbad++] = ci;
+            s->cma_failed = true;
+            return WEFT_OK;
+        }
+        sl->phase = SL_DATA;
+        st = weft__irecv_len(m->g, s->rank, sl->ptr, c->bytes, WEFT_TAG_MIGRATE,
+                             payload(m, s->round, false, ci), &sl->data, &sl->recvd);
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+    }
+    if (sl->phase == SL_DATA) {
+        size_t got = sl->recvd;
+        if ((st = weft__coll_child_test(&sl->data, &got)) != WEFT_OK) {
+            return st;
+        }
+        sl->recvd = got;
+        submit(m, sl);
+        return WEFT_INPROGRESS;
+    }
+    /* The receive job is done: record the chunk. */
+    if (sl->good) {
+        s->ok[ci] = 1;
+    } else {
+        s->bad[s->nbad++] = ci;
+        s->cma_failed |= sl->cma_failed;
+    }
+    return WEFT_OK;
+}
+
+int weft__mig_max_waiting_prio(const mig_t *m)
+{
+    int best = INT32_MIN;
+    for (int i = 0; i < m->nstreams; i++) {
+        const stream_t *s = &m->streams[i];
+        if (s->phase == ST_CHUNKS && s->next < s->nwork &&
+            s->chunks[s->work[s->next]].prio > best) {
+            best = s->chunks[s->work[s->next]].prio;
+        }
+    }
+    if (m->local_next < m->nlocal && m->local[m->local_next].prio > best) {
+        best = m->local[m->local_next].prio;
+    }
+    return best;
+}
+
+/* A stream's chunks arrived corrupted twice: it fails, and the first such is told. */
+static void stream_fail(mig_t *m, stream_t *s)
+{
+    s->err = WEFT_ERR_TRANSPORT;
+    if (m->why[0] == '\0') {
+        snprintf(m->why, sizeof(m->why), "%u chunk(s) %s member %d arrived corrupted twice",
+                 s->nbad, s->send ? "sent to" : "received from", s->member);
+    }
+}
+
+/* The verdict of a round is in (sender) or out (receiver): finish or retry. */
+static weft_status_t end_round(mig_t *m, stream_t *s, uint32_t nbad, const uint32_t *bad)
+{
+    if (nbad == 0) {
+        s->phase = ST_DONE;
+        return WEFT_OK;
+    }
+    if (s->round == 1) {
+        s->nbad = nbad;
+        stream_fail(m, s);
+        s->phase = ST_DONE;
+        return WEFT_OK;
+    }
+    for (uint32_t i = 0; i < nbad; i++) {
+        if (bad[i] >= s->nchunks) {
+            return weft__error(m->g->ctx, WEFT_ERR_PROTOCOL,
+                               "migration: member %d named chunk %u of %u", s->member, bad[i],
+                               s->nchunks);
+        }
+        s->work[i] = bad[i];
+    }
+    s->nwork = nbad;
+    s->next = s->done = 0;
+    s->nbad = 0;
+    s->round = 1;
+    s->phase = ST_CHUNKS;
+    return WEFT_OK;
+}
+
+weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
+{
+    weft_status_t st;
+    if (s->phase == ST_CHUNKS) {
+        for (size_t w = 0; w < m->window; w++) {
+            slot_t *sl = &s->slots[w];
+            if (sl->chunk < 0) {
+                continue;
+            }
+            if ((st = slot_progress(m, s, sl)) == WEFT_INPROGRESS) {
+                continue;
+            }
+            if (st != WEFT_OK) {
+                return st;
+            }
+            drop_staging(m, s, sl);
+            sl->chunk = -1;
+            sl->phase = SL_FREE;
+            s->done++;
+        }
+        for (size_t w = 0; w < m->window && s->next < s->nwork; w++) {
+            slot_t *sl = &s->slots[w];
+            if (sl->chunk >= 0 || (m->gated && s->chunks[s->work[s->next]].prio < gate)) {
+                continue;
+            }
+            if ((st = post_chunk(m, s, sl, s->work[s->next])) != WEFT_OK) {
+                return st;
+            }
+            if (sl->chunk < 0) {
+                break; /* waiting for staging memory */
+            }
+            s->next++;
+        }
+        if (s->done < s->nwork) {
+            return WEFT_INPROGRESS;
+        }
+        uint32_t vp = payload(m, s->round, true, WEFT_MIG_VERDICT);
+        size_t vlen = (size_t)(s->nchunks + 1) * sizeof(uint32_t);
+        if (s->send) {
+            st = weft__irecv(m->g, s->rank, s->verdict, vlen, WEFT_TAG_MIGRATE, vp, &s->vreq);
+        } else {
+            s->verdict[0] = s->nbad | (s->cma_failed ? VERDICT_NO_CMA : 0);
+            memcpy(&s->verdict[1], s->bad, (size_t)s->nbad * sizeof(uint32_t));
+            st = weft__isend(m->g, s->rank, s->verdict, (size_t)(s->nbad + 1) * sizeof(uint32_t),
+                             WEFT_TAG_MIGRATE, vp, &s->vreq);
+        }
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+        s->phase = ST_VERDICT;
+    }
+    if (s->phase == ST_VERDICT) {
+        if ((st = weft__coll_child_test(&s->vreq, NULL)) != WEFT_OK) {
+            return st;
+        }
+        if (s->send) {
+            if (s->verdict[0] & VERDICT_NO_CMA) {
+                s->cma = false; /* the receiver cannot read this member's memory */
+            }
+            uint32_t count = s->verdict[0] & ~VERDICT_NO_CMA;
+            uint32_t nbad = count <= s->nchunks ? count : s->nchunks;
+            memcpy(s->bad, &s->verdict[1], (size_t)nbad * sizeof(uint32_t));
+            return end_round(m, s, nbad, s->bad);
+        }
+        if (s->cma_failed) {
+            s->cma = false; /* what is sent again comes by message */
+        }
+        return end_round(m, s, s->nbad, s->bad);
+    }
+    return WEFT_OK;
+}
+
+static void local_job(weft_job_t *job)
+{
+    mig_t *m = (mig_t *)((char *)job - offsetof(mig_t, local_job));
+    const weft_mig_chunk_t *c = &m->local[m->local_cur];
+    const weft__xfer_t *x = xfer_of(m, c);
+    if (!weft__mig_move_box(m, src_dev(m, x) || m->new_dev, m->new_buf + x->dst_packed, &x->dst_box,
+                            src_base(m, x) + x->src_packed, &x->src_box, &c->box, x->ndims,
+                            x->elem)) {
+        m->local_err = true;
+    }
+}
+
+bool weft__mig_local_step(mig_t *m, int gate)
+{
+    if (m->local_busy) {
+        if (!weft__job_done(&m->local_job)) {
+            return false;
+        }
+        m->local_busy = false;
+    }
+    if (m->local_next >= m->nlocal) {
+        return true;
+    }
+    if (m->gated && m->local[m->local_next].prio < gate) {
+        return false;
+    }
+    m->local_cur = m->local_next++;
+    m->local_job.run = local_job;
+    m->local_busy = true;
+    weft__job_submit(m->g->ctx, &m->local_job, m->any_dev);
+    return false;
+}
