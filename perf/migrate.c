@@ -32,22 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "perf.h"
+#include "migrate.h"
 
 #define MAX_SCEN 5
-#define MAX_RANKS 256
-
-typedef struct mig_bench {
-    perf_opts_t o;
-    perf_world_t w;
-    size_t model_bytes;
-    size_t gap_us;  /* --overlap: emulated compute between allreduces */
-    size_t step_ms; /* --step-ms: a migration started before an emulated GPU step */
-    bool dry_run, overlap, baselines;
-    const char *only;
-    char tmpdir[256];
-    int ids[MAX_RANKS]; /* member id of each rank of the world, in rank order */
-} mig_bench_t;
 
 static const perf_extra_opt_t extras[] = {
     {"--scenario", true, "NAME",
@@ -93,11 +80,6 @@ static int on_extra(void *arg, const char *name, const char *val)
     return 0;
 }
 
-typedef struct scenario {
-    char name[32];
-    weft_layout_t *old, *new;
-} scenario_t;
-
 /* A model of 16 f32 tensors of roughly equal size adding up to about @p bytes. */
 static void add_model(weft_layout_t *l, size_t bytes, int *tensors)
 {
@@ -110,7 +92,7 @@ static void add_model(weft_layout_t *l, size_t bytes, int *tensors)
     }
 }
 
-static int build(const mig_bench_t *b, const char *kind, scenario_t *s)
+int mig_build(const mig_bench_t *b, const char *kind, scenario_t *s)
 {
     int p = b->w.size, t[64];
     const int *ids = b->ids;
@@ -169,7 +151,7 @@ static int build(const mig_bench_t *b, const char *kind, scenario_t *s)
     return 0;
 }
 
-static double slowest(const mig_bench_t *b, double us)
+double mig_slowest(const mig_bench_t *b, double us)
 {
     double out = us;
     weft_allreduce(b->w.world, &us, &out, 1, WEFT_F64, WEFT_MAX);
@@ -259,7 +241,7 @@ static double allgather_slice(const mig_bench_t *b, const scenario_t *s, const i
     double us = perf_now_us() - t0;
     perf_free(all);
     perf_free(mine);
-    return st == WEFT_OK ? slowest(b, us) : -1;
+    return st == WEFT_OK ? mig_slowest(b, us) : -1;
 }
 
 typedef struct files {
@@ -353,7 +335,7 @@ static double file_reload(const mig_bench_t *b, const scenario_t *s, const int *
         perf_free(f->bufs[r]);
     }
     free(f);
-    return ok ? slowest(b, us) : -1;
+    return ok ? mig_slowest(b, us) : -1;
 }
 
 typedef struct result {
@@ -398,7 +380,7 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
         weft_barrier(b->w.world);
         t0 = perf_now_us();
         st = weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL);
-        double us = slowest(b, perf_now_us() - t0);
+        double us = mig_slowest(b, perf_now_us() - t0);
         if (i >= 0) {
             v[i] = us;
         }
@@ -436,221 +418,6 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
     perf_free(ref);
     weft_plan_free(plan);
     return res->wrong > 0 ? PERF_EXIT_WRONG : PERF_EXIT_OK;
-}
-
-/* p50/p99 of allreduces of @p bytes, idle and while zero-shrink migrations keep running. */
-/* A step of GPU compute as the CPU sees it: the caller sleeps. */
-static void compute(size_t us);
-
-/* The chunk size in effect (WEFT_MIGRATE_CHUNK). */
-static size_t chunk_setting(const mig_bench_t *b)
-{
-    const char *val = NULL;
-    for (size_t i = 0; weft_config_entry(b->w.ctx, i, &val) != NULL; i++) {
-        size_t v;
-        if (strcmp(weft_config_entry(b->w.ctx, i, NULL)->name, "WEFT_MIGRATE_CHUNK") == 0 &&
-            val != NULL && perf_parse_size(val, &v) == 0 && v > 0) {
-            return v;
-        }
-    }
-    return 256u << 10;
-}
-
-/* The handover's bytes as plain messages: the first rank's whole model to the second in
- * chunk-size weft_isend/weft_irecv, 4 in flight (the migration's window), no checksums;
- * median over @p iters of the slower rank's time. Others idle. */
-static double stream_baseline(const mig_bench_t *b, size_t bytes, int iters)
-{
-    size_t chunk = chunk_setting(b);
-    int r = b->w.rank;
-    unsigned char *buf = perf_alloc(bytes);
-    memset(buf, r, bytes);
-    double *t = calloc((size_t)iters, sizeof(double));
-    for (int it = 0; it < iters; it++) {
-        weft_barrier(b->w.world);
-        double t0 = perf_now_us();
-        weft_req_t *q[4] = {NULL};
-        size_t nchunks = (bytes + chunk - 1) / chunk;
-        for (size_t c = 0; c < nchunks && r < 2; c++) {
-            size_t off = c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
-            weft_req_t **slot = &q[c % 4];
-            weft_wait(*slot, WEFT_TIMEOUT_DEFAULT);
-            weft_req_free(*slot);
-            *slot = NULL;
-            if (r == 0) {
-                weft_isend(b->w.world, buf + off, len, 1, (uint32_t)(c & 0xffff), slot);
-            } else {
-                weft_irecv(b->w.world, buf + off, len, 0, (uint32_t)(c & 0xffff), slot);
-            }
-        }
-        for (int k = 0; k < 4; k++) {
-            weft_wait(q[k], WEFT_TIMEOUT_DEFAULT);
-            weft_req_free(q[k]);
-        }
-        t[it] = slowest(b, perf_now_us() - t0);
-    }
-    double med = perf_median(t, iters);
-    free(t);
-    perf_free(buf);
-    return med;
-}
-
-/* A zero-shrink migration started right before an emulated GPU step of --step-ms: whether
- * it has completed when the step ends (weft_test, no wait), and how long the same
- * migration takes when waited for. */
-static int background_step(const mig_bench_t *b, FILE *out, bool json)
-{
-    scenario_t s;
-    if (build(b, "zero-shrink", &s) != 0) {
-        return PERF_EXIT_OK;
-    }
-    int me = b->ids[b->w.rank];
-    weft_plan_t *plan;
-    weft_plan_create(s.old, s.new, NULL, &plan);
-    weft_plan_stats_t st;
-    weft_plan_stats(plan, -1, &st);
-    unsigned char *oldbuf = perf_alloc(weft_layout_packed_bytes(s.old, me));
-    unsigned char *newbuf = perf_alloc(weft_layout_packed_bytes(s.new, me));
-    double t0 = perf_now_us();
-    weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL); /* also touches the pages */
-    double waited = slowest(b, perf_now_us() - t0);
-    int done_all = 0, runs = 5, done;
-    for (int r = 0; r < runs; r++) {
-        weft_barrier(b->w.world);
-        weft_req_t *req = NULL;
-        weft_status_t rc = weft_migrate_start(b->w.world, plan, oldbuf, newbuf, NULL, &req);
-        compute(b->step_ms * 1000);
-        rc = rc == WEFT_OK ? WEFT_OK : weft_test(req);
-        int mine = rc == WEFT_OK;
-        weft_allreduce(b->w.world, &mine, &done, 1, WEFT_I32, WEFT_MIN);
-        done_all += done;
-        weft_wait(req, WEFT_TIMEOUT_DEFAULT);
-        weft_req_free(req);
-    }
-    if (json) {
-        fprintf(out,
-                ",\n  \"background\": {\"step_ms\": %zu, \"bytes_moved\": %zu, "
-                "\"waited_us\": %.1f, \"runs\": %d, \"done_at_step_end\": %d}",
-                b->step_ms, st.bytes_in, waited, runs, done_all);
-    } else if (b->w.rank == 0) {
-        fprintf(out,
-                "#\n# zero-shrink migration (%zu B) started before a %zu ms emulated GPU step "
-                "(sleep), %d ranks\n#   waited for: %.1f us; completed in the background by the "
-                "step's end: %d of %d runs\n",
-                st.bytes_in, b->step_ms, b->w.size, waited, done_all, runs);
-    }
-    perf_free(oldbuf);
-    perf_free(newbuf);
-    weft_plan_free(plan);
-    weft_layout_free(s.old);
-    weft_layout_free(s.new);
-    return PERF_EXIT_OK;
-}
-
-static void compute(size_t us)
-{
-    if (us > 0) {
-        struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static int overlap(const mig_bench_t *b, FILE *out, bool json)
-{
-    scenario_t s;
-    if (build(b, "zero-shrink", &s) != 0) {
-        return PERF_EXIT_OK;
-    }
-    int p = b->w.size, me = b->ids[b->w.rank];
-    weft_plan_t *plan;
-    weft_plan_create(s.old, s.new, NULL, &plan);
-    size_t ob = weft_layout_packed_bytes(s.old, me), nb = weft_layout_packed_bytes(s.new, me);
-    unsigned char *oldbuf = perf_alloc(ob), *newbuf = perf_alloc(nb);
-    const int k = 200;
-    double *idle = calloc(k, sizeof(double)), *during = calloc(k, sizeof(double));
-    float *x = perf_alloc(64 << 10), *y = perf_alloc(64 << 10);
-    if (json) {
-        fprintf(out, ",\n  \"overlap\": [");
-    } else if (b->w.rank == 0) {
-        fprintf(out,
-                "#\n# allreduce while a zero-shrink migration runs (%d ranks), %zu us of "
-                "emulated compute (sleep) between allreduces\n"
-                "# %10s %12s %14s %14s %8s %10s\n",
-                p, b->gap_us, "bytes", "idle_p50_us", "during_p50_us", "during_p99_us", "ratio",
-                "migrations");
-    }
-    /* One migration first, so that neither side measures first-touch page faults. */
-    weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL);
-    for (size_t bytes = 8; bytes <= (64 << 10); bytes *= 8) {
-        size_t count = bytes / 4;
-        for (int i = 0; i < k / 4; i++) { /* warm-up */
-            weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
-        }
-        /* Idle and during in alternating blocks, so that drift of the machine (other
-         * load, frequency) falls on both alike. */
-        int ni = 0, n = 0, finished = 0; /* migrations completed among the allreduces */
-        for (int round = 0; round < 4; round++) {
-            for (int i = 0; i < k / 4; i++) {
-                compute(b->gap_us);
-                weft_barrier(b->w.world); /* the ranks woke at different times */
-                double t0 = perf_now_us();
-                weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
-                idle[ni++] = perf_now_us() - t0;
-            }
-            weft_req_t *mig = NULL;
-            while (n < (round + 1) * (k / 4)) {
-                if (mig == NULL &&
-                    weft_migrate_start(b->w.world, plan, oldbuf, newbuf, NULL, &mig) == WEFT_OK) {
-                    continue; /* done inline */
-                }
-                compute(b->gap_us);
-                weft_barrier(b->w.world);
-                double t0 = perf_now_us();
-                weft_allreduce(b->w.world, x, y, count, WEFT_F32, WEFT_SUM);
-                during[n++] = perf_now_us() - t0;
-                /* Members agree when a migration is over (its close): all start the next
-                 * one at the same point of their allreduce sequence. */
-                weft_status_t st = weft_test(mig);
-                int done = st != WEFT_INPROGRESS, all = done;
-                weft_allreduce(b->w.world, &done, &all, 1, WEFT_I32, WEFT_MIN);
-                if (all) {
-                    weft_req_free(mig);
-                    mig = NULL;
-                    finished++;
-                } else if (done) {
-                    weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
-                }
-            }
-            if (mig != NULL) {
-                weft_wait(mig, WEFT_TIMEOUT_DEFAULT);
-                weft_req_free(mig);
-            }
-        }
-        double i50 = perf_median(idle, ni), d50 = perf_median(during, n);
-        double d99 = perf_quantile(during, n, 0.99);
-        if (json) {
-            fprintf(out,
-                    "%s\n    {\"bytes\": %zu, \"idle_p50_us\": %.2f, \"during_p50_us\": %.2f, "
-                    "\"during_p99_us\": %.2f, \"migrations\": %d}",
-                    bytes == 8 ? "" : ",", bytes, i50, d50, d99, finished);
-        } else if (b->w.rank == 0) {
-            fprintf(out, "  %10zu %12.2f %14.2f %14.2f %8.2f %10d\n", bytes, i50, d50, d99,
-                    d50 / i50, finished);
-        }
-    }
-    if (json) {
-        fprintf(out, "\n  ]");
-    }
-    free(idle);
-    free(during);
-    perf_free(x);
-    perf_free(y);
-    perf_free(oldbuf);
-    perf_free(newbuf);
-    weft_plan_free(plan);
-    weft_layout_free(s.old);
-    weft_layout_free(s.new);
-    return PERF_EXIT_OK;
 }
 
 int perf_migrate_main(int argc, char **argv)
@@ -703,7 +470,7 @@ int perf_migrate_main(int argc, char **argv)
         }
         scenario_t s;
         result_t r;
-        if (build(&b, kinds[i], &s) != 0) {
+        if (mig_build(&b, kinds[i], &s) != 0) {
             weft_layout_free(s.old);
             weft_layout_free(s.new);
             continue;
@@ -714,7 +481,7 @@ int perf_migrate_main(int argc, char **argv)
         weft_layout_free(s.new);
         double stream_us = 0;
         if (strcmp(kinds[i], "handover") == 0 && !b.dry_run && rc != PERF_EXIT_ERROR) {
-            stream_us = stream_baseline(&b, r.moved, b.o.iters);
+            stream_us = mig_stream_baseline(&b, r.moved, b.o.iters);
         }
         if (!print || b.dry_run || rc == PERF_EXIT_ERROR) {
             continue;
@@ -735,7 +502,7 @@ int perf_migrate_main(int argc, char **argv)
             printf(
                 "#   the same bytes as plain weft_isend/irecv of %zu B messages, 4 in flight, no "
                 "checksums: %.0f us, %.2f GB/s; migration / plain %.2f\n",
-                chunk_setting(&b), stream_us, perf_gbs(r.moved, stream_us),
+                mig_chunk_setting(&b), stream_us, perf_gbs(r.moved, stream_us),
                 perf_gbs(r.moved, r.time_us) / perf_gbs(r.moved, stream_us));
         }
     }
@@ -743,10 +510,10 @@ int perf_migrate_main(int argc, char **argv)
         printf("\n  ]");
     }
     if (b.overlap && !b.dry_run) {
-        overlap(&b, stdout, b.o.json && print);
+        mig_overlap(&b, stdout, b.o.json && print);
     }
     if (b.step_ms > 0 && !b.dry_run) {
-        background_step(&b, stdout, b.o.json && print);
+        mig_background_step(&b, stdout, b.o.json && print);
     }
     if (b.o.json && print && !b.dry_run) {
         printf("\n}\n");
