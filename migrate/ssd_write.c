@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -207,6 +208,15 @@ static bool chunk_present(const weft__ssd_t *s, const weft__ssd_hash_t *h, uint6
            (uint64_t)st.st_size >= WEFT__SSD_HEADER_BYTES + payload;
 }
 
+/* Why a write to a regular file of @p s came back short by @p missing bytes: ENOSPC when
+ * the filesystem has no room for them (the usual cause), else 0 (said as "short write"). */
+static int short_write_errno(const weft__ssd_t *s, uint64_t missing)
+{
+    struct statvfs fs;
+    return fstatvfs(s->dirfd, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < missing ? ENOSPC
+                                                                                         : 0;
+}
+
 static void chunk_fail(weft__ssd_t *s, const weft__ssd_slot_t *slot, const char *what, int err)
 {
     char where[384], name[WEFT__SSD_NAME_MAX];
@@ -357,7 +367,8 @@ static void control_done(weft__ssd_t *s, weft__ssd_slot_t *ctl, int res)
         return;
     case WEFT__SSD_MAN_WRITE:
         if (res < 0 || (size_t)res != s->w.man_len) {
-            manifest_fail(s, "writing the temporary file of", res < 0 ? -res : 0);
+            manifest_fail(s, "writing the temporary file of",
+                          res < 0 ? -res : short_write_errno(s, s->w.man_len - (size_t)res));
             return;
         }
         s->w.phase = WEFT__SSD_MAN_SYNC;
@@ -412,7 +423,8 @@ void weft__ssd_write_done(weft__ssd_t *s, weft__ssd_slot_t *slot, int res)
     }
     if (s->status == WEFT_OK && slot->stage == WEFT__SSD_WRITE) {
         if (res < 0 || (size_t)res != slot->io_bytes) {
-            chunk_fail(s, slot, "writing", res < 0 ? -res : 0);
+            chunk_fail(s, slot, "writing",
+                       res < 0 ? -res : short_write_errno(s, slot->io_bytes - (size_t)res));
         } else {
             slot->stage = WEFT__SSD_SYNC;
             weft__ssd_queue_fsync(s, slot, slot->fd, true);
