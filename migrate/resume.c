@@ -152,7 +152,9 @@ weft_status_t weft_migrate_resume(weft_group_t *g, weft_req_t *failed, const wef
         if (send == NULL || all == NULL) {
             st = WEFT_ERR_NO_MEMORY;
         } else {
-            memcpy(send, mine.v, mine.n * sizeof(piece_rec_t));
+            if (mine.n > 0) {
+                memcpy(send, mine.v, mine.n * sizeof(piece_rec_t));
+            }
             st = weft_allgather(g, send, all, row, WEFT_U8);
         }
         free(send);
