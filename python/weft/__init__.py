@@ -20,6 +20,7 @@ from .migrate import (BatchShare, batch_share, migrate, migrate_resume, migrate_
                       replan_flat)
 from .plan import Plan, PlanStats, Transfer
 from .request import Request
+from .snapshot import Restored, Snapshot
 from .vocab import Microbatch, Vocab, VocabRange, shard_range
 
 __version__ = "0.1.0"
@@ -50,8 +51,7 @@ __all__ = [
     "PeerError", "PeerFailed", "Revoked", "Status", "Timeout", "status_str", "EditInfo",
     "Group", "info_text", "memory_is_cuda", "version", "version_info", "Box", "Layout",
     "Region", "TensorInfo", "BatchShare", "batch_share", "migrate", "migrate_resume",
-    "migrate_start", "replan_flat", "Plan", "PlanStats", "Transfer", "Request", "Microbatch",
-    "Vocab",
-    "VocabRange", "shard_range", "SUM", "PROD", "MAX", "MIN", "F32", "F64", "F16", "BF16",
+    "migrate_start", "replan_flat", "Plan", "PlanStats", "Transfer", "Request", "Restored",
+    "Snapshot", "Microbatch", "Vocab", "VocabRange", "shard_range", "SUM", "PROD", "MAX", "MIN", "F32", "F64", "F16", "BF16",
     "I32", "I64", "U8", "world", "rank", "size",
 ]
