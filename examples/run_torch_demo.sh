@@ -30,7 +30,10 @@ if ! "$py" -c "import torch, numpy" 2>/dev/null; then
     echo "run_torch_demo: $py cannot import torch and numpy: skipped" >&2
     exit 77
 fi
-[[ -x "$weftrun" ]] || { echo "run_torch_demo: no $weftrun (run ./scripts/build.sh)" >&2; exit 1; }
+if [[ ! -x "$weftrun" ]]; then
+    echo "run_torch_demo: no $weftrun (run ./scripts/build.sh)" >&2
+    exit 1
+fi
 mkdir -p "$dir"
 export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

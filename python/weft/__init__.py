@@ -52,6 +52,6 @@ __all__ = [
     "Group", "info_text", "memory_is_cuda", "version", "version_info", "Box", "Layout",
     "Region", "TensorInfo", "BatchShare", "batch_share", "migrate", "migrate_resume",
     "migrate_start", "replan_flat", "Plan", "PlanStats", "Transfer", "Request", "Restored",
-    "Snapshot", "Microbatch", "Vocab", "VocabRange", "shard_range", "SUM", "PROD", "MAX", "MIN", "F32", "F64", "F16", "BF16",
-    "I32", "I64", "U8", "world", "rank", "size",
+    "Snapshot", "Microbatch", "Vocab", "VocabRange", "shard_range", "SUM", "PROD", "MAX",
+    "MIN", "F32", "F64", "F16", "BF16", "I32", "I64", "U8", "world", "rank", "size",
 ]

@@ -145,8 +145,8 @@ class Snapshot:
         req = c_void_p()
         with ctx._lock:
             self._collect_pending()
-            ctx._call(lib.weft_snapshot_start, h, c_uint64(int(step)), buf.ptr if need else None,
-                      data or None, len(data), byref(req))
+            ctx._call(lib.weft_snapshot_start, h, c_uint64(int(step)),
+                      buf.ptr if need else None, data or None, len(data), byref(req))
         r = Request(ctx, req.value, keep=(buf,), result=int(step), keep_on_failure=buf,
                     group=self.group)
         self._pending = r
