@@ -5,11 +5,12 @@ set -euo pipefail
 
 # binutils (nm, readelf), util-linux (unshare) and libudev-dev (hwloc's static link, in
 # pkg-config --static) serve the packaging tests. NumPy, pytest and PyTorch serve the
-# Python binding's tests (python/, tests/python), pip and setuptools its install test.
+# Python binding's tests (python/, tests/python), pip and setuptools its install test,
+# matplotlib the PyTorch demo's loss plot (examples/run_torch_demo.sh).
 pkgs=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils libhwloc-dev hwloc
       libcmocka-dev libopenblas-dev libssl-dev libxxhash-dev liburing-dev python3 binutils
       util-linux libudev-dev python3-numpy python3-pytest python3-torch python3-pip
-      python3-setuptools)
+      python3-setuptools python3-matplotlib)
 if [[ "${1:-}" == "--peers" ]]; then
     pkgs+=(openmpi-bin libopenmpi-dev)
 fi

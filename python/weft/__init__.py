@@ -16,9 +16,11 @@ from .errors import (Error, InvalidArgument, Mismatch, OtherError, PeerError, Pe
 from .group import EditInfo, Group
 from .info import info_text, memory_is_cuda, version, version_info
 from .layout import Box, Layout, Region, TensorInfo
-from .migrate import BatchShare, batch_share, migrate, migrate_start, replan_flat
+from .migrate import (BatchShare, batch_share, migrate, migrate_resume, migrate_start,
+                      replan_flat)
 from .plan import Plan, PlanStats, Transfer
 from .request import Request
+from .snapshot import Restored, Snapshot
 from .vocab import Microbatch, Vocab, VocabRange, shard_range
 
 __version__ = "0.1.0"
@@ -48,8 +50,8 @@ __all__ = [
     "DType", "dtype_of", "numpy_dtype", "Error", "InvalidArgument", "Mismatch", "OtherError",
     "PeerError", "PeerFailed", "Revoked", "Status", "Timeout", "status_str", "EditInfo",
     "Group", "info_text", "memory_is_cuda", "version", "version_info", "Box", "Layout",
-    "Region", "TensorInfo", "BatchShare", "batch_share", "migrate", "migrate_start",
-    "replan_flat", "Plan", "PlanStats", "Transfer", "Request", "Microbatch", "Vocab",
-    "VocabRange", "shard_range", "SUM", "PROD", "MAX", "MIN", "F32", "F64", "F16", "BF16",
-    "I32", "I64", "U8", "world", "rank", "size",
+    "Region", "TensorInfo", "BatchShare", "batch_share", "migrate", "migrate_resume",
+    "migrate_start", "replan_flat", "Plan", "PlanStats", "Transfer", "Request", "Restored",
+    "Snapshot", "Microbatch", "Vocab", "VocabRange", "shard_range", "SUM", "PROD", "MAX",
+    "MIN", "F32", "F64", "F16", "BF16", "I32", "I64", "U8", "world", "rank", "size",
 ]

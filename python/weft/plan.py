@@ -7,7 +7,7 @@ from ctypes import byref, c_int, c_void_p
 from . import _structs as S
 from ._cfile import capture
 from ._lib import lib
-from .errors import check
+from .errors import check, invalid
 from .layout import py_box
 
 Transfer = namedtuple("Transfer", "src dst tensor src_region dst_region box nbytes")
@@ -35,34 +35,48 @@ class Plan:
         h = c_void_p()
         check(lib.weft_plan_create(old.handle, new.handle, byref(p), byref(h)))
         self._handle = h.value
+        self._owner = None
         self.old, self.new = old, new
 
     @classmethod
-    def _wrap(cls, handle, old, new):
+    def _wrap(cls, handle, old, new, owner=None):
+        """A Plan over @p handle; with @p owner (an object whose _plan_alive(plan) says
+        whether it still holds that plan) the plan belongs to the owner and is not freed."""
         obj = cls.__new__(cls)
-        obj._handle, obj.old, obj.new = handle, old, new
+        obj._handle, obj.old, obj.new, obj._owner = handle, old, new, owner
         return obj
 
     def __del__(self):
         h = getattr(self, "_handle", None)
-        if h:
+        if h and getattr(self, "_owner", None) is None:
             lib.weft_plan_free(h)
-            self._handle = None
+        self._handle = None
+
+    def _h(self):
+        if self._owner is not None and not self._owner._plan_alive(self):
+            raise invalid("the plan belonged to a snapshot's restore, since freed or redone")
+        return self._handle
 
     @property
     def handle(self):
-        return self._handle
+        return self._h()
+
+    def _ndims(self, tensor):
+        """Dimensions of tensor @p tensor of the new layout; tensors past it are those a
+        plan adds itself (a snapshot restore's blobs: bytes, one dimension)."""
+        if tensor >= self.new.num_tensors:
+            return 1
+        return len(self.new.tensor(tensor).shape)
 
     def _transfer(self, fn, i):
         t = S.Transfer()
-        check(fn(self._handle, i, byref(t)))
-        ndims = len(self.new.tensor(t.tensor).shape)
+        check(fn(self._h(), i, byref(t)))
         return Transfer(t.src, t.dst, t.tensor, t.src_region, t.dst_region,
-                        py_box(t.box, ndims), t.bytes)
+                        py_box(t.box, self._ndims(t.tensor)), t.bytes)
 
     @property
     def num_transfers(self):
-        return lib.weft_plan_num_transfers(self._handle)
+        return lib.weft_plan_num_transfers(self._h())
 
     @property
     def transfers(self):
@@ -73,22 +87,23 @@ class Plan:
     def missing(self):
         """Pieces of the new layout nobody holds (allow_missing plans), as Transfers with
         src and src_region -1."""
-        n = lib.weft_plan_num_missing(self._handle)
+        n = lib.weft_plan_num_missing(self._h())
         return [self._transfer(lib.weft_plan_missing, i) for i in range(n)]
 
     def stats(self, member=-1):
         """PlanStats for @p member, or for the whole plan (-1)."""
         s = S.PlanStats()
-        check(lib.weft_plan_stats(self._handle, member, byref(s)))
+        check(lib.weft_plan_stats(self._h(), member, byref(s)))
         return PlanStats(*(getattr(s, f) for f in PlanStats._fields))
 
     @property
     def digest(self):
         """64-bit digest: ranks that built different plans get different digests."""
-        return lib.weft_plan_digest(self._handle)
+        return lib.weft_plan_digest(self._h())
 
     def summary(self):
         """weft_plan_print's text: bytes in/out and transfers per member, the bound."""
-        text, st = capture(lambda f: lib.weft_plan_print(self._handle, f))
+        h = self._h()
+        text, st = capture(lambda f: lib.weft_plan_print(h, f))
         check(st)
         return text

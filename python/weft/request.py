@@ -16,7 +16,8 @@ from .errors import Status, Timeout, error_for, last_error
 class Request:
     """A nonblocking weft operation: test(), wait(timeout=None), cancel()."""
 
-    def __init__(self, ctx, handle, keep=(), result=None, keep_on_failure=None, group=None):
+    def __init__(self, ctx, handle, keep=(), result=None, keep_on_failure=None, group=None,
+                 resumable=None):
         self._ctx = ctx
         self._owner_group = group  # freeing that group frees the request (Group.free)
         self._handle = handle      # None once complete (or completed inline)
@@ -25,22 +26,38 @@ class Request:
         self._result = result
         self._error = None
         self._nbytes = None
+        # A migration's request is kept by weft after a failure, for weft.migrate_resume:
+        # _resumable is its plan until then, _failed its weft_req_t once it failed.
+        self._resumable = resumable
+        self._failed = None
         if handle:
             ctx._track(self)
 
     def _finish(self, status):
-        """Record the outcome of a completed request and free it (under the lock)."""
+        """Record the outcome of a completed request and free it (under the lock); a
+        failed migration's stays allocated for weft.migrate_resume."""
         h, self._handle = self._handle, None
         if status < 0:
             self._error = error_for(status, last_error(self._ctx._handle))
             if self._keep_on_failure is not None:
                 self._ctx._retired.append(self._keep_on_failure)
+            if self._resumable is not None:
+                self._failed, h = h, None
         else:
             n = c_size_t()
             if lib.weft_req_bytes(h, byref(n)) == Status.OK:
                 self._nbytes = n.value
-        lib.weft_req_free(h)
+        if h is not None:
+            lib.weft_req_free(h)
         self._keep = self._keep_on_failure = None
+        if self._failed is None:
+            self._resumable = None
+
+    def _free_failed(self):
+        """Free a failed migration's weft_req_t (under the lock, context alive)."""
+        h, self._failed, self._resumable = self._failed, None, None
+        if h is not None and self._ctx._handle is not None:
+            lib.weft_req_free(h)
 
     def _outcome(self):
         if self._error is not None:
@@ -98,13 +115,15 @@ class Request:
     def cancel(self):
         """weft_req_free(): cancel the operation if still in flight (a collective left
         half done makes the group's next collectives fail with weft.Revoked until it is
-        repaired). Its buffers may be reused afterwards."""
-        if self._handle is not None:
+        repaired). Its buffers may be reused afterwards. A failed migration can no longer
+        be resumed after this."""
+        if self._handle is not None or self._failed is not None:
             with self._ctx._lock:
                 if self._handle is not None and self._ctx._handle is not None:
                     lib.weft_req_free(self._handle)
                 self._handle = None
                 self._keep = None
+                self._free_failed()
 
     def _release(self, finalizing):
         self.cancel()
@@ -115,6 +134,14 @@ class Request:
             # Dropped in flight: the context keeps the buffers and frees it when done.
             self._ctx._orphans.append((h, self._keep, self._owner_group))
             self._handle = None
+        failed = getattr(self, "_failed", None)
+        if failed is not None and self._ctx._handle is not None:
+            # A failed migration's request, complete: the context frees it at its next
+            # reap (taking the lock here could deadlock a collector in another thread).
+            self._ctx._orphans.append((failed, None, self._owner_group))
+            self._failed = None
 
     def __repr__(self):
+        if self._failed is not None:
+            return "<weft.Request failed, resumable>"
         return "<weft.Request %s>" % ("done" if self.done else "in flight")

@@ -135,3 +135,26 @@ def test_embedding_matches_torch(world, grad_root):
     assert (emb.weight.grad[r.length:] == 0).all()
     torch.testing.assert_close(gathered_rows(world, emb.weight.grad.double(), r), Er.grad,
                                rtol=1e-6, atol=1e-6)
+
+
+def test_close_frees_operators_for_new_layers(world):
+    """close() destroys the vocabularies at once, so layers made afterwards register
+    their reduction operators in the slots a new process would use; a forward awaiting
+    its backward keeps the cross-entropy's vocabulary alive until that graph is gone."""
+    W, X, labels = data((6,), -100)
+    emb = wt.VocabParallelEmbedding(world, V, H)
+    layer = wt.VocabParallelCrossEntropy(world, vocab_size=V)
+    w = wt.shard_vocab(W, world).float().requires_grad_()
+    loss = layer(X.float().requires_grad_(), w, labels)
+    with pytest.raises(weft.InvalidArgument, match="microbatch"):
+        layer.close()
+    loss.backward()
+    layer.close()
+    emb.close()
+    assert layer.vocab is None
+    with pytest.raises(weft.InvalidArgument):
+        emb(torch.zeros(2, dtype=torch.int64))
+    again = wt.VocabParallelCrossEntropy(world, vocab_size=V)
+    ref = F.cross_entropy(X @ W.T, labels)
+    got = again(X.float(), wt.shard_vocab(W, world).float(), labels)
+    assert abs(got.item() - ref.item()) <= 1e-5 * abs(ref.item()) + 1e-6

@@ -53,6 +53,14 @@ class _Layer:
         else:
             mb.close()
 
+    def close(self):
+        for mb in self.idle:
+            mb.close()
+        self.idle = []
+        if self.vocab is not None:
+            self.vocab.close()  # refused while a forward still awaits its backward
+            self.vocab = None
+
 
 class VocabParallelCrossEntropyFunction(torch.autograd.Function):
     """apply(hidden [n, h] f32, weight [padded, h] f32, labels [n] int64 with ignored
@@ -129,6 +137,14 @@ class VocabParallelCrossEntropy(torch.nn.Module):
     def vocab(self):
         """The weft.Vocab in use (None before the first forward)."""
         return self._layer.vocab
+
+    def close(self):
+        """Destroy the vocabulary and the pooled microbatch states now (the next forward
+        makes them anew). Call it on every member before making vocabularies after a
+        membership change, so that members and a replacement, which has none, register
+        their reduction operators alike. InvalidArgument while a forward still awaits
+        its backward (drop that graph first)."""
+        self._layer.close()
 
     def _labels(self, labels):
         if labels.dtype.is_floating_point or labels.dtype.is_complex or \

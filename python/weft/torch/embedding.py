@@ -63,6 +63,12 @@ class VocabParallelEmbedding(torch.nn.Module):
         """VocabRange(start, length, padded_length) of this rank's shard."""
         return self.vocab.range
 
+    def close(self):
+        """Destroy the vocabulary now (forward is refused afterwards). Call it on every
+        member before making vocabularies after a membership change, so that members and
+        a replacement, which has none, register their reduction operators alike."""
+        self.vocab.close()
+
     def reset_parameters(self):
         """N(0, 1) on this shard's rows (each rank's own generator), zero padding."""
         with torch.no_grad():

@@ -1,0 +1,241 @@
+"""In-memory snapshots of sharded training state on buddies (include/weft/snapshot.h).
+
+    snap = weft.Snapshot(world, layout, blob_bytes=64)   # layout: every member's shard
+    req = snap.start(step, packed_state, blob)           # after each step; in background
+    ...                                                  # keep packed_state unchanged
+    req.wait()                                           # committed on every member
+    # after world.repair():
+    r = snap.restore(layout_over_survivors)              # r.state: this member's part
+    blob = snap.blob(dead_member_id)                     # of the newest step all committed
+"""
+
+from collections import namedtuple
+from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
+
+import numpy as np
+
+from . import _structs as S
+from ._buffer import as_buffer
+from ._lib import lib
+from .dtypes import is_tensor
+from .errors import Error, Status, error_for, invalid, last_error
+from .plan import Plan
+from .request import Request
+
+Restored = namedtuple("Restored", "step bytes_moved bytes_local bytes_missing buffer state")
+Restored.__doc__ = ("What Snapshot.restore() did: the step restored (the newest every survivor "
+                    "committed), bytes moved between members, copied within members, and of "
+                    "the target held in no surviving copy (left untouched); buffer: what "
+                    "restore wrote (the packed state, then the members' blobs); state: its "
+                    "first bytes, this member's packed buffer of the target.")
+
+
+def _byte_prefix(obj, n):
+    """The first @p n bytes of @p obj as a view (uint8 array or tensor, or memoryview)."""
+    if isinstance(obj, np.ndarray):
+        return obj.reshape(-1).view(np.uint8)[:n]
+    if is_tensor(obj):
+        import torch
+        return obj.reshape(-1).view(torch.uint8)[:n]
+    return memoryview(obj).cast("B")[:n]
+
+
+class Snapshot:
+    """Snapshots of @p layout (each member's packed buffer of it: parameters, optimizer
+    state) on @p group, with a blob of at most @p blob_bytes per member (RNG state,
+    data position, the step). Each snapshot is copied into the member's own memory and
+    into @p redundancy buddies' (default 1: the next member in rank order; host_of: host
+    index per member id, buddies on another host first). Every member makes it with
+    equal arguments; it belongs to the group at its current membership: after a
+    restore, make a new one for the new layout."""
+
+    def __init__(self, group, layout, blob_bytes=0, redundancy=0, host_of=None):
+        if blob_bytes < 0 or redundancy < 0:
+            raise invalid("Snapshot: blob_bytes and redundancy must be >= 0")
+        p = S.sized(S.SnapshotParams)
+        p.redundancy = int(redundancy)
+        hosts = None
+        if host_of is not None:
+            hosts = (c_int * max(len(host_of), 1))(*[int(h) for h in host_of])
+            p.host_of, p.num_members = hosts, len(host_of)
+        h = c_void_p()
+        self._call_noctx(group, lib.weft_snapshot_create, group._h(), layout.handle,
+                         int(blob_bytes), byref(p), byref(h))
+        self._handle = h.value
+        self.group, self.layout, self.blob_bytes = group, layout, int(blob_bytes)
+        self._owner_group = group  # freeing that group frees the snapshot first
+        self._pending = None       # the Request of the snapshot in flight
+        self._restores = 0         # restore generation, for the plan it leaves
+        self._target = None        # the target of the last restore
+        group._ctx._track(self)
+
+    @staticmethod
+    def _call_noctx(group, fn, *args):
+        """Calls whose refusals weft explains in the thread's text, not the context's."""
+        ctx = group._ctx
+        with ctx._lock:
+            ctx._h()
+            st = fn(*args)
+            if st < 0:
+                raise error_for(st, last_error(None) or last_error(ctx._handle))
+            return st
+
+    def _h(self):
+        if self._handle is None or self.group._ctx.closed:
+            raise invalid("the snapshot was freed (or its context finalized)")
+        return self._handle
+
+    # -- lifetime ------------------------------------------------------------------------
+    def free(self):
+        """weft_snapshot_free(): a snapshot still in flight is cancelled (its Request then
+        fails with weft.Revoked)."""
+        if self._handle is not None:
+            ctx = self.group._ctx
+            with ctx._lock:
+                if self._handle is not None and not ctx.closed:
+                    lib.weft_snapshot_free(self._handle)
+                self._handle = None
+
+    close = free
+
+    def _release(self, finalizing):
+        self.free()
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+        return False
+
+    # -- taking snapshots ----------------------------------------------------------------
+    @property
+    def nbytes(self):
+        """weft_snapshot_bytes(): bytes this member keeps for copies (both buffers)."""
+        return lib.weft_snapshot_bytes(self._h())
+
+    def start(self, step, state, blob=b""):
+        """Start the snapshot of @p step (collective: every member, same step, above the
+        last committed one): @p state is this member's packed buffer of the layout (an
+        array, tensor or bytes-like object; keep it unchanged until the request
+        completes), @p blob at most blob_bytes bytes (copied at once). Returns a
+        weft.Request: wait() returns the step once it is committed on every member, or
+        raises like a migration (weft.PeerFailed, weft.Revoked, weft.Mismatch)."""
+        h = self._h()
+        me = self.group.member_id()
+        need = self.layout.packed_bytes(me)
+        buf = as_buffer(state, "snapshot state", typed=False)
+        if buf.nbytes < need:
+            raise invalid("snapshot: state has %d bytes; member %d's packed buffer needs %d" %
+                          (buf.nbytes, me, need))
+        data = bytes(blob)
+        if len(data) > self.blob_bytes:
+            raise invalid("snapshot: a blob of %d bytes, at most %d (blob_bytes)" %
+                          (len(data), self.blob_bytes))
+        if step < 0:
+            raise invalid("snapshot: step must be >= 0, not %d" % step)
+        ctx = self.group._ctx
+        ctx._reap_orphans()
+        req = c_void_p()
+        with ctx._lock:
+            self._collect_pending()
+            ctx._call(lib.weft_snapshot_start, h, c_uint64(int(step)),
+                      buf.ptr if need else None, data or None, len(data), byref(req))
+        r = Request(ctx, req.value, keep=(buf,), result=int(step), keep_on_failure=buf,
+                    group=self.group)
+        self._pending = r
+        return r
+
+    def _collect_pending(self):
+        """Finish the previous snapshot's request if it completed (a failed one is what
+        a restore is for: its error was raised by wait() or is dropped here)."""
+        r, self._pending = self._pending, None
+        if r is not None and not r.done:
+            try:
+                if not r.test():
+                    self._pending = r
+            except Error:
+                pass
+
+    @property
+    def committed(self):
+        """The newest step this member has seen committed, or None."""
+        out = c_uint64()
+        with self.group._ctx._lock:
+            if lib.weft_snapshot_committed(self._h(), byref(out)) != Status.OK:
+                return None
+        return out.value
+
+    # -- restoring -----------------------------------------------------------------------
+    def restore_bytes(self, target):
+        """weft_snapshot_restore_bytes(): bytes restore() writes for @p target on this
+        member (its packed buffer of target, then every member's blob)."""
+        return lib.weft_snapshot_restore_bytes(self._h(), target.handle)
+
+    def restore(self, target, out=None):
+        """After group.repair(): restore @p target (a layout of the same tensors over the
+        survivors, e.g. a re-cut) from the survivors' copies of the newest step all of
+        them committed. Collective over the group; blocking. A snapshot still pending is
+        collected first (it failed with the member that died). Writes into @p out (a
+        buffer of restore_bytes(target) bytes; a new uint8 array by default) and returns
+        a Restored. Parts no surviving copy holds are left untouched and counted in
+        bytes_missing (restore_plan.missing lists them)."""
+        h = self._h()
+        need = self.restore_bytes(target)
+        if out is None:
+            out = np.zeros(need, np.uint8)
+        buf = as_buffer(out, "restore out", writable=True, typed=False)
+        if buf.nbytes < need:
+            raise invalid("restore: out has %d bytes, the target and the blobs need %d" %
+                          (buf.nbytes, need))
+        ctx = self.group._ctx
+        info = S.SnapshotRestored()
+        with ctx._lock:
+            self._collect_pending()
+            if self._pending is not None:
+                raise invalid("restore: the snapshot of step %d is still in flight (wait for "
+                              "its request, or repair the group first)" % self._pending.result)
+            self._restores += 1
+            ctx._call(lib.weft_snapshot_restore, h, target.handle, buf.ptr, buf.nbytes,
+                      byref(info))
+        self._target = target
+        state = _byte_prefix(out, target.packed_bytes(self.group.member_id()))
+        return Restored(info.step, info.bytes_moved, info.bytes_local, info.bytes_missing, out,
+                        state)
+
+    def blob(self, member):
+        """After a restore: the blob member @p member (a stable id) stored with the
+        restored step, as bytes. InvalidArgument if there was no restore, the member
+        stored no blob, or every copy of it died."""
+        out = (c_uint64 * ((self.blob_bytes + 7) // 8 or 1))()
+        n = c_size_t()
+        self._call_noctx(self.group, lib.weft_snapshot_blob, self._h(), int(member), out,
+                         self.blob_bytes, byref(n))
+        return bytes(memoryview(out).cast("B")[:n.value])
+
+    @property
+    def restore_plan(self):
+        """After a restore: the weft.Plan it ran (for missing and stats(); its tensors
+        past the target's are the members' blobs), or None. Owned by the snapshot: it
+        becomes unusable when the snapshot is freed or restores again."""
+        h = lib.weft_snapshot_restore_plan(self._h())
+        if not h:
+            return None
+        plan = Plan._wrap(h, None, self._target, owner=self)
+        plan._gen = self._restores
+        return plan
+
+    def _plan_alive(self, plan):
+        return (self._handle is not None and not self.group._ctx.closed and
+                plan._gen == self._restores)
+
+    def __repr__(self):
+        if self._handle is None:
+            return "<weft.Snapshot freed>"
+        return "<weft.Snapshot committed %s, %d bytes>" % (self.committed, self.nbytes)

@@ -1,0 +1,136 @@
+"""Snapshots from Python: steps committed on every member, restored into other layouts
+(and over fewer members) with every member's bytes equal to the new layout's packing of
+the tensors each rank computes independently for that step, the blobs of every member,
+and the refusals (weft.InvalidArgument). Runs on 1 to 4 ranks."""
+
+import numpy as np
+import pytest
+
+import weft
+from helpers import torch_or_skip
+
+
+def model(step):
+    """The whole state at @p step, the same on every rank."""
+    rng = np.random.default_rng(100 + step)
+    return {
+        "embed": rng.standard_normal((41, 6)).astype(np.float32),
+        "bias": rng.standard_normal(13).astype(np.float64),
+        "step": np.arange(5, dtype=np.int64) + 1000 * step,
+        "mask": rng.integers(0, 255, (7, 3)).astype(np.uint8),
+    }
+
+
+def blob_of(step, member):
+    return b"step %d of member %d" % (step, member)
+
+
+def flat(ids):
+    return weft.Layout.from_tensors(model(0)).flat(ids)
+
+
+def mixed(ids):
+    """Another layout of the same tensors: slabs, a replica, a whole tensor, a re-cut."""
+    layout = weft.Layout.from_tensors(model(0))
+    layout.shard("embed", 1, ids[::-1]).replicate("bias", ids).whole("step", ids[0])
+    return layout.flat(ids[::-1], ["mask"])
+
+
+def take(world, snap, layout, steps):
+    me = world.member_id()
+    for step in steps:
+        state = layout.pack(me, model(step))
+        assert snap.start(step, state, blob_of(step, me)).wait(timeout=60) == step
+    assert snap.committed == steps[-1]
+
+
+@pytest.mark.parametrize("target", [mixed, lambda ids: flat(ids[:-1] or ids)],
+                         ids=["mixed", "fewer"])
+def test_commit_then_restore_into_another_layout(world, target):
+    ids, me = world.member_ids, world.member_id()
+    state = flat(ids)
+    with weft.Snapshot(world, state, blob_bytes=64) as snap:
+        assert snap.committed is None and snap.restore_plan is None
+        assert snap.nbytes >= 2 * state.packed_bytes(me)
+        take(world, snap, state, [1, 2, 5])
+        new = target(ids)
+        r = snap.restore(new)
+        assert (r.step, r.bytes_missing) == (5, 0)
+        assert r.buffer.size == snap.restore_bytes(new) >= new.packed_bytes(me)
+        np.testing.assert_array_equal(r.state, new.pack(me, model(5)))
+        for m in ids:
+            assert snap.blob(m) == blob_of(5, m)
+        plan = snap.restore_plan
+        assert plan.missing == [] and plan.stats().bytes_missing == 0
+        assert plan.stats().bytes_in == r.bytes_moved
+    with pytest.raises(weft.InvalidArgument, match="freed"):
+        plan.stats()
+
+
+def test_redundancy_and_torch_buffers(world):
+    torch = torch_or_skip()
+    ids, me = world.member_ids, world.member_id()
+    state = flat(ids)
+    snap = weft.Snapshot(world, state, blob_bytes=32, redundancy=2)
+    one = weft.Snapshot(world, state, blob_bytes=32)
+    if world.size >= 3:  # two buddies keep more than one
+        assert snap.nbytes > one.nbytes
+    one.free()
+    for step in (3, 4):
+        packed = torch.from_numpy(state.pack(me, model(step)))
+        snap.start(step, packed, blob_of(step, me)).wait(timeout=60)
+    out = torch.zeros(snap.restore_bytes(state), dtype=torch.uint8)
+    r = snap.restore(state, out)
+    assert r.buffer is out and r.step == 4
+    np.testing.assert_array_equal(r.state.numpy(), state.pack(me, model(4)))
+    snap.free()
+
+
+def test_refusals(world):
+    ids, me = world.member_ids, world.member_id()
+    state = flat(ids)
+    with pytest.raises(weft.InvalidArgument, match="not in group"):
+        weft.Snapshot(world, flat(ids + [max(ids) + 5]), blob_bytes=8)
+    reserved = weft.Layout.from_tensors({"weft.blob.0": np.zeros(4, np.uint8)})
+    with pytest.raises(weft.InvalidArgument, match="reserved"):
+        weft.Snapshot(world, reserved.replicate(0, ids))
+    with pytest.raises(weft.InvalidArgument):
+        weft.Snapshot(world, state, blob_bytes=-1)
+    snap = weft.Snapshot(world, state, blob_bytes=8)
+    packed = state.pack(me, model(1))
+    with pytest.raises(weft.InvalidArgument, match="blob"):
+        snap.start(1, packed, b"x" * 9)
+    if state.packed_bytes(me):
+        with pytest.raises(weft.InvalidArgument, match="packed buffer needs"):
+            snap.start(1, packed[:-1])
+    with pytest.raises(weft.InvalidArgument):
+        snap.blob(me)  # no restore yet
+    snap.start(2, packed, b"ok").wait(timeout=60)
+    with pytest.raises(weft.InvalidArgument, match="not above"):
+        snap.start(2, packed)
+    with pytest.raises(weft.InvalidArgument, match="out has"):
+        snap.restore(state, np.zeros(snap.restore_bytes(state) - 1, np.uint8))
+    other = weft.Layout.from_tensors({"other": np.zeros(3, np.float32)}).replicate(0, ids)
+    with pytest.raises(weft.InvalidArgument):  # every member refuses it together
+        snap.restore(other)
+    snap.free()
+    with pytest.raises(weft.InvalidArgument, match="freed"):
+        snap.start(3, packed)
+    world.barrier()
+
+
+def test_resume_refuses_what_did_not_fail(world):
+    ids, me = world.member_ids, world.member_id()
+    old, new = flat(ids), flat(ids[::-1])
+    full = model(0)
+    buf = np.zeros(new.packed_bytes(me), np.uint8)
+    req = weft.migrate_start(world, weft.Plan(old, new), old.pack(me, full), buf)
+    req.wait(timeout=60)
+    with pytest.raises(weft.InvalidArgument, match="succeeded"):
+        weft.migrate_resume(world, req, old, new)
+    with pytest.raises(weft.InvalidArgument, match="Request"):
+        weft.migrate_resume(world, None, old, new)
+    if buf.size:
+        with pytest.raises(weft.InvalidArgument, match="overlaps"):
+            weft.migrate(world, weft.Plan(old, new), old.pack(me, full), buf, resume_buf=buf)
+    world.barrier()
