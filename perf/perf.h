@@ -43,6 +43,7 @@ int perf_allgather_main(int argc, char **argv);
 int perf_broadcast_main(int argc, char **argv);
 int perf_alltoall_main(int argc, char **argv);
 int perf_migrate_main(int argc, char **argv);
+int perf_snapshot_main(int argc, char **argv);
 
 /* ---- exit codes of every subcommand ---- */
 #define PERF_EXIT_OK 0
