@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs a local multi-rank demo through weftrun:
 # point-to-point bandwidth between two ranks, an allreduce sweep on four, losing and
-# regaining a rank on four (detection, in-place repair vs a full rebuild, grow), and
-# parameter migration on four against allgather-then-slice and save-and-reload.
+# regaining a rank on four (detection, in-place repair vs a full rebuild, grow),
+# parameter migration on four against allgather-then-slice and save-and-reload, and
+# in-memory snapshots on four (step overhead; a rank killed and its state restored, against
+# re-reading a file checkpoint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -16,3 +18,5 @@ echo "== weft-perf group, $ranks ranks: a rank is killed (SIGKILL) each run and 
 build/bin/weftrun -n "$ranks" --elastic -- build/bin/weft-perf group -n 5
 echo "== weft-perf migrate, $ranks ranks: ZeRO re-cut, tensor-parallel and pipeline re-layouts"
 build/bin/weftrun -n "$ranks" -- build/bin/weft-perf migrate --model-bytes 64M -n 3
+echo "== weft-perf snapshot, $ranks ranks: snapshot overhead, then a rank is killed and restored"
+build/bin/weftrun -n "$ranks" --elastic -- build/bin/weft-perf snapshot --state-bytes 64M -n 6 --step-ms 200
