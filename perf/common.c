@@ -548,8 +548,7 @@ uint64_t perf_seed(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
     return mix64(mix64(mix64(mix64(a) ^ b) ^ c) ^ d);
 }
 
-/* Word w of the pattern of @p seed; byte i of the buffer is byte i%8 of word i/8. */
-static inline uint64_t pattern_word(uint64_t seed, size_t w)
+uint64_t perf_pattern_word(uint64_t seed, size_t w)
 {
     return mix64(seed ^ ((uint64_t)w * UINT64_C(0xd6e8feb86659fd93)));
 }
@@ -559,11 +558,11 @@ void perf_fill_pattern(void *buf, size_t bytes, uint64_t seed)
     unsigned char *p = buf;
     size_t words = bytes / 8;
     for (size_t w = 0; w < words; w++) {
-        uint64_t v = pattern_word(seed, w);
+        uint64_t v = perf_pattern_word(seed, w);
         memcpy(p + 8 * w, &v, 8);
     }
     if (bytes % 8 != 0) {
-        uint64_t v = pattern_word(seed, words);
+        uint64_t v = perf_pattern_word(seed, words);
         memcpy(p + 8 * words, &v, bytes % 8);
     }
 }
@@ -574,7 +573,7 @@ size_t perf_check_pattern(const void *buf, size_t bytes, uint64_t seed)
     size_t bad = 0, words = bytes / 8;
     for (size_t w = 0; w <= words; w++) {
         size_t n = w < words ? 8 : bytes % 8;
-        uint64_t v = pattern_word(seed, w), got = 0;
+        uint64_t v = perf_pattern_word(seed, w), got = 0;
         if (n == 0) {
             break;
         }

@@ -16,6 +16,8 @@ static const perf_subcommand_t subcommands[] = {
     {"alltoall", perf_alltoall_main, "alltoall bandwidth and latency"},
     {"migrate", perf_migrate_main,
      "parameter migration vs allgather-then-slice and save-and-reload (--overlap, --dry-run)"},
+    {"snapshot", perf_snapshot_main,
+     "in-memory snapshots: training-step overhead, and time to recover vs a file restart"},
 };
 
 static void usage(FILE *out)

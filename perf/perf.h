@@ -43,6 +43,7 @@ int perf_allgather_main(int argc, char **argv);
 int perf_broadcast_main(int argc, char **argv);
 int perf_alltoall_main(int argc, char **argv);
 int perf_migrate_main(int argc, char **argv);
+int perf_snapshot_main(int argc, char **argv);
 
 /* ---- exit codes of every subcommand ---- */
 #define PERF_EXIT_OK 0
@@ -172,6 +173,9 @@ uint64_t perf_seed(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
 void perf_fill_pattern(void *buf, size_t bytes, uint64_t seed);
 /* Number of bytes of @p buf that differ from the pattern of @p seed. */
 size_t perf_check_pattern(const void *buf, size_t bytes, uint64_t seed);
+/* Word @p w of the pattern of @p seed: byte i of a filled buffer is byte i%8 of word i/8
+ * (for contents defined by a global offset, e.g. a flat partition cut several ways). */
+uint64_t perf_pattern_word(uint64_t seed, size_t w);
 
 /* ---- the world ---- */
 typedef struct perf_world {

@@ -11,15 +11,17 @@
 #    and plots both loss curves into build/torch-demo/torch_demo_loss.png).
 # 2. Unless --no-bench: the C benchmarks: point-to-point bandwidth between two ranks, an
 #    allreduce sweep on four, losing and regaining a rank on four (detection, in-place
-#    repair vs a full rebuild, grow), and parameter migration on four against
-#    allgather-then-slice and save-and-reload.
+#    repair vs a full rebuild, grow), parameter migration on four against
+#    allgather-then-slice and save-and-reload, and in-memory snapshots on four (step
+#    overhead; a rank killed and its state restored, against re-reading a file
+#    checkpoint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench=1
 case "${1:-}" in
 --no-bench) bench=0 ;;
 "") ;;
--h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+-h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 *) echo "demo.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 ./scripts/install-deps.sh
@@ -42,3 +44,5 @@ echo "== weft-perf group, $ranks ranks: a rank is killed (SIGKILL) each run and 
 build/bin/weftrun -n "$ranks" --elastic -- build/bin/weft-perf group -n 5
 echo "== weft-perf migrate, $ranks ranks: ZeRO re-cut, tensor-parallel and pipeline re-layouts"
 build/bin/weftrun -n "$ranks" -- build/bin/weft-perf migrate --model-bytes 64M -n 3
+echo "== weft-perf snapshot, $ranks ranks: snapshot overhead, then a rank is killed and restored"
+build/bin/weftrun -n "$ranks" --elastic -- build/bin/weft-perf snapshot --state-bytes 64M -n 6 --step-ms 200

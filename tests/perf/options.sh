@@ -36,6 +36,7 @@ expect 0 "weft-perf $version" allreduce --version
 expect 0 "subcommands:" --help
 expect 0 "--minbytes" allreduce --help
 expect 0 "--no-rebuild" group --help
+expect 0 "ssd_write_gbs" snapshot --help
 expect 2 "usage: weft-perf"
 expect 2 "unknown subcommand 'nosuch'" nosuch
 expect 2 "option '--bogus' is unknown" --bogus
@@ -59,6 +60,9 @@ expect 2 "bad value 'x' for --settle" allreduce --settle x
 expect 2 "bad value 'some' for --bind" broadcast --bind some
 expect 2 "bad value '0' for --tokens" vocab --tokens 0
 expect 2 "bad value 'alg1,alg3' for --algos" vocab --algos alg1,alg3
+expect 2 "bad value '100K' for --state-bytes" snapshot --state-bytes 100K
+expect 2 "bad value '2G' for --state-bytes" snapshot --state-bytes 2G
+expect 2 "bad value 'soon' for --step-ms" snapshot --step-ms soon
 expect 2 "unexpected argument 'stray'" allreduce -n 3 stray
 expect 2 "-b 1048576 is larger than -e 8" allreduce -b 1M -e 8
 expect 2 "-f must be at least 2" allreduce -f 1

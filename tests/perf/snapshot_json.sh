@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# weft-perf snapshot --json on 3 ranks under weftrun --elastic, with a small state and a
+# short step: the overhead fields, then the last rank killed after a committed snapshot,
+# the survivors' restore checked word by word (and the dead rank's blob), the file
+# checkpoint re-read and checked too, the SSD fields null; the files are cleaned up.
+set -euo pipefail
+weftrun=$1 perf=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$weftrun" -n 3 --elastic --timeout 120 -- "$perf" snapshot --json --state-bytes 256K \
+    --step-ms 10 -n 4 -w 1 --tmpdir "$tmp" >"$tmp/out.json"
+python3 - "$tmp/out.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["subcommand"] == "snapshot" and doc["ranks"] == 3, doc
+assert doc["state_bytes_per_rank"] == 256 << 10 and doc["step_ms"] == 10, doc
+for k in ("snapshot_copy_us", "step_us", "step_with_snapshot_us", "recover_us",
+          "detect_us", "repair_us", "restore_us", "file_restart_us", "file_write_us"):
+    assert isinstance(doc[k], (int, float)) and doc[k] > 0, (k, doc)
+assert doc["step_us"] >= 10000 and doc["step_with_snapshot_us"] >= 10000, doc
+assert abs(doc["recover_us"] - doc["detect_us"] - doc["repair_us"] - doc["restore_us"]) < 1, doc
+assert doc["killed"] is True and doc["survivors"] == 2, doc
+assert doc["verified"] is True, doc
+assert doc["restore_wrong"] == 0 and doc["file_restart_wrong"] == 0, doc
+assert doc["restore_bytes_missing"] == 0 and doc["restore_bytes_moved"] > 0, doc
+assert doc["restored_step"] == doc["committed_step"] > 0, doc
+assert doc["file_read_bytes"] == 3 * doc["state_bytes_per_rank"], doc
+assert doc["file_restart_over_recover"] > 0, doc
+for k in ("ssd_write_gbs", "dir_seq_write_gbs", "first_snapshot_bytes_written",
+          "second_snapshot_bytes_written"):
+    assert k in doc and doc[k] is None, (k, doc)
+print("snapshot json: recover %.0f us, file restart %.0f us, overhead %+.1f%%"
+      % (doc["recover_us"], doc["file_restart_us"], 100 * doc["overhead"]))
+PY
+left=$(find "$tmp" -name 'weft-perf-snapshot.*' | wc -l)
+[ "$left" = 0 ] || { echo "files left in $tmp:"; ls "$tmp"; exit 1; }
