@@ -1,0 +1,61 @@
+/*
+ * weft-perf snapshot, shared by snapshot.c (overhead, recovery, the file checkpoint) and
+ * snapshot_ssd.c (the SSD tier against sequential writes to the same directory).
+ */
+#ifndef WEFT_PERF_SNAPSHOT_H
+#define WEFT_PERF_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "perf.h"
+
+#define MAX_RANKS 256
+#define NTENSORS 4
+#define ROW_WORDS 1024  /* i64 per row of each tensor */
+#define MARK_EVERY 8192 /* words: one word in every 64 KiB carries the step */
+#define STATE_SEED UINT64_C(0x5eed5a75)
+
+typedef struct snap_bench {
+    perf_opts_t o;
+    perf_world_t w;
+    size_t state_bytes;
+    long step_ms; /* < 0: ten times the measured copy time */
+    bool kill;
+    bool ssd; /* --ssd */
+    char tmpdir[256];
+    int n0;             /* ranks at the start */
+    int ids[MAX_RANKS]; /* member ids, in rank order at the start */
+    size_t words;       /* per rank */
+    uint64_t first;     /* this rank's first word of the whole state */
+    uint64_t *state;    /* this rank's live shard */
+    weft_layout_t *layout;
+    weft_snapshot_t *snap;
+    uint64_t step; /* the last step taken */
+} snap_bench_t;
+
+/* What a snapshot keeps besides the shard (a trainer's RNG state and data position). */
+typedef struct snap_blob {
+    uint64_t step;
+    int64_t member;
+} snap_blob_t;
+
+typedef struct snap_result {
+    double copy_us, step_us, step_snap_us;
+    int steps;
+    bool recovered, verified;
+    int survivors;
+    uint64_t committed, restored_step;
+    double detect_us, repair_us, buffer_us, restore_us, recover_us, file_write_us, file_restart_us;
+    size_t moved, local, missing, file_read_bytes;
+    long restore_wrong, file_wrong;
+    /* --ssd: the SSD tier against sequential O_DIRECT writes to the same directory */
+    bool have_ssd;
+    double ssd_gbs, seq_gbs;
+    uint64_t first_written, second_written; /* all ranks: a snapshot, then unchanged */
+} snap_result_t;
+
+/* --ssd: measure the SSD tier (two rounds, each order once) into @p r. */
+weft_status_t snap_measure_ssd(snap_bench_t *b, snap_result_t *r);
+
+#endif
