@@ -3,89 +3,51 @@
  * target by momentum SGD (m = beta m + g; w -= lr m) on a global batch of BATCH samples
  * per step. Sample j of step s is the target seen through noise that depends on
  * (element, j, s) only, so the gradient of a sample does not depend on which member
- * computes it, and the trajectory does not depend on how the batch is split.
+ * computes it.
  *
- * toy_reference() is the whole run in one process without failures, in double: what an
- * elastic run must reproduce, up to the order of its float sums.
+ * The arithmetic does not depend on the data-parallel width either, so that a run that
+ * changes width reproduces a run without failures bit for bit. The global batch is cut
+ * into BLOCKS blocks of BATCH / BLOCKS consecutive samples, a number fixed whatever the
+ * width. A member computes the gradient sum of whole blocks (toy_block_sum: the samples
+ * of a block added in order, in float); the block sums are exchanged, and each element of
+ * the gradient is the sum of its block sums in block order, scaled by 1 / BATCH
+ * (toy_gradient). Float addition is not associative, but this order is the same at
+ * every width. Everything is elementwise from there (toy_update), so computing one
+ * partition gives the bits that computing the whole vector gives.
+ *
+ * toy_reference() is the whole run in one process without failures, through the same
+ * functions: what an elastic run must reproduce exactly. The functions live in
+ * toy_problem.c, compiled once, so the reference and the trainer run the same code.
  */
 #ifndef WEFT_EXAMPLE_TOY_PROBLEM_H
 #define WEFT_EXAMPLE_TOY_PROBLEM_H
 
-#include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define DIM 4096  /* parameters */
-#define BATCH 32  /* samples per step, split over the members: at most BATCH members */
+#define BATCH 32  /* samples per step */
+#define BLOCKS 16 /* blocks of the global batch, BATCH / BLOCKS samples each */
 #define LR 0.05f  /* learning rate */
 #define BETA 0.9f /* momentum */
 
-static float toy_targets[DIM];
-
-static inline void toy_init(void)
-{
-    for (int i = 0; i < DIM; i++) {
-        toy_targets[i] = sinf(0.01f * (float)i);
-    }
-}
-
-/* Noise in [-0.05, 0.05) on element i of sample j at step s. */
-static inline float toy_noise(int i, uint64_t sample, int32_t step)
-{
-    uint32_t h =
-        (uint32_t)i * 2654435761u ^ (uint32_t)sample * 2246822519u ^ (uint32_t)step * 3266489917u;
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    return ((float)(h % 1000) / 1000.0f - 0.5f) * 0.1f;
-}
+/* Fill the target. Call once before anything else. */
+void toy_init(void);
 
 /* Mean square distance of w to the target. */
-static inline float toy_loss(const float *w)
-{
-    double l = 0;
-    for (int i = 0; i < DIM; i++) {
-        double d = w[i] - toy_targets[i];
-        l += d * d;
-    }
-    return (float)(l / DIM);
-}
+float toy_loss(const float *w);
 
-/* grad = scale * the sum, over samples [first, first + n) of step s, of the gradient of
- * sum_i (w_i - y_i)^2, i.e. 2 (w - y). */
-static inline void toy_gradient(const float *w, int32_t step, uint64_t first, uint64_t n,
-                                float scale, float *grad)
-{
-    memset(grad, 0, DIM * sizeof(float));
-    for (uint64_t j = first; j < first + n; j++) {
-        for (int i = 0; i < DIM; i++) {
-            grad[i] += 2.0f * (w[i] - (toy_targets[i] + toy_noise(i, j, step)));
-        }
-    }
-    for (int i = 0; i < DIM; i++) {
-        grad[i] *= scale;
-    }
-}
+/* sum[i] = the sum over the samples of block @p block of step @p step, in sample order,
+ * of the gradient of (w_i - y_i)^2, i.e. 2 (w_i - y_i). */
+void toy_block_sum(const float *w, int32_t step, int block, float *sum);
+
+/* grad[i] = (the block sums added in block order) / BATCH, for i < n: blocks[b] is
+ * block b's sum over the same n elements (the whole vector, or one partition of it). */
+void toy_gradient(const float *const blocks[BLOCKS], uint64_t n, float *grad);
+
+/* m = BETA m + g, then w -= LR m, on @p n elements (a partition or the whole vector). */
+void toy_update(float *w, float *m, const float *g, uint64_t n);
 
 /* w and m after @p steps steps from w = m = 0, on the whole batch in one process. */
-static inline void toy_reference(int32_t steps, double *w, double *m)
-{
-    static double g[DIM];
-    memset(w, 0, DIM * sizeof(double));
-    memset(m, 0, DIM * sizeof(double));
-    for (int32_t s = 0; s < steps; s++) {
-        memset(g, 0, sizeof(g));
-        for (uint64_t j = 0; j < BATCH; j++) {
-            for (int i = 0; i < DIM; i++) {
-                g[i] += 2.0 * (w[i] - ((double)toy_targets[i] + toy_noise(i, j, s)));
-            }
-        }
-        for (int i = 0; i < DIM; i++) {
-            m[i] = BETA * m[i] + g[i] / BATCH;
-            w[i] -= LR * m[i];
-        }
-    }
-}
+void toy_reference(int32_t steps, float *w, float *m);
 
 #endif

@@ -302,8 +302,8 @@ typedef struct weft_migrate_params {
  * member gets the same result, unless a member dies during that agreement: then some
  * members may already have returned WEFT_OK while the others get WEFT_ERR_PEER_FAILED
  * (no protocol can close that window). After a repair, agree on what was committed
- * before using the new buffers (examples/elastic_trainer.c keeps a commit counter and
- * steps back to its old buffers when another member did not finish).
+ * before using the new buffers (examples/elastic_trainer.c restores every member from
+ * its snapshots after a membership change instead).
  *
  * @param[in]  old_buf This member's packed buffer of the old layout
  *                     (weft_layout_packed_bytes(); NULL if it holds nothing). Any buffer

@@ -6,7 +6,7 @@ What it does
 Each trial runs the example trainer under the launcher,
 
     weftrun -n N --elastic [--replace | --min M] --timeout T --
-            weft-example-trainer --steps S [--wait-replacement 3000]
+            weft-example-trainer --steps S --redundancy R [--wait-replacement 3000]
 
 and hurts it from outside at random moments: SIGKILL of 1, 2 or 3 rank processes, or
 SIGSTOP of one (with or without a SIGCONT 0.5-3 s later). A trial draws everything from
@@ -28,6 +28,9 @@ timing of the machine is not replayed):
             the first kill mid-run, then each further kill waits for a replacement, a
             process with WEFT_JOIN=1, to appear, and kills it 0-50 ms later; spacing
             "join")
+  redundancy 1 or 2: the trainer's --redundancy, the buddies that hold a copy of each
+            member's snapshot (drawn last, so the other choices of a seed are those of
+            the versions before it)
 
 Victims are the current rank processes of the trial: the children of weftrun whose
 environment has WEFT_RANK (a replacement also has WEFT_JOIN=1), read from /proc. weftrun's
@@ -39,8 +42,9 @@ before the trials (`--step-us` gives them instead, and the replay commands do).
 
 Outcome of a trial
 ------------------
-  PASS           weftrun exited 0 and the trainer's last line says "done: ... parameters
-                 equal on every rank".
+  PASS           weftrun exited 0, the trainer's last line says "done: ... parameters
+                 equal on every rank", and it said that w and the momentum are bitwise
+                 those of a run without failures.
   EXPECTED-STOP  weftrun exited non-zero well before the bound (in less than half of it),
                  no rank printed "NOT equal", and the mode demands that stop:
                  - weftrun said "fewer than --min M" and the faults delivered could leave
@@ -53,22 +57,23 @@ Outcome of a trial
                    the ranks were leaving fails the job by weftrun's rules.
                  - every rank was killed (or stopped) and a replacement said that nobody is
                    left to admit it: no state survives, so the job cannot go on.
-                 - the trainer said "optimizer state lost" after two or more faults: it
-                   keeps each momentum partition on two ring neighbours, so two of them
-                   dying before a migration re-replicates the state lose a partition.
+                 - the trainer said "training state lost" after more faults than the
+                   trial's redundancy: it snapshots each member's shard on the member and
+                   on R buddies, so a member and its R buddies dying before the survivors
+                   have snapshotted the restored state anew lose that shard.
                    Under --replace weftrun replaces the members that stop and exits 0
                    once the replacements find the job over, so here any exit status goes.
   HANG           weftrun exited 124 (its own --timeout), or did not exit within the
                  trial's wall-clock bound (then the driver kills everything). Always a
                  failure.
-  FAIL           anything else: another exit status, "NOT equal", exit 0 without the
-                 final line, exit 0 although --min demanded a stop (N - kills < M), a
-                 stop that was not prompt. A PASS or EXPECTED-STOP becomes FAIL when a
-                 process of the trial is still running after weftrun exited (it is killed
-                 and listed) or a /dev/shm/weft-* name of the trial's job remains (it is
-                 removed and listed); the job's names are found from WEFT_STORE,
-                 WEFT_JOB_TOKEN and the namespace of its ranks, as comm/shm_job.c derives
-                 them.
+  FAIL           anything else: another exit status, "NOT equal", a state that differs
+                 from the reference, exit 0 without those final lines, exit 0 although
+                 --min demanded a stop (N - kills < M), a stop that was not prompt. A
+                 PASS or EXPECTED-STOP becomes FAIL when a process of the trial is still
+                 running after weftrun exited (it is killed and listed) or a
+                 /dev/shm/weft-* name of the trial's job remains (it is removed and
+                 listed); the job's names are found from WEFT_STORE, WEFT_JOB_TOKEN and
+                 the namespace of its ranks, as comm/shm_job.c derives them.
 
 At the end a table gives the trials by fault x spacing x moment x mode with their counts
 per outcome, then the totals per dimension. The output of every HANG and FAIL is kept in
@@ -94,8 +99,8 @@ shorter bound, 16 trials unless --trials says otherwise), --keep DIR, --bound SE
 (wall-clock bound of a trial, default 40, 25 with --quick; weftrun gets --timeout
 SECONDS - 8), --budget SECONDS (start no trial after this long; the rest are reported as
 not run), --step-us US3,US8 (the cost of a step, instead of measuring it), --only
-KEY=VALUE,... (run only the drawn trials with that fault, spacing, moment, mode or n; the
-draw is unchanged, so seeds stay valid), --stacks (gdb stacks of a hung trial's ranks in
+KEY=VALUE,... (run only the drawn trials with that fault, spacing, moment, mode, n or
+redundancy; the draw is unchanged, so seeds stay valid), --stacks (gdb stacks of a hung trial's ranks in
 procs.txt).
 Only the Python standard library is used; run it as root or as the user that owns the
 processes, since it reads their /proc entries. Every process of a trial carries
@@ -180,6 +185,7 @@ def draw_trial(seed, quick, step_us):
         "gaps_ms": [round(g, 2) for g in gaps_ms],
         "cont_s": round(r.uniform(0.5, 3.0), 3) if fault == "stop+cont" else None,
         "picks": [r.random() for _ in range(4)],  # which of the candidates is the victim
+        "redundancy": r.choice([1, 2]),
     }
 
 
@@ -190,7 +196,8 @@ def command(t, bindir, weftrun_timeout):
     if t["mode"] == "min":
         cmd += ["--min", str(t["min"])]
     cmd += ["--timeout", str(weftrun_timeout), "--",
-            os.path.join(bindir, "weft-example-trainer"), "--steps", str(t["steps"])]
+            os.path.join(bindir, "weft-example-trainer"), "--steps", str(t["steps"]),
+            "--redundancy", str(t["redundancy"])]
     if t["mode"] == "replace+wait":
         cmd += ["--wait-replacement", str(WAIT_REPLACEMENT_MS)]
     return cmd
@@ -596,11 +603,13 @@ def classify(t, res, output, bound, victims):
         return HANG, "weftrun's --timeout expired (exit 124)"
     if not_equal:
         return FAIL, "the trainer printed 'NOT equal'"
-    if "optimizer state lost" in output and possible >= 2:
+    if "DIFFER from a run without failures" in output:
+        return FAIL, "the state differs from the reference (bitwise)"
+    if "training state lost" in output and possible > t["redundancy"]:
         # The trainer stops on its own. Under --replace weftrun takes each member's exit 1
         # for a death and replaces it, and exits 0 when the replacements find the job over.
-        why = (f"{possible} faults: two ring neighbours could die before the optimizer state "
-               "was re-replicated")
+        why = (f"{possible} faults, redundancy {t['redundancy']}: a member and all its "
+               "buddies could die before the snapshots were renewed")
         if res["elapsed_s"] > bound / 2:
             return FAIL, f"a stop that took {res['elapsed_s']:.1f} s, not prompt ({why})"
         if leftovers:
@@ -609,6 +618,8 @@ def classify(t, res, output, bound, victims):
     if rc == 0:
         if not done or done[-1] != "equal":
             return FAIL, "exit 0 without the final 'parameters equal' line"
+        if not re.search(r"^reference: w and momentum bitwise equal", output, re.M):
+            return FAIL, "exit 0 without the line that says the state is bitwise the reference"
         if t["mode"] == "min" and t["n"] - kills < min_m:
             return FAIL, (f"exit 0 although {kills} kill(s) left {t['n'] - kills} process(es), "
                           f"fewer than --min {min_m}")
@@ -767,7 +778,8 @@ def main():
                     help="with gdb, record the stacks of a hung trial's ranks in procs.txt")
     ap.add_argument("--only", default="",
                     help="run only the drawn trials that match KEY=VALUE[,KEY=VALUE...] "
-                         "(keys: fault, spacing, moment, mode, n); the draw is unchanged")
+                         "(keys: fault, spacing, moment, mode, n, redundancy); the draw is "
+                         "unchanged")
     ap.add_argument("--step-us", type=parse_step_us, metavar="US3,US8",
                     help="cost of one step of a 3-rank and of an 8-rank job in microseconds "
                          "(default: measured before the trials)")
@@ -839,7 +851,8 @@ def main():
         with print_lock:
             counter[0] += 1
             print(f"[{counter[0]:>4}/{opts.trials}] seed {t['seed']} n={t['n']} "
-                  f"{mode_label(t)} {label(t)} steps={t['steps']} -> {res['outcome']} "
+                  f"{mode_label(t)} r{t['redundancy']} {label(t)} steps={t['steps']} -> "
+                  f"{res['outcome']} "
                   f"exit {res['rc']} {res['elapsed_s']:.2f}s | {faults or 'no fault delivered'}"
                   + (f" | {res['reason']}" if res["reason"] else ""), flush=True)
 
