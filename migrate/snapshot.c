@@ -288,6 +288,11 @@ weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step, const vo
         return WEFT_ERR_INVALID_ARG;
     }
     weft_ctx_t *ctx = snap->g->ctx;
+    if (snap->plan == NULL) {
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_snapshot_start: this object only received a restore "
+                           "(weft_snapshot_restore_join); create one for the new layout");
+    }
     if (snap->pending != NULL) {
         return weft__error(ctx, WEFT_ERR_INVALID_ARG,
                            "weft_snapshot_start: the snapshot of step %" PRIu64
@@ -391,6 +396,7 @@ void weft_snapshot_free(weft_snapshot_t *snap)
     free(snap->buf[1]);
     free(snap->blobs);
     free(snap->blob_ok);
+    free(snap->join_buf);
     free(snap->members);
     free(snap);
 }

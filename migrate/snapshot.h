@@ -57,6 +57,7 @@ struct weft_snapshot {
     uint8_t *blobs; /* [n][8 + blob_bytes] as restored */
     bool *blob_ok;  /* [n]: not missing */
     bool restored;
+    uint8_t *join_buf; /* a joiner's restore buffer (weft_snapshot_restore_join) */
 };
 
 /* Index of member @p id among the snapshot's members, or -1. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "migrate/layout.h"
+#include "migrate/plan.h"
 #include "migrate/snapshot.h"
 
 weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *target,
@@ -18,10 +19,12 @@ weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *t
     const weft_group_t *g = s->g;
     weft_layout_t *t;
     weft_status_t st = weft_layout_keep(target, g->members, g->size, &t);
+    uint64_t shape[1] = {8 + s->blob_bytes};
     for (int i = 0; i < s->n && st == WEFT_OK; i++) {
-        const weft__ltensor_t *b = &s->src->tensors[s->nstate + i];
+        char name[WEFT_LAYOUT_NAME_MAX + 1];
+        snprintf(name, sizeof(name), WEFT_SNAP_BLOB_PREFIX "%d", s->members[i]);
         int idx;
-        st = weft_layout_add_tensor(t, b->name, b->dtype, b->ndims, b->shape, &idx);
+        st = weft_layout_add_tensor(t, name, WEFT_U8, 1, shape, &idx);
         if (st == WEFT_OK) {
             st = weft_layout_replicate(t, idx, g->members, g->size);
         }
@@ -43,17 +46,28 @@ size_t weft_snapshot_restore_bytes(const weft_snapshot_t *snap, const weft_layou
     return weft_layout_packed_bytes(target, me) + (size_t)snap->n * (8 + snap->blob_bytes);
 }
 
-/* The step to restore: the newest every survivor committed; and this member's parity.
- * A member whose arguments were refused (@p refused) makes every member fail alike. */
-static weft_status_t agree_step(weft_snapshot_t *s, bool refused, uint64_t *step, int *parity)
+/* What the members agree on before a restore. */
+typedef struct agreed {
+    uint64_t step; /* the newest step every holder committed */
+    int parity;    /* of this member's copy buffer holding it */
+    int root;      /* the lowest group rank holding the snapshot */
+    bool joiners;  /* some members hold none (admitted since): they get the plan */
+} agreed_t;
+
+/* The step to restore: the newest every member holding the snapshot committed; and this
+ * member's parity. A member whose arguments were refused (@p refused) makes every member
+ * fail alike. Members that joined since (@p s->plan == NULL) count for nothing. */
+static weft_status_t agree_step(weft_snapshot_t *s, bool refused, agreed_t *a)
 {
     weft_group_t *g = s->g;
-    /* MIN of the committed steps, and MIN of their negation for the MAX; -1 for none;
-     * and MIN of "my arguments are fine". */
-    int64_t mine[3] = {s->have_committed ? (int64_t)s->committed : -1,
-                       s->have_committed ? -(int64_t)s->committed : 1, refused ? 0 : 1};
-    int64_t all[3];
-    weft_status_t st = weft_allreduce(g, mine, all, 3, WEFT_I64, WEFT_MIN);
+    bool holder = s->plan != NULL;
+    /* MIN of: the committed step (-1 for none), its negation (for the MAX), "my arguments
+     * are fine", the rank of a holder, and minus "I joined since". */
+    int64_t mine[5] = {holder ? (s->have_committed ? (int64_t)s->committed : -1) : INT64_MAX,
+                       holder ? (s->have_committed ? -(int64_t)s->committed : 1) : INT64_MAX,
+                       refused ? 0 : 1, holder ? g->rank : INT64_MAX, holder ? 0 : -1};
+    int64_t all[5];
+    weft_status_t st = weft_allreduce(g, mine, all, 5, WEFT_I64, WEFT_MIN);
     if (st != WEFT_OK) {
         return st;
     }
@@ -63,6 +77,10 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, uint64_t *step
     if (all[2] == 0) {
         return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
                            "weft_snapshot_restore: another member's arguments were refused");
+    }
+    if (all[3] == INT64_MAX) {
+        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_snapshot_restore: no member holds the snapshot");
     }
     if (all[0] < 0) {
         return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
@@ -75,9 +93,71 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, uint64_t *step
                            "was committed everywhere)",
                            all[0], -all[1]);
     }
-    *step = (uint64_t)all[0];
-    *parity = s->committed == *step ? s->committed_parity : 1 - s->committed_parity;
+    a->step = (uint64_t)all[0];
+    a->parity = !holder || s->committed == a->step ? s->committed_parity : 1 - s->committed_parity;
+    a->root = (int)all[3];
+    a->joiners = all[4] < 0;
     return WEFT_OK;
+}
+
+/* With members that joined since: the lowest holder sends them what they cannot compute
+ * (the snapshot's members and blob size, and the plan), in two broadcasts every member
+ * takes part in. A joiner builds its snapshot object's restore fields from them. */
+static weft_status_t share_plan(weft_snapshot_t *s, const agreed_t *a)
+{
+    weft_group_t *g = s->g;
+    const weft_plan_t *pl = s->restore_plan;
+    bool root = g->rank == a->root;
+    int64_t head[6] = {0};
+    if (root) {
+        head[0] = s->n;
+        head[1] = (int64_t)s->blob_bytes;
+        head[2] = (int64_t)pl->nxfers;
+        head[3] = (int64_t)pl->nmissing;
+        head[4] = (int64_t)pl->lower_bound;
+        head[5] = (int64_t)pl->digest;
+    }
+    weft_status_t st = weft_broadcast(g, head, 6, WEFT_I64, a->root);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    size_t nm = (size_t)head[0] * sizeof(int), nx = (size_t)head[2] * sizeof(weft__xfer_t),
+           nmiss = (size_t)head[3] * sizeof(weft__xfer_t), len = nm + nx + nmiss;
+    uint8_t *payload = malloc(len > 0 ? len : 1);
+    if (payload == NULL) {
+        return WEFT_ERR_NO_MEMORY; /* the others then fail in the broadcast's timeout */
+    }
+    if (root) {
+        memcpy(payload, s->members, nm);
+        memcpy(payload + nm, pl->xfers, nx);
+        memcpy(payload + nm + nx, pl->missing, nmiss);
+    }
+    st = weft_broadcast(g, payload, len, WEFT_U8, a->root);
+    if (st == WEFT_OK && s->plan == NULL) { /* a joiner */
+        weft_plan_t *p = calloc(1, sizeof(*p));
+        int *members = malloc(nm > 0 ? nm : 1);
+        if (p == NULL || members == NULL || (p->xfers = malloc(nx > 0 ? nx : 1)) == NULL ||
+            (p->missing = malloc(nmiss > 0 ? nmiss : 1)) == NULL) {
+            weft_plan_free(p);
+            free(members);
+            free(payload);
+            return WEFT_ERR_NO_MEMORY;
+        }
+        memcpy(members, payload, nm);
+        memcpy(p->xfers, payload + nm, nx);
+        memcpy(p->missing, payload + nm + nx, nmiss);
+        p->nxfers = (size_t)head[2];
+        p->nmissing = (size_t)head[3];
+        p->lower_bound = (size_t)head[4];
+        p->digest = (uint64_t)head[5];
+        free(s->members);
+        s->members = members;
+        s->n = (int)head[0];
+        s->blob_bytes = (size_t)head[1];
+        s->restore_plan = p;
+    }
+    free(payload);
+    return st;
 }
 
 /* Keep every member's restored blob (the tail of @p buf) for weft_snapshot_blob();
@@ -111,53 +191,63 @@ static weft_status_t keep_blobs(weft_snapshot_t *s, const weft_layout_t *t, cons
     return WEFT_OK;
 }
 
-weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
-                                    void *new_buf, size_t new_bytes, weft_snapshot_restored_t *info)
+/* The restore, for a member holding the snapshot and for one that joined since
+ * (snap->plan == NULL: it learns the plan from the lowest holder). */
+static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target, void *new_buf,
+                             size_t new_bytes, weft_snapshot_restored_t *info)
 {
-    WEFT_API_LOCK(snap != NULL ? snap->g->ctx : NULL);
-    if (snap == NULL || target == NULL || new_buf == NULL) {
-        return WEFT_ERR_INVALID_ARG;
-    }
     weft_group_t *g = snap->g;
     weft_ctx_t *ctx = g->ctx;
-    if (snap->pending != NULL) {
-        return weft__error(ctx, WEFT_ERR_INVALID_ARG,
-                           "weft_snapshot_restore: free the request of the snapshot in flight "
-                           "first");
-    }
-    weft_layout_t *t = NULL, *src = NULL;
-    weft_status_t st = weft__snap_target(snap, target, &t);
-    if (st == WEFT_OK) {
-        st = weft_layout_keep(snap->copies, g->members, g->size, &src);
-    }
-    weft_plan_free(snap->restore_plan);
-    snap->restore_plan = NULL;
-    snap->restored = false;
-    if (st == WEFT_OK) {
-        weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
-        st = weft_plan_create(src, t, &pp, &snap->restore_plan);
-    }
+    bool holder = snap->plan != NULL;
     int me = g->members[g->rank];
-    if (st == WEFT_OK && new_bytes < weft_layout_packed_bytes(t, me)) {
-        st = weft__error_noctx(WEFT_ERR_INVALID_ARG,
-                               "new_buf has %zu bytes, the target and the blobs need %zu",
-                               new_bytes, weft_layout_packed_bytes(t, me));
+    weft_layout_t *t = NULL, *src = NULL;
+    weft_status_t st = WEFT_OK;
+    if (holder) {
+        weft_plan_free(snap->restore_plan);
+        snap->restore_plan = NULL;
+        st = weft__snap_target(snap, target, &t);
+        if (st == WEFT_OK) {
+            st = weft_layout_keep(snap->copies, g->members, g->size, &src);
+        }
+        if (st == WEFT_OK) {
+            weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
+            st = weft_plan_create(src, t, &pp, &snap->restore_plan);
+        }
+        if (st == WEFT_OK && new_bytes < weft_layout_packed_bytes(t, me)) {
+            st = weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                   "new_buf has %zu bytes, the target and the blobs need %zu",
+                                   new_bytes, weft_layout_packed_bytes(t, me));
+        }
+        weft_layout_free(src);
     }
-    weft_layout_free(src);
+    snap->restored = false;
     if (st != WEFT_OK) {
         char why[512];
         snprintf(why, sizeof(why), "%s", weft_last_error(NULL));
         (void)weft__error(ctx, st, "weft_snapshot_restore: %s", why);
     }
     /* The agreement tells the others when this member's arguments were refused. */
-    uint64_t step = 0;
-    int parity = 0;
-    weft_status_t ast = agree_step(snap, st != WEFT_OK, &step, &parity);
+    agreed_t a;
+    weft_status_t ast = agree_step(snap, st != WEFT_OK, &a);
+    if (st == WEFT_OK && ast == WEFT_OK && a.joiners) {
+        ast = share_plan(snap, &a);
+    }
+    if (st == WEFT_OK && ast == WEFT_OK && !holder) {
+        /* A joiner restores into a buffer of its own, now that it knows the blobs. */
+        if ((ast = weft__snap_target(snap, target, &t)) == WEFT_OK) {
+            new_bytes = weft_layout_packed_bytes(t, me);
+            free(snap->join_buf);
+            if ((snap->join_buf = malloc(new_bytes > 0 ? new_bytes : 1)) == NULL) {
+                ast = weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_restore: out of memory");
+            }
+            new_buf = snap->join_buf;
+        }
+    }
     if (st != WEFT_OK || ast != WEFT_OK) {
         weft_layout_free(t);
         return st != WEFT_OK ? st : ast;
     }
-    st = weft_migrate(g, snap->restore_plan, snap->buf[parity], new_buf, NULL);
+    st = weft_migrate(g, snap->restore_plan, holder ? snap->buf[a.parity] : NULL, new_buf, NULL);
     /* What no memory copy held: from the SSD directories, where they have it. */
     size_t nmiss = weft_plan_num_missing(snap->restore_plan);
     bool *got = calloc(nmiss + 1, sizeof(bool));
@@ -166,7 +256,7 @@ weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *
         st = weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_restore: out of memory");
     }
     if (st == WEFT_OK) {
-        from_ssd[0] = (int64_t)weft__snap_ssd_fill(snap, t, step, new_buf, got);
+        from_ssd[0] = (int64_t)weft__snap_ssd_fill(snap, t, a.step, new_buf, got);
         st = weft_allreduce(g, from_ssd, total, 1, WEFT_I64, WEFT_SUM);
     }
     if (st == WEFT_OK && (st = keep_blobs(snap, t, new_buf, got)) == WEFT_OK) {
@@ -174,7 +264,7 @@ weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *
         if (info != NULL) {
             weft_plan_stats_t all;
             weft_plan_stats(snap->restore_plan, -1, &all);
-            info->step = step;
+            info->step = a.step;
             info->bytes_moved = all.bytes_in;
             info->bytes_local = all.bytes_local;
             info->bytes_from_ssd = (size_t)total[0];
@@ -184,6 +274,66 @@ weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *
     free(got);
     weft_layout_free(t);
     return st;
+}
+
+weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
+                                    void *new_buf, size_t new_bytes, weft_snapshot_restored_t *info)
+{
+    WEFT_API_LOCK(snap != NULL ? snap->g->ctx : NULL);
+    if (snap == NULL || target == NULL || new_buf == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (snap->plan == NULL) {
+        return weft__error(snap->g->ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_snapshot_restore: this object only received a restore "
+                           "(weft_snapshot_restore_join); free it");
+    }
+    if (snap->pending != NULL) {
+        return weft__error(snap->g->ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_snapshot_restore: free the request of the snapshot in flight "
+                           "first");
+    }
+    return restore(snap, target, new_buf, new_bytes, info);
+}
+
+weft_status_t weft_snapshot_restore_join(weft_group_t *g, const weft_layout_t *target,
+                                         void *new_buf, size_t new_bytes, weft_snapshot_t **snap,
+                                         weft_snapshot_restored_t *info)
+{
+    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    if (g == NULL || target == NULL || snap == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_snapshot_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_restore_join: out of memory");
+    }
+    s->g = g;
+    s->nstate = target->ntensors;
+    size_t state = weft_layout_packed_bytes(target, g->members[g->rank]);
+    weft_status_t st = WEFT_OK;
+    if (new_bytes < state || (new_buf == NULL && state > 0)) {
+        st = weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+                         "weft_snapshot_restore_join: new_buf has %zu bytes, the target needs "
+                         "%zu",
+                         new_buf == NULL ? 0 : new_bytes, state);
+        agreed_t a; /* refused: the others learn it in the agreement, nobody waits */
+        (void)agree_step(s, true, &a);
+        weft_snapshot_free(s);
+        return st;
+    }
+    st = restore(s, target, NULL, 0, info);
+    if (st == WEFT_OK && state > 0) {
+        memcpy(new_buf, s->join_buf, state); /* the blobs stay in the object */
+    }
+    free(s->join_buf);
+    s->join_buf = NULL;
+    if (st != WEFT_OK) {
+        weft_snapshot_free(s);
+        return st;
+    }
+    *snap = s;
+    return WEFT_OK;
 }
 
 weft_status_t weft_snapshot_blob(const weft_snapshot_t *snap, int member, void *out, size_t cap,

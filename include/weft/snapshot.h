@@ -20,8 +20,9 @@
  * Regions whose every copy died are reported, never left stale silently.
  *
  * A snapshot object belongs to one group at one membership: after a restore, free it and
- * create one for the new layout. Members admitted by weft_group_grow() take no part in a
- * restore; give them their share with an ordinary migration afterwards.
+ * create one for the new layout. Members admitted since (by weft_group_grow(), or by the
+ * weft_group_repair() that removed the dead) take part with weft_snapshot_restore_join()
+ * and receive their share of the target directly.
  */
 #ifndef WEFT_SNAPSHOT_H
 #define WEFT_SNAPSHOT_H
@@ -145,6 +146,22 @@ WEFT_API weft_status_t weft_snapshot_stats(const weft_snapshot_t *snap,
 WEFT_API weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
                                              void *new_buf, size_t new_bytes,
                                              weft_snapshot_restored_t *info);
+
+/**
+ * @brief The part of weft_snapshot_restore() that a member admitted since the snapshot's
+ * group was made (by weft_group_grow(), or by the weft_group_repair() that removed the
+ * dead) plays: it holds no copy, takes part in the same collective, and receives its
+ * share of @p target (the same layout the holders pass) into @p new_buf
+ * (weft_layout_packed_bytes(target, its member id) bytes). The holders call
+ * weft_snapshot_restore() at the same time; the lowest of them sends such members the
+ * plan. On success *@p snap is an object that only answers weft_snapshot_blob() and
+ * weft_snapshot_restore_plan() (free it with weft_snapshot_free()).
+ * @return WEFT_OK; the errors of weft_snapshot_restore().
+ */
+WEFT_API weft_status_t weft_snapshot_restore_join(weft_group_t *g, const weft_layout_t *target,
+                                                  void *new_buf, size_t new_bytes,
+                                                  weft_snapshot_t **snap,
+                                                  weft_snapshot_restored_t *info);
 
 /** @brief After a restore: the blob member @p member stored with the restored step
  * (copied into @p out, at most @p cap bytes; *len gets its length).

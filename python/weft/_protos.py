@@ -122,6 +122,7 @@ _SNAPSHOT = {
     "weft_snapshot_restore": (I, [P, P, P, SZ, POINTER(S.SnapshotRestored)]),
     "weft_snapshot_blob": (I, [P, I, P, SZ, PSZ]),
     "weft_snapshot_restore_plan": (P, [P]),
+    "weft_snapshot_restore_join": (I, [P, P, P, SZ, PP, POINTER(S.SnapshotRestored)]),
     "weft_snapshot_stats": (I, [P, POINTER(S.SnapshotStats)]),
 }
 

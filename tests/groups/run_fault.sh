@@ -9,7 +9,8 @@ weftrun=$1 n=$2 expect=$3
 shift 3
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-"$weftrun" -n "$n" --elastic --timeout 100 -- "$@" >"$out" 2>&1
+# WEFTRUN_EXTRA: more weftrun options (--replace, say).
+"$weftrun" -n "$n" --elastic ${WEFTRUN_EXTRA:-} --timeout 100 -- "$@" >"$out" 2>&1
 rc=$?
 ok=$(grep -c "SURVIVOR-OK" "$out")
 bad=$(grep -c "SURVIVOR-FAIL" "$out")

@@ -1,0 +1,206 @@
+/*
+ * A replacement takes part in the restore: the last member kills itself in the middle of
+ * step KILL_STEP; weftrun --replace starts a new process (WEFT_JOIN=1), which joins the
+ * world; the survivors repair (which may admit it already) and grow back to the first
+ * width, then restore a flat re-cut over all members, the newcomer included, from the
+ * snapshots: the survivors with weft_snapshot_restore(), the newcomer with
+ * weft_snapshot_restore_join(). Everyone reads the step to resume from a blob and trains
+ * to the end; every element must be bitwise equal to a run without failure. Run by
+ * run_fault.sh with --replace, which counts "SURVIVOR-OK" lines (the newcomer's too).
+ */
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../groups/fault_common.h"
+#include "snap_common.h"
+#include "weft/weft.h"
+
+#define STEPS 10
+#define KILL_STEP 5
+
+typedef struct blob {
+    uint64_t step;
+} blob_t;
+
+static weft_layout_t *model(const int *members, int k)
+{
+    uint64_t a[1] = {30011}, b[2] = {97, 31};
+    weft_layout_t *l;
+    weft_layout_create(&l);
+    weft_layout_add_tensor(l, "w", WEFT_F32, 1, a, NULL);
+    weft_layout_add_tensor(l, "m", WEFT_F64, 2, b, NULL);
+    int t[2] = {0, 1};
+    weft_layout_flat(l, t, 2, members, k);
+    return l;
+}
+
+static weft_layout_t *model_of(weft_group_t *g)
+{
+    int k, ids[64];
+    weft_group_size(g, &k);
+    for (int r = 0; r < k; r++) {
+        weft_group_member_id(g, r, &ids[r]);
+    }
+    return model(ids, k);
+}
+
+static void init_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    (void)arg;
+    snap_store(elem, dt, snap_initial(t, i));
+}
+
+static void step_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    snap_store(elem, dt, snap_update(t, i, *(uint64_t *)arg, snap_load(elem, dt)));
+}
+
+static void check_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    uint64_t want[1];
+    snap_reference(t, i, dt, STEPS, want);
+    *(size_t *)arg += memcmp(elem, want, weft_dtype_size(dt)) != 0;
+}
+
+/* Steps @p from..STEPS on @p buf (laid out by @p l), each with an allreduce and a
+ * snapshot. */
+static weft_status_t train(weft_group_t *g, const weft_layout_t *l, void *buf, uint64_t from,
+                           weft_snapshot_t *snap, int id, int victim)
+{
+    weft_status_t st = WEFT_OK;
+    for (uint64_t step = from; step <= STEPS && st == WEFT_OK; step++) {
+        if (id == victim && step == KILL_STEP) {
+            raise(SIGKILL);
+        }
+        snap_each(l, id, buf, step_elem, &step);
+        double one = 1, sum = 0;
+        st = weft_allreduce(g, &one, &sum, 1, WEFT_F64, WEFT_SUM);
+        blob_t b = {step};
+        weft_req_t *req = NULL;
+        if (st == WEFT_OK &&
+            (st = weft_snapshot_start(snap, step, buf, &b, sizeof(b), &req)) == WEFT_INPROGRESS) {
+            st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
+        }
+        weft_req_free(req);
+    }
+    return st;
+}
+
+int main(void)
+{
+    setenv("WEFT_TIMEOUT_MS", "60000", 0);
+    weft_ctx_t *ctx;
+    weft_group_t *world = NULL;
+    if (weft_init(NULL, &ctx) != WEFT_OK) {
+        return 1;
+    }
+    const char *join = getenv("WEFT_JOIN");
+    bool joiner = join != NULL && strcmp(join, "1") == 0;
+    int me, n, id;
+    weft_layout_t *nl;
+    weft_snapshot_t *snap = NULL;
+    weft_snapshot_restored_t got;
+    unsigned char *nbuf;
+    weft_status_t st;
+    if (joiner) {
+        if ((st = weft_group_join(ctx, "world", 60000, &world)) != WEFT_OK) {
+            printf("newcomer: join: %s\n", weft_status_str(st));
+            return 1;
+        }
+        weft_group_rank(world, &me);
+        weft_group_member_id(world, me, &id);
+        nl = model_of(world);
+        size_t nb = weft_layout_packed_bytes(nl, id);
+        nbuf = malloc(nb + 1);
+        if ((st = weft_snapshot_restore_join(world, nl, nbuf, nb, &snap, &got)) != WEFT_OK) {
+            SURVIVOR_FAIL(me, weft_last_error(ctx));
+            return 1;
+        }
+    } else {
+        weft_ctx_world(ctx, &world);
+        weft_group_rank(world, &me);
+        weft_group_size(world, &n);
+        weft_group_member_id(world, me, &id);
+        int ids[64];
+        for (int r = 0; r < n; r++) {
+            weft_group_member_id(world, r, &ids[r]);
+        }
+        int victim = ids[n - 1];
+        weft_layout_t *l = model(ids, n);
+        if (weft_snapshot_create(world, l, sizeof(blob_t), NULL, &snap) != WEFT_OK) {
+            SURVIVOR_FAIL(me, weft_last_error(NULL));
+            return 1;
+        }
+        unsigned char *buf = malloc(weft_layout_packed_bytes(l, id) + 1);
+        snap_each(l, id, buf, init_elem, NULL);
+        st = train(world, l, buf, 1, snap, id, victim);
+        if (id == victim) {
+            raise(SIGKILL); /* it saw a failure before its own step came */
+        }
+        if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
+            SURVIVOR_FAIL(me, "the step with the dead member did not fail");
+            return 1;
+        }
+        /* Repair (which may admit the newcomer already), then grow back to n. */
+        weft_edit_info_t info = {.size = sizeof(info)};
+        int size = 0;
+        st = weft_group_repair(world, &info);
+        weft_group_size(world, &size);
+        while (st == WEFT_OK && size < n) {
+            weft_edit_info_t grown = {.size = sizeof(grown)};
+            st = weft_group_grow(world, n - size, 30000, &grown);
+            weft_group_size(world, &size);
+        }
+        if (st != WEFT_OK || fault_has_member(world, victim)) {
+            SURVIVOR_FAIL(me, "repair and grow");
+            return 1;
+        }
+        weft_group_rank(world, &me);
+        nl = model_of(world);
+        size_t nb = weft_snapshot_restore_bytes(snap, nl);
+        nbuf = malloc(nb);
+        if ((st = weft_snapshot_restore(snap, nl, nbuf, nb, &got)) != WEFT_OK) {
+            SURVIVOR_FAIL(me, weft_last_error(ctx));
+            return 1;
+        }
+        free(buf);
+        weft_layout_free(l);
+    }
+    /* Everyone, the newcomer included, resumes from the step in a blob. */
+    int first;
+    weft_group_member_id(world, 0, &first);
+    blob_t b = {0};
+    size_t len = 0;
+    if (got.bytes_missing != 0 || weft_snapshot_blob(snap, first, &b, sizeof(b), &len) != WEFT_OK ||
+        b.step != got.step || got.step < KILL_STEP - 2) {
+        printf("rank %d: restored step %llu, %zu B missing, blob step %llu\n", me,
+               (unsigned long long)got.step, got.bytes_missing, (unsigned long long)b.step);
+        SURVIVOR_FAIL(me, "restore");
+        return 1;
+    }
+    printf("rank %d%s: restored step %llu (%zu B moved)\n", me, joiner ? " (newcomer)" : "",
+           (unsigned long long)got.step, got.bytes_moved);
+    weft_snapshot_free(snap);
+    if (weft_snapshot_create(world, nl, sizeof(blob_t), NULL, &snap) != WEFT_OK) {
+        SURVIVOR_FAIL(me, weft_last_error(NULL));
+        return 1;
+    }
+    st = train(world, nl, nbuf, got.step + 1, snap, id, -1);
+    size_t wrong = 0;
+    snap_each(nl, id, nbuf, check_elem, &wrong);
+    if (st != WEFT_OK || wrong != 0) {
+        printf("rank %d: %s, %zu elements differ from the run without failure\n", me,
+               weft_status_str(st), wrong);
+        SURVIVOR_FAIL(me, "the state after the failure is not the state without it");
+        return 1;
+    }
+    SURVIVOR_OK(me);
+    weft_snapshot_free(snap);
+    weft_layout_free(nl);
+    free(nbuf);
+    weft_finalize(ctx);
+    return 0;
+}
