@@ -129,8 +129,12 @@ static weft_status_t share_plan(weft_snapshot_t *s, const agreed_t *a)
     }
     if (root) {
         memcpy(payload, s->members, nm);
-        memcpy(payload + nm, pl->xfers, nx);
-        memcpy(payload + nm + nx, pl->missing, nmiss);
+        if (nx > 0) {
+            memcpy(payload + nm, pl->xfers, nx);
+        }
+        if (nmiss > 0) {
+            memcpy(payload + nm + nx, pl->missing, nmiss);
+        }
     }
     st = weft_broadcast(g, payload, len, WEFT_U8, a->root);
     if (st == WEFT_OK && s->plan == NULL) { /* a joiner */
