@@ -21,6 +21,8 @@ typedef struct weft_decision {
 } weft_decision_t;
 
 weft_status_t weft__decision_encode(const weft_decision_t *d, void **buf, size_t *len);
+/* WEFT_ERR_PROTOCOL unless @p buf holds a decision of a known kind whose membership has
+ * 1 to WEFT_TAG_MAX_MEMBERS valid member ids, none twice; d->members is malloc'ed. */
 weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t *d);
 void weft__decision_key(const weft_ctx_t *ctx, char *key, size_t len, uint32_t gid,
                         uint32_t epoch);
