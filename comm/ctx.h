@@ -141,6 +141,7 @@ struct weft_req {
     struct weft_req *prev, *next; /* in ctx->live while in flight */
     struct weft_req *bg_next;     /* in ctx->bg while published and in flight */
     bool in_bg;
+    bool detached; /* nobody holds it: whoever completes it frees it (a refusal) */
 };
 
 /* ---- store keys ---- */
