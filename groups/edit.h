@@ -37,12 +37,12 @@ weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
  * knows which share its host); one that cannot be read is reported as failed. */
 void weft__learn_members(weft_ctx_t *ctx, const int *ids, int n);
 /*
- * Tag ids for @p n new subgroups of @p parent (groups/tag_ids.c), a collective of @p
- * parent: ids that no member of @p parent uses for a live group, the first free ones from
- * @p cursor on, the same on every member. WEFT_ERR_NO_MEMORY on every member alike when
- * fewer than @p n are free.
+ * Tag ids for @p n > 0 new subgroups of @p parent (groups/tag_ids.c), a collective of
+ * @p parent: ids that no member of @p parent uses for a live group, the first free ones
+ * from @p cursor on, the same on every member; *ids is malloc'ed. WEFT_ERR_NO_MEMORY on
+ * every member alike when fewer than @p n are free.
  */
-weft_status_t weft__split_tag_ids(weft_group_t *parent, int n, uint64_t cursor, uint32_t *ids);
+weft_status_t weft__split_tag_ids(weft_group_t *parent, int n, uint64_t cursor, uint32_t **ids);
 /* Apply every decision already taken for g's current epoch and later ones. */
 weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info);
 

@@ -286,10 +286,9 @@ weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_gr
         st = weft__error(ctx, st, "group %u: cannot allocate subgroup ids", parent->id);
         goto out;
     }
-    uint32_t *tags = ncolors > 0 ? malloc(sizeof(uint32_t) * (size_t)ncolors) : NULL;
+    uint32_t *tags = NULL;
     if (ncolors > 0) {
-        st = tags == NULL ? weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to split")
-                          : weft__split_tag_ids(parent, ncolors, (uint64_t)base, tags);
+        st = weft__split_tag_ids(parent, ncolors, (uint64_t)base, &tags);
     }
     if (st == WEFT_OK && mine.color >= 0) {
         /* Group id 0 is the world's; the others come from the counter, never reused. */

@@ -15,16 +15,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/coll/coll.h"
 #include "groups/edit.h"
 
 #define TAG_IDS WEFT_TAG_MAX_GROUPS /* 0 (the world's) .. 4095 */
 
-weft_status_t weft__split_tag_ids(weft_group_t *parent, int n, uint64_t cursor, uint32_t *ids)
+weft_status_t weft__split_tag_ids(weft_group_t *parent, int n, uint64_t cursor, uint32_t **out)
 {
     weft_ctx_t *ctx = parent->ctx;
     uint8_t *used = calloc(TAG_IDS, 1);
-    if (used == NULL) {
-        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to split");
+    uint32_t *ids = malloc(sizeof(uint32_t) * (size_t)n);
+    if (used == NULL || ids == NULL) {
+        free(used);
+        free(ids);
+        weft_status_t st = weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to split");
+        weft_coll_args_t a = weft__coll_args(WEFT_COLL_ALLREDUCE, "allreduce", NULL, NULL, TAG_IDS,
+                                             WEFT_U8, WEFT_MAX, -1);
+        weft__coll_refuse(parent, &a, true); /* the others are in the allreduce */
+        return st;
     }
     for (const weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
         used[g->tag_id % TAG_IDS] = 1;
@@ -33,6 +41,7 @@ weft_status_t weft__split_tag_ids(weft_group_t *parent, int n, uint64_t cursor, 
     weft_status_t st = weft_allreduce(parent, used, used, TAG_IDS, WEFT_U8, WEFT_MAX);
     if (st != WEFT_OK) {
         free(used);
+        free(ids);
         return st;
     }
     int got = 0;
@@ -44,11 +53,13 @@ weft_status_t weft__split_tag_ids(weft_group_t *parent, int n, uint64_t cursor, 
     }
     free(used);
     if (got < n) {
+        free(ids);
         return weft__error(ctx, WEFT_ERR_NO_MEMORY,
                            "group %u: no tag id left for %d new group%s: the members of this "
                            "group hold live groups with %d of the %u tag ids; free some groups "
                            "(weft_group_free) first",
                            parent->id, n, n == 1 ? "" : "s", (int)(TAG_IDS - 1) - got, TAG_IDS - 1);
     }
+    *out = ids;
     return WEFT_OK;
 }
