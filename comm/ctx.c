@@ -357,7 +357,7 @@ static weft_status_t create_world(weft_ctx_t *ctx)
     for (int i = 0; i < ctx->size; i++) {
         members[i] = i;
     }
-    weft_status_t st = weft__group_create(ctx, members, ctx->size, 0, NULL, &ctx->world);
+    weft_status_t st = weft__group_create(ctx, members, ctx->size, 0, 0, NULL, &ctx->world);
     free(members);
     ctx->next_group_id = 1;
     return st;

@@ -73,6 +73,7 @@ struct weft_ctx {
     int world_size_at_start;    /* WEFT_WORLD_SIZE of the original job */
     weft_group_t *world;
     weft_group_t *groups;       /* every group of this context, world included */
+    int64_t local_group_ids;    /* subgroup ids handed out without a store (one process) */
     uint32_t next_group_id;
     struct weft_req *live;      /* requests in flight */
     struct weft_req *req_pool;  /* freed requests kept for reuse (singly linked) */
@@ -101,7 +102,8 @@ struct weft_ctx {
 
 struct weft_group {
     weft_ctx_t *ctx;
-    uint32_t id;         /* agreed by all members; part of every tag */
+    uint32_t id;         /* agreed by all members, never reused in the job: store keys, names */
+    uint32_t tag_id;     /* in every tag (12 bits): no two live groups of a member share one */
     uint32_t epoch;      /* goes up with every membership edit */
     int rank, size;
     int *members;        /* [size]: group rank -> stable member id */
@@ -139,6 +141,7 @@ struct weft_req {
     struct weft_req *prev, *next; /* in ctx->live while in flight */
     struct weft_req *bg_next;     /* in ctx->bg while published and in flight */
     bool in_bg;
+    bool detached; /* nobody holds it: whoever completes it frees it (a refusal) */
 };
 
 /* ---- store keys ---- */
@@ -291,9 +294,11 @@ void weft__group_fail_requests(weft_group_t *g, weft_status_t why);
 void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);
 /* WEFT_OK, or the error every operation on @p g returns now. */
 weft_status_t weft__group_status(const weft_group_t *g);
-/* Create a group from member ids (ordered) with an agreed id; appended to ctx->groups. */
+/* Create a group from member ids (ordered) with an agreed id and tag id (see struct
+ * weft_group); appended to ctx->groups. */
 weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,
-                                 weft_group_t *parent, weft_group_t **out);
+                                 uint32_t tag_id, weft_group_t *parent, weft_group_t **out);
+/* Free @p g with its requests; messages of its tag id still waiting here are dropped. */
 void weft__group_destroy(weft_group_t *g);
 
 /* ---- CUDA state (comm/memtype.c) ---- */

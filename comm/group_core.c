@@ -10,7 +10,7 @@
 #include "comm/shm.h"
 
 weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,
-                                 weft_group_t *parent, weft_group_t **out)
+                                 uint32_t tag_id, weft_group_t *parent, weft_group_t **out)
 {
     weft_group_t *g = calloc(1, sizeof(*g));
     if (g == NULL) {
@@ -24,6 +24,7 @@ weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, 
     memcpy(g->members, members, sizeof(int) * (size_t)size);
     g->ctx = ctx;
     g->id = id;
+    g->tag_id = tag_id;
     g->size = size;
     g->rank = -1;
     for (int i = 0; i < size; i++) {
@@ -60,6 +61,8 @@ void weft__group_destroy(weft_group_t *g)
     }
     weft__cuda_group_fini(g);
     weft__shm_release(g);
+    /* Its tag id may be given to a new group: nothing of this one may be taken for it. */
+    weft__ctx_discard(ctx, weft__tag(0, g->tag_id, 0, WEFT_TAG_P2P, 0), WEFT_TAG_MASK_GROUP);
     free(g->members);
     free(g);
 }

@@ -90,7 +90,7 @@ weft_status_t weft__isend(weft_group_t *g, int peer, const void *buf, size_t len
     if (st != WEFT_OK) {
         return st;
     }
-    uint64_t tag = weft__tag((uint32_t)g->ctx->rank, g->id, g->epoch, cls, payload);
+    uint64_t tag = weft__tag((uint32_t)g->ctx->rank, g->tag_id, g->epoch, cls, payload);
     st = p->ops->isend(p->tl, p->ep, buf, len, tag, &tl_req);
     if (st == WEFT_OK) {
         *req = NULL;
@@ -113,7 +113,7 @@ weft_status_t weft__irecv_len(weft_group_t *g, int peer, void *buf, size_t len,
     if (st != WEFT_OK) {
         return st;
     }
-    uint64_t tag = weft__tag((uint32_t)id, g->id, g->epoch, cls, payload);
+    uint64_t tag = weft__tag((uint32_t)id, g->tag_id, g->epoch, cls, payload);
     size_t got = 0;
     st = p->ops->irecv(p->tl, buf, len, tag, WEFT_TAG_MASK_ALL, &tl_req, &got);
     if (st == WEFT_OK) {

@@ -117,6 +117,9 @@ static int advance_published(weft_ctx_t *ctx)
             *p = r->bg_next;
             r->in_bg = false;
             r->bg_next = NULL;
+            if (r->detached) {
+                weft_req_free(r); /* nobody holds it */
+            }
             done++;
         } else {
             p = &r->bg_next;

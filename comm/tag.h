@@ -1,9 +1,11 @@
 /*
  * Every message carries (source member id, group id, epoch, class, payload) in its
  * 64-bit transport tag, so a message of an old epoch can never match a receive of a
- * new one, and collectives on different groups never cross-talk.
+ * new one, and collectives on different groups never cross-talk: no two groups that a
+ * process holds at once have the same tag id (the world's is 0; weft_group_split gives
+ * each new subgroup one that none of the parent's members uses, groups/tag_ids.c).
  *
- *   63..48 source member id (16 bits)     47..36 group id (12 bits)
+ *   63..48 source member id (16 bits)     47..36 group tag id (12 bits)
  *   35..28 epoch mod 256 (8 bits)         27..26 class (2 bits)
  *   25..0  payload: user tag (24 bits) for P2P; sequence (18) | step (8) for COLL
  */
@@ -32,6 +34,8 @@ enum weft_tag_class {
 #define WEFT_TAG_MASK_ALL UINT64_MAX
 /* Everything but the payload: selects one (source, group, epoch, class). */
 #define WEFT_TAG_MASK_STREAM (~((UINT64_C(1) << WEFT_TAG_PAYLOAD_BITS) - 1))
+/* Group only: the messages of every epoch of a group (freed, its tag id to be reused). */
+#define WEFT_TAG_MASK_GROUP (UINT64_C(0xfff) << WEFT_TAG_GROUP_SHIFT)
 /* Group and epoch only: used to discard stale messages of one group epoch. */
 #define WEFT_TAG_MASK_GROUP_EPOCH (UINT64_C(0xfffff) << WEFT_TAG_EPOCH_SHIFT)
 

@@ -32,6 +32,24 @@ weft_status_t weft__decision_encode(const weft_decision_t *d, void **buf, size_t
     return WEFT_OK;
 }
 
+/* Whether @p m holds @p n member ids, each a valid one and none twice. */
+static bool members_valid(const int32_t *m, uint32_t n)
+{
+    uint64_t *seen = calloc(WEFT_TAG_MAX_MEMBERS / 64, sizeof(uint64_t));
+    bool ok = seen != NULL;
+    for (uint32_t i = 0; ok && i < n; i++) {
+        uint32_t id = (uint32_t)m[i];
+        ok = id < WEFT_TAG_MAX_MEMBERS && !(seen[id / 64] >> (id % 64) & 1);
+        if (ok) {
+            seen[id / 64] |= UINT64_C(1) << (id % 64);
+        }
+    }
+    free(seen);
+    return ok;
+}
+
+/* Values in the store are anyone's who holds the job token: only what is safe to apply
+ * (a known kind, a membership of valid, distinct member ids) is decoded. */
 weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t *d)
 {
     uint32_t h[DECISION_HEADER];
@@ -39,15 +57,20 @@ weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t
         return WEFT_ERR_PROTOCOL;
     }
     memcpy(h, buf, sizeof(h));
-    if (h[0] != DECISION_MAGIC || h[4] > (1u << 16) ||
+    if (h[0] != DECISION_MAGIC || (h[1] != WEFT_EDIT_REPAIR && h[1] != WEFT_EDIT_GROW) ||
+        h[4] == 0 || h[4] > WEFT_TAG_MAX_MEMBERS ||
         len != (DECISION_HEADER + (size_t)h[4]) * sizeof(uint32_t)) {
         return WEFT_ERR_PROTOCOL;
     }
-    int32_t *m = malloc(sizeof(int32_t) * (h[4] > 0 ? h[4] : 1));
+    int32_t *m = malloc(sizeof(int32_t) * h[4]);
     if (m == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
-    memcpy(m, (const uint32_t *)buf + DECISION_HEADER, sizeof(int32_t) * h[4]);
+    memcpy(m, (const uint8_t *)buf + sizeof(h), sizeof(int32_t) * h[4]);
+    if (!members_valid(m, h[4])) {
+        free(m);
+        return WEFT_ERR_PROTOCOL;
+    }
     d->kind = h[1];
     d->new_epoch = h[2];
     d->join_hi = h[3];

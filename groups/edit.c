@@ -105,7 +105,7 @@ void weft__learn_members(weft_ctx_t *ctx, const int *ids, int n)
 
 static void discard_stale(weft_group_t *g)
 {
-    uint64_t tag = weft__tag(0, g->id, g->epoch, WEFT_TAG_P2P, 0);
+    uint64_t tag = weft__tag(0, g->tag_id, g->epoch, WEFT_TAG_P2P, 0);
     weft__ctx_discard(g->ctx, tag, WEFT_TAG_MASK_GROUP_EPOCH);
 }
 

@@ -21,6 +21,8 @@ typedef struct weft_decision {
 } weft_decision_t;
 
 weft_status_t weft__decision_encode(const weft_decision_t *d, void **buf, size_t *len);
+/* WEFT_ERR_PROTOCOL unless @p buf holds a decision of a known kind whose membership has
+ * 1 to WEFT_TAG_MAX_MEMBERS valid member ids, none twice; d->members is malloc'ed. */
 weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t *d);
 void weft__decision_key(const weft_ctx_t *ctx, char *key, size_t len, uint32_t gid,
                         uint32_t epoch);
@@ -34,6 +36,13 @@ weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
 /* Read the addresses of the members among @p ids this process does not know yet (so it
  * knows which share its host); one that cannot be read is reported as failed. */
 void weft__learn_members(weft_ctx_t *ctx, const int *ids, int n);
+/*
+ * Tag ids for @p n > 0 new subgroups of @p parent (groups/tag_ids.c), a collective of
+ * @p parent: ids that no member of @p parent uses for a live group, the first free ones
+ * from @p cursor on, the same on every member; *ids is malloc'ed. WEFT_ERR_NO_MEMORY on
+ * every member alike when fewer than @p n are free.
+ */
+weft_status_t weft__split_tag_ids(weft_group_t *parent, int n, uint64_t cursor, uint32_t **ids);
 /* Apply every decision already taken for g's current epoch and later ones. */
 weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info);
 

@@ -176,7 +176,7 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
         }
     }
     if (st == WEFT_OK) {
-        st = weft__group_create(ctx, members, (int)d.n_members, gid, NULL, &g);
+        st = weft__group_create(ctx, members, (int)d.n_members, gid, 0, NULL, &g);
     }
     free(members);
     free(d.members);
@@ -276,19 +276,28 @@ weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_gr
     if (ctx->store != NULL && ncolors > 0) {
         st = split_ids(parent, ncolors, seq, &base);
     } else {
-        base = (int64_t)seq * 64; /* no store: a single process, ids only need to differ */
+        base = ctx->local_group_ids; /* no store: a single process */
+        ctx->local_group_ids += ncolors;
+    }
+    if (st == WEFT_OK && (base < 0 || base + ncolors >= UINT32_MAX)) {
+        st = WEFT_ERR_PROTOCOL; /* 4 billion subgroups, or a counter not ours */
     }
     if (st != WEFT_OK) {
         st = weft__error(ctx, st, "group %u: cannot allocate subgroup ids", parent->id);
         goto out;
     }
-    if (mine.color < 0) {
-        *sub = NULL;
-        goto out;
+    uint32_t *tags = NULL;
+    if (ncolors > 0) {
+        st = weft__split_tag_ids(parent, ncolors, (uint64_t)base, &tags);
     }
-    /* Group id 0 is the world's; ids wrap within the 12 bits a tag carries. */
-    uint32_t gid = 1 + (uint32_t)((base + my_color_index) % (WEFT_TAG_MAX_GROUPS - 1));
-    st = weft__group_create(ctx, ids, count, gid, parent, sub);
+    if (st == WEFT_OK && mine.color >= 0) {
+        /* Group id 0 is the world's; the others come from the counter, never reused. */
+        uint32_t gid = 1 + (uint32_t)(base + my_color_index);
+        st = weft__group_create(ctx, ids, count, gid, tags[my_color_index], parent, sub);
+    } else if (st == WEFT_OK) {
+        *sub = NULL;
+    }
+    free(tags);
 out:
     free(all);
     free(ids);

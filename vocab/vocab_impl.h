@@ -28,6 +28,19 @@ struct weft_vocab {
     int n_mb;          /* live microbatch states */
 };
 
+/* ---- collectives (vocab/coll.c) ---- */
+/* The collective of a pass on host buffers: a rank that refused its part of it (below)
+ * makes it fail with WEFT_ERR_INVALID_ARG on every rank. Starts as weft_iallreduce() and
+ * weft_ibroadcast() (WEFT_F32) do. */
+weft_status_t weft__vocab_iallreduce(weft_vocab_t *v, void *buf, size_t count,
+                                     weft_dtype_t dtype, weft_op_t op, weft_req_t **req);
+weft_status_t weft__vocab_ibroadcast(weft_vocab_t *v, void *buf, size_t count, int root,
+                                     weft_req_t **req);
+/* This rank rejected its arguments of a pass whose collective the others run (an
+ * allreduce, or a broadcast): it joins that collective as a refusal (the error it
+ * returns is the caller's). @p blocking: the refusal ends before this returns. */
+void weft__vocab_refuse(weft_vocab_t *v, bool broadcast, bool blocking);
+
 /* ---- the statistics record ---- */
 /*
  * ALG1/ALG2 merge one record per token (array of structures):

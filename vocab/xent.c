@@ -153,6 +153,7 @@ weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float
     if (mb->state == WEFT__MB_C1 || mb->state == WEFT__MB_C2) {
         return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: S while a collective is in flight");
     }
+    mb->state = WEFT__MB_IDLE; /* a failed S leaves nothing for C1: it refuses */
     if (n > mb->max_tokens || (n > 0 && (x == NULL || labels == NULL)) ||
         (mb->v->range.length > 0 && w == NULL)) {
         return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: S: bad arguments (n %zu, max %zu)", n,
@@ -166,7 +167,6 @@ weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float
     if ((st = ensure_host_buffers(mb, device_labels)) != WEFT_OK) {
         return st;
     }
-    mb->state = WEFT__MB_IDLE;
     mb->have_loss = false;
     mb->stats = (weft_vocab_mb_stats_t){.size = sizeof(mb->stats)};
     uint64_t t0 = weft__now_ns();
@@ -218,7 +218,7 @@ static weft_status_t start_allreduce(weft_vocab_mb_t *mb, void *buf, size_t coun
     mb->stats.comm_bytes += count * (dtype == WEFT_DTYPE_USER
                                          ? weft__rec_floats(mb->algo, mb->v->hidden) * sizeof(float)
                                          : weft_dtype_size(dtype));
-    weft_status_t st = weft_iallreduce(mb->v->group, buf, buf, count, dtype, op, &req);
+    weft_status_t st = weft__vocab_iallreduce(mb->v, buf, count, dtype, op, &req);
     if (st == WEFT_INPROGRESS) {
         mb->req = req;
         return st;
@@ -276,7 +276,9 @@ weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb)
         return WEFT_ERR_INVALID_ARG;
     }
     if (mb->state != WEFT__MB_S_DONE) {
-        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG, "vocab: C1 must follow S");
+        weft__vocab_refuse(mb->v, false, false); /* the others are in C1 */
+        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG,
+                           "vocab: C1 must follow a completed S (refused: C1 fails on every rank)");
     }
     mb->state = WEFT__MB_C1;
     switch (mb->algo) {
@@ -454,7 +456,11 @@ weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb)
         return WEFT_ERR_INVALID_ARG;
     }
     if (mb->state != WEFT__MB_T_DONE) {
-        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG, "vocab: C2 must follow T");
+        if (mb->algo != WEFT_VOCAB_ALG2) {
+            weft__vocab_refuse(mb->v, false, false); /* the others are in C2 */
+        }
+        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG,
+                           "vocab: C2 must follow a completed T (refused: C2 fails on every rank)");
     }
     if (mb->algo == WEFT_VOCAB_ALG2) {
         mb->state = WEFT__MB_IDLE; /* ∇X is complete after T: nothing to communicate */
@@ -470,6 +476,10 @@ weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     weft_status_t st = weft_vocab_xent_s(mb, x, w, labels, n);
+    if (st != WEFT_OK && mb != NULL) {
+        weft__vocab_refuse(mb->v, false, true); /* this rank's C1, which the others run */
+        return st;
+    }
     if (st == WEFT_OK) {
         st = weft_vocab_xent_c1(mb);
     }
@@ -486,6 +496,12 @@ weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, f
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     weft_status_t st = weft_vocab_xent_t(mb, grad, dx, dw);
+    if (st != WEFT_OK && mb != NULL) {
+        if (mb->algo != WEFT_VOCAB_ALG2) {
+            weft__vocab_refuse(mb->v, false, true); /* this rank's C2, which the others run */
+        }
+        return st;
+    }
     if (st == WEFT_OK) {
         st = weft_vocab_xent_c2(mb);
     }

@@ -80,6 +80,7 @@ typedef struct weft_coll_hdr {
 #define WEFT_COLL_HDR_MISMATCH 0x1u
 #define WEFT_COLL_HDR_INVALID 0x2u /* the sender refused its arguments of this collective */
 #define WEFT_COLL_HDR_LATE 0x4u    /* shared memory: an earlier small broadcast disagreed */
+#define WEFT_COLL_HDR_REFUSED 0x8u /* a rank refused (relayed, like the mismatch flag) */
 
 /* What the caller asked for. */
 typedef struct weft_coll_args {
@@ -92,6 +93,10 @@ typedef struct weft_coll_args {
     weft_op_t op;
     int root;
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* alltoallv */
+    /* What this rank returns when another refused its arguments: WEFT_OK for
+     * WEFT_ERR_MISMATCH (the collectives), or the refusal's own status (the vocabulary
+     * passes: WEFT_ERR_INVALID_ARG on every rank). */
+    weft_status_t refused_status;
 } weft_coll_args_t;
 
 /* The arguments of every kind but alltoallv (whose count arrays the caller adds). */
@@ -198,6 +203,7 @@ struct weft_coll {
     uint32_t seq;
     weft_coll_hdr_t hdr; /* my parameters */
     bool mismatch;       /* OR of the flags seen so far */
+    bool refused;        /* a rank refused its arguments (its header, or one relaying it) */
     enum { WEFT_COLL_PH_RD, WEFT_COLL_PH_DATA, WEFT_COLL_PH_DONE } phase;
     weft_rd_t rd;
     /* Data phase after an agreeing exchange: WEFT_INPROGRESS until done. NULL: none. */
@@ -206,7 +212,7 @@ struct weft_coll {
     void *alg;
     uint8_t *scratch; /* freed with the collective */
     bool holds;       /* broadcast: this rank has the data */
-    bool detached;    /* a refused collective's exchange: nobody waits, no error text */
+    bool detached;    /* this rank's refusal: nobody waits for it, no error text */
     weft_status_t status;
     /* Shared-memory path (comm/coll/shm.c): the group's segment, NULL over messages. */
     struct weft_shm *shm;
@@ -244,6 +250,18 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
  * latency path). Fails with the group's status when it is revoked or edited meanwhile.
  */
 weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a);
+/*
+ * This rank rejects its arguments of collective @p a (its caller reports why): the others
+ * are in that collective all the same. Tell them now rather than at their timeout, and use
+ * up its number so that the group stays in step. They fail it with WEFT_ERR_MISMATCH, or
+ * with @p a's refused_status. Through shared memory this rank posts a header flagged as
+ * refused, in its turn; over messages it posts every message of its part of the exchange
+ * phase at once, so its header reaches every peer even if this rank does not call weft
+ * again. With @p blocking, the refusal is driven to its end here (as the collective would
+ * have been); else it is left to the progress thread and to the waits of later calls.
+ * Nothing on CUDA buffers (NCCL has no way to refuse).
+ */
+void weft__coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blocking);
 
 /* Collectives on CUDA buffers (comm/coll/device.c): whether @p a names device memory, and
  * the start that routes it to NCCL (or refuses with the reason). */
@@ -326,15 +344,23 @@ void weft__shm_abandon(weft_coll_t *c);
  * collects through this epoch's shared memory and is healthy, and no earlier collective
  * of it is outstanding, post @p h (flagged WEFT_COLL_HDR_INVALID) and consume the
  * collective's number, so the other ranks get WEFT_ERR_MISMATCH at once instead of
- * waiting for a timeout, and the group stays in step.
+ * waiting for a timeout, and the group stays in step. False when an earlier collective
+ * is outstanding: the refusal must be queued (weft__shm_queue_refusal).
  */
-void weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h);
+bool weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h);
+/* The refusal of @p c (flagged header, detached) numbered on the group's segment behind
+ * the outstanding collectives: weft__shm_exchange posts its header in its turn. */
+void weft__shm_queue_refusal(weft_coll_t *c);
 
 /* ---- rd.c: the exchange phase ---- */
 /* Allocate rd.sbuf/rd.rbuf with @p cap payload bytes each and set the schedule. */
 weft_status_t weft__rd_init(weft_coll_t *c, const weft_rd_ops_t *ops, size_t cap);
 /* Advance; WEFT_OK when this rank's part is over (c->mismatch then final). */
 weft_status_t weft__rd_progress(weft_coll_t *c);
+/* A refusal's part of the exchange (c->hdr flagged): every send and receive of every
+ * position posted at once, what arrives dropped; the schedule set by weft__rd_init. */
+weft_status_t weft__rd_refuse_start(weft_coll_t *c);
+weft_status_t weft__rd_refuse_progress(weft_coll_t *c);
 void weft__rd_fini(weft_coll_t *c);
 
 /* ---- ring.c ---- */

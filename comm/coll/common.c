@@ -194,6 +194,9 @@ bool weft__coll_hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr
 bool weft__coll_hdr_agrees(weft_coll_t *c, int peer, const weft_coll_hdr_t *h, bool with_seq)
 {
     char why[sizeof(c->why)];
+    if (h->flags & (WEFT_COLL_HDR_INVALID | WEFT_COLL_HDR_REFUSED)) {
+        c->refused = true;
+    }
     if (hdr_same(&c->hdr, peer, h, with_seq, why, sizeof(why))) {
         return true;
     }
@@ -251,6 +254,10 @@ static void coll_release(weft_coll_t *c)
 
 static weft_status_t coll_mismatch_error(weft_coll_t *c)
 {
+    if (c->refused && c->a.refused_status != WEFT_OK) {
+        return weft__error(c->ctx, c->a.refused_status, "%s #%u: %s", c->a.name, c->seq,
+                           c->why[0] != '\0' ? c->why : "another rank refused its arguments of it");
+    }
     if (c->why[0] != '\0') {
         return weft__error(c->ctx, WEFT_ERR_MISMATCH, "%s #%u: %s", c->a.name, c->seq, c->why);
     }
@@ -265,7 +272,9 @@ static weft_status_t coll_step(weft_coll_t *c)
     weft_status_t st;
     switch (c->phase) {
     case WEFT_COLL_PH_RD:
-        st = c->shm != NULL ? weft__shm_exchange(c) : weft__rd_progress(c);
+        st = c->shm != NULL ? weft__shm_exchange(c)
+             : c->detached  ? weft__rd_refuse_progress(c)
+                            : weft__rd_progress(c);
         if (st != WEFT_OK) {
             return st;
         }
@@ -316,8 +325,8 @@ static void progress_others(weft_ctx_t *ctx, const weft_req_t *self)
         weft_status_t st = coll_step(r->impl);
         if (st != WEFT_INPROGRESS) {
             r->status = st; /* as weft__req_advance records a final status */
-            if (((weft_coll_t *)r->impl)->detached) {
-                weft_req_free(r); /* nobody holds it */
+            if (r->detached && !r->in_bg) {
+                weft_req_free(r); /* nobody holds it (the progress thread frees its own) */
             }
         }
     }
@@ -339,8 +348,8 @@ static void coll_cleanup(weft_req_t *req)
         return;
     }
     req->impl = NULL;
-    if (req->status == WEFT_OK) {
-        coll_release(c);
+    if (req->status == WEFT_OK || (c->detached && c->phase == WEFT_COLL_PH_DONE)) {
+        coll_release(c); /* (a refusal that ran to its end has no message in flight) */
         free(c);
         return;
     }
@@ -395,8 +404,6 @@ static weft_status_t coll_setup(weft_coll_t *c)
     return c->g->shm != NULL ? weft__coll_setup_shm(c) : weft__coll_setup_msgs(c);
 }
 
-static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blocking);
-
 /* A collective of @p g with nothing set yet. Everything but the mismatch text and the
  * inline buffers is cleared; those need no clearing (a struct literal would clear and
  * copy them: measurable on the 8-byte path). */
@@ -424,7 +431,7 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
     weft_status_t st = check_args(g, a, &elem, &red);
     if (st != WEFT_OK) {
         if (st == WEFT_ERR_INVALID_ARG) {
-            coll_refuse(g, a, blocking); /* tell the others now, not at their timeout */
+            weft__coll_refuse(g, a, blocking); /* tell the others now, not at their timeout */
         }
         return st;
     }
@@ -467,7 +474,7 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     if (req == NULL) {
         weft_status_t st = weft__error(g->ctx, WEFT_ERR_INVALID_ARG, "%s: no request pointer",
                                        a->name);
-        coll_refuse(g, a, false);
+        weft__coll_refuse(g, a, false);
         return st;
     }
     if (weft__coll_is_cuda(a)) {
@@ -564,17 +571,44 @@ static weft_status_t coll_wait_inline(weft_coll_t *c)
     }
 }
 
-/*
- * This rank refused the arguments of collective @p a (WEFT_ERR_INVALID_ARG, already
- * reported). The others are in that collective all the same: tell them now rather than
- * at their timeout, and use up its number so that the group stays in step. Through
- * shared memory a flagged header does it. Over messages this rank takes part in the
- * exchange phase with a header flagged as refused and no payload: to the end here when
- * the call was blocking (as the collective itself would have), else in the background,
- * driven by the waits of later collectives and freed when done. The error of the call
- * stays the one the caller sees.
- */
-static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blocking)
+/* The refusal of @p c, driven to its end here; its memory freed, or kept for messages that
+ * a cancel left in flight. */
+static void refusal_wait(weft_coll_t *c)
+{
+    weft_status_t st = coll_wait_inline(c);
+    void *scratch = c->scratch;
+    c->scratch = NULL;
+    coll_release(c);
+    if (st == WEFT_ERR_MISMATCH) {
+        free(scratch);
+        free(c);
+    } else {
+        weft__retire(c->ctx, scratch);
+        weft__retire(c->ctx, c);
+    }
+}
+
+/* A refusal left to run: the progress thread, or the waits of later calls, drive it, and
+ * whoever completes it frees it. */
+static void refusal_detach(weft_coll_t *c)
+{
+    weft_req_t *r = weft__req_new(c->ctx, c->g);
+    if (r == NULL) {
+        refusal_wait(c); /* nothing to hand it to: do it now */
+        return;
+    }
+    r->impl = c;
+    r->progress = coll_progress;
+    r->cleanup = coll_cleanup;
+    r->detached = true;
+    if (weft__req_advance(r) == WEFT_INPROGRESS) {
+        weft__req_publish(r);
+    } else {
+        weft_req_free(r);
+    }
+}
+
+void weft__coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blocking)
 {
     weft_ctx_t *ctx = g->ctx;
     if (weft__coll_is_cuda(a) || weft__shm_ensure(g) != WEFT_OK) {
@@ -582,9 +616,8 @@ static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blockin
     }
     weft_coll_hdr_t h = coll_header(a, 0, g->coll_seq);
     h.flags = WEFT_COLL_HDR_INVALID;
-    if (g->shm != NULL) {
-        weft__shm_refuse(g, &h);
-        return;
+    if (g->shm != NULL && weft__shm_refuse(g, &h)) {
+        return; /* posted, or nobody to tell */
     }
     if (g->size < 2 || weft__group_status(g) != WEFT_OK) {
         return;
@@ -593,6 +626,9 @@ static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blockin
     if (c == NULL) {
         return;
     }
+    /* The caller's error stays the one weft_last_error() gives. */
+    char saved[sizeof(ctx->last_error)];
+    memcpy(saved, ctx->last_error, sizeof(saved));
     coll_clear(c, g);
     c->a = weft__coll_args(a->kind, a->name, NULL, NULL, a->count, a->dtype, a->op, a->root);
     c->seq = g->coll_seq++;
@@ -600,32 +636,26 @@ static void coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blockin
     c->status = WEFT_INPROGRESS;
     c->detached = true;
     c->mismatch = true;
+    c->refused = true;
     c->hdr = h;
-    if (weft__rd_init(c, NULL, 0) != WEFT_OK) {
-        free(c);
-        return;
+    weft_status_t st = WEFT_OK;
+    if (g->shm != NULL) {
+        weft__shm_queue_refusal(c); /* behind the collectives still outstanding */
+    } else if ((st = weft__rd_init(c, NULL, 0)) == WEFT_OK) {
+        st = weft__rd_refuse_start(c);
     }
-    if (blocking) {
-        char saved[sizeof(ctx->last_error)];
-        memcpy(saved, ctx->last_error, sizeof(saved));
-        (void)coll_wait_inline(c);
-        memcpy(ctx->last_error, saved, sizeof(saved));
+    if (st != WEFT_OK) {
+        void *scratch = c->scratch;
+        c->scratch = NULL;
         coll_release(c);
-        free(c);
-        return;
+        weft__retire(ctx, scratch); /* a receive or send may be in flight */
+        weft__retire(ctx, c);
+    } else if (blocking) {
+        refusal_wait(c);
+    } else {
+        refusal_detach(c);
     }
-    weft_req_t *r = weft__req_new(ctx, g);
-    if (r == NULL) {
-        coll_release(c);
-        free(c);
-        return;
-    }
-    r->impl = c;
-    r->progress = coll_progress;
-    r->cleanup = coll_cleanup;
-    if (weft__req_advance(r) != WEFT_INPROGRESS) {
-        weft_req_free(r);
-    }
+    memcpy(ctx->last_error, saved, sizeof(saved));
 }
 
 weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a)

@@ -109,6 +109,9 @@ static weft_status_t rd_post(weft_coll_t *c, enum weft_rd_stage stage, int to, i
         if (c->mismatch) {
             h.flags |= WEFT_COLL_HDR_MISMATCH;
         }
+        if (c->refused) {
+            h.flags |= WEFT_COLL_HDR_REFUSED;
+        }
         memcpy(rd->sbuf, &h, sizeof(h));
         size_t len =
             rd->ops != NULL ? rd->ops->pack(c, stage, to, rd->sbuf + WEFT_COLL_HDR_SIZE) : 0;
@@ -205,4 +208,81 @@ weft_status_t weft__rd_progress(weft_coll_t *c)
         rd->pos++;
     }
     return WEFT_OK;
+}
+
+/* ---- a refusal ---- */
+
+enum { RD_POSITIONS = 16 + 2 }; /* fold-in, up to 16 steps, fold-out */
+
+/* Every message of a refusal's part, posted at once (in the collective's scratch). */
+typedef struct rd_refusal {
+    weft_req_t *req[2 * RD_POSITIONS];
+    size_t len[2 * RD_POSITIONS];
+    weft_status_t failed; /* the first error of a message other than a truncation */
+    _Alignas(8) uint8_t hdr[WEFT_COLL_HDR_SIZE];
+    uint8_t rbuf[RD_POSITIONS][WEFT_COLL_HDR_SIZE]; /* longer messages are cut: dropped */
+} rd_refusal_t;
+
+/* Drop what is still in flight (a refusal abandoned: its group freed or failed). */
+static void rd_refuse_fini(weft_coll_t *c)
+{
+    rd_refusal_t *f = (rd_refusal_t *)c->scratch;
+    for (int k = 0; f != NULL && k < 2 * RD_POSITIONS; k++) {
+        weft__coll_child_drop(&f->req[k]);
+    }
+}
+
+weft_status_t weft__rd_refuse_start(weft_coll_t *c)
+{
+    rd_refusal_t *f = (rd_refusal_t *)weft__coll_alloc(c, sizeof(*f));
+    if (f == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    memset(f, 0, sizeof(*f));
+    c->scratch = (uint8_t *)f;
+    c->fini = rd_refuse_fini;
+    weft_coll_hdr_t h = c->hdr;
+    h.flags |= WEFT_COLL_HDR_MISMATCH | WEFT_COLL_HDR_REFUSED;
+    memcpy(f->hdr, &h, sizeof(h));
+    weft_rd_t *rd = &c->rd;
+    for (rd->pos = 0; rd->pos <= rd->nsteps + 1; rd->pos++) {
+        enum weft_rd_stage stage;
+        int to, from, k = 2 * rd->pos;
+        rd_roles(c, &stage, &to, &from);
+        uint32_t tag = weft__tag_coll_payload(c->seq, (uint32_t)rd_step_tag(rd));
+        weft_status_t st = WEFT_OK;
+        if (from >= 0) {
+            st = weft__irecv_len(c->g, from, f->rbuf[rd->pos], WEFT_COLL_HDR_SIZE, WEFT_TAG_COLL,
+                                 tag, &f->req[k], &f->len[k]);
+        }
+        if (to >= 0 && (st == WEFT_OK || st == WEFT_INPROGRESS || st == WEFT_ERR_MISMATCH)) {
+            st = weft__isend(c->g, to, f->hdr, WEFT_COLL_HDR_SIZE, WEFT_TAG_COLL, tag,
+                             &f->req[k + 1]);
+        }
+        if (st != WEFT_OK && st != WEFT_INPROGRESS && st != WEFT_ERR_MISMATCH) {
+            return st; /* the group is failing: its revocation tells the others */
+        }
+    }
+    return WEFT_OK;
+}
+
+weft_status_t weft__rd_refuse_progress(weft_coll_t *c)
+{
+    rd_refusal_t *f = (rd_refusal_t *)c->scratch;
+    bool busy = false;
+    for (int k = 0; f != NULL && k < 2 * RD_POSITIONS; k++) {
+        weft_status_t st = weft__coll_child_test(&f->req[k], &f->len[k]);
+        if (st == WEFT_INPROGRESS) {
+            busy = true;
+        } else if (st != WEFT_OK && st != WEFT_ERR_MISMATCH && f->failed == WEFT_OK) {
+            f->failed = st;
+        }
+    }
+    if (busy) {
+        return WEFT_INPROGRESS;
+    }
+    weft_status_t st = f != NULL ? f->failed : WEFT_OK;
+    free(c->scratch); /* nothing in flight reads it now */
+    c->scratch = NULL;
+    return st;
 }

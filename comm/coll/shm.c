@@ -305,10 +305,22 @@ static weft_status_t eager_recv(weft_coll_t *c)
     if (weft__coll_hdr_agrees(c, root, &h, false)) {
         small_finish(c);
     }
-    if (c->mismatch) {
-        note_late(s, c->hdr.seq, c->why); /* the root may not know: tell everyone */
+    if (c->mismatch && !(h.flags & WEFT_COLL_HDR_INVALID)) {
+        /* The root may not know: tell everyone. (A root that refused knows, and every
+         * reader sees its refusal.) */
+        note_late(s, c->hdr.seq, c->why);
     }
     return eager_done(c);
+}
+
+/* A queued refusal's turn: post its header as weft__shm_refuse does, and hand on. */
+static weft_status_t refusal_post(weft_coll_t *c)
+{
+    slot_write(c->shm, c->sh.idx, &c->hdr, NULL, 0);
+    c->sh.stage = SH_DONE;
+    release_turn(c);
+    verify(c->shm);
+    return WEFT_OK;
 }
 
 weft_status_t weft__shm_exchange(weft_coll_t *c)
@@ -332,6 +344,9 @@ weft_status_t weft__shm_exchange(weft_coll_t *c)
     case SH_SLOT:
         if (!slot_free(s, c->sh.idx)) {
             return WEFT_INPROGRESS;
+        }
+        if (c->detached) {
+            return refusal_post(c);
         }
         if (c->sh.eager) {
             post_slot(c);
@@ -668,15 +683,15 @@ weft_status_t weft__coll_setup_shm(weft_coll_t *c)
     return st;
 }
 
-void weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h)
+bool weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h)
 {
     weft_shm_t *s = g->shm;
-    if (s == NULL || s->epoch != g->epoch || weft__group_status(g) != WEFT_OK) {
-        return; /* over messages, or the segment is not this epoch's yet */
+    if (s == NULL || s->epoch != g->epoch || weft__group_status(g) != WEFT_OK || s->broken) {
+        return true; /* over messages, the segment is not this epoch's yet, or unusable */
     }
     uint64_t idx = s->issued;
-    if (s->broken || s->turn != idx) {
-        return; /* an earlier collective is outstanding: this one cannot be posted now */
+    if (s->turn != idx) {
+        return false; /* an earlier collective is outstanding: queue this one behind it */
     }
     /* My slot must be free; the peers are finishing what it held. */
     uint64_t start = weft__now_ns(), timeout = weft__ms_to_ns(g->ctx->cfg.timeout_ms);
@@ -684,7 +699,7 @@ void weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h)
     while (!slot_free(s, idx)) {
         if (weft__group_status(g) != WEFT_OK ||
             weft__now_ns() - start > weft__wait_limit(g->ctx, start, timeout)) {
-            return;
+            return true;
         }
         weft__progress(g->ctx);
         weft__idle(g->ctx, &idle);
@@ -694,7 +709,17 @@ void weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h)
     s->turn++;
     verify(s); /* nothing of the others' slots is needed for this one */
     g->coll_seq++; /* weft_group_coll_count() counts started collectives only */
+    return true;
 }
+
+void weft__shm_queue_refusal(weft_coll_t *c)
+{
+    weft_shm_t *s = c->g->shm;
+    c->shm = s;
+    c->sh.idx = s->issued++;
+    c->sh.epoch = c->g->epoch;
+}
+
 
 void weft__shm_abandon(weft_coll_t *c)
 {

@@ -88,6 +88,10 @@ struct weft_store_server {
     size_t nconns;
     struct pollfd pfds[WEFT__STORE_MAX_CONNS + 2];
     uint64_t accept_resume_ms;
+    /* Fake connections (weft__store_server_feed): the bytes they receive next. */
+    const uint8_t *feed;
+    size_t feed_len;
+    bool feed_eof;
 };
 
 /* ---- the map ---- */
@@ -184,7 +188,7 @@ static void conn_event(weft_store_server_t *s, store_conn_t *c, const store_entr
 
 static void conn_flush(weft_store_server_t *s, store_conn_t *c)
 {
-    while (!c->dead && conn_pending(c) > 0) {
+    while (!c->dead && conn_pending(c) > 0 && c->fd >= 0) { /* a fake one's stays queued */
         ssize_t n =
             send(c->fd, c->out.data + c->out_off, conn_pending(c), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
@@ -488,13 +492,31 @@ static void handle_request(weft_store_server_t *s, store_conn_t *c)
 
 /* ---- reading frames ---- */
 
-/* recv() into @p p; false when the connection should stop reading this turn. */
-static bool conn_recv(weft_store_server_t *s, store_conn_t *c, void *p, size_t want, size_t *got)
+/* recv() on the socket, or on a fake connection the bytes of weft__store_server_feed. */
+static ssize_t conn_recv_some(weft_store_server_t *s, store_conn_t *c, void *p, size_t want)
 {
     ssize_t n;
+    if (c->fd < 0) {
+        n = (ssize_t)(want < s->feed_len ? want : s->feed_len);
+        if (n == 0) {
+            errno = EAGAIN;
+            return s->feed_eof ? 0 : -1;
+        }
+        memcpy(p, s->feed, (size_t)n);
+        s->feed += n;
+        s->feed_len -= (size_t)n;
+        return n;
+    }
     do {
         n = recv(c->fd, p, want, MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
+    return n;
+}
+
+/* recv() into @p p; false when the connection should stop reading this turn. */
+static bool conn_recv(weft_store_server_t *s, store_conn_t *c, void *p, size_t want, size_t *got)
+{
+    ssize_t n = conn_recv_some(s, c, p, want);
     if (n > 0) {
         *got += (size_t)n;
         return true;
@@ -611,24 +633,27 @@ static void format_peer(const struct sockaddr_storage *sa, socklen_t len, char *
 static void conn_free(store_conn_t *c)
 {
     lease_clear(c);
-    close(c->fd);
+    if (c->fd >= 0) {
+        close(c->fd);
+    }
     free(c->in);
     weft__store_buf_free(&c->out);
     free(c);
 }
 
 /* A new connection: greet it with the nonce it must prove the token against. */
-static void conn_open(weft_store_server_t *s, int fd, const struct sockaddr_storage *sa,
-                      socklen_t salen)
+static void conn_open(weft_store_server_t *s, int fd, const char *peer)
 {
     store_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         WEFT_ERROR(s->lg, "store: no memory for a new connection");
-        close(fd);
+        if (fd >= 0) {
+            close(fd);
+        }
         return;
     }
     c->fd = fd;
-    format_peer(sa, salen, c->peer, sizeof(c->peer));
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
     if (s->nconns >= WEFT__STORE_MAX_CONNS) {
         WEFT_WARN(s->lg, "store: refused %s: too many connections (%d)", c->peer,
                   WEFT__STORE_MAX_CONNS);
@@ -663,7 +688,9 @@ static void accept_all(weft_store_server_t *s)
         socklen_t len = sizeof(sa);
         int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
-            conn_open(s, fd, &sa, len);
+            char peer[64];
+            format_peer(&sa, len, peer, sizeof(peer));
+            conn_open(s, fd, peer);
             continue;
         }
         if (errno == EINTR || errno == ECONNABORTED) {
@@ -954,6 +981,9 @@ int weft__store_server_port(const weft_store_server_t *s)
 static void server_wake(weft_store_server_t *s)
 {
     ssize_t n;
+    if (s->wake_wr < 0) {
+        return; /* a fake server: no loop to wake */
+    }
     do {
         n = write(s->wake_wr, "w", 1);
     } while (n < 0 && errno == EINTR);
@@ -991,10 +1021,99 @@ void weft__store_server_stop(weft_store_server_t *s)
     if (s == NULL) {
         return;
     }
-    pthread_mutex_lock(&s->lock);
-    s->stop = true;
-    pthread_mutex_unlock(&s->lock);
-    server_wake(s);
-    pthread_join(s->thread, NULL);
+    if (s->listen_fd >= 0) { /* not a fake one: a thread serves it */
+        pthread_mutex_lock(&s->lock);
+        s->stop = true;
+        pthread_mutex_unlock(&s->lock);
+        server_wake(s);
+        pthread_join(s->thread, NULL);
+    }
     server_free(s);
+}
+
+/* ---- fake connections: the request path without sockets or thread (fuzzing, tests) ---- */
+
+weft_status_t weft__store_server_fake(const char *token, const weft_logger_t *lg,
+                                      weft_store_server_t **server)
+{
+    weft_store_server_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    s->lg = lg;
+    s->listen_fd = s->wake_rd = s->wake_wr = -1;
+    s->nbuckets = 64;
+    s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
+    s->token = strdup(token);
+    if (s->buckets == NULL || s->token == NULL) {
+        server_free(s);
+        return WEFT_ERR_NO_MEMORY;
+    }
+    *server = s;
+    return WEFT_OK;
+}
+
+/* A fake connection's descriptor: negative, so that nothing closes or polls it. */
+static int fake_fd(int id)
+{
+    return -2 - id;
+}
+
+int weft__store_server_fake_open(weft_store_server_t *s, bool authenticated)
+{
+    pthread_mutex_lock(&s->lock);
+    int id = 0;
+    for (size_t i = 0; i < s->nconns; i++) {
+        int used = -2 - s->conns[i]->fd;
+        id = used >= id ? used + 1 : id;
+    }
+    char peer[32];
+    snprintf(peer, sizeof(peer), "fake connection %d", id);
+    size_t before = s->nconns;
+    conn_open(s, fake_fd(id), peer);
+    if (s->nconns == before) {
+        id = -1;
+    } else if (authenticated) {
+        s->conns[before]->state = CONN_READY;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return id;
+}
+
+bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size_t n, bool eof,
+                             struct weft_store_buf *out, size_t *used)
+{
+    pthread_mutex_lock(&s->lock);
+    store_conn_t *c = NULL;
+    for (size_t i = 0; i < s->nconns && c == NULL; i++) {
+        c = s->conns[i]->fd == fake_fd(id) ? s->conns[i] : NULL;
+    }
+    size_t taken = 0;
+    if (c != NULL) {
+        s->feed = p;
+        s->feed_len = n;
+        s->feed_eof = eof;
+        /* As the loop does: read while it wants input, answer, expire, flush, reap. */
+        while (conn_wants_input(c) && (s->feed_len > 0 || s->feed_eof)) {
+            conn_read(s, c);
+        }
+        taken = n - s->feed_len;
+        s->feed = NULL;
+        s->feed_len = 0;
+        s->feed_eof = false;
+        (void)run_timers(s);
+        if (out != NULL && !c->dead &&
+            weft__store_buf_put(out, c->out.data + c->out_off, conn_pending(c)) == WEFT_OK) {
+            c->out_off = c->out.len;
+        }
+        conn_flush(s, c);
+    }
+    bool open = c != NULL && !c->dead;
+    reap(s);
+    pthread_mutex_unlock(&s->lock);
+    if (used != NULL) {
+        *used = taken;
+    }
+    return open;
 }

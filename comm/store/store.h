@@ -126,6 +126,26 @@ weft_status_t weft__store_server_set(weft_store_server_t *s, const char *key, co
 bool weft__store_server_has(weft_store_server_t *s, const char *key);
 void weft__store_server_stop(weft_store_server_t *s);
 
+struct weft_store_buf; /* comm/store/proto.h */
+/*
+ * Fuzzing and tests: the server's frame reader and request handling without sockets or
+ * thread. A fake server (stopped with weft__store_server_stop) holds fake connections,
+ * numbered from 0; _fake_open greets one (HELLO, queued) and, when @p authenticated,
+ * skips its challenge. Returns the number, or -1 when the server is full.
+ */
+weft_status_t weft__store_server_fake(const char *token, const weft_logger_t *lg,
+                                      weft_store_server_t **server);
+int weft__store_server_fake_open(weft_store_server_t *s, bool authenticated);
+/*
+ * Connection @p id receives the @p n bytes at @p p, then end of stream when @p eof: the
+ * server reads them as from its socket (up to where it would stop reading: a parked GET,
+ * a closed connection; *used says how many, may be NULL), answers, runs its timers and
+ * closes what it would close. What the connection was sent since its last feed is
+ * appended to @p out (may be NULL). False once the connection is closed (or unknown).
+ */
+bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size_t n, bool eof,
+                             struct weft_store_buf *out, size_t *used);
+
 /* Random token of 32 hex characters from the OS entropy source. */
 weft_status_t weft__store_make_token(char out[65]);
 

@@ -5,8 +5,11 @@
  * Every collective has a blocking form (waits with the context's default timeout) and a
  * nonblocking twin `weft_i...` that returns a request. All members of the group must
  * call the same collectives in the same order. Ranks that disagree on count, dtype, op
- * or root get WEFT_ERR_MISMATCH on every rank. Passing the same pointer as send and
- * receive buffer means "in place" where the description says it is allowed.
+ * or root get WEFT_ERR_MISMATCH on every rank. A rank whose own arguments are invalid
+ * gets WEFT_ERR_INVALID_ARG and still takes part, as a refusal: the other ranks get
+ * WEFT_ERR_MISMATCH at once, not at their timeout, even if the refusing rank does not
+ * call weft again for a while, and the group stays usable. Passing the same pointer as
+ * send and receive buffer means "in place" where the description says it is allowed.
  *
  * Outstanding collectives on one group may be waited in any order; collectives on
  * different groups never interfere.

@@ -130,6 +130,13 @@ WEFT_API weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64
  * @brief Split @p parent: members with equal @p color form a subgroup, ordered by
  * (@p key, parent rank). Collective over @p parent. A negative color gives *sub = NULL.
  * Subgroups are revoked along with their parent when they lose a member.
+ *
+ * A process can hold up to 4095 subgroups at once (besides the world): every message
+ * names its group in 12 bits, so no two groups of a process share them. Free the
+ * subgroups you no longer need; a split creates and frees as many as you like over a job.
+ * @return WEFT_OK; WEFT_ERR_NO_MEMORY on every member alike when the members of
+ *         @p parent already hold so many groups that no id is left for a new one;
+ *         errors of the collective and of the store.
  */
 WEFT_API weft_status_t weft_group_split(weft_group_t *parent, int color, int key,
                                         weft_group_t **sub);

@@ -29,6 +29,14 @@
  * default ignore_index) marks an ignored token, which has zero loss, contributes to no
  * gradient and is not counted by the mean. A label >= V is WEFT_ERR_INVALID_ARG.
  *
+ * Refusals: a rank whose arguments of a pass are invalid (a label >= V, a NULL buffer, a
+ * pass out of order) still takes part in the collective of that pass, as a refusal, and
+ * every rank of the group gets WEFT_ERR_INVALID_ARG from it at once. The blocking
+ * forward and backward do this themselves. With the passes called one by one, a rank
+ * whose S (or T) failed must still call C1 (or C2), which then refuses and returns
+ * WEFT_ERR_INVALID_ARG without waiting; skipping it leaves the others waiting for their
+ * timeout. The embedding calls refuse their collective likewise.
+ *
  * Buffers are row-major float32, contiguous. The tensors of one call must all be in host
  * memory or all in CUDA device memory (detected per call with weft_memory_is_cuda(), which
  * in a build without CUDA reports host memory for everything); labels, ids and the
@@ -194,9 +202,11 @@ WEFT_API weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, co
  * ALG1/ALG2: one collective with the merge operator. NAIVE: a max, which this call waits
  * for (what follows depends on it; starting the next collective later from progress
  * would let ranks with several microbatches in flight start collectives in different
- * orders), then the sums, left in flight. Every rank of the group must call it.
+ * orders), then the sums, left in flight. Every rank of the group must call it, also a
+ * rank whose S failed: its C1 refuses (see "Refusals" above).
  * @return WEFT_OK when already complete, WEFT_INPROGRESS (drive with
- *         weft_vocab_mb_test() / weft_vocab_mb_wait()), or an error of the collective.
+ *         weft_vocab_mb_test() / weft_vocab_mb_wait()), WEFT_ERR_INVALID_ARG when this
+ *         rank or another refused, or an error of the collective.
  */
 WEFT_API weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb);
 
@@ -227,8 +237,10 @@ WEFT_API weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad,
 
 /**
  * @brief Pass C2: start the sum of ∇X over the group (NAIVE, ALG1). For ALG2 there is
- * nothing to communicate and it returns WEFT_OK at once, issuing no collective.
- * @return WEFT_OK when complete, WEFT_INPROGRESS, or an error of the collective.
+ * nothing to communicate and it returns WEFT_OK at once, issuing no collective. A rank
+ * whose T failed must still call it: it refuses (see "Refusals" above).
+ * @return WEFT_OK when complete, WEFT_INPROGRESS, WEFT_ERR_INVALID_ARG when this rank or
+ *         another refused, or an error of the collective.
  */
 WEFT_API weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb);
 

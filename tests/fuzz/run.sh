@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A libFuzzer campaign on one fuzz target of tests/fuzz, for a given time:
+#
+#     tests/fuzz/run.sh TARGET SECONDS [libFuzzer options...]
+#
+# TARGET is store (the store's frame reader and request handling) or decision (the
+# membership-decision decoder). Builds weft with clang, libFuzzer and ASan+UBSan into
+# build-fuzz/, then fuzzes from the seed corpus tests/fuzz/corpus/TARGET (read only) and
+# the campaign's own corpus build-fuzz/corpus/TARGET (kept from run to run). An input
+# that fails is written to build-fuzz/crashes/TARGET/ and the script exits non-zero.
+# Once the bug is fixed, copy that input into tests/fuzz/corpus/TARGET/: the unit test
+# fuzz_TARGET_corpus replays the corpus on every run of the suite.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [ $# -lt 2 ] || [ ! -f "tests/fuzz/fuzz_$1.c" ]; then
+    echo "usage: $0 store|decision SECONDS [libFuzzer options...]" >&2
+    exit 2
+fi
+target=$1
+seconds=$2
+shift 2
+
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DWEFT_FUZZ=ON -DWEFT_WITH_CUDA=OFF \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz --target "fuzz_$target"
+
+mkdir -p "build-fuzz/corpus/$target" "build-fuzz/crashes/$target"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+exec "build-fuzz/bin/fuzz_$target" -max_total_time="$seconds" -max_len=8192 -timeout=10 \
+     -print_final_stats=1 -artifact_prefix="build-fuzz/crashes/$target/" "$@" \
+     "build-fuzz/corpus/$target" "tests/fuzz/corpus/$target"
