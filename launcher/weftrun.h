@@ -140,6 +140,12 @@ typedef struct weftrun_job {
     uint64_t stop_fence_at_ms; /* when the next stopped rank is due to be fenced, 0: none */
 } weftrun_job_t;
 
+/* ---- weftrun_args.c ---- */
+
+/* Parse the command line into @p o. Returns -1 when the options are fine, else the exit
+ * code (0 after --help or --version, having printed it). */
+int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o);
+
 /* ---- weftrun_spawn.c ---- */
 
 /*
