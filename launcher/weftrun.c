@@ -40,36 +40,57 @@ static void format_store_addr(const char *bind_addr, int port, bool for_remote, 
     }
 }
 
-static weft_status_t start_store(weftrun_job_t *job)
+/* Name the job's segments in /dev/shm as its ranks on this host will. */
+static void name_shm_job(weftrun_job_t *job)
 {
-    weft_status_t status = weft__store_make_token(job->token);
-    if (status != WEFT_OK) {
-        WEFT_ERROR(job->lg, "cannot make a job token: %s", weft_status_str(status));
-        return status;
-    }
-    weft_store_server_params_t sp = {
-        .size = sizeof(sp),
-        .bind_addr = job->opts->bind_addr,
-        .port = job->opts->port,
-        .token = job->token,
-        .logger = job->lg,
-        .on_lapse = job->opts->store_only ? NULL : weftrun_fence_on_lapse,
-        .on_lapse_arg = job,
-    };
-    status = weft__store_server_start(&sp, &job->server);
-    if (status != WEFT_OK) {
-        WEFT_ERROR(job->lg, "cannot start the store on %s port %d: %s", job->opts->bind_addr,
-                   job->opts->port, weft_status_str(status));
-        return status;
-    }
-    format_store_addr(job->opts->bind_addr, weft__store_server_port(job->server),
-                      job->opts->store_only, job->store_addr, sizeof(job->store_addr));
-    WEFT_INFO(job->lg, "store listening at %s", job->store_addr);
     if (weft__shm_job_id(job->store_addr, job->token, job->shm_job) != WEFT_OK) {
         WEFT_WARN(job->lg, "cannot name the job's shared-memory segments: they are not "
                            "removed at its end");
         job->shm_job[0] = '\0';
     }
+}
+
+/* The token the user gave, or a new one when this weftrun alone hands it out. */
+static weft_status_t take_token(weftrun_job_t *job)
+{
+    if (job->opts->token != NULL) {
+        snprintf(job->token, sizeof(job->token), "%s", job->opts->token);
+        return WEFT_OK;
+    }
+    weft_status_t status = weft__store_make_token(job->token);
+    if (status != WEFT_OK) {
+        WEFT_ERROR(job->lg, "cannot make a job token: %s", weft_status_str(status));
+    }
+    return status;
+}
+
+static weft_status_t start_store(weftrun_job_t *job)
+{
+    const weftrun_opts_t *o = job->opts;
+    int port = o->store != NULL ? atoi(strrchr(o->store, ':') + 1) : o->port;
+    weft_store_server_params_t sp = {
+        .size = sizeof(sp),
+        .bind_addr = o->bind_addr,
+        .port = port,
+        .token = job->token,
+        .logger = job->lg,
+        .on_lapse = o->store_only ? NULL : weftrun_fence_on_lapse,
+        .on_lapse_arg = job,
+    };
+    weft_status_t status = weft__store_server_start(&sp, &job->server);
+    if (status != WEFT_OK) {
+        WEFT_ERROR(job->lg, "cannot start the store on %s port %d: %s", o->bind_addr, port,
+                   weft_status_str(status));
+        return status;
+    }
+    /* Ranks get the address the user gave, the same on every node. */
+    if (o->store != NULL) {
+        snprintf(job->store_addr, sizeof(job->store_addr), "%s", o->store);
+    } else {
+        format_store_addr(o->bind_addr, weft__store_server_port(job->server), o->store_only,
+                          job->store_addr, sizeof(job->store_addr));
+    }
+    WEFT_INFO(job->lg, "store listening at %s", job->store_addr);
     return WEFT_OK;
 }
 
@@ -118,7 +139,20 @@ int main(int argc, char **argv)
         .rank = -1,
         .prefix = "weftrun",
     };
-    weftrun_job_t job = {.opts = &opts, .lg = &lg, .sigfd = -1, .fence_rd = -1, .fence_wr = -1};
+    char prefix[32];
+    if (opts.nnodes > 1) {
+        snprintf(prefix, sizeof(prefix), "weftrun node %d", opts.node_rank);
+        lg.prefix = prefix;
+    }
+    weftrun_job_t job = {
+        .opts = &opts,
+        .lg = &lg,
+        .world_size = opts.nnodes * opts.nranks,
+        .rank_base = opts.node_rank * opts.nranks,
+        .sigfd = -1,
+        .fence_rd = -1,
+        .fence_wr = -1,
+    };
 
     if (!opts.store_only && weftrun_resolve_program(opts.argv[0], &lg, &job.prog_path) != WEFT_OK) {
         return WEFTRUN_EXIT_NOT_FOUND;
@@ -127,14 +161,28 @@ int main(int argc, char **argv)
         rc = WEFTRUN_EXIT_FAILED;
         goto out;
     }
-    if (weftrun_fence_init(&job) != WEFT_OK || start_store(&job) != WEFT_OK) {
+    /* A node that does not serve the store connects to the one given. */
+    bool serving = opts.store_only || (opts.node_rank == 0 && !opts.external_store);
+    if (!serving) {
+        snprintf(job.store_addr, sizeof(job.store_addr), "%s", opts.store);
+    }
+    if (weftrun_fence_init(&job) != WEFT_OK || take_token(&job) != WEFT_OK ||
+        (serving && start_store(&job) != WEFT_OK)) {
         rc = WEFTRUN_EXIT_FAILED;
         goto out;
     }
+    name_shm_job(&job);
     /* What jobs that no longer run left in /dev/shm (weftrun killed, ranks started by
      * hand that all died) goes before this one starts. */
     weft__shm_sweep(WEFT_SHM_DIR, &lg);
-    rc = opts.store_only ? serve_store_only(&job) : weftrun_run_job(&job);
+    if (opts.store_only) {
+        rc = serve_store_only(&job);
+    } else if ((opts.nnodes > 1 || opts.external_store) && weftrun_nodes_start(&job) != WEFT_OK) {
+        rc = WEFTRUN_EXIT_FAILED;
+    } else {
+        rc = weftrun_run_job(&job);
+    }
+    weftrun_nodes_finish(&job, rc);
     weft__store_server_stop(job.server);
     shm_clean_at_end(&job);
 out:

@@ -13,10 +13,9 @@
 #include "launcher/weftrun.h"
 #include "util/parse.h"
 #include "weft/core.h"
+
 #define WEFTRUN_MAX_RANKS 65536
-/* Member ids from here up are handed out by the store to processes that join without a
- * launcher (comm/ctx.c): the ids of replacements must stay below. */
-#define WEFTRUN_MAX_MEMBER_IDS ((int)(WEFT_TAG_MAX_MEMBERS / 2))
+#define WEFTRUN_MAX_NODES 4096
 _Static_assert(WEFT_TAG_MAX_MEMBERS / 2 == 32768, "the --max-restarts messages say 32768");
 #define WEFTRUN_MAX_SECONDS 31536000.0 /* a year: longer is surely a typo */
 
@@ -24,14 +23,19 @@ static const char usage_text[] =
     "Usage: weftrun -n N [options] [--] program [args...]\n"
     "       weftrun -n N --elastic [--replace] [--min M] [--max-restarts K] [options]\n"
     "               [--] program [args...]\n"
+    "       weftrun --nnodes N --node-rank R --store HOST:PORT --token-file FILE\n"
+    "               -n PER_NODE [options] [--] program [args...]\n"
     "       weftrun --store-only [--bind ADDR] [--port PORT] [--timeout SECONDS]\n"
+    "       weftrun --new-token\n"
     "\n"
     "Start N local ranks of a weft job, host the job's rendezvous store and supervise\n"
     "the ranks: when one exits abnormally the others are stopped (or, with --elastic,\n"
-    "repair their groups and go on).\n"
+    "repair their groups and go on). A job over several nodes runs one weftrun per\n"
+    "node; see 'Multi-node jobs' below.\n"
     "\n"
     "Options:\n"
-    "  -n, --np N          number of ranks to start (required unless --store-only)\n"
+    "  -n, --np N          number of ranks to start on this node (required unless\n"
+    "                      --store-only; also --nproc-per-node, --nproc_per_node)\n"
     "      --tag-output    prefix every line of each rank's stdout and stderr with\n"
     "                      '[rank N] ' (otherwise the ranks write to weftrun's\n"
     "                      stdout and stderr directly)\n"
@@ -61,6 +65,26 @@ static const char usage_text[] =
     "                      store until SIGINT or SIGTERM (or --timeout); for jobs\n"
     "                      started by mpirun or srun. With a wildcard --bind the\n"
     "                      printed host is this host's name\n"
+    "      --nnodes N      nodes in the job, each running a weftrun (default 1)\n"
+    "      --node-rank R   this node's index, 0 .. N-1 (also --node_rank): its ranks\n"
+    "                      are R*PER_NODE .. R*PER_NODE+PER_NODE-1\n"
+    "      --store HOST:PORT\n"
+    "                      where the job's store is served (also --rdzv-endpoint):\n"
+    "                      node 0 serves it there, bound to HOST unless --bind says\n"
+    "                      otherwise, and the other nodes connect to it (required\n"
+    "                      with --nnodes above 1; the same on every node). With\n"
+    "                      --store-only: where to serve it\n"
+    "      --token TOKEN   the job token, the same on every node: 16 to 64\n"
+    "                      printable characters without spaces (weftrun --new-token\n"
+    "                      makes one). Others on the host can read it in ps: prefer\n"
+    "      --token-file FILE\n"
+    "                      the job token from the first line of FILE. Without\n"
+    "                      either, WEFT_JOB_TOKEN from the environment when --store is\n"
+    "                      given; otherwise weftrun makes one\n"
+    "      --external-store\n"
+    "                      no node serves the store: it runs apart, under\n"
+    "                      weftrun --store-only --store HOST:PORT with the same token\n"
+    "      --new-token     print a new random token and exit\n"
     "  -v, --verbose       say more (repeat for debug output)\n"
     "  -h, --help          print this help and exit\n"
     "  -V, --version       print the version and exit\n"
@@ -108,6 +132,26 @@ static const char usage_text[] =
     "When the program cannot be run at all (exec failed), the job is stopped.\n"
     "--tag-output prefixes are '[rank <id>] ', replacements included.\n"
     "\n"
+    "Multi-node jobs: start the same command on every node, with its own --node-rank\n"
+    "(by hand, ssh, or a cluster's launcher starting one task per node). Ranks get\n"
+    "WEFT_RANK and WEFT_WORLD_SIZE of the whole job (N x PER_NODE), WEFT_LOCAL_RANK\n"
+    "and WEFT_LOCAL_SIZE of their node, and WEFT_STORE as given to --store. Every\n"
+    "weftrun registers in the store (keys weftrun/...) and holds a lease there: one\n"
+    "that dies, or stops answering for WEFT_FAILURE_TIMEOUT_MS, is declared lost; its\n"
+    "ranks die with it (or are declared failed by their own leases) and the others\n"
+    "learn of each. Nodes other than 0 wait for the store up to\n"
+    "WEFT_CONNECT_TIMEOUT_MS, so they may start first. Node 0, once its own ranks have\n"
+    "ended, serves the store until every other node's weftrun has ended or is lost.\n"
+    "Without --elastic, a rank's failure, a signal, --timeout or a lost node stops\n"
+    "the job on every node (exit status as above, the first node's that stopped).\n"
+    "With --elastic every node decides for its own ranks: --min, --replace and\n"
+    "--max-restarts count this node's processes, a death or a lost node does not\n"
+    "stop the other nodes, and replacements take member ids from a counter in the\n"
+    "store (N x PER_NODE and up). A node started again with the --node-rank of a lost\n"
+    "one (same command, --elastic) starts all its ranks as replacements that join.\n"
+    "Hosts: ranks share memory only with ranks of the same host (one kernel, network\n"
+    "namespace, PID namespace and /dev/shm); between hosts they use the network.\n"
+    "\n"
     "Shared memory: ranks on one host share segments named /dev/shm/weft-<job>-*.\n"
     "When the job ends, however it ends, weftrun removes what is left of its job's; with\n"
     "--store-only only when no process of the job on this host still holds the job's\n"
@@ -133,10 +177,28 @@ enum long_only_opt {
     OPT_REPLACE,
     OPT_MIN,
     OPT_MAX_RESTARTS,
+    OPT_NNODES,
+    OPT_NODE_RANK,
+    OPT_STORE,
+    OPT_TOKEN,
+    OPT_TOKEN_FILE,
+    OPT_EXTERNAL_STORE,
+    OPT_NEW_TOKEN,
 };
 
 static const struct option long_opts[] = {
     {"np", required_argument, NULL, 'n'},
+    {"nproc-per-node", required_argument, NULL, 'n'},
+    {"nproc_per_node", required_argument, NULL, 'n'},
+    {"nnodes", required_argument, NULL, OPT_NNODES},
+    {"node-rank", required_argument, NULL, OPT_NODE_RANK},
+    {"node_rank", required_argument, NULL, OPT_NODE_RANK},
+    {"store", required_argument, NULL, OPT_STORE},
+    {"rdzv-endpoint", required_argument, NULL, OPT_STORE},
+    {"token", required_argument, NULL, OPT_TOKEN},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"external-store", no_argument, NULL, OPT_EXTERNAL_STORE},
+    {"new-token", no_argument, NULL, OPT_NEW_TOKEN},
     {"tag-output", no_argument, NULL, OPT_TAG_OUTPUT},
     {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
     {"grace", required_argument, NULL, OPT_GRACE},
@@ -207,13 +269,153 @@ static int check_elastic_opts(const weftrun_opts_t *o, bool min_given, bool rest
         usage_error("--min cannot be more than -n: only -n processes run at a time%s", "");
         return WEFTRUN_EXIT_USAGE;
     }
-    if (o->replace && o->nranks + o->max_restarts > WEFTRUN_MAX_MEMBER_IDS) {
+    if (o->replace && (int64_t)o->nnodes * (o->nranks + o->max_restarts) > WEFTRUN_MAX_MEMBER_IDS) {
         char max[16];
         snprintf(max, sizeof(max), "%d", WEFTRUN_MAX_MEMBER_IDS);
-        usage_error("-n plus --max-restarts must not exceed %s: replacements take new member "
-                    "ids, and ids above that are the library's own",
+        usage_error("--nnodes times (-n plus --max-restarts) must not exceed %s: replacements "
+                    "take new member ids, and ids above that are the library's own",
                     max);
         return WEFTRUN_EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* A token the user gave: printable, no spaces, long enough to be a secret. */
+static bool token_ok(const char *t, const char *from)
+{
+    size_t n = strlen(t);
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] <= ' ' || t[i] > '~') {
+            usage_error("the token from %s holds a space or an unprintable character", from);
+            return false;
+        }
+    }
+    if (n < WEFTRUN_TOKEN_MIN || n > WEFTRUN_TOKEN_MAX) {
+        usage_error("the token from %s must have 16 to 64 characters (weftrun --new-token "
+                    "makes one)",
+                    from);
+        return false;
+    }
+    return true;
+}
+
+/* The first line of @p path into o->token_buf, without its line end. */
+static bool read_token_file(const char *path, weftrun_opts_t *o)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "weftrun: cannot read the token file %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    char *line = fgets(o->token_buf, sizeof(o->token_buf), f);
+    fclose(f);
+    if (line == NULL) {
+        o->token_buf[0] = '\0';
+    }
+    o->token_buf[strcspn(o->token_buf, "\r\n")] = '\0';
+    o->token = o->token_buf;
+    return token_ok(o->token, "--token-file");
+}
+
+/* The options of multi-node jobs; returns -1 when fine, else the exit code. */
+static int parse_node_opt(int c, const char *arg, weftrun_opts_t *o)
+{
+    switch (c) {
+    case OPT_NNODES:
+        if (!parse_int(arg, 1, WEFTRUN_MAX_NODES, &o->nnodes)) {
+            usage_error("--nnodes needs a number of nodes from 1 to 4096, not '%s'", arg);
+            return WEFTRUN_EXIT_USAGE;
+        }
+        return -1;
+    case OPT_NODE_RANK:
+        if (!parse_int(arg, 0, WEFTRUN_MAX_NODES - 1, &o->node_rank)) {
+            usage_error("--node-rank needs a node index from 0 to 4095, not '%s'", arg);
+            return WEFTRUN_EXIT_USAGE;
+        }
+        return -1;
+    case OPT_STORE: {
+        const char *colon = strrchr(arg, ':');
+        int port;
+        if (colon == NULL || colon == arg || !parse_int(colon + 1, 1, 65535, &port)) {
+            usage_error("--store needs HOST:PORT with a port from 1 to 65535, not '%s'", arg);
+            return WEFTRUN_EXIT_USAGE;
+        }
+        o->store = arg;
+        return -1;
+    }
+    case OPT_TOKEN:
+        o->token = arg;
+        return token_ok(arg, "--token") ? -1 : WEFTRUN_EXIT_USAGE;
+    case OPT_TOKEN_FILE:
+        return read_token_file(arg, o) ? -1 : WEFTRUN_EXIT_USAGE;
+    case OPT_EXTERNAL_STORE:
+        o->external_store = true;
+        return -1;
+    default: { /* OPT_NEW_TOKEN */
+        char token[65];
+        if (weft__store_make_token(token) != WEFT_OK) {
+            fprintf(stderr, "weftrun: cannot make a token: no entropy source\n");
+            return WEFTRUN_EXIT_FAILED;
+        }
+        printf("%s\n", token);
+        return 0;
+    }
+    }
+}
+
+/*
+ * The multi-node options against the rest (@p bind_given, @p port_given: --bind and
+ * --port were on the command line). Returns -1 when fine, else the exit code.
+ */
+static int check_node_opts(weftrun_opts_t *o, bool bind_given, bool port_given)
+{
+    const char *why = NULL;
+    bool serves = o->store_only || (o->node_rank == 0 && !o->external_store);
+    if (o->node_rank >= o->nnodes) {
+        why = "--node-rank must be below --nnodes%s";
+    } else if (o->nnodes > 1 && o->store == NULL) {
+        why = "a job over several nodes needs --store HOST:PORT, the same on every node%s";
+    } else if (o->store_only && (o->nnodes > 1 || o->node_rank > 0 || o->external_store)) {
+        why = "--store-only serves the store alone: give it no --nnodes, --node-rank or "
+              "--external-store%s";
+    } else if (o->external_store && o->store == NULL) {
+        why = "--external-store needs --store HOST:PORT%s";
+    } else if ((bind_given || port_given) && !serves) {
+        why = "--bind and --port are for the weftrun that serves the store%s";
+    } else if (port_given && o->store != NULL) {
+        why = "--store gives the port already: no --port with it%s";
+    }
+    if (why != NULL) {
+        usage_error(why, "");
+        return WEFTRUN_EXIT_USAGE;
+    }
+    if ((int64_t)o->nnodes * o->nranks > WEFTRUN_MAX_MEMBER_IDS) {
+        usage_error("--nnodes times -n must not exceed 32768 ranks%s", "");
+        return WEFTRUN_EXIT_USAGE;
+    }
+    /* The token of ranks on other nodes: one they were given, never a random one. */
+    if (o->token == NULL && o->store != NULL) {
+        const char *env = getenv("WEFT_JOB_TOKEN");
+        if (env != NULL && env[0] != '\0') {
+            if (!token_ok(env, "WEFT_JOB_TOKEN")) {
+                return WEFTRUN_EXIT_USAGE;
+            }
+            o->token = env;
+        }
+    }
+    if (o->token == NULL && (o->nnodes > 1 || o->external_store)) {
+        usage_error("every node needs the job token: give --token-file FILE, --token TOKEN or "
+                    "WEFT_JOB_TOKEN (weftrun --new-token makes one)%s",
+                    "");
+        return WEFTRUN_EXIT_USAGE;
+    }
+    if (!bind_given && o->store != NULL && serves) {
+        /* Serve where the others are told to connect: HOST of --store, unbracketed. */
+        size_t n = (size_t)(strrchr(o->store, ':') - o->store);
+        bool br = o->store[0] == '[' && n >= 2 && o->store[n - 1] == ']';
+        snprintf(o->bind_buf, sizeof(o->bind_buf), "%.*s", (int)(br ? n - 2 : n),
+                 o->store + (br ? 1 : 0));
+        o->bind_addr = o->bind_buf;
     }
     return -1;
 }
@@ -225,8 +427,9 @@ int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o)
         .bind_addr = WEFTRUN_DEFAULT_BIND,
         .min_alive = 1,
         .max_restarts = WEFTRUN_DEFAULT_MAX_RESTARTS,
+        .nnodes = 1,
     };
-    bool min_given = false, restarts_given = false;
+    bool min_given = false, restarts_given = false, bind_given = false, port_given = false;
     opterr = 0;
     /* '+': options end at the program's name, so its own options are left alone. */
     int c, rc;
@@ -285,11 +488,25 @@ int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o)
                 return WEFTRUN_EXIT_USAGE;
             }
             o->bind_addr = optarg;
+            bind_given = true;
             break;
         case OPT_PORT:
             if (!parse_int(optarg, 0, 65535, &o->port)) {
                 usage_error("--port needs a port number from 0 to 65535, not '%s'", optarg);
                 return WEFTRUN_EXIT_USAGE;
+            }
+            port_given = true;
+            break;
+        case OPT_NNODES:
+        case OPT_NODE_RANK:
+        case OPT_STORE:
+        case OPT_TOKEN:
+        case OPT_TOKEN_FILE:
+        case OPT_EXTERNAL_STORE:
+        case OPT_NEW_TOKEN:
+            rc = parse_node_opt(c, optarg, o);
+            if (rc >= 0) {
+                return rc;
             }
             break;
         case 'v':
@@ -321,6 +538,9 @@ int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o)
     }
     o->argv = argv + optind;
     rc = check_elastic_opts(o, min_given, restarts_given);
+    if (rc < 0) {
+        rc = check_node_opts(o, bind_given, port_given);
+    }
     if (rc >= 0) {
         return rc;
     }
