@@ -59,11 +59,19 @@ static weft_status_t store_gone(weftrun_job_t *job, weft_status_t st, const char
 {
     weftrun_nodes_t *n = job->nodes;
     if (weft__store_lost_ns(&n->health) != 0) {
+        /* Without --elastic the job cannot go on without the node that served it. */
+        bool stop =
+            !job->opts->elastic && !job->opts->keep_going && job->stop_reason == WEFTRUN_STOP_NONE;
         if (weft__store_claim_report(&n->health)) {
             WEFT_ERROR(job->lg,
                        "lost the store at %s (%s): the node serving it is gone or out of "
-                       "reach; this node's ranks will fail on their own",
-                       job->store_addr, weft__store_lost_cause(&n->health));
+                       "reach; %s",
+                       job->store_addr, weft__store_lost_cause(&n->health),
+                       stop ? "stopping this node's ranks"
+                            : "this node's ranks will fail on their own");
+        }
+        if (stop) {
+            weftrun_begin_stop(job, WEFTRUN_STOP_REMOTE, WEFTRUN_EXIT_FAILED, SIGTERM);
         }
     } else {
         WEFT_ERROR(job->lg, "store: %s: %s", what, weft_status_str(st));

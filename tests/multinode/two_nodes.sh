@@ -9,6 +9,8 @@
 #   stop      a rank of node 1 exits 3: node 1 stops, and so does node 0 (both exit 3)
 #   lost      node 1's weftrun is SIGKILLed: node 0 stops its ranks and exits 1
 #   elastic   the same with --elastic: node 0's ranks go on and it exits 0
+#   lost0     node 0's weftrun (and the store with it) is SIGKILLed: node 1 stops its
+#             ranks and exits 1
 #   wait      node 0's ranks end first: node 0 keeps the store until node 1 has ended
 #   usage     options refused: no --store, no token, a short token, --node-rank too
 #             large, a node started twice, a node started again without --elastic
@@ -96,6 +98,16 @@ lost | elastic)
         [ "$(grep -c done "$dir/node0")" -eq 2 ] || fail "node 0's ranks did not finish"
     fi
     grep -q "node 1 was lost" "$dir/node0" || fail "node 0 did not see node 1 lost"
+    ;;
+lost0)
+    node 0 2 -n 1 -v -- sleep 30
+    node 1 2 -n 1 -- sh -c 'sleep 30; echo done'
+    wait_for "$dir/node0" "node 1 is up"
+    kill -9 "${pids[0]}"
+    expect_code 1 1
+    grep -q "lost the store.*stopping this node's ranks" "$dir/node1" ||
+        fail "node 1 did not stop for the lost store"
+    grep -q done "$dir/node1" && fail "node 1's rank was not stopped"
     ;;
 wait)
     node 0 2 -n 1 -v -- true
