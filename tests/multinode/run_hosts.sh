@@ -2,17 +2,21 @@
 # A job over the hosts of netns_hosts.sh, one weftrun per host, node 0 serving the store
 # on 10.77.0.1 with a token from a file, as a user would start them by hand:
 #
-#   netns_hosts.sh HOSTS run_hosts.sh SCENARIO BINDIR
+#   netns_hosts.sh HOSTS run_hosts.sh SCENARIO BINDIR [PROGRAM ARGS...]
 #
 #   coll         test_coll on every host (-n PER_HOST, default 1; env PER_HOST)
 #   paths        host_job paths: messages between hosts, shared memory within one
 #   kill_rank    --elastic; the job's last rank kills itself: the others repair
 #   kill_host    --elastic; once the job runs, every process of the last host is
 #                SIGKILLed (its weftrun and its ranks): the others repair without them
+#   prog         PROGRAM ARGS on every host: every weftrun exits 0
+#   fault N      --elastic, PROGRAM ARGS on every host (its victims kill themselves):
+#                every weftrun exits 0 and N ranks print SURVIVOR-OK, none SURVIVOR-FAIL
 #
 # Passes when every weftrun that should exits 0 and each rank reported success.
 set -u
 scenario=$1 bin=$2
+shift 2
 hosts=$NSH_HOSTS per=${PER_HOST:-1}
 world=$((hosts * per))
 out=$NSH_DIR/out
@@ -89,6 +93,23 @@ kill_host)
     [ $code -eq 137 ] || fail "the killed host's weftrun exited $code, not 137"
     [ "$(count SURVIVOR-OK)" -eq $((world - per)) ] || fail "not every survivor recovered"
     grep -q "node $last was lost" "$out/node0" || fail "node 0 did not see node $last lost"
+    ;;
+prog | fault)
+    opts=()
+    if [ "$scenario" = fault ]; then
+        want=$1
+        shift
+        opts=(--elastic)
+    fi
+    start_all "${opts[@]}" -- "$@"
+    for i in $(seq 0 $((hosts - 1))); do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "node $i's weftrun exited $code"
+    done
+    if [ "$scenario" = fault ]; then
+        [ "$(count SURVIVOR-OK)" -eq "$want" ] && [ "$(count SURVIVOR-FAIL)" -eq 0 ] ||
+            fail "$(count SURVIVOR-OK) survivor(s) verified, $want expected"
+    fi
     ;;
 *)
     echo "run_hosts: unknown scenario $scenario" >&2
