@@ -11,8 +11,14 @@
  *       it, the test kills ranks or a whole host from outside once rank 0 has printed
  *       "JOB-READY"); then repair until the group has SURVIVORS members, agree on the
  *       membership and check a large allreduce at the new epoch. Prints "SURVIVOR-OK".
+ *   host_job grow
+ *       The members admit one newcomer (weft_group_grow) once rank 0 has printed
+ *       "JOB-READY"; the newcomer is this program started with WEFT_JOIN=1 on another
+ *       host (by hand: WEFT_STORE, WEFT_JOB_TOKEN). Everyone checks the membership and a
+ *       large allreduce that includes it. Prints "SURVIVOR-OK".
  */
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,10 +173,60 @@ static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_ran
     return 0;
 }
 
+/* Members admit one newcomer; the newcomer (WEFT_JOIN=1) joins them. */
+static int run_grow(weft_ctx_t *ctx)
+{
+    const char *join = getenv("WEFT_JOIN");
+    bool joiner = join != NULL && strcmp(join, "1") == 0;
+    weft_group_t *g;
+    weft_status_t st;
+    int size0 = 0;
+    if (joiner) {
+        st = weft_group_join(ctx, "world", 60000, &g);
+    } else {
+        weft_ctx_world(ctx, &g);
+        weft_group_size(g, &size0);
+        st = fault_checked_allreduce(g);
+        int rank;
+        weft_group_rank(g, &rank);
+        if (st == WEFT_OK && rank == 0) {
+            printf("JOB-READY\n");
+            fflush(stdout);
+        }
+        weft_edit_info_t info = {.size = sizeof(info)};
+        if (st == WEFT_OK) {
+            st = weft_group_grow(g, 1, 60000, &info);
+        }
+    }
+    if (st == WEFT_OK) {
+        st = fault_checked_allreduce(g);
+    }
+    int rank, size;
+    weft_group_rank(g, &rank);
+    weft_group_size(g, &size);
+    if (st == WEFT_OK && !joiner && size != size0 + 1) {
+        st = WEFT_ERR_MISMATCH;
+    }
+    if (st == WEFT_OK) {
+        st = fault_membership_agrees(g);
+    }
+    if (st == WEFT_OK) {
+        st = big_allreduce(g);
+    }
+    if (st != WEFT_OK) {
+        printf("SURVIVOR-FAIL rank %d%s: %s: %s\n", rank, joiner ? " (newcomer)" : "",
+               weft_status_str(st), weft_last_error(ctx));
+        return 1;
+    }
+    weft_finalize(ctx);
+    printf("SURVIVOR-OK rank %d of %d%s\n", rank, size, joiner ? " (newcomer)" : "");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: host_job paths HOSTS | loss SURVIVORS [KILL_RANK]\n");
+    if (argc < 2 || (argc < 3 && strcmp(argv[1], "grow") != 0)) {
+        fprintf(stderr, "usage: host_job paths HOSTS | loss SURVIVORS [KILL_RANK] | grow\n");
         return 2;
     }
     weft_ctx_t *ctx;
@@ -180,6 +236,9 @@ int main(int argc, char **argv)
         return 1;
     }
     weft_ctx_world(ctx, &world);
+    if (strcmp(argv[1], "grow") == 0) {
+        return run_grow(ctx);
+    }
     if (strcmp(argv[1], "paths") == 0) {
         int rc = run_paths(world, atoi(argv[2]));
         weft_finalize(ctx);

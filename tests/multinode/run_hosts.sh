@@ -9,6 +9,8 @@
 #   kill_rank    --elastic; the job's last rank kills itself: the others repair
 #   kill_host    --elastic; once the job runs, every process of the last host is
 #                SIGKILLed (its weftrun and its ranks): the others repair without them
+#   grow         --elastic on every host but the last; once the job runs, a newcomer
+#                started by hand on the last host (WEFT_JOIN=1) is admitted
 #   prog         PROGRAM ARGS on every host: every weftrun exits 0
 #   fault N      --elastic, PROGRAM ARGS on every host (its victims kill themselves):
 #                every weftrun exits 0 and N ranks print SURVIVOR-OK, none SURVIVOR-FAIL
@@ -18,7 +20,9 @@ set -u
 scenario=$1 bin=$2
 shift 2
 hosts=$NSH_HOSTS per=${PER_HOST:-1}
-world=$((hosts * per))
+nodes=$hosts # hosts running a weftrun of the job
+[ "$scenario" = grow ] && nodes=$((hosts - 1))
+world=$((nodes * per))
 out=$NSH_DIR/out
 mkdir -p "$out"
 token=$NSH_DIR/token
@@ -27,7 +31,7 @@ store="$("$NSH_BED" addr 0):29500"
 
 fail() {
     echo "run_hosts ($scenario, $hosts x $per): FAILED: $*"
-    for f in "$out"/node*; do echo "--- $f"; cat "$f"; done
+    for f in "$out"/*; do echo "--- $f"; cat "$f"; done
     exit 1
 }
 
@@ -36,12 +40,12 @@ pids=()
 start_node() {
     local i=$1
     shift
-    "$NSH_BED" exec "$i" "$bin/weftrun" --nnodes "$hosts" --node-rank "$i" --store "$store" \
+    "$NSH_BED" exec "$i" "$bin/weftrun" --nnodes "$nodes" --node-rank "$i" --store "$store" \
         --token-file "$token" -n "$per" --timeout 200 "$@" >"$out/node$i" 2>&1 &
     pids[$i]=$!
 }
 start_all() {
-    for i in $(seq 0 $((hosts - 1))); do
+    for i in $(seq 0 $((nodes - 1))); do
         start_node "$i" "$@"
     done
 }
@@ -50,7 +54,7 @@ wait_node() {
     wait "${pids[$1]}"
     code=$?
 }
-count() { cat "$out"/node* | grep -c "$1"; }
+count() { cat "$out"/node* "$out"/newcomer 2>/dev/null | grep -c "$1"; }
 
 case $scenario in
 coll)
@@ -94,6 +98,21 @@ kill_host)
     [ "$(count SURVIVOR-OK)" -eq $((world - per)) ] || fail "not every survivor recovered"
     grep -q "node $last was lost" "$out/node0" || fail "node 0 did not see node $last lost"
     ;;
+grow)
+    start_all --elastic -- "$bin/host_job" grow
+    for _ in $(seq 600); do
+        grep -q JOB-READY "$out/node0" && break
+        sleep 0.1
+    done
+    "$NSH_BED" exec "$nodes" env WEFT_STORE="$store" WEFT_JOB_TOKEN="$(cat "$token")" \
+        WEFT_JOIN=1 WEFT_WORLD_SIZE="$world" "$bin/host_job" grow >"$out/newcomer" 2>&1 ||
+        fail "the newcomer failed"
+    for i in $(seq 0 $((nodes - 1))); do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "node $i's weftrun exited $code"
+    done
+    [ "$(count SURVIVOR-OK)" -eq $((world + 1)) ] || fail "not every member verified the newcomer"
+    ;;
 prog | fault)
     opts=()
     if [ "$scenario" = fault ]; then
@@ -116,5 +135,5 @@ prog | fault)
     exit 2
     ;;
 esac
-cat "$out"/node*
+cat "$out"/*
 echo "run_hosts ($scenario, $hosts x $per): passed"
