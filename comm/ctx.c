@@ -16,9 +16,11 @@
 #define ADDR_KEY_FMT "addr/%d"
 #define CLAIM_KEY_FMT "claim/%d"
 #define FAILED_DIR "failed/"
-/* A published address: world size (int32), host name (ADDR_HOST_MAX), transport address. */
+/* A published address: world size (int32), host name (ADDR_HOST_MAX, for people reading
+ * the store), host id (util/host_id.h), transport address. */
 #define ADDR_HOST_MAX 64
-#define ADDR_HEADER (sizeof(int32_t) + ADDR_HOST_MAX)
+#define ADDR_HOST_ID_OFF (sizeof(int32_t) + ADDR_HOST_MAX)
+#define ADDR_HEADER (ADDR_HOST_ID_OFF + WEFT__HOST_ID_LEN)
 
 void weft__key(const weft_ctx_t *ctx, char *buf, size_t len, const char *fmt, ...)
 {
@@ -190,6 +192,7 @@ static weft_status_t publish_address(weft_ctx_t *ctx)
     int32_t wsize = ctx->world_size_at_start;
     memcpy(val, &wsize, sizeof(wsize));
     memcpy(val + sizeof(wsize), host, sizeof(host));
+    memcpy(val + ADDR_HOST_ID_OFF, ctx->host_id, WEFT__HOST_ID_LEN);
     memcpy(val + ADDR_HEADER, addr, addr_len);
     weft__key(ctx, key, sizeof(key), ADDR_KEY_FMT, ctx->rank);
     st = weft__store_set(ctx->store, key, val, len);
@@ -270,11 +273,9 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for addresses");
     }
     memcpy(p->addr, (char *)pv + ADDR_HEADER, p->addr_len);
-    char host[ADDR_HOST_MAX] = {0}, theirs[ADDR_HOST_MAX];
-    gethostname(host, sizeof(host) - 1);
-    memcpy(theirs, (char *)pv + sizeof(wsize), sizeof(theirs));
-    theirs[sizeof(theirs) - 1] = '\0';
-    p->same_host = strcmp(host, theirs) == 0;
+    /* Not the host name: namespaces and containers of one machine may differ in nothing
+     * else, and machines of a cluster may share one (util/host_id.h). */
+    p->same_host = memcmp(ctx->host_id, (char *)pv + ADDR_HOST_ID_OFF, WEFT__HOST_ID_LEN) == 0;
     free(pv);
     return WEFT_OK;
 }
@@ -400,6 +401,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     snprintf(ctx->launcher, sizeof(ctx->launcher), "%s", boot.launcher);
     snprintf(ctx->store_addr, sizeof(ctx->store_addr), "%s", boot.store);
     snprintf(ctx->token, sizeof(ctx->token), "%s", boot.token);
+    weft__host_id(ctx->host_id);
     st = weft__shm_ctx_init(ctx);
     if (st != WEFT_OK) {
         goto err_fini;

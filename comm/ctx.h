@@ -17,6 +17,7 @@
 #include "comm/tag.h"
 #include "transports/transport.h"
 #include "util/clock.h"
+#include "util/host_id.h"
 #include "weft/coll.h"
 #include "weft/core.h"
 
@@ -39,7 +40,7 @@ typedef struct weft_peer {
     void *addr;           /* published transport address (malloc'ed), NULL if unknown */
     size_t addr_len;
     weft_status_t failed; /* WEFT_OK while alive; else why it is gone */
-    bool same_host;       /* published the same host name as this process */
+    bool same_host;       /* published the same host id as this process (util/host_id.h) */
 } weft_peer_t;
 
 typedef struct weft_user_op {
@@ -55,6 +56,7 @@ struct weft_ctx {
     char launcher[16];          /* "weftrun", "mpirun", "srun", "singleton" */
     char store_addr[256];
     char token[128];
+    char host_id[WEFT__HOST_ID_LEN]; /* util/host_id.h: peers with the same share memory */
     weft_shm_job_t shm_job;     /* names of its shared-memory segments, the job lock */
     weft_store_client_t *store; /* request/response connection */
     weft_store_client_t *watch; /* watch on the failure-notice prefix */

@@ -15,6 +15,7 @@
 
 #include "comm/shm_job.h"
 #include "comm/store/proto.h"
+#include "util/host_id.h"
 
 #define NAME_PREFIX "weft-"
 #define LOCK_SUFFIX ".lock"
@@ -49,8 +50,13 @@ static weft_status_t keyed_id(const char *token, const char *const *parts, size_
 weft_status_t weft__shm_job_id(const char *store_addr, const char *token,
                                char job[WEFT_SHM_ID_HEX + 1])
 {
-    const char *parts[] = {"weft shm job", store_addr};
-    return keyed_id(token, parts, 2, job);
+    /* The host too: hosts emulated by network namespaces may share one /dev/shm, and a
+     * job's names on one of them must not look like the same job's on another, which
+     * weftrun there removes when its ranks end (util/host_id.h). */
+    char host[WEFT__HOST_ID_LEN];
+    weft__host_id(host);
+    const char *parts[] = {"weft shm job", store_addr, host};
+    return keyed_id(token, parts, 3, job);
 }
 
 weft_status_t weft__shm_job_init(weft_shm_job_t *j, const char *store_addr, const char *token,

@@ -3,11 +3,13 @@
  *
  * Every shared-memory segment of a job is named "weft-<job>-<ns>-<gid>-<epoch>-<kind>"
  * there: <job> and <ns> are 16 hex digits each of HMAC-SHA256 keyed by the job token,
- * over the store address (<job>) and over the store address and the namespace (<ns>).
- * The token is secret, so neither can be traced back to it, and nobody without it can
- * predict a job's names. <job> comes first and does not depend on the namespace, so
- * weftrun finds every segment of its job by the prefix "weft-<job>-" whatever namespaces
- * the ranks use.
+ * over the store address and the host id (<job>; util/host_id.h) and over the store
+ * address and the key namespace (<ns>). The token is secret, so neither can be traced
+ * back to it, and nobody without it can predict a job's names. <job> comes first and
+ * does not depend on the key namespace, so weftrun finds every segment of its job by the
+ * prefix "weft-<job>-" whatever key namespaces the ranks use; it does depend on the
+ * host, so that hosts sharing one /dev/shm (network namespaces of one machine) keep
+ * their names, and weftrun's removals, apart.
  *
  * The job lock "weft-<job>.lock" beside them says whether a job still runs on this host.
  * Each process of the job takes it, shared (flock LOCK_SH), before it creates or opens

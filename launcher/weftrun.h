@@ -21,6 +21,7 @@
 #include "comm/log.h"
 #include "comm/shm_job.h"
 #include "comm/store/store.h"
+#include "comm/tag.h"
 #include "util/clock.h"
 
 /* Exit codes of weftrun itself, beside the ranks' own. */
@@ -31,7 +32,12 @@
 
 #define WEFTRUN_DEFAULT_GRACE_MS 3000
 #define WEFTRUN_DEFAULT_BIND "127.0.0.1"
+#define WEFTRUN_TOKEN_MIN 16 /* characters of a token given by the user */
+#define WEFTRUN_TOKEN_MAX 64
 #define WEFTRUN_DEFAULT_MAX_RESTARTS 16
+/* Member ids from here up are handed out by the store to processes that join without a
+ * launcher (comm/ctx.c): the ids of weftrun's ranks and replacements stay below. */
+#define WEFTRUN_MAX_MEMBER_IDS ((int)(WEFT_TAG_MAX_MEMBERS / 2))
 /* The key prefix under which an abnormal exit of rank N is published. */
 #define WEFTRUN_FAILED_PREFIX "weft/failed/"
 
@@ -46,8 +52,15 @@ typedef struct weftrun_opts {
     bool store_only;       /* --store-only */
     uint64_t grace_ms;     /* --grace */
     uint64_t timeout_ms;   /* --timeout; 0: none */
-    const char *bind_addr; /* --bind */
+    const char *bind_addr; /* --bind; NULL: the host of --store, else 127.0.0.1 */
     int port;              /* --port; 0: any free port */
+    int nnodes;            /* --nnodes */
+    int node_rank;         /* --node-rank */
+    const char *store;     /* --store HOST:PORT; NULL: this weftrun picks the address */
+    bool external_store;   /* --external-store: no node serves it */
+    const char *token;     /* --token, --token-file or WEFT_JOB_TOKEN; NULL: a random one */
+    char token_buf[72];    /* what --token-file held */
+    char bind_buf[256];    /* the host of --store, to bind to */
     int verbose;           /* -v, repeatable */
     char **argv;           /* the program and its arguments (NULL-terminated) */
 } weftrun_opts_t;
@@ -113,10 +126,17 @@ typedef enum weftrun_stop_reason {
     WEFTRUN_STOP_SIGNAL,
     WEFTRUN_STOP_TIMEOUT,
     WEFTRUN_STOP_LAUNCH_FAILED, /* a rank could not be started (fork failed) */
+    WEFTRUN_STOP_REMOTE,        /* another node stopped the job, or was lost */
 } weftrun_stop_reason_t;
+
+typedef struct weftrun_nodes weftrun_nodes_t;
 
 typedef struct weftrun_job {
     const weftrun_opts_t *opts;
+    int world_size; /* ranks of the whole job: --nnodes x -n */
+    int rank_base;  /* member id of this node's first rank: --node-rank x -n */
+    bool replacement_node; /* a node started again: its ranks join as replacements */
+    weftrun_nodes_t *nodes; /* the other nodes (weftrun_nodes.c); NULL in a one-node job */
     const weft_logger_t *lg;
     weft_store_server_t *server;
     char store_addr[300]; /* host:port the ranks connect to */
@@ -138,7 +158,14 @@ typedef struct weftrun_job {
     uint64_t kill_at_ms;  /* when SIGKILL follows SIGTERM, 0: not stopping */
     uint64_t stop_fence_ms; /* a rank stopped this long is fenced (WEFT_FAILURE_TIMEOUT_MS) */
     uint64_t stop_fence_at_ms; /* when the next stopped rank is due to be fenced, 0: none */
+    uint64_t lease_at_ms; /* when this node's lease is due for renewal, 0: none */
 } weftrun_job_t;
+
+/* ---- weftrun_args.c ---- */
+
+/* Parse the command line into @p o. Returns -1 when the options are fine, else the exit
+ * code (0 after --help or --version, having printed it). */
+int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o);
 
 /* ---- weftrun_spawn.c ---- */
 
@@ -192,7 +219,10 @@ weft_status_t weftrun_fence_init(weftrun_job_t *job);
 void weftrun_fence_close(weftrun_job_t *job);
 /* The store's on_lapse hook (its thread, its lock held): passes the member id on. */
 void weftrun_fence_on_lapse(void *arg, const char *key);
-/* Kill every still running rank whose lease lapsed (marking its slot fenced). */
+/* Kill the rank of member id @p id if it runs here, saying @p why (marking it fenced). */
+void weftrun_fence_id(weftrun_job_t *job, int id, const char *why);
+/* Kill every still running rank whose lease lapsed (marking its slot fenced); lapsed ids
+ * of other nodes are passed on to them. */
 void weftrun_fence_read(weftrun_job_t *job);
 /* Kill every rank that has been stopped for stop_fence_ms or longer (marking it fenced);
  * returns the nearest time (monotonic ms) at which another would be due, 0 for none. */
@@ -204,11 +234,14 @@ uint64_t weftrun_fence_stopped(weftrun_job_t *job, uint64_t now);
 int weftrun_run_job(weftrun_job_t *job);
 
 /*
- * Take the next free slot for member id job->nslots and start a process in it (local
- * rank @p local_rank, replacing member @p replaces or -1). *slot is set when it started.
+ * Take the next free slot and start a process in it as member @p id (local rank
+ * @p local_rank, replacing member @p replaces or -1). *slot is set when it started.
  */
-weft_status_t weftrun_start_slot(weftrun_job_t *job, int local_rank, int replaces,
+weft_status_t weftrun_start_slot(weftrun_job_t *job, int id, int local_rank, int replaces,
                                  weftrun_slot_t **slot);
+/* A member id never used in this job, for a replacement: the next after the job's
+ * ranks and the replacements so far, from the store's counter in a multi-node job. */
+weft_status_t weftrun_new_member_id(weftrun_job_t *job, int *id);
 
 /* Signal @p s's process group (its process alone if it has none yet, while it runs). */
 void weftrun_signal_slot(const weftrun_slot_t *s, int sig);
@@ -226,5 +259,33 @@ void weftrun_elastic_on_death(weftrun_job_t *job, const weftrun_slot_t *s,
                               const weftrun_death_t *d);
 /* --elastic: a process exited 0. */
 void weftrun_elastic_on_success(weftrun_job_t *job, const weftrun_slot_t *s);
+/* --elastic: the job is finishing (@p why: what said so), unless it already was. */
+void weftrun_elastic_finishing(weftrun_job_t *job, const char *why);
+
+/* ---- weftrun_nodes.c ---- */
+
+/*
+ * A job over several nodes: connect to the store (waiting for it up to
+ * WEFT_CONNECT_TIMEOUT_MS), watch the other nodes' news, and, on a node that does not
+ * serve the store, register and arm this node's lease. Sets job->replacement_node.
+ */
+weft_status_t weftrun_nodes_start(weftrun_job_t *job);
+/* The descriptor to poll for the other nodes' news; -1 when there is none. */
+int weftrun_nodes_fd(const weftrun_job_t *job);
+/* Act on the news waiting: stops, fences, nodes lost or ended, the job finishing. */
+void weftrun_nodes_read(weftrun_job_t *job);
+/* Renew this node's lease if due; returns when it is next due (monotonic ms), 0: never. */
+uint64_t weftrun_nodes_tick(weftrun_job_t *job, uint64_t now);
+/* Set weftrun/... @p key to "<code> <node> <why>", or to "<node>" when @p code < 0. */
+void weftrun_nodes_publish(weftrun_job_t *job, const char *key, int code, const char *why);
+/* A member id for a replacement, from the store's counter. */
+weft_status_t weftrun_nodes_new_id(weftrun_job_t *job, int *id);
+/* This node's ranks have ended with @p code: say so, or on the node serving the store
+ * wait for every other node to end; then close the connections. */
+void weftrun_nodes_finish(weftrun_job_t *job, int code);
+/* Set or look up a key: through the server when this weftrun serves it, else through
+ * the connection of weftrun_nodes.c. */
+weft_status_t weftrun_store_set(weftrun_job_t *job, const char *key, const char *val);
+bool weftrun_store_has(weftrun_job_t *job, const char *key);
 
 #endif

@@ -22,26 +22,39 @@
 
 #include "launcher/weftrun.h"
 
-void weftrun_elastic_on_success(weftrun_job_t *job, const weftrun_slot_t *s)
+void weftrun_elastic_finishing(weftrun_job_t *job, const char *why)
 {
-    if (!job->finishing) {
-        job->finishing = true;
-        /* Members that others reported failed before this exit are out of the group,
-         * even when their process is reaped only after it. */
-        for (int i = 0; i < job->nslots; i++) {
-            weftrun_slot_t *o = &job->slots[i];
-            char key[64];
-            snprintf(key, sizeof(key), WEFTRUN_FAILED_PREFIX "%d", o->rank);
-            o->reported_early =
-                o->state == WEFTRUN_SLOT_RUNNING && weft__store_server_has(job->server, key);
-        }
-        WEFT_INFO(job->lg,
-                  "rank %d exited 0: the job is finishing; a death from now on is not "
-                  "replaced and fails the job",
-                  s->rank);
+    if (job->finishing) {
+        return;
     }
+    job->finishing = true;
+    /* Members that others reported failed before this exit are out of the group, even
+     * when their process is reaped only after it. */
+    for (int i = 0; i < job->nslots; i++) {
+        weftrun_slot_t *o = &job->slots[i];
+        char key[64];
+        snprintf(key, sizeof(key), WEFTRUN_FAILED_PREFIX "%d", o->rank);
+        o->reported_early = o->state == WEFTRUN_SLOT_RUNNING && weftrun_store_has(job, key);
+    }
+    WEFT_INFO(job->lg,
+              "%s: the job is finishing; a death from now on is not replaced and "
+              "fails the job",
+              why);
 }
 
+void weftrun_elastic_on_success(weftrun_job_t *job, const weftrun_slot_t *s)
+{
+    if (job->finishing) {
+        return;
+    }
+    char why[64];
+    snprintf(why, sizeof(why), "rank %d exited 0", s->rank);
+    weftrun_elastic_finishing(job, why);
+    /* The other nodes' ranks are done with their work as well. */
+    if (job->nodes != NULL) {
+        weftrun_nodes_publish(job, "weftrun/finishing", -1, "");
+    }
+}
 static void stop_too_few(weftrun_job_t *job, const weftrun_slot_t *s, const weftrun_death_t *d)
 {
     WEFT_ERROR(job->lg, "rank %d (pid %d) %s; %d process(es) left, fewer than --min %d: %s",
@@ -68,7 +81,9 @@ static void fail_while_finishing(weftrun_job_t *job, const weftrun_slot_t *s,
 static bool replace(weftrun_job_t *job, const weftrun_slot_t *s, const weftrun_death_t *d)
 {
     weftrun_slot_t *r;
-    if (weftrun_start_slot(job, s->local_rank, s->rank, &r) != WEFT_OK) {
+    int id;
+    if (weftrun_new_member_id(job, &id) != WEFT_OK ||
+        weftrun_start_slot(job, id, s->local_rank, s->rank, &r) != WEFT_OK) {
         return false;
     }
     job->restarts++;

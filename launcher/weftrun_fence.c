@@ -12,6 +12,7 @@
  * the supervisor's poll loop through a pipe.
  */
 #include <fcntl.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,11 +86,29 @@ static void fence_slot(weftrun_job_t *job, weftrun_slot_t *s, const char *why)
     weftrun_signal_slot(s, SIGKILL);
 }
 
+void weftrun_fence_id(weftrun_job_t *job, int id, const char *why)
+{
+    for (int i = 0; i < job->nslots; i++) {
+        if (job->slots[i].rank == id) {
+            fence_slot(job, &job->slots[i], why);
+            return;
+        }
+    }
+}
+
+/* A lapsed lease: the rank is killed here, or by the node running it. */
 static void fence(weftrun_job_t *job, int id)
 {
-    if (id < job->nslots) {
-        fence_slot(job, &job->slots[id],
-                   "stopped renewing its liveness lease and was declared failed");
+    bool mine = false;
+    for (int i = 0; i < job->nslots && !mine; i++) {
+        mine = job->slots[i].rank == id;
+    }
+    if (mine) {
+        weftrun_fence_id(job, id, "stopped renewing its liveness lease and was declared failed");
+    } else if (job->nodes != NULL) {
+        char key[64];
+        snprintf(key, sizeof(key), "weftrun/fence/%d", id);
+        weftrun_nodes_publish(job, key, -1, "");
     }
 }
 

@@ -137,16 +137,18 @@ static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot
             goto err_nomem;
         }
     }
-    /* All ranks run on this host: the local size is the world size, and the local rank
-     * the rank, or for a replacement the local rank of the member it replaces (it takes
-     * that member's place here: its GPU, its share of the cores). The world size stays
-     * the job's -n: it names the job the replacement joins, not the current group. */
-    char rank_text[16], size_text[16], local_text[16];
+    /* The rank is the member id; the world size the job's (--nnodes x -n), and the local
+     * size this node's -n. A replacement takes the local rank of the member it replaces
+     * (it takes that member's place here: its GPU, its share of the cores). The world
+     * size stays the job's: it names the job the replacement joins, not the current
+     * group. */
+    char rank_text[16], size_text[16], local_text[16], lsize_text[16];
     snprintf(rank_text, sizeof(rank_text), "%d", slot->rank);
-    snprintf(size_text, sizeof(size_text), "%d", job->opts->nranks);
+    snprintf(size_text, sizeof(size_text), "%d", job->world_size);
     snprintf(local_text, sizeof(local_text), "%d", slot->local_rank);
-    const char *const values[N_RANK_ENV] = {rank_text,       size_text,  local_text, size_text,
-                                            rank_text,       size_text,  local_text, size_text,
+    snprintf(lsize_text, sizeof(lsize_text), "%d", job->opts->nranks);
+    const char *const values[N_RANK_ENV] = {rank_text,       size_text,  local_text, lsize_text,
+                                            rank_text,       size_text,  local_text, lsize_text,
                                             job->store_addr, job->token, "1"};
     size_t nset = slot->replaces >= 0 ? N_RANK_ENV : N_RANK_ENV - 1;
     for (size_t i = 0; i < nset; i++) {

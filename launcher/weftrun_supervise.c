@@ -47,6 +47,17 @@ void weftrun_begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int ex
     job->stop_reason = reason;
     job->exit_code = exit_code;
     signal_ranks(job, sig, false);
+    /* Without --elastic a job stops as a whole: the other nodes stop too. */
+    if (job->nodes != NULL && !job->opts->elastic && reason != WEFTRUN_STOP_REMOTE) {
+        static const char *const why[] = {
+            [WEFTRUN_STOP_RANK_FAILED] = "a rank failed",
+            [WEFTRUN_STOP_TOO_FEW] = "too few ranks left",
+            [WEFTRUN_STOP_SIGNAL] = "weftrun was signalled",
+            [WEFTRUN_STOP_TIMEOUT] = "--timeout",
+            [WEFTRUN_STOP_LAUNCH_FAILED] = "a rank could not be started",
+        };
+        weftrun_nodes_publish(job, "weftrun/stop", exit_code, why[reason]);
+    }
     job->kill_at_ms = weft__now_ms() + job->opts->grace_ms;
     if (job->kill_at_ms == 0) {
         job->kill_at_ms = 1;
@@ -66,7 +77,7 @@ static void publish_failure(weftrun_job_t *job, const weftrun_slot_t *s, const c
 {
     char key[64];
     snprintf(key, sizeof(key), WEFTRUN_FAILED_PREFIX "%d", s->rank);
-    weft_status_t st = weft__store_server_set(job->server, key, what, strlen(what));
+    weft_status_t st = weftrun_store_set(job, key, what);
     if (st != WEFT_OK) {
         WEFT_WARN(job->lg, "cannot publish %s in the store: %s", key, weft_status_str(st));
     }
@@ -224,6 +235,9 @@ static int poll_timeout(const weftrun_job_t *job, uint64_t now)
     if (job->stop_fence_at_ms != 0 && job->stop_fence_at_ms < next) {
         next = job->stop_fence_at_ms;
     }
+    if (job->lease_at_ms != 0 && job->lease_at_ms < next) {
+        next = job->lease_at_ms;
+    }
     if (next == UINT64_MAX) {
         return -1;
     }
@@ -243,16 +257,18 @@ static void check_deadlines(weftrun_job_t *job)
         kill_now(job);
     }
     job->stop_fence_at_ms = weftrun_fence_stopped(job, now);
+    job->lease_at_ms = weftrun_nodes_tick(job, now);
 }
 
-/* Register the open output streams in @p pfds after the signal and fence pipes; returns
- * the count. */
+/* Register the open output streams in @p pfds after the signal and fence pipes and the
+ * other nodes' news (-1, which poll() skips, in a one-node job); returns the count. */
 static nfds_t collect_fds(weftrun_job_t *job, struct pollfd *pfds, weftrun_stream_t **streams,
                           int *ranks)
 {
     nfds_t n = 0;
     pfds[n++] = (struct pollfd){.fd = job->sigfd, .events = POLLIN};
     pfds[n++] = (struct pollfd){.fd = job->fence_rd, .events = POLLIN};
+    pfds[n++] = (struct pollfd){.fd = weftrun_nodes_fd(job), .events = POLLIN};
     for (int i = 0; i < job->nslots; i++) {
         weftrun_stream_t *pair[2] = {&job->slots[i].out, &job->slots[i].err};
         for (int k = 0; k < 2; k++) {
@@ -269,7 +285,7 @@ static nfds_t collect_fds(weftrun_job_t *job, struct pollfd *pfds, weftrun_strea
 static weft_status_t supervise(weftrun_job_t *job)
 {
     /* Room for every slot a replacement may take, so the arrays never grow. */
-    size_t cap = 2 + 2 * (size_t)job->max_slots;
+    size_t cap = 3 + 2 * (size_t)job->max_slots;
     struct pollfd *pfds = calloc(cap, sizeof(*pfds));
     weftrun_stream_t **streams = calloc(cap, sizeof(*streams));
     int *ranks = calloc(cap, sizeof(*ranks));
@@ -287,7 +303,7 @@ static weft_status_t supervise(weftrun_job_t *job)
             status = WEFT_ERR_IO;
             goto out;
         }
-        for (nfds_t i = 2; rc > 0 && i < n; i++) {
+        for (nfds_t i = 3; rc > 0 && i < n; i++) {
             if (pfds[i].revents != 0) {
                 weftrun_stream_pump(streams[i], ranks[i]);
             }
@@ -299,6 +315,9 @@ static weft_status_t supervise(weftrun_job_t *job)
         if (rc > 0 && pfds[1].revents != 0) {
             weftrun_fence_read(job);
         }
+        if (rc > 0 && pfds[2].revents != 0) {
+            weftrun_nodes_read(job);
+        }
         check_deadlines(job);
     }
 out:
@@ -308,14 +327,24 @@ out:
     return status;
 }
 
-weft_status_t weftrun_start_slot(weftrun_job_t *job, int local_rank, int replaces,
+weft_status_t weftrun_new_member_id(weftrun_job_t *job, int *id)
+{
+    if (job->nodes != NULL) {
+        return weftrun_nodes_new_id(job, id);
+    }
+    /* One node: the ids after the ranks, in the order of the replacements. */
+    *id = job->world_size + (job->nslots - job->opts->nranks);
+    return WEFT_OK;
+}
+
+weft_status_t weftrun_start_slot(weftrun_job_t *job, int id, int local_rank, int replaces,
                                  weftrun_slot_t **slot)
 {
     if (job->nslots >= job->max_slots) {
         return WEFT_ERR_NO_MEMORY; /* callers check first: the table is sized for the job */
     }
     weftrun_slot_t *s = &job->slots[job->nslots];
-    *s = (weftrun_slot_t){.rank = job->nslots, .local_rank = local_rank, .replaces = replaces};
+    *s = (weftrun_slot_t){.rank = id, .local_rank = local_rank, .replaces = replaces};
     weftrun_stream_init(&s->out, -1, 1);
     weftrun_stream_init(&s->err, -1, 2);
     weft_status_t status = weftrun_spawn_rank(job, s);
@@ -330,9 +359,17 @@ weft_status_t weftrun_start_slot(weftrun_job_t *job, int local_rank, int replace
 
 static weft_status_t start_ranks(weftrun_job_t *job)
 {
-    for (int i = 0; i < job->opts->nranks; i++) {
+    for (int i = 0; i < job->opts->nranks && job->stop_reason == WEFTRUN_STOP_NONE; i++) {
         weftrun_slot_t *s;
-        weft_status_t status = weftrun_start_slot(job, i, -1, &s);
+        /* A node started again: its ranks join with new ids, in its lost ranks' places. */
+        int id = job->rank_base + i, replaces = -1;
+        if (job->replacement_node) {
+            replaces = id;
+            if (weftrun_new_member_id(job, &id) != WEFT_OK) {
+                return WEFT_ERR_NO_MEMORY;
+            }
+        }
+        weft_status_t status = weftrun_start_slot(job, id, i, replaces, &s);
         if (status != WEFT_OK) {
             return status;
         }
@@ -359,6 +396,7 @@ int weftrun_run_job(weftrun_job_t *job)
     if (job->opts->timeout_ms != 0) {
         job->deadline_ms = weft__now_ms() + job->opts->timeout_ms;
     }
+    job->lease_at_ms = weftrun_nodes_tick(job, weft__now_ms());
     if (start_ranks(job) != WEFT_OK) {
         weftrun_begin_stop(job, WEFTRUN_STOP_LAUNCH_FAILED, WEFTRUN_EXIT_FAILED, SIGTERM);
     }

@@ -18,6 +18,10 @@
  * the cores with what is being measured; on a cluster it would start on another node.
  * With --no-spawn, `weftrun --elastic --replace` starts it instead, at once. The
  * replacement becomes the next run's victim, so the group size stays N.
+ * With --victims K the last K ranks die together (a lost host, when the job's last host
+ * runs K ranks: weftrun --nnodes puts them there), and K replacements are admitted at
+ * once; with --kill-launcher the first of them kills its weftrun first, so that the rest
+ * die with it, as when the host itself is lost. --no-grow admits nobody: one run per job.
  * Times are the maximum over the survivors of each run; medians over runs are reported.
  */
 #include <signal.h>
@@ -37,6 +41,9 @@ typedef struct group_bench {
     perf_opts_t o;
     bool rebuild;
     bool spawn; /* rank 0 starts each replacement itself */
+    bool grow;  /* admit replacements after each run */
+    bool kill_launcher; /* the first victim kills its weftrun (its parent) too */
+    int victims;        /* members that die together in each run */
     char **argv; /* this subcommand's arguments, for the replacements */
     int size0; /* members at the start; the replacement keeps the group at this size */
     weft_ctx_t *ctx;
@@ -48,6 +55,10 @@ static const perf_extra_opt_t extras[] = {
     {"--no-rebuild", false, NULL, "skip the full-rebuild comparison"},
     {"--no-spawn", false, NULL,
      "do not start replacements (weftrun --elastic --replace starts them)"},
+    {"--victims", true, "K", "the last K ranks die together in each run (default 1)"},
+    {"--kill-launcher", false, NULL,
+     "the first victim kills its weftrun first (the whole host is lost)"},
+    {"--no-grow", false, NULL, "admit no replacement (one run per job)"},
 };
 
 static int on_extra(void *arg, const char *name, const char *val)
@@ -58,6 +69,18 @@ static int on_extra(void *arg, const char *name, const char *val)
         b->rebuild = false;
     } else if (strcmp(name, "--no-spawn") == 0) {
         b->spawn = false;
+    } else if (strcmp(name, "--no-grow") == 0) {
+        b->grow = false;
+    } else if (strcmp(name, "--kill-launcher") == 0) {
+        b->kill_launcher = true;
+    } else if (strcmp(name, "--victims") == 0) {
+        char *end;
+        long k = strtol(val, &end, 10);
+        if (*end != '\0' || k < 1 || k > 1024) {
+            fprintf(stderr, "weft-perf group: --victims needs a number from 1 to 1024\n");
+            return 1;
+        }
+        b->victims = (int)k;
     }
     return 0;
 }
@@ -69,17 +92,21 @@ static void stamp_path(char *buf, size_t len, int iter)
     snprintf(buf, len, "/tmp/weft-perf-group.%.16s.%d", token != NULL ? token : "none", iter);
 }
 
-/* The victim leaves its clock in a file: a message could be lost with the revoke. */
-static void die_now(int iter)
+/* The victim leaves its clock in a file: a message could be lost with the revoke. The
+ * first of several (@p first) writes it; with @p launcher, it kills its weftrun first. */
+static void die_now(int iter, bool first, bool launcher)
 {
     char path[96];
     stamp_path(path, sizeof(path), iter);
-    FILE *f = fopen(path, "w");
+    FILE *f = first ? fopen(path, "w") : NULL;
     if (f != NULL) {
         fprintf(f, "%.3f\n", perf_now_us());
         fclose(f);
     }
     fflush(NULL);
+    if (first && launcher) {
+        kill(getppid(), SIGKILL);
+    }
     raise(SIGKILL);
 }
 
@@ -193,14 +220,14 @@ static int spawn_replacement(group_bench_t *b)
     return 0;
 }
 
-static int wait_for_joiner(group_bench_t *b)
+static int wait_for_joiners(group_bench_t *b, int want)
 {
     double start = perf_now_us(), deadline = start + 60e6;
     for (int n = 0;;) {
         if (check(b->ctx, "counting joiners", weft_group_pending_joiners(b->g, &n))) {
             return 1;
         }
-        if (n >= 1) {
+        if (n >= want) {
             return 0;
         }
         if (perf_now_us() > deadline) {
@@ -227,8 +254,23 @@ static int survive_one(group_bench_t *b, int iter, bool failed, double m[M_COUNT
     }
     m[M_DETECT] = perf_now_us();
     weft_edit_info_t info = {.size = sizeof(info)};
-    if (check(b->ctx, "repair", weft_group_repair(b->g, &info)) ||
-        check(b->ctx, "allreduce after repair", checked_allreduce(b->g))) {
+    /* Victims that die together may be noticed one repair apart: work on until the
+     * group has lost them all (or 10 s have passed). */
+    int size = 0;
+    double until = perf_now_us() + 10e6;
+    for (;;) {
+        st = weft_group_repair(b->g, &info);
+        while (st == WEFT_OK && (st = checked_allreduce(b->g)) == WEFT_OK) {
+            weft_group_size(b->g, &size);
+            if (size <= b->size0 - b->victims || perf_now_us() > until) {
+                break;
+            }
+        }
+        if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
+            break;
+        }
+    }
+    if (check(b->ctx, "repair", st)) {
         return 1;
     }
     m[M_REPAIR] = perf_now_us();
@@ -239,22 +281,23 @@ static int survive_one(group_bench_t *b, int iter, bool failed, double m[M_COUNT
     }
     m[M_REBUILD] = b->rebuild ? full_rebuild(b, iter) : -1;
 
-    int size;
     weft_group_size(b->g, &size);
     m[M_GROW] = -1;
-    if (size == b->size0) {
-        return 0; /* the replacement was waiting already: the repair admitted it */
+    if (size == b->size0 || !b->grow) {
+        return 0; /* the replacements were waiting already: the repair admitted them */
     }
-    int rank;
+    int rank, missing = b->size0 - size;
     weft_group_rank(b->g, &rank);
-    if (b->spawn && rank == 0 && spawn_replacement(b)) {
-        return 1;
+    for (int i = 0; i < missing && b->spawn && rank == 0; i++) {
+        if (spawn_replacement(b)) {
+            return 1;
+        }
     }
-    if (wait_for_joiner(b)) {
+    if (wait_for_joiners(b, missing)) {
         return 1;
     }
     double t6 = perf_now_us();
-    if (check(b->ctx, "grow", weft_group_grow(b->g, 1, 60000, &info)) ||
+    if (check(b->ctx, "grow", weft_group_grow(b->g, missing, 60000, &info)) ||
         check(b->ctx, "allreduce after grow", checked_allreduce(b->g))) {
         return 1;
     }
@@ -286,7 +329,8 @@ static void report(group_bench_t *b, int runs, int size)
         printf(", \"rebuild_over_repair\": %.1f}\n", ratio);
         return;
     }
-    printf("# weft-perf group: %d ranks, %d runs (one SIGKILL per run)\n", size, runs);
+    printf("# weft-perf group: %d ranks, %d runs (%d SIGKILL%s per run%s)\n", size, runs,
+           b->victims, b->victims > 1 ? "s" : "", b->kill_launcher ? ", their weftrun too" : "");
     printf("# %-10s %12s %12s %12s\n", "metric", "median(us)", "min(us)", "max(us)");
     for (int k = 0; k < M_COUNT; k++) {
         printf("  %-10s %12.1f %12.1f %12.1f\n", metric_names[k], med[k], lo[k], hi[k]);
@@ -303,8 +347,8 @@ static int run(group_bench_t *b, int iter, int runs, int size0)
         int rank, size;
         weft_group_rank(b->g, &rank);
         weft_group_size(b->g, &size);
-        if (size < 3) {
-            fprintf(stderr, "weft-perf group: needs at least 3 ranks\n");
+        if (size < 3 || size - b->victims < 2) {
+            fprintf(stderr, "weft-perf group: needs at least 3 ranks, and 2 survivors\n");
             return PERF_EXIT_USAGE;
         }
         /* The victim may die right after its part of this allreduce: a survivor can see
@@ -314,8 +358,8 @@ static int run(group_bench_t *b, int iter, int runs, int size0)
             check(b->ctx, "allreduce", st);
             return PERF_EXIT_ERROR;
         }
-        if (rank == size - 1) {
-            die_now(iter);
+        if (rank >= size - b->victims) {
+            die_now(iter, rank == size - b->victims, b->kill_launcher);
         }
         double m[M_COUNT] = {0};
         if (survive_one(b, iter, st != WEFT_OK, m)) {
@@ -364,7 +408,7 @@ static int join_and_run(group_bench_t *b, int runs)
 
 int perf_group_main(int argc, char **argv)
 {
-    group_bench_t b = {.rebuild = true, .spawn = true, .argv = argv};
+    group_bench_t b = {.rebuild = true, .spawn = true, .grow = true, .victims = 1, .argv = argv};
     perf_opts_default(&b.o);
     int rc = perf_parse_opts(argc, argv, &b.o, "group", extras, sizeof(extras) / sizeof(extras[0]),
                              on_extra, &b);

@@ -64,7 +64,7 @@ typedef struct weft_topo_nic {
 /* What one rank knows of its host, and which GPU it drives. */
 typedef struct weft_topo_summary {
     char hostname[WEFT_TOPO_STR];
-    char host_id[WEFT_TOPO_STR]; /* boot id of a discovered host; "" from XML */
+    char host_id[WEFT_TOPO_STR]; /* util/host_id.h of a discovered host; "" from XML */
     unsigned flags;              /* WEFT_TOPO_* */
     int numa_nodes, pus;
     int ngpus, nnics;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "transports/select.h"
+#include "util/host_id.h"
 #include "weft/core.h"
 
 #define PCI_VENDOR_NVIDIA 0x10de
@@ -285,17 +286,14 @@ static void read_host(topo_build_t *b, int from_xml)
         copy_str(s->hostname, "unknown");
     }
     if (from_xml) {
-        return; /* the file's host, not this one: its boot id is unknown */
+        return; /* the file's host, not this one: its host id is unknown */
     }
-    /* Containers on one machine may share a hostname with another machine's; the boot id
-     * tells hosts apart, and containers of one kernel share it. */
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f != NULL) {
-        if (fgets(s->host_id, sizeof(s->host_id), f) != NULL) {
-            s->host_id[strcspn(s->host_id, "\n")] = '\0';
-        }
-        fclose(f);
-    }
+    /* Containers on one machine may share a hostname with another machine's, and
+     * network namespaces of one machine may differ in nothing else: weft's host id
+     * tells them apart (util/host_id.h), as it does for shared memory. */
+    char id[WEFT__HOST_ID_LEN];
+    weft__host_id(id);
+    copy_str(s->host_id, id);
 }
 
 static void summarize(topo_build_t *b, int from_xml)

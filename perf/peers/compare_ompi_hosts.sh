@@ -1,0 +1,141 @@
+#!/bin/bash
+# weft vs Open MPI across "hosts" of the namespace test bed, over the same veth pairs and
+# bridge. Run it inside a bed of HOSTS + 1 hosts, as root:
+#
+#   tests/multinode/netns_hosts.sh 3 perf/peers/compare_ompi_hosts.sh [-H HOSTS]
+#       [-p PER_HOST] [-e MAX] [-r REPEATS] [--startup] [--build DIR]
+#
+# Ranks run on hosts 0 .. HOSTS-1 (default 2), PER_HOST each (default 2). weft: one
+# weftrun per host (node 0 serving the store) running weft-perf allreduce. Open MPI:
+# mpirun runs in the last host's network namespace (so that it starts every rank through
+# its agent) and starts its daemons through an agent that enters the hosts; TCP over
+# eth0 for its control and data. Both measure alike (mean of -n blocking calls, slowest
+# rank, rotated buffers, checked results), alternating, REPEATS times; the table shows
+# the median time per size and Open MPI time / weft time (> 1: weft is faster).
+# --startup instead times whole jobs, REPEATS of each, that start, run one 8-byte
+# allreduce (no --settle) and end: the median wall times and their ratio.
+#
+# The bed's hosts share this machine's cores. When they hold more ranks than it has
+# cores, both libraries are told to give the CPU up while they wait (WEFT_YIELD_SPINS=0,
+# mpi_yield_when_idle), as each does by itself when it knows a host is oversubscribed.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "$here/../.." && pwd)/build
+hosts=2
+per=2
+max=16M
+repeats=3
+startup=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    -H) hosts=$2; shift 2 ;;
+    -p) per=$2; shift 2 ;;
+    -e) max=$2; shift 2 ;;
+    -r) repeats=$2; shift 2 ;;
+    --startup) startup=1; shift ;;
+    --build) build=$(cd "$2" && pwd); shift 2 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "compare_ompi_hosts.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+[ "${NSH_HOSTS:-0}" -gt "$hosts" ] ||
+    { echo "run it under tests/multinode/netns_hosts.sh $((hosts + 1))" >&2; exit 2; }
+bin=$build/bin
+ranks=$((hosts * per))
+tmp=$NSH_DIR/cmp
+mkdir -p "$tmp"
+"$bin/weftrun" --new-token >"$tmp/token"
+store="$("$NSH_BED" addr 0):29500"
+for ((i = 0; i < hosts; i++)); do
+    printf '%s slots=%d\n' "$("$NSH_BED" addr $i)" "$per"
+done >"$tmp/hostfile"
+# Open MPI's launch agent: "agent [options] HOST command", run outside the hosts.
+cat >"$tmp/agent" <<EOF
+#!/bin/bash
+while [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1
+shift
+exec "$NSH_BED" exec \$((\${host##*.} - 1)) /bin/sh -c "\$*"
+EOF
+chmod +x "$tmp/agent"
+yield=()
+ompi_yield=()
+if [ "$ranks" -gt "$(nproc)" ]; then
+    yield=(env WEFT_YIELD_SPINS=0)
+    ompi_yield=(--mca mpi_yield_when_idle 1)
+fi
+
+weft_run() { # LO HI ITERS WARMUP OUT [options]
+    local pids=()
+    for ((i = hosts - 1; i >= 0; i--)); do
+        "$NSH_BED" exec $i "${yield[@]}" "$bin/weftrun" --nnodes "$hosts" --node-rank $i \
+            --store "$store" --token-file "$tmp/token" -n "$per" -- "$bin/weft-perf" \
+            allreduce -b "$1" -e "$2" -n "$3" -w "$4" --json "${@:6}" >"$5.$i" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    mv "$5.0" "$5"
+}
+ompi_run() { # LO HI ITERS WARMUP OUT [options]
+    ip netns exec "${NSH_PREFIX}h$hosts" mpirun --allow-run-as-root -n "$ranks" \
+        --hostfile "$tmp/hostfile" --mca plm_rsh_agent "$tmp/agent" \
+        --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "${ompi_yield[@]}" \
+        "$bin/mpi-allreduce-perf" -b "$1" -e "$2" -n "$3" -w "$4" --json "${@:6}" >"$5"
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+if [ "$startup" = 1 ]; then
+    for ((rep = 0; rep < repeats; rep++)); do
+        t0=$(now_ms)
+        weft_run 8 8 1 0 "$tmp/start-weft.json" --settle 0
+        echo "weft $(($(now_ms) - t0))" >>"$tmp/start"
+        t0=$(now_ms)
+        ompi_run 8 8 1 0 "$tmp/start-ompi.json" --settle 0
+        echo "ompi $(($(now_ms) - t0))" >>"$tmp/start"
+    done
+    exec python3 - "$tmp/start" "$hosts" "$per" <<'PY'
+import statistics, sys
+t = {}
+for line in open(sys.argv[1]):
+    k, v = line.split()
+    t.setdefault(k, []).append(int(v))
+w, o = statistics.median(t["weft"]), statistics.median(t["ompi"])
+print(f"# a job of {sys.argv[2]} hosts x {sys.argv[3]} ranks: start, one 8-byte allreduce, end")
+print(f"weft (one weftrun per host): median {w:.0f} ms, runs {sorted(t['weft'])}")
+print(f"Open MPI (mpirun + agent):   median {o:.0f} ms, runs {sorted(t['ompi'])}")
+print(f"Open MPI / weft: {o / w:.2f}")
+PY
+fi
+
+sweeps=("8 1M 200 20" "2M $max 10 2")
+for ((rep = 0; rep < repeats; rep++)); do
+    for s in "${sweeps[@]}"; do
+        read -r lo hi iters warm <<<"$s"
+        weft_run "$lo" "$hi" "$iters" "$warm" "$tmp/weft-$rep-$lo.json"
+        ompi_run "$lo" "$hi" "$iters" "$warm" "$tmp/ompi-$rep-$lo.json"
+    done
+done
+
+python3 - "$tmp" "$hosts" "$per" <<'PY'
+import glob, json, os, statistics, sys
+tmp, hosts, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+n = hosts * per
+def load(prefix):
+    by, wrong = {}, 0
+    for path in sorted(glob.glob(os.path.join(tmp, prefix + "-*.json"))):
+        for r in json.load(open(path))["results"]:
+            by.setdefault(r["size"], []).append(r["time_us"])
+            wrong += r["wrong"] or 0
+    return by, wrong
+weft, ww = load("weft")
+ompi, ow = load("ompi")
+print(f"# allreduce f32 sum, {hosts} hosts x {per} ranks over veth: median time per size")
+print("#%11s %11s %11s %10s %8s" % ("size(B)", "weft(us)", "ompi(us)", "weft GB/s", "ratio"))
+for size in sorted(set(weft) & set(ompi)):
+    wt, ot = statistics.median(weft[size]), statistics.median(ompi[size])
+    busbw = size / wt / 1e3 * 2 * (n - 1) / n
+    print(" %11d %11.2f %11.2f %10.3f %8.2f" % (size, wt, ot, busbw, ot / wt))
+print(f"# wrong results: weft {ww}, ompi {ow}")
+sys.exit(1 if ww or ow else 0)
+PY

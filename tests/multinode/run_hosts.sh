@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# A job over the hosts of netns_hosts.sh, one weftrun per host, node 0 serving the store
+# on 10.77.0.1 with a token from a file, as a user would start them by hand:
+#
+#   netns_hosts.sh HOSTS run_hosts.sh SCENARIO BINDIR [PROGRAM ARGS...]
+#
+#   coll         test_coll on every host (-n PER_HOST, default 1; env PER_HOST)
+#   paths        host_job paths: messages between hosts, shared memory within one
+#   kill_rank    --elastic; the job's last rank kills itself: the others repair
+#   kill_host    --elastic; once the job runs, every process of the last host is
+#                SIGKILLed (its weftrun and its ranks): the others repair without them
+#   grow         --elastic on every host but the last; once the job runs, a newcomer
+#                started by hand on the last host (WEFT_JOIN=1) is admitted
+#   prog         PROGRAM ARGS on every host: every weftrun exits 0
+#   fault N      --elastic, PROGRAM ARGS on every host (its victims kill themselves):
+#                every weftrun exits 0 and N ranks print SURVIVOR-OK, none SURVIVOR-FAIL
+#
+# Passes when every weftrun that should exits 0 and each rank reported success.
+set -u
+scenario=$1 bin=$2
+shift 2
+hosts=$NSH_HOSTS per=${PER_HOST:-1}
+nodes=$hosts # hosts running a weftrun of the job
+[ "$scenario" = grow ] && nodes=$((hosts - 1))
+world=$((nodes * per))
+out=$NSH_DIR/out
+mkdir -p "$out"
+token=$NSH_DIR/token
+"$bin/weftrun" --new-token >"$token" && chmod 600 "$token"
+store="$("$NSH_BED" addr 0):29500"
+
+fail() {
+    echo "run_hosts ($scenario, $hosts x $per): FAILED: $*"
+    for f in "$out"/*; do echo "--- $f"; cat "$f"; done
+    exit 1
+}
+
+# Start node $1's weftrun in the background (its pid in pids[$1]).
+pids=()
+start_node() {
+    local i=$1
+    shift
+    "$NSH_BED" exec "$i" "$bin/weftrun" --nnodes "$nodes" --node-rank "$i" --store "$store" \
+        --token-file "$token" -n "$per" --timeout 200 "$@" >"$out/node$i" 2>&1 &
+    pids[$i]=$!
+}
+start_all() {
+    for i in $(seq 0 $((nodes - 1))); do
+        start_node "$i" "$@"
+    done
+}
+# Wait for node $1's weftrun; its exit status in $code.
+wait_node() {
+    wait "${pids[$1]}"
+    code=$?
+}
+count() { cat "$out"/node* "$out"/newcomer 2>/dev/null | grep -c "$1"; }
+
+case $scenario in
+coll)
+    start_all -- "$bin/test_coll"
+    for i in $(seq 0 $((hosts - 1))); do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "node $i's weftrun exited $code"
+    done
+    ;;
+paths)
+    start_all -- "$bin/host_job" paths "$hosts"
+    for i in $(seq 0 $((hosts - 1))); do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "node $i's weftrun exited $code"
+    done
+    [ "$(count PATHS-OK)" -eq $world ] || fail "not every rank checked its paths"
+    ;;
+kill_rank)
+    start_all --elastic -- "$bin/host_job" loss $((world - 1)) $((world - 1))
+    for i in $(seq 0 $((hosts - 1))); do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "node $i's weftrun exited $code"
+    done
+    [ "$(count SURVIVOR-OK)" -eq $((world - 1)) ] || fail "not every survivor recovered"
+    ;;
+kill_host)
+    last=$((hosts - 1))
+    start_all --elastic -- "$bin/host_job" loss $((world - per))
+    for _ in $(seq 600); do
+        grep -q JOB-READY "$out/node0" && break
+        sleep 0.1
+    done
+    grep -q JOB-READY "$out/node0" || fail "the job did not start"
+    "$NSH_BED" kill "$last"
+    for i in $(seq 0 $((hosts - 2))); do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "node $i's weftrun exited $code"
+    done
+    wait_node "$last"
+    [ $code -eq 137 ] || fail "the killed host's weftrun exited $code, not 137"
+    [ "$(count SURVIVOR-OK)" -eq $((world - per)) ] || fail "not every survivor recovered"
+    grep -q "node $last was lost" "$out/node0" || fail "node 0 did not see node $last lost"
+    ;;
+grow)
+    start_all --elastic -- "$bin/host_job" grow
+    for _ in $(seq 600); do
+        grep -q JOB-READY "$out/node0" && break
+        sleep 0.1
+    done
+    "$NSH_BED" exec "$nodes" env WEFT_STORE="$store" WEFT_JOB_TOKEN="$(cat "$token")" \
+        WEFT_JOIN=1 WEFT_WORLD_SIZE="$world" "$bin/host_job" grow >"$out/newcomer" 2>&1 ||
+        fail "the newcomer failed"
+    for i in $(seq 0 $((nodes - 1))); do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "node $i's weftrun exited $code"
+    done
+    [ "$(count SURVIVOR-OK)" -eq $((world + 1)) ] || fail "not every member verified the newcomer"
+    ;;
+prog | fault)
+    opts=()
+    if [ "$scenario" = fault ]; then
+        want=$1
+        shift
+        opts=(--elastic)
+    fi
+    start_all "${opts[@]}" -- "$@"
+    for i in $(seq 0 $((hosts - 1))); do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "node $i's weftrun exited $code"
+    done
+    if [ "$scenario" = fault ]; then
+        [ "$(count SURVIVOR-OK)" -eq "$want" ] && [ "$(count SURVIVOR-FAIL)" -eq 0 ] ||
+            fail "$(count SURVIVOR-OK) survivor(s) verified, $want expected"
+    fi
+    ;;
+*)
+    echo "run_hosts: unknown scenario $scenario" >&2
+    exit 2
+    ;;
+esac
+cat "$out"/*
+echo "run_hosts ($scenario, $hosts x $per): passed"
