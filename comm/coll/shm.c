@@ -720,7 +720,6 @@ void weft__shm_queue_refusal(weft_coll_t *c)
     c->sh.epoch = c->g->epoch;
 }
 
-
 void weft__shm_abandon(weft_coll_t *c)
 {
     /* Only the segment this collective ran on: after an edit, g->shm is a new one. */
