@@ -7,7 +7,7 @@ an output is writable. Sizes are checked by each call.
 
 import numpy as np
 
-from .dtypes import dtype_of, is_tensor
+from .dtypes import dtype_of, is_tensor, torch_dtype_of
 from .errors import invalid
 
 
@@ -31,12 +31,14 @@ class Buffer:
 
 
 def _from_tensor(t, what, typed):
-    if t.device.type not in ("cpu", "cuda"):
+    cuda = None
+    if t.is_cuda:
+        cuda = t.device
+    elif not t.is_cpu:
         raise invalid("%s: tensors on %s are not supported (cpu or cuda)" % (what, t.device))
     if not t.is_contiguous():
         raise invalid("%s: tensor is not contiguous (call .contiguous())" % what)
-    dtype = dtype_of(t) if typed else None
-    cuda = t.device if t.device.type == "cuda" else None
+    dtype = torch_dtype_of(t) if typed else None
     return Buffer(t, t.data_ptr(), t.numel() * t.element_size(), t.numel(), dtype, cuda)
 
 

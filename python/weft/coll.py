@@ -10,7 +10,7 @@ from ctypes import byref, c_size_t, c_void_p
 
 from ._buffer import as_buffer, same_kind
 from ._lib import lib
-from .errors import invalid
+from .errors import error_for, invalid, last_error
 from .request import Request
 
 
@@ -22,8 +22,26 @@ class Op(enum.IntEnum):
     MIN = 3
 
 
+_FNS = {}  # "allreduce" -> lib.weft_allreduce, looked up once
+_OP_BY_NAME = {}  # "sum" -> its value, filled as names come
+
+
 def op_value(op):
     """An Op, its name ("sum", "prod", "max", "min") or its value."""
+    v = _OP_BY_NAME.get(op) if isinstance(op, str) else None
+    if v is not None:
+        return v
+    if isinstance(op, str):
+        v = _op_by_name(op)
+        _OP_BY_NAME[op] = v
+        return v
+    try:
+        return int(Op(op))
+    except ValueError:
+        raise invalid("unknown reduction operator %r" % (op,)) from None
+
+
+def _op_by_name(op):
     if isinstance(op, str):
         try:
             return int(Op[op.upper()])
@@ -66,7 +84,10 @@ class CollectivesMixin:
     def _run(self, name, nonblocking, args, buffers, result, extra=()):
         self._follow_torch_stream(buffers)
         if not nonblocking:
-            self._call(getattr(lib, "weft_" + name), *args)
+            fn = _FNS.get(name)
+            if fn is None:
+                fn = _FNS[name] = getattr(lib, "weft_" + name)
+            self._call(fn, *args)
             return result
         self._ctx._reap_orphans()
         req = c_void_p()
@@ -80,6 +101,15 @@ class CollectivesMixin:
         same_kind(s, r, "allreduce")
         if r.count != s.count:
             raise invalid("allreduce: recv has %d elements, send %d" % (r.count, s.count))
+        if not nb and s.cuda_device is None and r.cuda_device is None:
+            # The common case (a blocking allreduce of host memory) without the layers
+            # of _run and _call: the cost of the binding is paid per call.
+            ctx = self._ctx
+            with ctx._lock:
+                st = lib.weft_allreduce(self._h(), s.ptr, r.ptr, s.count, s.dtype, op_value(op))
+                if st < 0:
+                    raise error_for(st, last_error(ctx._h()))
+            return r.obj
         return self._run("allreduce", nb, (s.ptr, r.ptr, s.count, s.dtype, op_value(op)),
                          (s, r), r.obj)
 

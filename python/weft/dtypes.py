@@ -59,6 +59,18 @@ def is_tensor(obj):
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
+_BY_TORCH = {}  # torch.dtype -> DType, filled as tensors come (a dict hit per call)
+
+
+def torch_dtype_of(t):
+    """dtype_of for a torch tensor, by its dtype object (the per-call fast path)."""
+    dt = _BY_TORCH.get(t.dtype)
+    if dt is None:
+        dt = dtype_of(t.dtype)
+        _BY_TORCH[t.dtype] = dt
+    return dt
+
+
 def dtype_of(x):
     """The weft DType of a NumPy array or dtype, a torch tensor or dtype, a DType, or a
     name ("float32", "f32", ...). Raises weft.InvalidArgument for others."""
