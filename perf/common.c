@@ -20,11 +20,11 @@ static const struct {
     size_t size;
 } dtype_names[] = {
     /* The first name of each dtype is the one printed. */
-    {"float", WEFT_F32, 4},    {"f32", WEFT_F32, 4},     {"double", WEFT_F64, 8},
-    {"f64", WEFT_F64, 8},      {"half", WEFT_F16, 2},    {"f16", WEFT_F16, 2},
-    {"bfloat16", WEFT_BF16, 2}, {"bf16", WEFT_BF16, 2},  {"int32", WEFT_I32, 4},
-    {"i32", WEFT_I32, 4},      {"int", WEFT_I32, 4},     {"int64", WEFT_I64, 8},
-    {"i64", WEFT_I64, 8},      {"uint8", WEFT_U8, 1},    {"u8", WEFT_U8, 1},
+    {"float", WEFT_F32, 4},     {"f32", WEFT_F32, 4},   {"double", WEFT_F64, 8},
+    {"f64", WEFT_F64, 8},       {"half", WEFT_F16, 2},  {"f16", WEFT_F16, 2},
+    {"bfloat16", WEFT_BF16, 2}, {"bf16", WEFT_BF16, 2}, {"int32", WEFT_I32, 4},
+    {"i32", WEFT_I32, 4},       {"int", WEFT_I32, 4},   {"int64", WEFT_I64, 8},
+    {"i64", WEFT_I64, 8},       {"uint8", WEFT_U8, 1},  {"u8", WEFT_U8, 1},
     {"char", WEFT_U8, 1},
 };
 
@@ -102,11 +102,24 @@ int perf_parse_size(const char *s, size_t *out)
     }
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
-    case 'T': shift = 40; end++; break;
-    default: break;
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    case 'T':
+        shift = 40;
+        end++;
+        break;
+    default:
+        break;
     }
     if (shift != 0 && (*end == 'i' || *end == 'I')) {
         end++;
@@ -218,20 +231,13 @@ void perf_print_usage(FILE *out, const char *subcommand, const perf_extra_opt_t 
 enum { OPT_INPLACE = 256, OPT_JSON, OPT_VERSION, OPT_EXTRA };
 
 static const struct option common_opts[] = {
-    {"minbytes", required_argument, NULL, 'b'},
-    {"maxbytes", required_argument, NULL, 'e'},
-    {"stepfactor", required_argument, NULL, 'f'},
-    {"stepbytes", required_argument, NULL, 'i'},
-    {"iters", required_argument, NULL, 'n'},
-    {"warmup_iters", required_argument, NULL, 'w'},
-    {"check", optional_argument, NULL, 'c'},
-    {"datatype", required_argument, NULL, 'd'},
-    {"op", required_argument, NULL, 'o'},
-    {"root", required_argument, NULL, 'r'},
-    {"window", required_argument, NULL, 'W'},
-    {"inplace", no_argument, NULL, OPT_INPLACE},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"help", no_argument, NULL, 'h'},
+    {"minbytes", required_argument, NULL, 'b'},   {"maxbytes", required_argument, NULL, 'e'},
+    {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
+    {"iters", required_argument, NULL, 'n'},      {"warmup_iters", required_argument, NULL, 'w'},
+    {"check", optional_argument, NULL, 'c'},      {"datatype", required_argument, NULL, 'd'},
+    {"op", required_argument, NULL, 'o'},         {"root", required_argument, NULL, 'r'},
+    {"window", required_argument, NULL, 'W'},     {"inplace", no_argument, NULL, OPT_INPLACE},
+    {"json", no_argument, NULL, OPT_JSON},        {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
 };
 /* '+': no reordering, so a stray argument is reported rather than skipped;
@@ -315,9 +321,12 @@ static int apply_common(perf_opts_t *o, int id, const char *val)
 {
     long v;
     switch (id) {
-    case 'b': return perf_parse_size(val, &o->min_bytes);
-    case 'e': return perf_parse_size(val, &o->max_bytes);
-    case 'i': return perf_parse_size(val, &o->step_bytes);
+    case 'b':
+        return perf_parse_size(val, &o->min_bytes);
+    case 'e':
+        return perf_parse_size(val, &o->max_bytes);
+    case 'i':
+        return perf_parse_size(val, &o->step_bytes);
     case 'f':
         if (perf_parse_int(val, 1, 1L << 30, &v) != 0) {
             return -1;
@@ -331,8 +340,10 @@ static int apply_common(perf_opts_t *o, int id, const char *val)
         if (perf_parse_int(val, id == 'W' ? 1 : 0, 1L << 30, &v) != 0) {
             return -1;
         }
-        *(id == 'n' ? &o->iters : id == 'w' ? &o->warmup : id == 'r' ? &o->root : &o->window) =
-            (int)v;
+        *(id == 'n'   ? &o->iters
+          : id == 'w' ? &o->warmup
+          : id == 'r' ? &o->root
+                      : &o->window) = (int)v;
         return 0;
     case 'c':
         if (val == NULL) {
@@ -344,10 +355,16 @@ static int apply_common(perf_opts_t *o, int id, const char *val)
         }
         o->check = (int)v;
         return 0;
-    case 'd': return perf_parse_dtype(val, &o->dtype);
-    case 'o': return perf_parse_op(val, &o->op);
-    case OPT_INPLACE: o->inplace = true; return 0;
-    case OPT_JSON: o->json = true; return 0;
+    case 'd':
+        return perf_parse_dtype(val, &o->dtype);
+    case 'o':
+        return perf_parse_op(val, &o->op);
+    case OPT_INPLACE:
+        o->inplace = true;
+        return 0;
+    case OPT_JSON:
+        o->json = true;
+        return 0;
     }
     return -1;
 }
@@ -374,9 +391,9 @@ int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcomman
     }
     memcpy(longopts, common_opts, sizeof(common_opts));
     for (size_t k = 0; k < n_extras; k++) {
-        longopts[NELEMS(common_opts) + k] = (struct option){
-            extras[k].name + 2, extras[k].has_arg ? required_argument : no_argument, NULL,
-            OPT_EXTRA + (int)k};
+        longopts[NELEMS(common_opts) + k] =
+            (struct option){extras[k].name + 2, extras[k].has_arg ? required_argument : no_argument,
+                            NULL, OPT_EXTRA + (int)k};
     }
     longopts[NELEMS(common_opts) + n_extras] = (struct option){NULL, 0, NULL, 0};
 
@@ -677,19 +694,18 @@ void perf_table_begin(perf_table_t *t, const perf_opts_t *o, const char *subcomm
                 "\"inplace\": %s, \"iters\": %d, \"warmup\": %d, \"check\": %d, "
                 "\"results\": [",
                 nranks, weft_version(NULL, NULL, NULL), perf_dtype_str(o->dtype),
-                perf_op_str(o->op), o->inplace ? "true" : "false", o->iters, o->warmup,
-                o->check);
+                perf_op_str(o->op), o->inplace ? "true" : "false", o->iters, o->warmup, o->check);
         return;
     }
     fprintf(t->out, "# weft-perf %s: %d ranks, %d iters, %d warmup, check %d, %s\n", subcommand,
             nranks, o->iters, o->warmup, o->check, o->inplace ? "in-place" : "out-of-place");
-    fprintf(t->out, "#%12s %13s %9s %7s %10s %8s %8s %7s", "size", "count", "type", "op",
-            "time", "algbw", "busbw", "#wrong");
+    fprintf(t->out, "#%12s %13s %9s %7s %10s %8s %8s %7s", "size", "count", "type", "op", "time",
+            "algbw", "busbw", "#wrong");
     for (size_t i = 0; i < t->ncols; i++) {
         fprintf(t->out, " %10s", t->cols[i].title);
     }
-    fprintf(t->out, "\n#%12s %13s %9s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "",
-            "(us)", "(GB/s)", "(GB/s)", "");
+    fprintf(t->out, "\n#%12s %13s %9s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "(us)",
+            "(GB/s)", "(GB/s)", "");
     fflush(t->out);
 }
 
@@ -766,4 +782,11 @@ int perf_table_end(perf_table_t *t)
         fflush(t->out);
     }
     return t->total_wrong > 0 ? PERF_EXIT_WRONG : PERF_EXIT_OK;
+}
+
+double perf_slowest(const perf_world_t *w, double us)
+{
+    double out = us;
+    weft_allreduce(w->world, &us, &out, 1, WEFT_F64, WEFT_MAX);
+    return out;
 }

@@ -151,13 +151,6 @@ int mig_build(const mig_bench_t *b, const char *kind, scenario_t *s)
     return 0;
 }
 
-double mig_slowest(const mig_bench_t *b, double us)
-{
-    double out = us;
-    weft_allreduce(b->w.world, &us, &out, 1, WEFT_F64, WEFT_MAX);
-    return out;
-}
-
 /* Whether boxes @p a and @p b overlap, and their intersection in @p in. */
 static bool box_overlap(const weft_box_t *a, const weft_box_t *b, int nd, weft_box_t *in)
 {
@@ -241,7 +234,7 @@ static double allgather_slice(const mig_bench_t *b, const scenario_t *s, const i
     double us = perf_now_us() - t0;
     perf_free(all);
     perf_free(mine);
-    return st == WEFT_OK ? mig_slowest(b, us) : -1;
+    return st == WEFT_OK ? perf_slowest(&b->w, us) : -1;
 }
 
 typedef struct files {
@@ -335,7 +328,7 @@ static double file_reload(const mig_bench_t *b, const scenario_t *s, const int *
         perf_free(f->bufs[r]);
     }
     free(f);
-    return ok ? mig_slowest(b, us) : -1;
+    return ok ? perf_slowest(&b->w, us) : -1;
 }
 
 typedef struct result {
@@ -380,7 +373,7 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
         weft_barrier(b->w.world);
         t0 = perf_now_us();
         st = weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL);
-        double us = mig_slowest(b, perf_now_us() - t0);
+        double us = perf_slowest(&b->w, perf_now_us() - t0);
         if (i >= 0) {
             v[i] = us;
         }

@@ -32,8 +32,6 @@ typedef struct scenario {
 
 /* Build scenario @p kind (its layouts); -1 if it needs more ranks. */
 int mig_build(const mig_bench_t *b, const char *kind, scenario_t *s);
-/* The largest of @p us over the ranks. */
-double mig_slowest(const mig_bench_t *b, double us);
 
 /* migrate_background.c */
 int mig_overlap(const mig_bench_t *b, FILE *out, bool json);

@@ -58,7 +58,7 @@ double mig_stream_baseline(const mig_bench_t *b, size_t bytes, int iters)
             weft_wait(q[k], WEFT_TIMEOUT_DEFAULT);
             weft_req_free(q[k]);
         }
-        t[it] = mig_slowest(b, perf_now_us() - t0);
+        t[it] = perf_slowest(&b->w, perf_now_us() - t0);
     }
     double med = perf_median(t, iters);
     free(t);
@@ -84,7 +84,7 @@ int mig_background_step(const mig_bench_t *b, FILE *out, bool json)
     unsigned char *newbuf = perf_alloc(weft_layout_packed_bytes(s.new, me));
     double t0 = perf_now_us();
     weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL); /* also touches the pages */
-    double waited = mig_slowest(b, perf_now_us() - t0);
+    double waited = perf_slowest(&b->w, perf_now_us() - t0);
     int done_all = 0, runs = 5, done;
     for (int r = 0; r < runs; r++) {
         weft_barrier(b->w.world);

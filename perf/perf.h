@@ -55,20 +55,20 @@ int perf_snapshot_main(int argc, char **argv);
 
 /* The nccl-tests flags every subcommand understands. */
 typedef struct perf_opts {
-    size_t min_bytes;  /* -b, --minbytes (default 8) */
-    size_t max_bytes;  /* -e, --maxbytes (default 32M) */
-    uint64_t factor;   /* -f, --stepfactor: multiply size by this (default 2) */
-    size_t step_bytes; /* -i, --stepbytes: add this instead when nonzero (default 0) */
-    int iters;         /* -n, --iters (default 20) */
-    int warmup;        /* -w, --warmup_iters (default 5) */
-    int check;         /* -c, --check: verify results (default 1) */
+    size_t min_bytes;   /* -b, --minbytes (default 8) */
+    size_t max_bytes;   /* -e, --maxbytes (default 32M) */
+    uint64_t factor;    /* -f, --stepfactor: multiply size by this (default 2) */
+    size_t step_bytes;  /* -i, --stepbytes: add this instead when nonzero (default 0) */
+    int iters;          /* -n, --iters (default 20) */
+    int warmup;         /* -w, --warmup_iters (default 5) */
+    int check;          /* -c, --check: verify results (default 1) */
     weft_dtype_t dtype; /* -d, --datatype (default f32) */
-    weft_op_t op;      /* -o, --op (default sum) */
-    int root;          /* -r, --root (default 0) */
-    bool inplace;      /* --inplace */
-    bool json;         /* --json: one JSON document on stdout instead of the table */
-    int window;        /* -W, --window: outstanding operations where a test uses a window
-                          (default 64) */
+    weft_op_t op;       /* -o, --op (default sum) */
+    int root;           /* -r, --root (default 0) */
+    bool inplace;       /* --inplace */
+    bool json;          /* --json: one JSON document on stdout instead of the table */
+    int window;         /* -W, --window: outstanding operations where a test uses a window
+                           (default 64) */
 } perf_opts_t;
 
 /* A subcommand-specific option, e.g. {"--algo", 1, "ALG", "ring|tree"}. */
@@ -184,6 +184,9 @@ typedef struct perf_world {
     int rank, size;
 } perf_world_t;
 
+/* The largest of @p us over the ranks of @p w (the slowest rank's time). */
+double perf_slowest(const perf_world_t *w, double us);
+
 /* weft_init + world group + rank/size; prints the error and returns nonzero on failure. */
 int perf_world_open(perf_world_t *w);
 void perf_world_close(perf_world_t *w);
@@ -209,7 +212,7 @@ typedef struct perf_row {
     double time_us;
     double algbw_gbs; /* GB/s (1e9 bytes per second), like nccl-tests */
     double busbw_gbs;
-    long wrong;       /* -1: not checked ("N/A") */
+    long wrong; /* -1: not checked ("N/A") */
     double extra[PERF_MAX_EXTRA_COLS];
 } perf_row_t;
 
@@ -219,7 +222,7 @@ typedef struct perf_table {
     int nranks;
     perf_col_t cols[PERF_MAX_EXTRA_COLS];
     size_t ncols;
-    bool print;   /* false on ranks other than the reporting one */
+    bool print; /* false on ranks other than the reporting one */
     FILE *out;
     size_t nrows;
     long total_wrong;

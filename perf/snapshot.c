@@ -151,13 +151,6 @@ static weft_layout_t *model(const snap_bench_t *b, const int *members, int k)
 
 /* ---- steps and snapshots ---- */
 
-static double slowest(const snap_bench_t *b, double us)
-{
-    double out = us;
-    weft_allreduce(b->w.world, &us, &out, 1, WEFT_F64, WEFT_MAX);
-    return out;
-}
-
 static void sleep_us(long us)
 {
     struct timespec ts = {(time_t)(us / 1000000), (us % 1000000) * 1000};
@@ -242,7 +235,7 @@ static weft_status_t copy_time(snap_bench_t *b, snap_result_t *r)
         st = snapshot_start(b, ++b->step, &req);
         weft_status_t wst = snapshot_wait(&req);
         st = st != WEFT_OK ? st : wst;
-        double us = slowest(b, perf_now_us() - t0);
+        double us = perf_slowest(&b->w, perf_now_us() - t0);
         if (i >= 0) {
             v[i] = us;
         }
@@ -325,7 +318,7 @@ static weft_status_t write_checkpoint(snap_bench_t *b, snap_result_t *r)
     }
     int mine = ok, all = 0;
     weft_allreduce(b->w.world, &mine, &all, 1, WEFT_I32, WEFT_MIN);
-    r->file_write_us = slowest(b, perf_now_us() - t0);
+    r->file_write_us = perf_slowest(&b->w, perf_now_us() - t0);
     return all ? WEFT_OK : WEFT_ERR_IO;
 }
 
@@ -377,7 +370,7 @@ static weft_status_t file_restart(snap_bench_t *b, uint64_t g0, size_t n, uint64
     long wrong = ok ? count_wrong(buf, g0, n, r->committed) : (long)n, all = 0;
     weft_allreduce(b->w.world, &wrong, &all, 1, WEFT_I64, WEFT_SUM);
     r->file_wrong = all;
-    r->file_restart_us = slowest(b, us);
+    r->file_restart_us = perf_slowest(&b->w, us);
     int64_t bytes = (int64_t)n * 8, sum = 0;
     weft_allreduce(b->w.world, &bytes, &sum, 1, WEFT_I64, WEFT_SUM);
     r->file_read_bytes = (size_t)sum;
@@ -509,7 +502,7 @@ static weft_status_t recover(snap_bench_t *b, snap_result_t *r)
             memset(buf, 0, cap);
         }
     }
-    r->buffer_us = slowest(b, perf_now_us() - t0);
+    r->buffer_us = perf_slowest(&b->w, perf_now_us() - t0);
     mark(b, s + 1); /* the live state moves on: the restore must not see it */
     st = step_allreduce(b->w.world);
     if (b->w.rank == b->n0 - 1) {

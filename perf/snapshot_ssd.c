@@ -27,13 +27,6 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return remove(path);
 }
 
-static double slowest(const snap_bench_t *b, double us)
-{
-    double out = us;
-    weft_allreduce(b->w.world, &us, &out, 1, WEFT_F64, WEFT_MAX);
-    return out;
-}
-
 static uint64_t sum(const snap_bench_t *b, uint64_t v)
 {
     int64_t in = (int64_t)v, out = 0;
@@ -69,7 +62,7 @@ static weft_status_t ssd_round(snap_bench_t *b, const char *dir, double *gbs, ui
     }
     *first = sum(b, one.ssd_bytes_written);
     *second = sum(b, two.ssd_bytes_written);
-    *gbs = perf_gbs(*first, slowest(b, one.ssd_write_us));
+    *gbs = perf_gbs(*first, perf_slowest(&b->w, one.ssd_write_us));
     return WEFT_OK;
 }
 
@@ -107,7 +100,7 @@ static weft_status_t seq_round(snap_bench_t *b, const char *dir, uint64_t bytes,
         return WEFT_ERR_IO;
     }
     uint64_t total = sum(b, (bytes + SEQ_BLOCK - 1) / SEQ_BLOCK * SEQ_BLOCK);
-    *gbs = perf_gbs(total, slowest(b, us));
+    *gbs = perf_gbs(total, perf_slowest(&b->w, us));
     return WEFT_OK;
 }
 
