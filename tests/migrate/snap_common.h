@@ -87,4 +87,16 @@ static inline void snap_reference(int t, uint64_t i, weft_dtype_t dt, uint64_t s
     }
 }
 
+/* snap_each callbacks: the initial value; one training step (@p arg: the step number). */
+static inline void snap_init_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    (void)arg;
+    snap_store(elem, dt, snap_initial(t, i));
+}
+
+static inline void snap_step_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    snap_store(elem, dt, snap_update(t, i, *(uint64_t *)arg, snap_load(elem, dt)));
+}
+
 #endif

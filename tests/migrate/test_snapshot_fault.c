@@ -40,17 +40,6 @@ static weft_layout_t *model(const int *members, int k)
     return l;
 }
 
-static void init_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
-{
-    (void)arg;
-    snap_store(elem, dt, snap_initial(t, i));
-}
-
-static void step_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
-{
-    snap_store(elem, dt, snap_update(t, i, *(uint64_t *)arg, snap_load(elem, dt)));
-}
-
 static void check_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
 {
     uint64_t want[1];
@@ -68,7 +57,7 @@ typedef struct blob {
 static weft_status_t train_step(weft_group_t *g, const weft_layout_t *l, int id, void *buf,
                                 uint64_t step)
 {
-    snap_each(l, id, buf, step_elem, &step);
+    snap_each(l, id, buf, snap_step_elem, &step);
     double loss = 1.0, sum = 0;
     return weft_allreduce(g, &loss, &sum, 1, WEFT_F64, WEFT_SUM);
 }
@@ -127,7 +116,7 @@ int main(int argc, char **argv)
         return 1;
     }
     unsigned char *buf = malloc(weft_layout_packed_bytes(l, id) + 1);
-    snap_each(l, id, buf, init_elem, NULL);
+    snap_each(l, id, buf, snap_init_elem, NULL);
     uint64_t step = 1;
     weft_status_t st = WEFT_OK;
     for (; step <= STEPS && st == WEFT_OK; step++) {

@@ -47,17 +47,6 @@ static weft_layout_t *model_of(weft_group_t *g)
     return model(ids, k);
 }
 
-static void init_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
-{
-    (void)arg;
-    snap_store(elem, dt, snap_initial(t, i));
-}
-
-static void step_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
-{
-    snap_store(elem, dt, snap_update(t, i, *(uint64_t *)arg, snap_load(elem, dt)));
-}
-
 static void check_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
 {
     uint64_t want[1];
@@ -75,7 +64,7 @@ static weft_status_t train(weft_group_t *g, const weft_layout_t *l, void *buf, u
         if (id == victim && step == KILL_STEP) {
             raise(SIGKILL);
         }
-        snap_each(l, id, buf, step_elem, &step);
+        snap_each(l, id, buf, snap_step_elem, &step);
         double one = 1, sum = 0;
         st = weft_allreduce(g, &one, &sum, 1, WEFT_F64, WEFT_SUM);
         blob_t b = {step};
@@ -135,7 +124,7 @@ int main(void)
             return 1;
         }
         unsigned char *buf = malloc(weft_layout_packed_bytes(l, id) + 1);
-        snap_each(l, id, buf, init_elem, NULL);
+        snap_each(l, id, buf, snap_init_elem, NULL);
         st = train(world, l, buf, 1, snap, id, victim);
         if (id == victim) {
             raise(SIGKILL); /* it saw a failure before its own step came */
