@@ -10,6 +10,7 @@ from ctypes import byref, c_size_t, c_void_p
 
 from ._buffer import as_buffer, same_kind
 from ._lib import lib
+from .dtypes import _BY_TORCH, torch_module
 from .errors import error_for, invalid, last_error
 from .request import Request
 
@@ -52,6 +53,30 @@ def _op_by_name(op):
         return int(Op(op))
     except ValueError:
         raise invalid("unknown reduction operator %r" % (op,)) from None
+
+
+_tensor_class = [None]  # torch.Tensor once the program imported torch
+
+
+def _plain_host_pair(send, recv, op):
+    """The output tensor when send (and recv, if given) are torch.Tensor objects (not
+    subclasses) in contiguous CPU memory, of one dtype already seen, of equal length, and
+    op is an operator name already seen; None otherwise (the general path decides)."""
+    T = _tensor_class[0]
+    if T is None:
+        torch = torch_module()
+        if torch is None:
+            return None
+        T = _tensor_class[0] = torch.Tensor
+    if type(send) is not T or op.__class__ is not str or op not in _OP_BY_NAME or \
+            send.dtype not in _BY_TORCH or not send.is_cpu or not send.is_contiguous():
+        return None
+    if recv is None:
+        return send
+    if type(recv) is not T or recv.dtype is not send.dtype or not recv.is_cpu or \
+            not recv.is_contiguous() or recv.numel() != send.numel():
+        return None
+    return recv
 
 
 def _blocks(buf, parts, what):
@@ -101,21 +126,27 @@ class CollectivesMixin:
         same_kind(s, r, "allreduce")
         if r.count != s.count:
             raise invalid("allreduce: recv has %d elements, send %d" % (r.count, s.count))
-        if not nb and s.cuda_device is None and r.cuda_device is None:
-            # The common case (a blocking allreduce of host memory) without the layers
-            # of _run and _call: the cost of the binding is paid per call.
-            ctx = self._ctx
-            with ctx._lock:
-                st = lib.weft_allreduce(self._h(), s.ptr, r.ptr, s.count, s.dtype, op_value(op))
-                if st < 0:
-                    raise error_for(st, last_error(ctx._h()))
-            return r.obj
         return self._run("allreduce", nb, (s.ptr, r.ptr, s.count, s.dtype, op_value(op)),
                          (s, r), r.obj)
 
     def allreduce(self, send, recv=None, op="sum"):
         """recv[i] = op over ranks of send[i] on every rank; recv None: in place."""
-        return self._allreduce(send, recv, op, False)
+        r = _plain_host_pair(send, recv, op)
+        if r is None:
+            return self._allreduce(send, recv, op, False)
+        # The step of a training loop: plain contiguous CPU tensors of a dtype and an
+        # operator name seen before, checked and called in one frame (the binding's cost
+        # is paid on every call; tests/python/test_coll.py covers both paths alike).
+        ctx = self._ctx
+        with ctx._lock:
+            h = self._handle
+            if h is None or ctx._handle is None:
+                self._h()  # raises
+            st = lib.weft_allreduce(h, send.data_ptr(), r.data_ptr(), send.numel(),
+                                    _BY_TORCH[send.dtype], _OP_BY_NAME[op])
+            if st < 0:
+                raise error_for(st, last_error(ctx._handle))
+        return r
 
     def iallreduce(self, send, recv=None, op="sum"):
         return self._allreduce(send, recv, op, True)
