@@ -66,22 +66,49 @@ double mig_stream_baseline(const mig_bench_t *b, size_t bytes, int iters)
     return med;
 }
 
+/* The zero-shrink scenario both --step-ms and --overlap run: its layouts, its plan, and
+ * this rank's old and new packed buffers. */
+typedef struct shrink_fixture {
+    scenario_t s;
+    weft_plan_t *plan;
+    unsigned char *oldbuf, *newbuf;
+} shrink_fixture_t;
+
+/* -1 when the world is too small for the scenario. */
+static int shrink_open(const mig_bench_t *b, shrink_fixture_t *f)
+{
+    if (mig_build(b, "zero-shrink", &f->s) != 0) {
+        return -1;
+    }
+    int me = b->ids[b->w.rank];
+    weft_plan_create(f->s.old, f->s.new, NULL, &f->plan);
+    f->oldbuf = perf_alloc(weft_layout_packed_bytes(f->s.old, me));
+    f->newbuf = perf_alloc(weft_layout_packed_bytes(f->s.new, me));
+    return 0;
+}
+
+static void shrink_close(shrink_fixture_t *f)
+{
+    perf_free(f->oldbuf);
+    perf_free(f->newbuf);
+    weft_plan_free(f->plan);
+    weft_layout_free(f->s.old);
+    weft_layout_free(f->s.new);
+}
+
 /* A zero-shrink migration started right before an emulated GPU step of --step-ms: whether
  * it has completed when the step ends (weft_test, no wait), and how long the same
  * migration takes when waited for. */
 int mig_background_step(const mig_bench_t *b, FILE *out, bool json)
 {
-    scenario_t s;
-    if (mig_build(b, "zero-shrink", &s) != 0) {
+    shrink_fixture_t f;
+    if (shrink_open(b, &f) != 0) {
         return PERF_EXIT_OK;
     }
-    int me = b->ids[b->w.rank];
-    weft_plan_t *plan;
-    weft_plan_create(s.old, s.new, NULL, &plan);
+    weft_plan_t *plan = f.plan;
+    unsigned char *oldbuf = f.oldbuf, *newbuf = f.newbuf;
     weft_plan_stats_t st;
     weft_plan_stats(plan, -1, &st);
-    unsigned char *oldbuf = perf_alloc(weft_layout_packed_bytes(s.old, me));
-    unsigned char *newbuf = perf_alloc(weft_layout_packed_bytes(s.new, me));
     double t0 = perf_now_us();
     weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL); /* also touches the pages */
     double waited = perf_slowest(&b->w, perf_now_us() - t0);
@@ -110,11 +137,7 @@ int mig_background_step(const mig_bench_t *b, FILE *out, bool json)
                 "step's end: %d of %d runs\n",
                 st.bytes_in, b->step_ms, b->w.size, waited, done_all, runs);
     }
-    perf_free(oldbuf);
-    perf_free(newbuf);
-    weft_plan_free(plan);
-    weft_layout_free(s.old);
-    weft_layout_free(s.new);
+    shrink_close(&f);
     return PERF_EXIT_OK;
 }
 
@@ -128,15 +151,13 @@ static void compute(size_t us)
 
 int mig_overlap(const mig_bench_t *b, FILE *out, bool json)
 {
-    scenario_t s;
-    if (mig_build(b, "zero-shrink", &s) != 0) {
+    shrink_fixture_t f;
+    if (shrink_open(b, &f) != 0) {
         return PERF_EXIT_OK;
     }
-    int p = b->w.size, me = b->ids[b->w.rank];
-    weft_plan_t *plan;
-    weft_plan_create(s.old, s.new, NULL, &plan);
-    size_t ob = weft_layout_packed_bytes(s.old, me), nb = weft_layout_packed_bytes(s.new, me);
-    unsigned char *oldbuf = perf_alloc(ob), *newbuf = perf_alloc(nb);
+    int p = b->w.size;
+    weft_plan_t *plan = f.plan;
+    unsigned char *oldbuf = f.oldbuf, *newbuf = f.newbuf;
     const int k = 200;
     double *idle = calloc(k, sizeof(double)), *during = calloc(k, sizeof(double));
     float *x = perf_alloc(64 << 10), *y = perf_alloc(64 << 10);
@@ -216,10 +237,6 @@ int mig_overlap(const mig_bench_t *b, FILE *out, bool json)
     free(during);
     perf_free(x);
     perf_free(y);
-    perf_free(oldbuf);
-    perf_free(newbuf);
-    weft_plan_free(plan);
-    weft_layout_free(s.old);
-    weft_layout_free(s.new);
+    shrink_close(&f);
     return PERF_EXIT_OK;
 }
