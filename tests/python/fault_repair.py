@@ -17,11 +17,7 @@ import sys
 import numpy as np
 
 import weft
-
-
-def say(text):
-    """One line in one write: the ranks share weftrun's output file."""
-    os.write(1, (text + "\n").encode())
+from fault_common import recover, run_survivor, say
 
 
 def checked_allreduce(g, nonblocking=False):
@@ -112,13 +108,7 @@ def main():
         assert e.status in (weft.Status.ERR_PEER_FAILED, weft.Status.ERR_REVOKED)
         if mode == "migrate" and not ctx._retired:
             raise AssertionError("the failed migration's old buffer was not kept")
-    for attempt in range(5):  # a failure during recovery fails a call: repair again
-        try:
-            info = g.repair()
-            checked_allreduce(g)
-            break
-        except weft.PeerError:
-            continue
+    info = recover(g, checked_allreduce)
     if info.removed != [victim] or g.size != n - 1 or victim in g.member_ids:
         say("SURVIVOR-FAIL rank %d: repair removed %s, size %d" % (me, info.removed, g.size))
         return 1
@@ -132,8 +122,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # any other failure is a failed survivor, said once
-        say("SURVIVOR-FAIL: %s: %s" % (type(e).__name__, e))
-        sys.exit(1)
+    run_survivor(main)

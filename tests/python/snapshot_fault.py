@@ -26,13 +26,9 @@ import time
 import numpy as np
 
 import weft
+from fault_common import recover, run_survivor, say
 
 STEPS, KILL_STEP = 10, 5
-
-
-def say(text):
-    """One line in one write: the ranks share weftrun's output file."""
-    os.write(1, (text + "\n").encode())
 
 
 def shapes():
@@ -153,17 +149,6 @@ def resume_mode(ctx, g, victim):
         plan.stats().bytes_missing)
 
 
-def recover(g):
-    for _ in range(5):  # a failure during recovery fails a call: repair again
-        try:
-            info = g.repair()
-            g.barrier()
-            return info
-        except weft.PeerError:
-            continue
-    raise AssertionError("no repair in 5 attempts")
-
-
 def main():
     os.environ.setdefault("WEFT_TIMEOUT_MS", "60000")
     mode = sys.argv[1] if len(sys.argv) > 1 else "snapshot"
@@ -182,8 +167,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # any other failure is a failed survivor, said once
-        say("SURVIVOR-FAIL: %s: %s" % (type(e).__name__, e))
-        sys.exit(1)
+    run_survivor(main)
