@@ -308,7 +308,12 @@ typedef struct weft_migrate_params {
  * @param[in]  old_buf This member's packed buffer of the old layout
  *                     (weft_layout_packed_bytes(); NULL if it holds nothing). Any buffer
  *                     may be CUDA device memory: its chunks are then staged in host
- *                     memory.
+ *                     memory, except where every member's chunks to and from other members
+ *                     are device memory and the group's transport selection sends CUDA
+ *                     buffers through NCCL: then they go GPU to GPU with NCCL
+ *                     point-to-point on a stream of weft's own, so finish the GPU work
+ *                     that writes @p old_buf before the start, and start GPU work on
+ *                     @p new_buf only after completion.
  * @param[out] new_buf Its packed buffer of the new layout; must not overlap @p old_buf.
  *                     Both stay in use until the request completes. If it fails, sends of
  *                     the failed attempt may still read @p old_buf for a while: keep it
