@@ -18,6 +18,9 @@ bool weft__mig_dev_copy(void *dst, const weft_box_t *dst_box, const void *src,
                         const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem,
                         char *why, size_t why_len);
 
+/* The CUDA device @p ptr lives on, else the calling thread's current device (0 if none). */
+int weft__mig_dev_of(const void *ptr);
+
 /* The same, each run enqueued with cudaMemcpyAsync on @p stream (a cudaStream_t); the
  * caller synchronizes the stream before it relies on the copy. */
 bool weft__mig_dev_copy_on(void *stream, void *dst, const weft_box_t *dst_box, const void *src,

@@ -44,3 +44,17 @@ bool weft__mig_dev_copy_on(void *stream, void *dst, const weft_box_t *dst_box, c
     snprintf(why, why_len, "cudaMemcpyAsync: %s", cudaGetErrorString(c.err));
     return false;
 }
+
+int weft__mig_dev_of(const void *ptr)
+{
+    struct cudaPointerAttributes a;
+    int dev = 0;
+    if (ptr != NULL && cudaPointerGetAttributes(&a, ptr) == cudaSuccess && a.device >= 0) {
+        return a.device;
+    }
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        dev = 0;
+    }
+    (void)cudaGetLastError();
+    return dev;
+}

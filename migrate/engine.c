@@ -23,6 +23,7 @@
 #include "comm/coll/coll.h"
 #include "comm/memtype.h"
 #include "comm/nccl_comm.h"
+#include "migrate/device.h"
 #include "migrate/engine_impl.h"
 #include "weft/group.h"
 
@@ -42,28 +43,34 @@ _Atomic uint64_t weft__migrate_nccl_chunks = 0;
  * comes here) and the first round goes through NCCL (nccl_path.c). Else the chunks are
  * staged through host memory, as without NCCL.
  */
+#ifdef WEFT_HAVE_NCCL
+/* The selection, the communicator and the path's state, with the buffers' device current. */
+static weft_status_t prepare_nccl(mig_t *m)
+{
+    bool chosen = false;
+    weft_status_t st = weft__nccl_p2p_prepare(m->g, m->nccl_seq, &chosen);
+    if (st != WEFT_OK || !chosen) {
+        return st;
+    }
+    if ((st = weft__mig_nccl_init(m)) != WEFT_OK) {
+        return st == WEFT_ERR_NO_MEMORY ? weft__error(m->g->ctx, st, "weft_migrate: out of memory")
+                                        : st;
+    }
+    m->nccl = true;
+    return WEFT_OK;
+}
+#endif
+
 static weft_status_t choose_nccl(mig_t *m)
 {
     if (m->agree[8] != 0 || m->agree[9] == 0) {
         return WEFT_OK;
     }
 #ifdef WEFT_HAVE_NCCL
-    bool chosen = false;
-    weft_status_t st = weft__nccl_p2p_prepare(m->g, m->nccl_seq, &chosen);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    if (!chosen) {
-        return WEFT_OK;
-    }
-    if ((st = weft__mig_nccl_init(m)) != WEFT_OK) {
-        return st == WEFT_ERR_NO_MEMORY
-                   ? weft__error(m->g->ctx, st, "weft_migrate: out of memory")
-                   : st;
-    }
-    m->nccl = true;
-#endif
+    return weft__mig_on_device(m, prepare_nccl);
+#else
     return WEFT_OK;
+#endif
 }
 
 static weft_status_t mig_progress(weft_req_t *req)
@@ -96,7 +103,8 @@ static weft_status_t mig_progress(weft_req_t *req)
         int gate = m->gated ? weft__mig_max_waiting_prio(m) : 0;
         bool all = weft__mig_local_step(m, gate);
 #ifdef WEFT_HAVE_NCCL
-        if (m->nccl && !m->nccl_done && (st = weft__mig_nccl_progress(m)) != WEFT_OK &&
+        if (m->nccl && !m->nccl_done &&
+            (st = weft__mig_on_device(m, weft__mig_nccl_progress)) != WEFT_OK &&
             st != WEFT_INPROGRESS) {
             return st;
         }
@@ -373,6 +381,13 @@ weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan
     m->resume_dev = weft__memtype(p.resume_buf) == WEFT_MEM_CUDA;
     m->new_dev = weft__memtype(new_buf) == WEFT_MEM_CUDA;
     m->any_dev = m->old_dev || m->resume_dev || m->new_dev;
+#ifdef WEFT_HAVE_CUDA
+    if (m->any_dev) {
+        m->cuda_dev = weft__mig_dev_of(m->new_dev   ? new_buf
+                                       : m->old_dev ? old_buf
+                                                    : p.resume_buf);
+    }
+#endif
     m->chunk = ctx->cfg.migrate_chunk > 0 ? ctx->cfg.migrate_chunk : 1;
     m->window = ctx->cfg.migrate_window > 0 ? ctx->cfg.migrate_window : 1;
     m->max_staged = p.max_staged_bytes != 0 ? p.max_staged_bytes : DEFAULT_MAX_STAGED;

@@ -86,6 +86,7 @@ typedef struct mig {
      * here, such chunks all in device memory here), then the maxima */
     int64_t agree[10];
     uint64_t nccl_seq;     /* the collective count at the start: keys the NCCL id */
+    int cuda_dev;          /* the device of its CUDA buffers (any thread may progress it) */
     bool nccl;             /* round 0 of every stream goes GPU to GPU (nccl_path.c) */
     bool nccl_done;        /* ... and is finished: the verdicts may go */
     struct mig_nccl *np;
@@ -144,6 +145,9 @@ int weft__mig_max_waiting_prio(const mig_t *m);
  * WEFT_ERR_NO_MEMORY; progress: WEFT_INPROGRESS, WEFT_OK once every step is done (sets
  * nccl_done), or an error; free: never blocks on work a dead peer holds up. */
 weft_status_t weft__mig_nccl_init(mig_t *m);
+/* Run @p fn(m) with m->cuda_dev current on this thread (the progress thread's may be
+ * another), then restore the thread's device. */
+weft_status_t weft__mig_on_device(mig_t *m, weft_status_t (*fn)(mig_t *m));
 weft_status_t weft__mig_nccl_progress(mig_t *m);
 void weft__mig_nccl_free(mig_t *m);
 

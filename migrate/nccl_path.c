@@ -34,7 +34,6 @@
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
 
-
 enum { LEG_IDLE, LEG_COPY, LEG_HDR, LEG_DONE };
 
 /* One chunk of one stream in one step. */
@@ -67,11 +66,11 @@ typedef struct step {
 struct mig_nccl {
     cudaStream_t copy;
     uint32_t nsteps, next, done;
-    size_t cap; /* the largest chunk: what each staging buffer holds */
-    step_t *steps;     /* [window] */
-    leg_mem_t *mem;    /* [window * nstreams] */
+    size_t cap;     /* the largest chunk: what each staging buffer holds */
+    step_t *steps;  /* [window] */
+    leg_mem_t *mem; /* [window * nstreams] */
     weft_nccl_xfer_t *xfers;
-    bool leak;         /* work may still touch the buffers: do not free them */
+    bool leak; /* work may still touch the buffers: do not free them */
 };
 
 static weft_status_t cuda_fail(mig_t *m, cudaError_t e, const char *what)
@@ -82,6 +81,23 @@ static weft_status_t cuda_fail(mig_t *m, cudaError_t e, const char *what)
     }
     return weft__error(m->g->ctx, WEFT_ERR_TRANSPORT, "weft_migrate: %s: %s", what,
                        cudaGetErrorString(e));
+}
+
+weft_status_t weft__mig_on_device(mig_t *m, weft_status_t (*fn)(mig_t *m))
+{
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess ||
+        (prev != m->cuda_dev && cudaSetDevice(m->cuda_dev) != cudaSuccess)) {
+        (void)cudaGetLastError();
+        return weft__error(m->g->ctx, WEFT_ERR_TRANSPORT, "weft_migrate: cannot use CUDA device %d",
+                           m->cuda_dev);
+    }
+    weft_status_t st = fn(m);
+    if (prev != m->cuda_dev) {
+        (void)cudaSetDevice(prev);
+    }
+    (void)cudaGetLastError();
+    return st;
 }
 
 weft_status_t weft__mig_nccl_init(mig_t *m)
@@ -267,9 +283,9 @@ static weft_status_t check_leg(mig_t *m, leg_t *l, leg_mem_t *lm)
     bool good = l->hdr_buf[1] == c->bytes && XXH3_64bits(lm->host, c->bytes) == l->hdr_buf[0];
     if (good && l->dptr == lm->dstage) {
         char why[160];
-        good = weft__mig_dev_copy_on(m->np->copy, m->new_buf + x->dst_packed, &x->dst_box,
-                                     lm->dstage, &c->box, &c->box, x->ndims, x->elem, why,
-                                     sizeof(why));
+        good =
+            weft__mig_dev_copy_on(m->np->copy, m->new_buf + x->dst_packed, &x->dst_box, lm->dstage,
+                                  &c->box, &c->box, x->ndims, x->elem, why, sizeof(why));
         cudaError_t e = good ? cudaStreamSynchronize(m->np->copy) : cudaSuccess;
         if (!good || e != cudaSuccess) {
             good = false;
@@ -320,8 +336,8 @@ static weft_status_t step_progress(mig_t *m, size_t w)
                 const weft_mig_chunk_t *c = &l->s->chunks[l->ci];
                 l->hdr_buf[0] = XXH3_64bits(lm->host, c->bytes) ^ (l->copy_failed ? 1u : 0u);
                 l->hdr_buf[1] = c->bytes;
-                rc = weft__isend(m->g, l->s->rank, l->hdr_buf, sizeof(l->hdr_buf),
-                                 WEFT_TAG_MIGRATE, payload(m, 0, true, l->ci), &l->hdr);
+                rc = weft__isend(m->g, l->s->rank, l->hdr_buf, sizeof(l->hdr_buf), WEFT_TAG_MIGRATE,
+                                 payload(m, 0, true, l->ci), &l->hdr);
                 if (rc != WEFT_OK && rc != WEFT_INPROGRESS) {
                     return rc;
                 }
@@ -394,12 +410,18 @@ weft_status_t weft__mig_nccl_progress(mig_t *m)
     return WEFT_OK;
 }
 
+static weft_status_t free_on_device(mig_t *m);
+
 void weft__mig_nccl_free(mig_t *m)
 {
-    struct mig_nccl *np = m->np;
-    if (np == NULL) {
-        return;
+    if (m->np != NULL) {
+        (void)weft__mig_on_device(m, free_on_device);
     }
+}
+
+static weft_status_t free_on_device(mig_t *m)
+{
+    struct mig_nccl *np = m->np;
     for (size_t w = 0; np->steps != NULL && w < m->window; w++) {
         step_t *st = &np->steps[w];
         if (st->req != NULL) {
@@ -443,4 +465,5 @@ void weft__mig_nccl_free(mig_t *m)
     free(np->xfers);
     free(np);
     m->np = NULL;
+    return WEFT_OK;
 }

@@ -332,7 +332,8 @@ weft_status_t weft__nccl_start_p2p(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, 
         return WEFT_ERR_INVALID_ARG;
     }
     for (int i = 0; i < nops; i++) {
-        if (ops[i].peer < 0 || ops[i].peer >= c->nranks || (ops[i].bytes > 0 && ops[i].buf == NULL)) {
+        if (ops[i].peer < 0 || ops[i].peer >= c->nranks ||
+            (ops[i].bytes > 0 && ops[i].buf == NULL)) {
             return WEFT_ERR_INVALID_ARG;
         }
         live += ops[i].bytes > 0;
