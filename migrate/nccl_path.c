@@ -430,10 +430,16 @@ static weft_status_t free_on_device(mig_t *m)
             np->leak = true;
             weft__coll_child_drop(&st->req);
         }
+        bool sending = false; /* a header send may still read its leg */
         for (int i = 0; st->legs != NULL && i < m->nstreams; i++) {
+            sending |= st->legs[i].hdr != NULL && st->legs[i].s != NULL && st->legs[i].s->send;
             weft__coll_child_drop(&st->legs[i].hdr);
         }
-        free(st->legs);
+        if (sending) {
+            weft__retire(m->g->ctx, st->legs);
+        } else {
+            free(st->legs);
+        }
     }
     if (np->copy != NULL && !np->leak) {
         (void)cudaStreamSynchronize(np->copy);
