@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build weft with CUDA and NCCL and run the GPU checks on a machine with (at least) one
 # NVIDIA GPU: memory-type detection of host, cudaMalloc'ed, managed and cudaMallocHost'ed
-# pointers; one-rank NCCL allreduce, broadcast, allgather, reduce-scatter and a send to
-# itself against CPU references, through the transport's ops table and through the comm
+# pointers; one-rank NCCL allreduce, broadcast, allgather, reduce-scatter, a send to
+# itself and point-to-point to itself (the p2p entry the migrations use) against CPU
+# references, through the transport's ops table and through the comm
 # layer; a two-rank communicator whose peer never comes must time out; collectives staged
 # through host memory on one and two ranks (weftrun), and CUDA buffers refused by
 # messages; migrations with old and new buffers on the device, the host, or both, on one
