@@ -6,7 +6,8 @@
  * (tests/migrate/layout_gen.c). Chunks with host memory on either side are staged
  * through host memory. Device to device on two or more ranks whose selection chooses
  * NCCL (one GPU per rank), the first round goes GPU to GPU through NCCL point-to-point:
- * test_nccl_path asserts that (weft__migrate_nccl_chunks), and that a chunk corrupted
+ * test_nccl_path asserts that (weft__migrate_nccl_chunks), that one member's host buffer
+ * keeps every member on the staged path, and that a chunk corrupted
  * once (weft__migrate_recv_hook flips a byte of the receiver's host copy) is detected
  * and resent by the staged path, twice fails every rank alike, and the group still
  * migrates afterwards. With the argument "ucx" (test_gpu_migrate_ucx) WEFT_TRANSPORT=ucx
@@ -216,6 +217,11 @@ static void test_nccl_path(void **state)
         return;
     }
     assert_true(through > 0);
+
+    /* One member's old buffer in host memory: the agreement keeps everyone staged. */
+    before = atomic_load(&weft__migrate_nccl_chunks);
+    run(old, new, me != 0, true);
+    assert_int_equal(atomic_load(&weft__migrate_nccl_chunks), before);
 
     /* Corrupted once: detected (host copy of the receiver), resent, delivered intact. */
     weft__migrate_recv_hook = flip;

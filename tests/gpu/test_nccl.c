@@ -69,6 +69,9 @@ static void test_paths_without_gpu(void **state)
     assert_ptr_equal(c, (weft_tl_comm_t *)0x1); /* untouched by failures */
     T->comm_destroy(NULL);
     T->op_release(NULL);
+    weft_tl_op_t *op = (weft_tl_op_t *)0x1;
+    assert_int_equal(T->p2p(NULL, NULL, 0, &op), WEFT_ERR_INVALID_ARG);
+    assert_ptr_equal(op, (weft_tl_op_t *)0x1);
     assert_int_equal(T->op_test(NULL), WEFT_OK);
 
     if (!gpu_present()) {
