@@ -282,7 +282,10 @@ typedef struct weft_migrate_params {
     const int *priority;
     int num_priorities;    /**< Entries in @c priority. */
     /** Bytes of chunks staged in memory at once (chunks that are not contiguous in the
-     * source or destination region); 0: 64 MiB. At least one chunk is always allowed. */
+     * source or destination region); 0: 64 MiB. At least one chunk is always allowed.
+     * Chunks that go through NCCL use instead, per peer and direction, WEFT_MIGRATE_WINDOW
+     * pinned host buffers of the largest chunk (and as many device buffers where chunks
+     * are not contiguous). */
     size_t max_staged_bytes;
     /** With a plan from weft_migrate_resume(): the new buffer of the failed migration
      * (what this member had received before it failed), read by transfers whose source
