@@ -137,7 +137,8 @@ static bool shrinkable(const weft_group_t *g, int *excl, int *n_excl)
     return *n_excl >= 0;
 }
 
-static weft_status_t exchange_plan(weft_group_t *g, bool can_shrink, comm_plan_t *plan)
+static weft_status_t exchange_plan(weft_group_t *g, bool can_shrink, uint64_t seq,
+                                   comm_plan_t *plan)
 {
     weft_ctx_t *ctx = g->ctx;
     size_t idn = tl()->comm_id_bytes, len = 0;
@@ -161,7 +162,7 @@ static weft_status_t exchange_plan(weft_group_t *g, bool can_shrink, comm_plan_t
             return WEFT_OK;
         }
     }
-    weft__key(ctx, key, sizeof(key), NCCL_ID_KEY_FMT, g->id, g->epoch, g->coll_count,
+    weft__key(ctx, key, sizeof(key), NCCL_ID_KEY_FMT, g->id, g->epoch, seq,
               g->cuda->nccl_attempts);
     if (g->rank == 0) {
         buf[0] = plan->mode;
@@ -190,7 +191,7 @@ static weft_status_t exchange_plan(weft_group_t *g, bool can_shrink, comm_plan_t
     return WEFT_OK;
 }
 
-static weft_status_t create_comm(weft_group_t *g, struct weft_cuda_group *cg)
+static weft_status_t create_comm(weft_group_t *g, struct weft_cuda_group *cg, uint64_t seq)
 {
     weft_ctx_t *ctx = g->ctx;
     weft_tsel_t sel;
@@ -224,7 +225,7 @@ static weft_status_t create_comm(weft_group_t *g, struct weft_cuda_group *cg)
     }
     bool can_shrink = shrinkable(g, excl, &n_excl);
     cg->nccl_attempts++; /* every member tries at the same collectives: keys stay agreed */
-    if ((st = exchange_plan(g, can_shrink, &plan)) != WEFT_OK) {
+    if ((st = exchange_plan(g, can_shrink, seq, &plan)) != WEFT_OK) {
         goto out;
     }
     if (plan.mode == PLAN_SHRINK &&
@@ -275,8 +276,9 @@ out:
     return st;
 }
 
-/* The group's communicator for this epoch, made (collectively) on first use. */
-static weft_status_t group_comm(weft_group_t *g, weft_tl_comm_t **out)
+/* The group's communicator for this epoch, made (collectively) on first use, its id
+ * keyed by @p seq. */
+static weft_status_t group_comm_at(weft_group_t *g, uint64_t seq, weft_tl_comm_t **out)
 {
     struct weft_cuda_group *cg;
     weft_status_t st = weft__group_status(g);
@@ -288,7 +290,7 @@ static weft_status_t group_comm(weft_group_t *g, weft_tl_comm_t **out)
         return st;
     }
     if ((cg->nccl == NULL || cg->nccl->epoch != g->epoch) &&
-        (st = create_comm(g, cg)) != WEFT_OK) {
+        (st = create_comm(g, cg, seq)) != WEFT_OK) {
         return st;
     }
     st = tl()->comm_poll(cg->nccl->comm);
@@ -298,6 +300,11 @@ static weft_status_t group_comm(weft_group_t *g, weft_tl_comm_t **out)
     }
     *out = cg->nccl->comm;
     return WEFT_OK;
+}
+
+static weft_status_t group_comm(weft_group_t *g, weft_tl_comm_t **out)
+{
+    return group_comm_at(g, g->coll_count, out);
 }
 
 /* ---- requests ---- */
@@ -428,4 +435,52 @@ weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sendbuf, size_t s
     st = tl()->sendrecv(comm, sendbuf, send_bytes, dst, recvbuf, recv_bytes, src, stream,
                                   &nop);
     return wrap(g, comm, st, nop, src >= 0 ? recv_bytes : send_bytes, "NCCL send/recv", req);
+}
+
+weft_status_t weft__nccl_p2p_prepare(weft_group_t *g, uint64_t seq, bool *chosen)
+{
+    weft_tsel_t sel;
+    weft_tl_comm_t *comm;
+    *chosen = false;
+    weft_status_t st = weft__select_group(g, WEFT_MEM_CUDA, &sel);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    if (sel.status != WEFT_OK || sel.transport != WEFT_TSEL_NCCL) {
+        return WEFT_OK; /* the same answer on every member */
+    }
+    if (!tl()->available()) {
+        return weft__error(g->ctx, WEFT_ERR_UNSUPPORTED, "CUDA buffers on group %" PRIu32 ": %s",
+                           g->id, tl()->comm_error(NULL));
+    }
+    if ((st = group_comm_at(g, seq, &comm)) == WEFT_OK) {
+        *chosen = true;
+    }
+    return st;
+}
+
+weft_status_t weft__nccl_p2p(weft_group_t *g, const weft_nccl_xfer_t *xfers, int n,
+                             weft_req_t **req)
+{
+    weft_tl_comm_t *comm;
+    weft_tl_op_t *nop = NULL;
+    size_t bytes = 0;
+    if (g == NULL || req == NULL || n < 0 || (n > 0 && xfers == NULL)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_tl_p2p_t *ops = malloc(sizeof(*ops) * (size_t)(n > 0 ? n : 1));
+    if (ops == NULL) {
+        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "NCCL point-to-point: out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        ops[i] = (weft_tl_p2p_t){xfers[i].rank, xfers[i].send, xfers[i].buf, xfers[i].bytes};
+        bytes += xfers[i].bytes;
+    }
+    weft_status_t st = group_comm(g, &comm);
+    if (st == WEFT_OK) {
+        st = tl()->p2p(comm, ops, n, &nop);
+        st = wrap(g, comm, st, nop, bytes, "NCCL send/recv", req);
+    }
+    free(ops);
+    return st;
 }

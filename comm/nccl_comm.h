@@ -31,7 +31,17 @@
 #ifndef WEFT_NCCL_COMM_H
 #define WEFT_NCCL_COMM_H
 
+#include <stdbool.h>
+
 #include "comm/ctx.h"
+
+/* One side of a point-to-point transfer of device memory (weft__nccl_p2p). */
+typedef struct weft_nccl_xfer {
+    int rank;     /* group rank of the peer */
+    bool send;    /* send @p bytes from @p buf, or receive them into it */
+    void *buf;    /* device memory */
+    size_t bytes; /* the receiver asks for exactly the bytes sent */
+} weft_nccl_xfer_t;
 
 #ifdef WEFT_HAVE_NCCL
 
@@ -55,6 +65,25 @@ weft_status_t weft__nccl_reduce_scatter(weft_group_t *g, const void *sendbuf, vo
 weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sendbuf, size_t send_bytes, int dst,
                                   void *recvbuf, size_t recv_bytes, int src, void *stream,
                                   weft_req_t **req);
+
+/*
+ * For point-to-point users that start at an agreed point (a migration): *chosen says
+ * whether the selection (the same on every member) sends CUDA buffers of @p g through
+ * NCCL and the library loads here; when it does, the group's communicator of this epoch
+ * is made now if it is not there yet, its id keyed by @p seq (a collective count every
+ * member passes alike) instead of the group's current count, which may differ between
+ * members by then. Collective over the group when it creates (blocking, bounded by the
+ * connect timeout). WEFT_OK with *chosen false when NCCL is not the transport.
+ */
+weft_status_t weft__nccl_p2p_prepare(weft_group_t *g, uint64_t seq, bool *chosen);
+/*
+ * The transfers of @p xfers in one NCCL group on the communicator's own stream
+ * (weft_transport_ops_t::p2p: the n-th send to a peer matches its n-th receive from
+ * this rank, and callers must order their calls alike on every rank). Not collective;
+ * the communicator must exist (weft__nccl_p2p_prepare). Returns as the functions above.
+ */
+weft_status_t weft__nccl_p2p(weft_group_t *g, const weft_nccl_xfer_t *xfers, int n,
+                             weft_req_t **req);
 
 /* Destroy the group's communicator (aborting it if the group was revoked). Idempotent. */
 void weft__nccl_group_release(weft_group_t *g);
@@ -107,6 +136,20 @@ static inline weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sen
 {
     (void)sendbuf, (void)send_bytes, (void)dst, (void)recvbuf, (void)recv_bytes, (void)src;
     (void)stream, (void)req;
+    return weft__nccl_unsupported(g);
+}
+
+static inline weft_status_t weft__nccl_p2p_prepare(weft_group_t *g, uint64_t seq, bool *chosen)
+{
+    (void)g, (void)seq;
+    *chosen = false;
+    return WEFT_OK;
+}
+
+static inline weft_status_t weft__nccl_p2p(weft_group_t *g, const weft_nccl_xfer_t *xfers, int n,
+                                           weft_req_t **req)
+{
+    (void)xfers, (void)n, (void)req;
     return weft__nccl_unsupported(g);
 }
 

@@ -6,7 +6,8 @@
  *           flight; a receiver checks each chunk's xxHash, then tells the sender which
  *           chunks were bad (the verdict); those are sent once more, and a second bad
  *           copy fails the stream; local copies go one chunk at a time (engine_stream.c:
- *           the data work of all of it runs as jobs, outside the context's lock);
+ *           the data work of all of it runs as jobs, outside the context's lock); device
+ *           buffers on every side may take the first round GPU to GPU (nccl_path.c);
  *   close   the worst result of every member to group rank 0 and the minimum back, in
  *           messages (it starts at no fixed point of the group's collective sequence),
  *           so every member returns the same (engine_close.c).
@@ -21,6 +22,8 @@
 
 #include "comm/coll/coll.h"
 #include "comm/memtype.h"
+#include "comm/nccl_comm.h"
+#include "migrate/device.h"
 #include "migrate/engine_impl.h"
 #include "weft/group.h"
 
@@ -30,6 +33,45 @@ void (*weft__migrate_recv_hook)(int src_member, uint32_t seq, int round, void *d
                                 size_t len) = NULL;
 bool weft__migrate_cma_refuse = false;
 _Atomic uint64_t weft__migrate_cma_reads = 0;
+_Atomic uint64_t weft__migrate_nccl_chunks = 0;
+
+/*
+ * After the agreement: when no member has a chunk to or from another in host memory and
+ * some member has such chunks in device memory, every member asks the selection (the
+ * same answer everywhere) whether NCCL carries CUDA buffers of the group; if it does, the
+ * group's communicator is made now where it is not there yet (collective: every member
+ * comes here) and the first round goes through NCCL (nccl_path.c). Else the chunks are
+ * staged through host memory, as without NCCL.
+ */
+#ifdef WEFT_HAVE_NCCL
+/* The selection, the communicator and the path's state, with the buffers' device current. */
+static weft_status_t prepare_nccl(mig_t *m)
+{
+    bool chosen = false;
+    weft_status_t st = weft__nccl_p2p_prepare(m->g, m->nccl_seq, &chosen);
+    if (st != WEFT_OK || !chosen) {
+        return st;
+    }
+    if ((st = weft__mig_nccl_init(m)) != WEFT_OK) {
+        return st == WEFT_ERR_NO_MEMORY ? weft__error(m->g->ctx, st, "weft_migrate: out of memory")
+                                        : st;
+    }
+    m->nccl = true;
+    return WEFT_OK;
+}
+#endif
+
+static weft_status_t choose_nccl(mig_t *m)
+{
+    if (m->agree[8] != 0 || m->agree[9] == 0) {
+        return WEFT_OK;
+    }
+#ifdef WEFT_HAVE_NCCL
+    return weft__mig_on_device(m, prepare_nccl);
+#else
+    return WEFT_OK;
+#endif
+}
 
 static weft_status_t mig_progress(weft_req_t *req)
 {
@@ -43,20 +85,30 @@ static weft_status_t mig_progress(weft_req_t *req)
         if (m->bad_args) {
             return weft__error(ctx, WEFT_ERR_INVALID_ARG, "weft_migrate_start: %s", m->why);
         }
-        if (m->agree[5] != 0) {
+        if (m->agree[7] != 0) {
             return weft__error(ctx, WEFT_ERR_INVALID_ARG,
                                "weft_migrate: another member's arguments were refused");
         }
-        if (m->agree[3] != m->agree[0] || m->agree[4] != m->agree[1]) {
+        if (m->agree[5] != m->agree[0] || m->agree[6] != m->agree[1]) {
             return weft__error(ctx, WEFT_ERR_MISMATCH,
                                "weft_migrate: members started different plans, chunk sizes "
                                "(WEFT_MIGRATE_CHUNK) or priorities");
+        }
+        if ((st = choose_nccl(m)) != WEFT_OK) {
+            return st;
         }
         m->stage = STAGE_MOVE;
     }
     if (m->stage == STAGE_MOVE) {
         int gate = m->gated ? weft__mig_max_waiting_prio(m) : 0;
         bool all = weft__mig_local_step(m, gate);
+#ifdef WEFT_HAVE_NCCL
+        if (m->nccl && !m->nccl_done &&
+            (st = weft__mig_on_device(m, weft__mig_nccl_progress)) != WEFT_OK &&
+            st != WEFT_INPROGRESS) {
+            return st;
+        }
+#endif
         for (int i = 0; i < m->nstreams; i++) {
             if (atomic_load(&ctx->api_waiting) > 0) {
                 return WEFT_INPROGRESS; /* the progress thread's pass: let the caller in */
@@ -118,6 +170,9 @@ static void mig_free(mig_t *m)
     if (m->child != NULL) {
         weft_req_free(m->child);
     }
+#ifdef WEFT_HAVE_NCCL
+    weft__mig_nccl_free(m);
+#endif
     for (int r = 0; m->close_reqs != NULL && r < m->g->size; r++) {
         live |= m->close_reqs[r] != NULL;
         weft_req_free(m->close_reqs[r]);
@@ -251,6 +306,23 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
     return WEFT_OK;
 }
 
+/* Where this member's chunks to and from other members lie: *host when any is in host
+ * memory here, *dev when there are some and all are in device memory. */
+static void cross_memory(const mig_t *m, int me, int64_t *host, int64_t *dev)
+{
+    bool any = false, all_dev = true;
+    for (size_t i = 0; !m->bad_args && i < m->plan->nxfers; i++) {
+        const weft__xfer_t *x = &m->plan->xfers[i];
+        if ((x->t.src == me) == (x->t.dst == me)) {
+            continue; /* a local copy, or not this member's */
+        }
+        any = true;
+        all_dev &= x->t.src == me ? src_dev(m, x) : m->new_dev;
+    }
+    *host = any && !all_dev;
+    *dev = any && all_dev;
+}
+
 /* What members must agree on: the plan, the chunk size and the priorities. */
 static uint64_t agreement_key(const mig_t *m, const weft_migrate_params_t *p)
 {
@@ -309,6 +381,13 @@ weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan
     m->resume_dev = weft__memtype(p.resume_buf) == WEFT_MEM_CUDA;
     m->new_dev = weft__memtype(new_buf) == WEFT_MEM_CUDA;
     m->any_dev = m->old_dev || m->resume_dev || m->new_dev;
+#ifdef WEFT_HAVE_CUDA
+    if (m->any_dev) {
+        m->cuda_dev = weft__mig_dev_of(m->new_dev   ? new_buf
+                                       : m->old_dev ? old_buf
+                                                    : p.resume_buf);
+    }
+#endif
     m->chunk = ctx->cfg.migrate_chunk > 0 ? ctx->cfg.migrate_chunk : 1;
     m->window = ctx->cfg.migrate_window > 0 ? ctx->cfg.migrate_window : 1;
     m->max_staged = p.max_staged_bytes != 0 ? p.max_staged_bytes : DEFAULT_MAX_STAGED;
@@ -342,6 +421,8 @@ weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan
     m->agree[0] = (int64_t)key;
     m->agree[1] = (int64_t)~key;
     m->agree[2] = m->bad_args;
+    cross_memory(m, me, &m->agree[3], &m->agree[4]);
+    m->nccl_seq = g->coll_count; /* the agreement's: the same on every member */
     weft_req_t *r = weft__req_new(ctx, g);
     if (r == NULL) {
         mig_free(m);
@@ -350,7 +431,7 @@ weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan
     r->impl = m;
     r->progress = mig_progress;
     r->cleanup = mig_cleanup;
-    st = weft_iallreduce(g, m->agree, &m->agree[3], 3, WEFT_I64, WEFT_MAX, &m->child);
+    st = weft_iallreduce(g, m->agree, &m->agree[5], 5, WEFT_I64, WEFT_MAX, &m->child);
     if (st != WEFT_OK && st != WEFT_INPROGRESS) {
         weft_req_free(r);
         return st;

@@ -64,6 +64,10 @@ bool weft__mig_received(const weft_req_t *req, weft__mig_piece_fn fn, void *arg)
 extern bool weft__migrate_cma_refuse;
 extern _Atomic uint64_t weft__migrate_cma_reads;
 
+/* Chunks this process sent or received GPU to GPU through NCCL point-to-point
+ * (nccl_path.c; stays 0 without NCCL): the GPU checks assert the path was taken. */
+extern _Atomic uint64_t weft__migrate_nccl_chunks;
+
 /* Test hook: sees every received chunk before its checksum is checked (tests flip a
  * byte here). NULL in normal runs. */
 extern void (*weft__migrate_recv_hook)(int src_member, uint32_t seq, int round, void *data,

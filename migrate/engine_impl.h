@@ -64,6 +64,8 @@ typedef struct stream {
     slot_t *slots;
 } stream_t;
 
+struct mig_nccl; /* nccl_path.c */
+
 typedef struct mig {
     weft_group_t *g;
     const weft_plan_t *plan;
@@ -80,7 +82,14 @@ typedef struct mig {
     uint32_t tag_id;
     int stage;
     bool gated;       /* priorities given: post nothing below the highest waiting */
-    int64_t agree[6]; /* mine (key, ~key, bad arguments), then the maxima */
+    /* mine (key, ~key, bad arguments, a chunk to or from another member in host memory
+     * here, such chunks all in device memory here), then the maxima */
+    int64_t agree[10];
+    uint64_t nccl_seq;     /* the collective count at the start: keys the NCCL id */
+    int cuda_dev;          /* the device of its CUDA buffers (any thread may progress it) */
+    bool nccl;             /* round 0 of every stream goes GPU to GPU (nccl_path.c) */
+    bool nccl_done;        /* ... and is finished: the verdicts may go */
+    struct mig_nccl *np;
     bool bad_args;    /* this member's arguments were refused (why[] says how) */
     int32_t close_in, close_out;
     int32_t *close_vals;     /* rank 0: every member's result */
@@ -129,6 +138,18 @@ weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate);
 bool weft__mig_local_step(mig_t *m, int gate);
 /* The highest priority any stream or the local copies still has to post. */
 int weft__mig_max_waiting_prio(const mig_t *m);
+
+/* nccl_path.c (NCCL builds): the first round of every stream's chunks as steps, each one
+ * NCCL group of this member's k-th chunk of every stream, checksummed on host copies;
+ * ok[] and bad[] of the receiving streams are filled as with messages. init: WEFT_OK or
+ * WEFT_ERR_NO_MEMORY; progress: WEFT_INPROGRESS, WEFT_OK once every step is done (sets
+ * nccl_done), or an error; free: never blocks on work a dead peer holds up. */
+weft_status_t weft__mig_nccl_init(mig_t *m);
+/* Run @p fn(m) with m->cuda_dev current on this thread (the progress thread's may be
+ * another), then restore the thread's device. */
+weft_status_t weft__mig_on_device(mig_t *m, weft_status_t (*fn)(mig_t *m));
+weft_status_t weft__mig_nccl_progress(mig_t *m);
+void weft__mig_nccl_free(mig_t *m);
 
 /* engine_close.c: start the close (every member's worst status to group rank 0, the
  * minimum back), and advance it: WEFT_OK once every message of it is done. */

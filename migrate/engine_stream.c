@@ -312,6 +312,13 @@ weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
 {
     weft_status_t st;
     if (s->phase == ST_CHUNKS) {
+        if (m->nccl && s->round == 0) {
+            /* The first round goes through NCCL (nccl_path.c), which fills ok[] and bad[]. */
+            if (!m->nccl_done) {
+                return WEFT_INPROGRESS;
+            }
+            s->next = s->done = s->nwork;
+        }
         for (size_t w = 0; w < m->window; w++) {
             slot_t *sl = &s->slots[w];
             if (sl->chunk < 0) {

@@ -519,6 +519,10 @@ static void nccl_comm_destroy(weft_tl_comm_t *c)
             free(op);
         }
     }
+    if (c->stream != NULL) {
+        (void)cudaStreamDestroy(c->stream); /* its work was finished or aborted above */
+        (void)cudaGetLastError();
+    }
     free(c);
 }
 
@@ -545,6 +549,7 @@ const weft_transport_ops_t weft__tl_nccl = {
     .allgather = weft__nccl_start_allgather,
     .reduce_scatter = weft__nccl_start_reduce_scatter,
     .sendrecv = weft__nccl_start_sendrecv,
+    .p2p = weft__nccl_start_p2p,
     .op_test = weft__nccl_op_test,
     .op_release = weft__nccl_op_release,
 };

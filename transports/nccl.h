@@ -96,6 +96,7 @@ struct weft_tl_comm {
     void (*log)(void *arg, int level, const char *fmt, va_list ap);
     void *log_arg;
     weft_tl_op_t *head, *tail; /* operations in flight, oldest first */
+    cudaStream_t stream;       /* where p2p() enqueues; made on its first call */
 };
 
 /* ---- shared by nccl.c and nccl_ops.c ---- */
@@ -130,6 +131,8 @@ weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sen
 weft_status_t weft__nccl_start_sendrecv(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes,
                                         int dst, void *recvbuf, size_t recv_bytes, int src,
                                         void *stream, weft_tl_op_t **top);
+weft_status_t weft__nccl_start_p2p(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, int nops,
+                                   weft_tl_op_t **top);
 weft_status_t weft__nccl_op_test(weft_tl_op_t *op);
 void weft__nccl_op_release(weft_tl_op_t *op);
 

@@ -324,6 +324,64 @@ weft_status_t weft__nccl_start_sendrecv(weft_tl_comm_t *c, const void *sendbuf, 
     return op_end(c, r, stream, prev, "ncclSend/ncclRecv", top);
 }
 
+weft_status_t weft__nccl_start_p2p(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, int nops,
+                                   weft_tl_op_t **top)
+{
+    int prev, live = 0;
+    if (c == NULL || top == NULL || nops < 0 || (nops > 0 && ops == NULL)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < nops; i++) {
+        if (ops[i].peer < 0 || ops[i].peer >= c->nranks ||
+            (ops[i].bytes > 0 && ops[i].buf == NULL)) {
+            return WEFT_ERR_INVALID_ARG;
+        }
+        live += ops[i].bytes > 0;
+    }
+    if (live == 0) {
+        *top = NULL;
+        return WEFT_OK;
+    }
+    weft_status_t st = op_begin(c, &prev);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    if (c->stream == NULL) {
+        /* Its own stream: the caller's streams never wait behind a transfer. */
+        cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            c->stream = NULL;
+            weft__nccl_leave_device(c, prev);
+            weft__nccl_log(c, WEFT_LOG_ERROR, "point-to-point: cannot create a CUDA stream: %s",
+                           cudaGetErrorString(e));
+            return WEFT_ERR_TRANSPORT;
+        }
+    }
+    /* One group: the transfers with every peer progress together, none waits for another. */
+    ncclResult_t r = c->lib->GroupStart(), first = ncclSuccess;
+    for (int i = 0; r == ncclSuccess && i < nops; i++) {
+        const weft_tl_p2p_t *o = &ops[i];
+        if (o->bytes == 0) {
+            continue;
+        }
+        ncclResult_t ri = o->send ? c->lib->Send(o->buf, o->bytes, ncclUint8, o->peer, c->nc,
+                                                 c->stream)
+                                  : c->lib->Recv(o->buf, o->bytes, ncclUint8, o->peer, c->nc,
+                                                 c->stream);
+        if (ri != ncclSuccess && ri != ncclInProgress && first == ncclSuccess) {
+            first = ri;
+        }
+    }
+    if (r == ncclSuccess) {
+        r = c->lib->GroupEnd();
+    }
+    if (first != ncclSuccess) {
+        r = first;
+    }
+    return op_end(c, r, c->stream, prev, "ncclSend/ncclRecv", top);
+}
+
 weft_status_t weft__nccl_op_test(weft_tl_op_t *op)
 {
     if (op == NULL) {

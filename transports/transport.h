@@ -48,6 +48,14 @@ enum {
     WEFT_TL_LOOPBACK = 1u << 0,
 };
 
+/* One side of a point-to-point transfer with one rank of a communicator (p2p()). */
+typedef struct weft_tl_p2p {
+    int peer;     /* rank in the communicator */
+    int send;     /* nonzero: send @p bytes from @p buf; zero: receive them into @p buf */
+    void *buf;    /* device memory */
+    size_t bytes; /* the receiver asks for exactly the bytes sent */
+} weft_tl_p2p_t;
+
 /* Largest id that the members of a new communicator share (NCCL_UNIQUE_ID_BYTES). */
 #define WEFT_TL_COMM_ID_MAX 128
 
@@ -177,6 +185,19 @@ typedef struct weft_transport_ops {
     weft_status_t (*sendrecv)(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes, int dst,
                               void *recvbuf, size_t recv_bytes, int src, void *stream,
                               weft_tl_op_t **top);
+    /*
+     * Point-to-point on device buffers: every transfer of @p ops (with any ranks, sends
+     * and receives) in one group, enqueued on a stream the communicator owns (made on
+     * the first call), so that the caller's streams never wait for it. The n-th transfer
+     * this rank sends to a peer matches the n-th that peer receives from this rank.
+     * Transfers of one call progress together; calls run one after the other, in the
+     * order they were made, so callers on different ranks must order their calls alike
+     * or a transfer may wait for a peer's call queued behind one that waits for this
+     * rank (the operation timeout then fails the communicator). Returns as the
+     * operations above; WEFT_OK with *op = NULL when every transfer is empty.
+     */
+    weft_status_t (*p2p)(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, int nops,
+                         weft_tl_op_t **top);
     /* WEFT_INPROGRESS until the work finished on the GPU, then WEFT_OK or the error that
      * failed it. Never blocks. NULL: WEFT_OK. */
     weft_status_t (*op_test)(weft_tl_op_t *op);

@@ -282,7 +282,10 @@ typedef struct weft_migrate_params {
     const int *priority;
     int num_priorities;    /**< Entries in @c priority. */
     /** Bytes of chunks staged in memory at once (chunks that are not contiguous in the
-     * source or destination region); 0: 64 MiB. At least one chunk is always allowed. */
+     * source or destination region); 0: 64 MiB. At least one chunk is always allowed.
+     * Chunks that go through NCCL use instead, per peer and direction, WEFT_MIGRATE_WINDOW
+     * pinned host buffers of the largest chunk (and as many device buffers where chunks
+     * are not contiguous). */
     size_t max_staged_bytes;
     /** With a plan from weft_migrate_resume(): the new buffer of the failed migration
      * (what this member had received before it failed), read by transfers whose source
@@ -308,7 +311,12 @@ typedef struct weft_migrate_params {
  * @param[in]  old_buf This member's packed buffer of the old layout
  *                     (weft_layout_packed_bytes(); NULL if it holds nothing). Any buffer
  *                     may be CUDA device memory: its chunks are then staged in host
- *                     memory.
+ *                     memory, except where every member's chunks to and from other members
+ *                     are device memory and the group's transport selection sends CUDA
+ *                     buffers through NCCL: then they go GPU to GPU with NCCL
+ *                     point-to-point on a stream of weft's own, so finish the GPU work
+ *                     that writes @p old_buf before the start, and start GPU work on
+ *                     @p new_buf only after completion.
  * @param[out] new_buf Its packed buffer of the new layout; must not overlap @p old_buf.
  *                     Both stay in use until the request completes. If it fails, sends of
  *                     the failed attempt may still read @p old_buf for a while: keep it

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Build weft with CUDA and NCCL and run the GPU checks on a machine with (at least) one
 # NVIDIA GPU: memory-type detection of host, cudaMalloc'ed, managed and cudaMallocHost'ed
-# pointers; one-rank NCCL allreduce, broadcast, allgather, reduce-scatter and a send to
-# itself against CPU references, through the transport's ops table and through the comm
+# pointers; one-rank NCCL allreduce, broadcast, allgather, reduce-scatter, a send to
+# itself and point-to-point to itself (the p2p entry the migrations use) against CPU
+# references, through the transport's ops table and through the comm
 # layer; a two-rank communicator whose peer never comes must time out; collectives staged
 # through host memory on one and two ranks (weftrun), and CUDA buffers refused by
 # messages; migrations with old and new buffers on the device, the host, or both, on one
-# and two ranks. Then weft-info --topology.
+# and two ranks: device to device on two ranks with a GPU each goes through NCCL
+# point-to-point (asserted by the count of chunks moved so, bytes compared with a host
+# reference, a chunk corrupted once detected and resent, twice failing both ranks), and
+# again with WEFT_TRANSPORT=ucx, where nothing may go through NCCL (staged through host
+# memory). Two ranks on one GPU stage (NCCL needs a GPU per rank): the NCCL checks say
+# so and skip. Then weft-info --topology.
 #
 # Usage: tests/gpu/run_gpu_checks.sh [build-dir]    (default: build-gpu)
 # Exit status: 0 when every check passed on a GPU; non-zero otherwise, including when
@@ -57,6 +63,12 @@ for t in test_gpu_staged test_gpu_migrate; do
         fi
     done
 done
+
+echo "=== test_gpu_migrate ucx (weftrun -n 2, WEFT_TRANSPORT=ucx: staged only)"
+if ! timeout 300 "$build/bin/weftrun" -n 2 --timeout 180 -- "$build/bin/test_gpu_migrate" ucx; then
+    echo "run_gpu_checks: test_gpu_migrate ucx -n 2 FAILED"
+    status=1
+fi
 
 echo "=== weft-info"
 "$build/bin/weft-info" || status=1

@@ -1,21 +1,35 @@
 /*
- * Migrations of CUDA buffers (staged through host memory chunk by chunk): random layouts
- * over the job's members run with the old buffer on the device and the new one on the
- * host, the other way round, and both on the device, plus a ZeRO re-cut with local
- * copies device to device; every rank's new buffer is copied back and compared byte for
- * byte with the fill values (tests/migrate/layout_gen.c). Runs on any number of ranks
- * (weftrun -n 1 and -n 2 in run_gpu_checks.sh); without a GPU it skips.
+ * Migrations of CUDA buffers: random layouts over the job's members run with the old
+ * buffer on the device and the new one on the host, the other way round, and both on
+ * the device, plus a ZeRO re-cut with local copies device to device; every rank's new
+ * buffer is copied back and compared byte for byte with the fill values
+ * (tests/migrate/layout_gen.c). Chunks with host memory on either side are staged
+ * through host memory. Device to device on two or more ranks whose selection chooses
+ * NCCL (one GPU per rank), the first round goes GPU to GPU through NCCL point-to-point:
+ * test_nccl_path asserts that (weft__migrate_nccl_chunks), that one member's host buffer
+ * keeps every member on the staged path, and that a chunk corrupted
+ * once (weft__migrate_recv_hook flips a byte of the receiver's host copy) is detected
+ * and resent by the staged path, twice fails every rank alike, and the group still
+ * migrates afterwards. With the argument "ucx" (test_gpu_migrate_ucx) WEFT_TRANSPORT=ucx
+ * forces the staged path, and the test asserts that nothing went through NCCL. Runs on
+ * any number of ranks (weftrun -n 1 and -n 2 in run_gpu_checks.sh); without a GPU it
+ * skips, and where the selection stages (one GPU shared by the ranks) the NCCL checks
+ * say why and skip.
  */
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "comm/memtype.h"
 #include "gpu_common.h"
+#include "migrate/engine.h"
 #include "migrate/layout_gen.h"
 #include "weft/weft.h"
 
 static weft_ctx_t *ctx;
 static weft_group_t *world;
 static int me, n, my_id, ids[64];
+static bool forced_ucx; /* WEFT_TRANSPORT=ucx: the staged path only */
 
 static void *on(bool dev, size_t bytes)
 {
@@ -38,8 +52,10 @@ static void release(bool dev, void *p)
     }
 }
 
-/* Migrate old -> new with the buffers where @p old_dev / @p new_dev say, and check. */
-static void run(const weft_layout_t *old, const weft_layout_t *new, bool old_dev, bool new_dev)
+/* Migrate old -> new with the buffers where @p old_dev / @p new_dev say, and check the
+ * result when it is @p expect (WEFT_OK: the bytes too). */
+static void run_expect(const weft_layout_t *old, const weft_layout_t *new, bool old_dev,
+                       bool new_dev, weft_status_t expect)
 {
     weft_plan_t *plan;
     assert_int_equal(weft_plan_create(old, new, NULL, &plan), WEFT_OK);
@@ -53,17 +69,19 @@ static void run(const weft_layout_t *old, const weft_layout_t *new, bool old_dev
         memcpy(obuf, host, ob);
     }
     weft_status_t st = weft_migrate(world, plan, obuf, nbuf, NULL);
-    if (st != WEFT_OK) {
+    if (st != expect) {
         fail_msg("migration (old %s, new %s): %s: %s", old_dev ? "device" : "host",
                  new_dev ? "device" : "host", weft_status_str(st), weft_last_error(ctx));
     }
     unsigned char *got = host + ob + 1;
-    if (new_dev) {
+    if (expect != WEFT_OK) {
+        memset(got, 0, nb);
+    } else if (new_dev) {
         CUDA_OK(cudaMemcpy(got, nbuf, nb, cudaMemcpyDeviceToHost));
     } else {
         memcpy(got, nbuf, nb);
     }
-    size_t wrong = gen_check(new, my_id, got);
+    size_t wrong = expect == WEFT_OK ? gen_check(new, my_id, got) : 0;
     if (wrong != 0) {
         fail_msg("%zu of %zu bytes wrong (old %s, new %s)", wrong, nb, old_dev ? "device" : "host",
                  new_dev ? "device" : "host");
@@ -72,6 +90,11 @@ static void run(const weft_layout_t *old, const weft_layout_t *new, bool old_dev
     release(new_dev, nbuf);
     free(host);
     weft_plan_free(plan);
+}
+
+static void run(const weft_layout_t *old, const weft_layout_t *new, bool old_dev, bool new_dev)
+{
+    run_expect(old, new, old_dev, new_dev, WEFT_OK);
 }
 
 static void test_random(void **state)
@@ -110,8 +133,121 @@ static void test_zero_recut(void **state)
     weft_layout_free(new);
 }
 
-int main(void)
+/* Whether device buffers of the world go through NCCL here (else: why not). */
+static bool nccl_chosen(void)
 {
+    weft_tsel_t sel;
+    assert_int_equal(weft__select_group(world, WEFT_MEM_CUDA, &sel), WEFT_OK);
+    if (sel.status == WEFT_OK && sel.transport == WEFT_TSEL_NCCL) {
+        return true;
+    }
+    print_message("CUDA buffers are not sent through NCCL here (%s: %s)\n", sel.rule, sel.why);
+    return false;
+}
+
+/* Every member's old shard goes to the next member: every chunk crosses members. */
+static void rotation(weft_layout_t **old, weft_layout_t **new)
+{
+    int rot[64];
+    uint64_t shape[2] = {96, 1000}; /* rows of 4000 bytes: chunks of whole rows */
+    weft_layout_create(old);
+    weft_layout_create(new);
+    weft_layout_add_tensor(*old, "w", WEFT_F32, 2, shape, NULL);
+    weft_layout_add_tensor(*new, "w", WEFT_F32, 2, shape, NULL);
+    for (int i = 0; i < n; i++) {
+        rot[i] = ids[(i + 1) % n];
+    }
+    assert_int_equal(weft_layout_shard(*old, 0, 0, ids, n), WEFT_OK);
+    assert_int_equal(weft_layout_shard(*new, 0, 0, rot, n), WEFT_OK);
+}
+
+static int corrupt_rounds; /* flip a byte of the first chunk in rounds below this */
+static _Atomic int resent;  /* the flipped chunk was seen again in the resend round */
+
+static void flip(int src_member, uint32_t seq, int round, void *data, size_t len)
+{
+    (void)src_member;
+    if (seq != 0 || len == 0) {
+        return;
+    }
+    if (round == 1) {
+        atomic_store(&resent, 1);
+    }
+    if (round < corrupt_rounds) {
+        ((unsigned char *)data)[len / 2] ^= 0x5a;
+    }
+}
+
+/* Device to device on two ranks or more: through NCCL where the selection chooses it
+ * (asserted by the counter), with every byte checked; a chunk corrupted once is resent,
+ * twice fails everyone alike; with WEFT_TRANSPORT=ucx nothing goes through NCCL. */
+static void test_nccl_path(void **state)
+{
+    (void)state;
+    REQUIRE_GPU();
+    if (n < 2) {
+        print_message("one rank: no chunk crosses members\n");
+        skip();
+    }
+    bool chosen = nccl_chosen();
+    if (forced_ucx) {
+        assert_false(chosen);
+    }
+    weft_layout_t *old, *new;
+    rotation(&old, &new);
+    uint64_t before = atomic_load(&weft__migrate_nccl_chunks);
+    run(old, new, true, true);
+    for (int trial = 0; trial < 4; trial++) {
+        gen_seed((uint64_t)trial + 991);
+        gen_shape_t s;
+        gen_shape(&s, 40);
+        weft_layout_t *a = gen_layout(&s, ids, n), *b = gen_layout(&s, ids, n);
+        run(a, b, true, true);
+        weft_layout_free(a);
+        weft_layout_free(b);
+    }
+    uint64_t through = atomic_load(&weft__migrate_nccl_chunks) - before;
+    if (!chosen) {
+        assert_int_equal(through, 0); /* staged: nothing through NCCL */
+        weft_layout_free(old);
+        weft_layout_free(new);
+        if (!forced_ucx) {
+            skip();
+        }
+        return;
+    }
+    assert_true(through > 0);
+
+    /* One member's old buffer in host memory: the agreement keeps everyone staged. */
+    before = atomic_load(&weft__migrate_nccl_chunks);
+    run(old, new, me != 0, true);
+    assert_int_equal(atomic_load(&weft__migrate_nccl_chunks), before);
+
+    /* Corrupted once: detected (host copy of the receiver), resent, delivered intact. */
+    weft__migrate_recv_hook = flip;
+    corrupt_rounds = 1;
+    atomic_store(&resent, 0);
+    run(old, new, true, true);
+    assert_int_equal(atomic_load(&resent), 1);
+    /* Corrupted in the resend too: every rank fails with the same status. */
+    corrupt_rounds = 2;
+    run_expect(old, new, true, true, WEFT_ERR_TRANSPORT);
+    assert_non_null(strstr(weft_last_error(ctx), "corrupted twice"));
+    weft__migrate_recv_hook = NULL;
+    /* The group still migrates through NCCL. */
+    before = atomic_load(&weft__migrate_nccl_chunks);
+    run(old, new, true, true);
+    assert_true(atomic_load(&weft__migrate_nccl_chunks) > before);
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
+int main(int argc, char **argv)
+{
+    forced_ucx = argc > 1 && strcmp(argv[1], "ucx") == 0;
+    if (forced_ucx) {
+        setenv("WEFT_TRANSPORT", "ucx", 1);
+    }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) {
         const char *lr = getenv("WEFT_LOCAL_RANK");
@@ -131,6 +267,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_zero_recut),
+        cmocka_unit_test(test_nccl_path),
     };
     int failed = cmocka_run_group_tests_name("migrate cuda", tests, NULL, NULL);
     weft_finalize(ctx);

@@ -1,7 +1,8 @@
 /*
- * The NCCL transport on one GPU: a one-rank communicator, every collective and a send
- * to itself, each checked against a CPU reference; argument and type errors; and a
- * communicator whose second rank never comes, which must time out instead of hanging.
+ * The NCCL transport on one GPU: a one-rank communicator, every collective, a send to
+ * itself and point-to-point (p2p, on the communicator's own stream) to itself, each
+ * checked against a CPU reference; argument and type errors; and a communicator whose
+ * second rank never comes, which must time out instead of hanging.
  * Everything goes through the ops table (weft__tl_nccl), as the comm layer does.
  * Without a GPU only the paths that need none run; the rest skips.
  */
@@ -68,6 +69,9 @@ static void test_paths_without_gpu(void **state)
     assert_ptr_equal(c, (weft_tl_comm_t *)0x1); /* untouched by failures */
     T->comm_destroy(NULL);
     T->op_release(NULL);
+    weft_tl_op_t *op = (weft_tl_op_t *)0x1;
+    assert_int_equal(T->p2p(NULL, NULL, 0, &op), WEFT_ERR_INVALID_ARG);
+    assert_ptr_equal(op, (weft_tl_op_t *)0x1);
     assert_int_equal(T->op_test(NULL), WEFT_OK);
 
     if (!gpu_present()) {
@@ -273,6 +277,38 @@ static void test_sendrecv_self(void **state)
     bufs_free(&b);
 }
 
+/* Point-to-point on the communicator's own stream: a send to itself cut in two halves
+ * (sends to one peer match its receives in order), in one group; empty and refused
+ * calls. */
+static void test_p2p_self(void **state)
+{
+    REQUIRE_GPU();
+    weft_tl_comm_t *c = *state;
+    weft_tl_op_t *op = (weft_tl_op_t *)0x1;
+    bufs_t b;
+    bufs_alloc(&b, N);
+    memcpy(b.h_ref, b.h_in, N * sizeof(float));
+    size_t half = (N / 2) * sizeof(float), rest = N * sizeof(float) - half;
+    weft_tl_p2p_t ops[4] = {
+        {.peer = 0, .send = 1, .buf = b.d_in, .bytes = half},
+        {.peer = 0, .send = 1, .buf = (char *)b.d_in + half, .bytes = rest},
+        {.peer = 0, .send = 0, .buf = b.d_out, .bytes = half},
+        {.peer = 0, .send = 0, .buf = (char *)b.d_out + half, .bytes = rest},
+    };
+    weft_tl_p2p_t bad = {.peer = 1, .send = 1, .buf = b.d_in, .bytes = 4};
+    assert_int_equal(T->p2p(c, &bad, 1, &op), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(T->p2p(c, ops, -1, &op), WEFT_ERR_INVALID_ARG);
+    assert_ptr_equal(op, (weft_tl_op_t *)0x1);
+    weft_tl_p2p_t empty = {.peer = 0, .send = 1, .buf = NULL, .bytes = 0};
+    assert_int_equal(T->p2p(c, &empty, 1, &op), WEFT_OK);
+    assert_null(op);
+    assert_int_equal(T->p2p(c, ops, 4, &op), WEFT_INPROGRESS);
+    assert_int_equal(finish(op), WEFT_OK); /* its event says the data is there */
+    bufs_check(&b, b.d_out, N);
+    assert_int_equal(T->comm_poll(c), WEFT_OK);
+    bufs_free(&b);
+}
+
 /* Rank 1 of 2 never arrives: creation must end in WEFT_ERR_TIMEOUT, not hang. */
 static void test_missing_peer_times_out(void **state)
 {
@@ -295,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_other_dtypes),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_sendrecv_self),
+        cmocka_unit_test(test_p2p_self),
         cmocka_unit_test(test_missing_peer_times_out),
     };
     return cmocka_run_group_tests(tests, setup_comm, teardown_comm);
