@@ -323,10 +323,19 @@ static void test_background(void **state)
     weft_req_t *req = NULL;
     weft_status_t st = weft_migrate_start(world, plan, obuf, nbuf, NULL, &req);
     assert_true(st == WEFT_INPROGRESS || st == WEFT_OK);
-    struct timespec step = {1, 0};
-    nanosleep(&step, NULL);
-    assert_int_equal(weft_test(req), WEFT_OK); /* done without being waited for */
+    /* Every byte must arrive while this thread makes no weft call at all (it only looks
+     * at its buffer); a loaded machine may take a while, so the wait is generous. Then
+     * the close: weft_test only reads the status of a request the thread keeps up with. */
+    struct timespec nap = {0, 50 * 1000 * 1000};
+    int naps = 0;
+    while (gen_check(new, my_id, nbuf) != 0 && naps++ < 600) {
+        nanosleep(&nap, NULL);
+    }
     assert_int_equal(gen_check(new, my_id, nbuf), 0);
+    while ((st = weft_test(req)) == WEFT_INPROGRESS && naps++ < 1200) {
+        nanosleep(&nap, NULL);
+    }
+    assert_int_equal(st, WEFT_OK); /* done without being waited for */
     weft_req_free(req);
     ctx->cfg.migrate_chunk = default_chunk;
     free(obuf);
