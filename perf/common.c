@@ -611,7 +611,8 @@ size_t perf_check_pattern(const void *buf, size_t bytes, uint64_t seed)
 
 void perf_report_error(const perf_world_t *w, const char *what, weft_status_t st)
 {
-    const char *detail = (w != NULL && w->ctx != NULL) ? weft_last_error(w->ctx) : "";
+    /* Without a context (weft_init failed) the thread's last error says why. */
+    const char *detail = weft_last_error(w != NULL ? w->ctx : NULL);
     fprintf(stderr, "weft-perf%s%d: %s: %s%s%s\n", w != NULL ? " rank " : "",
             w != NULL ? w->rank : 0, what, weft_status_str(st), detail[0] ? ": " : "", detail);
 }
