@@ -4,6 +4,7 @@
  * in weftrun_args.c, the process management in weftrun_spawn.c, weftrun_output.c and
  * weftrun_supervise.c.
  */
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,27 @@ static void shm_clean_at_end(const weftrun_job_t *job)
     }
 }
 
+/*
+ * One line when -n is far above the CPUs weftrun may run on: the job works (waiting ranks
+ * yield the CPU), but every rank waits for a core, so it is slow and its timings say
+ * little. Twice the CPUs, not once: a few more ranks than cores is a common way to test.
+ */
+static void warn_oversubscription(const weftrun_opts_t *o, const weft_logger_t *lg)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        return;
+    }
+    int cpus = CPU_COUNT(&set);
+    if (cpus > 0 && o->nranks > 2 * cpus) {
+        WEFT_WARN(lg,
+                  "-n %d starts %d ranks on the %d CPU(s) this host lets weftrun use: the ranks "
+                  "take turns on the cores (waits yield, so the job runs, but slowly, and its "
+                  "timings mean little)",
+                  o->nranks, o->nranks, cpus);
+    }
+}
+
 static int serve_store_only(weftrun_job_t *job)
 {
     printf("WEFT_STORE=%s\nWEFT_JOB_TOKEN=%s\n", job->store_addr, job->token);
@@ -156,6 +178,9 @@ int main(int argc, char **argv)
 
     if (!opts.store_only && weftrun_resolve_program(opts.argv[0], &lg, &job.prog_path) != WEFT_OK) {
         return WEFTRUN_EXIT_NOT_FOUND;
+    }
+    if (!opts.store_only) {
+        warn_oversubscription(&opts, &lg);
     }
     if (weftrun_signals_init(&job.sigfd, &lg) != WEFT_OK) {
         rc = WEFTRUN_EXIT_FAILED;

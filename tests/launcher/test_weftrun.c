@@ -6,6 +6,7 @@
  * matters.
  */
 #include <ctype.h>
+#include <sched.h>
 #include <dirent.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -490,6 +491,62 @@ static pid_t start_recording_ranks(void)
     return pid;
 }
 
+/* mpirun's "-np N" (and "-npN") is -n; a missing value is named as -np. */
+static void test_np_spelling(void **state)
+{
+    (void)state;
+    const char *const *cases[] = {
+        SH("-np", "3", "--", "/bin/sh", "-c", "echo $WEFT_WORLD_SIZE"),
+        SH("-np3", "--", "/bin/sh", "-c", "echo $WEFT_WORLD_SIZE"),
+        SH("--np", "3", "--", "/bin/sh", "-c", "echo $WEFT_WORLD_SIZE"),
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        wr_result_t r;
+        wr_run(cases[i], &r);
+        assert_int_equal(r.code, 0);
+        assert_int_equal(wr_count_lines(r.out, "3"), 3);
+        wr_result_free(&r);
+    }
+    run_expect(SH("-np"), 2, "option '-np' needs a value");
+    run_expect(SH("-np", "x", "true"), 2, "not 'x'");
+    run_expect(SH("-np0", "true"), 2, "not '0'");
+}
+
+/* Lines of @p text that contain @p part. */
+static size_t count_containing(const char *text, const char *part)
+{
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, part)) != NULL; p++) {
+        n++;
+    }
+    return n;
+}
+
+/* -n above twice the CPUs weftrun may use: one warning line on stderr, and the job runs. */
+static void test_oversubscription_warning(void **state)
+{
+    (void)state;
+    cpu_set_t set;
+    assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+    int cpus = CPU_COUNT(&set);
+    if (cpus > 64) {
+        skip(); /* too many processes to start for a unit test */
+    }
+    char many[16], fine[16];
+    snprintf(many, sizeof(many), "%d", 2 * cpus + 1);
+    snprintf(fine, sizeof(fine), "%d", 2 * cpus);
+    wr_result_t r;
+    wr_run(SH("-n", many, "--", "true"), &r);
+    assert_int_equal(r.code, 0);
+    assert_int_equal(count_containing(r.err, "take turns on the cores"), 1);
+    assert_int_equal(count_containing(r.err, "\n"), 1);
+    wr_result_free(&r);
+    wr_run(SH("-n", fine, "--", "true"), &r);
+    assert_int_equal(r.code, 0);
+    assert_string_equal(r.err, "");
+    wr_result_free(&r);
+}
+
 /*
  * SIGUSR1 and SIGUSR2 (Slurm's warning before preemption or the time limit) reach every
  * rank, and weftrun and the job go on; SIGTERM still stops it.
@@ -604,6 +661,8 @@ int main(int argc, char **argv)
         T(test_sigint_forwarded),
         T(test_second_signal_kills),
         T(test_usr_signals_forwarded),
+        T(test_np_spelling),
+        T(test_oversubscription_warning),
         T(test_sighup_stops_with_sigterm),
         T(test_stdin),
     };
