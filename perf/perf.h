@@ -5,6 +5,7 @@
  *
  *     perf_opts_t o;
  *     perf_opts_default(&o);
+ *     o.uses = PERF_USE_SIZES | PERF_USE_ITERS | ...;  // the common options it reads
  *     int rc = perf_parse_opts(argc, argv, &o, "sendrecv", extras, n_extras, handler, arg);
  *     if (rc != PERF_CONTINUE) return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
  *     perf_world_t w;  perf_world_open(&w)  ...  perf_world_close(&w);
