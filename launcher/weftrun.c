@@ -6,12 +6,14 @@
  */
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "launcher/weftrun.h"
+#include "util/parse.h"
 
 
 static bool is_wildcard_addr(const char *a)
@@ -131,6 +133,32 @@ static void warn_oversubscription(const weftrun_opts_t *o, const weft_logger_t *
     }
 }
 
+/*
+ * weftrun started several times by an MPI launcher without --nnodes: every copy starts a
+ * job of its own (the ranks no longer hold the outer launcher's variables against
+ * weftrun's: launchers nest). Say so, and how to make one job of them. Slurm is left out:
+ * an sbatch script's environment has SLURM_NTASKS without srun having started anything.
+ */
+static void warn_nested_launch(const weftrun_opts_t *o, const weft_logger_t *lg)
+{
+    static const char *const sizes[][3] = {
+        {"mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+        {"mpiexec", "PMI_SIZE", "PMI_RANK"},
+    };
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && o->nnodes == 1; i++) {
+        const char *v = getenv(sizes[i][1]);
+        int64_t n;
+        if (v != NULL && weft__parse_i64(v, 2, INT32_MAX, &n)) {
+            WEFT_WARN(lg,
+                      "this weftrun is one of %lld started by %s (%s=%s) but --nnodes is 1: "
+                      "each starts a job of its own. For one job over them give --nnodes "
+                      "%lld --node-rank $%s --store HOST:PORT and a --token-file",
+                      (long long)n, sizes[i][0], sizes[i][1], v, (long long)n, sizes[i][2]);
+            return;
+        }
+    }
+}
+
 static int serve_store_only(weftrun_job_t *job)
 {
     printf("WEFT_STORE=%s\nWEFT_JOB_TOKEN=%s\n", job->store_addr, job->token);
@@ -181,6 +209,7 @@ int main(int argc, char **argv)
     }
     if (!opts.store_only) {
         warn_oversubscription(&opts, &lg);
+        warn_nested_launch(&opts, &lg);
     }
     if (weftrun_signals_init(&job.sigfd, &lg) != WEFT_OK) {
         rc = WEFTRUN_EXIT_FAILED;

@@ -547,6 +547,33 @@ static void test_oversubscription_warning(void **state)
     wr_result_free(&r);
 }
 
+/* weftrun started N times by mpirun or mpiexec without --nnodes: N separate jobs, said
+ * in one line that names the way to one job; nothing for a single copy. */
+static void test_nested_launch_warning(void **state)
+{
+    (void)state;
+    static const char *const vars[][2] = {{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                          {"PMI_SIZE", "PMI_RANK"}};
+    for (size_t i = 0; i < 2; i++) {
+        setenv(vars[i][0], "4", 1);
+        setenv(vars[i][1], "1", 1);
+        wr_result_t r;
+        wr_run(SH("-n", "1", "--", "true"), &r);
+        assert_int_equal(r.code, 0);
+        assert_int_equal(count_containing(r.err, "each starts a job of its own"), 1);
+        assert_non_null(strstr(r.err, "--nnodes 4 --node-rank $"));
+        assert_non_null(strstr(r.err, vars[i][1]));
+        wr_result_free(&r);
+        setenv(vars[i][0], "1", 1);
+        wr_run(SH("-n", "1", "--", "true"), &r);
+        assert_int_equal(r.code, 0);
+        assert_string_equal(r.err, "");
+        wr_result_free(&r);
+        unsetenv(vars[i][0]);
+        unsetenv(vars[i][1]);
+    }
+}
+
 /*
  * SIGUSR1 and SIGUSR2 (Slurm's warning before preemption or the time limit) reach every
  * rank, and weftrun and the job go on; SIGTERM still stops it.
@@ -663,6 +690,7 @@ int main(int argc, char **argv)
         T(test_usr_signals_forwarded),
         T(test_np_spelling),
         T(test_oversubscription_warning),
+        T(test_nested_launch_warning),
         T(test_sighup_stops_with_sigterm),
         T(test_stdin),
     };
