@@ -1,3 +1,4 @@
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,11 +11,18 @@ typedef struct env_source {
     const char *rank, *size, *local_rank, *local_size;
 } env_source_t;
 
-/* Launchers whose variables say who a process is, in order of precedence. */
+/*
+ * Launchers whose variables say who a process is, in order of precedence: the first one
+ * present wins. Launchers nest (srun starts one weftrun or torchrun per node, mpirun
+ * runs inside a Slurm allocation), so an outer launcher's variables describe the
+ * process that started this one, and the innermost launcher comes first.
+ */
 static const env_source_t sources[] = {
     {"weftrun", "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE"},
     {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
     {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
     {"pmix", "PMIX_RANK", "WEFT_WORLD_SIZE", NULL, NULL},
 };
@@ -41,17 +49,33 @@ static int env_int(const char *name)
     return weft__parse_i64(num, 0, 1 << 30, &v) ? (int)v : -2;
 }
 
-static weft_status_t read_source(const weft_logger_t *lg, const env_source_t *src,
-                                 weft_boot_t *b)
+/* Log the reason of a failure as an error and keep its text for weft_last_error. */
+__attribute__((format(printf, 5, 6))) static weft_status_t
+fail(const weft_logger_t *lg, char *why, size_t why_len, weft_status_t st, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    WEFT_ERROR(lg, "%s", msg);
+    if (why != NULL && why_len > 0) {
+        snprintf(why, why_len, "%s", msg);
+    }
+    return st;
+}
+
+static weft_status_t read_source(const weft_logger_t *lg, const env_source_t *src, weft_boot_t *b,
+                                 char *why, size_t why_len)
 {
     int rank = env_int(src->rank), size = env_int(src->size);
     if (rank == -2 || size == -2) {
-        WEFT_ERROR(lg, "%s or %s is not a number", src->rank, src->size);
-        return WEFT_ERR_INVALID_ARG;
+        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG, "%s or %s is not a number", src->rank,
+                    src->size);
     }
     if (size < 1 || rank >= size) {
-        WEFT_ERROR(lg, "%s=%d and %s=%d are inconsistent", src->rank, rank, src->size, size);
-        return WEFT_ERR_INVALID_ARG;
+        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG, "%s=%d and %s=%d are inconsistent",
+                    src->rank, rank, src->size, size);
     }
     int lrank = env_int(src->local_rank), lsize = env_int(src->local_size);
     b->rank = rank;
@@ -62,31 +86,13 @@ static weft_status_t read_source(const weft_logger_t *lg, const env_source_t *sr
     return WEFT_OK;
 }
 
-/* Other launchers' variables present beside the chosen one must tell the same story. */
-static weft_status_t cross_check(const weft_logger_t *lg, const weft_boot_t *b, size_t chosen)
-{
-    for (size_t i = chosen + 1; i < sizeof(sources) / sizeof(sources[0]); i++) {
-        int rank = env_int(sources[i].rank), size = env_int(sources[i].size);
-        if (rank < 0 || size < 0 || strcmp(sources[i].size, sources[chosen].size) == 0) {
-            continue;
-        }
-        if (size != b->size || rank != b->rank) {
-            WEFT_ERROR(lg,
-                       "%s says rank %d of %d but %s says rank %d of %d: the launch is "
-                       "inconsistent (was the job started twice, or with the wrong -n?)",
-                       b->launcher, b->rank, b->size, sources[i].launcher, rank, size);
-            return WEFT_ERR_MISMATCH;
-        }
-    }
-    return WEFT_OK;
-}
-
-static weft_status_t bootstrap_joiner(const weft_logger_t *lg, weft_boot_t *b)
+static weft_status_t bootstrap_joiner(const weft_logger_t *lg, weft_boot_t *b, char *why,
+                                      size_t why_len)
 {
     int rank = env_int("WEFT_RANK"), size = env_int("WEFT_WORLD_SIZE");
     if (rank == -2 || size == -2) {
-        WEFT_ERROR(lg, "WEFT_RANK or WEFT_WORLD_SIZE is not a number");
-        return WEFT_ERR_INVALID_ARG;
+        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+                    "WEFT_RANK or WEFT_WORLD_SIZE is not a number");
     }
     b->joining = true;
     b->rank = rank; /* -1: assigned by the store */
@@ -101,36 +107,57 @@ static weft_status_t bootstrap_joiner(const weft_logger_t *lg, weft_boot_t *b)
     return WEFT_OK;
 }
 
-weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot)
+/*
+ * Several ranks and no store: each would run alone as rank 0 of 1, so refuse, naming the
+ * variables that were seen and the two ways to launch.
+ */
+static weft_status_t refuse_without_store(const weft_logger_t *lg, const env_source_t *src,
+                                          const weft_boot_t *b, char *why, size_t why_len)
+{
+    if (src == NULL) {
+        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+                    "WEFT_JOIN=1 (a process joining a running job) but no WEFT_STORE: a "
+                    "joiner needs the job's store (WEFT_STORE and WEFT_JOB_TOKEN)");
+    }
+    const char *torch = getenv("MASTER_ADDR") != NULL || getenv("MASTER_PORT") != NULL
+                            ? " (MASTER_ADDR and MASTER_PORT are torch's store, which weft "
+                              "does not use)"
+                            : "";
+    return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+                "%s=%d %s=%d set by %s but no WEFT_STORE, so this process would run alone as "
+                "rank 0 of 1. Start the job with weftrun (weftrun -n %d -- PROGRAM), or keep "
+                "%s and give every rank a store: run 'weftrun --store-only' once and export "
+                "the WEFT_STORE and WEFT_JOB_TOKEN it prints%s",
+                src->rank, b->rank, src->size, b->size, src->launcher, b->size, src->launcher,
+                torch);
+}
+
+weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot, char *why, size_t why_len)
 {
     weft_boot_t b;
     memset(&b, 0, sizeof(b));
+    const env_source_t *src = NULL;
     const char *join = getenv("WEFT_JOIN");
     if (join != NULL && strcmp(join, "1") == 0) {
-        weft_status_t st = bootstrap_joiner(lg, &b);
+        weft_status_t st = bootstrap_joiner(lg, &b, why, why_len);
         if (st != WEFT_OK) {
             return st;
         }
         goto store;
     }
-    size_t chosen = sizeof(sources) / sizeof(sources[0]);
-    for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]); i++) {
+    for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]) && src == NULL; i++) {
         if (env_int(sources[i].rank) != -1) {
-            chosen = i;
-            break;
+            src = &sources[i];
         }
     }
-    if (chosen == sizeof(sources) / sizeof(sources[0])) {
+    if (src == NULL) {
         b.rank = 0;
         b.size = 1;
         b.local_rank = 0;
         b.local_size = 1;
         snprintf(b.launcher, sizeof(b.launcher), "singleton");
     } else {
-        weft_status_t st = read_source(lg, &sources[chosen], &b);
-        if (st == WEFT_OK) {
-            st = cross_check(lg, &b, chosen);
-        }
+        weft_status_t st = read_source(lg, src, &b, why, why_len);
         if (st != WEFT_OK) {
             return st;
         }
@@ -140,22 +167,18 @@ store:;
     const char *token = getenv("WEFT_JOB_TOKEN");
     if (store != NULL && *store != '\0') {
         if (strlen(store) >= sizeof(b.store) || strchr(store, ':') == NULL) {
-            WEFT_ERROR(lg, "WEFT_STORE='%s' is not host:port", store);
-            return WEFT_ERR_INVALID_ARG;
+            return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+                        "WEFT_STORE='%.300s' is not host:port", store);
         }
         snprintf(b.store, sizeof(b.store), "%s", store);
         if (token == NULL || *token == '\0' || strlen(token) >= sizeof(b.token)) {
-            WEFT_ERROR(lg, "WEFT_STORE is set but WEFT_JOB_TOKEN is missing or too long: the "
-                           "store refuses clients without the job token");
-            return WEFT_ERR_AUTH;
+            return fail(lg, why, why_len, WEFT_ERR_AUTH,
+                        "WEFT_STORE is set but WEFT_JOB_TOKEN is missing or too long: the "
+                        "store refuses clients without the job token");
         }
         snprintf(b.token, sizeof(b.token), "%s", token);
     } else if (b.size > 1 || b.joining) {
-        WEFT_ERROR(lg,
-                   "%s started %d ranks but WEFT_STORE is not set: start a store with "
-                   "'weftrun --store-only' and export WEFT_STORE and WEFT_JOB_TOKEN",
-                   b.launcher, b.size);
-        return WEFT_ERR_INVALID_ARG;
+        return refuse_without_store(lg, b.joining ? NULL : src, &b, why, why_len);
     }
     *boot = b;
     return WEFT_OK;

@@ -152,6 +152,30 @@ void weft__ctx_discard(weft_ctx_t *ctx, uint64_t tag, uint64_t mask)
     }
 }
 
+/*
+ * Member id ctx->rank was registered before: by another process given the same rank, or
+ * by an earlier job on the same store (whose world, if it ended well, is marked closed).
+ * Either way the launch is wrong, not the data: say which at the default log level.
+ */
+static weft_status_t explain_second_claim(weft_ctx_t *ctx)
+{
+    char key[96];
+    void *val = NULL;
+    size_t len;
+    weft__key(ctx, key, sizeof(key), "g/0/closed");
+    bool ended = weft__store_get(ctx->store, key, 0, &val, &len) == WEFT_OK;
+    free(val);
+    return weft__error_at(
+        ctx, WEFT_ERR_INVALID_ARG, WEFT_LOG_ERROR,
+        "member %d is already registered in the store %s (key namespace '%s'): %s. A store "
+        "serves one job: start a new 'weftrun --store-only' for each job, or give each job "
+        "its own WEFT_NAMESPACE",
+        ctx->rank, ctx->store_addr, ctx->cfg.ns,
+        ended ? "a job that has ended already ran on this store (a second job on it)"
+              : "this member was started twice (two processes given the same rank), or a "
+                "second job is using the store of a job that runs or did not end cleanly");
+}
+
 /* Register this member id (once per job) and publish the address of its remote
  * transport. The value carries the world size the writer was started with, so two
  * launches that disagree are caught. */
@@ -168,8 +192,7 @@ static weft_status_t publish_address(weft_ctx_t *ctx)
         return weft__error(ctx, st, "store: cannot register member %d", ctx->rank);
     }
     if (claims != 1) {
-        return weft__error(ctx, WEFT_ERR_MISMATCH,
-                           "member %d was started more than once in this job", ctx->rank);
+        return explain_second_claim(ctx);
     }
     /* The id is ours: arm the liveness lease now, so that a rank that dies or hangs
      * during the rest of start-up is seen by the others as failed, not waited for. */
@@ -260,9 +283,11 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
     }
     if (plen <= ADDR_HEADER || (expect_size > 0 && wsize != expect_size)) {
         free(pv);
-        return weft__error(ctx, WEFT_ERR_MISMATCH,
-                           "member %d was started with world size %d, this one with %d", id,
-                           (int)wsize, expect_size);
+        return weft__error_at(ctx, WEFT_ERR_MISMATCH, WEFT_LOG_ERROR,
+                              "member %d was started with world size %d, this one with %d: "
+                              "two launches disagree (a second job on this store, or a "
+                              "different -n or world size per node)",
+                              id, (int)wsize, expect_size);
     }
     weft_peer_t *p = &ctx->peers[id];
     free(p->addr);
@@ -389,7 +414,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
         goto err_free;
     }
     ctx->logger.level = ctx->cfg.log_level;
-    st = weft__bootstrap(&ctx->logger, &boot);
+    st = weft__bootstrap(&ctx->logger, &boot, ctx->last_error, sizeof(ctx->last_error));
     if (st != WEFT_OK) {
         goto err_free;
     }
@@ -464,9 +489,12 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     return WEFT_OK;
 
 err_fini:
+    /* No context comes back: weft_last_error(NULL) tells why. */
+    weft__error_noctx(st, "%s", ctx->last_error);
     weft_finalize(ctx);
     return st;
 err_free:
+    weft__error_noctx(st, "%s", ctx->last_error);
     pthread_mutex_destroy(&ctx->job_lock);
     free(ctx);
     return st;

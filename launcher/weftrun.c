@@ -4,13 +4,16 @@
  * in weftrun_args.c, the process management in weftrun_spawn.c, weftrun_output.c and
  * weftrun_supervise.c.
  */
+#include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "launcher/weftrun.h"
+#include "util/parse.h"
 
 
 static bool is_wildcard_addr(const char *a)
@@ -109,6 +112,53 @@ static void shm_clean_at_end(const weftrun_job_t *job)
     }
 }
 
+/*
+ * One line when -n is far above the CPUs weftrun may run on: the job works (waiting ranks
+ * yield the CPU), but every rank waits for a core, so it is slow and its timings say
+ * little. Twice the CPUs, not once: a few more ranks than cores is a common way to test.
+ */
+static void warn_oversubscription(const weftrun_opts_t *o, const weft_logger_t *lg)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        return;
+    }
+    int cpus = CPU_COUNT(&set);
+    if (cpus > 0 && o->nranks > 2 * cpus) {
+        WEFT_WARN(lg,
+                  "-n %d starts %d ranks on the %d CPU(s) this host lets weftrun use: the ranks "
+                  "take turns on the cores (waits yield, so the job runs, but slowly, and its "
+                  "timings mean little)",
+                  o->nranks, o->nranks, cpus);
+    }
+}
+
+/*
+ * weftrun started several times by an MPI launcher without --nnodes: every copy starts a
+ * job of its own (the ranks no longer hold the outer launcher's variables against
+ * weftrun's: launchers nest). Say so, and how to make one job of them. Slurm is left out:
+ * an sbatch script's environment has SLURM_NTASKS without srun having started anything.
+ */
+static void warn_nested_launch(const weftrun_opts_t *o, const weft_logger_t *lg)
+{
+    static const char *const sizes[][3] = {
+        {"mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+        {"mpiexec", "PMI_SIZE", "PMI_RANK"},
+    };
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]) && o->nnodes == 1; i++) {
+        const char *v = getenv(sizes[i][1]);
+        int64_t n;
+        if (v != NULL && weft__parse_i64(v, 2, INT32_MAX, &n)) {
+            WEFT_WARN(lg,
+                      "this weftrun is one of %lld started by %s (%s=%s) but --nnodes is 1: "
+                      "each starts a job of its own. For one job over them give --nnodes "
+                      "%lld --node-rank $%s --store HOST:PORT and a --token-file",
+                      (long long)n, sizes[i][0], sizes[i][1], v, (long long)n, sizes[i][2]);
+            return;
+        }
+    }
+}
+
 static int serve_store_only(weftrun_job_t *job)
 {
     printf("WEFT_STORE=%s\nWEFT_JOB_TOKEN=%s\n", job->store_addr, job->token);
@@ -156,6 +206,10 @@ int main(int argc, char **argv)
 
     if (!opts.store_only && weftrun_resolve_program(opts.argv[0], &lg, &job.prog_path) != WEFT_OK) {
         return WEFTRUN_EXIT_NOT_FOUND;
+    }
+    if (!opts.store_only) {
+        warn_oversubscription(&opts, &lg);
+        warn_nested_launch(&opts, &lg);
     }
     if (weftrun_signals_init(&job.sigfd, &lg) != WEFT_OK) {
         rc = WEFTRUN_EXIT_FAILED;

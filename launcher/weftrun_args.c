@@ -35,7 +35,8 @@ static const char usage_text[] =
     "\n"
     "Options:\n"
     "  -n, --np N          number of ranks to start on this node (required unless\n"
-    "                      --store-only; also --nproc-per-node, --nproc_per_node)\n"
+    "                      --store-only; also -np, --nproc-per-node, --nproc_per_node).\n"
+    "                      More than twice the CPUs weftrun may use: a warning\n"
     "      --tag-output    prefix every line of each rank's stdout and stderr with\n"
     "                      '[rank N] ' (otherwise the ranks write to weftrun's\n"
     "                      stdout and stderr directly)\n"
@@ -110,8 +111,12 @@ static const char usage_text[] =
     "(ranks watch that prefix), then, unless --keep-going, sends SIGTERM to the other\n"
     "ranks, SIGKILL after the grace period, and exits with the rank's exit code, or\n"
     "128 + the signal number.\n"
-    "SIGINT, SIGTERM and SIGHUP sent to weftrun are forwarded to the ranks (a second\n"
-    "one sends SIGKILL at once); weftrun then exits with 128 + the signal number.\n"
+    "SIGINT and SIGTERM sent to weftrun are forwarded to the ranks and stop the job (a\n"
+    "second one sends SIGKILL at once); weftrun then exits with 128 + the signal\n"
+    "number. SIGHUP stops the job alike, but the ranks get SIGTERM (UCX takes SIGHUP\n"
+    "as its debug signal). SIGUSR1 and SIGUSR2 (a batch system's warning, e.g. Slurm's\n"
+    "--signal before preemption) are forwarded to the running ranks and the job goes\n"
+    "on; --store-only ignores them.\n"
     "\n"
     "Elastic mode (--elastic): a rank's number is its member id, never reused. When\n"
     "a process dies (non-zero exit or signal), weftrun sets weft/failed/<id> as above\n"
@@ -435,12 +440,25 @@ int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o)
     int c, rc;
     while ((c = getopt_long(argc, argv, "+:n:vhV", long_opts, NULL)) != -1) {
         switch (c) {
-        case 'n':
-            if (!parse_int(optarg, 1, WEFTRUN_MAX_RANKS, &o->nranks)) {
-                usage_error("-n needs a number of ranks from 1 to 65536, not '%s'", optarg);
+        case 'n': {
+            const char *val = optarg;
+            /* mpirun's "-np N" (or "-npN"): getopt reads "-n" with the value "p". */
+            if (val == argv[optind - 1] + 2 && strncmp(argv[optind - 1], "-np", 3) == 0) {
+                if (val[1] != '\0') {
+                    val++;
+                } else if (optind < argc) {
+                    val = argv[optind++];
+                } else {
+                    usage_error("option '%s' needs a value", "-np");
+                    return WEFTRUN_EXIT_USAGE;
+                }
+            }
+            if (!parse_int(val, 1, WEFTRUN_MAX_RANKS, &o->nranks)) {
+                usage_error("-n needs a number of ranks from 1 to 65536, not '%s'", val);
                 return WEFTRUN_EXIT_USAGE;
             }
             break;
+        }
         case OPT_TAG_OUTPUT:
             o->tag_output = true;
             break;

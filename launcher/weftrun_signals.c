@@ -1,6 +1,12 @@
 /*
  * Signals reach the supervisor through a self-pipe: the handler of SIGCHLD, SIGINT,
- * SIGTERM and SIGHUP writes the signal's number into a pipe that the poll() loop watches.
+ * SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 writes the signal's number into a pipe that the
+ * poll() loop watches. What each does (weftrun_supervise.c): SIGINT and SIGTERM are
+ * forwarded and stop the job; SIGHUP stops it too, but the ranks get SIGTERM, since UCX
+ * takes SIGHUP as its debug signal (UCX_DEBUG_SIGNO) and would not stop; SIGUSR1 and
+ * SIGUSR2, which batch systems send as a warning (Slurm's --signal before preemption or
+ * the time limit), are forwarded to the running ranks and the job goes on. --store-only
+ * has no ranks: it ignores the two and stops on the others.
  *
  * Not a signalfd: a signalfd needs the signals blocked in every thread, and libraries
  * start threads of their own before main() (OpenBLAS does) whose masks weftrun cannot
@@ -17,7 +23,7 @@
 
 #include "launcher/weftrun.h"
 
-static const int handled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+static const int handled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 #define N_HANDLED (sizeof(handled) / sizeof(handled[0]))
 
 /* The write end of the self-pipe: a handler can only find it in a global. */
@@ -94,7 +100,10 @@ bool weftrun_wait_for_signal(int sigfd, uint64_t timeout_ms, const weft_logger_t
         }
         int sig;
         while ((sig = weftrun_next_signal(sigfd)) != 0) {
-            if (sig != SIGCHLD) {
+            if (sig == SIGUSR1 || sig == SIGUSR2) {
+                WEFT_INFO(lg, "%s: no ranks here to forward it to; the store goes on",
+                          strsignal(sig));
+            } else if (sig != SIGCHLD) {
                 WEFT_INFO(lg, "%s: stopping the store", strsignal(sig));
                 return true;
             }

@@ -205,9 +205,18 @@ static void on_signal(weftrun_job_t *job, int sig)
         reap_ranks(job);
         return;
     }
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+        /* A batch system's warning (preemption, time limit): the ranks decide what to do. */
+        WEFT_WARN(job->lg, "%s: forwarded to the ranks; the job goes on", strsignal(sig));
+        signal_ranks(job, sig, true);
+        return;
+    }
     if (job->stop_reason == WEFTRUN_STOP_NONE) {
-        WEFT_WARN(job->lg, "%s: forwarding it to the ranks", strsignal(sig));
-        weftrun_begin_stop(job, WEFTRUN_STOP_SIGNAL, 128 + sig, sig);
+        /* SIGHUP is UCX's debug signal (UCX_DEBUG_SIGNO): a rank would not stop on it. */
+        int to_ranks = sig == SIGHUP ? SIGTERM : sig;
+        WEFT_WARN(job->lg, "%s: stopping the ranks with %s", strsignal(sig),
+                  to_ranks == SIGTERM ? "SIGTERM" : "SIGINT");
+        weftrun_begin_stop(job, WEFTRUN_STOP_SIGNAL, 128 + sig, to_ranks);
     } else {
         /* Asked twice: the user does not want to wait for the grace period. */
         kill_now(job);

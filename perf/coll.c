@@ -9,7 +9,11 @@
  *
  * Buffers: sets of (send, receive) buffers are rotated between iterations so that
  * together they exceed twice the last-level cache (at most 64 sets, 1 GiB): every call
- * then reads cold memory, as a training step does.
+ * then reads cold memory, as a training step does. With --reuse one set serves every
+ * iteration, as nccl-tests and the OSU benchmarks measure: buffers that fit in the cache
+ * stay warm there, so small and medium sizes look faster than a training step sees them.
+ * The output says which (header, "buffers" in JSON), and the column `sets` gives the
+ * number of sets the calls of each size went through.
  *
  * Checking (-c 1): inputs are small integers, so every reduction is exact in every dtype
  * and the expected value of each element is computed from all ranks' inputs. Out of
@@ -325,7 +329,7 @@ static int setup_size(bench_t *b, size_t size)
         b->rbytes = 0;
     }
     size_t set_bytes = b->sbytes + b->rbytes;
-    b->nsets = perf_rotation_count(set_bytes, MAX_ROTATION_BYTES);
+    b->nsets = b->o->reuse ? 1 : perf_rotation_count(set_bytes, MAX_ROTATION_BYTES);
     if (b->nsets > MAX_SETS) {
         b->nsets = MAX_SETS;
     }
@@ -413,6 +417,10 @@ static weft_status_t run_size(bench_t *b, size_t size, perf_row_t *row)
     row->algbw_gbs = perf_gbs(row->bytes, t_us);
     row->busbw_gbs = row->algbw_gbs * bus_factor(b);
     row->wrong = (long)wrong;
+    row->extra[0] = 0;
+    for (size_t i = 0; i < b->nsets; i++) {
+        row->extra[0] += b->used[i] ? 1 : 0; /* the sets the calls went through */
+    }
 out:
     free_sets(b);
     return st;
@@ -420,9 +428,9 @@ out:
 
 static int sweep(bench_t *b)
 {
-    static const perf_col_t no_cols[1];
+    static const perf_col_t cols[] = {{"sets", "buffer_sets", 0}};
     perf_table_t t;
-    perf_table_begin(&t, b->o, b->name, b->w.size, no_cols, 0, b->w.rank == 0);
+    perf_table_begin(&t, b->o, b->name, b->w.size, cols, 1, b->w.rank == 0);
     size_t size = b->o->min_bytes;
     do {
         perf_row_t row;
@@ -501,11 +509,23 @@ static int coll_main(int argc, char **argv, coll_kind_t kind, const char *name)
     };
     perf_opts_t o;
     perf_opts_default(&o);
+    o.uses = PERF_USE_SIZES | PERF_USE_ITERS | PERF_USE_WARMUP | PERF_USE_CHECK | PERF_USE_DTYPE |
+             PERF_USE_REUSE | PERF_USE_JSON;
+    if (kind == K_ALLREDUCE || kind == K_REDUCE_SCATTER) {
+        o.uses |= PERF_USE_OP;
+    }
+    if (kind != K_ALLTOALL && kind != K_BROADCAST) {
+        o.uses |= PERF_USE_INPLACE;
+    }
+    if (kind == K_BROADCAST) {
+        o.uses |= PERF_USE_ROOT;
+    }
     coll_extras_t x = {.bind = true, .settle_ms = 200};
     int rc = perf_parse_opts(argc, argv, &o, name, extras, 2, extras_handler, &x);
     if (rc == PERF_HELP) {
-        printf("\n%s: size is the whole buffer (nccl-tests); buffers larger than the cache are "
-               "rotated.\n",
+        printf("\n%s: size is the whole buffer (nccl-tests). Sets of buffers, together larger\n"
+               "than the cache, are rotated (cold, as in training) unless --reuse; the column\n"
+               "sets says how many each size used.\n",
                name);
         return PERF_EXIT_OK;
     }

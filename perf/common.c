@@ -194,55 +194,99 @@ void perf_opts_default(perf_opts_t *o)
     o->op = WEFT_SUM;
     o->root = 0;
     o->window = 64;
+    o->uses = PERF_USE_ALL;
 }
 
-void perf_print_usage(FILE *out, const char *subcommand, const perf_extra_opt_t *extras,
-                      size_t n_extras)
+void perf_print_usage(FILE *out, const char *subcommand, const perf_opts_t *d,
+                      const perf_extra_opt_t *extras, size_t n_extras)
 {
-    fprintf(out,
-            "usage: weftrun -n N -- weft-perf %s [options]\n\n"
-            "  -b, --minbytes SIZE     smallest message (default 8; K/M/G suffixes)\n"
-            "  -e, --maxbytes SIZE     largest message (default 32M)\n"
-            "  -f, --stepfactor F      multiply the size by F between steps (default 2)\n"
-            "  -i, --stepbytes SIZE    add SIZE between steps instead (default 0: use -f)\n"
-            "  -n, --iters N           timed iterations per size (default 20)\n"
-            "  -w, --warmup_iters N    untimed iterations first (default 5)\n"
-            "  -c, --check [0|1]       verify the data (default 1)\n"
-            "  -d, --datatype T        float|double|half|bfloat16|int32|int64|uint8\n"
-            "  -o, --op OP             sum|prod|max|min (default sum)\n"
-            "  -r, --root R            root rank where there is one (default 0)\n"
-            "  -W, --window N          operations in flight where a test uses a window "
-            "(default 64)\n"
-            "      --inplace           use the same buffer for input and output\n"
-            "      --json              print one JSON document instead of the table\n"
-            "  -h, --help              this text\n"
-            "      --version           print weft-perf's version\n",
-            subcommand);
-    for (size_t i = 0; i < n_extras; i++) {
+    unsigned u = d->uses;
+    char b[24], e[24], i[24];
+    fprintf(out, "usage: weftrun -n N -- weft-perf %s [options]\n\n", subcommand);
+    if (u & PERF_USE_SIZES) {
+        fprintf(out,
+                "  -b, --minbytes SIZE     smallest message (default %s; K/M/G suffixes)\n"
+                "  -e, --maxbytes SIZE     largest message (default %s)\n"
+                "  -f, --stepfactor F      multiply the size by F between steps (default %llu)\n"
+                "  -i, --stepbytes SIZE    add SIZE between steps instead (default %s: use -f)\n",
+                perf_format_size(d->min_bytes, b, sizeof(b)),
+                perf_format_size(d->max_bytes, e, sizeof(e)), (unsigned long long)d->factor,
+                perf_format_size(d->step_bytes, i, sizeof(i)));
+    }
+    if (u & PERF_USE_ITERS) {
+        fprintf(out, "  -n, --iters N           timed iterations (default %d)\n", d->iters);
+    }
+    if (u & PERF_USE_WARMUP) {
+        fprintf(out, "  -w, --warmup_iters N    untimed iterations first (default %d)\n",
+                d->warmup);
+    }
+    if (u & PERF_USE_CHECK) {
+        fprintf(out, "  -c, --check [0|1]       verify the data (default %d)\n", d->check);
+    }
+    if (u & PERF_USE_DTYPE) {
+        fprintf(out,
+                "  -d, --datatype T        float|double|half|bfloat16|int32|int64|uint8 "
+                "(default %s)\n",
+                perf_dtype_str(d->dtype));
+    }
+    if (u & PERF_USE_OP) {
+        fprintf(out, "  -o, --op OP             sum|prod|max|min (default %s)\n",
+                perf_op_str(d->op));
+    }
+    if (u & PERF_USE_ROOT) {
+        fprintf(out, "  -r, --root R            root rank (default %d)\n", d->root);
+    }
+    if (u & PERF_USE_WINDOW) {
+        fprintf(out, "  -W, --window N          operations in flight (default %d)\n", d->window);
+    }
+    if (u & PERF_USE_INPLACE) {
+        fprintf(out, "      --inplace           use the same buffer for input and output\n");
+    }
+    if (u & PERF_USE_REUSE) {
+        fprintf(out, "      --reuse             one buffer set for every iteration (cache-warm, "
+                     "as nccl-tests\n"
+                     "                          and OSU); default: rotate sets larger than the "
+                     "cache\n");
+    }
+    if (u & PERF_USE_JSON) {
+        fprintf(out, "      --json              print one JSON document instead of the table\n");
+    }
+    fprintf(out, "  -h, --help              this text\n"
+                 "      --version           print weft-perf's version\n");
+    for (size_t k = 0; k < n_extras; k++) {
         char left[64];
-        snprintf(left, sizeof(left), "%s%s%s", extras[i].name, extras[i].has_arg ? " " : "",
-                 extras[i].has_arg && extras[i].metavar ? extras[i].metavar : "");
-        fprintf(out, "      %-20s%s\n", left, extras[i].help ? extras[i].help : "");
+        snprintf(left, sizeof(left), "%s%s%s", extras[k].name, extras[k].has_arg ? " " : "",
+                 extras[k].has_arg && extras[k].metavar ? extras[k].metavar : "");
+        fprintf(out, "      %-20s%s\n", left, extras[k].help ? extras[k].help : "");
     }
     fprintf(out, "\nExit status: 0 ok, 1 wrong results, 2 bad options, 3 a weft call failed.\n");
 }
 
 /* Long options past the characters: the flags without a short form, then the extras. */
-enum { OPT_INPLACE = 256, OPT_JSON, OPT_VERSION, OPT_EXTRA };
+enum { OPT_INPLACE = 256, OPT_JSON, OPT_REUSE, OPT_VERSION, OPT_EXTRA };
 
-static const struct option common_opts[] = {
-    {"minbytes", required_argument, NULL, 'b'},   {"maxbytes", required_argument, NULL, 'e'},
-    {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
-    {"iters", required_argument, NULL, 'n'},      {"warmup_iters", required_argument, NULL, 'w'},
-    {"check", optional_argument, NULL, 'c'},      {"datatype", required_argument, NULL, 'd'},
-    {"op", required_argument, NULL, 'o'},         {"root", required_argument, NULL, 'r'},
-    {"window", required_argument, NULL, 'W'},     {"inplace", no_argument, NULL, OPT_INPLACE},
-    {"json", no_argument, NULL, OPT_JSON},        {"help", no_argument, NULL, 'h'},
-    {"version", no_argument, NULL, OPT_VERSION},
+/* The common options, each with the PERF_USE_* bit that admits it (0: always). */
+static const struct {
+    struct option opt;
+    unsigned use;
+} common_opts[] = {
+    {{"minbytes", required_argument, NULL, 'b'}, PERF_USE_SIZES},
+    {{"maxbytes", required_argument, NULL, 'e'}, PERF_USE_SIZES},
+    {{"stepfactor", required_argument, NULL, 'f'}, PERF_USE_SIZES},
+    {{"stepbytes", required_argument, NULL, 'i'}, PERF_USE_SIZES},
+    {{"iters", required_argument, NULL, 'n'}, PERF_USE_ITERS},
+    {{"warmup_iters", required_argument, NULL, 'w'}, PERF_USE_WARMUP},
+    {{"check", optional_argument, NULL, 'c'}, PERF_USE_CHECK},
+    {{"datatype", required_argument, NULL, 'd'}, PERF_USE_DTYPE},
+    {{"op", required_argument, NULL, 'o'}, PERF_USE_OP},
+    {{"root", required_argument, NULL, 'r'}, PERF_USE_ROOT},
+    {{"window", required_argument, NULL, 'W'}, PERF_USE_WINDOW},
+    {{"inplace", no_argument, NULL, OPT_INPLACE}, PERF_USE_INPLACE},
+    {{"reuse", no_argument, NULL, OPT_REUSE}, PERF_USE_REUSE},
+    {{"json", no_argument, NULL, OPT_JSON}, PERF_USE_JSON},
+    {{"help", no_argument, NULL, 'h'}, 0},
+    {{"version", no_argument, NULL, OPT_VERSION}, 0},
 };
-/* '+': no reordering, so a stray argument is reported rather than skipped;
- * ':': a missing value is told apart from an unknown option. */
-#define COMMON_SHORT "+:b:e:f:i:n:w:c::d:o:r:W:h"
 #define MAX_EXTRAS 8
 
 int perf_parse_int(const char *s, long lo, long hi, long *out)
@@ -365,6 +409,9 @@ static int apply_common(perf_opts_t *o, int id, const char *val)
     case OPT_JSON:
         o->json = true;
         return 0;
+    case OPT_REUSE:
+        o->reuse = true;
+        return 0;
     }
     return -1;
 }
@@ -373,11 +420,66 @@ static int apply_common(perf_opts_t *o, int id, const char *val)
 static const char *common_name(int id)
 {
     for (size_t k = 0; k < NELEMS(common_opts); k++) {
-        if (common_opts[k].val == id) {
-            return common_opts[k].name;
+        if (common_opts[k].opt.val == id) {
+            return common_opts[k].opt.name;
         }
     }
     return "?";
+}
+
+/*
+ * After getopt_long refused an option ('?'): when it is a common option that this
+ * subcommand does not use (left out of its table), say so rather than "unknown".
+ */
+static bool refuse_unused(const char *subcommand, unsigned uses, int argc, char **argv)
+{
+    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    size_t len = strcspn(arg, "=");
+    for (size_t k = 0; k < NELEMS(common_opts); k++) {
+        const struct option *l = &common_opts[k].opt;
+        if (common_opts[k].use == 0 || (common_opts[k].use & uses) != 0) {
+            continue;
+        }
+        bool is_short = optopt != 0 && optopt == l->val;
+        bool is_long = strncmp(arg, "--", 2) == 0 && len - 2 == strlen(l->name) &&
+                       strncmp(arg + 2, l->name, len - 2) == 0;
+        if (is_short || is_long) {
+            if (l->val < 256) {
+                perf_usage_error(subcommand, "option '-%c' (--%s) is not used by %s", l->val,
+                                 l->name, subcommand);
+            } else {
+                perf_usage_error(subcommand, "option '--%s' is not used by %s", l->name,
+                                 subcommand);
+            }
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Values that parse but make no sense; an error is printed for the first one. */
+static bool opts_make_sense(const char *subcommand, const perf_opts_t *o)
+{
+    unsigned u = o->uses;
+    size_t es = perf_dtype_size(o->dtype);
+    if ((u & PERF_USE_ITERS) && o->iters < 1) {
+        perf_usage_error(subcommand, "-n %d: at least 1 timed iteration is needed", o->iters);
+    } else if ((u & PERF_USE_SIZES) && o->min_bytes == 0) {
+        perf_usage_error(subcommand, "-b 0: the smallest message must be at least 1 byte");
+    } else if ((u & PERF_USE_SIZES) && o->max_bytes == 0) {
+        perf_usage_error(subcommand, "-e 0: the largest message must be at least 1 byte");
+    } else if ((u & PERF_USE_SIZES) && o->min_bytes > o->max_bytes) {
+        perf_usage_error(subcommand, "-b %zu is larger than -e %zu", o->min_bytes, o->max_bytes);
+    } else if ((u & PERF_USE_SIZES) && (u & PERF_USE_DTYPE) && o->min_bytes < es) {
+        perf_usage_error(subcommand, "-b %zu is smaller than one %s (%zu bytes)", o->min_bytes,
+                         perf_dtype_str(o->dtype), es);
+    } else if ((u & PERF_USE_SIZES) && o->factor < 2 && o->step_bytes == 0 &&
+               o->min_bytes != o->max_bytes) {
+        perf_usage_error(subcommand, "-f must be at least 2 (or use -i)");
+    } else {
+        return true;
+    }
+    return false;
 }
 
 int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcommand,
@@ -385,23 +487,41 @@ int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcomman
                     void *handler_arg)
 {
     struct option longopts[NELEMS(common_opts) + MAX_EXTRAS + 1];
+    /* '+': no reordering, so a stray argument is reported rather than skipped;
+     * ':': a missing value is told apart from an unknown option. */
+    char shorts[3 + 3 * NELEMS(common_opts) + 1] = "+:";
+    size_t nlong = 0, nshort = 2;
     if (n_extras > MAX_EXTRAS) {
         fprintf(stderr, "weft-perf %s: more than %d extra options\n", subcommand, MAX_EXTRAS);
         return PERF_BAD;
     }
-    memcpy(longopts, common_opts, sizeof(common_opts));
+    for (size_t k = 0; k < NELEMS(common_opts); k++) {
+        if (common_opts[k].use != 0 && (common_opts[k].use & o->uses) == 0) {
+            continue;
+        }
+        const struct option *l = &common_opts[k].opt;
+        longopts[nlong++] = *l;
+        if (l->val < 256) {
+            shorts[nshort++] = (char)l->val;
+            for (int colons = l->has_arg; colons > 0; colons--) {
+                shorts[nshort++] = ':'; /* required_argument 1, optional_argument 2 */
+            }
+        }
+    }
+    shorts[nshort] = '\0';
     for (size_t k = 0; k < n_extras; k++) {
-        longopts[NELEMS(common_opts) + k] =
+        longopts[nlong++] =
             (struct option){extras[k].name + 2, extras[k].has_arg ? required_argument : no_argument,
                             NULL, OPT_EXTRA + (int)k};
     }
-    longopts[NELEMS(common_opts) + n_extras] = (struct option){NULL, 0, NULL, 0};
+    longopts[nlong] = (struct option){NULL, 0, NULL, 0};
+    const perf_opts_t defaults = *o;
 
     bool help = false, version = false;
     int c;
     opterr = 0;
     optind = 0; /* a fresh scan: main() has parsed its own options with getopt_long */
-    while ((c = getopt_long(argc, argv, COMMON_SHORT, longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
         const char *val = optarg;
         /* "-n=10" is "-n 10", as "--iters=10" is. */
         if (val != NULL && val[0] == '=' && val == argv[optind - 1] + 2) {
@@ -415,7 +535,9 @@ int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcomman
             help = help || c == 'h';
             version = version || c == OPT_VERSION;
         } else if (c == ':' || c == '?') {
-            perf_opt_error(subcommand, c, argc, argv, longopts);
+            if (c == ':' || !refuse_unused(subcommand, o->uses, argc, argv)) {
+                perf_opt_error(subcommand, c, argc, argv, longopts);
+            }
             return PERF_BAD;
         } else if (c >= OPT_EXTRA) {
             const perf_extra_opt_t *x = &extras[c - OPT_EXTRA];
@@ -435,22 +557,14 @@ int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcomman
         return PERF_BAD;
     }
     if (help) {
-        perf_print_usage(stdout, subcommand, extras, n_extras);
+        perf_print_usage(stdout, subcommand, &defaults, extras, n_extras);
         return PERF_HELP;
     }
     if (version) {
         perf_print_version(stdout);
         return PERF_VERSION;
     }
-    if (o->min_bytes > o->max_bytes) {
-        perf_usage_error(subcommand, "-b %zu is larger than -e %zu", o->min_bytes, o->max_bytes);
-        return PERF_BAD;
-    }
-    if (o->factor < 2 && o->step_bytes == 0 && o->min_bytes != o->max_bytes) {
-        perf_usage_error(subcommand, "-f must be at least 2 (or use -i)");
-        return PERF_BAD;
-    }
-    return PERF_CONTINUE;
+    return opts_make_sense(subcommand, o) ? PERF_CONTINUE : PERF_BAD;
 }
 
 /* ---- timing ---- */
@@ -611,7 +725,8 @@ size_t perf_check_pattern(const void *buf, size_t bytes, uint64_t seed)
 
 void perf_report_error(const perf_world_t *w, const char *what, weft_status_t st)
 {
-    const char *detail = (w != NULL && w->ctx != NULL) ? weft_last_error(w->ctx) : "";
+    /* Without a context (weft_init failed) the thread's last error says why. */
+    const char *detail = weft_last_error(w != NULL ? w->ctx : NULL);
     fprintf(stderr, "weft-perf%s%d: %s: %s%s%s\n", w != NULL ? " rank " : "",
             w != NULL ? w->rank : 0, what, weft_status_str(st), detail[0] ? ": " : "", detail);
 }
@@ -691,14 +806,16 @@ void perf_table_begin(perf_table_t *t, const perf_opts_t *o, const char *subcomm
         perf_json_string(t->out, subcommand);
         fprintf(t->out,
                 ", \"nranks\": %d, \"version\": \"%s\", \"dtype\": \"%s\", \"op\": \"%s\", "
-                "\"inplace\": %s, \"iters\": %d, \"warmup\": %d, \"check\": %d, "
-                "\"results\": [",
+                "\"inplace\": %s, \"buffers\": \"%s\", \"iters\": %d, \"warmup\": %d, "
+                "\"check\": %d, \"results\": [",
                 nranks, weft_version(NULL, NULL, NULL), perf_dtype_str(o->dtype),
-                perf_op_str(o->op), o->inplace ? "true" : "false", o->iters, o->warmup, o->check);
+                perf_op_str(o->op), o->inplace ? "true" : "false", o->reuse ? "reused" : "rotated",
+                o->iters, o->warmup, o->check);
         return;
     }
-    fprintf(t->out, "# weft-perf %s: %d ranks, %d iters, %d warmup, check %d, %s\n", subcommand,
-            nranks, o->iters, o->warmup, o->check, o->inplace ? "in-place" : "out-of-place");
+    fprintf(t->out, "# weft-perf %s: %d ranks, %d iters, %d warmup, check %d, %s, %s\n", subcommand,
+            nranks, o->iters, o->warmup, o->check, o->inplace ? "in-place" : "out-of-place",
+            o->reuse ? "one buffer set reused (cache-warm)" : "buffer sets rotated (cache-cold)");
     fprintf(t->out, "#%12s %13s %9s %7s %10s %8s %8s %7s", "size", "count", "type", "op", "time",
             "algbw", "busbw", "#wrong");
     for (size_t i = 0; i < t->ncols; i++) {

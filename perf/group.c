@@ -410,6 +410,7 @@ int perf_group_main(int argc, char **argv)
 {
     group_bench_t b = {.rebuild = true, .spawn = true, .grow = true, .victims = 1, .argv = argv};
     perf_opts_default(&b.o);
+    b.o.uses = PERF_USE_ITERS | PERF_USE_JSON;
     int rc = perf_parse_opts(argc, argv, &b.o, "group", extras, sizeof(extras) / sizeof(extras[0]),
                              on_extra, &b);
     if (rc != PERF_CONTINUE) {

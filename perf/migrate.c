@@ -418,6 +418,7 @@ int perf_migrate_main(int argc, char **argv)
     mig_bench_t b;
     memset(&b, 0, sizeof(b));
     perf_opts_default(&b.o);
+    b.o.uses = PERF_USE_ITERS | PERF_USE_WARMUP | PERF_USE_JSON;
     b.o.iters = 5;
     b.o.warmup = 1;
     b.model_bytes = 256u << 20;

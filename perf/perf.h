@@ -5,6 +5,7 @@
  *
  *     perf_opts_t o;
  *     perf_opts_default(&o);
+ *     o.uses = PERF_USE_SIZES | PERF_USE_ITERS | ...;  // the common options it reads
  *     int rc = perf_parse_opts(argc, argv, &o, "sendrecv", extras, n_extras, handler, arg);
  *     if (rc != PERF_CONTINUE) return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
  *     perf_world_t w;  perf_world_open(&w)  ...  perf_world_close(&w);
@@ -69,7 +70,26 @@ typedef struct perf_opts {
     bool json;          /* --json: one JSON document on stdout instead of the table */
     int window;         /* -W, --window: outstanding operations where a test uses a window
                            (default 64) */
+    bool reuse;         /* --reuse: one buffer (set) for every iteration, cache-warm, as
+                           nccl-tests and OSU measure; default: rotate cold buffers */
+    unsigned uses;      /* PERF_USE_* of the options the subcommand reads (set before
+                           perf_parse_opts; perf_opts_default sets PERF_USE_ALL) */
 } perf_opts_t;
+
+/* The common options a subcommand uses: only these are listed by its --help and accepted
+ * (--help and --version always are). */
+#define PERF_USE_SIZES (1u << 0)   /* -b, -e, -f, -i */
+#define PERF_USE_ITERS (1u << 1)   /* -n */
+#define PERF_USE_WARMUP (1u << 2)  /* -w */
+#define PERF_USE_CHECK (1u << 3)   /* -c */
+#define PERF_USE_DTYPE (1u << 4)   /* -d */
+#define PERF_USE_OP (1u << 5)      /* -o */
+#define PERF_USE_ROOT (1u << 6)    /* -r */
+#define PERF_USE_WINDOW (1u << 7)  /* -W */
+#define PERF_USE_INPLACE (1u << 8) /* --inplace */
+#define PERF_USE_REUSE (1u << 9)   /* --reuse */
+#define PERF_USE_JSON (1u << 10)   /* --json */
+#define PERF_USE_ALL ((1u << 11) - 1)
 
 /* A subcommand-specific option, e.g. {"--algo", 1, "ALG", "ring|tree"}. */
 typedef struct perf_extra_opt {
@@ -94,9 +114,11 @@ void perf_opts_default(perf_opts_t *o);
  * Parse argv[1..argc-1] (argv[0] is the subcommand name) with getopt_long, as weftrun
  * does. Options take their value as the next argument or after '=' (--iters=10, -n=10;
  * -n10 is also accepted); -c/--check takes an optional 0 or 1, also as the next
- * argument. Extra options (may be NULL / 0; at most 8, each a "--long" name) come after
- * the common ones. Unknown options, missing or bad values and stray arguments print an
- * error to stderr. Returns PERF_CONTINUE, PERF_HELP, PERF_VERSION or PERF_BAD.
+ * argument. Only the common options in o->uses are accepted. Extra options (may be
+ * NULL / 0; at most 8, each a "--long" name) come after the common ones. Unknown options,
+ * options the subcommand does not use, missing or bad values, values that make no sense
+ * (-n 0, -b 0, -e 0, -b below one element of -d) and stray arguments print an error to
+ * stderr. Returns PERF_CONTINUE, PERF_HELP, PERF_VERSION or PERF_BAD.
  */
 int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcommand,
                     const perf_extra_opt_t *extras, size_t n_extras, perf_extra_fn handler,
@@ -115,9 +137,10 @@ void perf_opt_error(const char *subcommand, int c, int argc, char **argv,
 /* A whole decimal number in [lo, hi]: 0, or -1 when NULL, malformed or out of range. */
 int perf_parse_int(const char *s, long lo, long hi, long *out);
 
-/* Print the help text of the common options (and the extras) to @p out. */
-void perf_print_usage(FILE *out, const char *subcommand, const perf_extra_opt_t *extras,
-                      size_t n_extras);
+/* Print the help text of the common options that @p defaults->uses names, with the
+ * defaults of @p defaults, and of the extras, to @p out. */
+void perf_print_usage(FILE *out, const char *subcommand, const perf_opts_t *defaults,
+                      const perf_extra_opt_t *extras, size_t n_extras);
 
 /*
  * Parse a byte count: decimal integer with an optional suffix K, M, G, T (powers of

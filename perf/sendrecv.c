@@ -221,6 +221,9 @@ int perf_sendrecv_main(int argc, char **argv)
     perf_opts_t o;
     perf_opts_default(&o);
     o.dtype = WEFT_U8; /* messages are bytes: count = size */
+    o.reuse = true;    /* one send and one receive buffer, as osu_bw: said in the output */
+    o.uses = PERF_USE_SIZES | PERF_USE_ITERS | PERF_USE_WARMUP | PERF_USE_CHECK | PERF_USE_WINDOW |
+             PERF_USE_JSON;
     int rc = perf_parse_opts(argc, argv, &o, "sendrecv", NULL, 0, NULL, NULL);
     if (rc == PERF_HELP) {
         usage_note();

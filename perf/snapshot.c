@@ -725,6 +725,7 @@ int perf_snapshot_main(int argc, char **argv)
     snap_bench_t b;
     memset(&b, 0, sizeof(b));
     perf_opts_default(&b.o);
+    b.o.uses = PERF_USE_ITERS | PERF_USE_WARMUP | PERF_USE_JSON;
     b.o.warmup = 2;
     b.state_bytes = 256u << 20;
     b.step_ms = 50;

@@ -439,6 +439,7 @@ int perf_vocab_main(int argc, char **argv)
 {
     vocab_bench_t b = {.n = 2048, .h = 1024, .V = 65536, .run = {true, true, true}};
     perf_opts_default(&b.o);
+    b.o.uses = PERF_USE_ITERS | PERF_USE_WARMUP | PERF_USE_CHECK | PERF_USE_JSON;
     b.o.iters = 3; /* one iteration is seconds of GEMMs on a CPU */
     b.o.warmup = 1;
     int rc = perf_parse_opts(argc, argv, &b.o, "vocab", extras, sizeof(extras) / sizeof(extras[0]),

@@ -92,7 +92,8 @@ WEFT_API weft_status_t weft_finalize(weft_ctx_t *ctx);
 /**
  * @brief Detail of the last error on this context: which call, which rank, why.
  * @param[in] ctx The context, or NULL for the calling thread's last error of a call that
- *                takes no context (layouts and plans, weft/migrate.h).
+ *                takes no context (layouts and plans, weft/migrate.h) or of a weft_init()
+ *                that failed (why the environment or the store was refused).
  * @return A string owned by the context (or the thread), valid until its next call; ""
  *         if none.
  */

@@ -193,8 +193,10 @@ _default = None
 
 
 def init(settings=None):
-    """weft_init(): create a context from the launcher's environment (weftrun, mpirun,
-    srun; a single rank without one). Collective over the job.
+    """weft_init(): create a context from the launcher's environment (weftrun; mpirun,
+    Hydra's mpiexec, torchrun or srun with WEFT_STORE from weftrun --store-only; a single
+    rank without one). Collective over the job. On failure the exception's detail says
+    why (weft_last_error of the failed weft_init).
 
     @p settings: optional WEFT_* settings for this process ({"TIMEOUT_MS": 5000} or
     {"WEFT_TIMEOUT_MS": 5000}), put into os.environ before the call. The first context

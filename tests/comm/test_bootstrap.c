@@ -1,6 +1,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,10 +10,32 @@
 #include "comm/bootstrap.h"
 
 static const char *const all_vars[] = {
-    "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
-    "WEFT_JOB_TOKEN", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-    "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PMIX_RANK", "WEFT_JOIN",
+    "WEFT_RANK",
+    "WEFT_WORLD_SIZE",
+    "WEFT_LOCAL_RANK",
+    "WEFT_LOCAL_SIZE",
+    "WEFT_STORE",
+    "WEFT_JOB_TOKEN",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "PMIX_RANK",
+    "WEFT_JOIN",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
 };
 
 static void quiet(weft_log_level_t l, int r, const char *m, void *a)
@@ -37,7 +60,7 @@ static void test_singleton(void **state)
 {
     (void)state;
     weft_boot_t b;
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
     assert_int_equal(b.rank, 0);
     assert_int_equal(b.size, 1);
     assert_string_equal(b.launcher, "singleton");
@@ -54,7 +77,7 @@ static void test_weftrun(void **state)
     setenv("WEFT_LOCAL_SIZE", "4", 1);
     setenv("WEFT_STORE", "127.0.0.1:4000", 1);
     setenv("WEFT_JOB_TOKEN", "abc", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
     assert_int_equal(b.rank, 2);
     assert_int_equal(b.size, 4);
     assert_int_equal(b.local_rank, 2);
@@ -76,7 +99,7 @@ static void test_joiner(void **state)
     setenv("WEFT_LOCAL_SIZE", "4", 1);
     setenv("WEFT_STORE", "127.0.0.1:4000", 1);
     setenv("WEFT_JOB_TOKEN", "abc", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
     assert_true(b.joining);
     assert_int_equal(b.rank, 5);
     assert_int_equal(b.local_rank, 1);
@@ -84,7 +107,7 @@ static void test_joiner(void **state)
     /* Started by hand without them: alone on its host. */
     unsetenv("WEFT_LOCAL_RANK");
     unsetenv("WEFT_LOCAL_SIZE");
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
     assert_int_equal(b.local_rank, 0);
     assert_int_equal(b.local_size, 1);
 }
@@ -97,7 +120,7 @@ static void test_mpirun_and_srun(void **state)
     setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
     setenv("WEFT_STORE", "h:1", 1);
     setenv("WEFT_JOB_TOKEN", "t", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
     assert_string_equal(b.launcher, "mpirun");
     assert_int_equal(b.rank, 1);
     assert_int_equal(b.size, 3);
@@ -107,27 +130,122 @@ static void test_mpirun_and_srun(void **state)
     setenv("SLURM_NTASKS_PER_NODE", "4(x2)", 1);
     setenv("WEFT_STORE", "h:1", 1);
     setenv("WEFT_JOB_TOKEN", "t", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_OK);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
     assert_string_equal(b.launcher, "srun");
     assert_int_equal(b.rank, 5);
     assert_int_equal(b.size, 8);
     assert_int_equal(b.local_size, 4);
 }
 
-/* Launchers that disagree are an error, never N singletons. */
-static void test_disagreeing_sizes(void **state)
+/* torchrun's and Hydra's variables are read like mpirun's. */
+static void test_torchrun_and_pmi(void **state)
 {
     (void)state;
     weft_boot_t b;
-    memset(&b, 0x5a, sizeof(b));
-    setenv("WEFT_RANK", "0", 1);
-    setenv("WEFT_WORLD_SIZE", "2", 1);
-    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
-    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("RANK", "3", 1);
+    setenv("WORLD_SIZE", "8", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
     setenv("WEFT_STORE", "h:1", 1);
     setenv("WEFT_JOB_TOKEN", "t", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_MISMATCH);
-    assert_int_equal(((unsigned char *)&b)[0], 0x5a);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+    assert_string_equal(b.launcher, "torchrun");
+    assert_int_equal(b.rank, 3);
+    assert_int_equal(b.size, 8);
+    assert_int_equal(b.local_rank, 1);
+    assert_int_equal(b.local_size, 2);
+    setup(NULL);
+    setenv("PMI_RANK", "2", 1);
+    setenv("PMI_SIZE", "5", 1);
+    setenv("MPI_LOCALRANKID", "0", 1);
+    setenv("MPI_LOCALNRANKS", "3", 1);
+    setenv("WEFT_STORE", "h:1", 1);
+    setenv("WEFT_JOB_TOKEN", "t", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+    assert_string_equal(b.launcher, "pmi");
+    assert_int_equal(b.rank, 2);
+    assert_int_equal(b.size, 5);
+    assert_int_equal(b.local_size, 3);
+}
+
+/*
+ * Launchers nest: weftrun under srun (one per node) or inside an sbatch script, torchrun
+ * under srun, mpirun in a Slurm allocation. The innermost launcher's variables win and the
+ * outer ones, which describe the process that started this one, are not held against them.
+ */
+static void test_nested_launchers(void **state)
+{
+    (void)state;
+    weft_boot_t b;
+    setenv("WEFT_STORE", "h:1", 1);
+    setenv("WEFT_JOB_TOKEN", "t", 1);
+    setenv("SLURM_PROCID", "1", 1); /* the second of two nodes */
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("RANK", "5", 1);
+    setenv("WORLD_SIZE", "8", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+    assert_string_equal(b.launcher, "torchrun");
+    assert_int_equal(b.rank, 5);
+    assert_int_equal(b.size, 8);
+    setenv("OMPI_COMM_WORLD_RANK", "6", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+    assert_string_equal(b.launcher, "mpirun");
+    assert_int_equal(b.rank, 6);
+    setenv("WEFT_RANK", "7", 1);
+    setenv("WEFT_WORLD_SIZE", "8", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+    assert_string_equal(b.launcher, "weftrun");
+    assert_int_equal(b.rank, 7);
+    assert_int_equal(b.size, 8);
+}
+
+/* Another launcher's ranks without a store: refused, never N singletons, and the reason
+ * names the variables seen and how to launch; the output is left alone. */
+static void test_no_store_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *rank, *size, *launcher;
+    } envs[] = {
+        {"RANK", "WORLD_SIZE", "torchrun"},
+        {"PMI_RANK", "PMI_SIZE", "pmi"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "mpirun"},
+        {"SLURM_PROCID", "SLURM_NTASKS", "srun"},
+    };
+    for (size_t i = 0; i < sizeof(envs) / sizeof(envs[0]); i++) {
+        setup(NULL);
+        setenv(envs[i].rank, "3", 1);
+        setenv(envs[i].size, "8", 1);
+        weft_boot_t b;
+        memset(&b, 0x5a, sizeof(b));
+        char why[512] = "", want[128];
+        assert_int_equal(weft__bootstrap(&lg, &b, why, sizeof(why)), WEFT_ERR_INVALID_ARG);
+        assert_int_equal(((unsigned char *)&b)[0], 0x5a);
+        snprintf(want, sizeof(want), "%s=3 %s=8 set by %s but no WEFT_STORE", envs[i].rank,
+                 envs[i].size, envs[i].launcher);
+        if (strstr(why, want) == NULL || strstr(why, "weftrun --store-only") == NULL ||
+            strstr(why, "weftrun -n 8") == NULL) {
+            fail_msg("%s: '%s'", envs[i].launcher, why);
+        }
+        assert_null(strstr(why, "MASTER_ADDR"));
+        /* One rank of one is a singleton whatever launched it. */
+        setenv(envs[i].rank, "0", 1);
+        setenv(envs[i].size, "1", 1);
+        assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+        assert_int_equal(b.size, 1);
+        assert_string_equal(b.store, "");
+    }
+    /* torchrun's rendezvous variables are named as what they are. */
+    setup(NULL);
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    weft_boot_t b;
+    char why[512] = "";
+    assert_int_equal(weft__bootstrap(&lg, &b, why, sizeof(why)), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(why, "MASTER_ADDR and MASTER_PORT are torch's store"));
 }
 
 static void test_bad_environment(void **state)
@@ -137,23 +255,23 @@ static void test_bad_environment(void **state)
     /* Several ranks without a store. */
     setenv("OMPI_COMM_WORLD_RANK", "0", 1);
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_ERR_INVALID_ARG);
     /* Store without token. */
     setenv("WEFT_STORE", "127.0.0.1:5", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_AUTH);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_ERR_AUTH);
     /* Store that is not host:port. */
     setenv("WEFT_JOB_TOKEN", "t", 1);
     setenv("WEFT_STORE", "localhost", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_ERR_INVALID_ARG);
     /* Rank out of range, malformed numbers. */
     setenv("WEFT_STORE", "h:1", 1);
     setenv("OMPI_COMM_WORLD_RANK", "2", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_ERR_INVALID_ARG);
     setenv("OMPI_COMM_WORLD_RANK", "one", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_ERR_INVALID_ARG);
     setenv("OMPI_COMM_WORLD_RANK", "0", 1);
     setenv("OMPI_COMM_WORLD_SIZE", "0", 1);
-    assert_int_equal(weft__bootstrap(&lg, &b), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_ERR_INVALID_ARG);
 }
 
 int main(void)
@@ -163,7 +281,9 @@ int main(void)
         cmocka_unit_test_setup(test_weftrun, setup),
         cmocka_unit_test_setup(test_joiner, setup),
         cmocka_unit_test_setup(test_mpirun_and_srun, setup),
-        cmocka_unit_test_setup(test_disagreeing_sizes, setup),
+        cmocka_unit_test_setup(test_torchrun_and_pmi, setup),
+        cmocka_unit_test_setup(test_nested_launchers, setup),
+        cmocka_unit_test_setup(test_no_store_refused, setup),
         cmocka_unit_test_setup(test_bad_environment, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

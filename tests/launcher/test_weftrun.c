@@ -6,6 +6,7 @@
  * matters.
  */
 #include <ctype.h>
+#include <sched.h>
 #include <dirent.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -15,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -454,6 +457,185 @@ static void test_second_signal_kills(void **state)
     wr_result_free(&r);
 }
 
+/* Wait until file @p name holds a line @p line; false after @p limit_ms. */
+static bool wait_line(const char *name, const char *line, int limit_ms)
+{
+    for (int waited = 0; waited < limit_ms; waited += 10) {
+        char *t = wr_read_file(name);
+        size_t n = t != NULL ? wr_count_lines(t, line) : 0;
+        free(t);
+        if (n > 0) {
+            return true;
+        }
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+/* Ranks (shell scripts) that append the name of each of HUP, USR1, USR2 and TERM they
+ * receive to got.<rank>, and exit on TERM. */
+static pid_t start_recording_ranks(void)
+{
+    pid_t pid = wr_start(SH("-n", "2", "--", "/bin/sh", "-c",
+                            "f=$WT_DIR/got.$WEFT_RANK\n"
+                            "trap 'echo hup >> $f' HUP\n"
+                            "trap 'echo usr1 >> $f' USR1\n"
+                            "trap 'echo usr2 >> $f' USR2\n"
+                            "trap 'echo term >> $f; exit 0' TERM\n"
+                            "touch $WT_DIR/ready.$WEFT_RANK; while :; do sleep 0.05; done"),
+                         NULL);
+    assert_true(pid > 0);
+    assert_true(wr_wait_file("ready.0", WR_LIMIT_MS));
+    assert_true(wr_wait_file("ready.1", WR_LIMIT_MS));
+    return pid;
+}
+
+/* mpirun's "-np N" (and "-npN") is -n; a missing value is named as -np. */
+static void test_np_spelling(void **state)
+{
+    (void)state;
+    const char *const *cases[] = {
+        SH("-np", "3", "--", "/bin/sh", "-c", "echo $WEFT_WORLD_SIZE"),
+        SH("-np3", "--", "/bin/sh", "-c", "echo $WEFT_WORLD_SIZE"),
+        SH("--np", "3", "--", "/bin/sh", "-c", "echo $WEFT_WORLD_SIZE"),
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        wr_result_t r;
+        wr_run(cases[i], &r);
+        assert_int_equal(r.code, 0);
+        assert_int_equal(wr_count_lines(r.out, "3"), 3);
+        wr_result_free(&r);
+    }
+    run_expect(SH("-np"), 2, "option '-np' needs a value");
+    run_expect(SH("-np", "x", "true"), 2, "not 'x'");
+    run_expect(SH("-np0", "true"), 2, "not '0'");
+}
+
+/* Lines of @p text that contain @p part. */
+static size_t count_containing(const char *text, const char *part)
+{
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, part)) != NULL; p++) {
+        n++;
+    }
+    return n;
+}
+
+/* -n above twice the CPUs weftrun may use: one warning line on stderr, and the job runs. */
+static void test_oversubscription_warning(void **state)
+{
+    (void)state;
+    cpu_set_t set;
+    assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+    int cpus = CPU_COUNT(&set);
+    if (cpus > 64) {
+        skip(); /* too many processes to start for a unit test */
+    }
+    char many[16], fine[16];
+    snprintf(many, sizeof(many), "%d", 2 * cpus + 1);
+    snprintf(fine, sizeof(fine), "%d", 2 * cpus);
+    wr_result_t r;
+    wr_run(SH("-n", many, "--", "true"), &r);
+    assert_int_equal(r.code, 0);
+    assert_int_equal(count_containing(r.err, "take turns on the cores"), 1);
+    assert_int_equal(count_containing(r.err, "\n"), 1);
+    wr_result_free(&r);
+    wr_run(SH("-n", fine, "--", "true"), &r);
+    assert_int_equal(r.code, 0);
+    assert_string_equal(r.err, "");
+    wr_result_free(&r);
+}
+
+/* weftrun started N times by mpirun or mpiexec without --nnodes: N separate jobs, said
+ * in one line that names the way to one job; nothing for a single copy. */
+static void test_nested_launch_warning(void **state)
+{
+    (void)state;
+    static const char *const vars[][2] = {{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                          {"PMI_SIZE", "PMI_RANK"}};
+    for (size_t i = 0; i < 2; i++) {
+        setenv(vars[i][0], "4", 1);
+        setenv(vars[i][1], "1", 1);
+        wr_result_t r;
+        wr_run(SH("-n", "1", "--", "true"), &r);
+        assert_int_equal(r.code, 0);
+        assert_int_equal(count_containing(r.err, "each starts a job of its own"), 1);
+        assert_non_null(strstr(r.err, "--nnodes 4 --node-rank $"));
+        assert_non_null(strstr(r.err, vars[i][1]));
+        wr_result_free(&r);
+        setenv(vars[i][0], "1", 1);
+        wr_run(SH("-n", "1", "--", "true"), &r);
+        assert_int_equal(r.code, 0);
+        assert_string_equal(r.err, "");
+        wr_result_free(&r);
+        unsetenv(vars[i][0]);
+        unsetenv(vars[i][1]);
+    }
+}
+
+/*
+ * SIGUSR1 and SIGUSR2 (Slurm's warning before preemption or the time limit) reach every
+ * rank, and weftrun and the job go on; SIGTERM still stops it.
+ */
+static void test_usr_signals_forwarded(void **state)
+{
+    (void)state;
+    pid_t pid = start_recording_ranks();
+    int sigs[] = {SIGUSR1, SIGUSR2};
+    const char *lines[] = {"usr1", "usr2"};
+    for (int i = 0; i < 2; i++) {
+        kill(pid, sigs[i]);
+        for (int rank = 0; rank < 2; rank++) {
+            char name[16];
+            snprintf(name, sizeof(name), "got.%d", rank);
+            if (!wait_line(name, lines[i], WR_LIMIT_MS)) {
+                kill(pid, SIGKILL);
+                fail_msg("rank %d did not get %s", rank, lines[i]);
+            }
+        }
+        int st;
+        assert_int_equal(waitpid(pid, &st, WNOHANG), 0); /* weftrun runs on */
+    }
+    kill(pid, SIGTERM);
+    wr_result_t r;
+    wr_wait(pid, WR_LIMIT_MS, &r);
+    assert_int_equal(r.code, 128 + SIGTERM);
+    assert_non_null(strstr(r.err, "forwarded to the ranks; the job goes on"));
+    wr_result_free(&r);
+    for (int rank = 0; rank < 2; rank++) {
+        char name[16];
+        snprintf(name, sizeof(name), "got.%d", rank);
+        char *t = wr_read_file(name);
+        assert_non_null(t);
+        assert_int_equal(wr_count_lines(t, "usr1"), 1);
+        assert_int_equal(wr_count_lines(t, "usr2"), 1);
+        assert_int_equal(wr_count_lines(t, "term"), 1);
+        free(t);
+    }
+}
+
+/* SIGHUP stops the job, but the ranks get SIGTERM: UCX takes SIGHUP as its debug signal. */
+static void test_sighup_stops_with_sigterm(void **state)
+{
+    (void)state;
+    pid_t pid = start_recording_ranks();
+    kill(pid, SIGHUP);
+    wr_result_t r;
+    wr_wait(pid, WR_LIMIT_MS, &r);
+    assert_int_equal(r.code, 128 + SIGHUP);
+    wr_result_free(&r);
+    for (int rank = 0; rank < 2; rank++) {
+        char name[16];
+        snprintf(name, sizeof(name), "got.%d", rank);
+        char *t = wr_read_file(name);
+        assert_non_null(t);
+        assert_int_equal(wr_count_lines(t, "term"), 1);
+        assert_int_equal(wr_count_lines(t, "hup"), 0);
+        free(t);
+    }
+}
+
 /* Rank 0 reads weftrun's stdin (a file here); the others read /dev/null. */
 static void test_stdin(void **state)
 {
@@ -505,6 +687,11 @@ int main(int argc, char **argv)
         T(test_sigterm_forwarded),
         T(test_sigint_forwarded),
         T(test_second_signal_kills),
+        T(test_usr_signals_forwarded),
+        T(test_np_spelling),
+        T(test_oversubscription_warning),
+        T(test_nested_launch_warning),
+        T(test_sighup_stops_with_sigterm),
         T(test_stdin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -463,6 +463,15 @@ static void test_store_only(void **state)
         weft__store_connect(store, "0123456789abcdef0123456789abcdef", 2000, &quiet, &c),
         WEFT_ERR_AUTH);
 
+    /* SIGUSR1 and SIGUSR2 (a batch system's warning) leave the store serving. */
+    kill(pid, SIGUSR1);
+    kill(pid, SIGUSR2);
+    sleep_ms(100);
+    assert_int_equal(weft__store_connect(store, token, 5000, NULL, &c), WEFT_OK);
+    assert_int_equal(weft__store_add(c, "test/counter", 1, &v), WEFT_OK);
+    assert_int_equal(v, 3);
+    weft__store_close(c);
+
     kill(pid, SIGTERM);
     wr_result_t r;
     wr_wait(pid, WR_LIMIT_MS, &r);

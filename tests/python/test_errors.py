@@ -138,3 +138,28 @@ def test_finalized_context_refuses_calls():
         g.allreduce(np.zeros(1, np.float32))
     with pytest.raises(weft.InvalidArgument, match="finalized"):
         c.world
+
+
+def test_failed_init_says_why():
+    """Ranks of another launcher without a store: weft.init() raises InvalidArgument whose
+    detail (weft_last_error of the failed weft_init) names the variables and the way out,
+    instead of a lone rank 0 of 1. In a child, so that no launcher variable is inherited."""
+    import os
+    import subprocess
+    import sys
+
+    launcher_vars = ("WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE",
+                     "WEFT_STORE", "WEFT_JOB_TOKEN", "WEFT_JOIN", "RANK", "WORLD_SIZE",
+                     "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    env = {k: v for k, v in os.environ.items() if k not in launcher_vars}
+    env.update(RANK="1", WORLD_SIZE="2", WEFT_LOG_LEVEL="error")
+    code = ("import weft\n"
+            "try:\n"
+            "    weft.init()\n"
+            "except weft.InvalidArgument as e:\n"
+            "    print(e.detail)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "RANK=1 WORLD_SIZE=2 set by torchrun but no WEFT_STORE" in out.stdout
+    assert "weftrun --store-only" in out.stdout
