@@ -7,7 +7,9 @@
  *    message over -n such windows, algbw = busbw = size / time (unidirectional);
  *  - latency: ping-pong of -n round trips; `lat(us)` is half a round trip.
  * Like osu_bw and ucx_perftest, all messages of a window share one send and one receive
- * buffer. With -c 1 an untimed pass per size sends patterns that depend on (source,
+ * buffer; with --rotate each message of the stream has its own place in a pool of about
+ * twice the last-level cache (cold memory, as a stream of distinct data such as a
+ * migration reads and writes), cycled through across windows. With -c 1 an untimed pass per size sends patterns that depend on (source,
  * destination, size, round) both ways and counts wrong bytes; any wrong byte makes the
  * exit status 1.
  */
@@ -22,13 +24,16 @@
 #define TAG_CHECK 4
 #define TAG_WRONG 5
 #define CHECK_ROUNDS 2
+#define POOL_MAX_BYTES (1ull << 30) /* --rotate: the most the pool of each side takes */
 
 typedef struct sr_ctx {
     perf_world_t w;
     const perf_opts_t *o;
     int peer; /* 1 on rank 0, 0 on rank 1 */
-    unsigned char *sbuf, *rbuf;
-    weft_req_t **reqs; /* [window] */
+    unsigned char *sbuf, *rbuf; /* pool_bytes each */
+    size_t pool_bytes;
+    size_t slots, next; /* messages of the current size the pool holds; the next one */
+    weft_req_t **reqs;  /* [window] */
 } sr_ctx_t;
 
 /* A blocking send spelled out as start + wait, so each message is complete (its buffer
@@ -69,10 +74,11 @@ static weft_status_t bw_window(sr_ctx_t *c, size_t size, int window)
     weft_status_t st = WEFT_OK;
     int posted = 0;
     for (; posted < window && st >= 0; posted++) {
+        size_t at = (c->next++ % c->slots) * size; /* 0 unless --rotate */
         if (c->w.rank == 0) {
-            st = weft_isend(c->w.world, c->sbuf, size, c->peer, TAG_DATA, &c->reqs[posted]);
+            st = weft_isend(c->w.world, c->sbuf + at, size, c->peer, TAG_DATA, &c->reqs[posted]);
         } else {
-            st = weft_irecv(c->w.world, c->rbuf, size, c->peer, TAG_DATA, &c->reqs[posted]);
+            st = weft_irecv(c->w.world, c->rbuf + at, size, c->peer, TAG_DATA, &c->reqs[posted]);
         }
     }
     if (st < 0) {
@@ -151,6 +157,8 @@ static weft_status_t run_size(sr_ctx_t *c, size_t size, perf_row_t *row)
     if (o->check && (st = check_pass(c, size, &wrong)) != WEFT_OK) {
         return st;
     }
+    c->slots = o->reuse || size == 0 ? 1 : c->pool_bytes / size;
+    c->next = 0;
     for (int i = 0; i < o->warmup && st == WEFT_OK; i++) {
         st = bw_window(c, size, o->window);
     }
@@ -181,15 +189,16 @@ static weft_status_t run_size(sr_ctx_t *c, size_t size, perf_row_t *row)
     row->busbw_gbs = row->algbw_gbs;
     row->wrong = wrong;
     row->extra[0] = pp_us / (2.0 * n);
+    row->extra[1] = (double)(c->next < c->slots ? c->next : c->slots); /* places used */
     return WEFT_OK;
 }
 
 static int sweep(sr_ctx_t *c)
 {
-    static const perf_col_t cols[] = {{"lat(us)", "lat_us", 2}};
+    static const perf_col_t cols[] = {{"lat(us)", "lat_us", 2}, {"sets", "buffer_sets", 0}};
     perf_table_t t;
     int active = c->w.rank < 2;
-    perf_table_begin(&t, c->o, "sendrecv", c->w.size, cols, 1, c->w.rank == 0);
+    perf_table_begin(&t, c->o, "sendrecv", c->w.size, cols, 2, c->w.rank == 0);
     size_t size = c->o->min_bytes;
     do {
         perf_row_t row;
@@ -213,7 +222,19 @@ static void usage_note(void)
 {
     printf("\nsendrecv: ranks 0 and 1 exchange messages; other ranks idle.\n"
            "  time(us)  per message, streaming a window of -W sends (algbw = busbw = size/time)\n"
-           "  lat(us)   half a ping-pong round trip\n");
+           "  lat(us)   half a ping-pong round trip\n"
+           "  sets      places in the buffers the stream's messages went through\n"
+           "Without --rotate every message of a window uses the same send and receive buffer\n"
+           "(osu_bw, cache-warm); with it, each message its own place in a pool of about twice\n"
+           "the last-level cache per side (cache-cold, as a migration's stream of distinct data).\n");
+}
+
+static int extras_handler(void *arg, const char *name, const char *val)
+{
+    (void)name;
+    (void)val;
+    *(bool *)arg = true; /* --rotate */
+    return 0;
 }
 
 int perf_sendrecv_main(int argc, char **argv)
@@ -224,7 +245,11 @@ int perf_sendrecv_main(int argc, char **argv)
     o.reuse = true;    /* one send and one receive buffer, as osu_bw: said in the output */
     o.uses = PERF_USE_SIZES | PERF_USE_ITERS | PERF_USE_WARMUP | PERF_USE_CHECK | PERF_USE_WINDOW |
              PERF_USE_JSON;
-    int rc = perf_parse_opts(argc, argv, &o, "sendrecv", NULL, 0, NULL, NULL);
+    static const perf_extra_opt_t extras[] = {
+        {"--rotate", false, NULL,
+         "each message its own place in a pool larger than the cache (cold memory)"}};
+    bool rotate = false;
+    int rc = perf_parse_opts(argc, argv, &o, "sendrecv", extras, 1, extras_handler, &rotate);
     if (rc == PERF_HELP) {
         usage_note();
         return PERF_EXIT_OK;
@@ -242,16 +267,19 @@ int perf_sendrecv_main(int argc, char **argv)
         return PERF_EXIT_USAGE;
     }
     c.peer = c.w.rank == 0 ? 1 : 0;
-    c.sbuf = perf_alloc(o.max_bytes);
-    c.rbuf = perf_alloc(o.max_bytes);
+    o.reuse = !rotate; /* the table header and the JSON say which */
+    c.pool_bytes = rotate ? perf_rotation_count(o.max_bytes, POOL_MAX_BYTES) * o.max_bytes
+                          : o.max_bytes;
+    c.sbuf = perf_alloc(c.pool_bytes);
+    c.rbuf = perf_alloc(c.pool_bytes);
     c.reqs = calloc((size_t)o.window, sizeof(*c.reqs));
     if (c.sbuf == NULL || c.rbuf == NULL || c.reqs == NULL) {
-        fprintf(stderr, "weft-perf sendrecv: no memory for %zu-byte buffers\n", o.max_bytes);
+        fprintf(stderr, "weft-perf sendrecv: no memory for %zu-byte buffers\n", c.pool_bytes);
         rc = PERF_EXIT_ERROR;
     } else {
         /* Touch the buffers so page faults stay out of the timed loops. */
-        memset(c.sbuf, 1, o.max_bytes);
-        memset(c.rbuf, 0, o.max_bytes);
+        memset(c.sbuf, 1, c.pool_bytes);
+        memset(c.rbuf, 0, c.pool_bytes);
         rc = sweep(&c);
     }
     free(c.reqs);
