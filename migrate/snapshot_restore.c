@@ -12,6 +12,7 @@
 #include "migrate/layout.h"
 #include "migrate/plan.h"
 #include "migrate/snapshot.h"
+#include "weft/group.h"
 
 weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *target,
                                 weft_layout_t **out)
@@ -46,12 +47,50 @@ size_t weft_snapshot_restore_bytes(const weft_snapshot_t *snap, const weft_layou
     return weft_layout_packed_bytes(target, me) + (size_t)snap->n * (8 + snap->blob_bytes);
 }
 
+/* The survivors' part of copies as a restore's source, each region where it lies
+ * (buffer 1: spilled, read back into the restore's spill buffer). A spilled region is
+ * left out when its owner lives (it holds its shard in memory) or when its holder, of
+ * group rank r, could not read its spilled copies (@p bad[r], NULL: none). */
+static weft_status_t restore_source(const weft_snapshot_t *s, const int *bad, weft_layout_t **out)
+{
+    const weft_layout_t *c = s->copies;
+    weft_layout_t *k;
+    weft_status_t st = weft_layout_create(&k);
+    for (int t = 0; t < c->ntensors && st == WEFT_OK; t++) {
+        const weft__ltensor_t *x = &c->tensors[t];
+        st = weft_layout_add_tensor(k, x->name, x->dtype, x->ndims, x->shape, NULL);
+    }
+    for (int i = 0; i < c->nregions && st == WEFT_OK; i++) {
+        const weft__lregion_t *r = &c->regions[i];
+        int rank, orank;
+        if (weft_group_rank_of(s->g, r->member, &rank) != WEFT_OK ||
+            (r->buf == 1 && (weft_group_rank_of(s->g, s->owner[i], &orank) == WEFT_OK ||
+                             (bad != NULL && bad[rank])))) {
+            continue;
+        }
+        st = weft_layout_add_region(k, r->member, r->tensor, &r->box);
+        if (st == WEFT_OK) {
+            weft__lregion_t *n = &k->regions[k->nregions - 1];
+            n->buf = r->buf;
+            n->space = r->space;
+            n->space_offset = r->buf == 1 ? r->space_offset : n->space_offset;
+        }
+    }
+    if (st != WEFT_OK) {
+        weft_layout_free(k);
+        return st;
+    }
+    *out = k;
+    return WEFT_OK;
+}
+
 /* What the members agree on before a restore. */
 typedef struct agreed {
     uint64_t step; /* the newest step every holder committed */
     int parity;    /* of this member's copy buffer holding it */
     int root;      /* the lowest group rank holding the snapshot */
     bool joiners;  /* some members hold none (admitted since): they get the plan */
+    bool spill;    /* the holders spilled buddies' copies (buddy_mem_bytes) */
 } agreed_t;
 
 /* The step to restore: the newest every member holding the snapshot committed; and this
@@ -62,12 +101,15 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, agreed_t *a)
     weft_group_t *g = s->g;
     bool holder = s->plan != NULL;
     /* MIN of: the committed step (-1 for none), its negation (for the MAX), "my arguments
-     * are fine", the rank of a holder, and minus "I joined since". */
-    int64_t mine[5] = {holder ? (s->have_committed ? (int64_t)s->committed : -1) : INT64_MAX,
+     * are fine", the rank of a holder, minus "I joined since", minus "I spill". */
+    int64_t mine[6] = {holder ? (s->have_committed ? (int64_t)s->committed : -1) : INT64_MAX,
                        holder ? (s->have_committed ? -(int64_t)s->committed : 1) : INT64_MAX,
-                       refused ? 0 : 1, holder ? g->rank : INT64_MAX, holder ? 0 : -1};
-    int64_t all[5];
-    weft_status_t st = weft_allreduce(g, mine, all, 5, WEFT_I64, WEFT_MIN);
+                       refused ? 0 : 1,
+                       holder ? g->rank : INT64_MAX,
+                       holder ? 0 : -1,
+                       holder && s->spill_mode ? -1 : 0};
+    int64_t all[6];
+    weft_status_t st = weft_allreduce(g, mine, all, 6, WEFT_I64, WEFT_MIN);
     if (st != WEFT_OK) {
         return st;
     }
@@ -97,7 +139,45 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, agreed_t *a)
     a->parity = !holder || s->committed == a->step ? s->committed_parity : 1 - s->committed_parity;
     a->root = (int)all[3];
     a->joiners = all[4] < 0;
+    a->spill = all[5] < 0;
     return WEFT_OK;
+}
+
+/* With spilled copies: each holder reads those of members that are gone from its own
+ * directory into *@p spill; then every member learns whose reads failed (an allreduce
+ * over group ranks) and leaves their spilled regions out of the plan, which the holders
+ * make again if so. */
+static weft_status_t read_spilled(weft_snapshot_t *s, const agreed_t *a, uint8_t **spill)
+{
+    weft_group_t *g = s->g;
+    bool holder = s->plan != NULL;
+    int *bad = calloc(2 * (size_t)g->size, sizeof(int));
+    if (bad == NULL) {
+        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_restore: out of memory");
+    }
+    if (holder && s->spill_mode) {
+        bad[g->rank] = !weft__snap_ssd_read_spill(s, a->step, spill);
+    }
+    weft_status_t st = weft_allreduce(g, bad, bad + g->size, g->size, WEFT_I32, WEFT_MAX);
+    bool any = false;
+    for (int r = 0; r < g->size && st == WEFT_OK; r++) {
+        any |= bad[g->size + r] != 0;
+    }
+    if (st == WEFT_OK && any && holder) {
+        weft_layout_t *src = NULL, *t = NULL;
+        weft_plan_t *plan = NULL;
+        weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
+        if ((st = restore_source(s, bad + g->size, &src)) == WEFT_OK &&
+            (st = weft__snap_target(s, s->restore_target, &t)) == WEFT_OK &&
+            (st = weft_plan_create(src, t, &pp, &plan)) == WEFT_OK) {
+            weft_plan_free(s->restore_plan);
+            s->restore_plan = plan;
+        }
+        weft_layout_free(src);
+        weft_layout_free(t);
+    }
+    free(bad);
+    return st;
 }
 
 /* With members that joined since: the lowest holder sends them what they cannot compute
@@ -211,7 +291,7 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
         snap->restore_plan = NULL;
         st = weft__snap_target(snap, target, &t);
         if (st == WEFT_OK) {
-            st = weft_layout_keep(snap->copies, g->members, g->size, &src);
+            st = restore_source(snap, NULL, &src);
         }
         if (st == WEFT_OK) {
             weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
@@ -232,7 +312,13 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
     }
     /* The agreement tells the others when this member's arguments were refused. */
     agreed_t a;
+    uint8_t *spill = NULL;
     weft_status_t ast = agree_step(snap, st != WEFT_OK, &a);
+    if (st == WEFT_OK && ast == WEFT_OK && a.spill) {
+        snap->restore_target = target;
+        ast = read_spilled(snap, &a, &spill);
+        snap->restore_target = NULL;
+    }
     if (st == WEFT_OK && ast == WEFT_OK && a.joiners) {
         ast = share_plan(snap, &a);
     }
@@ -248,10 +334,17 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
         }
     }
     if (st != WEFT_OK || ast != WEFT_OK) {
+        free(spill);
         weft_layout_free(t);
         return st != WEFT_OK ? st : ast;
     }
-    st = weft_migrate(g, snap->restore_plan, holder ? snap->buf[a.parity] : NULL, new_buf, NULL);
+    weft_migrate_params_t mp = {.size = sizeof(mp), .resume_buf = spill};
+    st = weft_migrate(g, snap->restore_plan, holder ? snap->buf[a.parity] : NULL, new_buf, &mp);
+    if (st == WEFT_OK) {
+        free(spill);
+    } else {
+        weft__retire(ctx, spill); /* cancelled sends may still read it */
+    }
     /* What no memory copy held: from the SSD directories, where they have it. */
     size_t nmiss = weft_plan_num_missing(snap->restore_plan);
     bool *got = calloc(nmiss + 1, sizeof(bool));

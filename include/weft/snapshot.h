@@ -60,6 +60,17 @@ typedef struct weft_snapshot_params {
      * not fail the snapshot (its memory copies are committed): weft_snapshot_stats()
      * tells it. */
     const char *ssd_dir;
+    /** Bytes of buddies' copies this member keeps in memory, its two copy buffers
+     * together (0: no limit). A buddy's region that does not fit whole is *spilled*: this
+     * member receives it during the snapshot into a buffer that lives only until the
+     * snapshot ends, and keeps it in its SSD directory only. With a budget, every member
+     * writes its step to its directory before the snapshot's closing agreement, and the
+     * step commits only once every copy, in memory or spilled, is complete on every
+     * member: a spilled write that fails fails the snapshot everywhere (the previous step
+     * stays committed). A restore has each buddy read the spilled copies it needs from
+     * its own directory and send them. Own regions and blobs are never spilled. Requires
+     * @c ssd_dir (else WEFT_ERR_INVALID_ARG); every member must pass the same value. */
+    size_t buddy_mem_bytes;
 } weft_snapshot_params_t;
 
 /**
@@ -68,7 +79,8 @@ typedef struct weft_snapshot_params {
  * no communication, but every member must pass equal arguments (the first snapshot
  * checks). Allocates this member's two copy buffers (weft_snapshot_bytes()).
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (a layout naming members outside @p g, leaving a
- *         tensor partly unheld, or a tensor named "weft.blob.*"); WEFT_ERR_NO_MEMORY.
+ *         tensor partly unheld, a tensor named "weft.blob.*", or a buddy_mem_bytes without
+ *         ssd_dir); WEFT_ERR_NO_MEMORY.
  */
 WEFT_API weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state,
                                             size_t blob_bytes, const weft_snapshot_params_t *params,
@@ -78,7 +90,8 @@ WEFT_API weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t
  * request then completes with WEFT_ERR_REVOKED; free it as usual). */
 WEFT_API void weft_snapshot_free(weft_snapshot_t *snap);
 
-/** @brief Bytes this member keeps for copies: both buffers together. */
+/** @brief Bytes this member keeps for copies: both buffers together (spilled copies not
+ * counted: they take memory only while a snapshot runs). */
 WEFT_API size_t weft_snapshot_bytes(const weft_snapshot_t *snap);
 
 /**
@@ -87,7 +100,9 @@ WEFT_API size_t weft_snapshot_bytes(const weft_snapshot_t *snap);
  * snapshot's group: every member starts it, with the same @p step. @p state_buf must
  * stay unchanged until the request completes. One snapshot at a time.
  * @param[out] req Completes when the snapshot is committed on every member, or fails
- *                 like a migration (WEFT_ERR_PEER_FAILED, WEFT_ERR_MISMATCH, ...).
+ *                 like a migration (WEFT_ERR_PEER_FAILED, WEFT_ERR_MISMATCH, ...; with
+ *                 buddy_mem_bytes, WEFT_ERR_IO when a member could not write its spilled
+ *                 copies).
  * @return WEFT_INPROGRESS or WEFT_OK; WEFT_ERR_INVALID_ARG (a snapshot in flight, a blob
  *         longer than blob_bytes, a step not above the last committed one).
  */
@@ -124,6 +139,12 @@ typedef struct weft_snapshot_stats {
     uint64_t ssd_bytes_written; /**< By the last SSD write: chunk bytes written ... */
     uint64_t ssd_bytes_skipped; /**< ... and not written again (unchanged chunks). */
     double ssd_write_us;        /**< Its duration, from commit to durable. */
+    uint64_t spill_bytes;       /**< Of buddies' copies, bytes kept on SSD only, per step. */
+    uint64_t spill_read_bytes;  /**< Read back from the spilled files by the last restore. */
+    /** Whether the last restore failed to read a spilled copy it needed (a damaged or
+     * missing file): its regions were then taken from other copies or the files of the
+     * member that died, or counted missing. */
+    int spill_read_failed;
 } weft_snapshot_stats_t;
 
 /** @brief Fill @p stats (set its @c size first). */

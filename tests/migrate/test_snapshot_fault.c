@@ -12,7 +12,17 @@
  * With --ssd, the snapshots also go to an SSD directory, and the last two members die
  * together: the second-to-last one's shard was in memory only on itself and on the last
  * one (its buddy), so the restore must read it from the files, and still match bitwise.
+ *
+ * With --budget, a budget of 4 KiB for buddies' copies (less than any buddy's region)
+ * spills every buddy copy to the members' SSD directories: the last member dies, and its
+ * buddy (the first member) must read its shard back from its own spilled files and send
+ * it (its stats count the bytes; nothing comes from the dead member's files). With
+ * --budget-corrupt the first member's chunk files are damaged before the restore: its
+ * read fails (its stats say so), and the shard comes from the dead member's own files
+ * instead. Both match bitwise.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -20,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../groups/fault_common.h"
 #include "snap_common.h"
@@ -80,9 +91,40 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return remove(path);
 }
 
+/* Flip a byte in the payload of every chunk file of @p dir; how many were damaged. */
+static int damage_chunks(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        char path[512];
+        if (len < 6 || strcmp(e->d_name + len - 6, ".chunk") != 0 ||
+            (size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path)) {
+            continue;
+        }
+        int fd = open(path, O_RDWR);
+        unsigned char c;
+        if (fd >= 0 && pread(fd, &c, 1, 4096 + 100) == 1) {
+            c ^= 0x5a;
+            n += pwrite(fd, &c, 1, 4096 + 100) == 1;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
-    bool ssd = argc > 1 && strcmp(argv[1], "--ssd") == 0;
+    const char *mode = argc > 1 ? argv[1] : "";
+    bool pair = strcmp(mode, "--ssd") == 0, corrupt = strcmp(mode, "--budget-corrupt") == 0;
+    bool budget = corrupt || strcmp(mode, "--budget") == 0, ssd = pair || budget;
     setenv("WEFT_TIMEOUT_MS", "60000", 0);
     weft_ctx_t *ctx;
     weft_group_t *world;
@@ -96,7 +138,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < n; r++) {
         weft_group_member_id(world, r, &ids[r]);
     }
-    int victim = ids[n - 1], victim2 = ssd ? ids[n - 2] : -1;
+    int victim = ids[n - 1], victim2 = pair ? ids[n - 2] : -1;
     char dir[64] = {0};
     if (ssd && me == 0) {
         snprintf(dir, sizeof(dir), "/tmp/weft-snapfault-XXXXXX");
@@ -110,7 +152,8 @@ int main(int argc, char **argv)
     }
     weft_layout_t *l = model(ids, n);
     weft_snapshot_t *snap;
-    weft_snapshot_params_t sp = {.size = sizeof(sp), .ssd_dir = ssd ? dir : NULL};
+    weft_snapshot_params_t sp = {
+        .size = sizeof(sp), .ssd_dir = ssd ? dir : NULL, .buddy_mem_bytes = budget ? 4096 : 0};
     if (weft_snapshot_create(world, l, sizeof(blob_t), &sp, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
         return 1;
@@ -138,8 +181,14 @@ int main(int argc, char **argv)
     }
     weft_edit_info_t info = {.size = sizeof(info)};
     if (fault_recover(world, &info) != WEFT_OK || fault_has_member(world, victim) ||
-        (ssd && fault_has_member(world, victim2))) {
+        (pair && fault_has_member(world, victim2))) {
         SURVIVOR_FAIL(me, "repair");
+        return 1;
+    }
+    char mine[128];
+    snprintf(mine, sizeof(mine), "%s/member-%d", dir, id);
+    if (corrupt && id == ids[0] && damage_chunks(mine) == 0) {
+        SURVIVOR_FAIL(me, "no chunk file to damage");
         return 1;
     }
     /* Restore a flat re-cut over the survivors from the snapshots. */
@@ -158,7 +207,20 @@ int main(int argc, char **argv)
     }
     blob_t vb = {0, 0};
     size_t len = 0;
-    if (got.bytes_missing != 0 || (ssd && got.bytes_from_ssd == 0) ||
+    weft_snapshot_stats_t ss = {.size = sizeof(ss)};
+    weft_snapshot_stats(snap, &ss);
+    bool buddy = id == ids[0]; /* the victim's buddy */
+    if (budget && (ss.spill_bytes == 0 || (buddy && !corrupt && ss.spill_read_bytes == 0) ||
+                   (buddy && ss.spill_read_failed != corrupt) ||
+                   (!buddy && ss.spill_read_bytes != 0) || (got.bytes_from_ssd != 0) != corrupt)) {
+        printf("rank %d: %llu B spilled, %llu B read back, read failed %d, %zu B from the "
+               "dead member's files\n",
+               me, (unsigned long long)ss.spill_bytes, (unsigned long long)ss.spill_read_bytes,
+               ss.spill_read_failed, got.bytes_from_ssd);
+        SURVIVOR_FAIL(me, "the spilled copies were not used as they should");
+        return 1;
+    }
+    if (got.bytes_missing != 0 || (pair && got.bytes_from_ssd == 0) ||
         weft_snapshot_blob(snap, victim, &vb, sizeof(vb), &len) != WEFT_OK || len != sizeof(vb) ||
         vb.step != got.step || vb.seed != got.step * 1000003u ||
         (got.step != KILL_STEP - 1 && got.step != KILL_STEP - 2)) {
@@ -168,8 +230,9 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("rank %d: restored step %llu: %zu B moved, %zu B copied locally, %zu B from SSD "
-           "files\n",
-           me, (unsigned long long)got.step, got.bytes_moved, got.bytes_local, got.bytes_from_ssd);
+           "files, %llu B from spilled files\n",
+           me, (unsigned long long)got.step, got.bytes_moved, got.bytes_local, got.bytes_from_ssd,
+           (unsigned long long)ss.spill_read_bytes);
     weft_snapshot_free(snap);
     if (weft_snapshot_create(world, nl, sizeof(blob_t), &sp, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
