@@ -23,9 +23,12 @@
  *   file     the baseline: at step S every rank also wrote its shard to a file in --tmpdir
  *            and fsynced it. After the recovery the survivors drop the files from the
  *            page cache (POSIX_FADV_DONTNEED), then each re-reads the byte ranges its part
- *            of the re-cut needs, checked like the restore. Only the re-reading is timed:
- *            the job restart that a file checkpoint also needs (new processes, weft_init,
- *            the rendezvous) is not counted.
+ *            of the re-cut needs, checked like the restore (file_restart_us: the
+ *            re-reading only).
+ *   job      what else a restart from files needs: the survivors start as many fresh
+ *            processes of a new job (exec, weft_init, the rendezvous, a first allreduce;
+ *            snapshot_restart.c). file_restart_full_us = detect_us + job_start_us +
+ *            file_restart_us: the failure must be detected and the job restarted too.
  * Both write into the same buffer, allocated and touched before the kill (a trainer keeps
  * one ready: its size after losing one rank is known), so neither pays its page faults.
  */
@@ -86,12 +89,15 @@ static void print_notes(FILE *out)
             "rank kills itself after a committed snapshot: the survivors detect, repair and\n"
             "restore a flat re-cut of the state over themselves (recover_us), side by side\n"
             "with re-reading a file checkpoint of the same step after dropping it from the\n"
-            "page cache (file_restart_us: the re-reading only; the job restart it also\n"
-            "needs is not counted). Every restored word is checked. -n: timed steps of each\n"
-            "kind (default 20); -w: untimed steps first (default 2).\n"
+            "page cache (file_restart_us: the re-reading only), and the full restart from\n"
+            "files (file_restart_full_us: the same detection, a fresh job of as many ranks\n"
+            "started, initialised and rendezvoused, job_start_us, and the re-reading).\n"
+            "Every restored word is checked. -n: timed steps of each kind (default 20); -w:\n"
+            "untimed steps first (default 2).\n"
             "--json: ranks, state_bytes_per_rank, step_ms, step_us, step_with_snapshot_us,\n"
             "overhead, snapshot_copy_us, recover_us (detect_us + repair_us + restore_us),\n"
-            "file_restart_us, file_restart_over_recover, verified; with --ssd also\n"
+            "file_restart_us, file_restart_over_recover, job_start_us,\n"
+            "file_restart_full_us, file_restart_full_over_recover, verified; with --ssd also\n"
             "ssd_write_gbs (all ranks writing a snapshot to their SSD directories at once),\n"
             "dir_seq_write_gbs (the same bytes as sequential O_DIRECT 1 MiB writes to the same\n"
             "directory, fdatasync; medians of two rounds, each order once),\n"
@@ -588,6 +594,15 @@ static void report_json(const snap_bench_t *b, const snap_result_t *r)
     } else {
         printf(",\n  \"file_restart_over_recover\": null");
     }
+    bool full = rec && r->detect_us >= 0 && r->job_start_us >= 0;
+    double full_us = r->detect_us + r->job_start_us + r->file_restart_us;
+    json_us("job_start_us", rec && r->job_start_us >= 0, r->job_start_us);
+    json_us("file_restart_full_us", full, full_us);
+    if (full && r->recover_us > 0) {
+        printf(",\n  \"file_restart_full_over_recover\": %.2f", full_us / r->recover_us);
+    } else {
+        printf(",\n  \"file_restart_full_over_recover\": null");
+    }
     if (r->have_ssd) {
         printf(",\n  \"ssd_write_gbs\": %.3f,\n  \"dir_seq_write_gbs\": %.3f,"
                "\n  \"first_snapshot_bytes_written\": %llu,"
@@ -640,14 +655,25 @@ static void report_table(const snap_bench_t *b, const snap_result_t *r)
            (double)r->local / (1 << 20), r->missing, r->restore_wrong);
     printf("# restart from a file checkpoint of the same step (written with fsync in %.0f us)\n",
            r->file_write_us);
-    printf("  re-reading %s after dropping the page cache: %.0f us, %ld wrong words "
-           "(the job restart is not counted)\n",
-           read, r->file_restart_us, r->file_wrong);
+    printf("  re-reading %s after dropping the page cache: %.0f us, %ld wrong words\n", read,
+           r->file_restart_us, r->file_wrong);
+    bool full = r->detect_us >= 0 && r->job_start_us >= 0;
+    double full_us = r->detect_us + r->job_start_us + r->file_restart_us;
+    if (full) {
+        printf("  full restart: detect %.0f us + a fresh job of %d ranks (start, init, "
+               "rendezvous) %.0f us + re-reading %.0f us = %.0f us\n",
+               r->detect_us, r->survivors, r->job_start_us, r->file_restart_us, full_us);
+    }
     printf(
         "# both wrote into a buffer made ready before the kill (%.0f us to allocate and touch)\n",
         r->buffer_us);
     if (r->recover_us > 0) {
-        printf("# file restart / recover: %.1fx\n", r->file_restart_us / r->recover_us);
+        printf("# file restart / recover: %.1fx (re-reading only)",
+               r->file_restart_us / r->recover_us);
+        if (full) {
+            printf(", %.1fx (full restart)", full_us / r->recover_us);
+        }
+        printf("\n");
     }
 }
 
@@ -708,6 +734,10 @@ static int run(snap_bench_t *b)
         remove_files(b, false);
         return PERF_EXIT_ERROR;
     }
+    if (b->kill && (st = snap_measure_job_start(b, &r)) != WEFT_OK) {
+        perf_report_error(&b->w, "a fresh job's start", st);
+        return PERF_EXIT_ERROR;
+    }
     if (b->w.rank == 0) {
         if (b->o.json) {
             report_json(b, &r);
@@ -722,6 +752,9 @@ static int run(snap_bench_t *b)
 
 int perf_snapshot_main(int argc, char **argv)
 {
+    if (snap_is_fresh_rank()) {
+        return snap_fresh_rank_main();
+    }
     snap_bench_t b;
     memset(&b, 0, sizeof(b));
     perf_opts_default(&b.o);

@@ -47,6 +47,7 @@ typedef struct snap_result {
     int survivors;
     uint64_t committed, restored_step;
     double detect_us, repair_us, buffer_us, restore_us, recover_us, file_write_us, file_restart_us;
+    double job_start_us; /* fresh ranks: start, weft_init, rendezvous, first allreduce */
     size_t moved, local, missing, file_read_bytes;
     long restore_wrong, file_wrong;
     /* --ssd: the SSD tier against sequential O_DIRECT writes to the same directory */
@@ -54,6 +55,12 @@ typedef struct snap_result {
     double ssd_gbs, seq_gbs;
     uint64_t first_written, second_written; /* all ranks: a snapshot, then unchanged */
 } snap_result_t;
+
+/* snapshot_restart.c: a fresh job of the survivors' size (job_start_us, -1 if it
+ * failed); and the fresh rank's side, run when this program is started as one. */
+weft_status_t snap_measure_job_start(snap_bench_t *b, snap_result_t *r);
+bool snap_is_fresh_rank(void);
+int snap_fresh_rank_main(void);
 
 /* --ssd: measure the SSD tier (two rounds, each order once) into @p r. */
 weft_status_t snap_measure_ssd(snap_bench_t *b, snap_result_t *r);
