@@ -326,6 +326,7 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
     m->new_buf = new_buf;
     if (ext != NULL) {
         m->new_buf1 = ext->new_buf1;
+        m->old_buf2 = ext->old_buf2;
         m->before_close = ext->before_close;
         m->before_arg = ext->arg;
     }

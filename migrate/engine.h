@@ -54,6 +54,9 @@ typedef struct weft__mig_ext {
     /* Where destination regions of buffer 1 (lregion.buf == 1) go, at their space offset:
      * a snapshot's copies that are spilled to the SSD tier. */
     void *new_buf1;
+    /* Where source regions of buffer 2 (lregion.buf == 2) lie, at their space offset: a
+     * restore's live state buffer. */
+    const void *old_buf2;
     /* Called, under the context's lock and without blocking, once every transfer of this
      * member is done and before the close, until it returns other than WEFT_INPROGRESS. An
      * error (its text in weft_last_error(NULL)) is this member's result in the close, so

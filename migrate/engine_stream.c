@@ -385,9 +385,13 @@ static void local_job(weft_job_t *job)
     mig_t *m = (mig_t *)((char *)job - offsetof(mig_t, local_job));
     const weft_mig_chunk_t *c = &m->local[m->local_cur];
     const weft__xfer_t *x = xfer_of(m, c);
-    if (!weft__mig_move_box(m, src_dev(m, x) || m->new_dev, dst_base(m, x) + x->dst_packed,
-                            &x->dst_box, src_base(m, x) + x->src_packed, &x->src_box, &c->box,
-                            x->ndims, x->elem)) {
+    uint8_t *dst = dst_base(m, x) + x->dst_packed;
+    const uint8_t *src = src_base(m, x) + x->src_packed;
+    if (dst == src && memcmp(&x->dst_box, &x->src_box, sizeof(x->dst_box)) == 0) {
+        return; /* the same memory: the bytes are in place already */
+    }
+    if (!weft__mig_move_box(m, src_dev(m, x) || m->new_dev, dst, &x->dst_box, src, &x->src_box,
+                            &c->box, x->ndims, x->elem)) {
         m->local_err = true;
     }
 }

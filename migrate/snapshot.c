@@ -54,8 +54,7 @@ static void choose_buddies(const weft_snapshot_t *s, const weft_snapshot_params_
     }
 }
 
-/* Add to @p member of @p l the part of @p box of tensor @p t it does not hold yet. */
-static weft_status_t add_missing_part(weft_layout_t *l, int member, int t, const weft_box_t *box)
+weft_status_t weft__snap_add_part(weft_layout_t *l, int member, int t, const weft_box_t *box)
 {
     int nd = l->tensors[t].ndims;
     weft_box_t *parts = malloc(sizeof(weft_box_t)), *next = NULL;
@@ -174,7 +173,7 @@ static weft_status_t build_layouts(weft_snapshot_t *s, const weft_layout_t *stat
                 }
                 int first = s->copies->nregions;
                 size_t before = weft_layout_packed_bytes(s->copies, s->members[j]);
-                st = add_missing_part(s->copies, s->members[j], reg->tensor, &reg->box);
+                st = weft__snap_add_part(s->copies, s->members[j], reg->tensor, &reg->box);
                 if (st == WEFT_OK) {
                     st = note_regions(s, first, s->members[i], false, NULL);
                 }
@@ -190,7 +189,7 @@ static weft_status_t build_layouts(weft_snapshot_t *s, const weft_layout_t *stat
         const weft__lmember_t *m = weft__layout_member(s->src, s->members[d->i]);
         const weft__lregion_t *reg = &s->src->regions[m->regions[d->k]];
         int first = s->copies->nregions;
-        st = add_missing_part(s->copies, s->members[d->j], reg->tensor, &reg->box);
+        st = weft__snap_add_part(s->copies, s->members[d->j], reg->tensor, &reg->box);
         if (st == WEFT_OK) {
             st = note_regions(s, first, s->members[d->i], true, &spill_off[d->j]);
         }
@@ -502,7 +501,6 @@ void weft_snapshot_free(weft_snapshot_t *snap)
     free(snap->owner);
     free(snap->blobs);
     free(snap->blob_ok);
-    free(snap->join_buf);
     free(snap->members);
     free(snap);
 }

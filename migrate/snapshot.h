@@ -69,9 +69,12 @@ struct weft_snapshot {
     uint8_t *blobs; /* [n][8 + blob_bytes] as restored */
     bool *blob_ok;  /* [n]: not missing */
     bool restored;
-    uint8_t *join_buf; /* a joiner's restore buffer (weft_snapshot_restore_join) */
-    const weft_layout_t *restore_target; /* the caller's target, while a restore runs */
+    const uint8_t *live; /* the caller's live state buffer, while a restore runs, or NULL */
 };
+
+/* Add to @p member of @p l the part of @p box of tensor @p t it does not hold yet (new
+ * regions at the end of l->regions). */
+weft_status_t weft__snap_add_part(weft_layout_t *l, int member, int t, const weft_box_t *box);
 
 /* Index of member @p id among the snapshot's members, or -1. */
 int weft__snap_index(const weft_snapshot_t *s, int id);

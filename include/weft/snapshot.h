@@ -145,6 +145,9 @@ typedef struct weft_snapshot_stats {
      * missing file): its regions were then taken from other copies or the files of the
      * member that died, or counted missing. */
     int spill_read_failed;
+    /** Bytes of this member's target that the last restore left in place: restored from
+     * its live buffer into the same memory (weft_snapshot_restore_live), not copied. */
+    uint64_t restore_in_place_bytes;
 } weft_snapshot_stats_t;
 
 /** @brief Fill @p stats (set its @c size first). */
@@ -167,6 +170,28 @@ WEFT_API weft_status_t weft_snapshot_stats(const weft_snapshot_t *snap,
 WEFT_API weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
                                              void *new_buf, size_t new_bytes,
                                              weft_snapshot_restored_t *info);
+
+/**
+ * @brief weft_snapshot_restore() when the failure came before this member changed its
+ * state since the last committed snapshot (the usual case: the gradient allreduce of the
+ * next step failed before the optimizer wrote): @p live_buf, its packed buffer of the
+ * snapshot's state layout, still holds that step. If every surviving holder passes its
+ * live buffer and all committed the same step, the survivors' regions are taken from
+ * the live buffers (a transfer whose source and destination are the same memory is not
+ * copied: with @p new_buf == @p live_buf and a target that keeps each survivor's regions
+ * first, at the same offsets, they stay in place) and only the shards of the members
+ * that are gone come from their buddies' copies. Otherwise (a member passed NULL, or the
+ * committed steps differ) it restores from the copies as weft_snapshot_restore() does.
+ * @p live_buf must not change during the call; @p new_buf may overlap it only where the
+ * target keeps live regions in place. Members admitted since call
+ * weft_snapshot_restore_join() as usual.
+ * @return WEFT_OK; the errors of weft_snapshot_restore(); WEFT_ERR_INVALID_ARG on every
+ *         member when a member's @p new_buf overlaps its live buffer elsewhere.
+ */
+WEFT_API weft_status_t weft_snapshot_restore_live(weft_snapshot_t *snap,
+                                                  const weft_layout_t *target, const void *live_buf,
+                                                  void *new_buf, size_t new_bytes,
+                                                  weft_snapshot_restored_t *info);
 
 /**
  * @brief The part of weft_snapshot_restore() that a member admitted since the snapshot's

@@ -87,7 +87,7 @@ class SnapshotStats(Structure):
                 ("ssd_error", ctypes.c_char * 256), ("ssd_bytes_written", c_uint64),
                 ("ssd_bytes_skipped", c_uint64), ("ssd_write_us", c_double),
                 ("spill_bytes", c_uint64), ("spill_read_bytes", c_uint64),
-                ("spill_read_failed", c_int)]
+                ("spill_read_failed", c_int), ("restore_in_place_bytes", c_uint64)]
 
 
 class VocabRange(Structure):

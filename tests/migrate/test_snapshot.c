@@ -323,6 +323,67 @@ static void test_budget(void **state)
     }
 }
 
+/* Restores from live buffers that hold the committed step: into a buffer of its own, the
+ * state of that step; into the live buffer itself with a target that moves the live
+ * regions (any re-cut but the same layout), refused on every member (it would overwrite
+ * what it still has to read), but allowed, in place, where the target keeps them (one
+ * member); one member without a live buffer makes everyone restore from the copies. */
+static void test_restore_live(void **state)
+{
+    (void)state;
+    weft_layout_t *l = model(ids, n);
+    weft_snapshot_t *s;
+    assert_int_equal(weft_snapshot_create(world, l, 64, NULL, &s), WEFT_OK);
+    size_t own = weft_layout_packed_bytes(l, my_id);
+    unsigned char *live = malloc(own + 1);
+    for (uint64_t step = 1; step <= 2; step++) {
+        snap_each(l, my_id, live, set_elem, &step);
+        assert_int_equal(snapshot(s, step, live), WEFT_OK);
+    }
+    int rev[64];
+    for (int r = 0; r < n; r++) {
+        rev[r] = ids[n - 1 - r];
+    }
+    weft_layout_t *t = model(rev, n);
+    size_t nb = weft_snapshot_restore_bytes(s, t);
+    unsigned char *nbuf = malloc(nb);
+    weft_snapshot_stats_t st = {.size = sizeof(st)};
+    for (int pass = 0; pass < 2; pass++) { /* every member live; member 0 without */
+        memset(nbuf, 0xa5, nb);
+        weft_snapshot_restored_t got;
+        const void *mine = pass == 1 && me == 0 ? NULL : live;
+        assert_int_equal(weft_snapshot_restore_live(s, t, mine, nbuf, nb, &got), WEFT_OK);
+        assert_int_equal(got.step, 2);
+        assert_int_equal(got.bytes_missing, 0);
+        check_t c = {.step = 2};
+        snap_each(t, my_id, nbuf, check_elem, &c);
+        assert_int_equal(c.wrong, 0);
+        assert_int_equal(weft_snapshot_stats(s, &st), WEFT_OK);
+        assert_int_equal(st.restore_in_place_bytes, 0);
+    }
+    /* The live buffer as the new one. */
+    unsigned char *grown = malloc(nb > own ? nb : own);
+    memcpy(grown, live, own);
+    weft_snapshot_restored_t got;
+    weft_status_t rc = weft_snapshot_restore_live(s, t, grown, grown, nb, &got);
+    if (n == 1) { /* the reversed layout is the same: everything stays in place */
+        assert_int_equal(rc, WEFT_OK);
+        assert_int_equal(weft_snapshot_stats(s, &st), WEFT_OK);
+        assert_int_equal(st.restore_in_place_bytes, own);
+        check_t c = {.step = 2};
+        snap_each(t, my_id, grown, check_elem, &c);
+        assert_int_equal(c.wrong, 0);
+    } else {
+        assert_int_equal(rc, WEFT_ERR_INVALID_ARG);
+    }
+    free(grown);
+    free(nbuf);
+    free(live);
+    weft_layout_free(t);
+    weft_layout_free(l);
+    weft_snapshot_free(s);
+}
+
 static int after_test(void **state)
 {
     (void)state;
@@ -346,6 +407,7 @@ int main(void)
         cmocka_unit_test_teardown(test_bad_starts, after_test),
         cmocka_unit_test_teardown(test_ssd_tier, after_test),
         cmocka_unit_test_teardown(test_budget, after_test),
+        cmocka_unit_test_teardown(test_restore_live, after_test),
     };
     char name[32];
     snprintf(name, sizeof(name), "snapshot rank %d of %d", me, n);
