@@ -12,12 +12,17 @@
  * overwrites the newest complete one. A snapshot of step s is committed when its
  * migration completes, which every member learns at the same time (the migration's
  * closing agreement); data of the next snapshot lands only after every member has passed
- * that point, so the buffer of the previous step is intact until then.
+ * that point, so the buffer of the previous step is intact until then. With a memory
+ * budget (weft_snapshot_params_t.buddy_mem_bytes), buddies' copies beyond it are kept in
+ * the SSD tier only, and a step commits once those files are durable too.
  *
  * After weft_group_repair(), the survivors call weft_snapshot_restore(): they agree on the
  * newest step every survivor has committed, and one migration takes every region of a
  * target layout (a re-cut over the survivors) from the survivors' copies of that step.
- * Regions whose every copy died are reported, never left stale silently.
+ * Regions whose every copy died are reported, never left stale silently. When the failure
+ * came before the survivors changed their state since that step, weft_snapshot_restore_live()
+ * takes their regions from their live buffers instead (in place where the target keeps
+ * them), and only the lost members' shards move.
  *
  * A snapshot object belongs to one group at one membership: after a restore, free it and
  * create one for the new layout. Members admitted since (by weft_group_grow(), or by the
@@ -133,7 +138,9 @@ typedef struct weft_snapshot_stats {
     int have_committed;         /**< Whether a step was committed in memory. */
     uint64_t committed;         /**< The newest committed step. */
     int have_durable;           /**< Whether a step was written to this member's directory. */
-    uint64_t durable;           /**< The newest step written there. */
+    /** The newest step written there (with buddy_mem_bytes, possibly one whose snapshot
+     * then failed on another member: it is written before the closing agreement). */
+    uint64_t durable;
     weft_status_t ssd_status;   /**< Of the last SSD write (WEFT_OK if none). */
     char ssd_error[256];        /**< Why it failed, if it did. */
     uint64_t ssd_bytes_written; /**< By the last SSD write: chunk bytes written ... */
