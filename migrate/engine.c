@@ -122,6 +122,17 @@ static weft_status_t mig_progress(weft_req_t *req)
         if (!all) {
             return WEFT_INPROGRESS;
         }
+        if (m->before_close != NULL && !m->before_done) {
+            st = m->before_close(m->before_arg);
+            if (st == WEFT_INPROGRESS) {
+                return st;
+            }
+            m->before_done = true;
+            if (st != WEFT_OK && m->why[0] == '\0') {
+                snprintf(m->why, sizeof(m->why), "%s", weft_last_error(NULL));
+            }
+            m->before_err = st;
+        }
         if ((st = weft__mig_start_close(m)) != WEFT_OK) {
             return st;
         }
@@ -345,6 +356,14 @@ weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan
                                         const weft_migrate_params_t *params, uint64_t extra_key,
                                         weft_req_t **req)
 {
+    return weft__migrate_start_ext(g, plan, old_buf, new_buf, params, extra_key, NULL, req);
+}
+
+weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
+                                      void *new_buf, const weft_migrate_params_t *params,
+                                      uint64_t extra_key, const weft__mig_ext_t *ext,
+                                      weft_req_t **req)
+{
     WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || plan == NULL || req == NULL) {
         return WEFT_ERR_INVALID_ARG;
@@ -377,6 +396,12 @@ weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan
     m->old_buf = old_buf;
     m->resume_buf = p.resume_buf;
     m->new_buf = new_buf;
+    if (ext != NULL) {
+        m->new_buf1 = ext->new_buf1;
+        m->old_buf2 = ext->old_buf2;
+        m->before_close = ext->before_close;
+        m->before_arg = ext->arg;
+    }
     m->old_dev = weft__memtype(old_buf) == WEFT_MEM_CUDA;
     m->resume_dev = weft__memtype(p.resume_buf) == WEFT_MEM_CUDA;
     m->new_dev = weft__memtype(new_buf) == WEFT_MEM_CUDA;
@@ -399,7 +424,7 @@ weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan
     for (size_t i = 0; i < plan->nxfers && !m->bad_args; i++) {
         const weft__xfer_t *x = &plan->xfers[i];
         const weft_transfer_t *t = &x->t;
-        if ((t->src == me && src_base(m, x) == NULL) || (t->dst == me && new_buf == NULL)) {
+        if ((t->src == me && src_base(m, x) == NULL) || (t->dst == me && dst_base(m, x) == NULL)) {
             refuse(m, "member %d %s but its %s buffer is NULL", me,
                    t->src == me ? "sends" : "receives",
                    t->src != me      ? "new"

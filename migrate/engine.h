@@ -49,6 +49,28 @@ weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan
                                         const weft_migrate_params_t *params, uint64_t extra_key,
                                         weft_req_t **req);
 
+/* What a snapshot adds to a migration. */
+typedef struct weft__mig_ext {
+    /* Where destination regions of buffer 1 (lregion.buf == 1) go, at their space offset:
+     * a snapshot's copies that are spilled to the SSD tier. */
+    void *new_buf1;
+    /* Where source regions of buffer 2 (lregion.buf == 2) lie, at their space offset: a
+     * restore's live state buffer. */
+    const void *old_buf2;
+    /* Called, under the context's lock and without blocking, once every transfer of this
+     * member is done and before the close, until it returns other than WEFT_INPROGRESS. An
+     * error (its text in weft_last_error(NULL)) is this member's result in the close, so
+     * the migration fails on every member alike. NULL: none. */
+    weft_status_t (*before_close)(void *arg);
+    void *arg;
+} weft__mig_ext_t;
+
+/* weft__migrate_start_keyed() with @p ext (NULL: none). */
+weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
+                                      void *new_buf, const weft_migrate_params_t *params,
+                                      uint64_t extra_key, const weft__mig_ext_t *ext,
+                                      weft_req_t **req);
+
 /* A migration request (weft_migrate_start) that has not been freed. */
 bool weft__mig_is(const weft_req_t *req);
 /* Its plan. */

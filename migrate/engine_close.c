@@ -15,7 +15,7 @@
  */
 weft_status_t weft__mig_start_close(mig_t *m)
 {
-    weft_status_t worst = m->local_err ? WEFT_ERR_TRANSPORT : WEFT_OK;
+    weft_status_t worst = m->local_err ? WEFT_ERR_TRANSPORT : m->before_err;
     for (int i = 0; i < m->nstreams; i++) {
         if (m->streams[i].err != WEFT_OK) {
             worst = m->streams[i].err;

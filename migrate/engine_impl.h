@@ -72,6 +72,13 @@ typedef struct mig {
     const uint8_t *old_buf;
     const uint8_t *resume_buf; /* a failed migration's new buffer (weft_migrate_resume) */
     uint8_t *new_buf;
+    uint8_t *new_buf1;       /* destination regions of buffer 1 (weft__mig_ext_t) */
+    const uint8_t *old_buf2; /* source regions of buffer 2 (weft__mig_ext_t) */
+    /* Run before the close once this member's transfers are done (weft__mig_ext_t). */
+    weft_status_t (*before_close)(void *arg);
+    void *before_arg;
+    bool before_done;
+    weft_status_t before_err;          /* its result */
     bool old_dev, resume_dev, new_dev; /* CUDA buffers: every chunk is staged on the host */
     bool any_dev;                      /* jobs run at once, on the caller's thread */
     bool local_err;                    /* a local copy failed (device memory) */
@@ -118,12 +125,18 @@ static inline const weft__xfer_t *xfer_of(const mig_t *m, const weft_mig_chunk_t
 /* The buffer a transfer's source region lies in. */
 static inline const uint8_t *src_base(const mig_t *m, const weft__xfer_t *x)
 {
-    return x->src_buf == 1 ? m->resume_buf : m->old_buf;
+    return x->src_buf == 2 ? m->old_buf2 : x->src_buf == 1 ? m->resume_buf : m->old_buf;
+}
+
+/* The buffer a transfer's destination region lies in. */
+static inline uint8_t *dst_base(const mig_t *m, const weft__xfer_t *x)
+{
+    return x->dst_buf == 1 ? m->new_buf1 : m->new_buf;
 }
 
 static inline bool src_dev(const mig_t *m, const weft__xfer_t *x)
 {
-    return x->src_buf == 1 ? m->resume_dev : m->old_dev;
+    return x->src_buf == 2 ? false : x->src_buf == 1 ? m->resume_dev : m->old_dev;
 }
 
 /* weft__box_copy where @p dev says either side is device memory; false (and the reason

@@ -53,7 +53,7 @@ static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_ch
                                   : !dev && weft__mig_contiguous(&x->dst_box, x->dst_packed,
                                                                  &c->box, x->ndims, x->elem, &off);
     if (*contiguous) {
-        return s->send ? (uint8_t *)src_base(m, x) + off : m->new_buf + off;
+        return s->send ? (uint8_t *)src_base(m, x) + off : dst_base(m, x) + off;
     }
     if (sl->staging == NULL) {
         /* Each stream may always stage one chunk, so no stream waits for another's
@@ -139,7 +139,7 @@ static void slot_job(weft_job_t *job)
         return;
     }
     sl->good = sl->ptr != sl->staging ||
-               weft__mig_move_box(m, m->new_dev, m->new_buf + x->dst_packed, &x->dst_box,
+               weft__mig_move_box(m, m->new_dev, dst_base(m, x) + x->dst_packed, &x->dst_box,
                                   sl->staging, &c->box, &c->box, x->ndims, x->elem);
 }
 
@@ -392,9 +392,13 @@ static void local_job(weft_job_t *job)
     mig_t *m = (mig_t *)((char *)job - offsetof(mig_t, local_job));
     const weft_mig_chunk_t *c = &m->local[m->local_cur];
     const weft__xfer_t *x = xfer_of(m, c);
-    if (!weft__mig_move_box(m, src_dev(m, x) || m->new_dev, m->new_buf + x->dst_packed, &x->dst_box,
-                            src_base(m, x) + x->src_packed, &x->src_box, &c->box, x->ndims,
-                            x->elem)) {
+    uint8_t *dst = dst_base(m, x) + x->dst_packed;
+    const uint8_t *src = src_base(m, x) + x->src_packed;
+    if (dst == src && memcmp(&x->dst_box, &x->src_box, sizeof(x->dst_box)) == 0) {
+        return; /* the same memory: the bytes are in place already */
+    }
+    if (!weft__mig_move_box(m, src_dev(m, x) || m->new_dev, dst, &x->dst_box, src, &x->src_box,
+                            &c->box, x->ndims, x->elem)) {
         m->local_err = true;
     }
 }

@@ -19,10 +19,14 @@ static uint64_t digest(const weft_plan_t *plan)
     XXH3_64bits_reset(s);
     for (size_t i = 0; i < plan->nxfers; i++) {
         const weft__xfer_t *x = &plan->xfers[i];
-        uint64_t f[7 + 2 * WEFT_LAYOUT_MAX_DIMS] = {
-            (uint64_t)x->t.src,        (uint64_t)x->t.dst,        (uint64_t)x->t.tensor,
-            (uint64_t)x->t.src_region, (uint64_t)x->t.dst_region, (uint64_t)x->elem,
-            (uint64_t)x->src_buf};
+        uint64_t bufs = (uint64_t)x->src_buf | (uint64_t)x->dst_buf << 8;
+        uint64_t f[7 + 2 * WEFT_LAYOUT_MAX_DIMS] = {(uint64_t)x->t.src,
+                                                    (uint64_t)x->t.dst,
+                                                    (uint64_t)x->t.tensor,
+                                                    (uint64_t)x->t.src_region,
+                                                    (uint64_t)x->t.dst_region,
+                                                    (uint64_t)x->elem,
+                                                    bufs};
         for (int d = 0; d < x->ndims; d++) {
             f[7 + 2 * d] = x->t.box.offset[d];
             f[8 + 2 * d] = x->t.box.extent[d];

@@ -18,7 +18,8 @@ typedef struct weft__xfer {
     size_t src_packed;   /* its offset in the source's buffer src_buf */
     int src_buf;         /* 0: the old packed buffer; 1: weft_migrate_params_t.resume_buf */
     weft_box_t dst_box;  /* the destination region, in the new layout */
-    size_t dst_packed;   /* its offset in the destination's new packed buffer */
+    size_t dst_packed;   /* its offset in the destination's buffer dst_buf */
+    int dst_buf;         /* 0: the new packed buffer; 1: the second one (weft__mig_ext_t) */
 } weft__xfer_t;
 
 struct weft_plan {

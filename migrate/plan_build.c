@@ -67,7 +67,10 @@ static bool add_xfer(builder_t *b, int src_region, int dst_region, const weft_bo
     x->src_packed = s->space_offset;
     x->src_buf = s->buf;
     x->dst_box = d->box;
-    x->dst_packed = d->packed_offset;
+    /* A destination region of buffer 1 (a snapshot's spilled copies) sits at its space
+     * offset there. */
+    x->dst_packed = d->buf == 1 ? d->space_offset : d->packed_offset;
+    x->dst_buf = d->buf;
     return true;
 }
 

@@ -13,6 +13,8 @@
 #include "migrate/engine.h"
 #include "migrate/layout.h"
 #include "migrate/snapshot.h"
+#include "migrate/ssd.h"
+#include "util/array.h"
 #include "weft/group.h"
 
 int weft__snap_index(const weft_snapshot_t *s, int id)
@@ -52,8 +54,7 @@ static void choose_buddies(const weft_snapshot_t *s, const weft_snapshot_params_
     }
 }
 
-/* Add to @p member of @p l the part of @p box of tensor @p t it does not hold yet. */
-static weft_status_t add_missing_part(weft_layout_t *l, int member, int t, const weft_box_t *box)
+weft_status_t weft__snap_add_part(weft_layout_t *l, int member, int t, const weft_box_t *box)
 {
     int nd = l->tensors[t].ndims;
     weft_box_t *parts = malloc(sizeof(weft_box_t)), *next = NULL;
@@ -89,7 +90,36 @@ static weft_status_t add_missing_part(weft_layout_t *l, int member, int t, const
     return st;
 }
 
-/* src and copies (snapshot.h). */
+/* Record @p owner for the copies regions from @p first on; with @p spill, mark them as
+ * buffer 1 at *@p spill_off on (which grows by their bytes). */
+static weft_status_t note_regions(weft_snapshot_t *s, int first, int owner, bool spill,
+                                  size_t *spill_off)
+{
+    int n = s->copies->nregions;
+    int *o = realloc(s->owner, (size_t)(n > 0 ? n : 1) * sizeof(int));
+    if (o == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    s->owner = o;
+    for (int k = first; k < n; k++) {
+        o[k] = owner;
+        if (spill) {
+            weft__lregion_t *reg = &s->copies->regions[k];
+            reg->buf = 1;
+            reg->space_offset = *spill_off;
+            *spill_off += reg->bytes;
+        }
+    }
+    return WEFT_OK;
+}
+
+/* A buddy's region deferred to the spill pass: shard of member index i, for holder j. */
+typedef struct deferred {
+    int i, j, k;
+} deferred_t;
+
+/* src and copies (snapshot.h). With a budget, a buddy's state region goes to memory if
+ * the holder's buddy bytes (both buffers) stay within it, else to the spill pass. */
 static weft_status_t build_layouts(weft_snapshot_t *s, const weft_layout_t *state,
                                    const weft_snapshot_params_t *p, int r)
 {
@@ -115,7 +145,11 @@ static weft_status_t build_layouts(weft_snapshot_t *s, const weft_layout_t *stat
         }
     }
     int *b = calloc((size_t)r + 1, sizeof(int));
-    if (b == NULL && st == WEFT_OK) {
+    size_t *spent = calloc((size_t)s->n, sizeof(size_t)), *spill_off = NULL;
+    deferred_t *later = NULL;
+    size_t nlater = 0, cap_later = 0;
+    if (st == WEFT_OK && (b == NULL || spent == NULL ||
+                          (spill_off = calloc((size_t)s->n, sizeof(size_t))) == NULL)) {
         st = WEFT_ERR_NO_MEMORY;
     }
     /* Every member holds its own regions, then its buddies hold them. */
@@ -124,13 +158,50 @@ static weft_status_t build_layouts(weft_snapshot_t *s, const weft_layout_t *stat
         choose_buddies(s, p, i, r, &b[1]);
         const weft__lmember_t *m = weft__layout_member(s->src, s->members[i]);
         for (int h = 0; h <= r && st == WEFT_OK; h++) {
+            int j = b[h];
             for (int k = 0; m != NULL && k < m->nregions && st == WEFT_OK; k++) {
                 const weft__lregion_t *reg = &s->src->regions[m->regions[k]];
-                st = add_missing_part(s->copies, s->members[b[h]], reg->tensor, &reg->box);
+                bool counted = s->spill_mode && h > 0 && reg->tensor < s->nstate;
+                if (counted && 2 * (spent[j] + reg->bytes) > p->buddy_mem_bytes) {
+                    if (!weft__array_reserve((void **)&later, &cap_later, nlater + 1,
+                                             sizeof(*later))) {
+                        st = WEFT_ERR_NO_MEMORY;
+                        break;
+                    }
+                    later[nlater++] = (deferred_t){i, j, k};
+                    continue;
+                }
+                int first = s->copies->nregions;
+                size_t before = weft_layout_packed_bytes(s->copies, s->members[j]);
+                st = weft__snap_add_part(s->copies, s->members[j], reg->tensor, &reg->box);
+                if (st == WEFT_OK) {
+                    st = note_regions(s, first, s->members[i], false, NULL);
+                }
+                if (counted) {
+                    spent[j] += weft_layout_packed_bytes(s->copies, s->members[j]) - before;
+                }
             }
         }
     }
+    /* The spilled regions come after every member's in-memory ones. */
+    for (size_t q = 0; q < nlater && st == WEFT_OK; q++) {
+        const deferred_t *d = &later[q];
+        const weft__lmember_t *m = weft__layout_member(s->src, s->members[d->i]);
+        const weft__lregion_t *reg = &s->src->regions[m->regions[d->k]];
+        int first = s->copies->nregions;
+        st = weft__snap_add_part(s->copies, s->members[d->j], reg->tensor, &reg->box);
+        if (st == WEFT_OK) {
+            st = note_regions(s, first, s->members[d->i], true, &spill_off[d->j]);
+        }
+    }
+    if (st == WEFT_OK) {
+        int me = weft__snap_index(s, s->g->members[s->g->rank]);
+        s->spill_bytes = spill_off[me];
+    }
     free(b);
+    free(spent);
+    free(spill_off);
+    free(later);
     if (st == WEFT_OK) {
         weft_plan_params_t pp = {
             .size = sizeof(pp), .host_of = p->host_of, .num_members = p->num_members};
@@ -154,6 +225,12 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
                                      "weft_snapshot_create: params->size is not set");
         }
         memcpy(&p, params, params->size < sizeof(p) ? params->size : sizeof(p));
+    }
+    if (p.buddy_mem_bytes > 0 && (p.ssd_dir == NULL || p.ssd_dir[0] == '\0')) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                 "weft_snapshot_create: buddy_mem_bytes (%zu) needs ssd_dir: "
+                                 "buddies' copies beyond it are kept in the SSD tier only",
+                                 p.buddy_mem_bytes);
     }
     int r = p.redundancy > 0 ? p.redundancy : 1;
     if (r > g->size - 1) {
@@ -191,13 +268,16 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
     memcpy(s->members, g->members, (size_t)g->size * sizeof(int));
     s->nstate = state->ntensors;
     s->blob_bytes = blob_bytes;
+    s->spill_mode = p.buddy_mem_bytes > 0;
     st = build_layouts(s, state, &p, r);
     if (st == WEFT_OK) {
         st = weft__snap_ssd_open(s, p.ssd_dir);
     }
     if (st == WEFT_OK) {
         int me = g->members[g->rank];
-        s->buf_bytes = weft_layout_packed_bytes(s->copies, me);
+        /* The spilled regions come last in this member's packed order. */
+        s->buf_bytes = weft_layout_packed_bytes(s->copies, me) - s->spill_bytes;
+        s->stats.spill_bytes = s->spill_bytes;
         s->blob = calloc(1, 8 + blob_bytes);
         for (int k = 0; k < 2; k++) {
             s->buf[k] = malloc(s->buf_bytes > 0 ? s->buf_bytes : 1);
@@ -248,6 +328,13 @@ static weft_status_t snap_progress(weft_req_t *req)
         s->committed_parity = s->pending_parity;
         s->stats.have_committed = 1;
         s->stats.committed = s->committed;
+        if (s->spill_mode) { /* written before the close; the spill buffer is done */
+            /* Steps written by snapshots that fail later never push it out. */
+            weft__ssd_pin(s->ssd, s->committed);
+            free(s->spill);
+            s->spill = NULL;
+            return WEFT_OK;
+        }
         q->writing = true;
         return weft__snap_ssd_start(s, s->committed, s->committed_parity);
     }
@@ -266,7 +353,7 @@ static void snap_cleanup(weft_req_t *req)
     if (q->child != NULL && q->snap != NULL) {
         q->snap->failed_once = true; /* cancelled in flight */
     }
-    if (q->writing && q->snap != NULL && q->snap->ssd_running) {
+    if (q->snap != NULL && q->snap->ssd_running) {
         /* Freed before the SSD write ended: it stops here (the step is not written). */
         weft__job_cancel(req->ctx, &q->snap->ssd_job);
         q->snap->ssd_running = false;
@@ -316,17 +403,32 @@ weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step, const vo
         memcpy(snap->blob + 8, blob, blob_len);
     }
     int parity = snap->have_committed ? 1 - snap->committed_parity : 0;
+    if (snap->spill != NULL) { /* left by a failed snapshot: cancelled receives may write it */
+        weft__retire(ctx, snap->spill);
+        snap->spill = NULL;
+    }
     weft_req_t *r = weft__req_new(ctx, snap->g);
     snap_req_t *q = calloc(1, sizeof(*q));
-    if (r == NULL || q == NULL) {
+    if (snap->spill_bytes > 0) {
+        snap->spill = malloc(snap->spill_bytes);
+    }
+    if (r == NULL || q == NULL || (snap->spill_bytes > 0 && snap->spill == NULL)) {
         weft_req_free(r);
         free(q);
+        free(snap->spill);
+        snap->spill = NULL;
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_start: out of memory");
     }
     weft_migrate_params_t mp = {.size = sizeof(mp), .resume_buf = snap->blob};
+    weft__mig_ext_t ext = {.new_buf1 = snap->spill,
+                           .before_close = snap->spill_mode ? weft__snap_ssd_before_close : NULL,
+                           .arg = snap};
+    snap->ssd_started = false;
+    snap->pending_step = step;
+    snap->pending_parity = parity;
     weft_req_t *child = NULL;
-    weft_status_t st = weft__migrate_start_keyed(snap->g, snap->plan, state_buf, snap->buf[parity],
-                                                 &mp, step, &child);
+    weft_status_t st = weft__migrate_start_ext(snap->g, snap->plan, state_buf, snap->buf[parity],
+                                               &mp, step, &ext, &child);
     if (st != WEFT_OK && st != WEFT_INPROGRESS) {
         weft_req_free(r);
         free(q);
@@ -385,7 +487,8 @@ void weft_snapshot_free(weft_snapshot_t *snap)
         weft__retire(ctx, snap->blob);
         weft__retire(ctx, snap->buf[0]);
         weft__retire(ctx, snap->buf[1]);
-        snap->blob = snap->buf[0] = snap->buf[1] = NULL;
+        weft__retire(ctx, snap->spill);
+        snap->blob = snap->buf[0] = snap->buf[1] = snap->spill = NULL;
     }
     weft_layout_free(snap->src);
     weft_layout_free(snap->copies);
@@ -394,9 +497,10 @@ void weft_snapshot_free(weft_snapshot_t *snap)
     free(snap->blob);
     free(snap->buf[0]);
     free(snap->buf[1]);
+    free(snap->spill);
+    free(snap->owner);
     free(snap->blobs);
     free(snap->blob_ok);
-    free(snap->join_buf);
     free(snap->members);
     free(snap);
 }

@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "migrate/engine.h"
 #include "migrate/layout.h"
 #include "migrate/plan.h"
 #include "migrate/snapshot.h"
+#include "weft/group.h"
 
 weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *target,
                                 weft_layout_t **out)
@@ -27,6 +29,19 @@ weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *t
         st = weft_layout_add_tensor(t, name, WEFT_U8, 1, shape, &idx);
         if (st == WEFT_OK) {
             st = weft_layout_replicate(t, idx, g->members, g->size);
+        }
+    }
+    /* A member admitted since receives the blobs straight into its snapshot object's
+     * blob array (buffer 1), its state into the caller's buffer: no copy afterwards. */
+    for (int r = 0; r < g->size && st == WEFT_OK; r++) {
+        const weft__lmember_t *m = weft__layout_member(t, g->members[r]);
+        if (weft__snap_index(s, g->members[r]) >= 0 || m == NULL) {
+            continue;
+        }
+        for (int i = 0; i < s->n; i++) {
+            weft__lregion_t *reg = &t->regions[m->regions[m->nregions - s->n + i]];
+            reg->buf = 1;
+            reg->space_offset = (size_t)i * (8 + s->blob_bytes);
         }
     }
     if (st != WEFT_OK) {
@@ -46,12 +61,68 @@ size_t weft_snapshot_restore_bytes(const weft_snapshot_t *snap, const weft_layou
     return weft_layout_packed_bytes(target, me) + (size_t)snap->n * (8 + snap->blob_bytes);
 }
 
+/* The survivors' part of copies as a restore's source, each region where it lies
+ * (buffer 1: spilled, read back into the restore's spill buffer). A spilled region is
+ * left out when its owner lives (it holds its shard in memory) or when its holder, of
+ * group rank r, could not read its spilled copies (@p bad[r], NULL: none). With @p live,
+ * every survivor's state regions come from its live buffer (buffer 2) instead, and the
+ * copies add only the shards of members that are gone (and the blobs). */
+static weft_status_t restore_source(const weft_snapshot_t *s, const int *bad, bool live,
+                                    weft_layout_t **out)
+{
+    const weft_layout_t *c = s->copies;
+    weft_layout_t *k;
+    weft_status_t st = weft_layout_create(&k);
+    for (int t = 0; t < c->ntensors && st == WEFT_OK; t++) {
+        const weft__ltensor_t *x = &c->tensors[t];
+        st = weft_layout_add_tensor(k, x->name, x->dtype, x->ndims, x->shape, NULL);
+    }
+    for (int i = 0; live && i < s->src->nregions && st == WEFT_OK; i++) {
+        const weft__lregion_t *r = &s->src->regions[i];
+        int rank;
+        if (r->tensor >= s->nstate || weft_group_rank_of(s->g, r->member, &rank) != WEFT_OK) {
+            continue;
+        }
+        if ((st = weft_layout_add_region(k, r->member, r->tensor, &r->box)) == WEFT_OK) {
+            weft__lregion_t *n = &k->regions[k->nregions - 1];
+            n->buf = 2;
+            n->space_offset = r->space_offset;
+        }
+    }
+    for (int i = 0; i < c->nregions && st == WEFT_OK; i++) {
+        const weft__lregion_t *r = &c->regions[i];
+        int rank, orank;
+        bool owner_lives = weft_group_rank_of(s->g, s->owner[i], &orank) == WEFT_OK;
+        if (weft_group_rank_of(s->g, r->member, &rank) != WEFT_OK ||
+            (r->buf == 1 && (owner_lives || (bad != NULL && bad[rank]))) ||
+            (live && r->tensor < s->nstate && owner_lives)) {
+            continue;
+        }
+        int first = k->nregions;
+        st = live ? weft__snap_add_part(k, r->member, r->tensor, &r->box)
+                  : weft_layout_add_region(k, r->member, r->tensor, &r->box);
+        for (int j = first; j < k->nregions && st == WEFT_OK; j++) {
+            k->regions[j].buf = r->buf;
+            k->regions[j].space = r->space;
+            k->regions[j].space_offset = r->space_offset;
+        }
+    }
+    if (st != WEFT_OK) {
+        weft_layout_free(k);
+        return st;
+    }
+    *out = k;
+    return WEFT_OK;
+}
+
 /* What the members agree on before a restore. */
 typedef struct agreed {
     uint64_t step; /* the newest step every holder committed */
     int parity;    /* of this member's copy buffer holding it */
     int root;      /* the lowest group rank holding the snapshot */
     bool joiners;  /* some members hold none (admitted since): they get the plan */
+    bool spill;    /* the holders spilled buddies' copies (buddy_mem_bytes) */
+    bool live;     /* every holder's live buffer holds the step (weft_snapshot_restore_live) */
 } agreed_t;
 
 /* The step to restore: the newest every member holding the snapshot committed; and this
@@ -62,12 +133,17 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, agreed_t *a)
     weft_group_t *g = s->g;
     bool holder = s->plan != NULL;
     /* MIN of: the committed step (-1 for none), its negation (for the MAX), "my arguments
-     * are fine", the rank of a holder, and minus "I joined since". */
-    int64_t mine[5] = {holder ? (s->have_committed ? (int64_t)s->committed : -1) : INT64_MAX,
+     * are fine", the rank of a holder, minus "I joined since", minus "I spill", minus "my
+     * live buffer is not given". */
+    int64_t mine[7] = {holder ? (s->have_committed ? (int64_t)s->committed : -1) : INT64_MAX,
                        holder ? (s->have_committed ? -(int64_t)s->committed : 1) : INT64_MAX,
-                       refused ? 0 : 1, holder ? g->rank : INT64_MAX, holder ? 0 : -1};
-    int64_t all[5];
-    weft_status_t st = weft_allreduce(g, mine, all, 5, WEFT_I64, WEFT_MIN);
+                       refused ? 0 : 1,
+                       holder ? g->rank : INT64_MAX,
+                       holder ? 0 : -1,
+                       holder && s->spill_mode ? -1 : 0,
+                       holder && s->live == NULL ? -1 : 0};
+    int64_t all[7];
+    weft_status_t st = weft_allreduce(g, mine, all, 7, WEFT_I64, WEFT_MIN);
     if (st != WEFT_OK) {
         return st;
     }
@@ -97,7 +173,113 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, agreed_t *a)
     a->parity = !holder || s->committed == a->step ? s->committed_parity : 1 - s->committed_parity;
     a->root = (int)all[3];
     a->joiners = all[4] < 0;
+    a->spill = all[5] < 0;
+    /* Live buffers hold the committed step: of use only when every holder's does, and
+     * every holder committed the same step. */
+    a->live = all[6] == 0 && all[0] == -all[1];
     return WEFT_OK;
+}
+
+/* With spilled copies: each holder reads those of members that are gone from its own
+ * directory into *@p spill; then every member learns whose reads failed (an allreduce
+ * over group ranks): *@p bad gets a flag per group rank when some read failed, else
+ * NULL. */
+static weft_status_t read_spilled(weft_snapshot_t *s, const agreed_t *a, uint8_t **spill, int **bad)
+{
+    weft_group_t *g = s->g;
+    int *flags = calloc(2 * (size_t)g->size, sizeof(int));
+    if (flags == NULL) {
+        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_restore: out of memory");
+    }
+    if (s->plan != NULL && s->spill_mode) {
+        flags[g->rank] = !weft__snap_ssd_read_spill(s, a->step, spill);
+    }
+    weft_status_t st = weft_allreduce(g, flags, flags + g->size, g->size, WEFT_I32, WEFT_MAX);
+    bool any = false;
+    for (int r = 0; r < g->size && st == WEFT_OK; r++) {
+        any |= flags[g->size + r] != 0;
+    }
+    if (st == WEFT_OK && any) {
+        memmove(flags, flags + g->size, (size_t)g->size * sizeof(int));
+        *bad = flags;
+    } else {
+        free(flags);
+    }
+    return st;
+}
+
+/* Whether transfer @p x restores in place: from this member's live buffer into the same
+ * memory of @p new_buf (the migration then copies nothing). */
+static bool in_place(const weft_snapshot_t *s, const weft__xfer_t *x, const uint8_t *new_buf)
+{
+    int me = s->g->members[s->g->rank];
+    return s->live != NULL && x->t.src == me && x->t.dst == me && x->src_buf == 2 &&
+           x->dst_buf == 0 && s->live + x->src_packed == new_buf + x->dst_packed &&
+           memcmp(&x->src_box, &x->dst_box, sizeof(x->dst_box)) == 0;
+}
+
+/* Whether a write into @p new_buf hits this member's live buffer, other than a region
+ * restored in place. */
+static bool writes_into_live(const weft_snapshot_t *s, const uint8_t *new_buf)
+{
+    int me = s->g->members[s->g->rank];
+    const weft__lmember_t *m = weft__layout_member(s->src, me);
+    size_t live_bytes = 0;
+    for (int k = 0; m != NULL && k < m->nregions; k++) {
+        const weft__lregion_t *r = &s->src->regions[m->regions[k]];
+        if (r->tensor < s->nstate && r->space_offset + r->bytes > live_bytes) {
+            live_bytes = r->space_offset + r->bytes;
+        }
+    }
+    const weft_plan_t *p = s->restore_plan;
+    for (size_t i = 0; i < p->nxfers + p->nmissing; i++) {
+        const weft__xfer_t *x = i < p->nxfers ? &p->xfers[i] : &p->missing[i - p->nxfers];
+        size_t len = x->elem;
+        for (int d = 0; d < x->ndims; d++) {
+            len *= x->dst_box.extent[d];
+        }
+        const uint8_t *d = new_buf + x->dst_packed;
+        if (x->t.dst == me && d < s->live + live_bytes && s->live < d + len &&
+            !(i < p->nxfers && in_place(s, x, new_buf))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* After the agreement: the holders make the plan again from the live buffers or without
+ * the spilled copies that could not be read (@p bad), and every member learns whether
+ * every holder could (an allreduce), so nobody waits for a member that gave up. */
+static weft_status_t replan(weft_snapshot_t *s, const weft_layout_t *target, const int *bad,
+                            bool live, void *new_buf)
+{
+    weft_group_t *g = s->g;
+    weft_status_t st = WEFT_OK;
+    if (s->plan != NULL) {
+        weft_layout_t *src = NULL, *t = NULL;
+        weft_plan_t *plan = NULL;
+        weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
+        if ((st = restore_source(s, bad, live, &src)) == WEFT_OK &&
+            (st = weft__snap_target(s, target, &t)) == WEFT_OK &&
+            (st = weft_plan_create(src, t, &pp, &plan)) == WEFT_OK) {
+            weft_plan_free(s->restore_plan);
+            s->restore_plan = plan;
+        }
+        weft_layout_free(src);
+        weft_layout_free(t);
+        if (st == WEFT_OK && live && writes_into_live(s, new_buf)) {
+            st = weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+                             "weft_snapshot_restore_live: new_buf overlaps the live buffer "
+                             "where the target does not keep the live regions in place");
+        }
+    }
+    int64_t ok = st == WEFT_OK, all = 0;
+    weft_status_t ast = weft_allreduce(g, &ok, &all, 1, WEFT_I64, WEFT_MIN);
+    if (st == WEFT_OK && ast == WEFT_OK && all == 0) {
+        st = weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+                         "weft_snapshot_restore: another member could not plan the restore");
+    }
+    return st != WEFT_OK ? st : ast;
 }
 
 /* With members that joined since: the lowest holder sends them what they cannot compute
@@ -170,19 +352,22 @@ static weft_status_t keep_blobs(weft_snapshot_t *s, const weft_layout_t *t, cons
                                 const bool *got)
 {
     size_t each = 8 + s->blob_bytes;
-    free(s->blobs);
     free(s->blob_ok);
-    s->blobs = malloc((size_t)s->n * each);
+    if (s->blobs == NULL) { /* a joiner's received them there already */
+        s->blobs = malloc((size_t)s->n * each);
+    }
     s->blob_ok = calloc((size_t)s->n, sizeof(bool));
     if (s->blobs == NULL || s->blob_ok == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
     int me = s->g->members[s->g->rank];
-    int first = weft_layout_num_regions(t, me) - s->n; /* the blobs come last */
+    const weft__lmember_t *m = weft__layout_member(t, me);
+    int first = m->nregions - s->n; /* the blobs come last */
     for (int i = 0; i < s->n; i++) {
-        size_t off;
-        weft_layout_region(t, me, first + i, NULL, NULL, NULL, &off);
-        memcpy(s->blobs + (size_t)i * each, buf + off, each);
+        const weft__lregion_t *r = &t->regions[m->regions[first + i]];
+        if (r->buf != 1) {
+            memcpy(s->blobs + (size_t)i * each, buf + r->packed_offset, each);
+        }
         s->blob_ok[i] = true;
     }
     for (size_t k = 0; k < weft_plan_num_missing(s->restore_plan); k++) {
@@ -211,7 +396,7 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
         snap->restore_plan = NULL;
         st = weft__snap_target(snap, target, &t);
         if (st == WEFT_OK) {
-            st = weft_layout_keep(snap->copies, g->members, g->size, &src);
+            st = restore_source(snap, NULL, false, &src);
         }
         if (st == WEFT_OK) {
             weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
@@ -232,26 +417,52 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
     }
     /* The agreement tells the others when this member's arguments were refused. */
     agreed_t a;
+    uint8_t *spill = NULL;
+    int *bad = NULL;
     weft_status_t ast = agree_step(snap, st != WEFT_OK, &a);
+    if (st == WEFT_OK && ast == WEFT_OK && a.spill) {
+        ast = read_spilled(snap, &a, &spill, &bad);
+    }
+    if (st == WEFT_OK && ast == WEFT_OK && (a.live || bad != NULL)) {
+        ast = replan(snap, target, bad, a.live, new_buf);
+    }
+    free(bad);
     if (st == WEFT_OK && ast == WEFT_OK && a.joiners) {
         ast = share_plan(snap, &a);
     }
     if (st == WEFT_OK && ast == WEFT_OK && !holder) {
-        /* A joiner restores into a buffer of its own, now that it knows the blobs. */
+        /* A joiner: its state into the caller's buffer, the blobs into the object. */
         if ((ast = weft__snap_target(snap, target, &t)) == WEFT_OK) {
-            new_bytes = weft_layout_packed_bytes(t, me);
-            free(snap->join_buf);
-            if ((snap->join_buf = malloc(new_bytes > 0 ? new_bytes : 1)) == NULL) {
+            free(snap->blobs);
+            if ((snap->blobs = malloc((size_t)snap->n * (8 + snap->blob_bytes) + 1)) == NULL) {
                 ast = weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_restore: out of memory");
             }
-            new_buf = snap->join_buf;
         }
     }
     if (st != WEFT_OK || ast != WEFT_OK) {
+        free(spill);
         weft_layout_free(t);
         return st != WEFT_OK ? st : ast;
     }
-    st = weft_migrate(g, snap->restore_plan, holder ? snap->buf[a.parity] : NULL, new_buf, NULL);
+    weft_migrate_params_t mp = {.size = sizeof(mp), .resume_buf = spill};
+    weft__mig_ext_t ext = {.old_buf2 = a.live ? snap->live : NULL,
+                           .new_buf1 = holder ? NULL : snap->blobs};
+    weft_req_t *req = NULL;
+    st = weft__migrate_start_ext(g, snap->restore_plan, holder ? snap->buf[a.parity] : NULL,
+                                 new_buf, &mp, 0, &ext, &req);
+    st = weft__blocking(st, req);
+    if (st == WEFT_OK) {
+        free(spill);
+    } else {
+        weft__retire(ctx, spill); /* cancelled sends may still read it */
+    }
+    snap->stats.restore_in_place_bytes = 0;
+    for (size_t i = 0; holder && a.live && i < snap->restore_plan->nxfers; i++) {
+        const weft__xfer_t *x = &snap->restore_plan->xfers[i];
+        if (in_place(snap, x, new_buf)) {
+            snap->stats.restore_in_place_bytes += x->t.bytes;
+        }
+    }
     /* What no memory copy held: from the SSD directories, where they have it. */
     size_t nmiss = weft_plan_num_missing(snap->restore_plan);
     bool *got = calloc(nmiss + 1, sizeof(bool));
@@ -283,6 +494,13 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
 weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
                                     void *new_buf, size_t new_bytes, weft_snapshot_restored_t *info)
 {
+    return weft_snapshot_restore_live(snap, target, NULL, new_buf, new_bytes, info);
+}
+
+weft_status_t weft_snapshot_restore_live(weft_snapshot_t *snap, const weft_layout_t *target,
+                                         const void *live_buf, void *new_buf, size_t new_bytes,
+                                         weft_snapshot_restored_t *info)
+{
     WEFT_API_LOCK(snap != NULL ? snap->g->ctx : NULL);
     if (snap == NULL || target == NULL || new_buf == NULL) {
         return WEFT_ERR_INVALID_ARG;
@@ -297,7 +515,10 @@ weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *
                            "weft_snapshot_restore: free the request of the snapshot in flight "
                            "first");
     }
-    return restore(snap, target, new_buf, new_bytes, info);
+    snap->live = live_buf;
+    weft_status_t st = restore(snap, target, new_buf, new_bytes, info);
+    snap->live = NULL;
+    return st;
 }
 
 weft_status_t weft_snapshot_restore_join(weft_group_t *g, const weft_layout_t *target,
@@ -326,12 +547,7 @@ weft_status_t weft_snapshot_restore_join(weft_group_t *g, const weft_layout_t *t
         weft_snapshot_free(s);
         return st;
     }
-    st = restore(s, target, NULL, 0, info);
-    if (st == WEFT_OK && state > 0) {
-        memcpy(new_buf, s->join_buf, state); /* the blobs stay in the object */
-    }
-    free(s->join_buf);
-    s->join_buf = NULL;
+    st = restore(s, target, new_buf, new_bytes, info);
     if (st != WEFT_OK) {
         weft_snapshot_free(s);
         return st;

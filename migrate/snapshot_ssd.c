@@ -77,10 +77,11 @@ static void finish(weft_snapshot_t *s, weft_status_t st)
         s->stats.ssd_error[0] = '\0';
     } else {
         snprintf(s->stats.ssd_error, sizeof(s->stats.ssd_error), "%s", s->ssd_why);
-        WEFT_WARN(&s->g->ctx->logger,
-                  "snapshot of step %llu: the SSD write failed (%s); the memory copies "
-                  "are committed",
-                  (unsigned long long)s->ssd_step, s->ssd_why);
+        WEFT_WARN(&s->g->ctx->logger, "snapshot of step %llu: the SSD write failed (%s); %s",
+                  (unsigned long long)s->ssd_step, s->ssd_why,
+                  s->spill_bytes > 0 ? "its spilled copies are not durable: the step does "
+                                       "not commit"
+                                     : "the memory copies are committed");
     }
 }
 
@@ -107,7 +108,7 @@ weft_status_t weft__snap_ssd_start(weft_snapshot_t *s, uint64_t step, int parity
         r[k].dtype = t->dtype;
         r[k].ndims = t->ndims;
         r[k].box = reg->box;
-        r[k].data = s->buf[parity] + reg->packed_offset;
+        r[k].data = weft__snap_region_data(s, reg, parity);
     }
     /* The regions are read as the write goes; their descriptions only now. */
     weft_status_t st = weft__ssd_snapshot_start(s->ssd, step, r, n, NULL, 0);
@@ -121,6 +122,78 @@ weft_status_t weft__snap_ssd_start(weft_snapshot_t *s, uint64_t step, int parity
     s->ssd_job.run = ssd_job;
     weft__job_submit(s->g->ctx, &s->ssd_job, false);
     return WEFT_INPROGRESS;
+}
+
+uint8_t *weft__snap_region_data(const weft_snapshot_t *s, const weft__lregion_t *reg, int parity)
+{
+    return reg->buf == 1 ? s->spill + reg->space_offset : s->buf[parity] + reg->packed_offset;
+}
+
+weft_status_t weft__snap_ssd_before_close(void *arg)
+{
+    weft_snapshot_t *s = arg;
+    if (!s->ssd_started) {
+        s->ssd_started = true;
+        if (weft__snap_ssd_start(s, s->pending_step, s->pending_parity) == WEFT_INPROGRESS) {
+            return WEFT_INPROGRESS;
+        }
+    } else if (weft__snap_ssd_progress(s) == WEFT_INPROGRESS) {
+        return WEFT_INPROGRESS;
+    }
+    if (s->spill_bytes > 0 && s->stats.ssd_status != WEFT_OK) {
+        return weft__error_noctx(WEFT_ERR_IO,
+                                 "snapshot of step %llu: member %d could not write the %zu "
+                                 "bytes of buddies' copies it keeps on SSD only (%s)",
+                                 (unsigned long long)s->pending_step, s->g->members[s->g->rank],
+                                 s->spill_bytes, s->stats.ssd_error);
+    }
+    return WEFT_OK;
+}
+
+bool weft__snap_ssd_read_spill(weft_snapshot_t *s, uint64_t step, uint8_t **out)
+{
+    int me = s->g->members[s->g->rank];
+    const weft__lmember_t *m = weft__layout_member(s->copies, me);
+    weft__ssd_t *h = NULL;
+    bool ok = true;
+    char dir[4096];
+    *out = NULL;
+    s->stats.spill_read_bytes = 0;
+    s->stats.spill_read_failed = 0;
+    for (int k = 0; m != NULL && k < m->nregions && ok; k++) {
+        const weft__lregion_t *reg = &s->copies->regions[m->regions[k]];
+        int rank;
+        if (reg->buf != 1 || weft_group_rank_of(s->g, s->owner[m->regions[k]], &rank) == WEFT_OK) {
+            continue; /* in memory, or a living member's shard: it holds that itself */
+        }
+        if (h == NULL) {
+            weft__ssd_params_t p = {.read_only = true}; /* this member's own handle may be
+                                                         * busy with an abandoned write */
+            ok = (*out = malloc(s->spill_bytes)) != NULL &&
+                 member_dir(s->ssd_root, me, dir, sizeof(dir)) &&
+                 weft__ssd_open(dir, &p, &h) == WEFT_OK;
+        }
+        if (ok) {
+            ok = weft__ssd_read(h, step, s->copies->tensors[reg->tensor].name, &reg->box,
+                                *out + reg->space_offset) == WEFT_OK;
+        }
+        if (ok) {
+            s->stats.spill_read_bytes += reg->bytes;
+        } else {
+            snprintf(s->stats.ssd_error, sizeof(s->stats.ssd_error), "%s", weft_last_error(NULL));
+            WEFT_WARN(&s->g->ctx->logger,
+                      "restore of step %llu: member %d cannot read its spilled copies (%s); "
+                      "they are taken from elsewhere or counted missing",
+                      (unsigned long long)step, me, s->stats.ssd_error);
+        }
+    }
+    weft__ssd_close(h);
+    if (!ok) {
+        s->stats.spill_read_failed = 1;
+        free(*out);
+        *out = NULL;
+    }
+    return ok;
 }
 
 weft_status_t weft__snap_ssd_progress(weft_snapshot_t *s)

@@ -140,5 +140,9 @@ weft_status_t weft__ssd_blob_read(weft__ssd_t *s, uint64_t step, const char *nam
  * references (run after each commit; also callable when idle). Deletes nothing when a
  * kept manifest cannot be read. */
 weft_status_t weft__ssd_gc(weft__ssd_t *s);
+/* Garbage collection also keeps step @p step from now on (until pinned again), however
+ * many newer steps are written: a snapshot's last committed step, when newer steps were
+ * written by snapshots that did not commit. */
+void weft__ssd_pin(weft__ssd_t *s, uint64_t step);
 
 #endif

@@ -73,6 +73,8 @@ struct weft__ssd {
     size_t chunk_bytes;
     int queue_depth;
     int keep_steps;
+    bool pinned; /* garbage collection also keeps step pin (weft__ssd_pin) */
+    uint64_t pin;
     bool direct;
     bool read_only; /* opened without the lock, for reading a dead owner's steps */
     int (*open_fn)(const char *path, int flags, mode_t mode);

@@ -258,6 +258,13 @@ weft_status_t weft__ssd_gc_run(weft__ssd_t *s)
         return status;
     }
     size_t kept = l.n < (size_t)s->keep_steps ? l.n : (size_t)s->keep_steps;
+    for (size_t i = kept; s->pinned && i < l.n; i++) {
+        if (l.steps[i] == s->pin) { /* kept too: moved among the kept ones */
+            l.steps[i] = l.steps[kept];
+            l.steps[kept++] = s->pin;
+            break;
+        }
+    }
     weft__ssd_manifest_t *m = calloc(kept ? kept : 1, sizeof(*m));
     weft__ssd_hset_t keep = {0};
     size_t loaded = 0, hashes = 0;
@@ -309,6 +316,14 @@ out:
     weft__ssd_hset_free(&keep);
     free(l.steps);
     return status;
+}
+
+void weft__ssd_pin(weft__ssd_t *s, uint64_t step)
+{
+    if (s != NULL) {
+        s->pinned = true;
+        s->pin = step;
+    }
 }
 
 weft_status_t weft__ssd_gc(weft__ssd_t *s)

@@ -23,9 +23,15 @@
  *   file     the baseline: at step S every rank also wrote its shard to a file in --tmpdir
  *            and fsynced it. After the recovery the survivors drop the files from the
  *            page cache (POSIX_FADV_DONTNEED), then each re-reads the byte ranges its part
- *            of the re-cut needs, checked like the restore. Only the re-reading is timed:
- *            the job restart that a file checkpoint also needs (new processes, weft_init,
- *            the rendezvous) is not counted.
+ *            of the re-cut needs, checked like the restore (file_restart_us: the
+ *            re-reading only).
+ *   live     after the same kill (snapshot_live.c): the failure came before the state
+ *            moved on, so the survivors restore from their live buffers, in place, and
+ *            only the dead rank's shard moves (recover_live_us).
+ *   job      what else a restart from files needs: the survivors start as many fresh
+ *            processes of a new job (exec, weft_init, the rendezvous, a first allreduce;
+ *            snapshot_restart.c). file_restart_full_us = detect_us + job_start_us +
+ *            file_restart_us: the failure must be detected and the job restarted too.
  * Both write into the same buffer, allocated and touched before the kill (a trainer keeps
  * one ready: its size after losing one rank is known), so neither pays its page faults.
  */
@@ -86,12 +92,22 @@ static void print_notes(FILE *out)
             "rank kills itself after a committed snapshot: the survivors detect, repair and\n"
             "restore a flat re-cut of the state over themselves (recover_us), side by side\n"
             "with re-reading a file checkpoint of the same step after dropping it from the\n"
-            "page cache (file_restart_us: the re-reading only; the job restart it also\n"
-            "needs is not counted). Every restored word is checked. -n: timed steps of each\n"
-            "kind (default 20); -w: untimed steps first (default 2).\n"
+            "page cache (file_restart_us: the re-reading only), and the full restart from\n"
+            "files (file_restart_full_us: the same detection, a fresh job of as many ranks\n"
+            "started, initialised and rendezvoused, job_start_us, and the re-reading).\n"
+            "After the same kill, the restore when the failure came before the state moved on:\n"
+            "the survivors' live buffers hold the committed step, and with\n"
+            "weft_snapshot_restore_live each keeps its shard in place and receives a part of\n"
+            "the dead rank's (recover_live_us = detect_us + repair_us + restore_live_us).\n"
+            "Every restored word is checked. -n: timed steps of each kind (default 20); -w:\n"
+            "untimed steps first (default 2).\n"
             "--json: ranks, state_bytes_per_rank, step_ms, step_us, step_with_snapshot_us,\n"
             "overhead, snapshot_copy_us, recover_us (detect_us + repair_us + restore_us),\n"
-            "file_restart_us, file_restart_over_recover, verified; with --ssd also\n"
+            "file_restart_us, file_restart_over_recover, job_start_us,\n"
+            "file_restart_full_us, file_restart_full_over_recover, restore_live_us,\n"
+            "recover_live_us, restore_live_bytes_moved/_local/_in_place, restore_live_wrong,\n"
+            "file_restart_over_recover_live, file_restart_full_over_recover_live, verified;\n"
+            "with --ssd also\n"
             "ssd_write_gbs (all ranks writing a snapshot to their SSD directories at once),\n"
             "dir_seq_write_gbs (the same bytes as sequential O_DIRECT 1 MiB writes to the same\n"
             "directory, fdatasync; medians of two rounds, each order once),\n"
@@ -106,6 +122,11 @@ static uint64_t word_at(uint64_t g, uint64_t step)
 {
     uint64_t v = perf_pattern_word(STATE_SEED, g);
     return g % MARK_EVERY == 0 ? v ^ (step * UINT64_C(0x9e3779b97f4a7c15) + 1) : v;
+}
+
+uint64_t snap_word_at(uint64_t g, uint64_t step)
+{
+    return word_at(g, step);
 }
 
 /* What a training step changes: the step's mark in this rank's shard. */
@@ -502,6 +523,8 @@ static weft_status_t recover(snap_bench_t *b, snap_result_t *r)
             memset(buf, 0, cap);
         }
     }
+    /* The live buffer's room for the restore from live buffers, touched likewise. */
+    memset((char *)b->state + b->state_bytes, 0, b->state_cap - b->state_bytes);
     r->buffer_us = perf_slowest(&b->w, perf_now_us() - t0);
     mark(b, s + 1); /* the live state moves on: the restore must not see it */
     st = step_allreduce(b->w.world);
@@ -521,6 +544,11 @@ static weft_status_t recover(snap_bench_t *b, snap_result_t *r)
     if (st == WEFT_OK) {
         st = restore(b, r, buf, cap, g0, n, &t[2]);
     }
+    double t_live = 0;
+    if (st == WEFT_OK) { /* the failure before the state moved on: undo step s+1's marks */
+        mark(b, s);
+        st = snap_restore_live(b, r, &t_live);
+    }
     if (st == WEFT_OK) { /* poisoned: the file path must write every word again */
         memset(buf, 0xa5, n * 8);
         st = file_restart(b, g0, n, buf, r);
@@ -539,6 +567,7 @@ static weft_status_t recover(snap_bench_t *b, snap_result_t *r)
         r->repair_us = last[1] - last[0];
         r->restore_us = last[2] - last[1];
         r->recover_us = t_kill > 0 ? last[2] - t_kill : -1;
+        r->recover_live_us = t_kill > 0 ? r->detect_us + r->repair_us + r->restore_live_us : -1;
     }
     r->recovered = true;
     return WEFT_OK;
@@ -574,7 +603,7 @@ static void report_json(const snap_bench_t *b, const snap_result_t *r)
                "\n  \"file_read_bytes\": %zu,\n  \"file_restart_wrong\": %ld,\n  \"verified\": %s",
                r->survivors, (unsigned long long)r->committed, (unsigned long long)r->restored_step,
                r->moved, r->local, r->missing, r->restore_wrong, r->file_read_bytes, r->file_wrong,
-               r->verified && r->file_wrong == 0 ? "true" : "false");
+               r->verified && r->live_verified && r->file_wrong == 0 ? "true" : "false");
     }
     json_us("detect_us", rec && r->detect_us >= 0, r->detect_us);
     json_us("repair_us", rec, r->repair_us);
@@ -587,6 +616,33 @@ static void report_json(const snap_bench_t *b, const snap_result_t *r)
         printf(",\n  \"file_restart_over_recover\": %.2f", r->file_restart_us / r->recover_us);
     } else {
         printf(",\n  \"file_restart_over_recover\": null");
+    }
+    bool full = rec && r->detect_us >= 0 && r->job_start_us >= 0;
+    double full_us = r->detect_us + r->job_start_us + r->file_restart_us;
+    json_us("restore_live_us", rec, r->restore_live_us);
+    json_us("recover_live_us", rec && r->recover_live_us > 0, r->recover_live_us);
+    if (rec) {
+        printf(",\n  \"restore_live_bytes_moved\": %zu,\n  \"restore_live_bytes_local\": %zu,"
+               "\n  \"restore_live_bytes_in_place\": %zu,\n  \"restore_live_wrong\": %ld",
+               r->live_moved, r->live_local, r->live_in_place, r->live_wrong);
+    }
+    json_us("job_start_us", rec && r->job_start_us >= 0, r->job_start_us);
+    json_us("file_restart_full_us", full, full_us);
+    if (full && r->recover_us > 0) {
+        printf(",\n  \"file_restart_full_over_recover\": %.2f", full_us / r->recover_us);
+    } else {
+        printf(",\n  \"file_restart_full_over_recover\": null");
+    }
+    if (rec && r->recover_live_us > 0) {
+        printf(",\n  \"file_restart_over_recover_live\": %.2f",
+               r->file_restart_us / r->recover_live_us);
+    } else {
+        printf(",\n  \"file_restart_over_recover_live\": null");
+    }
+    if (full && r->recover_live_us > 0) {
+        printf(",\n  \"file_restart_full_over_recover_live\": %.2f", full_us / r->recover_live_us);
+    } else {
+        printf(",\n  \"file_restart_full_over_recover_live\": null");
     }
     if (r->have_ssd) {
         printf(",\n  \"ssd_write_gbs\": %.3f,\n  \"dir_seq_write_gbs\": %.3f,"
@@ -638,16 +694,45 @@ static void report_table(const snap_bench_t *b, const snap_result_t *r)
            "missing, %ld wrong words\n",
            (unsigned long long)r->restored_step, (double)r->moved / (1 << 20),
            (double)r->local / (1 << 20), r->missing, r->restore_wrong);
+    printf("# time to recover when the failure came before the state moved on (live buffers "
+           "hold step %llu)\n",
+           (unsigned long long)r->committed);
+    printf("  detect %.0f us + repair %.0f us + restore from live buffers %.0f us = %.0f us\n",
+           r->detect_us, r->repair_us, r->restore_live_us, r->recover_live_us);
+    printf("  %.1f MiB moved between ranks, %.1f MiB copied within, %.1f MiB left in place, %ld "
+           "wrong words\n",
+           (double)r->live_moved / (1 << 20),
+           (double)(r->live_local - r->live_in_place) / (1 << 20),
+           (double)r->live_in_place / (1 << 20), r->live_wrong);
     printf("# restart from a file checkpoint of the same step (written with fsync in %.0f us)\n",
            r->file_write_us);
-    printf("  re-reading %s after dropping the page cache: %.0f us, %ld wrong words "
-           "(the job restart is not counted)\n",
-           read, r->file_restart_us, r->file_wrong);
+    printf("  re-reading %s after dropping the page cache: %.0f us, %ld wrong words\n", read,
+           r->file_restart_us, r->file_wrong);
+    bool full = r->detect_us >= 0 && r->job_start_us >= 0;
+    double full_us = r->detect_us + r->job_start_us + r->file_restart_us;
+    if (full) {
+        printf("  full restart: detect %.0f us + a fresh job of %d ranks (start, init, "
+               "rendezvous) %.0f us + re-reading %.0f us = %.0f us\n",
+               r->detect_us, r->survivors, r->job_start_us, r->file_restart_us, full_us);
+    }
     printf(
         "# both wrote into a buffer made ready before the kill (%.0f us to allocate and touch)\n",
         r->buffer_us);
     if (r->recover_us > 0) {
-        printf("# file restart / recover: %.1fx\n", r->file_restart_us / r->recover_us);
+        printf("# file restart / recover: %.1fx (re-reading only)",
+               r->file_restart_us / r->recover_us);
+        if (full) {
+            printf(", %.1fx (full restart)", full_us / r->recover_us);
+        }
+        printf("\n");
+    }
+    if (r->recover_live_us > 0) {
+        printf("# file restart / recover from live buffers: %.1fx (re-reading only)",
+               r->file_restart_us / r->recover_live_us);
+        if (full) {
+            printf(", %.1fx (full restart)", full_us / r->recover_live_us);
+        }
+        printf("\n");
     }
 }
 
@@ -661,8 +746,17 @@ static int setup(snap_bench_t *b)
     for (int r = 0; r < b->n0; r++) {
         weft_group_member_id(b->w.world, r, &b->ids[r]);
     }
-    b->state = perf_alloc(b->state_bytes);
     b->layout = model(b, b->ids, b->n0);
+    b->state_cap = b->state_bytes;
+    if (b->layout != NULL && b->n0 > 1) { /* room for the restore from live buffers */
+        weft_layout_t *t = snap_live_target(b, b->ids, b->n0 - 1, b->ids[b->n0 - 1]);
+        size_t need = t != NULL ? weft_layout_packed_bytes(t, b->ids[b->w.rank]) +
+                                      (size_t)b->n0 * (8 + sizeof(snap_blob_t))
+                                : 0;
+        b->state_cap = need > b->state_cap ? need : b->state_cap;
+        weft_layout_free(t);
+    }
+    b->state = perf_alloc(b->state_cap);
     if (b->state == NULL || b->layout == NULL) {
         fprintf(stderr, "weft-perf snapshot: out of memory\n");
         return PERF_EXIT_ERROR;
@@ -708,6 +802,10 @@ static int run(snap_bench_t *b)
         remove_files(b, false);
         return PERF_EXIT_ERROR;
     }
+    if (b->kill && (st = snap_measure_job_start(b, &r)) != WEFT_OK) {
+        perf_report_error(&b->w, "a fresh job's start", st);
+        return PERF_EXIT_ERROR;
+    }
     if (b->w.rank == 0) {
         if (b->o.json) {
             report_json(b, &r);
@@ -716,12 +814,15 @@ static int run(snap_bench_t *b)
         }
         fflush(stdout);
     }
-    bool bad = r.recovered && (!r.verified || r.file_wrong != 0);
+    bool bad = r.recovered && (!r.verified || !r.live_verified || r.file_wrong != 0);
     return bad ? PERF_EXIT_WRONG : PERF_EXIT_OK;
 }
 
 int perf_snapshot_main(int argc, char **argv)
 {
+    if (snap_is_fresh_rank()) {
+        return snap_fresh_rank_main();
+    }
     snap_bench_t b;
     memset(&b, 0, sizeof(b));
     perf_opts_default(&b.o);

@@ -28,7 +28,8 @@ typedef struct snap_bench {
     int ids[MAX_RANKS]; /* member ids, in rank order at the start */
     size_t words;       /* per rank */
     uint64_t first;     /* this rank's first word of the whole state */
-    uint64_t *state;    /* this rank's live shard */
+    uint64_t *state;    /* this rank's live shard (state_bytes), then room for a restore */
+    size_t state_cap;   /* bytes of state: what a restore from live buffers needs */
     weft_layout_t *layout;
     weft_snapshot_t *snap;
     uint64_t step; /* the last step taken */
@@ -47,6 +48,12 @@ typedef struct snap_result {
     int survivors;
     uint64_t committed, restored_step;
     double detect_us, repair_us, buffer_us, restore_us, recover_us, file_write_us, file_restart_us;
+    double job_start_us; /* fresh ranks: start, weft_init, rendezvous, first allreduce */
+    /* The restore from live buffers (snapshot_live.c) */
+    double restore_live_us, recover_live_us;
+    bool live_verified;
+    long live_wrong;
+    size_t live_moved, live_local, live_in_place;
     size_t moved, local, missing, file_read_bytes;
     long restore_wrong, file_wrong;
     /* --ssd: the SSD tier against sequential O_DIRECT writes to the same directory */
@@ -54,6 +61,20 @@ typedef struct snap_result {
     double ssd_gbs, seq_gbs;
     uint64_t first_written, second_written; /* all ranks: a snapshot, then unchanged */
 } snap_result_t;
+
+/* snapshot_restart.c: a fresh job of the survivors' size (job_start_us, -1 if it
+ * failed); and the fresh rank's side, run when this program is started as one. */
+weft_status_t snap_measure_job_start(snap_bench_t *b, snap_result_t *r);
+bool snap_is_fresh_rank(void);
+int snap_fresh_rank_main(void);
+
+/* snapshot_live.c: the target of a restore from live buffers over the survivors @p left
+ * (@p k) after rank @p dead died, and that restore into b->state (collective over the
+ * repaired world; *@p t_done: when it returned). */
+weft_layout_t *snap_live_target(const snap_bench_t *b, const int *left, int k, int dead);
+weft_status_t snap_restore_live(snap_bench_t *b, snap_result_t *r, double *t_done);
+/* Word @p g of the whole state as step @p step left it. */
+uint64_t snap_word_at(uint64_t g, uint64_t step);
 
 /* --ssd: measure the SSD tier (two rounds, each order once) into @p r. */
 weft_status_t snap_measure_ssd(snap_bench_t *b, snap_result_t *r);

@@ -12,12 +12,17 @@
  * overwrites the newest complete one. A snapshot of step s is committed when its
  * migration completes, which every member learns at the same time (the migration's
  * closing agreement); data of the next snapshot lands only after every member has passed
- * that point, so the buffer of the previous step is intact until then.
+ * that point, so the buffer of the previous step is intact until then. With a memory
+ * budget (weft_snapshot_params_t.buddy_mem_bytes), buddies' copies beyond it are kept in
+ * the SSD tier only, and a step commits once those files are durable too.
  *
  * After weft_group_repair(), the survivors call weft_snapshot_restore(): they agree on the
  * newest step every survivor has committed, and one migration takes every region of a
  * target layout (a re-cut over the survivors) from the survivors' copies of that step.
- * Regions whose every copy died are reported, never left stale silently.
+ * Regions whose every copy died are reported, never left stale silently. When the failure
+ * came before the survivors changed their state since that step, weft_snapshot_restore_live()
+ * takes their regions from their live buffers instead (in place where the target keeps
+ * them), and only the lost members' shards move.
  *
  * A snapshot object belongs to one group at one membership: after a restore, free it and
  * create one for the new layout. Members admitted since (by weft_group_grow(), or by the
@@ -60,6 +65,17 @@ typedef struct weft_snapshot_params {
      * not fail the snapshot (its memory copies are committed): weft_snapshot_stats()
      * tells it. */
     const char *ssd_dir;
+    /** Bytes of buddies' copies this member keeps in memory, its two copy buffers
+     * together (0: no limit). A buddy's region that does not fit whole is *spilled*: this
+     * member receives it during the snapshot into a buffer that lives only until the
+     * snapshot ends, and keeps it in its SSD directory only. With a budget, every member
+     * writes its step to its directory before the snapshot's closing agreement, and the
+     * step commits only once every copy, in memory or spilled, is complete on every
+     * member: a spilled write that fails fails the snapshot everywhere (the previous step
+     * stays committed). A restore has each buddy read the spilled copies it needs from
+     * its own directory and send them. Own regions and blobs are never spilled. Requires
+     * @c ssd_dir (else WEFT_ERR_INVALID_ARG); every member must pass the same value. */
+    size_t buddy_mem_bytes;
 } weft_snapshot_params_t;
 
 /**
@@ -68,7 +84,8 @@ typedef struct weft_snapshot_params {
  * no communication, but every member must pass equal arguments (the first snapshot
  * checks). Allocates this member's two copy buffers (weft_snapshot_bytes()).
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (a layout naming members outside @p g, leaving a
- *         tensor partly unheld, or a tensor named "weft.blob.*"); WEFT_ERR_NO_MEMORY.
+ *         tensor partly unheld, a tensor named "weft.blob.*", or a buddy_mem_bytes without
+ *         ssd_dir); WEFT_ERR_NO_MEMORY.
  */
 WEFT_API weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state,
                                             size_t blob_bytes, const weft_snapshot_params_t *params,
@@ -78,7 +95,8 @@ WEFT_API weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t
  * request then completes with WEFT_ERR_REVOKED; free it as usual). */
 WEFT_API void weft_snapshot_free(weft_snapshot_t *snap);
 
-/** @brief Bytes this member keeps for copies: both buffers together. */
+/** @brief Bytes this member keeps for copies: both buffers together (spilled copies not
+ * counted: they take memory only while a snapshot runs). */
 WEFT_API size_t weft_snapshot_bytes(const weft_snapshot_t *snap);
 
 /**
@@ -87,7 +105,9 @@ WEFT_API size_t weft_snapshot_bytes(const weft_snapshot_t *snap);
  * snapshot's group: every member starts it, with the same @p step. @p state_buf must
  * stay unchanged until the request completes. One snapshot at a time.
  * @param[out] req Completes when the snapshot is committed on every member, or fails
- *                 like a migration (WEFT_ERR_PEER_FAILED, WEFT_ERR_MISMATCH, ...).
+ *                 like a migration (WEFT_ERR_PEER_FAILED, WEFT_ERR_MISMATCH, ...; with
+ *                 buddy_mem_bytes, WEFT_ERR_IO when a member could not write its spilled
+ *                 copies).
  * @return WEFT_INPROGRESS or WEFT_OK; WEFT_ERR_INVALID_ARG (a snapshot in flight, a blob
  *         longer than blob_bytes, a step not above the last committed one).
  */
@@ -118,12 +138,23 @@ typedef struct weft_snapshot_stats {
     int have_committed;         /**< Whether a step was committed in memory. */
     uint64_t committed;         /**< The newest committed step. */
     int have_durable;           /**< Whether a step was written to this member's directory. */
-    uint64_t durable;           /**< The newest step written there. */
+    /** The newest step written there (with buddy_mem_bytes, possibly one whose snapshot
+     * then failed on another member: it is written before the closing agreement). */
+    uint64_t durable;
     weft_status_t ssd_status;   /**< Of the last SSD write (WEFT_OK if none). */
     char ssd_error[256];        /**< Why it failed, if it did. */
     uint64_t ssd_bytes_written; /**< By the last SSD write: chunk bytes written ... */
     uint64_t ssd_bytes_skipped; /**< ... and not written again (unchanged chunks). */
     double ssd_write_us;        /**< Its duration, from commit to durable. */
+    uint64_t spill_bytes;       /**< Of buddies' copies, bytes kept on SSD only, per step. */
+    uint64_t spill_read_bytes;  /**< Read back from the spilled files by the last restore. */
+    /** Whether the last restore failed to read a spilled copy it needed (a damaged or
+     * missing file): its regions were then taken from other copies or the files of the
+     * member that died, or counted missing. */
+    int spill_read_failed;
+    /** Bytes of this member's target that the last restore left in place: restored from
+     * its live buffer into the same memory (weft_snapshot_restore_live), not copied. */
+    uint64_t restore_in_place_bytes;
 } weft_snapshot_stats_t;
 
 /** @brief Fill @p stats (set its @c size first). */
@@ -146,6 +177,28 @@ WEFT_API weft_status_t weft_snapshot_stats(const weft_snapshot_t *snap,
 WEFT_API weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
                                              void *new_buf, size_t new_bytes,
                                              weft_snapshot_restored_t *info);
+
+/**
+ * @brief weft_snapshot_restore() when the failure came before this member changed its
+ * state since the last committed snapshot (the usual case: the gradient allreduce of the
+ * next step failed before the optimizer wrote): @p live_buf, its packed buffer of the
+ * snapshot's state layout, still holds that step. If every surviving holder passes its
+ * live buffer and all committed the same step, the survivors' regions are taken from
+ * the live buffers (a transfer whose source and destination are the same memory is not
+ * copied: with @p new_buf == @p live_buf and a target that keeps each survivor's regions
+ * first, at the same offsets, they stay in place) and only the shards of the members
+ * that are gone come from their buddies' copies. Otherwise (a member passed NULL, or the
+ * committed steps differ) it restores from the copies as weft_snapshot_restore() does.
+ * @p live_buf must not change during the call; @p new_buf may overlap it only where the
+ * target keeps live regions in place. Members admitted since call
+ * weft_snapshot_restore_join() as usual.
+ * @return WEFT_OK; the errors of weft_snapshot_restore(); WEFT_ERR_INVALID_ARG on every
+ *         member when a member's @p new_buf overlaps its live buffer elsewhere.
+ */
+WEFT_API weft_status_t weft_snapshot_restore_live(weft_snapshot_t *snap,
+                                                  const weft_layout_t *target, const void *live_buf,
+                                                  void *new_buf, size_t new_bytes,
+                                                  weft_snapshot_restored_t *info);
 
 /**
  * @brief The part of weft_snapshot_restore() that a member admitted since the snapshot's

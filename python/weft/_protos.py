@@ -120,6 +120,7 @@ _SNAPSHOT = {
     "weft_snapshot_committed": (I, [P, POINTER(c_uint64)]),
     "weft_snapshot_restore_bytes": (SZ, [P, P]),
     "weft_snapshot_restore": (I, [P, P, P, SZ, POINTER(S.SnapshotRestored)]),
+    "weft_snapshot_restore_live": (I, [P, P, P, P, SZ, POINTER(S.SnapshotRestored)]),
     "weft_snapshot_blob": (I, [P, I, P, SZ, PSZ]),
     "weft_snapshot_restore_plan": (P, [P]),
     "weft_snapshot_restore_join": (I, [P, P, P, SZ, PP, POINTER(S.SnapshotRestored)]),

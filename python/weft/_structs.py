@@ -73,7 +73,7 @@ class MigrateParams(Structure):
 
 class SnapshotParams(Structure):
     _fields_ = [("size", c_size_t), ("redundancy", c_int), ("host_of", POINTER(c_int)),
-                ("num_members", c_int), ("ssd_dir", c_char_p)]
+                ("num_members", c_int), ("ssd_dir", c_char_p), ("buddy_mem_bytes", c_size_t)]
 
 
 class SnapshotRestored(Structure):
@@ -85,7 +85,9 @@ class SnapshotStats(Structure):
     _fields_ = [("size", c_size_t), ("have_committed", c_int), ("committed", c_uint64),
                 ("have_durable", c_int), ("durable", c_uint64), ("ssd_status", c_int),
                 ("ssd_error", ctypes.c_char * 256), ("ssd_bytes_written", c_uint64),
-                ("ssd_bytes_skipped", c_uint64), ("ssd_write_us", c_double)]
+                ("ssd_bytes_skipped", c_uint64), ("ssd_write_us", c_double),
+                ("spill_bytes", c_uint64), ("spill_read_bytes", c_uint64),
+                ("spill_read_failed", c_int), ("restore_in_place_bytes", c_uint64)]
 
 
 class VocabRange(Structure):

@@ -178,15 +178,19 @@ class Snapshot:
         member (its packed buffer of target, then every member's blob)."""
         return lib.weft_snapshot_restore_bytes(self._h(), target.handle)
 
-    def restore(self, target, out=None):
+    def restore(self, target, out=None, live=None):
         """After group.repair(): restore @p target (a layout of the same tensors over the
         survivors, e.g. a re-cut) from the survivors' copies of the newest step all of
         them committed. Collective over the group; blocking. A snapshot still pending is
         collected first (it failed with the member that died). Writes into @p out (a
         buffer of restore_bytes(target) bytes; a new uint8 array by default) and returns
         a Restored. Parts no surviving copy holds are left untouched and counted in
-        bytes_missing (restore_plan.missing lists them)."""
+        bytes_missing (restore_plan.missing lists them). @p live: this member's packed
+        state buffer when it still holds the committed step (the failure came before
+        the state changed): if every survivor gives one, their regions come from these
+        (weft_snapshot_restore_live), and only the dead members' shards move."""
         h = self._h()
+        lbuf = None if live is None else as_buffer(live, "restore live", typed=False)
         need = self.restore_bytes(target)
         if out is None:
             out = np.zeros(need, np.uint8)
@@ -202,8 +206,12 @@ class Snapshot:
                 raise invalid("restore: the snapshot of step %d is still in flight (wait for "
                               "its request, or repair the group first)" % self._pending.result)
             self._restores += 1
-            ctx._call(lib.weft_snapshot_restore, h, target.handle, buf.ptr, buf.nbytes,
-                      byref(info))
+            if lbuf is None:
+                ctx._call(lib.weft_snapshot_restore, h, target.handle, buf.ptr, buf.nbytes,
+                          byref(info))
+            else:
+                ctx._call(lib.weft_snapshot_restore_live, h, target.handle, lbuf.ptr, buf.ptr,
+                          buf.nbytes, byref(info))
         self._target = target
         state = _byte_prefix(out, target.packed_bytes(self.group.member_id()))
         return Restored(info.step, info.bytes_moved, info.bytes_local, info.bytes_missing, out,

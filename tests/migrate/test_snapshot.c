@@ -7,7 +7,9 @@
  * long, a restore without a committed step, a buffer too small) fail on every rank, and
  * members that start different steps all get WEFT_ERR_MISMATCH; with the SSD tier every
  * committed step is written, and a snapshot of unchanged state writes under 1% of the
- * first.
+ * first; a budget for buddies' copies needs the SSD tier, spills what exceeds it (less
+ * memory, the spilled bytes counted), fails a snapshot on every member when one cannot
+ * write its spilled copies, and restores the newest committed state when nobody died.
  */
 #include <ftw.h>
 #include <setjmp.h>
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -219,6 +222,168 @@ static void test_ssd_tier(void **state)
     }
 }
 
+/* A budget for buddies' copies: refused without an SSD directory; 1 byte spills every
+ * buddy copy (the copy buffers shrink by them), a budget as large as the buffers spills
+ * nothing; snapshots commit with spilled copies; one member unable to write them fails
+ * the snapshot everywhere (WEFT_ERR_IO, the previous step stays committed); a restore
+ * with everyone alive takes that step from the members' own memory, reading no spilled
+ * file. */
+static void test_budget(void **state)
+{
+    (void)state;
+    weft_layout_t *l = model(ids, n);
+    weft_snapshot_t *s = NULL, *plain = NULL, *roomy = NULL;
+    weft_snapshot_params_t sp = {.size = sizeof(sp), .buddy_mem_bytes = 1};
+    assert_int_equal(weft_snapshot_create(world, l, 64, &sp, &s), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "ssd_dir"));
+    char dir[64];
+    shared_tmpdir(dir, sizeof(dir));
+    sp.ssd_dir = dir;
+    assert_int_equal(weft_snapshot_create(world, l, 64, NULL, &plain), WEFT_OK);
+    assert_int_equal(weft_snapshot_create(world, l, 64, &sp, &s), WEFT_OK);
+    weft_snapshot_stats_t st = {.size = sizeof(st)};
+    assert_int_equal(weft_snapshot_stats(s, &st), WEFT_OK);
+    size_t own = weft_layout_packed_bytes(l, my_id);
+    if (n > 1) {
+        int buddy_of = ids[(me + n - 1) % n]; /* this member is the buddy of the previous */
+        assert_int_equal(st.spill_bytes, weft_layout_packed_bytes(l, buddy_of));
+        assert_int_equal(weft_snapshot_bytes(plain) - weft_snapshot_bytes(s), 2 * st.spill_bytes);
+    } else {
+        assert_int_equal(st.spill_bytes, 0);
+    }
+    weft_snapshot_free(plain);
+    sp.buddy_mem_bytes = 2 * st.spill_bytes; /* the buddy's regions fit exactly */
+    weft_snapshot_params_t sp2 = sp;
+    char dir2[80];
+    snprintf(dir2, sizeof(dir2), "%s/roomy", dir);
+    sp2.ssd_dir = dir2;
+    assert_int_equal(weft_snapshot_create(world, l, 64, &sp2, &roomy), WEFT_OK);
+    weft_snapshot_stats_t st2 = {.size = sizeof(st2)};
+    assert_int_equal(weft_snapshot_stats(roomy, &st2), WEFT_OK);
+    assert_int_equal(st2.spill_bytes, 0);
+    weft_snapshot_free(roomy);
+    unsigned char *live = malloc(own + 1);
+    for (uint64_t step = 1; step <= 2; step++) {
+        snap_each(l, my_id, live, set_elem, &step);
+        assert_int_equal(snapshot(s, step, live), WEFT_OK);
+    }
+    char mdir[128], away[140];
+    snprintf(mdir, sizeof(mdir), "%s/member-%d", dir, my_id);
+    snprintf(away, sizeof(away), "%s.away", mdir);
+    if (n > 1) {
+        /* Member 1 cannot write its spilled copies of step 3 (its directory is now a
+         * file): the step commits nowhere, and step 2 stays the newest. */
+        if (me == 1) {
+            assert_int_equal(rename(mdir, away), 0);
+            FILE *f = fopen(mdir, "w");
+            assert_non_null(f);
+            fclose(f);
+        }
+        assert_int_equal(weft_barrier(world), WEFT_OK);
+        uint64_t three = 3;
+        snap_each(l, my_id, live, set_elem, &three);
+        assert_int_equal(snapshot(s, 3, live), WEFT_ERR_IO);
+        uint64_t committed = 0;
+        assert_int_equal(weft_snapshot_committed(s, &committed), WEFT_OK);
+        assert_int_equal(committed, 2);
+        if (me == 1) {
+            assert_int_equal(unlink(mdir), 0);
+            assert_int_equal(rename(away, mdir), 0);
+        }
+    }
+    uint64_t three = 3;
+    snap_each(l, my_id, live, set_elem, &three); /* the live state moves on */
+    int rev[64];
+    for (int r = 0; r < n; r++) {
+        rev[r] = ids[n - 1 - r];
+    }
+    weft_layout_t *t = model(rev, n);
+    size_t nb = weft_snapshot_restore_bytes(s, t);
+    unsigned char *nbuf = malloc(nb);
+    weft_snapshot_restored_t got;
+    assert_int_equal(weft_snapshot_restore(s, t, nbuf, nb, &got), WEFT_OK);
+    assert_int_equal(got.step, 2);
+    assert_int_equal(got.bytes_missing, 0);
+    check_t c = {.step = 2};
+    snap_each(t, my_id, nbuf, check_elem, &c);
+    assert_int_equal(c.wrong, 0);
+    assert_int_equal(weft_snapshot_stats(s, &st), WEFT_OK);
+    assert_int_equal(st.spill_read_bytes, 0);
+    assert_int_equal(st.spill_read_failed, 0);
+    /* The newest step written to this member's directory: step 3 where it could be. */
+    assert_true(st.have_durable && st.durable == (uint64_t)(n > 1 && me != 1 ? 3 : 2));
+    free(nbuf);
+    free(live);
+    weft_layout_free(t);
+    weft_layout_free(l);
+    weft_snapshot_free(s);
+    assert_int_equal(weft_barrier(world), WEFT_OK);
+    if (me == 0) {
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
+/* Restores from live buffers that hold the committed step: into a buffer of its own, the
+ * state of that step; into the live buffer itself with a target that moves the live
+ * regions (any re-cut but the same layout), refused on every member (it would overwrite
+ * what it still has to read), but allowed, in place, where the target keeps them (one
+ * member); one member without a live buffer makes everyone restore from the copies. */
+static void test_restore_live(void **state)
+{
+    (void)state;
+    weft_layout_t *l = model(ids, n);
+    weft_snapshot_t *s;
+    assert_int_equal(weft_snapshot_create(world, l, 64, NULL, &s), WEFT_OK);
+    size_t own = weft_layout_packed_bytes(l, my_id);
+    unsigned char *live = malloc(own + 1);
+    for (uint64_t step = 1; step <= 2; step++) {
+        snap_each(l, my_id, live, set_elem, &step);
+        assert_int_equal(snapshot(s, step, live), WEFT_OK);
+    }
+    int rev[64];
+    for (int r = 0; r < n; r++) {
+        rev[r] = ids[n - 1 - r];
+    }
+    weft_layout_t *t = model(rev, n);
+    size_t nb = weft_snapshot_restore_bytes(s, t);
+    unsigned char *nbuf = malloc(nb);
+    weft_snapshot_stats_t st = {.size = sizeof(st)};
+    for (int pass = 0; pass < 2; pass++) { /* every member live; member 0 without */
+        memset(nbuf, 0xa5, nb);
+        weft_snapshot_restored_t got;
+        const void *mine = pass == 1 && me == 0 ? NULL : live;
+        assert_int_equal(weft_snapshot_restore_live(s, t, mine, nbuf, nb, &got), WEFT_OK);
+        assert_int_equal(got.step, 2);
+        assert_int_equal(got.bytes_missing, 0);
+        check_t c = {.step = 2};
+        snap_each(t, my_id, nbuf, check_elem, &c);
+        assert_int_equal(c.wrong, 0);
+        assert_int_equal(weft_snapshot_stats(s, &st), WEFT_OK);
+        assert_int_equal(st.restore_in_place_bytes, 0);
+    }
+    /* The live buffer as the new one. */
+    unsigned char *grown = malloc(nb > own ? nb : own);
+    memcpy(grown, live, own);
+    weft_snapshot_restored_t got;
+    weft_status_t rc = weft_snapshot_restore_live(s, t, grown, grown, nb, &got);
+    if (n == 1) { /* the reversed layout is the same: everything stays in place */
+        assert_int_equal(rc, WEFT_OK);
+        assert_int_equal(weft_snapshot_stats(s, &st), WEFT_OK);
+        assert_int_equal(st.restore_in_place_bytes, own);
+        check_t c = {.step = 2};
+        snap_each(t, my_id, grown, check_elem, &c);
+        assert_int_equal(c.wrong, 0);
+    } else {
+        assert_int_equal(rc, WEFT_ERR_INVALID_ARG);
+    }
+    free(grown);
+    free(nbuf);
+    free(live);
+    weft_layout_free(t);
+    weft_layout_free(l);
+    weft_snapshot_free(s);
+}
+
 static int after_test(void **state)
 {
     (void)state;
@@ -241,6 +406,8 @@ int main(void)
         cmocka_unit_test_teardown(test_restore_newest, after_test),
         cmocka_unit_test_teardown(test_bad_starts, after_test),
         cmocka_unit_test_teardown(test_ssd_tier, after_test),
+        cmocka_unit_test_teardown(test_budget, after_test),
+        cmocka_unit_test_teardown(test_restore_live, after_test),
     };
     char name[32];
     snprintf(name, sizeof(name), "snapshot rank %d of %d", me, n);

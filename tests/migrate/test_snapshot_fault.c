@@ -12,7 +12,25 @@
  * With --ssd, the snapshots also go to an SSD directory, and the last two members die
  * together: the second-to-last one's shard was in memory only on itself and on the last
  * one (its buddy), so the restore must read it from the files, and still match bitwise.
+ *
+ * With --budget, a budget of 4 KiB for buddies' copies (less than any buddy's region)
+ * spills every buddy copy to the members' SSD directories: the last member dies, and its
+ * buddy (the first member) must read its shard back from its own spilled files and send
+ * it (its stats count the bytes; nothing comes from the dead member's files). With
+ * --budget-corrupt the first member's chunk files are damaged before the restore: its
+ * read fails (its stats say so), and the shard comes from the dead member's own files
+ * instead. Both match bitwise.
+ *
+ * With --live, a step reduces first and updates the state after (the optimizer writes
+ * only once the gradients are in), so the survivors' live state is the committed step
+ * when the allreduce fails: they restore with weft_snapshot_restore_live into their live
+ * buffers themselves, grown, with a target that keeps each survivor's regions where they
+ * were and splits the dead member's among them. Their own regions must stay in place
+ * (the stats count all of them), only the dead member's shard moves, and the run still
+ * matches bitwise.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -20,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../groups/fault_common.h"
 #include "snap_common.h"
@@ -36,7 +55,9 @@ static weft_layout_t *model(const int *members, int k)
     weft_layout_add_tensor(l, "w", WEFT_F32, 1, a, NULL);
     weft_layout_add_tensor(l, "m", WEFT_F64, 2, b, NULL);
     int t[2] = {0, 1};
-    weft_layout_flat(l, t, 2, members, k);
+    if (k > 0) {
+        weft_layout_flat(l, t, 2, members, k);
+    }
     return l;
 }
 
@@ -62,6 +83,46 @@ static weft_status_t train_step(weft_group_t *g, const weft_layout_t *l, int id,
     return weft_allreduce(g, &loss, &sum, 1, WEFT_F64, WEFT_SUM);
 }
 
+/* Live mode: the gradients are reduced first, the state updated only if that worked. */
+static weft_status_t train_step_reduce_first(weft_group_t *g, const weft_layout_t *l, int id,
+                                             void *buf, uint64_t step)
+{
+    double loss = 1.0, sum = 0;
+    weft_status_t st = weft_allreduce(g, &loss, &sum, 1, WEFT_F64, WEFT_SUM);
+    if (st == WEFT_OK) {
+        snap_each(l, id, buf, snap_step_elem, &step);
+    }
+    return st;
+}
+
+/* Every survivor keeps its regions of @p l, in its order, then gets a k-th of each of
+ * the dead member's regions (cut along the first dimension). */
+static weft_layout_t *keep_and_split(const weft_layout_t *l, const int *left, int k, int dead)
+{
+    weft_layout_t *nl = model(left, 0);
+    for (int r = 0; r < k; r++) {
+        for (int i = 0; i < weft_layout_num_regions(l, left[r]); i++) {
+            int t;
+            weft_box_t b;
+            weft_layout_region(l, left[r], i, &t, &b, NULL, NULL);
+            weft_layout_add_region(nl, left[r], t, &b);
+        }
+        for (int i = 0; i < weft_layout_num_regions(l, dead); i++) {
+            int t;
+            weft_box_t b;
+            weft_layout_region(l, dead, i, &t, &b, NULL, NULL);
+            uint64_t e = b.extent[0], lo = e * (uint64_t)r / (uint64_t)k,
+                     hi = e * (uint64_t)(r + 1) / (uint64_t)k;
+            b.offset[0] += lo;
+            b.extent[0] = hi - lo;
+            if (b.extent[0] > 0) {
+                weft_layout_add_region(nl, left[r], t, &b);
+            }
+        }
+    }
+    return nl;
+}
+
 static weft_status_t snapshot(weft_snapshot_t *s, uint64_t step, const void *buf)
 {
     blob_t b = {step, step * 1000003u};
@@ -80,9 +141,41 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return remove(path);
 }
 
+/* Flip a byte in the payload of every chunk file of @p dir; how many were damaged. */
+static int damage_chunks(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        char path[512];
+        if (len < 6 || strcmp(e->d_name + len - 6, ".chunk") != 0 ||
+            (size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path)) {
+            continue;
+        }
+        int fd = open(path, O_RDWR);
+        unsigned char c;
+        if (fd >= 0 && pread(fd, &c, 1, 4096 + 100) == 1) {
+            c ^= 0x5a;
+            n += pwrite(fd, &c, 1, 4096 + 100) == 1;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
-    bool ssd = argc > 1 && strcmp(argv[1], "--ssd") == 0;
+    const char *mode = argc > 1 ? argv[1] : "";
+    bool pair = strcmp(mode, "--ssd") == 0, corrupt = strcmp(mode, "--budget-corrupt") == 0;
+    bool budget = corrupt || strcmp(mode, "--budget") == 0, ssd = pair || budget;
+    bool live = strcmp(mode, "--live") == 0;
     setenv("WEFT_TIMEOUT_MS", "60000", 0);
     weft_ctx_t *ctx;
     weft_group_t *world;
@@ -96,7 +189,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < n; r++) {
         weft_group_member_id(world, r, &ids[r]);
     }
-    int victim = ids[n - 1], victim2 = ssd ? ids[n - 2] : -1;
+    int victim = ids[n - 1], victim2 = pair ? ids[n - 2] : -1;
     char dir[64] = {0};
     if (ssd && me == 0) {
         snprintf(dir, sizeof(dir), "/tmp/weft-snapfault-XXXXXX");
@@ -110,7 +203,8 @@ int main(int argc, char **argv)
     }
     weft_layout_t *l = model(ids, n);
     weft_snapshot_t *snap;
-    weft_snapshot_params_t sp = {.size = sizeof(sp), .ssd_dir = ssd ? dir : NULL};
+    weft_snapshot_params_t sp = {
+        .size = sizeof(sp), .ssd_dir = ssd ? dir : NULL, .buddy_mem_bytes = budget ? 4096 : 0};
     if (weft_snapshot_create(world, l, sizeof(blob_t), &sp, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
         return 1;
@@ -123,7 +217,8 @@ int main(int argc, char **argv)
         if ((id == victim || id == victim2) && step == KILL_STEP) {
             raise(SIGKILL);
         }
-        st = train_step(world, l, id, buf, step);
+        st = live ? train_step_reduce_first(world, l, id, buf, step)
+                  : train_step(world, l, id, buf, step);
         if (st == WEFT_OK) {
             st = snapshot(snap, step, buf);
         }
@@ -138,8 +233,14 @@ int main(int argc, char **argv)
     }
     weft_edit_info_t info = {.size = sizeof(info)};
     if (fault_recover(world, &info) != WEFT_OK || fault_has_member(world, victim) ||
-        (ssd && fault_has_member(world, victim2))) {
+        (pair && fault_has_member(world, victim2))) {
         SURVIVOR_FAIL(me, "repair");
+        return 1;
+    }
+    char mine[128];
+    snprintf(mine, sizeof(mine), "%s/member-%d", dir, id);
+    if (corrupt && id == ids[0] && damage_chunks(mine) == 0) {
+        SURVIVOR_FAIL(me, "no chunk file to damage");
         return 1;
     }
     /* Restore a flat re-cut over the survivors from the snapshots. */
@@ -148,17 +249,47 @@ int main(int argc, char **argv)
     for (int r = 0; r < k; r++) {
         weft_group_member_id(world, r, &left[r]);
     }
-    weft_layout_t *nl = model(left, k);
+    weft_layout_t *nl = live ? keep_and_split(l, left, k, victim) : model(left, k);
     size_t nb = weft_snapshot_restore_bytes(snap, nl);
     unsigned char *nbuf = malloc(nb);
     weft_snapshot_restored_t got;
-    if ((st = weft_snapshot_restore(snap, nl, nbuf, nb, &got)) != WEFT_OK) {
+    if (live) { /* the live buffer, grown, is the new one: the own regions stay in place */
+        memcpy(nbuf, buf, weft_layout_packed_bytes(l, id));
+        free(buf);
+        buf = NULL;
+        st = weft_snapshot_restore_live(snap, nl, nbuf, nbuf, nb, &got);
+    } else {
+        st = weft_snapshot_restore(snap, nl, nbuf, nb, &got);
+    }
+    if (st != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(ctx));
         return 1;
     }
     blob_t vb = {0, 0};
     size_t len = 0;
-    if (got.bytes_missing != 0 || (ssd && got.bytes_from_ssd == 0) ||
+    weft_snapshot_stats_t ss = {.size = sizeof(ss)};
+    weft_snapshot_stats(snap, &ss);
+    bool buddy = id == ids[0]; /* the victim's buddy */
+    if (live && (ss.restore_in_place_bytes != weft_layout_packed_bytes(l, id) ||
+                 got.bytes_moved > weft_layout_packed_bytes(l, victim) +
+                                       (size_t)(k * n) * (8 + sizeof(blob_t)))) {
+        printf("rank %d: %llu B in place of %zu, %zu B moved\n", me,
+               (unsigned long long)ss.restore_in_place_bytes, weft_layout_packed_bytes(l, id),
+               got.bytes_moved);
+        SURVIVOR_FAIL(me, "the live regions did not stay in place");
+        return 1;
+    }
+    if (budget && (ss.spill_bytes == 0 || (buddy && !corrupt && ss.spill_read_bytes == 0) ||
+                   (buddy && ss.spill_read_failed != corrupt) ||
+                   (!buddy && ss.spill_read_bytes != 0) || (got.bytes_from_ssd != 0) != corrupt)) {
+        printf("rank %d: %llu B spilled, %llu B read back, read failed %d, %zu B from the "
+               "dead member's files\n",
+               me, (unsigned long long)ss.spill_bytes, (unsigned long long)ss.spill_read_bytes,
+               ss.spill_read_failed, got.bytes_from_ssd);
+        SURVIVOR_FAIL(me, "the spilled copies were not used as they should");
+        return 1;
+    }
+    if (got.bytes_missing != 0 || (pair && got.bytes_from_ssd == 0) ||
         weft_snapshot_blob(snap, victim, &vb, sizeof(vb), &len) != WEFT_OK || len != sizeof(vb) ||
         vb.step != got.step || vb.seed != got.step * 1000003u ||
         (got.step != KILL_STEP - 1 && got.step != KILL_STEP - 2)) {
@@ -168,15 +299,17 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("rank %d: restored step %llu: %zu B moved, %zu B copied locally, %zu B from SSD "
-           "files\n",
-           me, (unsigned long long)got.step, got.bytes_moved, got.bytes_local, got.bytes_from_ssd);
+           "files, %llu B from spilled files\n",
+           me, (unsigned long long)got.step, got.bytes_moved, got.bytes_local, got.bytes_from_ssd,
+           (unsigned long long)ss.spill_read_bytes);
     weft_snapshot_free(snap);
     if (weft_snapshot_create(world, nl, sizeof(blob_t), &sp, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
         return 1;
     }
     for (step = vb.step + 1; step <= STEPS && st == WEFT_OK; step++) {
-        st = train_step(world, nl, id, nbuf, step);
+        st = live ? train_step_reduce_first(world, nl, id, nbuf, step)
+                  : train_step(world, nl, id, nbuf, step);
         if (st == WEFT_OK) {
             st = snapshot(snap, step, nbuf);
         }

@@ -626,6 +626,41 @@ static void test_gc(void **state)
     free(m);
 }
 
+/* A pinned step outlives newer steps beyond keep_steps, and reads back; it goes once
+ * another step is pinned. */
+static void test_gc_pin(void **state)
+{
+    (void)state;
+    weft__ssd_t *s = open_tier(2, NULL);
+    model_t *m = malloc(sizeof(*m));
+    fill_model(m, 40);
+    assert_int_equal(snapshot_model(s, 1, m), WEFT_OK);
+    weft__ssd_pin(s, 1);
+    model_t *later = malloc(sizeof(*later));
+    for (uint64_t step = 2; step <= 4; step++) {
+        fill_model(later, 40 + (int)step); /* shares nothing with step 1 */
+        assert_int_equal(snapshot_model(s, step, later), WEFT_OK);
+    }
+    uint64_t steps[4];
+    size_t count;
+    assert_int_equal(weft__ssd_steps(s, steps, 4, &count), WEFT_OK);
+    assert_int_equal(count, 3);
+    assert_int_equal(steps[0], 4);
+    assert_int_equal(steps[1], 3);
+    assert_int_equal(steps[2], 1);
+    check_model(s, 1, m);
+    weft__ssd_pin(s, 4);
+    fill_model(later, 50);
+    assert_int_equal(snapshot_model(s, 5, later), WEFT_OK);
+    assert_int_equal(weft__ssd_steps(s, steps, 4, &count), WEFT_OK);
+    assert_int_equal(count, 2);
+    assert_int_equal(steps[0], 5);
+    assert_int_equal(steps[1], 4);
+    weft__ssd_close(s);
+    free(m);
+    free(later);
+}
+
 /* ---- O_DIRECT refused ---- */
 
 static int refuse_direct(const char *path, int flags, mode_t mode)
@@ -806,6 +841,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_crash_before_manifest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_between_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gc_pin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_fallback, setup_shm, teardown),
         cmocka_unit_test_setup_teardown(test_nonblocking, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_args, setup, teardown),

@@ -2,7 +2,9 @@
 # weft-perf snapshot --json on 3 ranks under weftrun --elastic, with a small state and a
 # short step: the overhead fields, then the last rank killed after a committed snapshot,
 # the survivors' restore checked word by word (and the dead rank's blob), the file
-# checkpoint re-read and checked too; with --ssd the SSD tier's speed beside sequential
+# checkpoint re-read and checked too, a fresh job of the survivors' size started (the
+# full restart from files adds it and the detection), and the restore from the live
+# buffers after the same kill checked too; with --ssd the SSD tier's speed beside sequential
 # writes, and a second, unchanged snapshot writing almost nothing; the files are cleaned up.
 set -euo pipefail
 weftrun=$1 perf=$2
@@ -27,6 +29,19 @@ assert doc["restore_bytes_missing"] == 0 and doc["restore_bytes_moved"] > 0, doc
 assert doc["restored_step"] == doc["committed_step"] > 0, doc
 assert doc["file_read_bytes"] == 3 * doc["state_bytes_per_rank"], doc
 assert doc["file_restart_over_recover"] > 0, doc
+# The full restart from files: the same detection, a fresh job's start, the re-reading.
+assert doc["job_start_us"] > 0, doc
+full = doc["detect_us"] + doc["job_start_us"] + doc["file_restart_us"]
+assert abs(doc["file_restart_full_us"] - full) < 1, doc
+assert abs(doc["file_restart_full_over_recover"] - full / doc["recover_us"]) < 0.01, doc
+# The restore from live buffers after the same kill: checked, each survivor's own shard
+# left in place, only the dead rank's shard (and the blobs) moved.
+assert doc["restore_live_wrong"] == 0 and doc["restore_live_us"] > 0, doc
+assert abs(doc["recover_live_us"] - doc["detect_us"] - doc["repair_us"]
+           - doc["restore_live_us"]) < 1, doc
+assert doc["restore_live_bytes_in_place"] == 2 * doc["state_bytes_per_rank"], doc
+assert doc["restore_live_bytes_moved"] <= doc["state_bytes_per_rank"] + 4096, doc
+assert doc["file_restart_full_over_recover_live"] > 0, doc
 assert doc["ssd_write_gbs"] > 0 and doc["dir_seq_write_gbs"] > 0, doc
 # Each member writes its shard and a buddy's: at least twice the state, all ranks.
 assert doc["first_snapshot_bytes_written"] >= 2 * 3 * doc["state_bytes_per_rank"], doc

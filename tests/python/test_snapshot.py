@@ -67,6 +67,22 @@ def test_commit_then_restore_into_another_layout(world, target):
         plan.stats()
 
 
+def test_restore_from_live_buffers(world):
+    """Live buffers that hold the committed step: the restore takes the survivors'
+    regions from them and gives the same bytes as from the copies."""
+    ids, me = world.member_ids, world.member_id()
+    state = flat(ids)
+    with weft.Snapshot(world, state, blob_bytes=64) as snap:
+        take(world, snap, state, [1, 2])
+        live = state.pack(me, model(2))
+        new = mixed(ids)
+        r = snap.restore(new, live=live)
+        assert (r.step, r.bytes_missing) == (2, 0)
+        np.testing.assert_array_equal(r.state, new.pack(me, model(2)))
+        for m in ids:
+            assert snap.blob(m) == blob_of(2, m)
+
+
 def test_redundancy_and_torch_buffers(world):
     torch = torch_or_skip()
     ids, me = world.member_ids, world.member_id()
