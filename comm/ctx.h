@@ -41,6 +41,7 @@ typedef struct weft_peer {
     size_t addr_len;
     weft_status_t failed; /* WEFT_OK while alive; else why it is gone */
     bool same_host;       /* published the same host id as this process (util/host_id.h) */
+    char host_id[WEFT__HOST_ID_LEN]; /* the host id it published; "" until its address is read */
 } weft_peer_t;
 
 typedef struct weft_user_op {
@@ -296,6 +297,11 @@ void weft__group_fail_requests(weft_group_t *g, weft_status_t why);
 void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);
 /* WEFT_OK, or the error every operation on @p g returns now. */
 weft_status_t weft__group_status(const weft_group_t *g);
+/* The host of each rank of @p g into @p host[g->size]: the lowest rank on the same host
+ * (util/host_id.h), -1 for a member whose address was never read. Every member of an
+ * epoch knows every other's address (weft__learn_members), so all compute the same
+ * table. Returns the number of hosts counted. */
+int weft__group_hosts(const weft_group_t *g, int *host);
 /* Create a group from member ids (ordered) with an agreed id and tag id (see struct
  * weft_group); appended to ctx->groups. */
 weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,

@@ -177,3 +177,31 @@ weft_status_t weft_group_size(const weft_group_t *g, int *size)
     *size = g->size;
     return WEFT_OK;
 }
+
+/* The host id member @p id published ("" if its address was never read). */
+static const char *member_host_id(const weft_ctx_t *ctx, int id)
+{
+    if (id == ctx->rank) {
+        return ctx->host_id;
+    }
+    return id >= 0 && id < ctx->npeers ? ctx->peers[id].host_id : "";
+}
+
+int weft__group_hosts(const weft_group_t *g, int *host)
+{
+    int nhosts = 0;
+    for (int r = 0; r < g->size; r++) {
+        const char *hid = member_host_id(g->ctx, g->members[r]);
+        host[r] = -1;
+        for (int q = 0; q < r && hid[0] != '\0' && host[r] < 0; q++) {
+            if (strcmp(member_host_id(g->ctx, g->members[q]), hid) == 0) {
+                host[r] = host[q];
+            }
+        }
+        if (hid[0] != '\0' && host[r] < 0) {
+            host[r] = r;
+            nhosts++;
+        }
+    }
+    return nhosts;
+}

@@ -1,7 +1,8 @@
 /*
  * Taking snapshots: the layouts of the copies (buddies chosen in group rank order, on
- * another host first), and a request per snapshot that runs the copy plan through the
- * migration engine and commits the step when it completes on every member.
+ * another host first: the caller's host_of, else the hosts the members published), and
+ * a request per snapshot that runs the copy plan through the migration engine and
+ * commits the step when it completes on every member.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,6 +29,38 @@ int weft__snap_index(const weft_snapshot_t *s, int id)
 static int host_of(const weft_snapshot_params_t *p, int id)
 {
     return p->host_of != NULL && id >= 0 && id < p->num_members ? p->host_of[id] : -1;
+}
+
+/* Without a host_of table from the caller, the group's own: the host each member
+ * published with its address (util/host_id.h), as the lowest group rank on it, by
+ * member id. Every member computes the same. Left NULL on one host (nothing to prefer)
+ * and when out of memory (buddies then ignore hosts, as they do without a table). */
+static int *group_host_of(const weft_group_t *g, weft_snapshot_params_t *p)
+{
+    if (p->host_of != NULL || g->size < 2) {
+        return NULL;
+    }
+    int max_id = 0;
+    for (int r = 0; r < g->size; r++) {
+        max_id = g->members[r] > max_id ? g->members[r] : max_id;
+    }
+    int *by_rank = malloc((size_t)g->size * sizeof(int));
+    int *table = malloc(((size_t)max_id + 1) * sizeof(int));
+    if (by_rank == NULL || table == NULL || weft__group_hosts(g, by_rank) < 2) {
+        free(by_rank);
+        free(table);
+        return NULL;
+    }
+    for (int id = 0; id <= max_id; id++) {
+        table[id] = -1;
+    }
+    for (int r = 0; r < g->size; r++) {
+        table[g->members[r]] = by_rank[r];
+    }
+    free(by_rank);
+    p->host_of = table;
+    p->num_members = max_id + 1;
+    return table;
 }
 
 /* The @p r buddies of member index @p i: the next members in rank order, those on
@@ -191,7 +224,9 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
     memcpy(s->members, g->members, (size_t)g->size * sizeof(int));
     s->nstate = state->ntensors;
     s->blob_bytes = blob_bytes;
+    int *hosts = group_host_of(g, &p);
     st = build_layouts(s, state, &p, r);
+    free(hosts);
     if (st == WEFT_OK) {
         st = weft__snap_ssd_open(s, p.ssd_dir);
     }
