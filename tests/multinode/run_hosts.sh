@@ -183,6 +183,10 @@ replace_host)
         [ $code -eq 0 ] || fail "the weftrun on host $i exited $code"
     done
     grep -q "node $last was lost" "$out/node0" || fail "node 0 did not see node $last lost"
+    grep -q "node $last was lost before" "$out/node$nodes" ||
+        fail "the replacement did not start as node $last started again"
+    ! grep -q "node $last was lost:" "$out/node$nodes" ||
+        fail "the replacement reported its own earlier start as a new loss"
     tail -n 3 "$out/node0" | grep -q " on $world ranks" ||
         fail "the job did not end on $world ranks"
     ;;
