@@ -63,6 +63,7 @@ void weft__group_destroy(weft_group_t *g)
     weft__shm_release(g);
     /* Its tag id may be given to a new group: nothing of this one may be taken for it. */
     weft__ctx_discard(ctx, weft__tag(0, g->tag_id, 0, WEFT_TAG_P2P, 0), WEFT_TAG_MASK_GROUP);
+    free(g->hosts);
     free(g->members);
     free(g);
 }
@@ -204,4 +205,19 @@ int weft__group_hosts(const weft_group_t *g, int *host)
         }
     }
     return nhosts;
+}
+
+const int *weft__group_host_table(weft_group_t *g, int *nhosts)
+{
+    if (g->hosts_epoch != g->epoch + 1) {
+        int *h = realloc(g->hosts, (size_t)(g->size > 0 ? g->size : 1) * sizeof(int));
+        if (h == NULL) {
+            return NULL;
+        }
+        g->hosts = h;
+        g->nhosts = weft__group_hosts(g, h);
+        g->hosts_epoch = g->epoch + 1;
+    }
+    *nhosts = g->nhosts;
+    return g->hosts;
 }
