@@ -64,13 +64,21 @@ static int *group_host_of(const weft_group_t *g, weft_snapshot_params_t *p)
 }
 
 /* The @p r buddies of member index @p i: the next members in rank order, those on
- * another host first. */
+ * another host first. The search starts as many members ahead as its host has (L): with
+ * hosts of equal size in blocks of ranks, a member's buddies are its counterparts on the
+ * next hosts, and every member holds r copies (from just ahead, the first members of
+ * each host would hold the copies of their whole previous host). */
 static void choose_buddies(const weft_snapshot_t *s, const weft_snapshot_params_t *p, int i, int r,
                            int *out)
 {
-    int k = 0, h = host_of(p, s->members[i]);
+    int k = 0, h = host_of(p, s->members[i]), L = 0;
+    for (int j = 0; j < s->n && h >= 0; j++) {
+        L += host_of(p, s->members[j]) == h;
+    }
+    L = L > 0 && L < s->n ? L : 1;
     for (int pass = 0; pass < 2 && k < r; pass++) {
-        for (int d = 1; d < s->n && k < r; d++) {
+        for (int e = 0; e < s->n - 1 && k < r; e++) {
+            int d = 1 + (L - 1 + e) % (s->n - 1); /* L, L+1, ..., n-1, 1, ..., L-1 */
             int j = (i + d) % s->n;
             int hj = host_of(p, s->members[j]);
             bool other = h < 0 || hj < 0 || hj != h;

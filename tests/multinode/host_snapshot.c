@@ -105,8 +105,10 @@ static bool buddies_placed(weft_group_t *g, const weft_layout_t *l, char (*names
             SURVIVOR_FAIL(me, "snapshot_create");
             return false;
         }
+        int held[MAX_RANKS] = {0};
         for (int i = 0; i < n && ok; i++) {
             int k = buddies_of(s, i, b);
+            held[k > 0 ? b[0] : i]++;
             ok = k == 1 && (pass == 0 ? strcmp(names[b[0]], names[i]) != 0 : b[0] == (i + 1) % n);
             if (!ok) {
                 printf("rank %d: with %s, rank %d (on %s) has %d buddies, the first rank %d "
@@ -116,6 +118,14 @@ static bool buddies_placed(weft_group_t *g, const weft_layout_t *l, char (*names
             } else if (pass == 0 && me == 0) {
                 printf("buddy of rank %d (on %s): rank %d (on %s)\n", i, names[i], b[0],
                        names[b[0]]);
+            }
+        }
+        /* The bed's hosts have equal numbers of ranks: each member holds one copy. */
+        for (int j = 0; j < n && ok; j++) {
+            ok = held[j] == 1;
+            if (!ok) {
+                printf("rank %d: with %s, rank %d holds %d copies, not 1\n", me,
+                       pass == 0 ? "default parameters" : "host_of all 0", j, held[j]);
             }
         }
         weft_snapshot_free(s);
