@@ -7,9 +7,10 @@
  *       each host's ranks (split by WEFT_RANK / WEFT_LOCAL_SIZE) must, when it has
  *       several members. Checked allreduces on both. Prints "PATHS-OK rank R".
  *   host_job loss SURVIVORS [KILL_RANK]
- *       Allreduces until a peer dies (rank KILL_RANK kills itself after a few; without
- *       it, the test kills ranks or a whole host from outside once rank 0 has printed
- *       "JOB-READY"); then repair until the group has SURVIVORS members, agree on the
+ *       Allreduces, small and mid-size in turn (the mid-size ones hierarchical over
+ *       hosts with several ranks), until a peer dies (rank KILL_RANK kills itself after a
+ *       few; without it, the test kills ranks or a whole host from outside once rank 0
+ *       has printed "JOB-READY"); then repair until the group has SURVIVORS members, agree on the
  *       membership and check a large allreduce at the new epoch. Prints "SURVIVOR-OK".
  *   host_job hier
  *       Allreduces of several sizes, dtypes and operators, in place and not, on the world
@@ -136,6 +137,27 @@ static weft_status_t big_allreduce(weft_group_t *g)
     return st;
 }
 
+/* An allreduce of 8192 doubles (the hierarchical algorithm's range over several hosts
+ * with several ranks on one), checked element-wise. */
+static weft_status_t mid_allreduce(weft_group_t *g)
+{
+    enum { N = 8192 };
+    double x[N];
+    int r, n;
+    weft_group_rank(g, &r);
+    weft_group_size(g, &n);
+    for (int i = 0; i < N; i++) {
+        x[i] = r + i;
+    }
+    weft_status_t st = weft_allreduce(g, x, x, N, WEFT_F64, WEFT_SUM);
+    for (int i = 0; i < N && st == WEFT_OK; i++) {
+        if (x[i] != (double)n * (n - 1) / 2 + (double)n * i) {
+            st = WEFT_ERR_MISMATCH;
+        }
+    }
+    return st;
+}
+
 static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_rank)
 {
     int rank, size;
@@ -155,7 +177,7 @@ static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_ran
         if (rank == kill_rank && i == 50) {
             raise(SIGKILL);
         }
-        st = fault_checked_allreduce(g);
+        st = i % 2 ? fault_checked_allreduce(g) : mid_allreduce(g);
     }
     if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
         printf("SURVIVOR-FAIL rank %d: work ended with %s\n", rank, weft_status_str(st));
