@@ -374,9 +374,12 @@ void weft__rd_fini(weft_coll_t *c);
 weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag, const void *in,
                               void *full, void *mine, const void *own, size_t count, size_t blk);
 /* A ring over some ranks of the group only: this rank's place in it (@p rank of @p size)
- * and the group ranks of its neighbours. */
+ * and the group ranks of its neighbours. @p remote: every link crosses hosts, so chunks
+ * are WEFT_COLL_CHUNK whatever the size (eager-sized chunks pay off over shared memory;
+ * over the network each costs a round of the network's latency). */
 typedef struct weft_ring_pos {
     int rank, size, left, right;
+    bool remote;
 } weft_ring_pos_t;
 weft_status_t weft__ring_init_among(weft_coll_t *c, weft_ring_t *ring, const weft_ring_pos_t *pos,
                                     bool rs, bool ag, const void *in, void *full, void *mine,

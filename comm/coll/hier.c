@@ -244,7 +244,7 @@ weft_status_t weft__coll_setup_hier(weft_coll_t *c)
             }
             in = H->acc;
         }
-        weft_ring_pos_t pos = {lrank, nleaders, left, right};
+        weft_ring_pos_t pos = {lrank, nleaders, left, right, true};
         uint8_t *recv = c->a.recvbuf;
         weft_status_t st = weft__ring_init_among(
             c, &H->ring, &pos, true, true, in, recv,

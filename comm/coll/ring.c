@@ -98,7 +98,8 @@ size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes, int units)
 weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag, const void *in,
                               void *full, void *mine, const void *own, size_t count, size_t blk)
 {
-    weft_ring_pos_t pos = {c->rank, c->size, mod(c->rank - 1, c->size), mod(c->rank + 1, c->size)};
+    weft_ring_pos_t pos = {c->rank, c->size, mod(c->rank - 1, c->size), mod(c->rank + 1, c->size),
+                           false};
     return weft__ring_init_among(c, ring, &pos, rs, ag, in, full, mine, own, count, blk);
 }
 
@@ -126,7 +127,9 @@ weft_status_t weft__ring_init_among(weft_coll_t *c, weft_ring_t *ring, const wef
         ring->slot[i] = -1;
     }
     size_t maxblk = blk > 0 ? blk : (count + (size_t)pos->size - 1) / (size_t)pos->size;
-    size_t per_chunk = weft__coll_chunk_bytes(c, maxblk * c->elem, ring->units) / c->elem;
+    size_t per_chunk = (pos->remote ? c->ctx->cfg.coll_chunk
+                                    : weft__coll_chunk_bytes(c, maxblk * c->elem, ring->units)) /
+                       c->elem;
     if (per_chunk == 0) {
         per_chunk = 1;
     }
