@@ -98,8 +98,12 @@ size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes, int units)
 weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag, const void *in,
                               void *full, void *mine, const void *own, size_t count, size_t blk)
 {
+    /* Every rank on a host of its own: every link crosses the network (the same answer
+     * on every rank, as the chunking must be). */
+    int nhosts = 0;
+    bool remote = c->size > 1 && weft__group_host_table(c->g, &nhosts) != NULL && nhosts == c->size;
     weft_ring_pos_t pos = {c->rank, c->size, mod(c->rank - 1, c->size), mod(c->rank + 1, c->size),
-                           false};
+                           remote};
     return weft__ring_init_among(c, ring, &pos, rs, ag, in, full, mine, own, count, blk);
 }
 
