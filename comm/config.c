@@ -246,6 +246,12 @@ static const config_field_t config_table[] = {
     FIELD("WEFT_COLL_CHUNK", "1M",
           "Pipelining chunk of bandwidth-optimised (ring) collectives, in bytes.", coll_chunk,
           size),
+    FIELD("WEFT_COLL_HIER_MAX", "4M",
+          "Allreduces above the latency size and up to this many bytes, on a group over "
+          "several hosts with several members on some host, reduce within each host, "
+          "allreduce among one leader per host and send the result back within each host; "
+          "larger ones (and 0: all) take the flat ring. Must be equal on all ranks.",
+          coll_hier_max, size),
     FIELD("WEFT_COLL_SHM", "on",
           "on: groups whose members share one host run their collectives through a shared "
           "memory segment; off: over the transport's messages. Must be equal on all ranks.",

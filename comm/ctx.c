@@ -301,6 +301,8 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
     /* Not the host name: namespaces and containers of one machine may differ in nothing
      * else, and machines of a cluster may share one (util/host_id.h). */
     p->same_host = memcmp(ctx->host_id, (char *)pv + ADDR_HOST_ID_OFF, WEFT__HOST_ID_LEN) == 0;
+    memcpy(p->host_id, (char *)pv + ADDR_HOST_ID_OFF, WEFT__HOST_ID_LEN);
+    p->host_id[WEFT__HOST_ID_LEN - 1] = '\0';
     free(pv);
     return WEFT_OK;
 }

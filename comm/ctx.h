@@ -41,6 +41,7 @@ typedef struct weft_peer {
     size_t addr_len;
     weft_status_t failed; /* WEFT_OK while alive; else why it is gone */
     bool same_host;       /* published the same host id as this process (util/host_id.h) */
+    char host_id[WEFT__HOST_ID_LEN]; /* the host id it published; "" until its address is read */
 } weft_peer_t;
 
 typedef struct weft_user_op {
@@ -121,6 +122,10 @@ struct weft_group {
     uint32_t shm_epoch; /* epoch + 1 once decided for that epoch; 0: not yet */
     /* CUDA stream and NCCL communicator (comm/memtype.c, comm/nccl_comm.c); NULL until used */
     struct weft_cuda_group *cuda;
+    /* weft__group_hosts of epoch hosts_epoch - 1 (0: not computed), for the collectives */
+    int *hosts;
+    int nhosts;
+    uint32_t hosts_epoch;
 };
 
 /* A request. P2P requests wrap one transport request; compound requests (collectives)
@@ -296,6 +301,14 @@ void weft__group_fail_requests(weft_group_t *g, weft_status_t why);
 void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);
 /* WEFT_OK, or the error every operation on @p g returns now. */
 weft_status_t weft__group_status(const weft_group_t *g);
+/* The host of each rank of @p g into @p host[g->size]: the lowest rank on the same host
+ * (util/host_id.h), -1 for a member whose address was never read. Every member of an
+ * epoch knows every other's address (weft__learn_members), so all compute the same
+ * table. Returns the number of hosts counted. */
+int weft__group_hosts(const weft_group_t *g, int *host);
+/* The same table for @p g's current epoch, computed once per epoch and kept in the group;
+ * NULL when out of memory. *@p nhosts gets the number of hosts. */
+const int *weft__group_host_table(weft_group_t *g, int *nhosts);
 /* Create a group from member ids (ordered) with an agreed id and tag id (see struct
  * weft_group); appended to ctx->groups. */
 weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,

@@ -63,6 +63,7 @@ void weft__group_destroy(weft_group_t *g)
     weft__shm_release(g);
     /* Its tag id may be given to a new group: nothing of this one may be taken for it. */
     weft__ctx_discard(ctx, weft__tag(0, g->tag_id, 0, WEFT_TAG_P2P, 0), WEFT_TAG_MASK_GROUP);
+    free(g->hosts);
     free(g->members);
     free(g);
 }
@@ -176,4 +177,47 @@ weft_status_t weft_group_size(const weft_group_t *g, int *size)
     }
     *size = g->size;
     return WEFT_OK;
+}
+
+/* The host id member @p id published ("" if its address was never read). */
+static const char *member_host_id(const weft_ctx_t *ctx, int id)
+{
+    if (id == ctx->rank) {
+        return ctx->host_id;
+    }
+    return id >= 0 && id < ctx->npeers ? ctx->peers[id].host_id : "";
+}
+
+int weft__group_hosts(const weft_group_t *g, int *host)
+{
+    int nhosts = 0;
+    for (int r = 0; r < g->size; r++) {
+        const char *hid = member_host_id(g->ctx, g->members[r]);
+        host[r] = -1;
+        for (int q = 0; q < r && hid[0] != '\0' && host[r] < 0; q++) {
+            if (strcmp(member_host_id(g->ctx, g->members[q]), hid) == 0) {
+                host[r] = host[q];
+            }
+        }
+        if (hid[0] != '\0' && host[r] < 0) {
+            host[r] = r;
+            nhosts++;
+        }
+    }
+    return nhosts;
+}
+
+const int *weft__group_host_table(weft_group_t *g, int *nhosts)
+{
+    if (g->hosts_epoch != g->epoch + 1) {
+        int *h = realloc(g->hosts, (size_t)(g->size > 0 ? g->size : 1) * sizeof(int));
+        if (h == NULL) {
+            return NULL;
+        }
+        g->hosts = h;
+        g->nhosts = weft__group_hosts(g, h);
+        g->hosts_epoch = g->epoch + 1;
+    }
+    *nhosts = g->nhosts;
+    return g->hosts;
 }

@@ -505,6 +505,7 @@ int main(int argc, char **argv)
     }
     int redundancy = 1;
     int steps = parse_options(&t, argc, argv, &redundancy);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines reach a log file as they happen */
     toy_init();
     t.sums = calloc((size_t)BLOCKS * DIM, sizeof(float));
     t.sendbuf = calloc((size_t)2 * BLOCKS * DIM, sizeof(float));

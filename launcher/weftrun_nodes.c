@@ -170,6 +170,9 @@ static void on_end(weftrun_job_t *job, const char *rest, const char *val, bool l
         return;
     }
     inc->ended = true;
+    if (node == job->opts->node_rank) {
+        return; /* an earlier start of this node: said at start ("lost before") */
+    }
     if (strcmp(val, "lost") != 0) {
         WEFT_INFO(job->lg, "node %d ended (%s)", node, val);
         return;

@@ -1,7 +1,8 @@
 /*
  * Taking snapshots: the layouts of the copies (buddies chosen in group rank order, on
- * another host first), and a request per snapshot that runs the copy plan through the
- * migration engine and commits the step when it completes on every member.
+ * another host first: the caller's host_of, else the hosts the members published), and
+ * a request per snapshot that runs the copy plan through the migration engine and
+ * commits the step when it completes on every member.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,14 +33,54 @@ static int host_of(const weft_snapshot_params_t *p, int id)
     return p->host_of != NULL && id >= 0 && id < p->num_members ? p->host_of[id] : -1;
 }
 
+/* Without a host_of table from the caller, the group's own: the host each member
+ * published with its address (util/host_id.h), as the lowest group rank on it, by
+ * member id. Every member computes the same. Left NULL on one host (nothing to prefer)
+ * and when out of memory (buddies then ignore hosts, as they do without a table). */
+static int *group_host_of(const weft_group_t *g, weft_snapshot_params_t *p)
+{
+    if (p->host_of != NULL || g->size < 2) {
+        return NULL;
+    }
+    int max_id = 0;
+    for (int r = 0; r < g->size; r++) {
+        max_id = g->members[r] > max_id ? g->members[r] : max_id;
+    }
+    int *by_rank = malloc((size_t)g->size * sizeof(int));
+    int *table = malloc(((size_t)max_id + 1) * sizeof(int));
+    if (by_rank == NULL || table == NULL || weft__group_hosts(g, by_rank) < 2) {
+        free(by_rank);
+        free(table);
+        return NULL;
+    }
+    for (int id = 0; id <= max_id; id++) {
+        table[id] = -1;
+    }
+    for (int r = 0; r < g->size; r++) {
+        table[g->members[r]] = by_rank[r];
+    }
+    free(by_rank);
+    p->host_of = table;
+    p->num_members = max_id + 1;
+    return table;
+}
+
 /* The @p r buddies of member index @p i: the next members in rank order, those on
- * another host first. */
+ * another host first. The search starts as many members ahead as its host has (L): with
+ * hosts of equal size in blocks of ranks, a member's buddies are its counterparts on the
+ * next hosts, and every member holds r copies (from just ahead, the first members of
+ * each host would hold the copies of their whole previous host). */
 static void choose_buddies(const weft_snapshot_t *s, const weft_snapshot_params_t *p, int i, int r,
                            int *out)
 {
-    int k = 0, h = host_of(p, s->members[i]);
+    int k = 0, h = host_of(p, s->members[i]), L = 0;
+    for (int j = 0; j < s->n && h >= 0; j++) {
+        L += host_of(p, s->members[j]) == h;
+    }
+    L = L > 0 && L < s->n ? L : 1;
     for (int pass = 0; pass < 2 && k < r; pass++) {
-        for (int d = 1; d < s->n && k < r; d++) {
+        for (int e = 0; e < s->n - 1 && k < r; e++) {
+            int d = 1 + (L - 1 + e) % (s->n - 1); /* L, L+1, ..., n-1, 1, ..., L-1 */
             int j = (i + d) % s->n;
             int hj = host_of(p, s->members[j]);
             bool other = h < 0 || hj < 0 || hj != h;
@@ -269,7 +310,9 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
     s->nstate = state->ntensors;
     s->blob_bytes = blob_bytes;
     s->spill_mode = p.buddy_mem_bytes > 0;
+    int *hosts = group_host_of(g, &p);
     st = build_layouts(s, state, &p, r);
+    free(hosts);
     if (st == WEFT_OK) {
         st = weft__snap_ssd_open(s, p.ssd_dir);
     }

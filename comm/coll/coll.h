@@ -64,6 +64,8 @@ enum weft_coll_kind {
 #define WEFT_COLL_STEP_CHAIN 34
 #define WEFT_COLL_STEP_PAIRS 35
 #define WEFT_COLL_STEP_COUNTS 36
+#define WEFT_COLL_STEP_HIER_UP 37   /* hierarchical allreduce: to the host's leader */
+#define WEFT_COLL_STEP_HIER_DOWN 38 /* and back from it */
 
 /* The header of every exchange-phase message (32 bytes, keeps payloads aligned). */
 typedef struct weft_coll_hdr {
@@ -371,6 +373,17 @@ void weft__rd_fini(weft_coll_t *c);
  */
 weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag, const void *in,
                               void *full, void *mine, const void *own, size_t count, size_t blk);
+/* A ring over some ranks of the group only: this rank's place in it (@p rank of @p size)
+ * and the group ranks of its neighbours. @p remote: every link crosses hosts, so chunks
+ * are WEFT_COLL_CHUNK whatever the size (eager-sized chunks pay off over shared memory;
+ * over the network each costs a round of the network's latency). */
+typedef struct weft_ring_pos {
+    int rank, size, left, right;
+    bool remote;
+} weft_ring_pos_t;
+weft_status_t weft__ring_init_among(weft_coll_t *c, weft_ring_t *ring, const weft_ring_pos_t *pos,
+                                    bool rs, bool ag, const void *in, void *full, void *mine,
+                                    const void *own, size_t count, size_t blk);
 weft_status_t weft__ring_progress(weft_coll_t *c, weft_ring_t *ring);
 /* Pipelining chunk for blocks of @p blk_bytes, each chunk costing @p units messages per
  * rank: eager-sized for medium blocks, else WEFT_COLL_CHUNK (0 only if that is 0). */
@@ -382,6 +395,10 @@ weft_status_t weft__coll_setup_reduction(weft_coll_t *c); /* allreduce, reduce, 
 weft_status_t weft__coll_setup_allgather(weft_coll_t *c);
 weft_status_t weft__coll_setup_broadcast(weft_coll_t *c);
 weft_status_t weft__coll_setup_alltoall(weft_coll_t *c); /* alltoall, alltoallv */
+/* Allreduce over a group that spans several hosts with several ranks on some: whether
+ * @p c qualifies (hier.c; every rank decides alike), and its setup. */
+bool weft__coll_hier_fits(weft_coll_t *c, size_t bytes);
+weft_status_t weft__coll_setup_hier(weft_coll_t *c);
 /* Local result with one rank (no communication). */
 void weft__coll_single(const weft_coll_args_t *a, size_t elem);
 

@@ -98,13 +98,26 @@ size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes, int units)
 weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag, const void *in,
                               void *full, void *mine, const void *own, size_t count, size_t blk)
 {
+    /* Every rank on a host of its own: every link crosses the network (the same answer
+     * on every rank, as the chunking must be). */
+    int nhosts = 0;
+    bool remote = c->size > 1 && weft__group_host_table(c->g, &nhosts) != NULL && nhosts == c->size;
+    weft_ring_pos_t pos = {c->rank, c->size, mod(c->rank - 1, c->size), mod(c->rank + 1, c->size),
+                           remote};
+    return weft__ring_init_among(c, ring, &pos, rs, ag, in, full, mine, own, count, blk);
+}
+
+weft_status_t weft__ring_init_among(weft_coll_t *c, weft_ring_t *ring, const weft_ring_pos_t *pos,
+                                    bool rs, bool ag, const void *in, void *full, void *mine,
+                                    const void *own, size_t count, size_t blk)
+{
     memset(ring, 0, sizeof(*ring));
-    ring->rank = c->rank;
-    ring->size = c->size;
-    ring->left = mod(c->rank - 1, c->size);
-    ring->right = mod(c->rank + 1, c->size);
-    ring->rs_steps = rs ? c->size - 1 : 0;
-    ring->ag_steps = ag ? c->size - 1 : 0;
+    ring->rank = pos->rank;
+    ring->size = pos->size;
+    ring->left = pos->left;
+    ring->right = pos->right;
+    ring->rs_steps = rs ? pos->size - 1 : 0;
+    ring->ag_steps = ag ? pos->size - 1 : 0;
     ring->units = ring->rs_steps + ring->ag_steps;
     ring->elem = c->elem;
     ring->count = count;
@@ -117,8 +130,10 @@ weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool a
     for (int i = 0; i < WEFT_RING_WIN; i++) {
         ring->slot[i] = -1;
     }
-    size_t maxblk = blk > 0 ? blk : (count + (size_t)c->size - 1) / (size_t)c->size;
-    size_t per_chunk = weft__coll_chunk_bytes(c, maxblk * c->elem, ring->units) / c->elem;
+    size_t maxblk = blk > 0 ? blk : (count + (size_t)pos->size - 1) / (size_t)pos->size;
+    size_t per_chunk = (pos->remote ? c->ctx->cfg.coll_chunk
+                                    : weft__coll_chunk_bytes(c, maxblk * c->elem, ring->units)) /
+                       c->elem;
     if (per_chunk == 0) {
         per_chunk = 1;
     }

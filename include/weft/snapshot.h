@@ -7,9 +7,9 @@
  * packed buffer of a layout: parameters, optimizer state) and an opaque blob (RNG state,
  * data-loader position, step counter). The snapshot copies the shard, in the background
  * through the migration engine, into a buffer of the member itself and of
- * @c redundancy buddies (the next members in group rank order, on another host first
- * when hosts are given). Each copy is double-buffered: a snapshot in progress never
- * overwrites the newest complete one. A snapshot of step s is committed when its
+ * @c redundancy buddies (the next members in group rank order, on another host first).
+ * Each copy is double-buffered: a snapshot in progress never overwrites the newest
+ * complete one. A snapshot of step s is committed when its
  * migration completes, which every member learns at the same time (the migration's
  * closing agreement); data of the next snapshot lands only after every member has passed
  * that point, so the buffer of the previous step is intact until then. With a memory
@@ -52,8 +52,10 @@ typedef struct weft_snapshot_params {
     /** Buddies holding a copy of each member's shard besides the member itself (0: 1;
      * at most group size - 1). */
     int redundancy;
-    /** Host of each member id (host_of[id], ids 0..num_members-1), or NULL: buddies on
-     * another host than the member are chosen first. */
+    /** Host of each member id (host_of[id], ids 0..num_members-1): buddies on another
+     * host than the member are chosen first. NULL: the hosts the members are on, as the
+     * library knows them (those that may share memory), so that losing a whole host
+     * loses no shard whose buddy is elsewhere. */
     const int *host_of;
     int num_members; /**< Entries in host_of. */
     /** A directory for the SSD tier, or NULL for none. After each committed step, every

@@ -7,22 +7,34 @@
  *       each host's ranks (split by WEFT_RANK / WEFT_LOCAL_SIZE) must, when it has
  *       several members. Checked allreduces on both. Prints "PATHS-OK rank R".
  *   host_job loss SURVIVORS [KILL_RANK]
- *       Allreduces until a peer dies (rank KILL_RANK kills itself after a few; without
- *       it, the test kills ranks or a whole host from outside once rank 0 has printed
- *       "JOB-READY"); then repair until the group has SURVIVORS members, agree on the
+ *       Allreduces, small and mid-size in turn (the mid-size ones hierarchical over
+ *       hosts with several ranks), until a peer dies (rank KILL_RANK kills itself after a
+ *       few; without it, the test kills ranks or a whole host from outside once rank 0
+ *       has printed "JOB-READY"); then repair until the group has SURVIVORS members, agree on the
  *       membership and check a large allreduce at the new epoch. Prints "SURVIVOR-OK".
+ *   host_job hier
+ *       Allreduces of several sizes, dtypes and operators, in place and not, on the world
+ *       group, checked element by element against a sequential reference. The host
+ *       table the library uses must match the host names (the bed gives each host its
+ *       own), and the hierarchical algorithm must be chosen for a mid-size vector exactly
+ *       when the group spans several hosts with several ranks on some host (never
+ *       past WEFT_COLL_HIER_MAX). A sum of doubles that rounds differently in every order
+ *       must come out bitwise the same on every rank. Prints "HIER-OK rank R".
  *   host_job grow
  *       The members admit one newcomer (weft_group_grow) once rank 0 has printed
  *       "JOB-READY"; the newcomer is this program started with WEFT_JOIN=1 on another
  *       host (by hand: WEFT_STORE, WEFT_JOB_TOKEN). Everyone checks the membership and a
- *       large allreduce that includes it. Prints "SURVIVOR-OK".
+ *       large allreduce that includes it, then the checks of "hier" on the grown group
+ *       (hosts of different sizes). Prints "SURVIVOR-OK".
  */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "comm/coll/coll.h"
 #include "fault_common.h"
 
 #define WORK_LIMIT_MS 60000.0 /* for the death to be noticed */
@@ -125,6 +137,27 @@ static weft_status_t big_allreduce(weft_group_t *g)
     return st;
 }
 
+/* An allreduce of 8192 doubles (the hierarchical algorithm's range over several hosts
+ * with several ranks on one), checked element-wise. */
+static weft_status_t mid_allreduce(weft_group_t *g)
+{
+    enum { N = 8192 };
+    double x[N];
+    int r, n;
+    weft_group_rank(g, &r);
+    weft_group_size(g, &n);
+    for (int i = 0; i < N; i++) {
+        x[i] = r + i;
+    }
+    weft_status_t st = weft_allreduce(g, x, x, N, WEFT_F64, WEFT_SUM);
+    for (int i = 0; i < N && st == WEFT_OK; i++) {
+        if (x[i] != (double)n * (n - 1) / 2 + (double)n * i) {
+            st = WEFT_ERR_MISMATCH;
+        }
+    }
+    return st;
+}
+
 static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_rank)
 {
     int rank, size;
@@ -144,7 +177,7 @@ static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_ran
         if (rank == kill_rank && i == 50) {
             raise(SIGKILL);
         }
-        st = fault_checked_allreduce(g);
+        st = i % 2 ? fault_checked_allreduce(g) : mid_allreduce(g);
     }
     if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
         printf("SURVIVOR-FAIL rank %d: work ended with %s\n", rank, weft_status_str(st));
@@ -170,6 +203,172 @@ static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_ran
     weft_finalize(ctx);
     printf("SURVIVOR-OK rank %d (was %d): epoch %u -> %u, %d -> %d, repaired in %.1f ms\n", nr,
            rank, info.old_epoch, info.new_epoch, size, expected, t_done - t_err);
+    return 0;
+}
+
+/* Rank r's element i of the checked allreduces: small integers, exact in every type. */
+static double hier_value(int r, size_t i)
+{
+    return (double)((r * 7 + (int)(i % 1009) * 3) % 61) - 20;
+}
+
+/* One checked allreduce of @p count elements of @p dt with @p op (SUM or MAX). */
+static int hier_check(weft_group_t *g, size_t count, weft_dtype_t dt, weft_op_t op, bool inplace)
+{
+    int rank, size;
+    weft_group_rank(g, &rank);
+    weft_group_size(g, &size);
+    size_t es = weft_dtype_size(dt);
+    char *in = malloc(count * es + 1), *out = malloc(count * es + 1);
+    int bad = in == NULL || out == NULL;
+    for (size_t i = 0; !bad && i < count; i++) {
+        double v = hier_value(rank, i);
+        if (dt == WEFT_F64) {
+            memcpy(in + i * es, &v, es);
+        } else if (dt == WEFT_F32) {
+            float f = (float)v;
+            memcpy(in + i * es, &f, es);
+        } else {
+            int32_t k = (int32_t)v;
+            memcpy(in + i * es, &k, es);
+        }
+    }
+    if (!bad && inplace) {
+        memcpy(out, in, count * es);
+    }
+    weft_status_t st =
+        bad ? WEFT_ERR_NO_MEMORY : weft_allreduce(g, inplace ? out : in, out, count, dt, op);
+    for (size_t i = 0; st == WEFT_OK && i < count && !bad; i++) {
+        double want = op == WEFT_SUM ? 0 : hier_value(0, i);
+        for (int r = 0; r < size; r++) {
+            double v = hier_value(r, i);
+            want = op == WEFT_SUM ? want + v : (v > want ? v : want);
+        }
+        double got;
+        if (dt == WEFT_F64) {
+            memcpy(&got, out + i * es, es);
+        } else if (dt == WEFT_F32) {
+            float f;
+            memcpy(&f, out + i * es, es);
+            got = f;
+        } else {
+            int32_t k;
+            memcpy(&k, out + i * es, es);
+            got = k;
+        }
+        if (got != want) {
+            printf("HIER-FAIL rank %d: %zu elements of dtype %d, op %d%s: [%zu] = %g, not %g\n",
+                   rank, count, (int)dt, (int)op, inplace ? " in place" : "", i, got, want);
+            bad = 1;
+        }
+    }
+    if (st != WEFT_OK) {
+        printf("HIER-FAIL rank %d: allreduce of %zu: %s\n", rank, count, weft_status_str(st));
+        bad = 1;
+    }
+    free(in);
+    free(out);
+    return bad;
+}
+
+/* A sum of doubles whose rounding depends on the order: the same bits on every rank. */
+static int hier_same_bits(weft_group_t *g)
+{
+    enum { N = 20000 };
+    static double x[N];
+    int rank, size;
+    weft_group_rank(g, &rank);
+    weft_group_size(g, &size);
+    for (int i = 0; i < N; i++) {
+        x[i] = 1.0 / (double)(rank * 31 + i + 1) * (i % 2 ? 1e10 : 1e-10);
+    }
+    uint64_t h = 1469598103934665603ull, all[64];
+    if (size > 64 || weft_allreduce(g, x, x, N, WEFT_F64, WEFT_SUM) != WEFT_OK) {
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(x); i++) {
+        h = (h ^ ((unsigned char *)x)[i]) * 1099511628211ull;
+    }
+    if (weft_allgather(g, &h, all, 1, WEFT_I64) != WEFT_OK) {
+        return 1;
+    }
+    for (int r = 0; r < size; r++) {
+        if (all[r] != h) {
+            printf("HIER-FAIL rank %d: its sum differs from rank %d's\n", rank, r);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether the library picks the hierarchical allreduce for @p bytes on @p g. */
+static bool hier_chosen(weft_group_t *g, weft_ctx_t *ctx, size_t bytes)
+{
+    weft_coll_t c;
+    memset(&c, 0, sizeof(c));
+    c.ctx = ctx;
+    c.g = g;
+    weft_group_rank(g, &c.rank);
+    weft_group_size(g, &c.size);
+    c.a.kind = WEFT_COLL_ALLREDUCE;
+    return weft__coll_hier_fits(&c, bytes);
+}
+
+static int run_hier(weft_ctx_t *ctx, weft_group_t *g)
+{
+    enum { MAXR = 64, NAME = 64 };
+    int rank, size;
+    weft_group_rank(g, &rank);
+    weft_group_size(g, &size);
+    static char names[MAXR][NAME];
+    char mine[NAME] = {0};
+    gethostname(mine, sizeof(mine) - 1);
+    if (size > MAXR || weft_allgather(g, mine, names, NAME, WEFT_U8) != WEFT_OK) {
+        printf("HIER-FAIL rank %d: allgather of the host names\n", rank);
+        return 1;
+    }
+    /* The reference host table: the lowest rank with the same host name. */
+    int nhosts = 0, lib_hosts, want[MAXR];
+    bool shared = false;
+    for (int r = 0; r < size; r++) {
+        want[r] = r;
+        for (int q = r - 1; q >= 0; q--) {
+            want[r] = strcmp(names[q], names[r]) == 0 ? q : want[r];
+        }
+        nhosts += want[r] == r;
+        shared |= want[r] != r;
+    }
+    const int *lib = weft__group_host_table(g, &lib_hosts);
+    int bad = lib == NULL || lib_hosts != nhosts;
+    for (int r = 0; r < size && !bad; r++) {
+        bad = lib[r] != want[r];
+    }
+    if (bad) {
+        printf("HIER-FAIL rank %d: the library counts %d host(s), the host names %d\n", rank,
+               lib_hosts, nhosts);
+        return 1;
+    }
+    bool expect = nhosts > 1 && shared;
+    size_t max = ctx->cfg.coll_hier_max;
+    if (hier_chosen(g, ctx, 64 << 10) != expect || (max > 0 && hier_chosen(g, ctx, max + 1))) {
+        printf("HIER-FAIL rank %d: the hierarchical allreduce is%s chosen on %d host(s)\n", rank,
+               expect ? " not" : "", nhosts);
+        return 1;
+    }
+    /* Latency sizes, mid sizes (the hierarchical range), and past WEFT_COLL_HIER_MAX. */
+    static const size_t counts[] = {1, 7, 1000, 4099, 65536, 262147, 700001};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]) && !bad; k++) {
+        for (int inplace = 0; inplace < 2 && !bad; inplace++) {
+            bad = hier_check(g, counts[k], WEFT_F64, WEFT_SUM, inplace) ||
+                  hier_check(g, counts[k], WEFT_F32, WEFT_SUM, inplace) ||
+                  hier_check(g, counts[k], WEFT_I32, WEFT_MAX, inplace);
+        }
+    }
+    if (bad || hier_same_bits(g)) {
+        return 1;
+    }
+    printf("HIER-OK rank %d: %d ranks on %d host(s), %s\n", rank, size, nhosts,
+           expect ? "hierarchical" : "flat");
     return 0;
 }
 
@@ -213,6 +412,9 @@ static int run_grow(weft_ctx_t *ctx)
     if (st == WEFT_OK) {
         st = big_allreduce(g);
     }
+    if (st == WEFT_OK && run_hier(ctx, g) != 0) {
+        st = WEFT_ERR_MISMATCH;
+    }
     if (st != WEFT_OK) {
         printf("SURVIVOR-FAIL rank %d%s: %s: %s\n", rank, joiner ? " (newcomer)" : "",
                weft_status_str(st), weft_last_error(ctx));
@@ -225,8 +427,8 @@ static int run_grow(weft_ctx_t *ctx)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (argc < 3 && strcmp(argv[1], "grow") != 0)) {
-        fprintf(stderr, "usage: host_job paths HOSTS | loss SURVIVORS [KILL_RANK] | grow\n");
+    if (argc < 2 || (argc < 3 && strcmp(argv[1], "grow") != 0 && strcmp(argv[1], "hier") != 0)) {
+        fprintf(stderr, "usage: host_job paths HOSTS | loss SURVIVORS [KILL_RANK] | grow | hier\n");
         return 2;
     }
     weft_ctx_t *ctx;
@@ -238,6 +440,11 @@ int main(int argc, char **argv)
     weft_ctx_world(ctx, &world);
     if (strcmp(argv[1], "grow") == 0) {
         return run_grow(ctx);
+    }
+    if (strcmp(argv[1], "hier") == 0) {
+        int rc = run_hier(ctx, world);
+        weft_finalize(ctx);
+        return rc;
     }
     if (strcmp(argv[1], "paths") == 0) {
         int rc = run_paths(world, atoi(argv[2]));

@@ -14,6 +14,16 @@
 #   prog         PROGRAM ARGS on every host: every weftrun exits 0
 #   fault N      --elastic, PROGRAM ARGS on every host (its victims kill themselves):
 #                every weftrun exits 0 and N ranks print SURVIVOR-OK, none SURVIVOR-FAIL
+#   host_fault N --elastic, PROGRAM ARGS on every host; once each rank of the last host
+#                has printed HOST-VICTIM, the whole host is SIGKILLed: the other weftruns
+#                exit 0 and N ranks print SURVIVOR-OK, none SURVIVOR-FAIL
+#   replace_host MARK
+#                --elastic, PROGRAM ARGS on every host but the last; once node 0 printed
+#                MARK, the host of the last node is SIGKILLed (its weftrun and ranks),
+#                and the same weftrun command (the same --node-rank) is started on the
+#                last, fresh host: its ranks join the job. Every weftrun but the killed
+#                one exits 0 and node 0 says "on WORLD ranks" (the job's width: the
+#                replacement's ranks joined) last (as the example trainer does)
 #
 # Passes when every weftrun that should exits 0 and each rank reported success.
 set -u
@@ -21,7 +31,7 @@ scenario=$1 bin=$2
 shift 2
 hosts=$NSH_HOSTS per=${PER_HOST:-1}
 nodes=$hosts # hosts running a weftrun of the job
-[ "$scenario" = grow ] && nodes=$((hosts - 1))
+[ "$scenario" = grow ] || [ "$scenario" = replace_host ] && nodes=$((hosts - 1))
 world=$((nodes * per))
 out=$NSH_DIR/out
 mkdir -p "$out"
@@ -35,14 +45,19 @@ fail() {
     exit 1
 }
 
-# Start node $1's weftrun in the background (its pid in pids[$1]).
+# Start node $2's weftrun on host $1 in the background (its pid in pids[$1], its output
+# in $out/node$1).
 pids=()
+start_node_on() {
+    local h=$1 i=$2
+    shift 2
+    "$NSH_BED" exec "$h" "$bin/weftrun" --nnodes "$nodes" --node-rank "$i" --store "$store" \
+        --token-file "$token" -n "$per" --timeout 200 "$@" >"$out/node$h" 2>&1 &
+    pids[$h]=$!
+}
+# Start node $1's weftrun on host $1.
 start_node() {
-    local i=$1
-    shift
-    "$NSH_BED" exec "$i" "$bin/weftrun" --nnodes "$nodes" --node-rank "$i" --store "$store" \
-        --token-file "$token" -n "$per" --timeout 200 "$@" >"$out/node$i" 2>&1 &
-    pids[$i]=$!
+    start_node_on "$1" "$@"
 }
 start_all() {
     for i in $(seq 0 $((nodes - 1))); do
@@ -55,6 +70,14 @@ wait_node() {
     code=$?
 }
 count() { cat "$out"/node* "$out"/newcomer 2>/dev/null | grep -c "$1"; }
+# Wait up to 60 s until $2 lines of $out/$1 contain $3.
+wait_lines() {
+    for _ in $(seq 600); do
+        [ "$(grep -c "$3" "$out/$1" 2>/dev/null)" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
 
 case $scenario in
 coll)
@@ -129,6 +152,43 @@ prog | fault)
         [ "$(count SURVIVOR-OK)" -eq "$want" ] && [ "$(count SURVIVOR-FAIL)" -eq 0 ] ||
             fail "$(count SURVIVOR-OK) survivor(s) verified, $want expected"
     fi
+    ;;
+host_fault)
+    want=$1 last=$((hosts - 1))
+    shift
+    start_all --elastic -- "$@"
+    wait_lines "node$last" "$per" HOST-VICTIM || fail "the ranks of host $last did not get ready"
+    "$NSH_BED" kill "$last"
+    for i in $(seq 0 $((hosts - 2))); do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "node $i's weftrun exited $code"
+    done
+    wait_node "$last"
+    [ $code -eq 137 ] || fail "the killed host's weftrun exited $code, not 137"
+    [ "$(count SURVIVOR-OK)" -eq "$want" ] && [ "$(count SURVIVOR-FAIL)" -eq 0 ] ||
+        fail "$(count SURVIVOR-OK) survivor(s) verified, $want expected"
+    grep -q "node $last was lost" "$out/node0" || fail "node 0 did not see node $last lost"
+    ;;
+replace_host)
+    mark=$1 last=$((nodes - 1))
+    shift
+    start_all --elastic -- "$@"
+    wait_lines node0 1 "$mark" || fail "node 0 did not print \"$mark\""
+    "$NSH_BED" kill "$last"
+    wait_node "$last"
+    [ $code -eq 137 ] || fail "the killed host's weftrun exited $code, not 137"
+    start_node_on "$nodes" "$last" --elastic -- "$@"
+    for i in $(seq 0 $((nodes - 2))) "$nodes"; do
+        wait_node "$i"
+        [ $code -eq 0 ] || fail "the weftrun on host $i exited $code"
+    done
+    grep -q "node $last was lost" "$out/node0" || fail "node 0 did not see node $last lost"
+    grep -q "node $last was lost before" "$out/node$nodes" ||
+        fail "the replacement did not start as node $last started again"
+    ! grep -q "node $last was lost:" "$out/node$nodes" ||
+        fail "the replacement reported its own earlier start as a new loss"
+    tail -n 3 "$out/node0" | grep -q " on $world ranks" ||
+        fail "the job did not end on $world ranks"
     ;;
 *)
     echo "run_hosts: unknown scenario $scenario" >&2
