@@ -28,6 +28,8 @@
 #include "comm/job.h"
 #include "weft/snapshot.h"
 
+struct weft__lregion; /* migrate/layout.h */
+
 #define WEFT_SNAP_BLOB_PREFIX "weft.blob."
 
 struct weft_snapshot {
