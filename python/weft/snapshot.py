@@ -221,11 +221,44 @@ class Snapshot:
         """After a restore: the blob member @p member (a stable id) stored with the
         restored step, as bytes. InvalidArgument if there was no restore, the member
         stored no blob, or every copy of it died."""
-        out = (c_uint64 * ((self.blob_bytes + 7) // 8 or 1))()
-        n = c_size_t()
-        self._call_noctx(self.group, lib.weft_snapshot_blob, self._h(), int(member), out,
-                         self.blob_bytes, byref(n))
-        return bytes(memoryview(out).cast("B")[:n.value])
+        cap = self.blob_bytes
+        while True:
+            out = (c_uint64 * ((cap + 7) // 8 or 1))()
+            n = c_size_t()
+            self._call_noctx(self.group, lib.weft_snapshot_blob, self._h(), int(member), out,
+                             cap, byref(n))
+            if n.value <= cap:
+                return bytes(memoryview(out).cast("B")[:n.value])
+            cap = n.value  # a joined member learns the blobs' size from the first call
+
+    @classmethod
+    def restore_join(cls, group, target, out=None):
+        """The part of a restore that a member admitted since the snapshot was made (by
+        group.grow(), or by the repair that removed the dead) plays, while the holders
+        call restore(target) (weft_snapshot_restore_join): it receives its share of
+        @p target into @p out (target.packed_bytes(its member id) bytes; a new uint8
+        array by default). Returns (snapshot, Restored): the snapshot answers blob() and
+        restore_plan only; free it when done."""
+        need = target.packed_bytes(group.member_id())
+        if out is None:
+            out = np.zeros(need, np.uint8)
+        buf = as_buffer(out, "restore_join out", writable=True, typed=False)
+        if buf.nbytes < need:
+            raise invalid("restore_join: out has %d bytes, the target needs %d" %
+                          (buf.nbytes, need))
+        info = S.SnapshotRestored()
+        h = c_void_p()
+        cls._call_noctx(group, lib.weft_snapshot_restore_join, group._h(), target.handle,
+                        buf.ptr, buf.nbytes, byref(h), byref(info))
+        snap = cls.__new__(cls)
+        snap._handle = h.value
+        snap.group, snap.layout, snap.blob_bytes = group, None, 0
+        snap._owner_group, snap._pending, snap._restores = group, None, 1
+        snap._target = target
+        group._ctx._track(snap)
+        state = _byte_prefix(out, need)
+        return snap, Restored(info.step, info.bytes_moved, info.bytes_local,
+                              info.bytes_missing, out, state)
 
     @property
     def restore_plan(self):
