@@ -316,6 +316,18 @@ static weft_status_t init_joiner(weft_ctx_t *ctx)
         }
         ctx->rank = (int)(WEFT_TAG_MAX_MEMBERS / 2 - 1 + n);
         ctx->logger.rank = ctx->rank;
+        /* The store lets a member write what its id owns only on a connection that speaks
+         * for that id: connect again as the member we now are. */
+        weft_store_client_t *named;
+        st = weft__store_connect_member(ctx->store_addr, ctx->token, ctx->rank,
+                                        (int)ctx->cfg.connect_timeout_ms, &ctx->logger, &named);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "cannot reach the store at %s as member %d",
+                               ctx->store_addr, ctx->rank);
+        }
+        weft__store_close(ctx->store);
+        ctx->store = named;
+        weft__store_share_health(ctx->store, &ctx->store_health);
     }
     weft_status_t st = weft__peer_slot(ctx, ctx->rank);
     if (st == WEFT_OK) {
@@ -330,13 +342,16 @@ static weft_status_t init_joiner(weft_ctx_t *ctx)
 static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
 {
     int timeout = (int)ctx->cfg.connect_timeout_ms;
-    weft_status_t st = weft__store_connect(boot->store, boot->token, timeout, &ctx->logger,
-                                           &ctx->store);
+    /* Speaking for our member id, so that the store lets us write what it owns; a joiner
+     * without an id yet connects again once it has one (init_joiner). */
+    weft_status_t st = weft__store_connect_member(boot->store, boot->token, ctx->rank, timeout,
+                                                  &ctx->logger, &ctx->store);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot reach the store at %s", boot->store);
     }
     weft__store_share_health(ctx->store, &ctx->store_health);
-    st = weft__store_connect(boot->store, boot->token, timeout, &ctx->logger, &ctx->watch);
+    st = weft__store_connect_member(boot->store, boot->token, ctx->rank, timeout, &ctx->logger,
+                                    &ctx->watch);
     if (st == WEFT_OK) {
         weft__store_share_health(ctx->watch, &ctx->store_health);
         char prefix[64];

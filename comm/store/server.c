@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "comm/store/proto.h"
 #include "util/clock.h"
 #include "util/hash.h"
@@ -52,7 +54,14 @@ typedef struct store_conn {
     bool closing; /* close once the output is flushed */
     bool parked;  /* a GET waits for key[] to be set */
     char peer[64];
+    char host[64]; /* the peer's address without its port: the unit of the per-address cap */
+    uint64_t opened_ms;
     uint8_t nonce[WEFT__STORE_NONCE_LEN];
+    /* Whom the connection speaks for, and its session (proto.h) once authenticated. */
+    weft_store_role_t role;
+    uint32_t id;
+    bool sealed;
+    weft_store_dir_t rx, tx;
     uint64_t deadline_ms; /* of the authentication, or of the parked GET */
     uint8_t hdr[WEFT__STORE_HDR_LEN];
     size_t hdr_fill;
@@ -84,15 +93,19 @@ struct weft_store_server {
     void *on_lapse_arg;
     store_entry_t **buckets;
     size_t nbuckets, nentries, data_bytes;
-    store_conn_t *conns[WEFT__STORE_MAX_CONNS];
+    store_conn_t *conns[WEFT__STORE_MAX_CONNS + WEFT__STORE_MAX_UNAUTH];
     size_t nconns;
-    struct pollfd pfds[WEFT__STORE_MAX_CONNS + 2];
+    size_t queued; /* output bytes queued to all connections */
+    struct pollfd pfds[WEFT__STORE_MAX_CONNS + WEFT__STORE_MAX_UNAUTH + 2];
     uint64_t accept_resume_ms;
+    uint64_t busy_logged_ms; /* last warning that the unauthenticated pool was full */
     /* Fake connections (weft__store_server_feed): the bytes they receive next. */
     const uint8_t *feed;
     size_t feed_len;
     bool feed_eof;
 };
+
+static void reap(weft_store_server_t *s);
 
 /* ---- the map ---- */
 
@@ -159,9 +172,49 @@ static void conn_compact(store_conn_t *c)
     }
 }
 
-/* A frame was appended (or failed to be, st): enforce the output cap. */
-static void conn_queued(weft_store_server_t *s, store_conn_t *c, weft_status_t st)
+/* Drops what a connection about to close still had to send. */
+static void conn_drop_output(weft_store_server_t *s, store_conn_t *c)
 {
+    s->queued -= conn_pending(c);
+    c->out.len = c->out_off = 0;
+}
+
+/* The connection with the most output queued. */
+static store_conn_t *largest_queue(weft_store_server_t *s)
+{
+    store_conn_t *big = NULL;
+    for (size_t i = 0; i < s->nconns; i++) {
+        store_conn_t *c = s->conns[i];
+        if (!c->dead && (big == NULL || conn_pending(c) > conn_pending(big))) {
+            big = c;
+        }
+    }
+    return big;
+}
+
+/*
+ * A frame was appended (or failed to be, st) to a connection that had @p before bytes
+ * pending: seal it once authenticated, and enforce the caps on its output and on all.
+ */
+static void conn_queued(weft_store_server_t *s, store_conn_t *c, weft_status_t st, size_t start,
+                        size_t before)
+{
+    if (st == WEFT_OK && c->sealed) {
+        st = weft__store_seal(&c->out, start, &c->tx);
+    }
+    s->queued += conn_pending(c) - before;
+    if (st == WEFT_OK && s->queued > WEFT__STORE_MAX_QUEUED) {
+        /* The watchers that read slowest hold the most: close the worst of them. */
+        store_conn_t *big = largest_queue(s);
+        WEFT_WARN(s->lg, "store: closing %s: the store's output queues are full (%zu bytes), "
+                  "and it has the most of it (%zu bytes) unread", big->peer, s->queued,
+                  conn_pending(big));
+        conn_drop_output(s, big);
+        big->dead = true;
+    }
+    if (c->dead) {
+        return;
+    }
     if (st != WEFT_OK) {
         WEFT_ERROR(s->lg, "store: cannot queue a reply to %s: %s", c->peer, weft_status_str(st));
         c->dead = true;
@@ -176,14 +229,17 @@ static void conn_resp(weft_store_server_t *s, store_conn_t *c, weft_status_t sta
                       const void *data, size_t len)
 {
     conn_compact(c);
-    conn_queued(s, c, weft__store_frame_resp(&c->out, status, data, len));
+    size_t start = c->out.len, before = conn_pending(c);
+    conn_queued(s, c, weft__store_frame_resp(&c->out, status, data, len), start, before);
 }
 
 static void conn_event(weft_store_server_t *s, store_conn_t *c, const store_entry_t *e)
 {
     conn_compact(c);
+    size_t start = c->out.len, before = conn_pending(c);
     conn_queued(s, c,
-                weft__store_frame_kv(&c->out, WEFT__STORE_EVENT, e->key, e->klen, e->val, e->vlen));
+                weft__store_frame_kv(&c->out, WEFT__STORE_EVENT, e->key, e->klen, e->val, e->vlen),
+                start, before);
 }
 
 static void conn_flush(weft_store_server_t *s, store_conn_t *c)
@@ -202,6 +258,7 @@ static void conn_flush(weft_store_server_t *s, store_conn_t *c)
             break;
         }
         c->out_off += (size_t)n;
+        s->queued -= (size_t)n;
     }
     conn_compact(c);
     if (c->closing && conn_pending(c) == 0) {
@@ -209,8 +266,12 @@ static void conn_flush(weft_store_server_t *s, store_conn_t *c)
     }
 }
 
-static void lease_clear(store_conn_t *c)
+/* Drops the connection's lease, and its charge on the store's memory. */
+static void lease_clear(weft_store_server_t *s, store_conn_t *c)
 {
+    if (c->lease_key != NULL) {
+        s->data_bytes -= c->lease_klen + c->lease_vlen + ENTRY_OVERHEAD;
+    }
     free(c->lease_key);
     free(c->lease_val);
     c->lease_key = NULL;
@@ -326,17 +387,121 @@ static void conn_protocol_error(weft_store_server_t *s, store_conn_t *c, const c
     c->dead = true;
 }
 
+/* Connections that have authenticated (and are not closing). */
+static size_t count_authenticated(const weft_store_server_t *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nconns; i++) {
+        n += s->conns[i]->state != CONN_AUTH && !s->conns[i]->dead;
+    }
+    return n;
+}
+
+/* AUTH: check the client's proof, prove ours, and key the session (proto.h). */
 static void handle_auth(weft_store_server_t *s, store_conn_t *c)
 {
-    if (!weft__store_auth_check(s->token, c->nonce, c->in, c->in_len)) {
+    const uint8_t *p = c->in;
+    weft_store_role_t role = (weft_store_role_t)p[WEFT__STORE_NONCE_LEN];
+    uint32_t id = weft__store_get_u32(p + WEFT__STORE_NONCE_LEN + 1);
+    uint8_t t[WEFT__STORE_TRANSCRIPT_LEN], secret[WEFT__STORE_PROOF_LEN];
+    uint8_t proof[WEFT__STORE_PROOF_LEN];
+    weft__store_transcript(t, c->nonce, p, role, id);
+    bool ok = role <= WEFT__STORE_ROLE_MAX &&
+              weft__store_session_secret(s->token, role, id, secret) == WEFT_OK &&
+              weft__store_proof_check(secret, WEFT__STORE_CLIENT_PROOF, t,
+                                      p + WEFT__STORE_NONCE_LEN + 5, WEFT__STORE_PROOF_LEN);
+    if (!ok) {
         WEFT_WARN(s->lg, "store: refused %s: wrong token proof", c->peer);
         conn_resp(s, c, WEFT_ERR_AUTH, NULL, 0);
         c->closing = true;
-        return;
+    } else if (count_authenticated(s) >= WEFT__STORE_MAX_CONNS) {
+        WEFT_WARN(s->lg, "store: refused %s: too many connections (%d)", c->peer,
+                  WEFT__STORE_MAX_CONNS);
+        conn_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
+        c->closing = true;
+    } else if (weft__store_derive(secret, WEFT__STORE_SERVER_PROOF, t, proof) != WEFT_OK ||
+               weft__store_derive(secret, WEFT__STORE_KEY_C2S, t, c->rx.key) != WEFT_OK ||
+               weft__store_derive(secret, WEFT__STORE_KEY_S2C, t, c->tx.key) != WEFT_OK) {
+        WEFT_ERROR(s->lg, "store: closing %s: cannot derive its session keys", c->peer);
+        c->dead = true;
+    } else {
+        c->role = role;
+        c->id = id;
+        c->state = CONN_READY;
+        if (role == WEFT__STORE_ROLE_MEMBER && id != WEFT__STORE_NO_ID) {
+            WEFT_DEBUG(s->lg, "store: %s authenticated as member %u", c->peer, id);
+            snprintf(c->peer + strlen(c->peer), sizeof(c->peer) - strlen(c->peer),
+                     " (member %u)", id);
+        } else {
+            WEFT_DEBUG(s->lg, "store: %s authenticated as a %s", c->peer,
+                       role == WEFT__STORE_ROLE_MEMBER ? "member without an id" : "launcher");
+        }
+        conn_resp(s, c, WEFT_OK, proof, sizeof(proof)); /* the last frame without a tag */
+        c->sealed = true;
     }
-    WEFT_DEBUG(s->lg, "store: %s authenticated", c->peer);
-    c->state = CONN_READY;
-    conn_resp(s, c, WEFT_OK, NULL, 0);
+    OPENSSL_cleanse(secret, sizeof(secret));
+}
+
+/*
+ * Whether the last two parts of @p key are "<kind>/<decimal id>"; *id is the id. The
+ * keys a member owns end so (docs/DESIGN.md, "The store's sessions").
+ */
+static bool key_names_member(const char *key, size_t klen, const char *kind, int64_t *id)
+{
+    size_t end = klen, i = klen, kl = strlen(kind);
+    while (i > 0 && key[i - 1] >= '0' && key[i - 1] <= '9') {
+        i--;
+    }
+    if (i == end || end - i > 10 || i < kl + 1 || key[i - 1] != '/' ||
+        memcmp(key + i - 1 - kl, kind, kl) != 0 || (i - 1 - kl > 0 && key[i - 2 - kl] != '/')) {
+        return false;
+    }
+    char digits[12];
+    memcpy(digits, key + i, end - i);
+    digits[end - i] = '\0';
+    return weft__parse_i64(digits, 0, INT64_MAX, id);
+}
+
+/*
+ * Why the connection may not make this write, or NULL when it may. Launchers may write
+ * anything; a member may not touch the launchers' keys, hold a lease but on its own
+ * failure notice, delete, write another member's claim, address or topology, or write
+ * another's failure notice but as a report signed with its own id.
+ */
+static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const char *key,
+                           size_t klen, const uint8_t *val, size_t vlen)
+{
+    static const char *const owned[] = {"claim", "addr", "topo"};
+    int64_t id;
+    if (c->role == WEFT__STORE_ROLE_LAUNCHER) {
+        return NULL;
+    }
+    if (klen >= 8 && memcmp(key, "weftrun/", 8) == 0) {
+        return "keys under weftrun/ are the launchers'";
+    }
+    bool notice = key_names_member(key, klen, "failed", &id);
+    if (type == WEFT__STORE_LEASE) {
+        return notice && id == c->id ? NULL
+                                     : "a member holds a lease only on its own failure notice";
+    }
+    if (type == WEFT__STORE_DELETE) {
+        return "members delete no keys";
+    }
+    if (notice && id != c->id) {
+        char sign[48];
+        int n = snprintf(sign, sizeof(sign), "reported by member %u: ", c->id);
+        bool signed_ok = c->id != WEFT__STORE_NO_ID && vlen >= (size_t)n &&
+                         memcmp(val, sign, (size_t)n) == 0;
+        return signed_ok ? NULL
+                         : "another member's failure notice takes a report signed by the "
+                           "reporter (\"reported by member <own id>: ...\")";
+    }
+    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) {
+        if (key_names_member(key, klen, owned[i], &id) && id != c->id) {
+            return "the key belongs to another member";
+        }
+    }
+    return NULL;
 }
 
 static void handle_watch(weft_store_server_t *s, store_conn_t *c, const char *prefix, size_t plen)
@@ -402,15 +567,26 @@ static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *ke
                          const uint8_t *rest, size_t rlen)
 {
     uint32_t ttl = weft__store_get_u32(rest);
-    lease_clear(c);
+    lease_clear(s, c);
     if (ttl > 0) {
-        c->lease_key = malloc(klen + 1);
-        c->lease_val = malloc(rlen - 4 + 1);
-        if (c->lease_key == NULL || c->lease_val == NULL) {
-            lease_clear(c);
+        size_t charge = klen + rlen - 4 + ENTRY_OVERHEAD;
+        if (s->data_bytes + charge > WEFT__STORE_MAX_DATA) {
+            WEFT_WARN(s->lg, "store: full (%zu bytes), refusing a lease on %.*s", s->data_bytes,
+                      (int)klen, key);
             conn_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
             return;
         }
+        c->lease_key = malloc(klen + 1);
+        c->lease_val = malloc(rlen - 4 + 1);
+        if (c->lease_key == NULL || c->lease_val == NULL) {
+            free(c->lease_key);
+            free(c->lease_val);
+            c->lease_key = NULL;
+            c->lease_val = NULL;
+            conn_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
+            return;
+        }
+        s->data_bytes += charge;
         memcpy(c->lease_key, key, klen);
         c->lease_key[klen] = '\0';
         c->lease_klen = klen;
@@ -438,6 +614,15 @@ static void handle_request(weft_store_server_t *s, store_conn_t *c)
     if (klen == 0 && c->in_type != WEFT__STORE_WATCH) {
         conn_resp(s, c, WEFT_ERR_INVALID_ARG, NULL, 0);
         return;
+    }
+    if (c->in_type != WEFT__STORE_GET && c->in_type != WEFT__STORE_WATCH) {
+        const char *why = refusal(c, c->in_type, key, klen, rest, rlen);
+        if (why != NULL) {
+            WEFT_WARN(s->lg, "store: refused a write of %.*s by %s: %s", (int)klen, key, c->peer,
+                      why);
+            conn_resp(s, c, WEFT_ERR_AUTH, NULL, 0);
+            return;
+        }
     }
     switch (c->in_type) {
     case WEFT__STORE_SET:
@@ -549,7 +734,7 @@ static bool conn_start_body(weft_store_server_t *s, store_conn_t *c)
         return false;
     }
     if (c->state == CONN_AUTH &&
-        (c->in_type != WEFT__STORE_AUTH || c->in_len != WEFT__STORE_PROOF_LEN)) {
+        (c->in_type != WEFT__STORE_AUTH || c->in_len != WEFT__STORE_AUTH_LEN)) {
         WEFT_WARN(s->lg, "store: refused %s: request before authentication", c->peer);
         return false;
     }
@@ -557,15 +742,16 @@ static bool conn_start_body(weft_store_server_t *s, store_conn_t *c)
         WEFT_ERROR(s->lg, "store: closing %s: request on a watch connection", c->peer);
         return false;
     }
-    if (c->in_cap < c->in_len) {
-        uint8_t *in = realloc(c->in, c->in_len);
+    size_t want = c->in_len + (c->sealed ? WEFT__STORE_TAG_LEN : 0);
+    if (c->in_cap < want) {
+        uint8_t *in = realloc(c->in, want);
         if (in == NULL) {
             WEFT_ERROR(s->lg, "store: closing %s: no memory for a %u-byte frame", c->peer,
                        c->in_len);
             return false;
         }
         c->in = in;
-        c->in_cap = c->in_len;
+        c->in_cap = want;
     }
     c->in_body = true;
     c->in_fill = 0;
@@ -593,17 +779,28 @@ static void conn_read(weft_store_server_t *s, store_conn_t *c)
                 return;
             }
         }
-        if (c->in_fill < c->in_len) {
-            if (!conn_recv(s, c, c->in + c->in_fill, c->in_len - c->in_fill, &c->in_fill)) {
+        size_t want = c->in_len + (c->sealed ? WEFT__STORE_TAG_LEN : 0);
+        if (c->in_fill < want) {
+            if (!conn_recv(s, c, c->in + c->in_fill, want - c->in_fill, &c->in_fill)) {
                 return;
             }
-            if (c->in_fill < c->in_len) {
+            if (c->in_fill < want) {
                 continue;
             }
         }
         c->hdr_fill = 0;
         c->in_body = false;
         frames++;
+        if (c->sealed &&
+            !weft__store_tag_check(&c->rx, c->hdr, c->in, c->in_len, c->in + c->in_len)) {
+            /* Nothing of the frame is applied: the store is as it was. */
+            WEFT_ERROR(s->lg,
+                       "store: closing %s: frame %llu failed its integrity check (altered, "
+                       "injected, replayed or reordered on the way)",
+                       c->peer, (unsigned long long)c->rx.seq);
+            c->dead = true;
+            return;
+        }
         if (c->state == CONN_AUTH) {
             handle_auth(s, c);
         } else {
@@ -619,30 +816,81 @@ static void conn_read(weft_store_server_t *s, store_conn_t *c)
 
 /* ---- connections and the loop ---- */
 
-static void format_peer(const struct sockaddr_storage *sa, socklen_t len, char *out, size_t n)
+/* "host:port" of a peer into @p out, and its host alone into @p hostout (64 bytes). */
+static void format_peer(const struct sockaddr_storage *sa, socklen_t len, char *out, size_t n,
+                        char *hostout)
 {
     char host[NI_MAXHOST], port[NI_MAXSERV];
     if (getnameinfo((const struct sockaddr *)sa, len, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
         snprintf(out, n, "unknown peer");
+        snprintf(hostout, 64, "unknown");
     } else {
         snprintf(out, n, sa->ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+        snprintf(hostout, 64, "%.63s", host);
     }
 }
 
-static void conn_free(store_conn_t *c)
+static void conn_free(weft_store_server_t *s, store_conn_t *c)
 {
-    lease_clear(c);
+    lease_clear(s, c);
+    s->queued -= conn_pending(c);
     if (c->fd >= 0) {
         close(c->fd);
     }
     free(c->in);
     weft__store_buf_free(&c->out);
+    OPENSSL_cleanse(c, sizeof(*c)); /* the session's keys */
     free(c);
 }
 
+/*
+ * Makes room for one more connection that has yet to authenticate. They have a small
+ * pool of their own (WEFT__STORE_MAX_UNAUTH), of which one address may hold only part
+ * (WEFT__STORE_MAX_UNAUTH_PER_ADDR), and a short deadline: strangers who open sockets
+ * and say nothing cannot take the slots of the job's processes. When the pool (or the
+ * address's part) is full, its oldest goes, told that the store is busy, so that a
+ * client of the job that was among them tries again.
+ */
+static void unauth_make_room(weft_store_server_t *s, const char *host)
+{
+    size_t total = 0, same = 0;
+    store_conn_t *oldest = NULL, *oldest_same = NULL;
+    for (size_t i = 0; i < s->nconns; i++) {
+        store_conn_t *c = s->conns[i];
+        if (c->dead || c->state != CONN_AUTH) {
+            continue;
+        }
+        total++;
+        oldest = oldest == NULL || c->opened_ms < oldest->opened_ms ? c : oldest;
+        if (strcmp(c->host, host) == 0) {
+            same++;
+            oldest_same =
+                oldest_same == NULL || c->opened_ms < oldest_same->opened_ms ? c : oldest_same;
+        }
+    }
+    store_conn_t *victim = same >= WEFT__STORE_MAX_UNAUTH_PER_ADDR ? oldest_same
+                           : total >= WEFT__STORE_MAX_UNAUTH      ? oldest
+                                                                  : NULL;
+    if (victim == NULL) {
+        return;
+    }
+    uint64_t now = weft__now_ms();
+    if (now >= s->busy_logged_ms + 1000) { /* a flood would fill the log */
+        s->busy_logged_ms = now;
+        WEFT_WARN(s->lg,
+                  "store: dropping %s: too many connections that have not authenticated (%zu, "
+                  "%zu of them from %s)",
+                  victim->peer, total, same, host);
+    }
+    conn_resp(s, victim, WEFT_ERR_NO_MEMORY, NULL, 0);
+    conn_flush(s, victim);
+    conn_drop_output(s, victim);
+    victim->dead = true;
+}
+
 /* A new connection: greet it with the nonce it must prove the token against. */
-static void conn_open(weft_store_server_t *s, int fd, const char *peer)
+static void conn_open(weft_store_server_t *s, int fd, const char *peer, const char *host)
 {
     store_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
@@ -654,10 +902,16 @@ static void conn_open(weft_store_server_t *s, int fd, const char *peer)
     }
     c->fd = fd;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
-    if (s->nconns >= WEFT__STORE_MAX_CONNS) {
-        WEFT_WARN(s->lg, "store: refused %s: too many connections (%d)", c->peer,
-                  WEFT__STORE_MAX_CONNS);
-        conn_free(c);
+    snprintf(c->host, sizeof(c->host), "%s", host);
+    c->opened_ms = weft__now_ms();
+    unauth_make_room(s, host);
+    size_t cap = sizeof(s->conns) / sizeof(s->conns[0]);
+    if (s->nconns >= cap) {
+        reap(s); /* dropped ones still hold their entries */
+    }
+    if (s->nconns >= cap) {
+        WEFT_WARN(s->lg, "store: refused %s: too many connections (%zu)", c->peer, cap);
+        conn_free(s, c);
         return;
     }
     int one = 1;
@@ -666,15 +920,16 @@ static void conn_open(weft_store_server_t *s, int fd, const char *peer)
     weft_status_t st = weft__store_random(c->nonce, sizeof(c->nonce));
     if (st != WEFT_OK) {
         WEFT_ERROR(s->lg, "store: getrandom failed: %m");
-        conn_free(c);
+        conn_free(s, c);
         return;
     }
     memcpy(hello + 1, c->nonce, sizeof(c->nonce));
     if (weft__store_frame_bytes(&c->out, WEFT__STORE_HELLO, hello, sizeof(hello)) != WEFT_OK) {
         WEFT_ERROR(s->lg, "store: no memory for a new connection");
-        conn_free(c);
+        conn_free(s, c);
         return;
     }
+    s->queued += conn_pending(c);
     c->state = CONN_AUTH;
     c->deadline_ms = weft__now_ms() + WEFT__STORE_AUTH_TIMEOUT_MS;
     s->conns[s->nconns++] = c;
@@ -688,9 +943,9 @@ static void accept_all(weft_store_server_t *s)
         socklen_t len = sizeof(sa);
         int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
-            char peer[64];
-            format_peer(&sa, len, peer, sizeof(peer));
-            conn_open(s, fd, peer);
+            char peer[64], host[64];
+            format_peer(&sa, len, peer, sizeof(peer), host);
+            conn_open(s, fd, peer, host);
             continue;
         }
         if (errno == EINTR || errno == ECONNABORTED) {
@@ -762,13 +1017,21 @@ static void reap(weft_store_server_t *s)
         store_conn_t *c = s->conns[i];
         if (c->dead && c->lease_key != NULL) {
             WEFT_DEBUG(s->lg, "store: lease of %s fires: %s", c->peer, c->lease_key);
-            (void)store_put(s, c->lease_key, c->lease_klen, c->lease_val, c->lease_vlen);
-            lease_clear(c);
+            /* Its charge goes before the notice is stored: a full store still takes it. */
+            char *key = c->lease_key;
+            uint8_t *val = c->lease_val;
+            size_t klen = c->lease_klen, vlen = c->lease_vlen;
+            s->data_bytes -= klen + vlen + ENTRY_OVERHEAD;
+            c->lease_key = NULL;
+            c->lease_val = NULL;
+            (void)store_put(s, key, klen, val, vlen);
+            free(key);
+            free(val);
         }
     }
     for (size_t i = 0; i < s->nconns;) {
         if (s->conns[i]->dead) {
-            conn_free(s->conns[i]);
+            conn_free(s, s->conns[i]);
             s->conns[i] = s->conns[--s->nconns];
         } else {
             i++;
@@ -893,7 +1156,7 @@ static weft_status_t open_listener(weft_store_server_t *s, const char *addr, int
 static void server_free(weft_store_server_t *s)
 {
     for (size_t i = 0; i < s->nconns; i++) {
-        conn_free(s->conns[i]);
+        conn_free(s, s->conns[i]);
     }
     for (size_t i = 0; s->buckets != NULL && i < s->nbuckets; i++) {
         while (s->buckets[i] != NULL) {
@@ -907,6 +1170,9 @@ static void server_free(weft_store_server_t *s)
     if (s->wake_rd >= 0) {
         close(s->wake_rd);
         close(s->wake_wr);
+    }
+    if (s->token != NULL) {
+        OPENSSL_cleanse(s->token, strlen(s->token));
     }
     free(s->token);
     pthread_mutex_destroy(&s->lock);
@@ -1070,12 +1336,13 @@ int weft__store_server_fake_open(weft_store_server_t *s, bool authenticated)
     }
     char peer[32];
     snprintf(peer, sizeof(peer), "fake connection %d", id);
-    size_t before = s->nconns;
-    conn_open(s, fake_fd(id), peer);
-    if (s->nconns == before) {
+    conn_open(s, fake_fd(id), peer, peer);
+    store_conn_t *c = s->nconns > 0 ? s->conns[s->nconns - 1] : NULL;
+    if (c == NULL || c->fd != fake_fd(id)) {
         id = -1;
     } else if (authenticated) {
-        s->conns[before]->state = CONN_READY;
+        /* A launcher's connection without tags: the fuzzer drives the request path. */
+        c->state = CONN_READY;
     }
     pthread_mutex_unlock(&s->lock);
     return id;
@@ -1105,6 +1372,7 @@ bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size
         (void)run_timers(s);
         if (out != NULL && !c->dead &&
             weft__store_buf_put(out, c->out.data + c->out_off, conn_pending(c)) == WEFT_OK) {
+            s->queued -= conn_pending(c);
             c->out_off = c->out.len;
         }
         conn_flush(s, c);
