@@ -80,8 +80,7 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     weft_status_t st = WEFT_ERR_IO;
     if (weft__store_lost_ns(&ctx->store_health) == 0) {
         st = weft__store_connect_member(ctx->store_addr, ctx->token, ctx->rank,
-                                        (int)ctx->cfg.connect_timeout_ms, &ctx->logger,
-                                        &hb->conn);
+                                        (int)ctx->cfg.connect_timeout_ms, &ctx->logger, &hb->conn);
     }
     if (st == WEFT_OK) {
         weft__store_share_health(hb->conn, &ctx->store_health);

@@ -662,8 +662,8 @@ static weft_status_t handshake(weft_store_client_t *c, const char *token, weft_s
         st = status == WEFT_OK || status == WEFT_ERR_AUTH || status == WEFT_ERR_NO_MEMORY
                  ? status
                  : WEFT_ERR_PROTOCOL;
-        if (st == WEFT_OK && !weft__store_proof_check(secret, WEFT__STORE_SERVER_PROOF, t, data,
-                                                      dlen)) {
+        if (st == WEFT_OK &&
+            !weft__store_proof_check(secret, WEFT__STORE_SERVER_PROOF, t, data, dlen)) {
             st = WEFT_ERR_AUTH;
             WEFT_ERROR(c->lg,
                        "store %s: refusing the store: it could not prove that it holds the job "

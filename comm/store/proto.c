@@ -256,8 +256,9 @@ weft_status_t weft__store_session_secret(const char *token, weft_store_role_t ro
                                          uint8_t out[WEFT__STORE_PROOF_LEN])
 {
     if (role == WEFT__STORE_ROLE_LAUNCHER) {
-        return SHA256((const unsigned char *)token, strlen(token), out) != NULL ? WEFT_OK
-                                                                                : WEFT_ERR_NO_MEMORY;
+        return SHA256((const unsigned char *)token, strlen(token), out) != NULL
+                   ? WEFT_OK
+                   : WEFT_ERR_NO_MEMORY;
     }
     uint8_t msg[sizeof("weft-member-v1") - 1 + 4];
     memcpy(msg, "weft-member-v1", sizeof(msg) - 4);
@@ -266,8 +267,7 @@ weft_status_t weft__store_session_secret(const char *token, weft_store_role_t ro
     return weft__store_hmac_sha256(token, strlen(token), msg, sizeof(msg), out);
 }
 
-weft_status_t weft__store_derive(const uint8_t key[WEFT__STORE_PROOF_LEN],
-                                 weft_store_derive_t what,
+weft_status_t weft__store_derive(const uint8_t key[WEFT__STORE_PROOF_LEN], weft_store_derive_t what,
                                  const uint8_t t[WEFT__STORE_TRANSCRIPT_LEN],
                                  uint8_t out[WEFT__STORE_PROOF_LEN])
 {

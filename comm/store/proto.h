@@ -50,10 +50,10 @@
 #define WEFT__STORE_MAX_VALUE (WEFT_STORE_MAX_FRAME - 2 - WEFT_STORE_MAX_KEY - 8)
 
 /* Server limits: what any one client (and all of them) can make the server hold. */
-#define WEFT__STORE_MAX_CONNS 1024                 /* authenticated connections */
-#define WEFT__STORE_MAX_UNAUTH 128                 /* connections still authenticating */
-#define WEFT__STORE_MAX_UNAUTH_PER_ADDR 64         /* of them from one address */
-#define WEFT__STORE_MAX_DATA (64u << 20) /* stored bytes: keys, values and leases */
+#define WEFT__STORE_MAX_CONNS 1024         /* authenticated connections */
+#define WEFT__STORE_MAX_UNAUTH 128         /* connections still authenticating */
+#define WEFT__STORE_MAX_UNAUTH_PER_ADDR 64 /* of them from one address */
+#define WEFT__STORE_MAX_DATA (64u << 20)   /* stored bytes: keys, values and leases */
 #define WEFT__STORE_MAX_OUT (WEFT__STORE_MAX_DATA + 2 * WEFT_STORE_MAX_FRAME) /* per conn */
 #define WEFT__STORE_MAX_QUEUED (4 * WEFT__STORE_MAX_OUT) /* output queued to all conns */
 #define WEFT__STORE_AUTH_TIMEOUT_MS 5000
@@ -158,8 +158,7 @@ typedef enum weft_store_derive {
     WEFT__STORE_KEY_C2S,
     WEFT__STORE_KEY_S2C,
 } weft_store_derive_t;
-weft_status_t weft__store_derive(const uint8_t key[WEFT__STORE_PROOF_LEN],
-                                 weft_store_derive_t what,
+weft_status_t weft__store_derive(const uint8_t key[WEFT__STORE_PROOF_LEN], weft_store_derive_t what,
                                  const uint8_t t[WEFT__STORE_TRANSCRIPT_LEN],
                                  uint8_t out[WEFT__STORE_PROOF_LEN]);
 /* Constant-time check of a proof against what @p key derives; false on any mismatch. */

@@ -253,8 +253,10 @@ static void test_session_derivation(void **state)
         weft_store_derive_t what;
         const char *hex;
     } refs[] = {
-        {WEFT__STORE_CLIENT_PROOF, "0471a75fbc4c1d1568479cc3ecbaeb1497cfd511eda307da34466d0deeb033c3"},
-        {WEFT__STORE_SERVER_PROOF, "efa4e504be8b7984afb63c21293c9368e1fa16ecc4a4552068937441df7c9cbf"},
+        {WEFT__STORE_CLIENT_PROOF,
+         "0471a75fbc4c1d1568479cc3ecbaeb1497cfd511eda307da34466d0deeb033c3"},
+        {WEFT__STORE_SERVER_PROOF,
+         "efa4e504be8b7984afb63c21293c9368e1fa16ecc4a4552068937441df7c9cbf"},
         {WEFT__STORE_KEY_C2S, "aa002bfccc7ec86cb3535b98e6ecadaee0a02c220afe1a2a47382715815e1170"},
         {WEFT__STORE_KEY_S2C, "1a4122f734559fe44954d600faa997508190a99becab9b19cb53dfede8153c04"},
     };
@@ -342,11 +344,16 @@ static void test_make_token(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hdr_rejects),  cmocka_unit_test(test_kv_rejects),
-        cmocka_unit_test(test_frame_cap),    cmocka_unit_test(test_hdr_roundtrip),
-        cmocka_unit_test(test_kv_roundtrip), cmocka_unit_test(test_resp_decode),
-        cmocka_unit_test(test_ints),         cmocka_unit_test(test_hmac_rfc4231),
-        cmocka_unit_test(test_session_derivation), cmocka_unit_test(test_frame_tags),
+        cmocka_unit_test(test_hdr_rejects),
+        cmocka_unit_test(test_kv_rejects),
+        cmocka_unit_test(test_frame_cap),
+        cmocka_unit_test(test_hdr_roundtrip),
+        cmocka_unit_test(test_kv_roundtrip),
+        cmocka_unit_test(test_resp_decode),
+        cmocka_unit_test(test_ints),
+        cmocka_unit_test(test_hmac_rfc4231),
+        cmocka_unit_test(test_session_derivation),
+        cmocka_unit_test(test_frame_tags),
         cmocka_unit_test(test_make_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

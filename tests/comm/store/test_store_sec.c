@@ -126,8 +126,8 @@ static weft_store_client_t *launcher(const fixture_t *f)
 static weft_store_client_t *member(const fixture_t *f, int id)
 {
     weft_store_client_t *c = NULL;
-    assert_int_equal(
-        weft__store_connect_member(f->hostport, f->token, id, 10000, &test_logger, &c), WEFT_OK);
+    assert_int_equal(weft__store_connect_member(f->hostport, f->token, id, 10000, &test_logger, &c),
+                     WEFT_OK);
     return c;
 }
 
@@ -287,8 +287,7 @@ static void *fake_main(void *arg)
     uint8_t hello[1 + WEFT__STORE_NONCE_LEN] = {WEFT__STORE_VERSION};
     assert_int_equal(weft__store_random(hello + 1, WEFT__STORE_NONCE_LEN), WEFT_OK);
     weft_store_buf_t b = {0};
-    assert_int_equal(weft__store_frame_bytes(&b, WEFT__STORE_HELLO, hello, sizeof(hello)),
-                     WEFT_OK);
+    assert_int_equal(weft__store_frame_bytes(&b, WEFT__STORE_HELLO, hello, sizeof(hello)), WEFT_OK);
     raw_send(fd, b.data, b.len);
     uint8_t hdr[WEFT__STORE_HDR_LEN], body[1024], proof[32];
     assert_int_equal(fake_read(fd, hdr, body, 0), WEFT__STORE_AUTH_LEN);
@@ -306,9 +305,9 @@ static void *fake_main(void *arg)
         assert_int_equal(weft__store_derive(secret, WEFT__STORE_KEY_S2C, t, tx.key), WEFT_OK);
     }
     b.len = 0;
-    assert_int_equal(weft__store_frame_resp(&b, WEFT_OK, proof,
-                                            fs->mode == FAKE_ANY_PROOF ? 0 : sizeof(proof)),
-                     WEFT_OK);
+    assert_int_equal(
+        weft__store_frame_resp(&b, WEFT_OK, proof, fs->mode == FAKE_ANY_PROOF ? 0 : sizeof(proof)),
+        WEFT_OK);
     raw_send(fd, b.data, b.len);
     if (fs->mode == FAKE_BAD_TAG || fs->mode == FAKE_REPLAY_RESP) {
         /* First request: a proper answer. */
@@ -418,8 +417,7 @@ static void test_member_writes_only_its_own(void **state)
     assert_int_equal(weft__store_set(m3, "weft/addr/3", "a3", 2), WEFT_OK);
     assert_int_equal(weft__store_set(m3, "weft/topo/3", "t3", 2), WEFT_OK);
     assert_int_equal(weft__store_add(m3, "weft/claim/3", 1, &n), WEFT_OK);
-    assert_int_equal(weft__store_set_nx(m3, "weft/g/0/0/next", "d", 1, &won, &wlen, NULL),
-                     WEFT_OK);
+    assert_int_equal(weft__store_set_nx(m3, "weft/g/0/0/next", "d", 1, &won, &wlen, NULL), WEFT_OK);
     free(won);
     assert_int_equal(weft__store_set(m3, "weft/g/0/admit/9", "1", 1), WEFT_OK);
     assert_int_equal(weft__store_set(m3, "weft/failed/g0.0", "revoked", 7), WEFT_OK);
