@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "comm/bootstrap.h"
 #include "comm/ctx.h"
 #include "comm/memtype.h"
@@ -344,13 +346,13 @@ static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
     int timeout = (int)ctx->cfg.connect_timeout_ms;
     /* Speaking for our member id, so that the store lets us write what it owns; a joiner
      * without an id yet connects again once it has one (init_joiner). */
-    weft_status_t st = weft__store_connect_member(boot->store, boot->token, ctx->rank, timeout,
+    weft_status_t st = weft__store_connect_member(boot->store, ctx->token, ctx->rank, timeout,
                                                   &ctx->logger, &ctx->store);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot reach the store at %s", boot->store);
     }
     weft__store_share_health(ctx->store, &ctx->store_health);
-    st = weft__store_connect_member(boot->store, boot->token, ctx->rank, timeout, &ctx->logger,
+    st = weft__store_connect_member(boot->store, ctx->token, ctx->rank, timeout, &ctx->logger,
                                     &ctx->watch);
     if (st == WEFT_OK) {
         weft__store_share_health(ctx->watch, &ctx->store_health);
@@ -416,6 +418,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     snprintf(ctx->launcher, sizeof(ctx->launcher), "%s", boot.launcher);
     snprintf(ctx->store_addr, sizeof(ctx->store_addr), "%s", boot.store);
     snprintf(ctx->token, sizeof(ctx->token), "%s", boot.token);
+    OPENSSL_cleanse(boot.token, sizeof(boot.token));
     weft__host_id(ctx->host_id);
     st = weft__shm_ctx_init(ctx);
     if (st != WEFT_OK) {
@@ -483,6 +486,7 @@ err_fini:
     return st;
 err_free:
     pthread_mutex_destroy(&ctx->job_lock);
+    OPENSSL_cleanse(ctx->token, sizeof(ctx->token));
     free(ctx);
     return st;
 }
@@ -555,6 +559,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     free(ctx->peers);
     free(ctx->user_ops);
     pthread_mutex_destroy(&ctx->job_lock);
+    OPENSSL_cleanse(ctx->token, sizeof(ctx->token));
     free(ctx);
     return WEFT_OK;
 }

@@ -607,7 +607,8 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
 /*
  * Proves to the server that we hold the token (or the member key of @p id), checks its
  * proof that it holds it too, and derives the keys of the frames (proto.h).
- * WEFT_INPROGRESS: the server was busy with other handshakes; try again.
+ * WEFT_INPROGRESS: the server was busy with other handshakes (it said so, or closed the
+ * connection before answering); try again.
  */
 static weft_status_t handshake(weft_store_client_t *c, const char *token, weft_store_role_t role,
                                uint32_t id, uint64_t deadline)
@@ -622,6 +623,9 @@ static weft_status_t handshake(weft_store_client_t *c, const char *token, weft_s
     if (st == WEFT_OK && (type != WEFT__STORE_HELLO || len != WEFT__STORE_HELLO_LEN ||
                           p[0] != WEFT__STORE_VERSION)) {
         st = WEFT_ERR_PROTOCOL;
+    }
+    if (st == WEFT_ERR_IO) {
+        return WEFT_INPROGRESS; /* dropped before we could speak */
     }
     if (st != WEFT_OK) {
         return client_fail(c, st, "no valid greeting");
@@ -651,7 +655,8 @@ static weft_status_t handshake(weft_store_client_t *c, const char *token, weft_s
     }
     if (st != WEFT_OK) {
         OPENSSL_cleanse(secret, sizeof(secret));
-        return client_fail(c, st, "sending the token proof failed");
+        return st == WEFT_ERR_IO ? WEFT_INPROGRESS
+                                 : client_fail(c, st, "sending the token proof failed");
     }
     weft_status_t status = WEFT_ERR_PROTOCOL;
     const uint8_t *data = NULL;
@@ -679,9 +684,9 @@ static weft_status_t handshake(weft_store_client_t *c, const char *token, weft_s
     } else if (st == WEFT_OK) {
         st = WEFT_ERR_PROTOCOL;
     } else if (st == WEFT_ERR_IO) {
-        st = WEFT_ERR_AUTH; /* closed on us right after the proof: refused */
-        WEFT_ERROR(c->lg, "store %s: the store refused our job token", c->addr);
-        c->broken = true;
+        /* Closed without an answer: dropped while busy (a refusal comes with one). */
+        st = WEFT_ERR_NO_MEMORY;
+        status = WEFT_ERR_NO_MEMORY;
     }
     st = st == WEFT_INPROGRESS ? WEFT_ERR_TIMEOUT : st;
     if (st == WEFT_OK) {
@@ -738,8 +743,10 @@ static weft_status_t connect_as(const char *hostport, const char *token, weft_st
         close(c->fd);
         c->rlen = c->frame = 0;
         if (now >= deadline) {
-            WEFT_ERROR(lg, "store %s: too busy to let us in, tried for %llu ms", c->addr,
-                       (unsigned long long)(now - begin));
+            WEFT_ERROR(lg,
+                       "store %s: the store dropped our handshake each time (busy with "
+                       "connections that have not authenticated), tried for %llu ms",
+                       c->addr, (unsigned long long)(now - begin));
             st = WEFT_ERR_TIMEOUT;
             c->fd = -1;
             break;
