@@ -182,7 +182,7 @@ store:;
         take_token(token);
         bool fits = token[0] != '\0' && strlen(token) < sizeof(b.token);
         if (fits) {
-            snprintf(b.token, sizeof(b.token), "%s", token);
+            memcpy(b.token, token, strlen(token) + 1); /* fits: checked above */
         }
         OPENSSL_cleanse(token, sizeof(token));
         if (!fits) {
