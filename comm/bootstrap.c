@@ -1,7 +1,10 @@
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
 
 #include "comm/bootstrap.h"
 #include "util/parse.h"
@@ -26,6 +29,38 @@ static const env_source_t sources[] = {
     {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
     {"pmix", "PMIX_RANK", "WEFT_WORLD_SIZE", NULL, NULL},
 };
+
+/*
+ * The job token, taken out of the environment by the first weft_init of the process
+ * that finds it there: the program's own children (data loaders, shell commands) need
+ * not inherit the secret, and weft needs it only here. Later contexts of the process (a
+ * second weft_init, weft-perf's rebuilds) read it from this copy; a token set again in
+ * the environment replaces it. The one piece of state weft keeps per process.
+ */
+static pthread_mutex_t token_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One byte more than a context takes, so that a token too long is seen as one. */
+#define TOKEN_COPY_LEN (sizeof(((weft_boot_t *)0)->token) + 1)
+static char token_kept[TOKEN_COPY_LEN];
+
+/* The job token into @p out ("" when there is none). */
+static void take_token(char out[TOKEN_COPY_LEN])
+{
+    pthread_mutex_lock(&token_lock);
+    const char *env = getenv("WEFT_JOB_TOKEN");
+    if (env != NULL) {
+        snprintf(token_kept, sizeof(token_kept), "%s", env);
+        unsetenv("WEFT_JOB_TOKEN");
+    }
+    memcpy(out, token_kept, TOKEN_COPY_LEN);
+    pthread_mutex_unlock(&token_lock);
+}
+
+void weft__bootstrap_forget_token(void)
+{
+    pthread_mutex_lock(&token_lock);
+    OPENSSL_cleanse(token_kept, sizeof(token_kept));
+    pthread_mutex_unlock(&token_lock);
+}
 
 /* -1: absent; -2: malformed; else the value. */
 static int env_int(const char *name)
@@ -164,22 +199,28 @@ weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot, char *
     }
 store:;
     const char *store = getenv("WEFT_STORE");
-    const char *token = getenv("WEFT_JOB_TOKEN");
     if (store != NULL && *store != '\0') {
         if (strlen(store) >= sizeof(b.store) || strchr(store, ':') == NULL) {
             return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
                         "WEFT_STORE='%.300s' is not host:port", store);
         }
         snprintf(b.store, sizeof(b.store), "%s", store);
-        if (token == NULL || *token == '\0' || strlen(token) >= sizeof(b.token)) {
+        char token[TOKEN_COPY_LEN];
+        take_token(token);
+        bool fits = token[0] != '\0' && strlen(token) < sizeof(b.token);
+        if (fits) {
+            memcpy(b.token, token, strlen(token) + 1); /* fits: checked above */
+        }
+        OPENSSL_cleanse(token, sizeof(token));
+        if (!fits) {
             return fail(lg, why, why_len, WEFT_ERR_AUTH,
                         "WEFT_STORE is set but WEFT_JOB_TOKEN is missing or too long: the "
                         "store refuses clients without the job token");
         }
-        snprintf(b.token, sizeof(b.token), "%s", token);
     } else if (b.size > 1 || b.joining) {
         return refuse_without_store(lg, b.joining ? NULL : src, &b, why, why_len);
     }
     *boot = b;
+    OPENSSL_cleanse(&b, sizeof(b));
     return WEFT_OK;
 }

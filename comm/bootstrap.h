@@ -20,14 +20,18 @@ typedef struct weft_boot {
  * innermost comes first): WEFT_RANK / WEFT_WORLD_SIZE (weftrun), OMPI_COMM_WORLD_*
  * (Open MPI's mpirun), PMI_RANK / PMI_SIZE (MPICH's and Intel MPI's Hydra), RANK /
  * WORLD_SIZE (torchrun), SLURM_PROCID / SLURM_NTASKS (srun), PMIX_RANK + WEFT_WORLD_SIZE.
- * The store address and token always come from WEFT_STORE and WEFT_JOB_TOKEN: a source
- * of more than one rank without WEFT_STORE is an error that names the variables seen and
- * how to launch, never a silent rank 0 of 1. No source at all: a singleton of size 1.
+ * The store address and token always come from WEFT_STORE and WEFT_JOB_TOKEN (the token
+ * is then removed from the environment; later calls in the process use the copy kept by
+ * the first): a source of more than one rank without WEFT_STORE is an error that names
+ * the variables seen and how to launch, never a silent rank 0 of 1. No source at all: a
+ * singleton of size 1.
  * WEFT_JOIN=1 marks a process that joins a running job: its WEFT_RANK is a member id
  * beyond the original world (or absent: the store assigns one) and a store is required.
  * On failure the reason is logged as an error and, when @p why is not NULL, copied there.
  */
 weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot, char *why,
                               size_t why_len);
+/* Forgets the token kept from the environment, as if no context had been made (tests). */
+void weft__bootstrap_forget_token(void);
 
 #endif

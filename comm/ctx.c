@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "comm/bootstrap.h"
 #include "comm/ctx.h"
 #include "comm/memtype.h"
@@ -343,6 +345,18 @@ static weft_status_t init_joiner(weft_ctx_t *ctx)
         }
         ctx->rank = (int)(WEFT_TAG_MAX_MEMBERS / 2 - 1 + n);
         ctx->logger.rank = ctx->rank;
+        /* The store lets a member write what its id owns only on a connection that speaks
+         * for that id: connect again as the member we now are. */
+        weft_store_client_t *named;
+        st = weft__store_connect_member(ctx->store_addr, ctx->token, ctx->rank,
+                                        (int)ctx->cfg.connect_timeout_ms, &ctx->logger, &named);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "cannot reach the store at %s as member %d",
+                               ctx->store_addr, ctx->rank);
+        }
+        weft__store_close(ctx->store);
+        ctx->store = named;
+        weft__store_share_health(ctx->store, &ctx->store_health);
     }
     weft_status_t st = weft__peer_slot(ctx, ctx->rank);
     if (st == WEFT_OK) {
@@ -357,13 +371,16 @@ static weft_status_t init_joiner(weft_ctx_t *ctx)
 static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
 {
     int timeout = (int)ctx->cfg.connect_timeout_ms;
-    weft_status_t st = weft__store_connect(boot->store, boot->token, timeout, &ctx->logger,
-                                           &ctx->store);
+    /* Speaking for our member id, so that the store lets us write what it owns; a joiner
+     * without an id yet connects again once it has one (init_joiner). */
+    weft_status_t st = weft__store_connect_member(boot->store, ctx->token, ctx->rank, timeout,
+                                                  &ctx->logger, &ctx->store);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot reach the store at %s", boot->store);
     }
     weft__store_share_health(ctx->store, &ctx->store_health);
-    st = weft__store_connect(boot->store, boot->token, timeout, &ctx->logger, &ctx->watch);
+    st = weft__store_connect_member(boot->store, ctx->token, ctx->rank, timeout, &ctx->logger,
+                                    &ctx->watch);
     if (st == WEFT_OK) {
         weft__store_share_health(ctx->watch, &ctx->store_health);
         char prefix[64];
@@ -428,6 +445,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     snprintf(ctx->launcher, sizeof(ctx->launcher), "%s", boot.launcher);
     snprintf(ctx->store_addr, sizeof(ctx->store_addr), "%s", boot.store);
     snprintf(ctx->token, sizeof(ctx->token), "%s", boot.token);
+    OPENSSL_cleanse(boot.token, sizeof(boot.token));
     weft__host_id(ctx->host_id);
     st = weft__shm_ctx_init(ctx);
     if (st != WEFT_OK) {
@@ -498,6 +516,7 @@ err_fini:
 err_free:
     weft__error_noctx(st, "%s", ctx->last_error);
     pthread_mutex_destroy(&ctx->job_lock);
+    OPENSSL_cleanse(ctx->token, sizeof(ctx->token));
     free(ctx);
     return st;
 }
@@ -570,6 +589,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     free(ctx->peers);
     free(ctx->user_ops);
     pthread_mutex_destroy(&ctx->job_lock);
+    OPENSSL_cleanse(ctx->token, sizeof(ctx->token));
     free(ctx);
     return WEFT_OK;
 }

@@ -79,8 +79,8 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     /* A store already lost is not dialled again for the whole connect timeout. */
     weft_status_t st = WEFT_ERR_IO;
     if (weft__store_lost_ns(&ctx->store_health) == 0) {
-        st = weft__store_connect(ctx->store_addr, ctx->token, (int)ctx->cfg.connect_timeout_ms,
-                                 &ctx->logger, &hb->conn);
+        st = weft__store_connect_member(ctx->store_addr, ctx->token, ctx->rank,
+                                        (int)ctx->cfg.connect_timeout_ms, &ctx->logger, &hb->conn);
     }
     if (st == WEFT_OK) {
         weft__store_share_health(hb->conn, &ctx->store_health);

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "launcher/weftrun.h"
 #include "util/parse.h"
 
@@ -245,5 +247,7 @@ out:
     }
     weftrun_fence_close(&job);
     free(job.prog_path);
+    OPENSSL_cleanse(job.token, sizeof(job.token));
+    OPENSSL_cleanse(opts.token_buf, sizeof(opts.token_buf));
     return rc;
 }

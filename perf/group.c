@@ -85,11 +85,13 @@ static int on_extra(void *arg, const char *name, const char *val)
     return 0;
 }
 
-/* One name per job and run: the job token is the same in every rank and replacement. */
+/* One name per job and run: the store's address is the same in every rank and
+ * replacement (the job token is no name: it is secret, and weft_init takes it out of the
+ * environment). */
 static void stamp_path(char *buf, size_t len, int iter)
 {
-    const char *token = getenv("WEFT_JOB_TOKEN");
-    snprintf(buf, len, "/tmp/weft-perf-group.%.16s.%d", token != NULL ? token : "none", iter);
+    const char *store = getenv("WEFT_STORE");
+    snprintf(buf, len, "/tmp/weft-perf-group.%.40s.%d", store != NULL ? store : "none", iter);
 }
 
 /* The victim leaves its clock in a file: a message could be lost with the revoke. The

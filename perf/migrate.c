@@ -266,9 +266,9 @@ static double file_reload(const mig_bench_t *b, const scenario_t *s, const int *
     f->b = b;
     f->ids = ids;
     f->p = p;
-    const char *job = getenv("WEFT_JOB_TOKEN");
+    const char *job = getenv("WEFT_STORE"); /* one per job; the token is secret */
     for (int r = 0; r < p; r++) {
-        snprintf(f->paths[r], sizeof(f->paths[r]), "%s/weft-perf-migrate.%.12s.%d", b->tmpdir,
+        snprintf(f->paths[r], sizeof(f->paths[r]), "%s/weft-perf-migrate.%.40s.%d", b->tmpdir,
                  job != NULL ? job : "x", ids[r]);
     }
     weft_barrier(b->w.world);

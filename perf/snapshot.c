@@ -302,8 +302,10 @@ static weft_status_t overhead(snap_bench_t *b, snap_result_t *r)
 
 static void file_path(const snap_bench_t *b, const char *what, char *buf, size_t len)
 {
-    const char *job = getenv("WEFT_JOB_TOKEN");
-    snprintf(buf, len, "%s/weft-perf-snapshot.%.12s.%s", b->tmpdir, job != NULL ? job : "x", what);
+    /* One name per job: the store's port (the job token is secret). */
+    const char *store = getenv("WEFT_STORE");
+    const char *job = store != NULL && strrchr(store, ':') != NULL ? strrchr(store, ':') + 1 : "x";
+    snprintf(buf, len, "%s/weft-perf-snapshot.%.12s.%s", b->tmpdir, job, what);
 }
 
 static void shard_path(const snap_bench_t *b, int index, char *buf, size_t len)

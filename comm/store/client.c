@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "comm/store/proto.h"
 #include "util/clock.h"
 #include "util/parse.h"
@@ -35,6 +37,10 @@ struct weft_store_client {
     size_t rlen, rcap;
     size_t frame; /* bytes of the frame last returned by read_frame() */
     weft_store_buf_t wbuf;
+    /* After the handshake every frame carries a tag (proto.h): ours, and the store's. */
+    bool sealed;
+    bool forged; /* a frame from the store failed its tag check */
+    weft_store_dir_t tx, rx;
 };
 
 /* Waits for @p events; WEFT_INPROGRESS once the deadline has passed. */
@@ -127,8 +133,14 @@ static weft_status_t read_frame(weft_store_client_t *c, uint64_t deadline, weft_
             if (weft__store_hdr_decode(c->rbuf, len, type) != WEFT_OK) {
                 return WEFT_ERR_PROTOCOL;
             }
-            need += *len;
+            need += *len + (c->sealed ? WEFT__STORE_TAG_LEN : 0);
             if (c->rlen >= need) {
+                if (c->sealed &&
+                    !weft__store_tag_check(&c->rx, c->rbuf, c->rbuf + WEFT__STORE_HDR_LEN, *len,
+                                           c->rbuf + need - WEFT__STORE_TAG_LEN)) {
+                    c->forged = true;
+                    return WEFT_ERR_PROTOCOL;
+                }
                 *p = c->rbuf + WEFT__STORE_HDR_LEN;
                 c->frame = need;
                 return WEFT_OK;
@@ -191,7 +203,9 @@ static weft_status_t client_fail(weft_store_client_t *c, weft_status_t st, const
 {
     const char *why = st == WEFT_ERR_IO && c->err == 0 ? "the store closed the connection"
                       : st == WEFT_ERR_IO              ? strerror(c->err)
-                                                       : weft_status_str(st);
+                      : c->forged ? "a frame failed its integrity check (altered, injected, "
+                                    "replayed or reordered on the way)"
+                                  : weft_status_str(st);
     if (c->health != NULL && (st == WEFT_ERR_IO || st == WEFT_ERR_TIMEOUT)) {
         health_lost(c->health, what, why);
     } else {
@@ -222,6 +236,9 @@ static weft_status_t call(weft_store_client_t *c, weft_store_msg_t type, const c
     uint64_t deadline = weft__now_ms() + WEFT__STORE_IO_TIMEOUT_MS;
     c->wbuf.len = 0;
     weft_status_t st = weft__store_frame_kv(&c->wbuf, type, key, strlen(key), rest, rest_len);
+    if (st == WEFT_OK) {
+        st = weft__store_seal(&c->wbuf, 0, &c->tx);
+    }
     if (st != WEFT_OK) {
         return st;
     }
@@ -587,59 +604,112 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
     }
 }
 
-/* Proves to the server that we hold the token (see store_proto.h). */
-static weft_status_t handshake(weft_store_client_t *c, const char *token, uint64_t deadline)
+/*
+ * Proves to the server that we hold the token (or the member key of @p id), checks its
+ * proof that it holds it too, and derives the keys of the frames (proto.h).
+ * WEFT_INPROGRESS: the server was busy with other handshakes (it said so, or closed the
+ * connection before answering); try again.
+ */
+static weft_status_t handshake(weft_store_client_t *c, const char *token, weft_store_role_t role,
+                               uint32_t id, uint64_t deadline)
 {
     weft_store_msg_t type;
     const uint8_t *p;
     uint32_t len;
-    uint8_t proof[WEFT__STORE_PROOF_LEN];
+    uint8_t secret[WEFT__STORE_PROOF_LEN], t[WEFT__STORE_TRANSCRIPT_LEN];
+    uint8_t body[WEFT__STORE_AUTH_LEN], cn[WEFT__STORE_NONCE_LEN];
     weft_status_t st = read_frame(c, deadline, &type, &p, &len);
     st = st == WEFT_INPROGRESS ? WEFT_ERR_TIMEOUT : st;
     if (st == WEFT_OK && (type != WEFT__STORE_HELLO || len != WEFT__STORE_HELLO_LEN ||
                           p[0] != WEFT__STORE_VERSION)) {
         st = WEFT_ERR_PROTOCOL;
     }
+    if (st == WEFT_ERR_IO) {
+        return WEFT_INPROGRESS; /* dropped before we could speak */
+    }
     if (st != WEFT_OK) {
         return client_fail(c, st, "no valid greeting");
     }
-    st = weft__store_auth_proof(token, p + 1, proof);
+    st = weft__store_random(cn, sizeof(cn));
+    if (st == WEFT_OK) {
+        weft__store_transcript(t, p + 1, cn, role, id);
+        st = weft__store_session_secret(token, role, id, secret);
+    }
     consume(c);
+    memcpy(body, cn, sizeof(cn));
+    body[WEFT__STORE_NONCE_LEN] = (uint8_t)role;
+    body[WEFT__STORE_NONCE_LEN + 1] = (uint8_t)(id >> 24);
+    body[WEFT__STORE_NONCE_LEN + 2] = (uint8_t)(id >> 16);
+    body[WEFT__STORE_NONCE_LEN + 3] = (uint8_t)(id >> 8);
+    body[WEFT__STORE_NONCE_LEN + 4] = (uint8_t)id;
+    if (st == WEFT_OK) {
+        st = weft__store_derive(secret, WEFT__STORE_CLIENT_PROOF, t,
+                                body + WEFT__STORE_NONCE_LEN + 5);
+    }
     c->wbuf.len = 0;
     if (st == WEFT_OK) {
-        st = weft__store_frame_bytes(&c->wbuf, WEFT__STORE_AUTH, proof, sizeof(proof));
+        st = weft__store_frame_bytes(&c->wbuf, WEFT__STORE_AUTH, body, sizeof(body));
     }
     if (st == WEFT_OK) {
         st = send_all(c, c->wbuf.data, c->wbuf.len, deadline);
     }
     if (st != WEFT_OK) {
-        return client_fail(c, st, "sending the token proof failed");
+        OPENSSL_cleanse(secret, sizeof(secret));
+        return st == WEFT_ERR_IO ? WEFT_INPROGRESS
+                                 : client_fail(c, st, "sending the token proof failed");
     }
     weft_status_t status = WEFT_ERR_PROTOCOL;
-    const uint8_t *data;
-    size_t dlen;
+    const uint8_t *data = NULL;
+    size_t dlen = 0;
     st = read_frame(c, deadline, &type, &p, &len);
     if (st == WEFT_OK && type == WEFT__STORE_RESP &&
         weft__store_resp_decode(p, len, &status, &data, &dlen) == WEFT_OK) {
+        st = status == WEFT_OK || status == WEFT_ERR_AUTH || status == WEFT_ERR_NO_MEMORY
+                 ? status
+                 : WEFT_ERR_PROTOCOL;
+        if (st == WEFT_OK &&
+            !weft__store_proof_check(secret, WEFT__STORE_SERVER_PROOF, t, data, dlen)) {
+            st = WEFT_ERR_AUTH;
+            WEFT_ERROR(c->lg,
+                       "store %s: refusing the store: it could not prove that it holds the job "
+                       "token (not the job's store, or one in the middle)",
+                       c->addr);
+            c->broken = true;
+            status = WEFT_ERR_AUTH;
+        } else if (st == WEFT_ERR_AUTH) {
+            WEFT_ERROR(c->lg, "store %s: the store refused our job token", c->addr);
+            c->broken = true;
+        }
         consume(c);
-        st = status == WEFT_OK || status == WEFT_ERR_AUTH ? status : WEFT_ERR_PROTOCOL;
     } else if (st == WEFT_OK) {
         st = WEFT_ERR_PROTOCOL;
     } else if (st == WEFT_ERR_IO) {
-        st = WEFT_ERR_AUTH; /* closed on us right after the proof: refused */
+        /* Closed without an answer: dropped while busy (a refusal comes with one). */
+        st = WEFT_ERR_NO_MEMORY;
+        status = WEFT_ERR_NO_MEMORY;
     }
     st = st == WEFT_INPROGRESS ? WEFT_ERR_TIMEOUT : st;
-    if (st == WEFT_ERR_AUTH) {
-        WEFT_ERROR(c->lg, "store %s: the store refused our job token", c->addr);
-        c->broken = true;
-    } else if (st != WEFT_OK) {
+    if (st == WEFT_OK) {
+        c->tx.seq = c->rx.seq = 0;
+        st = weft__store_derive(secret, WEFT__STORE_KEY_C2S, t, c->tx.key);
+        if (st == WEFT_OK) {
+            st = weft__store_derive(secret, WEFT__STORE_KEY_S2C, t, c->rx.key);
+        }
+        c->sealed = st == WEFT_OK;
+    }
+    OPENSSL_cleanse(secret, sizeof(secret));
+    if (st == WEFT_ERR_NO_MEMORY && status == WEFT_ERR_NO_MEMORY) {
+        return WEFT_INPROGRESS; /* busy: the caller tries again */
+    }
+    if (st != WEFT_OK && st != WEFT_ERR_AUTH) {
         client_fail(c, st, "authentication failed");
     }
     return st;
 }
 
-weft_status_t weft__store_connect(const char *hostport, const char *token, int timeout_ms,
-                                  const weft_logger_t *lg, weft_store_client_t **client)
+static weft_status_t connect_as(const char *hostport, const char *token, weft_store_role_t role,
+                                uint32_t id, int timeout_ms, const weft_logger_t *lg,
+                                weft_store_client_t **client)
 {
     char host[256], port[16];
     if (hostport == NULL || token == NULL || token[0] == '\0' || timeout_ms < 0 || client == NULL) {
@@ -653,15 +723,38 @@ weft_status_t weft__store_connect(const char *hostport, const char *token, int t
     if (c == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
-    c->fd = -1;
     c->lg = lg;
     snprintf(c->addr, sizeof(c->addr), "%s", hostport);
-    uint64_t deadline = weft__now_ms() + (uint64_t)timeout_ms;
-    weft_status_t st = tcp_connect(c, host, port, timeout_ms, deadline);
-    if (st == WEFT_OK) {
-        /* Connected at the last moment: still give the greeting a fair chance. */
-        uint64_t min_deadline = weft__now_ms() + 1000;
-        st = handshake(c, token, deadline > min_deadline ? deadline : min_deadline);
+    uint64_t begin = weft__now_ms(), deadline = begin + (uint64_t)timeout_ms;
+    weft_status_t st;
+    for (unsigned pause_ms = 10;; pause_ms = pause_ms < 200 ? pause_ms * 2 : 200) {
+        c->fd = -1;
+        st = tcp_connect(c, host, port, timeout_ms, deadline);
+        if (st == WEFT_OK) {
+            /* Connected at the last moment: still give the greeting a fair chance. */
+            uint64_t min_deadline = weft__now_ms() + 1000;
+            st = handshake(c, token, role, id, deadline > min_deadline ? deadline : min_deadline);
+        }
+        uint64_t now = weft__now_ms();
+        if (st != WEFT_INPROGRESS) {
+            break;
+        }
+        /* The store is busy with connections that have not authenticated: try again. */
+        close(c->fd);
+        c->rlen = c->frame = 0;
+        if (now >= deadline) {
+            WEFT_ERROR(lg,
+                       "store %s: the store dropped our handshake each time (busy with "
+                       "connections that have not authenticated), tried for %llu ms",
+                       c->addr, (unsigned long long)(now - begin));
+            st = WEFT_ERR_TIMEOUT;
+            c->fd = -1;
+            break;
+        }
+        uint64_t nap = deadline - now < pause_ms ? deadline - now : pause_ms;
+        nanosleep(&(struct timespec){.tv_sec = (time_t)(nap / 1000),
+                                     .tv_nsec = (long)(nap % 1000) * 1000000},
+                  NULL);
     }
     if (st != WEFT_OK) {
         weft__store_close(c);
@@ -669,6 +762,20 @@ weft_status_t weft__store_connect(const char *hostport, const char *token, int t
     }
     *client = c;
     return WEFT_OK;
+}
+
+weft_status_t weft__store_connect(const char *hostport, const char *token, int timeout_ms,
+                                  const weft_logger_t *lg, weft_store_client_t **client)
+{
+    return connect_as(hostport, token, WEFT__STORE_ROLE_LAUNCHER, 0, timeout_ms, lg, client);
+}
+
+weft_status_t weft__store_connect_member(const char *hostport, const char *token, int member,
+                                         int timeout_ms, const weft_logger_t *lg,
+                                         weft_store_client_t **client)
+{
+    uint32_t id = member >= 0 ? (uint32_t)member : WEFT__STORE_NO_ID;
+    return connect_as(hostport, token, WEFT__STORE_ROLE_MEMBER, id, timeout_ms, lg, client);
 }
 
 int weft__store_fd(const weft_store_client_t *c)
@@ -686,5 +793,6 @@ void weft__store_close(weft_store_client_t *c)
     }
     free(c->rbuf);
     weft__store_buf_free(&c->wbuf);
+    OPENSSL_cleanse(c, sizeof(*c)); /* the session's keys */
     free(c);
 }

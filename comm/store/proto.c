@@ -7,7 +7,10 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/core_names.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
+#include <openssl/sha.h>
 
 #include "comm/store/proto.h"
 
@@ -236,24 +239,112 @@ weft_status_t weft__store_hmac_sha256(const void *key, size_t klen, const void *
     return WEFT_OK;
 }
 
-weft_status_t weft__store_auth_proof(const char *token, const uint8_t nonce[WEFT__STORE_NONCE_LEN],
-                                     uint8_t proof[WEFT__STORE_PROOF_LEN])
+void weft__store_transcript(uint8_t t[WEFT__STORE_TRANSCRIPT_LEN],
+                            const uint8_t sn[WEFT__STORE_NONCE_LEN],
+                            const uint8_t cn[WEFT__STORE_NONCE_LEN], weft_store_role_t role,
+                            uint32_t id)
 {
-    uint8_t msg[WEFT__STORE_NONCE_LEN + sizeof(WEFT__STORE_AUTH_CONTEXT) - 1];
-    memcpy(msg, nonce, WEFT__STORE_NONCE_LEN);
-    memcpy(msg + WEFT__STORE_NONCE_LEN, WEFT__STORE_AUTH_CONTEXT,
-           sizeof(WEFT__STORE_AUTH_CONTEXT) - 1);
-    return weft__store_hmac_sha256(token, strlen(token), msg, sizeof(msg), proof);
+    memcpy(t, sn, WEFT__STORE_NONCE_LEN);
+    memcpy(t + WEFT__STORE_NONCE_LEN, cn, WEFT__STORE_NONCE_LEN);
+    uint8_t *p = t + 2 * WEFT__STORE_NONCE_LEN;
+    p[0] = (uint8_t)role;
+    uint32_t be = htonl(id);
+    memcpy(p + 1, &be, sizeof(be));
 }
 
-bool weft__store_auth_check(const char *token, const uint8_t nonce[WEFT__STORE_NONCE_LEN],
-                            const uint8_t *proof, size_t len)
+weft_status_t weft__store_session_secret(const char *token, weft_store_role_t role, uint32_t id,
+                                         uint8_t out[WEFT__STORE_PROOF_LEN])
+{
+    if (role == WEFT__STORE_ROLE_LAUNCHER) {
+        return SHA256((const unsigned char *)token, strlen(token), out) != NULL
+                   ? WEFT_OK
+                   : WEFT_ERR_NO_MEMORY;
+    }
+    uint8_t msg[sizeof("weft-member-v1") - 1 + 4];
+    memcpy(msg, "weft-member-v1", sizeof(msg) - 4);
+    uint32_t be = htonl(id);
+    memcpy(msg + sizeof(msg) - 4, &be, sizeof(be));
+    return weft__store_hmac_sha256(token, strlen(token), msg, sizeof(msg), out);
+}
+
+weft_status_t weft__store_derive(const uint8_t key[WEFT__STORE_PROOF_LEN], weft_store_derive_t what,
+                                 const uint8_t t[WEFT__STORE_TRANSCRIPT_LEN],
+                                 uint8_t out[WEFT__STORE_PROOF_LEN])
+{
+    /* Distinct labels: neither side's proof is the other's, nor a key of either way. */
+    static const char *const labels[] = {
+        [WEFT__STORE_CLIENT_PROOF] = "weft-store-client-v2",
+        [WEFT__STORE_SERVER_PROOF] = "weft-store-server-v2",
+        [WEFT__STORE_KEY_C2S] = "weft-store-c2s-v2",
+        [WEFT__STORE_KEY_S2C] = "weft-store-s2c-v2",
+    };
+    uint8_t msg[32 + WEFT__STORE_TRANSCRIPT_LEN];
+    size_t llen = strlen(labels[what]);
+    memcpy(msg, labels[what], llen);
+    memcpy(msg + llen, t, WEFT__STORE_TRANSCRIPT_LEN);
+    return weft__store_hmac_sha256(key, WEFT__STORE_PROOF_LEN, msg,
+                                   llen + WEFT__STORE_TRANSCRIPT_LEN, out);
+}
+
+bool weft__store_proof_check(const uint8_t key[WEFT__STORE_PROOF_LEN], weft_store_derive_t what,
+                             const uint8_t t[WEFT__STORE_TRANSCRIPT_LEN], const uint8_t *proof,
+                             size_t len)
 {
     uint8_t expect[WEFT__STORE_PROOF_LEN];
-    if (len != WEFT__STORE_PROOF_LEN || weft__store_auth_proof(token, nonce, expect) != WEFT_OK) {
+    if (len != WEFT__STORE_PROOF_LEN || weft__store_derive(key, what, t, expect) != WEFT_OK) {
         return false;
     }
-    return CRYPTO_memcmp(expect, proof, WEFT__STORE_PROOF_LEN) == 0;
+    bool ok = CRYPTO_memcmp(expect, proof, WEFT__STORE_PROOF_LEN) == 0;
+    OPENSSL_cleanse(expect, sizeof(expect));
+    return ok;
+}
+
+/* HMAC-SHA256(d->key, seq || a || b) without advancing the sequence number. */
+static weft_status_t tag_at(const weft_store_dir_t *d, const uint8_t *a, size_t alen,
+                            const uint8_t *b, size_t blen, uint8_t tag[WEFT__STORE_TAG_LEN])
+{
+    uint8_t seq[8];
+    weft__store_set_u64(seq, d->seq);
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                           OSSL_PARAM_construct_end()};
+    size_t n = 0;
+    bool ok = ctx != NULL && EVP_MAC_init(ctx, d->key, sizeof(d->key), params) == 1 &&
+              EVP_MAC_update(ctx, seq, sizeof(seq)) == 1 && EVP_MAC_update(ctx, a, alen) == 1 &&
+              (blen == 0 || EVP_MAC_update(ctx, b, blen) == 1) &&
+              EVP_MAC_final(ctx, tag, &n, WEFT__STORE_TAG_LEN) == 1 && n == WEFT__STORE_TAG_LEN;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    return ok ? WEFT_OK : WEFT_ERR_NO_MEMORY;
+}
+
+weft_status_t weft__store_seal(weft_store_buf_t *b, size_t start, weft_store_dir_t *d)
+{
+    uint8_t tag[WEFT__STORE_TAG_LEN];
+    weft_status_t st = tag_at(d, b->data + start, b->len - start, NULL, 0, tag);
+    if (st == WEFT_OK) {
+        st = weft__store_buf_put(b, tag, sizeof(tag));
+    }
+    if (st == WEFT_OK) {
+        d->seq++;
+    } else {
+        b->len = start; /* no frame rather than one without its tag */
+    }
+    return st;
+}
+
+bool weft__store_tag_check(weft_store_dir_t *d, const uint8_t hdr[WEFT__STORE_HDR_LEN],
+                           const uint8_t *body, size_t blen, const uint8_t *tag)
+{
+    uint8_t expect[WEFT__STORE_TAG_LEN];
+    if (tag_at(d, hdr, WEFT__STORE_HDR_LEN, body, blen, expect) != WEFT_OK ||
+        CRYPTO_memcmp(expect, tag, WEFT__STORE_TAG_LEN) != 0) {
+        return false;
+    }
+    d->seq++;
+    return true;
 }
 
 weft_status_t weft__store_random(void *buf, size_t len)

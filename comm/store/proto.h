@@ -5,10 +5,19 @@
  * one type byte, three reserved zero bytes) and at most WEFT_STORE_MAX_FRAME payload
  * bytes. Integers on the wire are big-endian.
  *
- * Session: the server sends HELLO (version byte, 32-byte nonce); the client answers AUTH
- * with HMAC-SHA256(token, nonce || WEFT__STORE_AUTH_CONTEXT); the server replies RESP
- * (status OK, or WEFT_ERR_AUTH and then closes). Only then are requests served, one at a
- * time per connection, each answered by one RESP (i32 status, then data).
+ * Session (docs/DESIGN.md, "The store's sessions"): the server sends HELLO (version
+ * byte, its 32-byte nonce sn); the client answers AUTH (its nonce cn, its role byte, a
+ * u32 member id, its proof). With T the job token and t = sn || cn || role || id:
+ *   client proof  HMAC-SHA256(T, "weft-store-client-v2" || t)
+ *   server proof  HMAC-SHA256(T, "weft-store-server-v2" || t)  (in the RESP to AUTH)
+ *   frame keys    HMAC-SHA256(T, "weft-store-c2s-v2" || t), "...-s2c-v2" alike
+ * The server answers RESP (OK with its proof, or WEFT_ERR_AUTH and then closes; a busy
+ * server answers WEFT_ERR_NO_MEMORY and closes, and the client tries again). Every later
+ * frame, both ways, carries a 32-byte tag after its payload: HMAC-SHA256(key of its
+ * direction, u64 sequence number || header || payload), the sequence number counting the
+ * frames of that direction from 0. A tag that does not match (altered, injected, replayed
+ * or reordered frames) closes the connection. Requests are then served one at a time per
+ * connection, each answered by one RESP (i32 status, then data).
  *
  * Request payloads are "kv" bodies: u16 key length, key bytes, then the rest:
  *   SET    rest = value                    RESP data: none
@@ -27,22 +36,47 @@
 #include "comm/store/store.h"
 #include "weft/status.h"
 
-#define WEFT__STORE_VERSION 1
+#define WEFT__STORE_VERSION 2
 #define WEFT__STORE_HDR_LEN 8
 #define WEFT__STORE_NONCE_LEN 32
 #define WEFT__STORE_PROOF_LEN 32 /* SHA-256 output */
+#define WEFT__STORE_TAG_LEN 32   /* a frame's MAC: HMAC-SHA256 */
 #define WEFT__STORE_HELLO_LEN (1 + WEFT__STORE_NONCE_LEN)
-#define WEFT__STORE_AUTH_CONTEXT "weft-store-auth-v1"
+/* AUTH body: cn, role (u8), member id (u32), proof. */
+#define WEFT__STORE_AUTH_LEN (WEFT__STORE_NONCE_LEN + 1 + 4 + WEFT__STORE_PROOF_LEN)
+/* The transcript t both proofs and the keys are computed over. */
+#define WEFT__STORE_TRANSCRIPT_LEN (2 * WEFT__STORE_NONCE_LEN + 1 + 4)
 /* Largest value: a kv body with the longest key, or a RESP, still fits in one frame. */
 #define WEFT__STORE_MAX_VALUE (WEFT_STORE_MAX_FRAME - 2 - WEFT_STORE_MAX_KEY - 8)
 
 /* Server limits: what any one client (and all of them) can make the server hold. */
-#define WEFT__STORE_MAX_CONNS 1024
-#define WEFT__STORE_MAX_DATA (64u << 20)                                      /* stored bytes */
+#define WEFT__STORE_MAX_CONNS 1024         /* authenticated connections */
+#define WEFT__STORE_MAX_UNAUTH 128         /* connections still authenticating */
+#define WEFT__STORE_MAX_UNAUTH_PER_ADDR 64 /* of them from one address */
+#define WEFT__STORE_MAX_DATA (64u << 20)   /* stored bytes: keys, values and leases */
 #define WEFT__STORE_MAX_OUT (WEFT__STORE_MAX_DATA + 2 * WEFT_STORE_MAX_FRAME) /* per conn */
+#define WEFT__STORE_MAX_QUEUED (4 * WEFT__STORE_MAX_OUT) /* output queued to all conns */
 #define WEFT__STORE_AUTH_TIMEOUT_MS 5000
 /* Client: bound on waiting for the server's answer beyond the request's own timeout. */
 #define WEFT__STORE_IO_TIMEOUT_MS 30000
+
+/* Who a connection speaks for (the AUTH role byte). The store authorises its writes by it
+ * (docs/DESIGN.md): a launcher (weftrun, tools, tests) may write anything; a member only
+ * what its id owns and what the agreement protocols share. */
+typedef enum weft_store_role {
+    WEFT__STORE_ROLE_LAUNCHER = 0,
+    WEFT__STORE_ROLE_MEMBER = 1, /* with its member id, or WEFT__STORE_NO_ID */
+    WEFT__STORE_ROLE_MAX = WEFT__STORE_ROLE_MEMBER,
+} weft_store_role_t;
+
+/* The id of a member that has none yet (a joiner before its id comes from the store). */
+#define WEFT__STORE_NO_ID UINT32_MAX
+
+/* One direction of an authenticated session: its key and the next sequence number. */
+typedef struct weft_store_dir {
+    uint8_t key[WEFT__STORE_PROOF_LEN];
+    uint64_t seq;
+} weft_store_dir_t;
 
 typedef enum weft_store_msg {
     WEFT__STORE_HELLO = 1,
@@ -112,12 +146,40 @@ void weft__store_set_u64(uint8_t *p, uint64_t v);
 /* HMAC-SHA256 of @p data keyed by @p key. */
 weft_status_t weft__store_hmac_sha256(const void *key, size_t klen, const void *data, size_t dlen,
                                       uint8_t out[WEFT__STORE_PROOF_LEN]);
-/* The client's proof: HMAC-SHA256(token, nonce || WEFT__STORE_AUTH_CONTEXT). */
-weft_status_t weft__store_auth_proof(const char *token, const uint8_t nonce[WEFT__STORE_NONCE_LEN],
-                                     uint8_t proof[WEFT__STORE_PROOF_LEN]);
-/* Constant-time check of a proof; false on any mismatch or failure. */
-bool weft__store_auth_check(const char *token, const uint8_t nonce[WEFT__STORE_NONCE_LEN],
-                            const uint8_t *proof, size_t len);
+/* The transcript t: sn || cn || role || id (big-endian). */
+void weft__store_transcript(uint8_t t[WEFT__STORE_TRANSCRIPT_LEN],
+                            const uint8_t sn[WEFT__STORE_NONCE_LEN],
+                            const uint8_t cn[WEFT__STORE_NONCE_LEN], weft_store_role_t role,
+                            uint32_t id);
+/* What a session derives from the token: HMAC-SHA256(token, label || t). */
+typedef enum weft_store_derive {
+    WEFT__STORE_CLIENT_PROOF,
+    WEFT__STORE_SERVER_PROOF,
+    WEFT__STORE_KEY_C2S,
+    WEFT__STORE_KEY_S2C,
+} weft_store_derive_t;
+weft_status_t weft__store_derive(const uint8_t key[WEFT__STORE_PROOF_LEN], weft_store_derive_t what,
+                                 const uint8_t t[WEFT__STORE_TRANSCRIPT_LEN],
+                                 uint8_t out[WEFT__STORE_PROOF_LEN]);
+/* Constant-time check of a proof against what @p key derives; false on any mismatch. */
+bool weft__store_proof_check(const uint8_t key[WEFT__STORE_PROOF_LEN], weft_store_derive_t what,
+                             const uint8_t t[WEFT__STORE_TRANSCRIPT_LEN], const uint8_t *proof,
+                             size_t len);
+/*
+ * The secret a session of @p role and @p id is keyed by: SHA-256 of the token for a
+ * launcher, HMAC-SHA256(token, "weft-member-v1" || id) for a member. A member's key
+ * proves that id only, so a process given its member key alone (rather than the token)
+ * could speak for no other member.
+ */
+weft_status_t weft__store_session_secret(const char *token, weft_store_role_t role, uint32_t id,
+                                         uint8_t out[WEFT__STORE_PROOF_LEN]);
+/* Appends the tag of the frame that starts at @p start of @p b (and ends at its end) under
+ * @p d, whose sequence number then advances. On failure @p b loses the frame. */
+weft_status_t weft__store_seal(weft_store_buf_t *b, size_t start, weft_store_dir_t *d);
+/* Whether @p tag is the tag under @p d of the frame @p hdr, then @p blen bytes of payload
+ * at @p body (constant time); the sequence number advances only when it is. */
+bool weft__store_tag_check(weft_store_dir_t *d, const uint8_t hdr[WEFT__STORE_HDR_LEN],
+                           const uint8_t *body, size_t blen, const uint8_t *tag);
 /* Bytes from the OS entropy source (getrandom). */
 weft_status_t weft__store_random(void *buf, size_t len);
 

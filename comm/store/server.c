@@ -4,10 +4,12 @@
  * it sleeps in poll(), so weft__store_server_set() from the hosting process applies its
  * change under the mutex and wakes the loop through a pipe to send what it queued.
  *
- * Each connection reads one frame at a time into a buffer of at most one frame, stops
- * reading while a GET is parked or while its pending output is large, and is closed when
- * its pending output passes WEFT__STORE_MAX_OUT: no client can make the server hold more
- * than about that much, and there are at most WEFT__STORE_MAX_CONNS connections.
+ * Each connection reads one frame at a time into a buffer of at most one frame (and its
+ * tag), stops reading while a GET is parked or while its pending output is large, and is
+ * closed when its pending output passes WEFT__STORE_MAX_OUT, or holds the most when all
+ * of them pass WEFT__STORE_MAX_QUEUED. There are at most WEFT__STORE_MAX_CONNS
+ * authenticated connections and WEFT__STORE_MAX_UNAUTH others (unauth_make_room).
+ * What the requests do, and the handshake, are in server_req.c.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,120 +28,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/store/proto.h"
-#include "util/clock.h"
-#include "util/hash.h"
-#include "util/parse.h"
+#include <openssl/crypto.h>
 
-#define ENTRY_OVERHEAD 64                         /* bytes charged per key besides its data */
+#include "comm/store/server.h"
+#include "util/clock.h"
+#include "util/parse.h"
 #define OUT_HIGH_WATER (4 * WEFT_STORE_MAX_FRAME) /* stop reading requests above this */
 #define FRAMES_PER_TURN 32                        /* fairness between busy clients */
 #define ACCEPT_PAUSE_MS 100                       /* after accept() ran out of descriptors */
 
-typedef struct store_entry {
-    struct store_entry *next;
-    uint8_t *val;
-    size_t vlen, klen;
-    char key[]; /* klen bytes and a NUL */
-} store_entry_t;
-
-typedef enum { CONN_AUTH, CONN_READY, CONN_WATCH } conn_state_t;
-
-typedef struct store_conn {
-    int fd;
-    conn_state_t state;
-    bool dead;    /* close at the end of this loop turn */
-    bool closing; /* close once the output is flushed */
-    bool parked;  /* a GET waits for key[] to be set */
-    char peer[64];
-    uint8_t nonce[WEFT__STORE_NONCE_LEN];
-    uint64_t deadline_ms; /* of the authentication, or of the parked GET */
-    uint8_t hdr[WEFT__STORE_HDR_LEN];
-    size_t hdr_fill;
-    bool in_body;
-    weft_store_msg_t in_type;
-    uint32_t in_len;
-    uint8_t *in;
-    size_t in_fill, in_cap;
-    weft_store_buf_t out;
-    size_t out_off;
-    size_t klen;
-    char key[WEFT_STORE_MAX_KEY + 1]; /* parked GET's key, or the watch prefix */
-    /* Lease: set lease_key = lease_val when this connection drops or is not renewed. */
-    char *lease_key;
-    uint8_t *lease_val;
-    size_t lease_klen, lease_vlen;
-    uint64_t lease_deadline_ms;
-} store_conn_t;
-
-struct weft_store_server {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    bool stop;
-    int listen_fd, wake_rd, wake_wr;
-    int port;
-    char *token;
-    const weft_logger_t *lg;
-    void (*on_lapse)(void *arg, const char *key);
-    void *on_lapse_arg;
-    store_entry_t **buckets;
-    size_t nbuckets, nentries, data_bytes;
-    store_conn_t *conns[WEFT__STORE_MAX_CONNS];
-    size_t nconns;
-    struct pollfd pfds[WEFT__STORE_MAX_CONNS + 2];
-    uint64_t accept_resume_ms;
-    /* Fake connections (weft__store_server_feed): the bytes they receive next. */
-    const uint8_t *feed;
-    size_t feed_len;
-    bool feed_eof;
-};
-
-/* ---- the map ---- */
-
-static size_t key_hash(const char *key, size_t klen)
-{
-    return (size_t)weft__fnv1a(WEFT__FNV1A_SEED, key, klen);
-}
-
-static store_entry_t **map_slot(weft_store_server_t *s, const char *key, size_t klen)
-{
-    store_entry_t **p = &s->buckets[key_hash(key, klen) & (s->nbuckets - 1)];
-    while (*p != NULL && ((*p)->klen != klen || memcmp((*p)->key, key, klen) != 0)) {
-        p = &(*p)->next;
-    }
-    return p;
-}
-
-static void map_grow(weft_store_server_t *s)
-{
-    size_t n = s->nbuckets * 2;
-    store_entry_t **b = calloc(n, sizeof(*b));
-    if (b == NULL) {
-        return; /* longer chains, still correct */
-    }
-    for (size_t i = 0; i < s->nbuckets; i++) {
-        while (s->buckets[i] != NULL) {
-            store_entry_t *e = s->buckets[i];
-            s->buckets[i] = e->next;
-            size_t j = key_hash(e->key, e->klen) & (n - 1);
-            e->next = b[j];
-            b[j] = e;
-        }
-    }
-    free(s->buckets);
-    s->buckets = b;
-    s->nbuckets = n;
-}
-
-static void map_remove(weft_store_server_t *s, store_entry_t **slot)
-{
-    store_entry_t *e = *slot;
-    *slot = e->next;
-    s->data_bytes -= e->klen + e->vlen + ENTRY_OVERHEAD;
-    s->nentries--;
-    free(e->val);
-    free(e);
-}
+static void reap(weft_store_server_t *s);
 
 /* ---- connection output ---- */
 
@@ -159,9 +57,50 @@ static void conn_compact(store_conn_t *c)
     }
 }
 
-/* A frame was appended (or failed to be, st): enforce the output cap. */
-static void conn_queued(weft_store_server_t *s, store_conn_t *c, weft_status_t st)
+/* Drops what a connection about to close still had to send. */
+static void conn_drop_output(weft_store_server_t *s, store_conn_t *c)
 {
+    s->queued -= conn_pending(c);
+    c->out.len = c->out_off = 0;
+}
+
+/* The connection with the most output queued. */
+static store_conn_t *largest_queue(weft_store_server_t *s)
+{
+    store_conn_t *big = NULL;
+    for (size_t i = 0; i < s->nconns; i++) {
+        store_conn_t *c = s->conns[i];
+        if (!c->dead && (big == NULL || conn_pending(c) > conn_pending(big))) {
+            big = c;
+        }
+    }
+    return big;
+}
+
+/*
+ * A frame was appended (or failed to be, st) to a connection that had @p before bytes
+ * pending: seal it once authenticated, and enforce the caps on its output and on all.
+ */
+static void conn_queued(weft_store_server_t *s, store_conn_t *c, weft_status_t st, size_t start,
+                        size_t before)
+{
+    if (st == WEFT_OK && c->sealed) {
+        st = weft__store_seal(&c->out, start, &c->tx);
+    }
+    s->queued += conn_pending(c) - before;
+    if (st == WEFT_OK && s->queued > WEFT__STORE_MAX_QUEUED) {
+        /* The watchers that read slowest hold the most: close the worst of them. */
+        store_conn_t *big = largest_queue(s);
+        WEFT_WARN(s->lg,
+                  "store: closing %s: the store's output queues are full (%zu bytes), "
+                  "and it has the most of it (%zu bytes) unread",
+                  big->peer, s->queued, conn_pending(big));
+        conn_drop_output(s, big);
+        big->dead = true;
+    }
+    if (c->dead) {
+        return;
+    }
     if (st != WEFT_OK) {
         WEFT_ERROR(s->lg, "store: cannot queue a reply to %s: %s", c->peer, weft_status_str(st));
         c->dead = true;
@@ -172,18 +111,21 @@ static void conn_queued(weft_store_server_t *s, store_conn_t *c, weft_status_t s
     }
 }
 
-static void conn_resp(weft_store_server_t *s, store_conn_t *c, weft_status_t status,
-                      const void *data, size_t len)
+void weft__store_srv_resp(weft_store_server_t *s, store_conn_t *c, weft_status_t status,
+                          const void *data, size_t len)
 {
     conn_compact(c);
-    conn_queued(s, c, weft__store_frame_resp(&c->out, status, data, len));
+    size_t start = c->out.len, before = conn_pending(c);
+    conn_queued(s, c, weft__store_frame_resp(&c->out, status, data, len), start, before);
 }
 
-static void conn_event(weft_store_server_t *s, store_conn_t *c, const store_entry_t *e)
+void weft__store_srv_event(weft_store_server_t *s, store_conn_t *c, const store_entry_t *e)
 {
     conn_compact(c);
+    size_t start = c->out.len, before = conn_pending(c);
     conn_queued(s, c,
-                weft__store_frame_kv(&c->out, WEFT__STORE_EVENT, e->key, e->klen, e->val, e->vlen));
+                weft__store_frame_kv(&c->out, WEFT__STORE_EVENT, e->key, e->klen, e->val, e->vlen),
+                start, before);
 }
 
 static void conn_flush(weft_store_server_t *s, store_conn_t *c)
@@ -202,6 +144,7 @@ static void conn_flush(weft_store_server_t *s, store_conn_t *c)
             break;
         }
         c->out_off += (size_t)n;
+        s->queued -= (size_t)n;
     }
     conn_compact(c);
     if (c->closing && conn_pending(c) == 0) {
@@ -209,285 +152,16 @@ static void conn_flush(weft_store_server_t *s, store_conn_t *c)
     }
 }
 
-static void lease_clear(store_conn_t *c)
+/* Drops the connection's lease, and its charge on the store's memory. */
+void weft__store_srv_lease_clear(weft_store_server_t *s, store_conn_t *c)
 {
+    if (c->lease_key != NULL) {
+        s->data_bytes -= c->lease_klen + c->lease_vlen + ENTRY_OVERHEAD;
+    }
     free(c->lease_key);
     free(c->lease_val);
     c->lease_key = NULL;
     c->lease_val = NULL;
-}
-
-/* ---- store operations (mutex held) ---- */
-
-/* A key changed: answer the GETs parked on it and tell the watchers of its prefixes. */
-static void publish(weft_store_server_t *s, const store_entry_t *e)
-{
-    for (size_t i = 0; i < s->nconns; i++) {
-        store_conn_t *c = s->conns[i];
-        if (c->dead) {
-            continue;
-        }
-        if (c->parked && c->klen == e->klen && memcmp(c->key, e->key, e->klen) == 0) {
-            c->parked = false;
-            conn_resp(s, c, WEFT_OK, e->val, e->vlen);
-        } else if (c->state == CONN_WATCH && c->klen <= e->klen &&
-                   memcmp(c->key, e->key, c->klen) == 0) {
-            conn_event(s, c, e);
-        }
-    }
-}
-
-static weft_status_t store_put(weft_store_server_t *s, const char *key, size_t klen,
-                               const void *val, size_t vlen)
-{
-    if (klen == 0 || klen > WEFT_STORE_MAX_KEY || vlen > WEFT__STORE_MAX_VALUE) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    store_entry_t **slot = map_slot(s, key, klen);
-    store_entry_t *e = *slot;
-    size_t after =
-        e != NULL ? s->data_bytes - e->vlen + vlen : s->data_bytes + klen + ENTRY_OVERHEAD + vlen;
-    if (after > WEFT__STORE_MAX_DATA) {
-        WEFT_WARN(s->lg, "store: full (%zu bytes), refusing to set %.*s", s->data_bytes, (int)klen,
-                  key);
-        return WEFT_ERR_NO_MEMORY;
-    }
-    uint8_t *copy = malloc(vlen > 0 ? vlen : 1);
-    if (copy == NULL) {
-        return WEFT_ERR_NO_MEMORY;
-    }
-    if (vlen > 0) {
-        memcpy(copy, val, vlen);
-    }
-    if (e == NULL) {
-        e = malloc(sizeof(*e) + klen + 1);
-        if (e == NULL) {
-            free(copy);
-            return WEFT_ERR_NO_MEMORY;
-        }
-        memcpy(e->key, key, klen);
-        e->key[klen] = '\0';
-        e->klen = klen;
-        e->vlen = 0;
-        e->val = NULL;
-        e->next = NULL;
-        *slot = e;
-        s->nentries++;
-        s->data_bytes += klen + ENTRY_OVERHEAD;
-    }
-    s->data_bytes = s->data_bytes - e->vlen + vlen;
-    free(e->val);
-    e->val = copy;
-    e->vlen = vlen;
-    publish(s, e);
-    if (s->nentries > s->nbuckets) {
-        map_grow(s);
-    }
-    return WEFT_OK;
-}
-
-/* The counter in a stored value: optional '-' and decimal digits, nothing else. */
-static bool parse_counter(const store_entry_t *e, int64_t *out)
-{
-    char text[24];
-    if (e->vlen == 0 || e->vlen >= sizeof(text)) {
-        return false;
-    }
-    memcpy(text, e->val, e->vlen);
-    text[e->vlen] = '\0';
-    return weft__parse_i64(text, INT64_MIN, INT64_MAX, out);
-}
-
-static weft_status_t store_add(weft_store_server_t *s, const char *key, size_t klen, int64_t delta,
-                               int64_t *result)
-{
-    int64_t cur = 0;
-    store_entry_t *e = *map_slot(s, key, klen);
-    if (e != NULL && !parse_counter(e, &cur)) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    if ((delta > 0 && cur > INT64_MAX - delta) || (delta < 0 && cur < INT64_MIN - delta)) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    char text[24];
-    int n = snprintf(text, sizeof(text), "%" PRId64, cur + delta);
-    weft_status_t st = store_put(s, key, klen, text, (size_t)n);
-    if (st == WEFT_OK) {
-        *result = cur + delta;
-    }
-    return st;
-}
-
-/* ---- requests ---- */
-
-static void conn_protocol_error(weft_store_server_t *s, store_conn_t *c, const char *what)
-{
-    WEFT_ERROR(s->lg, "store: closing %s: %s", c->peer, what);
-    c->dead = true;
-}
-
-static void handle_auth(weft_store_server_t *s, store_conn_t *c)
-{
-    if (!weft__store_auth_check(s->token, c->nonce, c->in, c->in_len)) {
-        WEFT_WARN(s->lg, "store: refused %s: wrong token proof", c->peer);
-        conn_resp(s, c, WEFT_ERR_AUTH, NULL, 0);
-        c->closing = true;
-        return;
-    }
-    WEFT_DEBUG(s->lg, "store: %s authenticated", c->peer);
-    c->state = CONN_READY;
-    conn_resp(s, c, WEFT_OK, NULL, 0);
-}
-
-static void handle_watch(weft_store_server_t *s, store_conn_t *c, const char *prefix, size_t plen)
-{
-    memcpy(c->key, prefix, plen);
-    c->key[plen] = '\0';
-    c->klen = plen;
-    c->state = CONN_WATCH;
-    conn_resp(s, c, WEFT_OK, NULL, 0);
-    for (size_t i = 0; i < s->nbuckets && !c->dead; i++) {
-        for (const store_entry_t *e = s->buckets[i]; e != NULL && !c->dead; e = e->next) {
-            if (e->klen >= plen && memcmp(e->key, prefix, plen) == 0) {
-                conn_event(s, c, e);
-            }
-        }
-    }
-}
-
-static void handle_get(weft_store_server_t *s, store_conn_t *c, const char *key, size_t klen,
-                       uint32_t timeout_ms)
-{
-    const store_entry_t *e = *map_slot(s, key, klen);
-    if (e != NULL) {
-        conn_resp(s, c, WEFT_OK, e->val, e->vlen);
-    } else if (timeout_ms == 0) {
-        conn_resp(s, c, WEFT_ERR_TIMEOUT, NULL, 0);
-    } else {
-        memcpy(c->key, key, klen);
-        c->key[klen] = '\0';
-        c->klen = klen;
-        c->parked = true;
-        c->deadline_ms = weft__now_ms() + timeout_ms;
-    }
-}
-
-/* Create unless present; answer with whether ours won and the value that did. */
-static void handle_set_nx(weft_store_server_t *s, store_conn_t *c, const char *key, size_t klen,
-                          const uint8_t *val, size_t vlen)
-{
-    const store_entry_t *e = *map_slot(s, key, klen);
-    uint8_t created = 0;
-    if (e == NULL) {
-        weft_status_t st = store_put(s, key, klen, val, vlen);
-        if (st != WEFT_OK) {
-            conn_resp(s, c, st, NULL, 0);
-            return;
-        }
-        created = 1;
-        e = *map_slot(s, key, klen);
-    }
-    uint8_t *out = malloc(1 + e->vlen);
-    if (out == NULL) {
-        conn_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
-        return;
-    }
-    out[0] = created;
-    memcpy(out + 1, e->val, e->vlen);
-    conn_resp(s, c, WEFT_OK, out, 1 + e->vlen);
-    free(out);
-}
-
-static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *key, size_t klen,
-                         const uint8_t *rest, size_t rlen)
-{
-    uint32_t ttl = weft__store_get_u32(rest);
-    lease_clear(c);
-    if (ttl > 0) {
-        c->lease_key = malloc(klen + 1);
-        c->lease_val = malloc(rlen - 4 + 1);
-        if (c->lease_key == NULL || c->lease_val == NULL) {
-            lease_clear(c);
-            conn_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
-            return;
-        }
-        memcpy(c->lease_key, key, klen);
-        c->lease_key[klen] = '\0';
-        c->lease_klen = klen;
-        memcpy(c->lease_val, rest + 4, rlen - 4);
-        c->lease_vlen = rlen - 4;
-        c->lease_deadline_ms = weft__now_ms() + ttl;
-    }
-    conn_resp(s, c, WEFT_OK, NULL, 0);
-}
-
-static void handle_request(weft_store_server_t *s, store_conn_t *c)
-{
-    const char *key;
-    const uint8_t *rest;
-    size_t klen, rlen;
-    if ((c->in_type < WEFT__STORE_SET || c->in_type > WEFT__STORE_WATCH) &&
-        c->in_type != WEFT__STORE_SET_NX && c->in_type != WEFT__STORE_LEASE) {
-        conn_protocol_error(s, c, "unexpected message type");
-        return;
-    }
-    if (weft__store_kv_decode(c->in, c->in_len, &key, &klen, &rest, &rlen) != WEFT_OK) {
-        conn_protocol_error(s, c, "malformed request body");
-        return;
-    }
-    if (klen == 0 && c->in_type != WEFT__STORE_WATCH) {
-        conn_resp(s, c, WEFT_ERR_INVALID_ARG, NULL, 0);
-        return;
-    }
-    switch (c->in_type) {
-    case WEFT__STORE_SET:
-        conn_resp(s, c, store_put(s, key, klen, rest, rlen), NULL, 0);
-        return;
-    case WEFT__STORE_GET:
-        if (rlen == 4) {
-            handle_get(s, c, key, klen, weft__store_get_u32(rest));
-            return;
-        }
-        break;
-    case WEFT__STORE_ADD:
-        if (rlen == 8) {
-            int64_t result = 0;
-            weft_status_t st = store_add(s, key, klen, (int64_t)weft__store_get_u64(rest), &result);
-            uint8_t be[8];
-            weft__store_set_u64(be, (uint64_t)result);
-            conn_resp(s, c, st, be, st == WEFT_OK ? sizeof(be) : 0);
-            return;
-        }
-        break;
-    case WEFT__STORE_DELETE:
-        if (rlen == 0) {
-            store_entry_t **slot = map_slot(s, key, klen);
-            if (*slot != NULL) {
-                map_remove(s, slot);
-            }
-            conn_resp(s, c, WEFT_OK, NULL, 0);
-            return;
-        }
-        break;
-    case WEFT__STORE_WATCH:
-        if (rlen == 0) {
-            handle_watch(s, c, key, klen);
-            return;
-        }
-        break;
-    case WEFT__STORE_SET_NX:
-        handle_set_nx(s, c, key, klen, rest, rlen);
-        return;
-    case WEFT__STORE_LEASE:
-        if (rlen >= 4 && rlen - 4 <= WEFT__STORE_MAX_VALUE) {
-            handle_lease(s, c, key, klen, rest, rlen);
-            return;
-        }
-        break;
-    default:
-        break;
-    }
-    conn_protocol_error(s, c, "malformed request arguments");
 }
 
 /* ---- reading frames ---- */
@@ -549,7 +223,7 @@ static bool conn_start_body(weft_store_server_t *s, store_conn_t *c)
         return false;
     }
     if (c->state == CONN_AUTH &&
-        (c->in_type != WEFT__STORE_AUTH || c->in_len != WEFT__STORE_PROOF_LEN)) {
+        (c->in_type != WEFT__STORE_AUTH || c->in_len != WEFT__STORE_AUTH_LEN)) {
         WEFT_WARN(s->lg, "store: refused %s: request before authentication", c->peer);
         return false;
     }
@@ -557,15 +231,16 @@ static bool conn_start_body(weft_store_server_t *s, store_conn_t *c)
         WEFT_ERROR(s->lg, "store: closing %s: request on a watch connection", c->peer);
         return false;
     }
-    if (c->in_cap < c->in_len) {
-        uint8_t *in = realloc(c->in, c->in_len);
+    size_t want = c->in_len + (c->sealed ? WEFT__STORE_TAG_LEN : 0);
+    if (c->in_cap < want) {
+        uint8_t *in = realloc(c->in, want);
         if (in == NULL) {
             WEFT_ERROR(s->lg, "store: closing %s: no memory for a %u-byte frame", c->peer,
                        c->in_len);
             return false;
         }
         c->in = in;
-        c->in_cap = c->in_len;
+        c->in_cap = want;
     }
     c->in_body = true;
     c->in_fill = 0;
@@ -593,21 +268,32 @@ static void conn_read(weft_store_server_t *s, store_conn_t *c)
                 return;
             }
         }
-        if (c->in_fill < c->in_len) {
-            if (!conn_recv(s, c, c->in + c->in_fill, c->in_len - c->in_fill, &c->in_fill)) {
+        size_t want = c->in_len + (c->sealed ? WEFT__STORE_TAG_LEN : 0);
+        if (c->in_fill < want) {
+            if (!conn_recv(s, c, c->in + c->in_fill, want - c->in_fill, &c->in_fill)) {
                 return;
             }
-            if (c->in_fill < c->in_len) {
+            if (c->in_fill < want) {
                 continue;
             }
         }
         c->hdr_fill = 0;
         c->in_body = false;
         frames++;
+        if (c->sealed &&
+            !weft__store_tag_check(&c->rx, c->hdr, c->in, c->in_len, c->in + c->in_len)) {
+            /* Nothing of the frame is applied: the store is as it was. */
+            WEFT_ERROR(s->lg,
+                       "store: closing %s: frame %llu failed its integrity check (altered, "
+                       "injected, replayed or reordered on the way)",
+                       c->peer, (unsigned long long)c->rx.seq);
+            c->dead = true;
+            return;
+        }
         if (c->state == CONN_AUTH) {
-            handle_auth(s, c);
+            weft__store_srv_auth(s, c);
         } else {
-            handle_request(s, c);
+            weft__store_srv_request(s, c);
         }
         if (c->in_cap > 65536) { /* keep one big SET from pinning a megabyte per client */
             free(c->in);
@@ -619,30 +305,81 @@ static void conn_read(weft_store_server_t *s, store_conn_t *c)
 
 /* ---- connections and the loop ---- */
 
-static void format_peer(const struct sockaddr_storage *sa, socklen_t len, char *out, size_t n)
+/* "host:port" of a peer into @p out, and its host alone into @p hostout (64 bytes). */
+static void format_peer(const struct sockaddr_storage *sa, socklen_t len, char *out, size_t n,
+                        char *hostout)
 {
     char host[NI_MAXHOST], port[NI_MAXSERV];
     if (getnameinfo((const struct sockaddr *)sa, len, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
         snprintf(out, n, "unknown peer");
+        snprintf(hostout, 64, "unknown");
     } else {
         snprintf(out, n, sa->ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+        snprintf(hostout, 64, "%.63s", host);
     }
 }
 
-static void conn_free(store_conn_t *c)
+static void conn_free(weft_store_server_t *s, store_conn_t *c)
 {
-    lease_clear(c);
+    weft__store_srv_lease_clear(s, c);
+    s->queued -= conn_pending(c);
     if (c->fd >= 0) {
         close(c->fd);
     }
     free(c->in);
     weft__store_buf_free(&c->out);
+    OPENSSL_cleanse(c, sizeof(*c)); /* the session's keys */
     free(c);
 }
 
+/*
+ * Makes room for one more connection that has yet to authenticate. They have a small
+ * pool of their own (WEFT__STORE_MAX_UNAUTH), of which one address may hold only part
+ * (WEFT__STORE_MAX_UNAUTH_PER_ADDR), and a short deadline: strangers who open sockets
+ * and say nothing cannot take the slots of the job's processes. When the pool (or the
+ * address's part) is full, its oldest goes, told that the store is busy, so that a
+ * client of the job that was among them tries again.
+ */
+static void unauth_make_room(weft_store_server_t *s, const char *host)
+{
+    size_t total = 0, same = 0;
+    store_conn_t *oldest = NULL, *oldest_same = NULL;
+    for (size_t i = 0; i < s->nconns; i++) {
+        store_conn_t *c = s->conns[i];
+        if (c->dead || c->state != CONN_AUTH) {
+            continue;
+        }
+        total++;
+        oldest = oldest == NULL || c->opened_ms < oldest->opened_ms ? c : oldest;
+        if (strcmp(c->host, host) == 0) {
+            same++;
+            oldest_same =
+                oldest_same == NULL || c->opened_ms < oldest_same->opened_ms ? c : oldest_same;
+        }
+    }
+    store_conn_t *victim = same >= WEFT__STORE_MAX_UNAUTH_PER_ADDR ? oldest_same
+                           : total >= WEFT__STORE_MAX_UNAUTH       ? oldest
+                                                                   : NULL;
+    if (victim == NULL) {
+        return;
+    }
+    uint64_t now = weft__now_ms();
+    if (now >= s->busy_logged_ms + 1000) { /* a flood would fill the log */
+        s->busy_logged_ms = now;
+        WEFT_WARN(s->lg,
+                  "store: dropping %s: too many connections that have not authenticated (%zu, "
+                  "%zu of them from %s)",
+                  victim->peer, total, same, host);
+    }
+    weft__store_srv_resp(s, victim, WEFT_ERR_NO_MEMORY, NULL, 0);
+    conn_flush(s, victim);
+    conn_drop_output(s, victim);
+    victim->dead = true;
+}
+
 /* A new connection: greet it with the nonce it must prove the token against. */
-static void conn_open(weft_store_server_t *s, int fd, const char *peer)
+static void conn_open(weft_store_server_t *s, int fd, const char *peer, const char *host)
 {
     store_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
@@ -654,10 +391,16 @@ static void conn_open(weft_store_server_t *s, int fd, const char *peer)
     }
     c->fd = fd;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
-    if (s->nconns >= WEFT__STORE_MAX_CONNS) {
-        WEFT_WARN(s->lg, "store: refused %s: too many connections (%d)", c->peer,
-                  WEFT__STORE_MAX_CONNS);
-        conn_free(c);
+    snprintf(c->host, sizeof(c->host), "%s", host);
+    c->opened_ms = weft__now_ms();
+    unauth_make_room(s, host);
+    size_t cap = sizeof(s->conns) / sizeof(s->conns[0]);
+    if (s->nconns >= cap) {
+        reap(s); /* dropped ones still hold their entries */
+    }
+    if (s->nconns >= cap) {
+        WEFT_WARN(s->lg, "store: refused %s: too many connections (%zu)", c->peer, cap);
+        conn_free(s, c);
         return;
     }
     int one = 1;
@@ -666,15 +409,16 @@ static void conn_open(weft_store_server_t *s, int fd, const char *peer)
     weft_status_t st = weft__store_random(c->nonce, sizeof(c->nonce));
     if (st != WEFT_OK) {
         WEFT_ERROR(s->lg, "store: getrandom failed: %m");
-        conn_free(c);
+        conn_free(s, c);
         return;
     }
     memcpy(hello + 1, c->nonce, sizeof(c->nonce));
     if (weft__store_frame_bytes(&c->out, WEFT__STORE_HELLO, hello, sizeof(hello)) != WEFT_OK) {
         WEFT_ERROR(s->lg, "store: no memory for a new connection");
-        conn_free(c);
+        conn_free(s, c);
         return;
     }
+    s->queued += conn_pending(c);
     c->state = CONN_AUTH;
     c->deadline_ms = weft__now_ms() + WEFT__STORE_AUTH_TIMEOUT_MS;
     s->conns[s->nconns++] = c;
@@ -688,9 +432,9 @@ static void accept_all(weft_store_server_t *s)
         socklen_t len = sizeof(sa);
         int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
-            char peer[64];
-            format_peer(&sa, len, peer, sizeof(peer));
-            conn_open(s, fd, peer);
+            char peer[64], host[64];
+            format_peer(&sa, len, peer, sizeof(peer), host);
+            conn_open(s, fd, peer, host);
             continue;
         }
         if (errno == EINTR || errno == ECONNABORTED) {
@@ -726,7 +470,7 @@ static int run_timers(weft_store_server_t *s)
             c->dead = true;
         } else {
             c->parked = false;
-            conn_resp(s, c, WEFT_ERR_TIMEOUT, NULL, 0);
+            weft__store_srv_resp(s, c, WEFT_ERR_TIMEOUT, NULL, 0);
         }
     }
     for (size_t i = 0; i < s->nconns; i++) {
@@ -762,13 +506,21 @@ static void reap(weft_store_server_t *s)
         store_conn_t *c = s->conns[i];
         if (c->dead && c->lease_key != NULL) {
             WEFT_DEBUG(s->lg, "store: lease of %s fires: %s", c->peer, c->lease_key);
-            (void)store_put(s, c->lease_key, c->lease_klen, c->lease_val, c->lease_vlen);
-            lease_clear(c);
+            /* Its charge goes before the notice is stored: a full store still takes it. */
+            char *key = c->lease_key;
+            uint8_t *val = c->lease_val;
+            size_t klen = c->lease_klen, vlen = c->lease_vlen;
+            s->data_bytes -= klen + vlen + ENTRY_OVERHEAD;
+            c->lease_key = NULL;
+            c->lease_val = NULL;
+            (void)weft__store_srv_put(s, key, klen, val, vlen);
+            free(key);
+            free(val);
         }
     }
     for (size_t i = 0; i < s->nconns;) {
         if (s->conns[i]->dead) {
-            conn_free(s->conns[i]);
+            conn_free(s, s->conns[i]);
             s->conns[i] = s->conns[--s->nconns];
         } else {
             i++;
@@ -893,11 +645,11 @@ static weft_status_t open_listener(weft_store_server_t *s, const char *addr, int
 static void server_free(weft_store_server_t *s)
 {
     for (size_t i = 0; i < s->nconns; i++) {
-        conn_free(s->conns[i]);
+        conn_free(s, s->conns[i]);
     }
     for (size_t i = 0; s->buckets != NULL && i < s->nbuckets; i++) {
         while (s->buckets[i] != NULL) {
-            map_remove(s, &s->buckets[i]);
+            weft__store_srv_remove(s, &s->buckets[i]);
         }
     }
     free(s->buckets);
@@ -907,6 +659,9 @@ static void server_free(weft_store_server_t *s)
     if (s->wake_rd >= 0) {
         close(s->wake_rd);
         close(s->wake_wr);
+    }
+    if (s->token != NULL) {
+        OPENSSL_cleanse(s->token, strlen(s->token));
     }
     free(s->token);
     pthread_mutex_destroy(&s->lock);
@@ -997,7 +752,7 @@ weft_status_t weft__store_server_set(weft_store_server_t *s, const char *key, co
         return WEFT_ERR_INVALID_ARG;
     }
     pthread_mutex_lock(&s->lock);
-    weft_status_t st = store_put(s, key, strnlen(key, WEFT_STORE_MAX_KEY + 1), val, len);
+    weft_status_t st = weft__store_srv_put(s, key, strnlen(key, WEFT_STORE_MAX_KEY + 1), val, len);
     pthread_mutex_unlock(&s->lock);
     if (st == WEFT_OK) {
         server_wake(s);
@@ -1011,7 +766,7 @@ bool weft__store_server_has(weft_store_server_t *s, const char *key)
         return false;
     }
     pthread_mutex_lock(&s->lock);
-    bool has = *map_slot(s, key, strnlen(key, WEFT_STORE_MAX_KEY + 1)) != NULL;
+    bool has = *weft__store_srv_slot(s, key, strnlen(key, WEFT_STORE_MAX_KEY + 1)) != NULL;
     pthread_mutex_unlock(&s->lock);
     return has;
 }
@@ -1070,12 +825,13 @@ int weft__store_server_fake_open(weft_store_server_t *s, bool authenticated)
     }
     char peer[32];
     snprintf(peer, sizeof(peer), "fake connection %d", id);
-    size_t before = s->nconns;
-    conn_open(s, fake_fd(id), peer);
-    if (s->nconns == before) {
+    conn_open(s, fake_fd(id), peer, peer);
+    store_conn_t *c = s->nconns > 0 ? s->conns[s->nconns - 1] : NULL;
+    if (c == NULL || c->fd != fake_fd(id)) {
         id = -1;
     } else if (authenticated) {
-        s->conns[before]->state = CONN_READY;
+        /* A launcher's connection without tags: the fuzzer drives the request path. */
+        c->state = CONN_READY;
     }
     pthread_mutex_unlock(&s->lock);
     return id;
@@ -1105,6 +861,7 @@ bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size
         (void)run_timers(s);
         if (out != NULL && !c->dead &&
             weft__store_buf_put(out, c->out.data + c->out_off, conn_pending(c)) == WEFT_OK) {
+            s->queued -= conn_pending(c);
             c->out_off = c->out.len;
         }
         conn_flush(s, c);

@@ -1,8 +1,9 @@
 /*
  * The rendezvous store: a small TCP key-value service (set / get-wait / add / delete /
  * watch-a-prefix). The server runs in weftrun (or any process) on its own thread; ranks
- * talk to it through the client. Every connection starts with a challenge-response
- * proving the client holds the job token (HMAC-SHA256 keyed by the token).
+ * talk to it through the client. Every connection starts with a challenge-response in
+ * which each side proves it holds the job token (HMAC-SHA256 keyed by the token), and
+ * every later frame carries a MAC under a key of that session (comm/store/proto.h).
  *
  * Frames are length-prefixed with a hard cap (WEFT_STORE_MAX_FRAME); a malformed,
  * oversized or truncated frame closes that connection with a logged error.
@@ -50,9 +51,19 @@ const char *weft__store_lost_cause(const weft_store_health_t *h);
 /* True for exactly one caller, and only once the store is lost: that caller logs it. */
 bool weft__store_claim_report(weft_store_health_t *h);
 
-/* hostport: "host:port". Retries connecting until timeout_ms (the server may start late). */
+/*
+ * hostport: "host:port". Retries connecting until timeout_ms (the server may start late,
+ * or be busy). The store must prove that it holds @p token too, or the call fails with
+ * WEFT_ERR_AUTH and a logged error naming the address. This connection speaks as a
+ * launcher, which the store lets write any key (docs/DESIGN.md, "The store's sessions").
+ */
 weft_status_t weft__store_connect(const char *hostport, const char *token, int timeout_ms,
                                   const weft_logger_t *lg, weft_store_client_t **client);
+/* The same, speaking for member @p member (-1: a joiner whose id is not known yet): the
+ * store refuses its writes to what other members own, and leases but on its own notice. */
+weft_status_t weft__store_connect_member(const char *hostport, const char *token, int member,
+                                         int timeout_ms, const weft_logger_t *lg,
+                                         weft_store_client_t **client);
 void weft__store_close(weft_store_client_t *c);
 weft_status_t weft__store_set(weft_store_client_t *c, const char *key, const void *val,
                               size_t len);
@@ -131,7 +142,8 @@ struct weft_store_buf; /* comm/store/proto.h */
  * Fuzzing and tests: the server's frame reader and request handling without sockets or
  * thread. A fake server (stopped with weft__store_server_stop) holds fake connections,
  * numbered from 0; _fake_open greets one (HELLO, queued) and, when @p authenticated,
- * skips its challenge. Returns the number, or -1 when the server is full.
+ * skips its challenge: it is then a launcher's connection whose frames carry no tags, so
+ * that scripts reach the request path. Returns the number, or -1 when the server is full.
  */
 weft_status_t weft__store_server_fake(const char *token, const weft_logger_t *lg,
                                       weft_store_server_t **server);

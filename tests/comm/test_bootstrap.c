@@ -53,6 +53,7 @@ static int setup(void **state)
     for (size_t i = 0; i < sizeof(all_vars) / sizeof(all_vars[0]); i++) {
         unsetenv(all_vars[i]);
     }
+    weft__bootstrap_forget_token();
     return 0;
 }
 
@@ -248,6 +249,32 @@ static void test_no_store_refused(void **state)
     assert_non_null(strstr(why, "MASTER_ADDR and MASTER_PORT are torch's store"));
 }
 
+/* The token leaves the environment (children of the program do not inherit it); later
+ * contexts of the process still get it, and a token set again replaces it. */
+static void test_token_taken_from_environment(void **state)
+{
+    (void)state;
+    weft_boot_t b;
+    setenv("WEFT_STORE", "127.0.0.1:4000", 1);
+    setenv("WEFT_JOB_TOKEN", "abc", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+    assert_string_equal(b.token, "abc");
+    assert_null(getenv("WEFT_JOB_TOKEN"));
+    memset(&b, 0, sizeof(b));
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+    assert_string_equal(b.token, "abc");
+    setenv("WEFT_JOB_TOKEN", "xyz", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+    assert_string_equal(b.token, "xyz");
+    assert_null(getenv("WEFT_JOB_TOKEN"));
+    /* Too long for a context: refused, not cut short. */
+    char longer[200];
+    memset(longer, 'k', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    setenv("WEFT_JOB_TOKEN", longer, 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_ERR_AUTH);
+}
+
 static void test_bad_environment(void **state)
 {
     (void)state;
@@ -285,6 +312,7 @@ int main(void)
         cmocka_unit_test_setup(test_nested_launchers, setup),
         cmocka_unit_test_setup(test_no_store_refused, setup),
         cmocka_unit_test_setup(test_bad_environment, setup),
+        cmocka_unit_test_setup(test_token_taken_from_environment, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

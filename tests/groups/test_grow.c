@@ -61,10 +61,15 @@ static int joiner_main(void)
     return rc;
 }
 
+/* The job token, kept before weft_init takes it out of the environment: a program that
+ * starts weft processes of its own hands it to them (docs/DESIGN.md). */
+static char job_token[128];
+
 static pid_t spawn_joiner(const char *self)
 {
     pid_t pid = fork();
     if (pid == 0) {
+        setenv("WEFT_JOB_TOKEN", job_token, 1);
         setenv("WEFT_JOIN", "1", 1);
         unsetenv("WEFT_RANK");
         execl(self, self, "joiner", (char *)NULL);
@@ -79,6 +84,8 @@ int main(int argc, char **argv)
         return joiner_main();
     }
     int lagging = argc > 1 && strcmp(argv[1], "lagging") == 0;
+    const char *token = getenv("WEFT_JOB_TOKEN");
+    snprintf(job_token, sizeof(job_token), "%s", token != NULL ? token : "");
     weft_ctx_t *ctx;
     weft_group_t *g;
     if (weft_init(NULL, &ctx) != WEFT_OK) {

@@ -23,6 +23,8 @@
 #define WAIT_S 100
 
 static int rank = -1;
+/* The job token, read before weft_init takes it out of the environment. */
+static char job_token[128];
 
 static void die(const char *what, weft_status_t st)
 {
@@ -74,8 +76,8 @@ static void wait_for(const char *dir, const char *name)
 static void hold(weft_group_t *world, const char *dir)
 {
     char job[WEFT_SHM_ID_HEX + 1], text[64];
-    const char *store = getenv("WEFT_STORE"), *token = getenv("WEFT_JOB_TOKEN");
-    if (weft__shm_job_id(store ? store : "", token ? token : "", job) != WEFT_OK) {
+    const char *store = getenv("WEFT_STORE");
+    if (weft__shm_job_id(store ? store : "", job_token, job) != WEFT_OK) {
         die("job id", WEFT_ERR_INVALID_ARG);
     }
     put(dir, "job", job);
@@ -119,6 +121,8 @@ int main(int argc, char **argv)
     }
     weft_ctx_t *ctx;
     weft_group_t *world;
+    const char *token = getenv("WEFT_JOB_TOKEN");
+    snprintf(job_token, sizeof(job_token), "%s", token != NULL ? token : "");
     weft_status_t st = weft_init(NULL, &ctx);
     if (st != WEFT_OK) {
         die("init", st);

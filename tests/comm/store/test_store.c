@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "comm/store/proto.h"
+#include "store_raw.h"
 
 /* ---- log capture ---- */
 
@@ -173,76 +174,26 @@ static void check_server_serves(const fixture_t *f)
     weft__store_close(c);
 }
 
-/* ---- raw sockets ---- */
+/* ---- raw sockets (store_raw.h) ---- */
 
 static int raw_connect(const fixture_t *f)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    struct timeval tv = {.tv_sec = 20};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
+    return raw_connect_port(f->port);
 }
 
-static void raw_recv(int fd, void *p, size_t n)
+/* Connects and authenticates by hand as a launcher; the session is in *r when not NULL. */
+static int raw_auth_session(const fixture_t *f, raw_session_t *r)
 {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = recv(fd, (char *)p + got, n - got, 0);
-        assert_true(r > 0);
-        got += (size_t)r;
+    raw_session_t s = raw_auth_as(f->port, f->token, WEFT__STORE_ROLE_LAUNCHER, 0);
+    if (r != NULL) {
+        *r = s;
     }
+    return s.fd;
 }
 
-static void raw_send(int fd, const void *p, size_t n)
-{
-    assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
-}
-
-static void raw_hello(int fd, uint8_t nonce[WEFT__STORE_NONCE_LEN])
-{
-    uint8_t frame[WEFT__STORE_HDR_LEN + WEFT__STORE_HELLO_LEN];
-    uint32_t len;
-    weft_store_msg_t type;
-    raw_recv(fd, frame, sizeof(frame));
-    assert_int_equal(weft__store_hdr_decode(frame, &len, &type), WEFT_OK);
-    assert_int_equal(type, WEFT__STORE_HELLO);
-    assert_int_equal(len, WEFT__STORE_HELLO_LEN);
-    assert_int_equal(frame[WEFT__STORE_HDR_LEN], WEFT__STORE_VERSION);
-    memcpy(nonce, frame + WEFT__STORE_HDR_LEN + 1, WEFT__STORE_NONCE_LEN);
-}
-
-/* Connects and authenticates by hand; returns the socket. */
 static int raw_auth(const fixture_t *f)
 {
-    int fd = raw_connect(f);
-    uint8_t nonce[WEFT__STORE_NONCE_LEN], frame[WEFT__STORE_HDR_LEN + 32], resp[12];
-    raw_hello(fd, nonce);
-    weft__store_hdr_encode(frame, 32, WEFT__STORE_AUTH);
-    assert_int_equal(weft__store_auth_proof(f->token, nonce, frame + WEFT__STORE_HDR_LEN), WEFT_OK);
-    raw_send(fd, frame, sizeof(frame));
-    raw_recv(fd, resp, sizeof(resp));
-    assert_int_equal(resp[4], WEFT__STORE_RESP);
-    assert_int_equal(weft__store_get_u32(resp + 8), WEFT_OK);
-    return fd;
-}
-
-/* The server closes @p fd (whatever it sends before is skipped) within the receive timeout. */
-static void raw_expect_closed(int fd)
-{
-    char buf[4096];
-    for (int i = 0; i < 10000; i++) {
-        ssize_t r = recv(fd, buf, sizeof(buf), 0);
-        if (r == 0 || (r < 0 && errno == ECONNRESET)) {
-            close(fd);
-            return;
-        }
-        assert_true(r > 0); /* EAGAIN here means the server kept the connection open */
-    }
-    fail_msg("the server kept sending instead of closing");
+    return raw_auth_session(f, NULL);
 }
 
 /* ---- semantics ---- */
@@ -794,12 +745,15 @@ static void test_unexpected_types(void **state)
     const uint8_t types[] = {
         0, 12, 77, 255, WEFT__STORE_HELLO, WEFT__STORE_AUTH, WEFT__STORE_RESP, WEFT__STORE_EVENT};
     for (size_t i = 0; i < sizeof(types); i++) {
-        int fd = raw_auth(f);
-        uint8_t frame[WEFT__STORE_HDR_LEN + 4] = {0};
-        weft__store_hdr_encode(frame, 4, WEFT__STORE_SET);
-        frame[4] = types[i];
-        raw_send(fd, frame, sizeof(frame));
+        raw_session_t r;
+        int fd = raw_auth_session(f, &r);
+        weft_store_buf_t b = {0};
+        assert_int_equal(weft__store_frame_bytes(&b, WEFT__STORE_SET, "\0\0\0\0", 4), WEFT_OK);
+        b.data[4] = types[i];
+        raw_seal(&r, &b, 0); /* well sealed: refused for its type alone */
+        raw_send(fd, b.data, b.len);
         raw_expect_closed(fd);
+        weft__store_buf_free(&b);
         check_server_serves(f);
     }
     /* Bodies that do not match their type. */
@@ -811,10 +765,12 @@ static void test_unexpected_types(void **state)
                {WEFT__STORE_DELETE, 1},
                {WEFT__STORE_WATCH, 2}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        int fd = raw_auth(f);
+        raw_session_t r;
+        int fd = raw_auth_session(f, &r);
         weft_store_buf_t b = {0};
         assert_int_equal(weft__store_frame_kv(&b, bad[i].type, "k", 1, "12345678", bad[i].rest),
                          WEFT_OK);
+        raw_seal(&r, &b, 0);
         raw_send(fd, b.data, b.len);
         raw_expect_closed(fd);
         weft__store_buf_free(&b);

@@ -227,32 +227,104 @@ static void test_hmac_rfc4231(void **state)
     assert_memory_equal(out, expect, 32);
 }
 
-static void test_auth_proof(void **state)
+/* The session's secrets, proofs, keys and a frame tag, against Python's hmac module:
+ * see the derivations in comm/store/proto.h. */
+static void test_session_derivation(void **state)
 {
     (void)state;
     const char *token = "0123456789abcdef0123456789abcdef";
-    uint8_t nonce[WEFT__STORE_NONCE_LEN], proof[32], expect[32];
+    uint8_t sn[WEFT__STORE_NONCE_LEN], cn[WEFT__STORE_NONCE_LEN], t[WEFT__STORE_TRANSCRIPT_LEN];
+    uint8_t secret[32], out[32], expect[32];
     for (int i = 0; i < WEFT__STORE_NONCE_LEN; i++) {
-        nonce[i] = (uint8_t)i;
+        sn[i] = (uint8_t)i;
+        cn[i] = (uint8_t)(32 + i);
     }
-    /* Reference from Python's hmac module: HMAC-SHA256(token, nonce || context). */
-    hex_decode("780a51df390b3359e1dbc2f27dc607b8930614b74f894b3cce8bcd5988ff7dfa", expect, 32);
-    assert_int_equal(weft__store_auth_proof(token, nonce, proof), WEFT_OK);
-    assert_memory_equal(proof, expect, 32);
-    assert_true(weft__store_auth_check(token, nonce, proof, 32));
+    assert_int_equal(weft__store_session_secret(token, WEFT__STORE_ROLE_LAUNCHER, 0, secret),
+                     WEFT_OK);
+    hex_decode("3eb1bd439947eb762998e566ccc2e099c791118b2f40579cc4f7da2b5061b7f9", expect, 32);
+    assert_memory_equal(secret, expect, 32);
+    assert_int_equal(weft__store_session_secret(token, WEFT__STORE_ROLE_MEMBER, 7, secret),
+                     WEFT_OK);
+    hex_decode("e43cb515def0981a188b93779ac4048650d8e8af1e9ae560eab2967c5407eb3a", expect, 32);
+    assert_memory_equal(secret, expect, 32);
 
-    /* Every flipped bit, a wrong token, another nonce and a wrong length are refused. */
+    weft__store_transcript(t, sn, cn, WEFT__STORE_ROLE_MEMBER, 7);
+    const struct {
+        weft_store_derive_t what;
+        const char *hex;
+    } refs[] = {
+        {WEFT__STORE_CLIENT_PROOF,
+         "0471a75fbc4c1d1568479cc3ecbaeb1497cfd511eda307da34466d0deeb033c3"},
+        {WEFT__STORE_SERVER_PROOF,
+         "efa4e504be8b7984afb63c21293c9368e1fa16ecc4a4552068937441df7c9cbf"},
+        {WEFT__STORE_KEY_C2S, "aa002bfccc7ec86cb3535b98e6ecadaee0a02c220afe1a2a47382715815e1170"},
+        {WEFT__STORE_KEY_S2C, "1a4122f734559fe44954d600faa997508190a99becab9b19cb53dfede8153c04"},
+    };
+    for (size_t i = 0; i < sizeof(refs) / sizeof(refs[0]); i++) {
+        hex_decode(refs[i].hex, expect, 32);
+        assert_int_equal(weft__store_derive(secret, refs[i].what, t, out), WEFT_OK);
+        assert_memory_equal(out, expect, 32);
+        assert_true(weft__store_proof_check(secret, refs[i].what, t, out, 32));
+    }
+
+    /* Every flipped bit, the other side's label, another member, a wrong length: refused. */
+    uint8_t proof[32];
+    assert_int_equal(weft__store_derive(secret, WEFT__STORE_CLIENT_PROOF, t, proof), WEFT_OK);
     for (int i = 0; i < 32 * 8; i++) {
         proof[i / 8] ^= (uint8_t)(1u << (i % 8));
-        assert_false(weft__store_auth_check(token, nonce, proof, 32));
+        assert_false(weft__store_proof_check(secret, WEFT__STORE_CLIENT_PROOF, t, proof, 32));
         proof[i / 8] ^= (uint8_t)(1u << (i % 8));
     }
-    assert_false(weft__store_auth_check("0123456789abcdef0123456789abcdeg", nonce, proof, 32));
-    assert_false(weft__store_auth_check("0123456789abcdef", nonce, proof, 32));
-    assert_false(weft__store_auth_check(token, nonce, proof, 31));
-    assert_false(weft__store_auth_check(token, nonce, proof, 0));
-    nonce[31] ^= 1;
-    assert_false(weft__store_auth_check(token, nonce, proof, 32));
+    assert_false(weft__store_proof_check(secret, WEFT__STORE_SERVER_PROOF, t, proof, 32));
+    assert_false(weft__store_proof_check(secret, WEFT__STORE_CLIENT_PROOF, t, proof, 31));
+    uint8_t other[32], t8[WEFT__STORE_TRANSCRIPT_LEN];
+    assert_int_equal(weft__store_session_secret(token, WEFT__STORE_ROLE_MEMBER, 8, other), WEFT_OK);
+    assert_false(weft__store_proof_check(other, WEFT__STORE_CLIENT_PROOF, t, proof, 32));
+    weft__store_transcript(t8, sn, cn, WEFT__STORE_ROLE_MEMBER, 8);
+    assert_false(weft__store_proof_check(secret, WEFT__STORE_CLIENT_PROOF, t8, proof, 32));
+    weft__store_transcript(t8, sn, cn, WEFT__STORE_ROLE_LAUNCHER, 7);
+    assert_false(weft__store_proof_check(secret, WEFT__STORE_CLIENT_PROOF, t8, proof, 32));
+}
+
+/* A sealed frame: its tag under the key and sequence number, checked once, in order. */
+static void test_frame_tags(void **state)
+{
+    (void)state;
+    weft_store_dir_t tx = {.seq = 5}, rx = {.seq = 5};
+    hex_decode("aa002bfccc7ec86cb3535b98e6ecadaee0a02c220afe1a2a47382715815e1170", tx.key, 32);
+    memcpy(rx.key, tx.key, 32);
+    weft_store_buf_t b = {0};
+    uint8_t expect[32];
+    assert_int_equal(weft__store_frame_bytes(&b, WEFT__STORE_SET, "abc", 3), WEFT_OK);
+    assert_int_equal(weft__store_seal(&b, 0, &tx), WEFT_OK);
+    assert_int_equal(b.len, WEFT__STORE_HDR_LEN + 3 + WEFT__STORE_TAG_LEN);
+    assert_int_equal(tx.seq, 6);
+    /* Python: hmac.new(key, (5).to_bytes(8, "big") + header + b"abc", sha256) */
+    hex_decode("e740963dc9b172f8ae3d63b01d94d8de686bf52c3470005271cb0c73162aeb56", expect, 32);
+    assert_memory_equal(b.data + WEFT__STORE_HDR_LEN + 3, expect, 32);
+
+    /* Altered anywhere (header, body, tag), or checked under another number: refused, and
+     * the receiver's number stays where it was. */
+    for (size_t i = 0; i < b.len; i++) {
+        for (int bit = 0; bit < 8; bit++) {
+            b.data[i] ^= (uint8_t)(1u << bit);
+            assert_false(weft__store_tag_check(&rx, b.data, b.data + WEFT__STORE_HDR_LEN, 3,
+                                               b.data + WEFT__STORE_HDR_LEN + 3));
+            b.data[i] ^= (uint8_t)(1u << bit);
+        }
+    }
+    assert_int_equal(rx.seq, 5);
+    rx.seq = 4;
+    assert_false(weft__store_tag_check(&rx, b.data, b.data + WEFT__STORE_HDR_LEN, 3,
+                                       b.data + WEFT__STORE_HDR_LEN + 3));
+    rx.seq = 5;
+    assert_true(weft__store_tag_check(&rx, b.data, b.data + WEFT__STORE_HDR_LEN, 3,
+                                      b.data + WEFT__STORE_HDR_LEN + 3));
+    assert_int_equal(rx.seq, 6);
+    /* The same frame again (a replay) no longer matches. */
+    assert_false(weft__store_tag_check(&rx, b.data, b.data + WEFT__STORE_HDR_LEN, 3,
+                                       b.data + WEFT__STORE_HDR_LEN + 3));
+    weft__store_buf_free(&b);
 }
 
 static void test_make_token(void **state)
@@ -272,11 +344,17 @@ static void test_make_token(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hdr_rejects),  cmocka_unit_test(test_kv_rejects),
-        cmocka_unit_test(test_frame_cap),    cmocka_unit_test(test_hdr_roundtrip),
-        cmocka_unit_test(test_kv_roundtrip), cmocka_unit_test(test_resp_decode),
-        cmocka_unit_test(test_ints),         cmocka_unit_test(test_hmac_rfc4231),
-        cmocka_unit_test(test_auth_proof),   cmocka_unit_test(test_make_token),
+        cmocka_unit_test(test_hdr_rejects),
+        cmocka_unit_test(test_kv_rejects),
+        cmocka_unit_test(test_frame_cap),
+        cmocka_unit_test(test_hdr_roundtrip),
+        cmocka_unit_test(test_kv_roundtrip),
+        cmocka_unit_test(test_resp_decode),
+        cmocka_unit_test(test_ints),
+        cmocka_unit_test(test_hmac_rfc4231),
+        cmocka_unit_test(test_session_derivation),
+        cmocka_unit_test(test_frame_tags),
+        cmocka_unit_test(test_make_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
