@@ -628,6 +628,23 @@ void perf_free(void *p)
     free(p);
 }
 
+static char *kept_token;
+
+void perf_keep_token(void)
+{
+    const char *t = getenv("WEFT_JOB_TOKEN");
+    if (t != NULL && kept_token == NULL) {
+        kept_token = strdup(t);
+    }
+}
+
+void perf_pass_token(void)
+{
+    if (kept_token != NULL) {
+        setenv("WEFT_JOB_TOKEN", kept_token, 1);
+    }
+}
+
 size_t perf_llc_bytes(void)
 {
     long v = -1;

@@ -212,6 +212,7 @@ static int spawn_replacement(group_bench_t *b)
     if (pid == 0) {
         setenv("WEFT_JOIN", "1", 1);
         unsetenv("WEFT_RANK");
+        perf_pass_token();
         execv("/proc/self/exe", args);
         _exit(127);
     }

@@ -37,6 +37,7 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
+    perf_keep_token(); /* before any weft_init takes it out of the environment */
     int c;
     opterr = 0;
     /* '+': options end at the subcommand, whose own options are its to parse. */

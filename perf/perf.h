@@ -124,6 +124,12 @@ int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcomman
                     const perf_extra_opt_t *extras, size_t n_extras, perf_extra_fn handler,
                     void *handler_arg);
 
+/* The job token (WEFT_JOB_TOKEN), kept before weft_init takes it out of the environment;
+ * perf_pass_token() puts it back, in a child about to exec a weft process of the same
+ * job (a replacement, a fresh job on the same store). */
+void perf_keep_token(void);
+void perf_pass_token(void);
+
 /* "weft-perf <version>" (the project version weft-perf was built from). */
 void perf_print_version(FILE *out);
 /* "weft-perf [SUBCOMMAND]: <message>" and where to find help, to stderr; @p subcommand

@@ -91,6 +91,7 @@ static double start_fresh_rank(int rank, int size, double *t0)
         setenv("WEFT_LOCAL_RANK", rs, 1);
         setenv("WEFT_LOCAL_SIZE", ss, 1);
         unsetenv("WEFT_JOIN");
+        perf_pass_token();
         char *args[] = {"weft-perf", "snapshot", NULL};
         execv("/proc/self/exe", args);
         _exit(127);
