@@ -637,7 +637,12 @@ static weft_status_t setup_chunks(weft_coll_t *c, const weft_shm_t *s)
 {
     c->sh.per_chunk = chunk_elems(c, s);
     c->sh.nchunks = (c->a.count + c->sh.per_chunk - 1) / c->sh.per_chunk;
-    c->sh.stream = out_bytes(c) >= c->ctx->cfg.shm_stream_min;
+    /* An allreduce or reduce in place reads every output line in the same chunk step
+     * before it writes it (its own part in the reduce, the others in the stage): the
+     * lines are in the cache already, and non-temporal stores would only evict them. */
+    bool in_place_red = is_red(c) && c->a.kind != WEFT_COLL_REDUCE_SCATTER &&
+                        c->a.sendbuf == c->a.recvbuf;
+    c->sh.stream = out_bytes(c) >= c->ctx->cfg.shm_stream_min && !in_place_red;
     c->data = shm_data;
     return WEFT_OK;
 }
