@@ -9,8 +9,9 @@ weftrun sets RANK and WORLD_SIZE; gloo meets at 127.0.0.1 on a port derived from
 weft again (the two weft blocks bracket gloo's, so both see the same background load),
 each a median of per-call times over many calls with a barrier before every call; the
 table shows medians over rounds of the slowest rank's time and the ratio gloo / weft
-(> 1: weft is faster). perf/peers/torch_compare.sh adds the C side (weft-perf) for the
-binding's own cost.
+(> 1: weft is faster). Each rank is pinned to a core first (--bind none: not), as
+weft-perf's collectives pin theirs. perf/peers/torch_compare.sh adds the C side
+(weft-perf) for the binding's own cost.
 """
 
 import argparse
@@ -20,8 +21,25 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.distributed as dist
+
+
+def bind_to_core():
+    """Pin this process to the LOCAL_RANK-th CPU it may use, as weft-perf's collectives
+    and mpirun do by default (when the host's ranks fit its CPUs), before torch starts
+    its threads: two ranks left to the scheduler on 2 cores now and then share one, and
+    every figure of that run, weft's and gloo's alike, is several times slower."""
+    allowed = sorted(os.sched_getaffinity(0))
+    rank = int(os.environ.get("LOCAL_RANK", "-1"))
+    size = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+    if 0 <= rank < size <= len(allowed):
+        os.sched_setaffinity(0, {allowed[rank]})
+
+
+if "--bind" not in sys.argv or sys.argv[sys.argv.index("--bind") + 1:][:1] != ["none"]:
+    bind_to_core()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import weft  # noqa: E402
@@ -46,6 +64,9 @@ def timed(fn, barrier, n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-r", "--rounds", type=int, default=3)
+    ap.add_argument("--bind", choices=("core", "none"), default="core",
+                    help="pin each rank to a core before torch starts (default core, as "
+                    "weft-perf and mpirun)")
     ap.add_argument("--overhead-only", action="store_true",
                     help="only the binding's cost: 8 B allreduces back to back, the mean per "
                     "call of the slowest rank (as weft-perf allreduce measures)")

@@ -131,12 +131,25 @@ class CollectivesMixin:
 
     def allreduce(self, send, recv=None, op="sum"):
         """recv[i] = op over ranks of send[i] on every rank; recv None: in place."""
+        # The step of a training loop: plain contiguous CPU tensors of a dtype and an
+        # operator name seen before, checked and called in one frame (the binding's cost
+        # is paid on every call; tests/python/test_coll_torch.py covers both paths).
+        if recv is None and type(send) is _tensor_class[0] and op.__class__ is str:
+            dt, v = _BY_TORCH.get(send.dtype), _OP_BY_NAME.get(op)
+            if dt is not None and v is not None and send.is_cpu and send.is_contiguous():
+                p = send.data_ptr()
+                ctx = self._ctx
+                with ctx._lock:
+                    h = self._handle
+                    if h is None or ctx._handle is None:
+                        self._h()  # raises
+                    st = lib.weft_allreduce(h, p, p, send.numel(), dt, v)
+                    if st < 0:
+                        raise error_for(st, last_error(ctx._handle))
+                return send
         r = _plain_host_pair(send, recv, op)
         if r is None:
             return self._allreduce(send, recv, op, False)
-        # The step of a training loop: plain contiguous CPU tensors of a dtype and an
-        # operator name seen before, checked and called in one frame (the binding's cost
-        # is paid on every call; tests/python/test_coll.py covers both paths alike).
         ctx = self._ctx
         with ctx._lock:
             h = self._handle
