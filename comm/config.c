@@ -246,7 +246,7 @@ static const config_field_t config_table[] = {
     FIELD("WEFT_COLL_CHUNK", "1M",
           "Pipelining chunk of bandwidth-optimised (ring) collectives, in bytes.", coll_chunk,
           size),
-    FIELD("WEFT_COLL_HIER_MAX", "4M",
+    FIELD("WEFT_COLL_HIER_MAX", "128K",
           "Allreduces above the latency size and up to this many bytes, on a group over "
           "several hosts with several members on some host, reduce within each host, "
           "allreduce among one leader per host and send the result back within each host; "
