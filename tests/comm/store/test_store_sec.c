@@ -19,45 +19,8 @@
 #include <cmocka.h>
 
 #include "comm/store/proto.h"
+#include "log_capture.h"
 #include "store_raw.h"
-
-/* ---- log capture ---- */
-
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static char log_text[1 << 16];
-static size_t log_len;
-
-static void capture(weft_log_level_t level, int rank, const char *msg, void *arg)
-{
-    (void)rank;
-    (void)arg;
-    pthread_mutex_lock(&log_lock);
-    int n = snprintf(log_text + log_len, sizeof(log_text) - log_len, "%d %s\n", (int)level, msg);
-    if (n > 0 && (size_t)n < sizeof(log_text) - log_len) {
-        log_len += (size_t)n;
-    }
-    pthread_mutex_unlock(&log_lock);
-}
-
-/* True when one captured line at @p level holds both @p a and @p b. */
-static bool log_has(weft_log_level_t level, const char *a, const char *b)
-{
-    bool found = false;
-    pthread_mutex_lock(&log_lock);
-    char *copy = strdup(log_text);
-    pthread_mutex_unlock(&log_lock);
-    assert_non_null(copy);
-    char *save;
-    for (char *line = strtok_r(copy, "\n", &save); line != NULL && !found;
-         line = strtok_r(NULL, "\n", &save)) {
-        found = atoi(line) == (int)level && strstr(line, a) != NULL && strstr(line, b) != NULL;
-    }
-    free(copy);
-    return found;
-}
-
-static weft_logger_t test_logger = {
-    .level = WEFT_LOG_WARN, .rank = -1, .fn = capture, .arg = NULL, .prefix = "test"};
 
 /* ---- fixture: a real server ---- */
 
