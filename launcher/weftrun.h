@@ -44,6 +44,7 @@
 typedef struct weftrun_opts {
     int nranks;            /* -n */
     bool tag_output;       /* --tag-output */
+    bool cpu_bind;         /* --cpu-bind core: each rank pinned to its local rank's CPU */
     bool keep_going;       /* --keep-going */
     bool elastic;          /* --elastic */
     bool replace;          /* --replace (elastic only) */

@@ -37,6 +37,12 @@ static const char usage_text[] =
     "  -n, --np N          number of ranks to start on this node (required unless\n"
     "                      --store-only; also -np, --nproc-per-node, --nproc_per_node).\n"
     "                      More than twice the CPUs weftrun may use: a warning\n"
+    "      --cpu-bind core|none\n"
+    "                      core: pin each rank to one CPU weftrun may use (the\n"
+    "                      local rank's), when the node's ranks fit its CPUs; two\n"
+    "                      ranks left to the scheduler may share a core for a\n"
+    "                      while (default none; weft-perf's collectives pin\n"
+    "                      themselves)\n"
     "      --tag-output    prefix every line of each rank's stdout and stderr with\n"
     "                      '[rank N] ' (otherwise the ranks write to weftrun's\n"
     "                      stdout and stderr directly)\n"
@@ -189,6 +195,7 @@ enum long_only_opt {
     OPT_TOKEN_FILE,
     OPT_EXTERNAL_STORE,
     OPT_NEW_TOKEN,
+    OPT_CPU_BIND,
 };
 
 static const struct option long_opts[] = {
@@ -205,6 +212,7 @@ static const struct option long_opts[] = {
     {"external-store", no_argument, NULL, OPT_EXTERNAL_STORE},
     {"new-token", no_argument, NULL, OPT_NEW_TOKEN},
     {"tag-output", no_argument, NULL, OPT_TAG_OUTPUT},
+    {"cpu-bind", required_argument, NULL, OPT_CPU_BIND},
     {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
     {"grace", required_argument, NULL, OPT_GRACE},
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
@@ -461,6 +469,13 @@ int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o)
         }
         case OPT_TAG_OUTPUT:
             o->tag_output = true;
+            break;
+        case OPT_CPU_BIND:
+            if (strcmp(optarg, "core") != 0 && strcmp(optarg, "none") != 0) {
+                usage_error("--cpu-bind takes core or none, not '%s'", optarg);
+                return WEFTRUN_EXIT_USAGE;
+            }
+            o->cpu_bind = strcmp(optarg, "core") == 0;
             break;
         case OPT_KEEP_GOING:
             o->keep_going = true;

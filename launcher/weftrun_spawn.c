@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,7 +177,35 @@ typedef struct child_setup {
     int report_fd; /* write end of the exec-error pipe (close-on-exec) */
     pid_t parent;
     const sigset_t *mask;
+    const cpu_set_t *cpus; /* --cpu-bind core: the rank's CPU; NULL: weftrun's own set */
 } child_setup_t;
+
+/* --cpu-bind core: the local_rank-th CPU weftrun may run on, when the node's ranks fit
+ * the CPUs; false otherwise (said once). */
+static bool rank_cpu(weftrun_job_t *job, int local_rank, cpu_set_t *set)
+{
+    static bool said;
+    cpu_set_t allowed;
+    if (!job->opts->cpu_bind || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+        return false;
+    }
+    if (job->opts->nranks > CPU_COUNT(&allowed) || local_rank < 0) {
+        if (!said) {
+            said = true;
+            WEFT_WARN(job->lg, "--cpu-bind core: %d ranks on %d CPUs; the ranks are not pinned",
+                      job->opts->nranks, CPU_COUNT(&allowed));
+        }
+        return false;
+    }
+    for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, &allowed) && seen++ == local_rank) {
+            CPU_ZERO(set);
+            CPU_SET(cpu, set);
+            return true;
+        }
+    }
+    return false;
+}
 
 /* Runs in the forked child: async-signal-safe calls only. Never returns. */
 static void child_exec(const child_setup_t *cs)
@@ -192,6 +221,9 @@ static void child_exec(const child_setup_t *cs)
      * (and SIGPIPE, which weftrun ignores) before the signals are let in again. */
     weftrun_signals_reset_in_child();
     sigprocmask(SIG_SETMASK, cs->mask, NULL);
+    if (cs->cpus != NULL) {
+        (void)sched_setaffinity(0, sizeof(*cs->cpus), cs->cpus); /* a hint: run unpinned */
+    }
     if ((cs->stdin_fd >= 0 && dup2(cs->stdin_fd, 0) < 0) ||
         (cs->out_fd >= 0 && dup2(cs->out_fd, 1) < 0) ||
         (cs->err_fd >= 0 && dup2(cs->err_fd, 2) < 0)) {
@@ -274,7 +306,10 @@ weft_status_t weftrun_spawn_rank(weftrun_job_t *job, weftrun_slot_t *slot)
     if (job->opts->tag_output && open_output_pipes(job, out, err) != WEFT_OK) {
         goto out;
     }
+    cpu_set_t cpu;
+    bool pinned = rank_cpu(job, slot->local_rank, &cpu);
     child_setup_t cs = {
+        .cpus = pinned ? &cpu : NULL,
         .path = job->prog_path,
         .argv = job->opts->argv,
         .envp = envp,

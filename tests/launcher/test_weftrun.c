@@ -547,6 +547,55 @@ static void test_oversubscription_warning(void **state)
     wr_result_free(&r);
 }
 
+/* --cpu-bind core: each rank runs on the CPU of its local rank among those weftrun may
+ * use (read back from /proc/self/status); more ranks than CPUs: unpinned, said once;
+ * anything but core or none is refused. */
+static void test_cpu_bind(void **state)
+{
+    (void)state;
+    cpu_set_t set;
+    assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+    int cpus = CPU_COUNT(&set), nth[CPU_SETSIZE], k = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, &set)) {
+            nth[k++] = cpu;
+        }
+    }
+    int n = cpus < 4 ? cpus : 4;
+    char ns[16], over[16];
+    snprintf(ns, sizeof(ns), "%d", n);
+    snprintf(over, sizeof(over), "%d", cpus + 1);
+    const char *report = "echo \"$WEFT_LOCAL_RANK $(sed -n 's/^Cpus_allowed_list:\\t//p' "
+                         "/proc/self/status)\"";
+    wr_result_t r;
+    wr_run(SH("-n", ns, "--cpu-bind", "core", "--", "/bin/sh", "-c", report), &r);
+    assert_int_equal(r.code, 0);
+    int seen = 0;
+    for (char *line = r.out; line != NULL && *line != '\0'; seen++) {
+        int lr = -1;
+        char list[64] = "";
+        assert_int_equal(sscanf(line, "%d %63s", &lr, list), 2);
+        assert_true(lr >= 0 && lr < n);
+        char want[16];
+        snprintf(want, sizeof(want), "%d", nth[lr]);
+        if (strcmp(list, want) != 0) {
+            fail_msg("local rank %d runs on CPUs %s, not %s", lr, list, want);
+        }
+        line = strchr(line, '\n');
+        line = line != NULL ? line + 1 : NULL;
+    }
+    assert_int_equal(seen, n);
+    wr_result_free(&r);
+    if (cpus <= 64) {
+        wr_run(SH("-n", over, "--cpu-bind", "core", "--", "true"), &r);
+        assert_int_equal(r.code, 0);
+        assert_int_equal(count_containing(r.err, "the ranks are not pinned"), 1);
+        wr_result_free(&r);
+    }
+    run_expect(SH("-n", "1", "--cpu-bind", "socket", "--", "true"), 2,
+               "--cpu-bind takes core or none, not 'socket'");
+}
+
 /* weftrun started N times by mpirun or mpiexec without --nnodes: N separate jobs, said
  * in one line that names the way to one job; nothing for a single copy. */
 static void test_nested_launch_warning(void **state)
@@ -690,6 +739,7 @@ int main(int argc, char **argv)
         T(test_usr_signals_forwarded),
         T(test_np_spelling),
         T(test_oversubscription_warning),
+        T(test_cpu_bind),
         T(test_nested_launch_warning),
         T(test_sighup_stops_with_sigterm),
         T(test_stdin),
