@@ -19,65 +19,10 @@
 #include <cmocka.h>
 
 #include "comm/store/proto.h"
-#include "log_capture.h"
+#include "server_fixture.h"
 #include "store_raw.h"
 
-/* ---- fixture: a real server ---- */
-
-typedef struct fixture {
-    weft_store_server_t *server;
-    pthread_mutex_t lapse_lock;
-    char lapsed[256];
-    char token[65];
-    char hostport[64];
-    int port;
-} fixture_t;
-
-static void sleep_ms(int ms)
-{
-    nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000},
-              NULL);
-}
-
-static void note_lapse(void *arg, const char *key)
-{
-    fixture_t *f = arg;
-    pthread_mutex_lock(&f->lapse_lock);
-    size_t n = strlen(f->lapsed);
-    snprintf(f->lapsed + n, sizeof(f->lapsed) - n, "%s;", key);
-    pthread_mutex_unlock(&f->lapse_lock);
-}
-
-static int setup(void **state)
-{
-    fixture_t *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    pthread_mutex_init(&f->lapse_lock, NULL);
-    pthread_mutex_lock(&log_lock);
-    log_len = 0;
-    log_text[0] = '\0';
-    pthread_mutex_unlock(&log_lock);
-    assert_int_equal(weft__store_make_token(f->token), WEFT_OK);
-    weft_store_server_params_t p = {.size = sizeof(p),
-                                    .token = f->token,
-                                    .logger = &test_logger,
-                                    .on_lapse = note_lapse,
-                                    .on_lapse_arg = f};
-    assert_int_equal(weft__store_server_start(&p, &f->server), WEFT_OK);
-    f->port = weft__store_server_port(f->server);
-    snprintf(f->hostport, sizeof(f->hostport), "127.0.0.1:%d", f->port);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    weft__store_server_stop(f->server);
-    pthread_mutex_destroy(&f->lapse_lock);
-    free(f);
-    return 0;
-}
+/* ---- fixture: a real server (server_fixture.h) ---- */
 
 static weft_store_client_t *launcher(const fixture_t *f)
 {
