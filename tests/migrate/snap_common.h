@@ -6,6 +6,7 @@
 #ifndef WEFT_TEST_SNAP_COMMON_H
 #define WEFT_TEST_SNAP_COMMON_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -97,6 +98,58 @@ static inline void snap_init_elem(int t, uint64_t i, void *elem, weft_dtype_t dt
 static inline void snap_step_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
 {
     snap_store(elem, dt, snap_update(t, i, *(uint64_t *)arg, snap_load(elem, dt)));
+}
+
+/* The blob the snapshot fault tests store with each step: the step, and a seed that
+ * stands for RNG state (it must come back with the step). */
+typedef struct snap_blob {
+    uint64_t step;
+    uint64_t seed;
+} snap_blob_t;
+
+/* One training step on member @p id's shard (@p buf, its packed buffer of @p l), then the
+ * loss allreduce, which fails once a member is gone. */
+static inline weft_status_t snap_train_step(weft_group_t *g, const weft_layout_t *l, int id,
+                                            void *buf, uint64_t step)
+{
+    snap_each(l, id, buf, snap_step_elem, &step);
+    double loss = 1.0, sum = 0;
+    return weft_allreduce(g, &loss, &sum, 1, WEFT_F64, WEFT_SUM);
+}
+
+/* The snapshot of @p step of @p buf, with the blob {step, step * 1000003}, waited for. */
+static inline weft_status_t snap_take(weft_snapshot_t *s, uint64_t step, const void *buf)
+{
+    snap_blob_t b = {step, step * 1000003u};
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_snapshot_start(s, step, buf, &b, sizeof(b), &req);
+    if (st == WEFT_INPROGRESS) {
+        st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
+    }
+    weft_req_free(req);
+    return st;
+}
+
+typedef struct snap_check {
+    uint64_t steps;
+    size_t wrong;
+} snap_check_t;
+
+static inline void snap_check_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    snap_check_t *c = arg;
+    uint64_t want[1];
+    snap_reference(t, i, dt, c->steps, want);
+    c->wrong += memcmp(elem, want, weft_dtype_size(dt)) != 0;
+}
+
+/* Elements of member @p id's packed buffer of @p l that differ, bit for bit, from the
+ * state after @p steps steps without a failure. */
+static inline size_t snap_count_wrong(const weft_layout_t *l, int id, void *buf, uint64_t steps)
+{
+    snap_check_t c = {steps, 0};
+    snap_each(l, id, buf, snap_check_elem, &c);
+    return c.wrong;
 }
 
 #endif

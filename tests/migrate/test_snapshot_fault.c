@@ -61,28 +61,6 @@ static weft_layout_t *model(const int *members, int k)
     return l;
 }
 
-static void check_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
-{
-    uint64_t want[1];
-    snap_reference(t, i, dt, STEPS, want);
-    *(size_t *)arg += memcmp(elem, want, weft_dtype_size(dt)) != 0;
-}
-
-typedef struct blob {
-    uint64_t step;
-    uint64_t seed; /* stands for RNG state: must come back with the step */
-} blob_t;
-
-/* One training step on the shard, and the loss allreduce (which fails once a member is
- * gone). */
-static weft_status_t train_step(weft_group_t *g, const weft_layout_t *l, int id, void *buf,
-                                uint64_t step)
-{
-    snap_each(l, id, buf, snap_step_elem, &step);
-    double loss = 1.0, sum = 0;
-    return weft_allreduce(g, &loss, &sum, 1, WEFT_F64, WEFT_SUM);
-}
-
 /* Live mode: the gradients are reduced first, the state updated only if that worked. */
 static weft_status_t train_step_reduce_first(weft_group_t *g, const weft_layout_t *l, int id,
                                              void *buf, uint64_t step)
@@ -121,18 +99,6 @@ static weft_layout_t *keep_and_split(const weft_layout_t *l, const int *left, in
         }
     }
     return nl;
-}
-
-static weft_status_t snapshot(weft_snapshot_t *s, uint64_t step, const void *buf)
-{
-    blob_t b = {step, step * 1000003u};
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_snapshot_start(s, step, buf, &b, sizeof(b), &req);
-    if (st == WEFT_INPROGRESS) {
-        st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
-    }
-    weft_req_free(req);
-    return st;
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -205,7 +171,7 @@ int main(int argc, char **argv)
     weft_snapshot_t *snap;
     weft_snapshot_params_t sp = {
         .size = sizeof(sp), .ssd_dir = ssd ? dir : NULL, .buddy_mem_bytes = budget ? 4096 : 0};
-    if (weft_snapshot_create(world, l, sizeof(blob_t), &sp, &snap) != WEFT_OK) {
+    if (weft_snapshot_create(world, l, sizeof(snap_blob_t), &sp, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
         return 1;
     }
@@ -218,9 +184,9 @@ int main(int argc, char **argv)
             raise(SIGKILL);
         }
         st = live ? train_step_reduce_first(world, l, id, buf, step)
-                  : train_step(world, l, id, buf, step);
+                  : snap_train_step(world, l, id, buf, step);
         if (st == WEFT_OK) {
-            st = snapshot(snap, step, buf);
+            st = snap_take(snap, step, buf);
         }
     }
     if (id == victim || id == victim2) {
@@ -265,14 +231,14 @@ int main(int argc, char **argv)
         SURVIVOR_FAIL(me, weft_last_error(ctx));
         return 1;
     }
-    blob_t vb = {0, 0};
+    snap_blob_t vb = {0, 0};
     size_t len = 0;
     weft_snapshot_stats_t ss = {.size = sizeof(ss)};
     weft_snapshot_stats(snap, &ss);
     bool buddy = id == ids[0]; /* the victim's buddy */
     if (live && (ss.restore_in_place_bytes != weft_layout_packed_bytes(l, id) ||
                  got.bytes_moved > weft_layout_packed_bytes(l, victim) +
-                                       (size_t)(k * n) * (8 + sizeof(blob_t)))) {
+                                       (size_t)(k * n) * (8 + sizeof(snap_blob_t)))) {
         printf("rank %d: %llu B in place of %zu, %zu B moved\n", me,
                (unsigned long long)ss.restore_in_place_bytes, weft_layout_packed_bytes(l, id),
                got.bytes_moved);
@@ -303,19 +269,18 @@ int main(int argc, char **argv)
            me, (unsigned long long)got.step, got.bytes_moved, got.bytes_local, got.bytes_from_ssd,
            (unsigned long long)ss.spill_read_bytes);
     weft_snapshot_free(snap);
-    if (weft_snapshot_create(world, nl, sizeof(blob_t), &sp, &snap) != WEFT_OK) {
+    if (weft_snapshot_create(world, nl, sizeof(snap_blob_t), &sp, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
         return 1;
     }
     for (step = vb.step + 1; step <= STEPS && st == WEFT_OK; step++) {
         st = live ? train_step_reduce_first(world, nl, id, nbuf, step)
-                  : train_step(world, nl, id, nbuf, step);
+                  : snap_train_step(world, nl, id, nbuf, step);
         if (st == WEFT_OK) {
-            st = snapshot(snap, step, nbuf);
+            st = snap_take(snap, step, nbuf);
         }
     }
-    size_t wrong = 0;
-    snap_each(nl, id, nbuf, check_elem, &wrong);
+    size_t wrong = snap_count_wrong(nl, id, nbuf, STEPS);
     if (st != WEFT_OK || wrong != 0) {
         printf("rank %d: %s, %zu elements differ from the run without failure\n", me,
                weft_status_str(st), wrong);

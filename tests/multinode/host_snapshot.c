@@ -37,11 +37,6 @@
 #define MAX_RANKS 64
 #define NAME_LEN 64
 
-typedef struct blob {
-    uint64_t step;
-    uint64_t seed; /* stands for RNG state: must come back with the step */
-} blob_t;
-
 static weft_layout_t *model(const int *members, int k)
 {
     uint64_t a[1] = {40000}, b[2] = {123, 77};
@@ -52,13 +47,6 @@ static weft_layout_t *model(const int *members, int k)
     int t[2] = {0, 1};
     weft_layout_flat(l, t, 2, members, k);
     return l;
-}
-
-static void check_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
-{
-    uint64_t want[1];
-    snap_reference(t, i, dt, STEPS, want);
-    *(size_t *)arg += memcmp(elem, want, weft_dtype_size(dt)) != 0;
 }
 
 /* The group ranks other than @p i that hold a copy of member i's blob (tensor
@@ -101,7 +89,8 @@ static bool buddies_placed(weft_group_t *g, const weft_layout_t *l, char (*names
             sp.num_members = max_id + 1;
         }
         weft_snapshot_t *s;
-        if (max_id >= MAX_RANKS || weft_snapshot_create(g, l, sizeof(blob_t), &sp, &s) != WEFT_OK) {
+        if (max_id >= MAX_RANKS ||
+            weft_snapshot_create(g, l, sizeof(snap_blob_t), &sp, &s) != WEFT_OK) {
             SURVIVOR_FAIL(me, "snapshot_create");
             return false;
         }
@@ -131,26 +120,6 @@ static bool buddies_placed(weft_group_t *g, const weft_layout_t *l, char (*names
         weft_snapshot_free(s);
     }
     return ok;
-}
-
-static weft_status_t train_step(weft_group_t *g, const weft_layout_t *l, int id, void *buf,
-                                uint64_t step)
-{
-    snap_each(l, id, buf, snap_step_elem, &step);
-    double loss = 1.0, sum = 0;
-    return weft_allreduce(g, &loss, &sum, 1, WEFT_F64, WEFT_SUM);
-}
-
-static weft_status_t snapshot(weft_snapshot_t *s, uint64_t step, const void *buf)
-{
-    blob_t b = {step, step * 1000003u};
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_snapshot_start(s, step, buf, &b, sizeof(b), &req);
-    if (st == WEFT_INPROGRESS) {
-        st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
-    }
-    weft_req_free(req);
-    return st;
 }
 
 /* Repair until no member of the dead host is left (their deaths may be noticed one at a
@@ -218,7 +187,7 @@ int main(void)
         return 1;
     }
     weft_snapshot_t *snap;
-    if (weft_snapshot_create(world, l, sizeof(blob_t), NULL, &snap) != WEFT_OK) {
+    if (weft_snapshot_create(world, l, sizeof(snap_blob_t), NULL, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
         return 1;
     }
@@ -235,9 +204,9 @@ int main(void)
             printf("SURVIVOR-FAIL rank %d: its host was not killed\n", me);
             return 1;
         }
-        st = train_step(world, l, id, buf, step);
+        st = snap_train_step(world, l, id, buf, step);
         if (st == WEFT_OK) {
-            st = snapshot(snap, step, buf);
+            st = snap_take(snap, step, buf);
         }
     }
     if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
@@ -262,7 +231,7 @@ int main(void)
         SURVIVOR_FAIL(me, k != n - nv ? "survivors" : weft_last_error(ctx));
         return 1;
     }
-    blob_t vb = {0, 0};
+    snap_blob_t vb = {0, 0};
     bool blobs_ok = true;
     for (int v = 0; v < nv; v++) {
         size_t len = 0;
@@ -279,18 +248,17 @@ int main(void)
     printf("rank %d: restored step %llu without host %s: %zu B moved, %zu B copied locally\n", me,
            (unsigned long long)got.step, names[n - 1], got.bytes_moved, got.bytes_local);
     weft_snapshot_free(snap);
-    if (weft_snapshot_create(world, nl, sizeof(blob_t), NULL, &snap) != WEFT_OK) {
+    if (weft_snapshot_create(world, nl, sizeof(snap_blob_t), NULL, &snap) != WEFT_OK) {
         SURVIVOR_FAIL(me, weft_last_error(NULL));
         return 1;
     }
     for (step = got.step + 1; step <= STEPS && st == WEFT_OK; step++) {
-        st = train_step(world, nl, id, nbuf, step);
+        st = snap_train_step(world, nl, id, nbuf, step);
         if (st == WEFT_OK) {
-            st = snapshot(snap, step, nbuf);
+            st = snap_take(snap, step, nbuf);
         }
     }
-    size_t wrong = 0;
-    snap_each(nl, id, nbuf, check_elem, &wrong);
+    size_t wrong = snap_count_wrong(nl, id, nbuf, STEPS);
     if (st != WEFT_OK || wrong != 0) {
         printf("rank %d: %s, %zu elements differ from the run without failure\n", me,
                weft_status_str(st), wrong);
