@@ -22,7 +22,7 @@ while getopts "r:m:" opt; do
     esac
 done
 shift $((OPTIND - 1))
-chunks=("${@:-256K}")
+chunks=("$@")
 [ $# -eq 0 ] && chunks=(256K 1M)
 weftrun="$root/build/bin/weftrun" perf="$root/build/bin/weft-perf"
 py=/usr/bin/python3
