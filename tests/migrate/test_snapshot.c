@@ -75,6 +75,29 @@ static weft_status_t snapshot(weft_snapshot_t *s, uint64_t step, const void *sta
     return st;
 }
 
+/* Snapshots of steps 1 and 2 of the state (@p live, this member's packed buffer of @p l,
+ * written by set_elem), each committed on return. */
+static void snapshot_steps_1_2(weft_snapshot_t *s, const weft_layout_t *l, unsigned char *live)
+{
+    for (uint64_t step = 1; step <= 2; step++) {
+        snap_each(l, my_id, live, set_elem, &step);
+        assert_int_equal(snapshot(s, step, live), WEFT_OK);
+        uint64_t c;
+        assert_int_equal(weft_snapshot_committed(s, &c), WEFT_OK);
+        assert_int_equal(c, step);
+    }
+}
+
+/* The model over the members in reverse order: a target that moves every region. */
+static weft_layout_t *reversed_model(void)
+{
+    int rev[64];
+    for (int r = 0; r < n; r++) {
+        rev[r] = ids[n - 1 - r];
+    }
+    return model(rev, n);
+}
+
 static void test_restore_newest(void **state)
 {
     (void)state;
@@ -87,20 +110,10 @@ static void test_restore_newest(void **state)
     /* No committed step yet: a restore fails on every member. */
     unsigned char small[8];
     assert_int_equal(weft_snapshot_restore(s, l, small, sizeof(small), NULL), WEFT_ERR_INVALID_ARG);
-    for (uint64_t step = 1; step <= 2; step++) {
-        snap_each(l, my_id, live, set_elem, &step);
-        assert_int_equal(snapshot(s, step, live), WEFT_OK);
-        uint64_t c;
-        assert_int_equal(weft_snapshot_committed(s, &c), WEFT_OK);
-        assert_int_equal(c, step);
-    }
+    snapshot_steps_1_2(s, l, live);
     uint64_t later = 3;
     snap_each(l, my_id, live, set_elem, &later); /* the live state moves on */
-    int rev[64];
-    for (int r = 0; r < n; r++) {
-        rev[r] = ids[n - 1 - r];
-    }
-    weft_layout_t *target = model(rev, n);
+    weft_layout_t *target = reversed_model();
     size_t nb = weft_snapshot_restore_bytes(s, target);
     unsigned char *out = calloc(1, nb);
     weft_snapshot_restored_t info;
@@ -268,10 +281,7 @@ static void test_budget(void **state)
     assert_int_equal(st2.spill_bytes, 0);
     weft_snapshot_free(roomy);
     unsigned char *live = malloc(own + 1);
-    for (uint64_t step = 1; step <= 2; step++) {
-        snap_each(l, my_id, live, set_elem, &step);
-        assert_int_equal(snapshot(s, step, live), WEFT_OK);
-    }
+    snapshot_steps_1_2(s, l, live);
     char mdir[128], away[140];
     snprintf(mdir, sizeof(mdir), "%s/member-%d", dir, my_id);
     snprintf(away, sizeof(away), "%s.away", mdir);
@@ -298,11 +308,7 @@ static void test_budget(void **state)
     }
     uint64_t three = 3;
     snap_each(l, my_id, live, set_elem, &three); /* the live state moves on */
-    int rev[64];
-    for (int r = 0; r < n; r++) {
-        rev[r] = ids[n - 1 - r];
-    }
-    weft_layout_t *t = model(rev, n);
+    weft_layout_t *t = reversed_model();
     size_t nb = weft_snapshot_restore_bytes(s, t);
     unsigned char *nbuf = malloc(nb);
     weft_snapshot_restored_t got;
@@ -341,15 +347,8 @@ static void test_restore_live(void **state)
     assert_int_equal(weft_snapshot_create(world, l, 64, NULL, &s), WEFT_OK);
     size_t own = weft_layout_packed_bytes(l, my_id);
     unsigned char *live = malloc(own + 1);
-    for (uint64_t step = 1; step <= 2; step++) {
-        snap_each(l, my_id, live, set_elem, &step);
-        assert_int_equal(snapshot(s, step, live), WEFT_OK);
-    }
-    int rev[64];
-    for (int r = 0; r < n; r++) {
-        rev[r] = ids[n - 1 - r];
-    }
-    weft_layout_t *t = model(rev, n);
+    snapshot_steps_1_2(s, l, live);
+    weft_layout_t *t = reversed_model();
     size_t nb = weft_snapshot_restore_bytes(s, t);
     unsigned char *nbuf = malloc(nb);
     weft_snapshot_stats_t st = {.size = sizeof(st)};
