@@ -473,6 +473,18 @@ static bool wait_line(const char *name, const char *line, int limit_ms)
     return false;
 }
 
+/* How many times rank @p rank of start_recording_ranks() recorded signal @p sig. */
+static int signals_got(int rank, const char *sig)
+{
+    char name[16];
+    snprintf(name, sizeof(name), "got.%d", rank);
+    char *t = wr_read_file(name);
+    assert_non_null(t);
+    int n = (int)wr_count_lines(t, sig);
+    free(t);
+    return n;
+}
+
 /* Ranks (shell scripts) that append the name of each of HUP, USR1, USR2 and TERM they
  * receive to got.<rank>, and exit on TERM. */
 static pid_t start_recording_ranks(void)
@@ -653,14 +665,9 @@ static void test_usr_signals_forwarded(void **state)
     assert_non_null(strstr(r.err, "forwarded to the ranks; the job goes on"));
     wr_result_free(&r);
     for (int rank = 0; rank < 2; rank++) {
-        char name[16];
-        snprintf(name, sizeof(name), "got.%d", rank);
-        char *t = wr_read_file(name);
-        assert_non_null(t);
-        assert_int_equal(wr_count_lines(t, "usr1"), 1);
-        assert_int_equal(wr_count_lines(t, "usr2"), 1);
-        assert_int_equal(wr_count_lines(t, "term"), 1);
-        free(t);
+        assert_int_equal(signals_got(rank, "usr1"), 1);
+        assert_int_equal(signals_got(rank, "usr2"), 1);
+        assert_int_equal(signals_got(rank, "term"), 1);
     }
 }
 
@@ -675,13 +682,8 @@ static void test_sighup_stops_with_sigterm(void **state)
     assert_int_equal(r.code, 128 + SIGHUP);
     wr_result_free(&r);
     for (int rank = 0; rank < 2; rank++) {
-        char name[16];
-        snprintf(name, sizeof(name), "got.%d", rank);
-        char *t = wr_read_file(name);
-        assert_non_null(t);
-        assert_int_equal(wr_count_lines(t, "term"), 1);
-        assert_int_equal(wr_count_lines(t, "hup"), 0);
-        free(t);
+        assert_int_equal(signals_got(rank, "term"), 1);
+        assert_int_equal(signals_got(rank, "hup"), 0);
     }
 }
 
