@@ -327,6 +327,8 @@ static weft_status_t exchange_addresses(weft_ctx_t *ctx)
     return st;
 }
 
+static weft_status_t watch_failures(weft_ctx_t *ctx);
+
 /* A process joining a running job: it gets a member id, publishes its address and waits
  * in weft_group_join() to be admitted. Ids the launcher did not assign come from a store
  * counter in a range of their own. */
@@ -356,7 +358,12 @@ static weft_status_t init_joiner(weft_ctx_t *ctx)
         }
         weft__store_close(ctx->store);
         ctx->store = named;
+        ctx->watch = NULL;
         weft__store_share_health(ctx->store, &ctx->store_health);
+        st = watch_failures(ctx);
+        if (st != WEFT_OK) {
+            return weft__error(ctx, st, "cannot watch failure notices at %s", ctx->store_addr);
+        }
     }
     weft_status_t st = weft__peer_slot(ctx, ctx->rank);
     if (st == WEFT_OK) {
@@ -368,6 +375,24 @@ static weft_status_t init_joiner(weft_ctx_t *ctx)
     return st;
 }
 
+/* The store connection also carries the failure notices: ctx->watch names it once it
+ * watches them, and is NULL again once they are lost. */
+static weft_status_t watch_failures(weft_ctx_t *ctx)
+{
+    char prefix[64];
+    weft__key(ctx, prefix, sizeof(prefix), FAILED_DIR);
+    weft_status_t st = weft__store_watch(ctx->store, prefix);
+    if (st == WEFT_OK) {
+        ctx->watch = ctx->store;
+    }
+    return st;
+}
+
+/*
+ * One connection to the store per process: requests, the failure notices it watches and
+ * the heartbeat's lease share it (the client multiplexes them), so that a job of N ranks
+ * holds N connections of the store.
+ */
 static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
 {
     int timeout = (int)ctx->cfg.connect_timeout_ms;
@@ -379,14 +404,7 @@ static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
         return weft__error(ctx, st, "cannot reach the store at %s", boot->store);
     }
     weft__store_share_health(ctx->store, &ctx->store_health);
-    st = weft__store_connect_member(boot->store, ctx->token, ctx->rank, timeout, &ctx->logger,
-                                    &ctx->watch);
-    if (st == WEFT_OK) {
-        weft__store_share_health(ctx->watch, &ctx->store_health);
-        char prefix[64];
-        weft__key(ctx, prefix, sizeof(prefix), FAILED_DIR);
-        st = weft__store_watch(ctx->watch, prefix);
-    }
+    st = watch_failures(ctx);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot watch failure notices at %s", boot->store);
     }
@@ -584,8 +602,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
         free(ctx->retired[i]);
     }
     free(ctx->retired);
-    weft__store_close(ctx->watch);
-    weft__store_close(ctx->store);
+    weft__store_close(ctx->store); /* ctx->watch is the same connection */
     free(ctx->peers);
     free(ctx->user_ops);
     pthread_mutex_destroy(&ctx->job_lock);
@@ -677,7 +694,6 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
                       "now detected by the transports only",
                       weft_status_str(st));
         }
-        weft__store_close(ctx->watch);
-        ctx->watch = NULL;
+        ctx->watch = NULL; /* the connection stays ctx->store's */
     }
 }

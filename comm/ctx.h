@@ -60,8 +60,8 @@ struct weft_ctx {
     char host_id[WEFT__HOST_ID_LEN]; /* util/host_id.h: peers with the same share memory */
     weft_shm_job_t shm_job;     /* names of its shared-memory segments, the job lock */
     weft_store_client_t *store; /* request/response connection */
-    weft_store_client_t *watch; /* watch on the failure-notice prefix */
-    weft_store_health_t store_health; /* shared by store, watch and the heartbeat's lease */
+    weft_store_client_t *watch; /* store, once it watches the failure notices; NULL once lost */
+    weft_store_health_t store_health; /* of store (its requests, watch and lease) */
     struct weft_heartbeat *heartbeat; /* liveness lease (comm/heartbeat.c) */
     /* Message transports started for host memory, in weft__transports[] order: every
      * built-in one that init()s this process and is needed (comm/ctx.c). */

@@ -1,14 +1,14 @@
 /*
  * Liveness through the store. Each process holds a lease on its own failure-notice key
- * (<ns>/failed/<id>) over a connection of its own, renewed by a small thread every
- * WEFT_HEARTBEAT_MS. If the process dies, the kernel closes that connection and the store
- * publishes the notice at once; if it hangs without dying (stopped, stuck in the kernel),
- * the renewals stop and the store publishes it after WEFT_FAILURE_TIMEOUT_MS. Every member
- * watches that prefix, so either way the survivors learn of it. weft_finalize disarms
- * the lease when the members left together: leaving on purpose is not a failure (one that
- * leaves while others still work keeps it armed, so they repair around its exit). The connection shares the
- * context's store health: if the store is lost, the thread reports it (once per process)
- * and stops.
+ * (<ns>/failed/<id>) on the context's store connection (which its requests and its watch
+ * of the notices share), renewed by a small thread every WEFT_HEARTBEAT_MS. If the
+ * process dies, the kernel closes that connection and the store publishes the notice at
+ * once; if it hangs without dying (stopped, stuck in the kernel), the renewals stop and
+ * the store publishes it after WEFT_FAILURE_TIMEOUT_MS. Every member watches that prefix,
+ * so either way the survivors learn of it. weft_finalize disarms the lease when the
+ * members left together: leaving on purpose is not a failure (one that leaves while
+ * others still work keeps it armed, so they repair around its exit). If the store is
+ * lost, the thread reports it (once per process) and stops.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -76,18 +76,13 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     hb->ttl_ms = ttl == 0 ? 1 : (ttl > UINT32_MAX ? UINT32_MAX : (uint32_t)ttl);
     weft__key(ctx, hb->key, sizeof(hb->key), "failed/%d", ctx->rank);
     snprintf(hb->val, sizeof(hb->val), "member %d: lost (process gone or silent)", ctx->rank);
-    /* A store already lost is not dialled again for the whole connect timeout. */
-    weft_status_t st = WEFT_ERR_IO;
-    if (weft__store_lost_ns(&ctx->store_health) == 0) {
-        st = weft__store_connect_member(ctx->store_addr, ctx->token, ctx->rank,
-                                        (int)ctx->cfg.connect_timeout_ms, &ctx->logger, &hb->conn);
-    }
-    if (st == WEFT_OK) {
-        weft__store_share_health(hb->conn, &ctx->store_health);
-        st = weft__store_lease(hb->conn, hb->key, hb->val, strlen(hb->val), hb->ttl_ms);
-    }
+    /* The lease rides on the context's one store connection, which the client shares
+     * between threads: it fires when this process's connection drops. */
+    hb->conn = ctx->store;
+    weft_status_t st = hb->conn != NULL ? weft__store_lease(hb->conn, hb->key, hb->val,
+                                                            strlen(hb->val), hb->ttl_ms)
+                                        : WEFT_ERR_IO;
     if (st != WEFT_OK) {
-        weft__store_close(hb->conn);
         free(hb);
         return weft__error(ctx, st, "cannot arm the liveness lease");
     }
@@ -96,7 +91,7 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     int rc = pthread_create(&hb->thread, NULL, heartbeat_main, hb);
     if (rc != 0) {
         errno = rc;
-        weft__store_close(hb->conn);
+        (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0);
         free(hb);
         return weft__error(ctx, WEFT_ERR_IO, "cannot start the heartbeat thread: %m");
     }
@@ -118,7 +113,6 @@ void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm)
     if (disarm) {
         (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0); /* leaving is not failing */
     }
-    weft__store_close(hb->conn);
     pthread_mutex_destroy(&hb->lock);
     pthread_cond_destroy(&hb->cond);
     free(hb);

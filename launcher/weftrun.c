@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
 
+#include "comm/store/proto.h"
 #include "launcher/weftrun.h"
 #include "util/parse.h"
 
@@ -69,9 +71,41 @@ static weft_status_t take_token(weftrun_job_t *job)
     return status;
 }
 
+/*
+ * The store takes a descriptor per rank (and per rank still authenticating): raise the
+ * soft limit on open files to the hard one, and say so when even that is short of what
+ * the job may need (@p ranks; 0: not known, a --store-only store).
+ */
+static void raise_open_files(const weft_logger_t *lg, int ranks)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        return;
+    }
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0) {
+            WEFT_DEBUG(lg, "open files: soft limit raised from %llu to %llu",
+                       (unsigned long long)was, (unsigned long long)rl.rlim_cur);
+        } else {
+            rl.rlim_cur = was;
+        }
+    }
+    rlim_t need = (rlim_t)ranks + WEFT__STORE_MAX_UNAUTH + 64;
+    if (ranks > 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        WEFT_WARN(lg,
+                  "open files: this process may open %llu, and the store needs one per rank "
+                  "(%d) and more: raise the hard limit (ulimit -Hn, limits.conf) to at least "
+                  "%llu",
+                  (unsigned long long)rl.rlim_cur, ranks, (unsigned long long)need);
+    }
+}
+
 static weft_status_t start_store(weftrun_job_t *job)
 {
     const weftrun_opts_t *o = job->opts;
+    raise_open_files(job->lg, o->store_only ? 0 : job->world_size);
     int port = o->store != NULL ? atoi(strrchr(o->store, ':') + 1) : o->port;
     weft_store_server_params_t sp = {
         .size = sizeof(sp),

@@ -1,6 +1,11 @@
 /*
- * The rendezvous store client. One request at a time per connection, every wait bounded
- * by a deadline; a client is not thread-safe (use one per thread). A failure in the
+ * The rendezvous store client. A connection multiplexes: any number of threads may call
+ * it at once (the heartbeat renews its lease while a member waits in a GET), and watch
+ * events arrive between the answers. Each request carries an id the answer echoes
+ * (proto.h). The socket is read by one thread at a time, whichever is waiting for an
+ * answer or an event (leader and followers): it hands each frame to the request it
+ * answers, or queues an event, and wakes the others; when its own answer has come, another
+ * waiter takes over the reading. Every wait is bounded by a deadline. A failure in the
  * middle of an exchange leaves the byte stream out of step, so the client is then marked
  * broken and later calls fail with WEFT_ERR_IO. Connections that share a health record
  * are broken together when one of them loses the store.
@@ -10,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +31,43 @@
 
 #define RBUF_MIN 65536
 
+/* A request waiting for its answer. */
+typedef struct store_call {
+    struct store_call *next;
+    uint32_t id;
+    bool done;
+    weft_status_t status; /* the store's answer */
+    uint8_t *data;        /* its data (malloc'ed, NUL-terminated), dlen bytes */
+    size_t dlen;
+} store_call_t;
+
+/* A watch event not yet taken. */
+typedef struct store_event {
+    struct store_event *next;
+    char *key;
+    uint8_t *val;
+    size_t vlen;
+} store_event_t;
+
 struct weft_store_client {
     int fd;
+    pthread_mutex_t wlock; /* sending: frames leave whole, in the order of their tags */
+    pthread_mutex_t lock; /* everything below; the reader drops it while in poll/recv */
+    pthread_cond_t cv;    /* an answer or event came, or the reader left */
+    bool reading;         /* a thread is reading the socket */
     bool broken;
     bool watching;
     int err; /* errno of the last failed socket call; 0: the server closed */
     const weft_logger_t *lg;
     weft_store_health_t *health; /* shared with the process's other connections, or NULL */
     char addr[128];
-    uint8_t *rbuf; /* received bytes not yet consumed */
+    uint8_t *rbuf; /* received bytes not yet consumed (the reader's) */
     size_t rlen, rcap;
     size_t frame; /* bytes of the frame last returned by read_frame() */
     weft_store_buf_t wbuf;
+    uint32_t next_id;
+    store_call_t *calls;
+    store_event_t *ev_head, *ev_tail;
     /* After the handshake every frame carries a tag (proto.h): ours, and the store's. */
     bool sealed;
     bool forged; /* a frame from the store failed its tag check */
@@ -112,7 +143,7 @@ static weft_status_t recv_some(weft_store_client_t *c, size_t need)
     return WEFT_ERR_IO;
 }
 
-/* Drops the frame last returned by read_frame(). */
+/* Drops the frame last returned by frame_ready() or read_frame(). */
 static void consume(weft_store_client_t *c)
 {
     memmove(c->rbuf, c->rbuf + c->frame, c->rlen - c->frame);
@@ -120,40 +151,169 @@ static void consume(weft_store_client_t *c)
     c->frame = 0;
 }
 
+/* Bytes rbuf must hold for the frame at its start: its header, then all of it. */
+static size_t frame_need(const weft_store_client_t *c)
+{
+    uint32_t len;
+    weft_store_msg_t type;
+    if (c->rlen < WEFT__STORE_HDR_LEN || weft__store_hdr_decode(c->rbuf, &len, &type) != WEFT_OK) {
+        return WEFT__STORE_HDR_LEN;
+    }
+    return WEFT__STORE_HDR_LEN + len + (c->sealed ? WEFT__STORE_TAG_LEN : 0);
+}
+
 /*
- * The next whole frame; *p points into rbuf until consume(). WEFT_INPROGRESS when none
- * has arrived by the deadline (a deadline already passed: one nonblocking try).
+ * The whole frame at the start of rbuf, its tag checked; *p points into rbuf until
+ * consume(). WEFT_INPROGRESS while it has not all arrived.
  */
-static weft_status_t read_frame(weft_store_client_t *c, uint64_t deadline, weft_store_msg_t *type,
-                                const uint8_t **p, uint32_t *len)
+static weft_status_t frame_ready(weft_store_client_t *c, weft_store_msg_t *type, const uint8_t **p,
+                                 uint32_t *len)
+{
+    if (c->rlen < WEFT__STORE_HDR_LEN) {
+        return WEFT_INPROGRESS;
+    }
+    if (weft__store_hdr_decode(c->rbuf, len, type) != WEFT_OK) {
+        return WEFT_ERR_PROTOCOL;
+    }
+    size_t need = frame_need(c);
+    if (c->rlen < need) {
+        return WEFT_INPROGRESS;
+    }
+    if (c->sealed && !weft__store_tag_check(&c->rx, c->rbuf, c->rbuf + WEFT__STORE_HDR_LEN, *len,
+                                            c->rbuf + need - WEFT__STORE_TAG_LEN)) {
+        c->forged = true;
+        return WEFT_ERR_PROTOCOL;
+    }
+    *p = c->rbuf + WEFT__STORE_HDR_LEN;
+    c->frame = need;
+    return WEFT_OK;
+}
+
+/* Receives what has arrived, waiting for some until the deadline (WEFT_INPROGRESS once
+ * it has passed; a deadline already passed: one nonblocking try). */
+static weft_status_t recv_wait(weft_store_client_t *c, uint64_t deadline)
 {
     for (;;) {
-        size_t need = WEFT__STORE_HDR_LEN;
-        if (c->rlen >= WEFT__STORE_HDR_LEN) {
-            if (weft__store_hdr_decode(c->rbuf, len, type) != WEFT_OK) {
-                return WEFT_ERR_PROTOCOL;
-            }
-            need += *len + (c->sealed ? WEFT__STORE_TAG_LEN : 0);
-            if (c->rlen >= need) {
-                if (c->sealed &&
-                    !weft__store_tag_check(&c->rx, c->rbuf, c->rbuf + WEFT__STORE_HDR_LEN, *len,
-                                           c->rbuf + need - WEFT__STORE_TAG_LEN)) {
-                    c->forged = true;
-                    return WEFT_ERR_PROTOCOL;
-                }
-                *p = c->rbuf + WEFT__STORE_HDR_LEN;
-                c->frame = need;
-                return WEFT_OK;
-            }
+        weft_status_t st = recv_some(c, frame_need(c));
+        if (st != WEFT_INPROGRESS) {
+            return st;
         }
-        weft_status_t st = recv_some(c, need);
-        if (st == WEFT_INPROGRESS) {
-            st = wait_fd(c, POLLIN, deadline);
-        }
+        st = wait_fd(c, POLLIN, deadline);
         if (st != WEFT_OK) {
             return st;
         }
     }
+}
+
+/* The next whole frame, read without other threads (the handshake). */
+static weft_status_t read_frame(weft_store_client_t *c, uint64_t deadline, weft_store_msg_t *type,
+                                const uint8_t **p, uint32_t *len)
+{
+    for (;;) {
+        weft_status_t st = frame_ready(c, type, p, len);
+        if (st != WEFT_INPROGRESS) {
+            return st;
+        }
+        st = recv_wait(c, deadline);
+        if (st != WEFT_OK) {
+            return st;
+        }
+    }
+}
+
+/* A malloc'ed copy of @p n bytes and a NUL (values are often text). */
+static uint8_t *copy_z(const void *p, size_t n)
+{
+    uint8_t *q = malloc(n + 1);
+    if (q != NULL) {
+        memcpy(q, p, n);
+        q[n] = '\0';
+    }
+    return q;
+}
+
+/* Hands each whole frame received to the call it answers, or queues it as an event. An
+ * answer nobody waits for any more (its caller gave up) is dropped. Lock held. */
+static weft_status_t dispatch(weft_store_client_t *c)
+{
+    for (;;) {
+        weft_store_msg_t type;
+        const uint8_t *p, *rest, *data;
+        const char *k;
+        uint32_t len;
+        size_t klen, vlen;
+        weft_status_t st = frame_ready(c, &type, &p, &len), status;
+        if (st != WEFT_OK) {
+            return st == WEFT_INPROGRESS ? WEFT_OK : st;
+        }
+        if (type == WEFT__STORE_EVENT) {
+            if (weft__store_kv_decode(p, len, &k, &klen, &rest, &vlen) != WEFT_OK) {
+                return WEFT_ERR_PROTOCOL;
+            }
+            store_event_t *e = calloc(1, sizeof(*e));
+            if (e == NULL || (e->key = (char *)copy_z(k, klen)) == NULL ||
+                (e->val = copy_z(rest, vlen)) == NULL) {
+                if (e != NULL) {
+                    free(e->key);
+                }
+                free(e);
+                return WEFT_ERR_NO_MEMORY;
+            }
+            e->vlen = vlen;
+            if (c->ev_tail != NULL) {
+                c->ev_tail->next = e;
+            } else {
+                c->ev_head = e;
+            }
+            c->ev_tail = e;
+        } else if (type == WEFT__STORE_RESP) {
+            if (weft__store_resp_decode(p, len, &status, &data, &vlen) != WEFT_OK) {
+                return WEFT_ERR_PROTOCOL;
+            }
+            uint32_t id = weft__store_hdr_id(c->rbuf);
+            store_call_t *call = c->calls;
+            while (call != NULL && (call->id != id || call->done)) {
+                call = call->next;
+            }
+            if (call != NULL) {
+                call->data = copy_z(data, vlen);
+                call->status = call->data != NULL ? status : WEFT_ERR_NO_MEMORY;
+                call->dlen = vlen;
+                call->done = true;
+            }
+        } else {
+            return WEFT_ERR_PROTOCOL;
+        }
+        consume(c);
+        pthread_cond_broadcast(&c->cv);
+    }
+}
+
+/*
+ * This thread reads the socket for every waiter until something arrives or @p deadline
+ * passes, with the lock dropped meanwhile, then hands out what came. Lock held, and no
+ * other thread reading. WEFT_INPROGRESS: nothing came by the deadline.
+ */
+static weft_status_t read_turn(weft_store_client_t *c, uint64_t deadline)
+{
+    c->reading = true;
+    pthread_mutex_unlock(&c->lock);
+    weft_status_t st = recv_wait(c, deadline);
+    pthread_mutex_lock(&c->lock);
+    c->reading = false;
+    if (st == WEFT_OK) {
+        st = dispatch(c);
+    }
+    pthread_cond_broadcast(&c->cv); /* another waiter may read now */
+    return st;
+}
+
+/* Sleeps on the condition until woken or the deadline passes. Lock held. */
+static void cv_wait(weft_store_client_t *c, uint64_t deadline_ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000),
+                          .tv_nsec = (long)(deadline_ms % 1000) * 1000000};
+    pthread_cond_timedwait(&c->cv, &c->lock, &ts);
 }
 
 void weft__store_share_health(weft_store_client_t *c, weft_store_health_t *h)
@@ -212,6 +372,7 @@ static weft_status_t client_fail(weft_store_client_t *c, weft_status_t st, const
         WEFT_ERROR(c->lg, "store %s: %s: %s", c->addr, what, why);
     }
     c->broken = true;
+    pthread_cond_broadcast(&c->cv);
     return st;
 }
 
@@ -225,74 +386,132 @@ static bool usable(weft_store_client_t *c)
 }
 
 /*
+ * Waits for @p me's answer until @p deadline, reading the socket whenever no other thread
+ * does. Lock held. WEFT_INPROGRESS: no answer by the deadline; WEFT_ERR_IO: the
+ * connection broke in another thread (which said why).
+ */
+static weft_status_t await(weft_store_client_t *c, store_call_t *me, uint64_t deadline)
+{
+    while (!me->done) {
+        if (!usable(c)) {
+            return WEFT_ERR_IO;
+        }
+        if (weft__now_ms() >= deadline) {
+            return WEFT_INPROGRESS;
+        }
+        if (c->reading) {
+            cv_wait(c, deadline);
+            continue;
+        }
+        weft_status_t st = read_turn(c, deadline);
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return client_fail(c, st, "reading the answer failed");
+        }
+    }
+    return WEFT_OK;
+}
+
+/*
  * One request and its RESP. The server answers within @p wait_ms (a GET's own wait)
  * plus WEFT__STORE_IO_TIMEOUT_MS, or the call fails with WEFT_ERR_TIMEOUT. On WEFT_OK,
- * *status is the server's answer and *data (into rbuf) its data until consume().
+ * *status is the server's answer and *data (malloc'ed, NUL-terminated, the caller's) its
+ * data.
  */
 static weft_status_t call(weft_store_client_t *c, weft_store_msg_t type, const char *key,
                           const void *rest, size_t rest_len, uint32_t wait_ms,
-                          weft_status_t *status, const uint8_t **data, size_t *dlen)
+                          weft_status_t *status, uint8_t **data, size_t *dlen)
 {
+    store_call_t me = {0};
+    pthread_mutex_lock(&c->lock);
+    if (!usable(c)) {
+        pthread_mutex_unlock(&c->lock);
+        return WEFT_ERR_IO;
+    }
+    c->next_id = c->next_id % WEFT__STORE_MAX_ID + 1;
+    me.id = c->next_id;
+    me.next = c->calls;
+    c->calls = &me; /* before it is sent: the answer may come at once */
+    pthread_mutex_unlock(&c->lock);
+
     uint64_t deadline = weft__now_ms() + WEFT__STORE_IO_TIMEOUT_MS;
+    pthread_mutex_lock(&c->wlock);
     c->wbuf.len = 0;
     weft_status_t st = weft__store_frame_kv(&c->wbuf, type, key, strlen(key), rest, rest_len);
+    bool sent = false;
     if (st == WEFT_OK) {
+        weft__store_frame_set_id(&c->wbuf, 0, me.id);
         st = weft__store_seal(&c->wbuf, 0, &c->tx);
     }
+    if (st == WEFT_OK) {
+        sent = true;
+        st = send_all(c, c->wbuf.data, c->wbuf.len, deadline);
+    }
+    pthread_mutex_unlock(&c->wlock);
+
+    pthread_mutex_lock(&c->lock);
+    if (st != WEFT_OK && sent) {
+        st = client_fail(c, st, "sending a request failed");
+    } else if (st == WEFT_OK) {
+        st = await(c, &me, deadline + wait_ms);
+        if (st == WEFT_INPROGRESS) {
+            st = client_fail(c, WEFT_ERR_TIMEOUT, "no answer");
+        }
+    }
+    store_call_t **p = &c->calls;
+    while (*p != &me) {
+        p = &(*p)->next;
+    }
+    *p = me.next;
+    pthread_mutex_unlock(&c->lock);
     if (st != WEFT_OK) {
+        free(me.data);
         return st;
     }
-    st = send_all(c, c->wbuf.data, c->wbuf.len, deadline);
-    if (st != WEFT_OK) {
-        return client_fail(c, st, "sending a request failed");
-    }
-    weft_store_msg_t rtype;
-    const uint8_t *p;
-    uint32_t len;
-    st = read_frame(c, deadline + wait_ms, &rtype, &p, &len);
-    if (st == WEFT_INPROGRESS) {
-        return client_fail(c, WEFT_ERR_TIMEOUT, "no answer");
-    }
-    if (st == WEFT_OK && (rtype != WEFT__STORE_RESP ||
-                          weft__store_resp_decode(p, len, status, data, dlen) != WEFT_OK)) {
-        st = WEFT_ERR_PROTOCOL;
-    }
-    return st == WEFT_OK ? WEFT_OK : client_fail(c, st, "reading the answer failed");
+    *status = me.status;
+    *data = me.data;
+    *dlen = me.dlen;
+    return WEFT_OK;
 }
 
 /* Common checks of a request call. */
 static weft_status_t check_request(weft_store_client_t *c, const char *key)
 {
     if (c == NULL || key == NULL || key[0] == '\0' ||
-        strnlen(key, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY || c->watching) {
+        strnlen(key, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY) {
         return WEFT_ERR_INVALID_ARG;
     }
-    return usable(c) ? WEFT_OK : WEFT_ERR_IO;
+    return WEFT_OK;
+}
+
+/* A request whose answer carries no data: the store's status. */
+static weft_status_t call_status(weft_store_client_t *c, weft_store_msg_t type, const char *key,
+                                 const void *rest, size_t rest_len)
+{
+    weft_status_t status;
+    uint8_t *data;
+    size_t dlen;
+    weft_status_t st = call(c, type, key, rest, rest_len, 0, &status, &data, &dlen);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    free(data);
+    return status;
 }
 
 weft_status_t weft__store_set(weft_store_client_t *c, const char *key, const void *val, size_t len)
 {
-    weft_status_t st = check_request(c, key), status;
-    const uint8_t *data;
-    size_t dlen;
+    weft_status_t st = check_request(c, key);
     if (st == WEFT_OK && ((val == NULL && len > 0) || len > WEFT__STORE_MAX_VALUE)) {
         st = WEFT_ERR_INVALID_ARG;
     }
-    if (st == WEFT_OK) {
-        st = call(c, WEFT__STORE_SET, key, val, len, 0, &status, &data, &dlen);
-    }
-    if (st == WEFT_OK) {
-        consume(c);
-        st = status;
-    }
-    return st;
+    return st != WEFT_OK ? st : call_status(c, WEFT__STORE_SET, key, val, len);
 }
 
 weft_status_t weft__store_get(weft_store_client_t *c, const char *key, int timeout_ms, void **val,
                               size_t *len)
 {
     weft_status_t st = check_request(c, key), status;
-    const uint8_t *data;
+    uint8_t *data;
     size_t dlen;
     if (st != WEFT_OK || timeout_ms < 0 || val == NULL || len == NULL) {
         return st != WEFT_OK ? st : WEFT_ERR_INVALID_ARG;
@@ -305,17 +524,11 @@ weft_status_t weft__store_get(weft_store_client_t *c, const char *key, int timeo
         return st;
     }
     if (status == WEFT_OK) {
-        uint8_t *copy = malloc(dlen + 1); /* NUL-terminated for text values */
-        if (copy == NULL) {
-            status = WEFT_ERR_NO_MEMORY;
-        } else {
-            memcpy(copy, data, dlen);
-            copy[dlen] = '\0';
-            *val = copy;
-            *len = dlen;
-        }
+        *val = data; /* NUL-terminated for text values */
+        *len = dlen;
+    } else {
+        free(data);
     }
-    consume(c);
     return status;
 }
 
@@ -340,11 +553,21 @@ weft_status_t weft__store_get_i64(weft_store_client_t *c, const char *key, int t
     return WEFT_OK;
 }
 
+/* The connection broke the protocol in an answer: no later frame can be trusted. */
+static weft_status_t malformed(weft_store_client_t *c, uint8_t *data, const char *what)
+{
+    free(data);
+    pthread_mutex_lock(&c->lock);
+    weft_status_t st = client_fail(c, WEFT_ERR_PROTOCOL, what);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
 weft_status_t weft__store_add(weft_store_client_t *c, const char *key, int64_t delta,
                               int64_t *result)
 {
     weft_status_t st = check_request(c, key), status;
-    const uint8_t *data;
+    uint8_t *data;
     size_t dlen;
     if (st != WEFT_OK) {
         return st;
@@ -356,13 +579,12 @@ weft_status_t weft__store_add(weft_store_client_t *c, const char *key, int64_t d
         return st;
     }
     if (status == WEFT_OK && dlen != 8) {
-        consume(c);
-        return client_fail(c, WEFT_ERR_PROTOCOL, "malformed add result");
+        return malformed(c, data, "malformed add result");
     }
     if (status == WEFT_OK && result != NULL) {
         *result = (int64_t)weft__store_get_u64(data);
     }
-    consume(c);
+    free(data);
     return status;
 }
 
@@ -370,7 +592,7 @@ weft_status_t weft__store_set_nx(weft_store_client_t *c, const char *key, const 
                                  size_t len, void **winner, size_t *winner_len, int *created)
 {
     weft_status_t st = check_request(c, key), status;
-    const uint8_t *data;
+    uint8_t *data;
     size_t dlen;
     if (st == WEFT_OK && ((val == NULL && len > 0) || len > WEFT__STORE_MAX_VALUE ||
                           winner == NULL || winner_len == NULL)) {
@@ -383,33 +605,25 @@ weft_status_t weft__store_set_nx(weft_store_client_t *c, const char *key, const 
         return st;
     }
     if (status == WEFT_OK && dlen < 1) {
-        consume(c);
-        return client_fail(c, WEFT_ERR_PROTOCOL, "malformed set_nx result");
+        return malformed(c, data, "malformed set_nx result");
     }
     if (status == WEFT_OK) {
-        uint8_t *copy = malloc(dlen); /* value + NUL, like get */
-        if (copy == NULL) {
-            consume(c);
-            return WEFT_ERR_NO_MEMORY;
-        }
-        memcpy(copy, data + 1, dlen - 1);
-        copy[dlen - 1] = '\0';
         if (created != NULL) {
             *created = data[0] != 0;
         }
-        *winner = copy;
+        memmove(data, data + 1, dlen); /* the value and its NUL, like get */
+        *winner = data;
         *winner_len = dlen - 1;
+    } else {
+        free(data);
     }
-    consume(c);
     return status;
 }
 
 weft_status_t weft__store_lease(weft_store_client_t *c, const char *key, const void *val,
                                 size_t len, uint32_t ttl_ms)
 {
-    weft_status_t st = check_request(c, key), status;
-    const uint8_t *data;
-    size_t dlen;
+    weft_status_t st = check_request(c, key);
     if (st == WEFT_OK && ((val == NULL && len > 0) || len > WEFT__STORE_MAX_VALUE)) {
         st = WEFT_ERR_INVALID_ARG;
     }
@@ -425,92 +639,87 @@ weft_status_t weft__store_lease(weft_store_client_t *c, const char *key, const v
         if (len > 0) {
             memcpy(rest + 4, val, len);
         }
-        st = call(c, WEFT__STORE_LEASE, key, rest, 4 + len, 0, &status, &data, &dlen);
+        st = call_status(c, WEFT__STORE_LEASE, key, rest, 4 + len);
     }
     free(rest);
-    if (st == WEFT_OK) {
-        consume(c);
-        st = status;
-    }
     return st;
 }
 
 weft_status_t weft__store_delete(weft_store_client_t *c, const char *key)
 {
-    weft_status_t st = check_request(c, key), status;
-    const uint8_t *data;
-    size_t dlen;
-    if (st == WEFT_OK) {
-        st = call(c, WEFT__STORE_DELETE, key, NULL, 0, 0, &status, &data, &dlen);
-    }
-    if (st == WEFT_OK) {
-        consume(c);
-        st = status;
-    }
-    return st;
+    weft_status_t st = check_request(c, key);
+    return st != WEFT_OK ? st : call_status(c, WEFT__STORE_DELETE, key, NULL, 0);
 }
 
 weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix)
 {
-    weft_status_t status;
-    const uint8_t *data;
-    size_t dlen;
-    if (c == NULL || prefix == NULL ||
-        strnlen(prefix, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY || c->watching) {
+    if (c == NULL || prefix == NULL || strnlen(prefix, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY) {
         return WEFT_ERR_INVALID_ARG;
     }
-    if (!usable(c)) {
-        return WEFT_ERR_IO;
+    weft_status_t st = call_status(c, WEFT__STORE_WATCH, prefix, NULL, 0);
+    if (st == WEFT_OK) {
+        pthread_mutex_lock(&c->lock);
+        c->watching = true;
+        pthread_mutex_unlock(&c->lock);
     }
-    weft_status_t st = call(c, WEFT__STORE_WATCH, prefix, NULL, 0, 0, &status, &data, &dlen);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    consume(c);
-    c->watching = status == WEFT_OK;
-    return status;
+    return st;
 }
 
 weft_status_t weft__store_next_event(weft_store_client_t *c, int timeout_ms, char **key, void **val,
                                      size_t *len)
 {
-    if (c == NULL || !c->watching || timeout_ms < 0 || key == NULL || val == NULL || len == NULL) {
+    if (c == NULL || timeout_ms < 0 || key == NULL || val == NULL || len == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
-    if (!usable(c)) {
-        return WEFT_ERR_IO;
+    pthread_mutex_lock(&c->lock);
+    if (!c->watching) {
+        pthread_mutex_unlock(&c->lock);
+        return WEFT_ERR_INVALID_ARG;
     }
-    weft_store_msg_t type;
-    const uint8_t *p, *rest;
-    const char *k;
-    uint32_t flen;
-    size_t klen, vlen;
-    weft_status_t st = read_frame(c, weft__now_ms() + (uint64_t)timeout_ms, &type, &p, &flen);
-    if (st == WEFT_INPROGRESS) {
+    uint64_t deadline = weft__now_ms() + (uint64_t)timeout_ms;
+    weft_status_t st = WEFT_OK;
+    bool tried = false;
+    while (c->ev_head == NULL) {
+        if (!usable(c)) {
+            st = WEFT_ERR_IO;
+            break;
+        }
+        if (tried && weft__now_ms() >= deadline) {
+            st = WEFT_INPROGRESS;
+            break;
+        }
+        tried = true;
+        if (c->reading) { /* the reader queues what comes */
+            if (timeout_ms == 0) {
+                st = WEFT_INPROGRESS;
+                break;
+            }
+            cv_wait(c, deadline);
+            continue;
+        }
+        st = read_turn(c, deadline);
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            st = client_fail(c, st, "reading a watch event failed");
+            break;
+        }
+        st = WEFT_OK;
+    }
+    store_event_t *e = c->ev_head;
+    if (e != NULL) {
+        c->ev_head = e->next;
+        if (c->ev_head == NULL) {
+            c->ev_tail = NULL;
+        }
+        st = WEFT_OK;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (e == NULL) {
         return st;
     }
-    if (st == WEFT_OK && (type != WEFT__STORE_EVENT ||
-                          weft__store_kv_decode(p, flen, &k, &klen, &rest, &vlen) != WEFT_OK)) {
-        st = WEFT_ERR_PROTOCOL;
-    }
-    if (st != WEFT_OK) {
-        return client_fail(c, st, "reading a watch event failed");
-    }
-    char *kcopy = malloc(klen + 1);
-    uint8_t *vcopy = malloc(vlen + 1);
-    if (kcopy == NULL || vcopy == NULL) {
-        free(kcopy);
-        free(vcopy);
-        return WEFT_ERR_NO_MEMORY; /* the event stays queued */
-    }
-    memcpy(kcopy, k, klen);
-    kcopy[klen] = '\0';
-    memcpy(vcopy, rest, vlen);
-    vcopy[vlen] = '\0';
-    consume(c);
-    *key = kcopy;
-    *val = vcopy;
-    *len = vlen;
+    *key = e->key;
+    *val = e->val;
+    *len = e->vlen;
+    free(e);
     return WEFT_OK;
 }
 
@@ -723,6 +932,13 @@ static weft_status_t connect_as(const char *hostport, const char *token, weft_st
     if (c == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* cv_wait's deadlines are weft__now_ms */
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->wlock, NULL);
     c->lg = lg;
     snprintf(c->addr, sizeof(c->addr), "%s", hostport);
     uint64_t begin = weft__now_ms(), deadline = begin + (uint64_t)timeout_ms;
@@ -793,6 +1009,16 @@ void weft__store_close(weft_store_client_t *c)
     }
     free(c->rbuf);
     weft__store_buf_free(&c->wbuf);
+    while (c->ev_head != NULL) {
+        store_event_t *e = c->ev_head;
+        c->ev_head = e->next;
+        free(e->key);
+        free(e->val);
+        free(e);
+    }
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->wlock);
     OPENSSL_cleanse(c, sizeof(*c)); /* the session's keys */
     free(c);
 }

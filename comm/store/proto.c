@@ -91,13 +91,24 @@ weft_status_t weft__store_hdr_decode(const uint8_t hdr[WEFT__STORE_HDR_LEN], uin
                                      weft_store_msg_t *type)
 {
     uint32_t n = weft__store_get_u32(hdr);
-    if (n > WEFT_STORE_MAX_FRAME || hdr[4] < WEFT__STORE_HELLO || hdr[4] > WEFT__STORE_MSG_MAX ||
-        (hdr[5] | hdr[6] | hdr[7]) != 0) {
+    if (n > WEFT_STORE_MAX_FRAME || hdr[4] < WEFT__STORE_HELLO || hdr[4] > WEFT__STORE_MSG_MAX) {
         return WEFT_ERR_PROTOCOL;
     }
     *len = n;
     *type = (weft_store_msg_t)hdr[4];
     return WEFT_OK;
+}
+
+uint32_t weft__store_hdr_id(const uint8_t hdr[WEFT__STORE_HDR_LEN])
+{
+    return ((uint32_t)hdr[5] << 16) | ((uint32_t)hdr[6] << 8) | hdr[7];
+}
+
+void weft__store_frame_set_id(weft_store_buf_t *b, size_t start, uint32_t id)
+{
+    b->data[start + 5] = (uint8_t)(id >> 16);
+    b->data[start + 6] = (uint8_t)(id >> 8);
+    b->data[start + 7] = (uint8_t)id;
 }
 
 weft_status_t weft__store_frame_begin(weft_store_buf_t *b, weft_store_msg_t type, size_t *start)

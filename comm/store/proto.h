@@ -2,8 +2,9 @@
  * Wire protocol of the rendezvous store, shared by its server and client.
  *
  * Every message is a frame: an 8-byte header (32-bit payload length in network order,
- * one type byte, three reserved zero bytes) and at most WEFT_STORE_MAX_FRAME payload
- * bytes. Integers on the wire are big-endian.
+ * one type byte, a 24-bit request id) and at most WEFT_STORE_MAX_FRAME payload bytes.
+ * Integers on the wire are big-endian. A client numbers its requests; the RESP to one
+ * carries its id, EVENT frames and the handshake's frames carry 0.
  *
  * Session (docs/DESIGN.md, "The store's sessions"): the server sends HELLO (version
  * byte, its 32-byte nonce sn); the client answers AUTH (its nonce cn, its role byte, a
@@ -16,8 +17,10 @@
  * frame, both ways, carries a 32-byte tag after its payload: HMAC-SHA256(key of its
  * direction, u64 sequence number || header || payload), the sequence number counting the
  * frames of that direction from 0. A tag that does not match (altered, injected, replayed
- * or reordered frames) closes the connection. Requests are then served one at a time per
- * connection, each answered by one RESP (i32 status, then data).
+ * or reordered frames) closes the connection. Each request is answered by one RESP (i32
+ * status, then data) with its id. A connection multiplexes: the server reads its next
+ * requests while a GET of it waits for its key (WEFT__STORE_MAX_WAITS at a time), so
+ * answers may come out of order, and watch EVENTs come between them.
  *
  * Request payloads are "kv" bodies: u16 key length, key bytes, then the rest:
  *   SET    rest = value                    RESP data: none
@@ -25,6 +28,8 @@
  *   ADD    rest = i64 delta                RESP data: i64 new value
  *   DELETE rest = empty                    RESP data: none
  *   WATCH  key = prefix (may be empty)     RESP data: none; then EVENT frames (kv bodies)
+ *          for the keys under the prefix, and for every later set of one; a second
+ *          WATCH replaces the prefix. The connection goes on serving requests.
  */
 #ifndef WEFT_STORE_PROTO_H
 #define WEFT_STORE_PROTO_H
@@ -36,7 +41,7 @@
 #include "comm/store/store.h"
 #include "weft/status.h"
 
-#define WEFT__STORE_VERSION 2
+#define WEFT__STORE_VERSION 3
 #define WEFT__STORE_HDR_LEN 8
 #define WEFT__STORE_NONCE_LEN 32
 #define WEFT__STORE_PROOF_LEN 32 /* SHA-256 output */
@@ -49,8 +54,11 @@
 /* Largest value: a kv body with the longest key, or a RESP, still fits in one frame. */
 #define WEFT__STORE_MAX_VALUE (WEFT_STORE_MAX_FRAME - 2 - WEFT_STORE_MAX_KEY - 8)
 
+#define WEFT__STORE_MAX_ID 0xffffffu /* request ids are 24 bits; 0 is not one */
+
 /* Server limits: what any one client (and all of them) can make the server hold. */
-#define WEFT__STORE_MAX_CONNS 1024         /* authenticated connections */
+#define WEFT__STORE_MAX_CONNS 65536        /* authenticated connections */
+#define WEFT__STORE_MAX_WAITS 64           /* GETs of one connection waiting for their key */
 #define WEFT__STORE_MAX_UNAUTH 128         /* connections still authenticating */
 #define WEFT__STORE_MAX_UNAUTH_PER_ADDR 64 /* of them from one address */
 #define WEFT__STORE_MAX_DATA (64u << 20)   /* stored bytes: keys, values and leases */
@@ -124,9 +132,13 @@ weft_status_t weft__store_frame_resp(weft_store_buf_t *b, weft_status_t status, 
 
 /* Header bytes of a frame. */
 void weft__store_hdr_encode(uint8_t hdr[WEFT__STORE_HDR_LEN], uint32_t len, weft_store_msg_t type);
-/* WEFT_ERR_PROTOCOL for a length over the cap, an unknown type or non-zero reserved bytes. */
+/* WEFT_ERR_PROTOCOL for a length over the cap or an unknown type. */
 weft_status_t weft__store_hdr_decode(const uint8_t hdr[WEFT__STORE_HDR_LEN], uint32_t *len,
                                      weft_store_msg_t *type);
+/* The request id of a frame's header. */
+uint32_t weft__store_hdr_id(const uint8_t hdr[WEFT__STORE_HDR_LEN]);
+/* Sets the request id of the frame that starts at @p start of @p b (before sealing it). */
+void weft__store_frame_set_id(weft_store_buf_t *b, size_t start, uint32_t id);
 
 /*
  * Split a kv body. *key points into @p p and is not NUL-terminated. WEFT_ERR_PROTOCOL

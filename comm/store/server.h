@@ -1,5 +1,5 @@
 /*
- * Inside the store server, shared by its two files: server.c (the poll loop, connections,
+ * Inside the store server, shared by its two files: server.c (the epoll loop, connections,
  * their input and output, the public calls) and server_req.c (the map, the requests, the
  * handshake and what each connection may write). Everything here runs with the server's
  * mutex held.
@@ -7,12 +7,13 @@
 #ifndef WEFT_STORE_SERVER_H
 #define WEFT_STORE_SERVER_H
 
-#include <poll.h>
 #include <pthread.h>
 
 #include "comm/store/proto.h"
 
 #define ENTRY_OVERHEAD 64 /* bytes charged per key (and lease) besides its data */
+/* A handshake this old may give its slot in the pool to a newcomer (server_conn.c). */
+#define WEFT__STORE_UNAUTH_STALE_MS 250
 
 typedef struct store_entry {
     struct store_entry *next;
@@ -21,47 +22,72 @@ typedef struct store_entry {
     char key[]; /* klen bytes and a NUL */
 } store_entry_t;
 
-typedef enum { CONN_AUTH, CONN_READY, CONN_WATCH } conn_state_t;
+typedef enum { CONN_AUTH, CONN_READY } conn_state_t;
 
-typedef struct store_conn {
+typedef struct store_conn store_conn_t;
+
+/* A GET waiting for its key to be set: in a bucket of the server's table of waits (by
+ * key) and in its connection's list. */
+typedef struct store_wait {
+    struct store_wait *next, **pprev; /* in its bucket */
+    struct store_wait *conn_next;
+    store_conn_t *conn;
+    uint32_t id; /* of the GET, for its RESP */
+    uint64_t deadline_ms;
+    size_t klen;
+    char key[]; /* klen bytes and a NUL */
+} store_wait_t;
+
+struct store_conn {
     int fd;
+    size_t slot; /* in s->conns */
     conn_state_t state;
-    bool dead;    /* close at the end of this loop turn */
+    bool dead;    /* close at the end of this loop turn (weft__store_srv_kill) */
     bool closing; /* close once the output is flushed */
-    bool parked;  /* a GET waits for key[] to be set */
+    bool touched; /* on s->touched: flush, re-arm or reap it at the end of the turn */
+    store_conn_t *touch_next;
+    uint32_t ev; /* epoll events registered */
     char peer[64];
     char host[64]; /* the peer's address without its port: the unit of the per-address cap */
     uint64_t opened_ms;
+    store_conn_t *unauth_prev, *unauth_next; /* s->unauth, oldest first, while CONN_AUTH */
     uint8_t nonce[WEFT__STORE_NONCE_LEN];
     /* Whom the connection speaks for, and its session (proto.h) once authenticated. */
     weft_store_role_t role;
     uint32_t id;
     bool sealed;
     weft_store_dir_t rx, tx;
-    uint64_t deadline_ms; /* of the authentication, or of the parked GET */
+    uint64_t deadline_ms; /* of the authentication */
     uint8_t hdr[WEFT__STORE_HDR_LEN];
     size_t hdr_fill;
     bool in_body;
     weft_store_msg_t in_type;
+    uint32_t in_id; /* of the request being served */
     uint32_t in_len;
     uint8_t *in;
     size_t in_fill, in_cap;
     weft_store_buf_t out;
     size_t out_off;
-    size_t klen;
-    char key[WEFT_STORE_MAX_KEY + 1]; /* parked GET's key, or the watch prefix */
+    store_wait_t *waits; /* its GETs waiting for their keys */
+    unsigned nwaits;
+    /* The watched prefix, while on s->watchers. */
+    bool watching;
+    store_conn_t *watch_prev, *watch_next;
+    size_t wlen;
+    char watch[WEFT_STORE_MAX_KEY + 1];
     /* Lease: set lease_key = lease_val when this connection drops or is not renewed. */
     char *lease_key;
     uint8_t *lease_val;
     size_t lease_klen, lease_vlen;
     uint64_t lease_deadline_ms;
-} store_conn_t;
+};
 
 struct weft_store_server {
     pthread_t thread;
     pthread_mutex_t lock;
     bool stop;
-    int listen_fd, wake_rd, wake_wr;
+    int epfd, listen_fd, wake_rd, wake_wr;
+    bool listening; /* the listener is armed in epoll */
     int port;
     char *token;
     const weft_logger_t *lg;
@@ -69,10 +95,18 @@ struct weft_store_server {
     void *on_lapse_arg;
     store_entry_t **buckets;
     size_t nbuckets, nentries, data_bytes;
-    store_conn_t *conns[WEFT__STORE_MAX_CONNS + WEFT__STORE_MAX_UNAUTH];
-    size_t nconns;
+    store_conn_t **conns; /* every connection, each at its slot */
+    size_t nconns, cap_conns;
+    size_t nauth;   /* authenticated ones, not dead */
+    size_t nunauth; /* on s->unauth */
+    store_conn_t *unauth_head, *unauth_tail;
+    store_conn_t *watchers;
+    store_conn_t *touched;
+    store_wait_t **waits; /* by key */
+    size_t nwait_buckets, nwaits;
+    uint64_t waits_due_ms;  /* no wait expires before this */
+    uint64_t leases_due_ms; /* no lease lapses before this */
     size_t queued; /* output bytes queued to all connections */
-    struct pollfd pfds[WEFT__STORE_MAX_CONNS + WEFT__STORE_MAX_UNAUTH + 2];
     uint64_t accept_resume_ms;
     uint64_t busy_logged_ms; /* last warning that the unauthenticated pool was full */
     /* Fake connections (weft__store_server_feed): the bytes they receive next. */
@@ -81,14 +115,40 @@ struct weft_store_server {
     bool feed_eof;
 };
 
-/* ---- server.c ---- */
+/* ---- server_conn.c ---- */
 
-/* Queue a RESP, or a watch EVENT of @p e, to @p c (sealed once it has authenticated). */
+/* Output queued to @p c and not yet sent. */
+size_t weft__store_srv_pending(const store_conn_t *c);
+/* Sends what it can of @p c's output without blocking. */
+void weft__store_srv_flush(weft_store_server_t *s, store_conn_t *c);
+/* Whether @p c reads requests now (not closing, its output not piled up). */
+bool weft__store_srv_wants_input(const store_conn_t *c);
+/* Reads and serves up to a turn's share of @p c's frames. */
+void weft__store_srv_read(weft_store_server_t *s, store_conn_t *c);
+/* A new connection (fd < 0: a fake one): admitted to the pool of those authenticating
+ * and greeted, or dropped (the pool or its address's share is full). */
+void weft__store_srv_open(weft_store_server_t *s, int fd, const char *peer, const char *host);
+void weft__store_srv_free(weft_store_server_t *s, store_conn_t *c);
+/* Whether a connection may be accepted now (the pool of those authenticating has room). */
+bool weft__store_srv_accept_ready(const weft_store_server_t *s, uint64_t now);
+
+/* Queue the RESP to the request being served, to a request of id @p id, or a watch
+ * EVENT of @p e, to @p c (sealed once it has authenticated). */
 void weft__store_srv_resp(weft_store_server_t *s, store_conn_t *c, weft_status_t status,
                           const void *data, size_t len);
+void weft__store_srv_resp_id(weft_store_server_t *s, store_conn_t *c, uint32_t id,
+                             weft_status_t status, const void *data, size_t len);
 void weft__store_srv_event(weft_store_server_t *s, store_conn_t *c, const store_entry_t *e);
 /* Drops the connection's lease, and its charge on the store's memory. */
 void weft__store_srv_lease_clear(weft_store_server_t *s, store_conn_t *c);
+/* The connection closes at the end of this turn. */
+void weft__store_srv_kill(weft_store_server_t *s, store_conn_t *c);
+/* The connection's output, interest or life changed: see to it at the end of the turn. */
+void weft__store_srv_touch(weft_store_server_t *s, store_conn_t *c);
+/* @p c leaves the pool of connections still authenticating for the authenticated. */
+void weft__store_srv_authenticated(weft_store_server_t *s, store_conn_t *c);
+/* Arms a lease's timer. */
+void weft__store_srv_lease_armed(weft_store_server_t *s, const store_conn_t *c);
 
 /* ---- server_req.c ---- */
 
@@ -102,5 +162,12 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
 void weft__store_srv_auth(weft_store_server_t *s, store_conn_t *c);
 /* The request frame in c->in: authorise it, apply it, answer it. */
 void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c);
+/* Waits: a GET parks on its key; answered by a put, expired by the timers, dropped with
+ * its connection. */
+void weft__store_srv_wait_free(weft_store_server_t *s, store_wait_t *w);
+/* Expires the waits due by @p now; the next deadline of a wait (UINT64_MAX: none). */
+uint64_t weft__store_srv_waits_expire(weft_store_server_t *s, uint64_t now);
+/* Stops @p c watching. */
+void weft__store_srv_unwatch(weft_store_server_t *s, store_conn_t *c);
 
 #endif

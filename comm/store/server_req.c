@@ -64,19 +64,116 @@ void weft__store_srv_remove(weft_store_server_t *s, store_entry_t **slot)
 
 /* ---- store operations (mutex held) ---- */
 
-/* A key changed: answer the GETs parked on it and tell the watchers of its prefixes. */
+/* ---- GETs waiting for their keys ---- */
+
+static store_wait_t **wait_bucket(weft_store_server_t *s, const char *key, size_t klen)
+{
+    return &s->waits[key_hash(key, klen) & (s->nwait_buckets - 1)];
+}
+
+void weft__store_srv_wait_free(weft_store_server_t *s, store_wait_t *w)
+{
+    *w->pprev = w->next;
+    if (w->next != NULL) {
+        w->next->pprev = w->pprev;
+    }
+    store_wait_t **p = &w->conn->waits;
+    while (*p != w) {
+        p = &(*p)->conn_next;
+    }
+    *p = w->conn_next;
+    w->conn->nwaits--;
+    s->nwaits--;
+    s->data_bytes -= w->klen + ENTRY_OVERHEAD;
+    free(w);
+}
+
+/* Parks a GET of @p c on @p key until it is set or @p timeout_ms pass. */
+static void wait_park(weft_store_server_t *s, store_conn_t *c, const char *key, size_t klen,
+                      uint32_t timeout_ms)
+{
+    if (c->nwaits >= WEFT__STORE_MAX_WAITS) {
+        WEFT_WARN(s->lg, "store: refused a GET of %.*s by %s: %d of its GETs wait already",
+                  (int)klen, key, c->peer, WEFT__STORE_MAX_WAITS);
+        weft__store_srv_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
+        return;
+    }
+    store_wait_t *w = s->data_bytes + klen + ENTRY_OVERHEAD <= WEFT__STORE_MAX_DATA
+                          ? malloc(sizeof(*w) + klen + 1)
+                          : NULL;
+    if (w == NULL) {
+        weft__store_srv_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
+        return;
+    }
+    memcpy(w->key, key, klen);
+    w->key[klen] = '\0';
+    w->klen = klen;
+    w->conn = c;
+    w->id = c->in_id;
+    w->deadline_ms = weft__now_ms() + timeout_ms;
+    store_wait_t **b = wait_bucket(s, key, klen);
+    w->next = *b;
+    w->pprev = b;
+    if (*b != NULL) {
+        (*b)->pprev = &w->next;
+    }
+    *b = w;
+    w->conn_next = c->waits;
+    c->waits = w;
+    c->nwaits++;
+    s->nwaits++;
+    s->data_bytes += klen + ENTRY_OVERHEAD;
+    if (w->deadline_ms < s->waits_due_ms) {
+        s->waits_due_ms = w->deadline_ms;
+    }
+}
+
+uint64_t weft__store_srv_waits_expire(weft_store_server_t *s, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    for (size_t i = 0; i < s->nwait_buckets; i++) {
+        for (store_wait_t *w = s->waits[i], *n; w != NULL; w = n) {
+            n = w->next;
+            if (now >= w->deadline_ms) {
+                weft__store_srv_resp_id(s, w->conn, w->id, WEFT_ERR_TIMEOUT, NULL, 0);
+                weft__store_srv_wait_free(s, w);
+            } else if (w->deadline_ms < next) {
+                next = w->deadline_ms;
+            }
+        }
+    }
+    return next;
+}
+
+void weft__store_srv_unwatch(weft_store_server_t *s, store_conn_t *c)
+{
+    if (!c->watching) {
+        return;
+    }
+    if (c->watch_prev != NULL) {
+        c->watch_prev->watch_next = c->watch_next;
+    } else {
+        s->watchers = c->watch_next;
+    }
+    if (c->watch_next != NULL) {
+        c->watch_next->watch_prev = c->watch_prev;
+    }
+    c->watch_prev = c->watch_next = NULL;
+    c->watching = false;
+}
+
+/* A key changed: answer the GETs waiting for it and tell the watchers of its prefixes. */
 static void publish(weft_store_server_t *s, const store_entry_t *e)
 {
-    for (size_t i = 0; i < s->nconns; i++) {
-        store_conn_t *c = s->conns[i];
-        if (c->dead) {
-            continue;
+    for (store_wait_t *w = *wait_bucket(s, e->key, e->klen), *n; w != NULL; w = n) {
+        n = w->next;
+        if (w->klen == e->klen && memcmp(w->key, e->key, e->klen) == 0 && !w->conn->dead) {
+            weft__store_srv_resp_id(s, w->conn, w->id, WEFT_OK, e->val, e->vlen);
+            weft__store_srv_wait_free(s, w);
         }
-        if (c->parked && c->klen == e->klen && memcmp(c->key, e->key, e->klen) == 0) {
-            c->parked = false;
-            weft__store_srv_resp(s, c, WEFT_OK, e->val, e->vlen);
-        } else if (c->state == CONN_WATCH && c->klen <= e->klen &&
-                   memcmp(c->key, e->key, c->klen) == 0) {
+    }
+    for (store_conn_t *c = s->watchers; c != NULL; c = c->watch_next) {
+        if (!c->dead && c->wlen <= e->klen && memcmp(c->watch, e->key, c->wlen) == 0) {
             weft__store_srv_event(s, c, e);
         }
     }
@@ -168,17 +265,7 @@ static weft_status_t store_add(weft_store_server_t *s, const char *key, size_t k
 static void conn_protocol_error(weft_store_server_t *s, store_conn_t *c, const char *what)
 {
     WEFT_ERROR(s->lg, "store: closing %s: %s", c->peer, what);
-    c->dead = true;
-}
-
-/* Connections that have authenticated (and are not closing). */
-static size_t count_authenticated(const weft_store_server_t *s)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < s->nconns; i++) {
-        n += s->conns[i]->state != CONN_AUTH && !s->conns[i]->dead;
-    }
-    return n;
+    weft__store_srv_kill(s, c);
 }
 
 /* AUTH: check the client's proof, prove ours, and key the session (proto.h). */
@@ -198,17 +285,22 @@ void weft__store_srv_auth(weft_store_server_t *s, store_conn_t *c)
         WEFT_WARN(s->lg, "store: refused %s: wrong token proof", c->peer);
         weft__store_srv_resp(s, c, WEFT_ERR_AUTH, NULL, 0);
         c->closing = true;
-    } else if (count_authenticated(s) >= WEFT__STORE_MAX_CONNS) {
-        WEFT_WARN(s->lg, "store: refused %s: too many connections (%d)", c->peer,
-                  WEFT__STORE_MAX_CONNS);
+    } else if (s->nauth >= WEFT__STORE_MAX_CONNS) {
+        uint64_t now = weft__now_ms();
+        if (now >= s->busy_logged_ms + 1000) { /* the refused try again: once a second */
+            s->busy_logged_ms = now;
+            WEFT_WARN(s->lg, "store: refused %s: too many connections (%d)", c->peer,
+                      WEFT__STORE_MAX_CONNS);
+        }
         weft__store_srv_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
         c->closing = true;
     } else if (weft__store_derive(secret, WEFT__STORE_SERVER_PROOF, t, proof) != WEFT_OK ||
                weft__store_derive(secret, WEFT__STORE_KEY_C2S, t, c->rx.key) != WEFT_OK ||
                weft__store_derive(secret, WEFT__STORE_KEY_S2C, t, c->tx.key) != WEFT_OK) {
         WEFT_ERROR(s->lg, "store: closing %s: cannot derive its session keys", c->peer);
-        c->dead = true;
+        weft__store_srv_kill(s, c);
     } else {
+        weft__store_srv_authenticated(s, c);
         c->role = role;
         c->id = id;
         c->state = CONN_READY;
@@ -291,10 +383,18 @@ static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const c
 
 static void handle_watch(weft_store_server_t *s, store_conn_t *c, const char *prefix, size_t plen)
 {
-    memcpy(c->key, prefix, plen);
-    c->key[plen] = '\0';
-    c->klen = plen;
-    c->state = CONN_WATCH;
+    memcpy(c->watch, prefix, plen);
+    c->watch[plen] = '\0';
+    c->wlen = plen;
+    if (!c->watching) {
+        c->watching = true;
+        c->watch_prev = NULL;
+        c->watch_next = s->watchers;
+        if (s->watchers != NULL) {
+            s->watchers->watch_prev = c;
+        }
+        s->watchers = c;
+    }
     weft__store_srv_resp(s, c, WEFT_OK, NULL, 0);
     for (size_t i = 0; i < s->nbuckets && !c->dead; i++) {
         for (const store_entry_t *e = s->buckets[i]; e != NULL && !c->dead; e = e->next) {
@@ -314,11 +414,7 @@ static void handle_get(weft_store_server_t *s, store_conn_t *c, const char *key,
     } else if (timeout_ms == 0) {
         weft__store_srv_resp(s, c, WEFT_ERR_TIMEOUT, NULL, 0);
     } else {
-        memcpy(c->key, key, klen);
-        c->key[klen] = '\0';
-        c->klen = klen;
-        c->parked = true;
-        c->deadline_ms = weft__now_ms() + timeout_ms;
+        wait_park(s, c, key, klen, timeout_ms);
     }
 }
 
@@ -378,6 +474,7 @@ static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *ke
         memcpy(c->lease_val, rest + 4, rlen - 4);
         c->lease_vlen = rlen - 4;
         c->lease_deadline_ms = weft__now_ms() + ttl;
+        weft__store_srv_lease_armed(s, c);
     }
     weft__store_srv_resp(s, c, WEFT_OK, NULL, 0);
 }

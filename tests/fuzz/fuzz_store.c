@@ -50,6 +50,10 @@ static void check_sent(const weft_store_buf_t *b, bool *greeted)
         if (n > b->len - off) {
             abort();
         }
+        /* Answers carry the id of their request; nothing else carries one. */
+        if (type != WEFT__STORE_RESP && weft__store_hdr_id(b->data + off - WEFT__STORE_HDR_LEN) != 0) {
+            abort();
+        }
         const uint8_t *p = b->data + off;
         const char *key;
         const uint8_t *rest;

@@ -15,13 +15,14 @@ import sys
 HELLO, AUTH, SET, GET, ADD, DELETE, WATCH, RESP, EVENT, SET_NX, LEASE = range(1, 12)
 
 
-def frame(kind, body, length=None, reserved=b"\0\0\0"):
+def frame(kind, body, length=None, rid=0):
+    """A frame; its last three header bytes are the request id (big-endian)."""
     n = len(body) if length is None else length
-    return struct.pack(">IB", n, kind) + reserved + body
+    return struct.pack(">IB", n, kind) + rid.to_bytes(3, "big") + body
 
 
-def kv(kind, key, rest=b""):
-    return frame(kind, struct.pack(">H", len(key)) + key + rest)
+def kv(kind, key, rest=b"", rid=0):
+    return frame(kind, struct.pack(">H", len(key)) + key + rest, rid=rid)
 
 
 def feed(conn, data, piece=0):
@@ -70,14 +71,21 @@ def store_seeds():
     yield "auth-short", script(1, 0, feed(0, frame(AUTH, b"\0" * 31)))
     yield "request-before-auth", script(1, 0, feed(0, kv(SET, b"a", b"1")))
     yield "bad-type", script(1, 1, feed(0, frame(RESP, b"\0\0\0\0")))
-    yield "bad-reserved", script(1, 1, feed(0, frame(SET, b"\0\1a", reserved=b"\0\1\0")))
+    yield "request-ids", script(1, 1, feed(0, frame(SET, b"\0\1a", rid=0x000100) +
+                                          kv(GET, b"a", u32(0), rid=0xffffff)))
+    yield "many-waits", script(
+        2, 3, feed(0, b"".join(kv(GET, b"w%d" % (i % 3), u32(60000), rid=i + 1) for i in range(70))),
+        feed(1, kv(SET, b"w1", b"v")), poll(0), close(0), feed(1, kv(SET, b"w0", b"v")))
+    yield "wait-then-lease", script(
+        1, 1, feed(0, kv(GET, b"w", u32(60000), rid=1) + kv(LEASE, b"dead/0", u32(60000) + b"x", rid=2)
+                   + kv(WATCH, b"dead/", rid=3) + kv(LEASE, b"dead/0", u32(0), rid=4)), poll(0))
     yield "oversized", script(1, 1, feed(0, frame(SET, b"", length=(1 << 20) + 1)))
     yield "truncated", script(1, 1, feed(0, frame(SET, b"\0\1a", length=100)), close(0))
     yield "key-past-body", script(1, 1, feed(0, frame(SET, b"\1\0ab")))
     yield "key-nul", script(1, 1, feed(0, kv(SET, b"a\0b", b"v")))
     yield "empty-key", script(1, 1, feed(0, kv(SET, b"", b"v")))
     yield "get-bad-rest", script(1, 1, feed(0, kv(GET, b"a", b"\0")))
-    yield "request-on-watch", script(1, 1, feed(0, kv(WATCH, b"x") + kv(SET, b"x", b"")))
+    yield "request-on-watch", script(1, 1, feed(0, kv(WATCH, b"x") + kv(SET, b"x", b"") + kv(WATCH, b"")))
     yield "host-set", script(1, 1, host_set(b"from-host", b"v"), feed(0, kv(GET, b"from-host", u32(0))))
     yield "four-conns", script(
         4, 15, feed(0, kv(SET, b"a", b"1")), feed(1, kv(WATCH, b"a")), feed(2, kv(GET, b"b", u32(100))),

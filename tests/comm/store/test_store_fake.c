@@ -114,11 +114,19 @@ static void test_parked_and_lease(void **state)
     weft_store_buf_t in = {0}, out = {0};
     uint8_t wait[4] = {0, 0, 0xea, 0x60}; /* 60 s */
     put_kv(&in, WEFT__STORE_GET, "late", wait, 4);
+    weft__store_frame_set_id(&in, 0, 7);
     size_t parked_len = in.len;
     put_kv(&in, WEFT__STORE_SET, "x", "", 0);
+    weft__store_frame_set_id(&in, parked_len, 8);
     size_t used;
     assert_true(weft__store_server_feed(s, getter, in.data, in.len, false, &out, &used));
-    assert_int_equal(used, parked_len); /* it stopped reading behind the parked GET */
+    /* It read on behind the parked GET and answered the SET, by its id. */
+    assert_int_equal(used, in.len);
+    size_t goff = 0;
+    skip_hello(&out, &goff);
+    assert_int_equal(weft__store_hdr_id(out.data + goff), 8);
+    expect_resp(&out, &goff, WEFT_OK, "");
+    assert_int_equal(goff, out.len);
     out.len = 0;
     assert_true(feed_kv(s, watcher, WEFT__STORE_WATCH, "dead/", NULL, 0, &out));
     uint8_t lease[4 + 4] = {0, 0, 0xea, 0x60, 'g', 'o', 'n', 'e'};
@@ -143,6 +151,7 @@ static void test_parked_and_lease(void **state)
     out.len = 0;
     assert_true(weft__store_server_feed(s, getter, NULL, 0, false, &out, NULL));
     off = 0;
+    assert_int_equal(weft__store_hdr_id(out.data), 7);
     expect_resp(&out, &off, WEFT_OK, "v"); /* its HELLO went with its first feed */
     /* An unauthenticated connection that sends a request is closed. */
     assert_false(feed_kv(s, stranger, WEFT__STORE_SET, "x", "", 0, NULL));

@@ -223,6 +223,7 @@ static void *fake_main(void *arg)
         assert_true(weft__store_tag_check(&rx, hdr, body, len, body + len));
         b.len = 0;
         assert_int_equal(weft__store_frame_resp(&b, WEFT_OK, NULL, 0), WEFT_OK);
+        weft__store_frame_set_id(&b, 0, weft__store_hdr_id(hdr)); /* answers carry their id */
         assert_int_equal(weft__store_seal(&b, 0, &tx), WEFT_OK);
         raw_send(fd, b.data, b.len);
         /* Second request: a bad tag, or the first answer again. */
