@@ -334,6 +334,7 @@ static void server_free(weft_store_server_t *s)
         }
     }
     free(s->buckets);
+    weft__store_srv_dirs_free(s);
     free(s->waits);
     if (s->epfd >= 0) {
         close(s->epfd);

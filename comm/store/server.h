@@ -1,8 +1,9 @@
 /*
- * Inside the store server, shared by its two files: server.c (the epoll loop, connections,
- * their input and output, the public calls) and server_req.c (the map, the requests, the
- * handshake and what each connection may write). Everything here runs with the server's
- * mutex held.
+ * Inside the store server, shared by its files: server.c (the epoll loop, its timers, the
+ * public calls), server_conn.c (connections: their input, output, opening and closing),
+ * server_req.c (the map, the requests, the handshake and what each connection may write)
+ * and server_index.c (keys by directory, watchers by prefix). Everything here runs with
+ * the server's mutex held.
  */
 #ifndef WEFT_STORE_SERVER_H
 #define WEFT_STORE_SERVER_H
@@ -15,16 +16,36 @@
 /* A handshake this old may give its slot in the pool to a newcomer (server_conn.c). */
 #define WEFT__STORE_UNAUTH_STALE_MS 250
 
+typedef struct store_dir store_dir_t;
+
 typedef struct store_entry {
-    struct store_entry *next;
+    struct store_entry *next; /* in its bucket of the map */
+    struct store_entry *dir_next, **dir_pprev;
+    store_dir_t *dir; /* server_index.c */
     uint8_t *val;
     size_t vlen, klen;
     char key[]; /* klen bytes and a NUL */
 } store_entry_t;
 
-typedef enum { CONN_AUTH, CONN_READY } conn_state_t;
+/* The keys of one directory: the part of a key up to and including its last '/'. */
+struct store_dir {
+    store_dir_t *next; /* in its bucket of s->dirs */
+    store_entry_t *entries;
+    size_t nlen;
+    char name[]; /* nlen bytes and a NUL */
+};
 
 typedef struct store_conn store_conn_t;
+
+/* The connections that watch one prefix. */
+typedef struct store_watch_group {
+    struct store_watch_group *next;
+    store_conn_t *conns; /* linked by watch_next */
+    size_t plen;
+    char prefix[]; /* plen bytes and a NUL */
+} store_watch_group_t;
+
+typedef enum { CONN_AUTH, CONN_READY } conn_state_t;
 
 /* A GET waiting for its key to be set: in a bucket of the server's table of waits (by
  * key) and in its connection's list. */
@@ -70,11 +91,9 @@ struct store_conn {
     size_t out_off;
     store_wait_t *waits; /* its GETs waiting for their keys */
     unsigned nwaits;
-    /* The watched prefix, while on s->watchers. */
-    bool watching;
+    /* The group of the prefix it watches, NULL if none. */
+    store_watch_group_t *wgroup;
     store_conn_t *watch_prev, *watch_next;
-    size_t wlen;
-    char watch[WEFT_STORE_MAX_KEY + 1];
     /* Lease: set lease_key = lease_val when this connection drops or is not renewed. */
     char *lease_key;
     uint8_t *lease_val;
@@ -100,7 +119,9 @@ struct weft_store_server {
     size_t nauth;   /* authenticated ones, not dead */
     size_t nunauth; /* on s->unauth */
     store_conn_t *unauth_head, *unauth_tail;
-    store_conn_t *watchers;
+    store_watch_group_t *watch_groups;
+    store_dir_t **dirs; /* the map's keys by directory */
+    size_t ndir_buckets, ndirs;
     store_conn_t *touched;
     store_wait_t **waits; /* by key */
     size_t nwait_buckets, nwaits;
@@ -167,7 +188,23 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c);
 void weft__store_srv_wait_free(weft_store_server_t *s, store_wait_t *w);
 /* Expires the waits due by @p now; the next deadline of a wait (UINT64_MAX: none). */
 uint64_t weft__store_srv_waits_expire(weft_store_server_t *s, uint64_t now);
+
+/* ---- server_index.c ---- */
+
+/* Files a new key of the map under its directory, and takes it out. */
+weft_status_t weft__store_srv_dir_link(weft_store_server_t *s, store_entry_t *e);
+void weft__store_srv_dir_unlink(weft_store_server_t *s, store_entry_t *e);
+/* Calls @p fn on every key that begins with @p prefix (walks directories, not keys). */
+void weft__store_srv_dir_scan(weft_store_server_t *s, const char *prefix, size_t plen,
+                              void (*fn)(weft_store_server_t *s, const store_entry_t *e, void *arg),
+                              void *arg);
+void weft__store_srv_dirs_free(weft_store_server_t *s);
+/* @p c watches @p prefix (instead of what it watched). */
+weft_status_t weft__store_srv_watch(weft_store_server_t *s, store_conn_t *c, const char *prefix,
+                                    size_t plen);
 /* Stops @p c watching. */
 void weft__store_srv_unwatch(weft_store_server_t *s, store_conn_t *c);
+/* Sends the watchers of @p e's prefixes its event. */
+void weft__store_srv_notify(weft_store_server_t *s, const store_entry_t *e);
 
 #endif

@@ -56,6 +56,7 @@ void weft__store_srv_remove(weft_store_server_t *s, store_entry_t **slot)
 {
     store_entry_t *e = *slot;
     *slot = e->next;
+    weft__store_srv_dir_unlink(s, e);
     s->data_bytes -= e->klen + e->vlen + ENTRY_OVERHEAD;
     s->nentries--;
     free(e->val);
@@ -145,23 +146,6 @@ uint64_t weft__store_srv_waits_expire(weft_store_server_t *s, uint64_t now)
     return next;
 }
 
-void weft__store_srv_unwatch(weft_store_server_t *s, store_conn_t *c)
-{
-    if (!c->watching) {
-        return;
-    }
-    if (c->watch_prev != NULL) {
-        c->watch_prev->watch_next = c->watch_next;
-    } else {
-        s->watchers = c->watch_next;
-    }
-    if (c->watch_next != NULL) {
-        c->watch_next->watch_prev = c->watch_prev;
-    }
-    c->watch_prev = c->watch_next = NULL;
-    c->watching = false;
-}
-
 /* A key changed: answer the GETs waiting for it and tell the watchers of its prefixes. */
 static void publish(weft_store_server_t *s, const store_entry_t *e)
 {
@@ -172,11 +156,7 @@ static void publish(weft_store_server_t *s, const store_entry_t *e)
             weft__store_srv_wait_free(s, w);
         }
     }
-    for (store_conn_t *c = s->watchers; c != NULL; c = c->watch_next) {
-        if (!c->dead && c->wlen <= e->klen && memcmp(c->watch, e->key, c->wlen) == 0) {
-            weft__store_srv_event(s, c, e);
-        }
-    }
+    weft__store_srv_notify(s, e);
 }
 
 weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_t klen,
@@ -213,6 +193,11 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
         e->vlen = 0;
         e->val = NULL;
         e->next = NULL;
+        if (weft__store_srv_dir_link(s, e) != WEFT_OK) {
+            free(e);
+            free(copy);
+            return WEFT_ERR_NO_MEMORY;
+        }
         *slot = e;
         s->nentries++;
         s->data_bytes += klen + ENTRY_OVERHEAD;
@@ -381,27 +366,20 @@ static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const c
     return NULL;
 }
 
+static void send_event(weft_store_server_t *s, const store_entry_t *e, void *arg)
+{
+    store_conn_t *c = arg;
+    if (!c->dead) {
+        weft__store_srv_event(s, c, e);
+    }
+}
+
 static void handle_watch(weft_store_server_t *s, store_conn_t *c, const char *prefix, size_t plen)
 {
-    memcpy(c->watch, prefix, plen);
-    c->watch[plen] = '\0';
-    c->wlen = plen;
-    if (!c->watching) {
-        c->watching = true;
-        c->watch_prev = NULL;
-        c->watch_next = s->watchers;
-        if (s->watchers != NULL) {
-            s->watchers->watch_prev = c;
-        }
-        s->watchers = c;
-    }
-    weft__store_srv_resp(s, c, WEFT_OK, NULL, 0);
-    for (size_t i = 0; i < s->nbuckets && !c->dead; i++) {
-        for (const store_entry_t *e = s->buckets[i]; e != NULL && !c->dead; e = e->next) {
-            if (e->klen >= plen && memcmp(e->key, prefix, plen) == 0) {
-                weft__store_srv_event(s, c, e);
-            }
-        }
+    weft_status_t st = weft__store_srv_watch(s, c, prefix, plen);
+    weft__store_srv_resp(s, c, st, NULL, 0);
+    if (st == WEFT_OK) {
+        weft__store_srv_dir_scan(s, prefix, plen, send_event, c);
     }
 }
 

@@ -5,9 +5,8 @@
  *
  * Every frame a client sends is built by frame_put and every frame it reads is taken by
  * frame_take: they alone know the header (comm/store/proto.h). Answers are matched to
- * requests by request id, an id of 0 (the only one this build's store sends) standing for
- * the oldest request not yet answered, so that a store which echoes ids and answers out
- * of order needs no change beyond those two functions (REQUEST_IDS).
+ * requests by the request id they echo (the kind of request: a client has at most one of
+ * each kind outstanding); an id of 0 stands for the oldest request not yet answered.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,8 +25,6 @@
 #include "store_scale.h"
 #include "util/clock.h"
 
-/* Whether requests carry their id; this build's store takes only 0 (proto.h). */
-#define REQUEST_IDS false
 
 #define IN_CAP 512      /* the largest frame a client takes, tag included */
 #define PAUSE_MIN_MS 10 /* before trying a dropped handshake again, doubling up to */
@@ -107,8 +104,8 @@ void scale_addr_value(uint32_t id, char out[SCALE_ADDR_LEN])
 
 /*
  * Appends one frame to @p c's output: a kv body (@p key, then @p rest) or, with @p key
- * NULL, the body @p rest alone (AUTH). Its request id is @p kind (0 while REQUEST_IDS is
- * false); it is sealed once the session is keyed. WEFT_OK or what building it returned.
+ * NULL, the body @p rest alone (AUTH). Its request id is @p kind (0 for the handshake's);
+ * it is sealed once the session is keyed. WEFT_OK or what building it returned.
  */
 static weft_status_t frame_put(scale_client_t *c, weft_store_msg_t type, req_kind_t kind,
                                const char *key, const void *rest, size_t rlen)
@@ -120,11 +117,7 @@ static weft_status_t frame_put(scale_client_t *c, weft_store_msg_t type, req_kin
     if (st != WEFT_OK) {
         return st;
     }
-    uint32_t id = REQUEST_IDS ? (uint32_t)kind : 0;
-    uint8_t *hdr = c->out.data + start; /* bytes 5..7: the 24-bit request id */
-    hdr[5] = (uint8_t)(id >> 16);
-    hdr[6] = (uint8_t)(id >> 8);
-    hdr[7] = (uint8_t)id;
+    weft__store_frame_set_id(&c->out, start, (uint32_t)kind);
     return c->sealed ? weft__store_seal(&c->out, start, &c->tx) : WEFT_OK;
 }
 
@@ -156,7 +149,7 @@ static int frame_take(scale_client_t *c, weft_store_msg_t *type, uint32_t *id, c
         *why = "a frame that failed its integrity check";
         return -1;
     }
-    *id = (uint32_t)c->in[5] << 16 | (uint32_t)c->in[6] << 8 | c->in[7];
+    *id = weft__store_hdr_id(c->in);
     return 1;
 }
 

@@ -454,6 +454,42 @@ static void test_watch(void **state)
     check_server_serves(f);
 }
 
+/* A prefix that ends inside a key's last part, or above its directory: the keys that
+ * begin with it and only those, deleted ones gone (the store lists them by directory). */
+static void test_watch_prefix_anywhere(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *c = client(f), *w = client(f);
+    const char *keys[] = {"p/abc", "p/ax", "p/ab/c", "p/ab/d/e", "q", "p", "pab", "p/ab", "p/gone"};
+    const bool match[] = {true, false, true, true, false, false, false, true, false};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        assert_int_equal(weft__store_set(c, keys[i], keys[i], strlen(keys[i])), WEFT_OK);
+    }
+    assert_int_equal(weft__store_delete(c, "p/gone"), WEFT_OK);
+    assert_int_equal(weft__store_watch(w, "p/ab"), WEFT_OK);
+    size_t want = 0, seen = 0;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        want += match[i];
+    }
+    char *k;
+    void *v;
+    size_t len;
+    while (weft__store_next_event(w, 200, &k, &v, &len) == WEFT_OK) {
+        size_t i = 0;
+        while (i < sizeof(keys) / sizeof(keys[0]) && strcmp(keys[i], k) != 0) {
+            i++;
+        }
+        assert_true(i < sizeof(keys) / sizeof(keys[0]) && match[i]);
+        assert_string_equal(v, k);
+        seen++;
+        free(k);
+        free(v);
+    }
+    assert_int_equal(seen, want);
+    weft__store_close(w);
+    weft__store_close(c);
+}
+
 static void test_watch_everything(void **state)
 {
     fixture_t *f = *state;
@@ -884,6 +920,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_set_nx, setup, teardown),
         cmocka_unit_test_setup_teardown(test_get_i64, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watch_prefix_anywhere, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch_everything, setup, teardown),
         cmocka_unit_test(test_connect_retries),
         cmocka_unit_test(test_connect_timeout),
