@@ -182,12 +182,18 @@ weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info)
     }
 }
 
-/* Joiner registrations ever made on g (a store counter; joiners add 1 each). */
+/* Joiner registrations ever made on g (a store counter; joiners add 1 each). Read, not
+ * added to: a group nobody joins (every subgroup) gets no counter in the store. */
 static weft_status_t joins_registered(const weft_group_t *g, int64_t *count)
 {
     char key[96];
     weft__key(g->ctx, key, sizeof(key), "g/%u/joins", g->id);
-    return weft__store_add(g->ctx->store, key, 0, count);
+    weft_status_t st = weft__store_get_i64(g->ctx->store, key, 0, count);
+    if (st == WEFT_ERR_TIMEOUT) {
+        *count = 0;
+        return WEFT_OK;
+    }
+    return st;
 }
 
 /* Member id registered in joiner slot @p k of g: the id, or -1 for a slot whose joiner
