@@ -213,16 +213,20 @@ static int split_cmp(const void *a, const void *b)
     return x->prank < y->prank ? -1 : (x->prank > y->prank);
 }
 
-/* Ids for the new subgroups: parent rank 0 reserves a block from a store counter and
- * publishes its start under a key every member can derive. */
-static weft_status_t split_ids(weft_group_t *parent, int ncolors, uint32_t seq, int64_t *base)
+/*
+ * Ids for the new subgroups: parent rank 0 reserves a block from a store counter and
+ * publishes its start under @p key (split/<parent id>/<epoch>/<seq>), which every member
+ * can derive. Rank 0 deletes the record once the split's next collective returns
+ * (weft_group_split): the others wait for it in slices that read failure notices, so
+ * that a parent revoked meanwhile (whose split fails anyway) ends the wait at once.
+ */
+static weft_status_t split_ids(weft_group_t *parent, int ncolors, const char *key, int64_t *base)
 {
+    enum { SLICE_MS = 100 };
     weft_ctx_t *ctx = parent->ctx;
-    char key[96], val[32];
-    weft__key(ctx, key, sizeof(key), "split/%u/%u/%u", parent->id, parent->epoch, seq);
     if (parent->rank == 0) {
         int64_t end;
-        char gkey[64];
+        char gkey[64], val[32];
         weft__key(ctx, gkey, sizeof(gkey), "group_ids");
         weft_status_t st = weft__store_add(ctx->store, gkey, ncolors, &end);
         if (st != WEFT_OK) {
@@ -230,11 +234,25 @@ static weft_status_t split_ids(weft_group_t *parent, int ncolors, uint32_t seq, 
         }
         int n = snprintf(val, sizeof(val), "%lld", (long long)(end - ncolors));
         st = weft__store_set(ctx->store, key, val, (size_t)n);
-        if (st != WEFT_OK) {
+        if (st == WEFT_OK) {
+            *base = end - ncolors;
+        }
+        return st;
+    }
+    uint64_t end = weft__now_ns() + weft__ms_to_ns(ctx->cfg.connect_timeout_ms);
+    for (;;) {
+        uint64_t now = weft__now_ns();
+        uint64_t left = now >= end ? 0 : (end - now + 999999) / 1000000;
+        weft_status_t st =
+            weft__store_get_i64(ctx->store, key, left < SLICE_MS ? (int)left : SLICE_MS, base);
+        if (st != WEFT_ERR_TIMEOUT || left == 0) {
             return st;
         }
+        weft__poll_failure_notices(ctx);
+        if (parent->revoked != WEFT_OK) {
+            return parent->revoked;
+        }
     }
-    return weft__store_get_i64(ctx->store, key, (int)ctx->cfg.connect_timeout_ms, base);
 }
 
 weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_group_t **sub)
@@ -254,6 +272,7 @@ weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_gr
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to split");
     }
     uint32_t seq = parent->coll_seq;
+    char record[96] = "";
     weft_status_t st = weft_allgather(parent, &mine, all, 3, WEFT_I32);
     if (st != WEFT_OK) {
         goto out;
@@ -274,7 +293,8 @@ weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_gr
     }
     int64_t base = 0;
     if (ctx->store != NULL && ncolors > 0) {
-        st = split_ids(parent, ncolors, seq, &base);
+        weft__key(ctx, record, sizeof(record), "split/%u/%u/%u", parent->id, parent->epoch, seq);
+        st = split_ids(parent, ncolors, record, &base);
     } else {
         base = ctx->local_group_ids; /* no store: a single process */
         ctx->local_group_ids += ncolors;
@@ -299,6 +319,12 @@ weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_gr
     }
     free(tags);
 out:
+    if (record[0] != '\0' && parent->rank == 0) {
+        /* Every member read the record before it entered the allreduce of
+         * weft__split_tag_ids, which rank 0 completed only with all of them; if it
+         * failed, a member that has not read it yet fails its split too. */
+        (void)weft__store_delete(ctx->store, record);
+    }
     free(all);
     free(ids);
     return st;
