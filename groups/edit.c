@@ -137,7 +137,9 @@ weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
         weft__learn_members(ctx, members, (int)d->n_members);
     }
     info_step(info, g, d);
-    if (ctx->store != NULL && g->rank >= 0) {
+    if (ctx->store != NULL && me >= 0) {
+        /* Only members that stay: they count themselves as having applied d afterwards,
+         * so no admission is written again once the epoch's keys are deleted. */
         announce_admissions(g, d);
     }
     weft__group_fail_requests(g, WEFT_ERR_REVOKED);
@@ -160,6 +162,7 @@ weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
             g->revoked = WEFT_ERR_PEER_FAILED; /* died meanwhile: the next repair drops it */
         }
     }
+    weft__edit_applied(g, d);
     return WEFT_OK;
 }
 
@@ -182,12 +185,18 @@ weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info)
     }
 }
 
-/* Joiner registrations ever made on g (a store counter; joiners add 1 each). */
+/* Joiner registrations ever made on g (a store counter; joiners add 1 each). Read, not
+ * added to: a group nobody joins (every subgroup) gets no counter in the store. */
 static weft_status_t joins_registered(const weft_group_t *g, int64_t *count)
 {
     char key[96];
     weft__key(g->ctx, key, sizeof(key), "g/%u/joins", g->id);
-    return weft__store_add(g->ctx->store, key, 0, count);
+    weft_status_t st = weft__store_get_i64(g->ctx->store, key, 0, count);
+    if (st == WEFT_ERR_TIMEOUT) {
+        *count = 0;
+        return WEFT_OK;
+    }
+    return st;
 }
 
 /* Member id registered in joiner slot @p k of g: the id, or -1 for a slot whose joiner
@@ -255,21 +264,54 @@ static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n
 
 /* The member that decided an edit tells everyone still working at the old epoch, so an
  * operation they have in flight there fails at once instead of waiting for members that
- * have moved on. */
+ * have moved on. Members learn it from their watch of failed/, which is sent the notice
+ * when it is set; nobody reads it later (a process that starts watching afterwards is no
+ * member at that epoch), so it is deleted at once and never piles up. */
 static weft_status_t publish_revoke(weft_group_t *g, uint32_t epoch, const char *why)
 {
     char key[96];
     weft__key(g->ctx, key, sizeof(key), "failed/g%u.%u", g->id, epoch);
-    return weft__store_set(g->ctx->store, key, why, strlen(why));
+    weft_status_t st = weft__store_set(g->ctx->store, key, why, strlen(why));
+    if (st == WEFT_OK) {
+        (void)weft__store_delete(g->ctx->store, key);
+    }
+    return st;
 }
 
-/* Propose survivors + pending joiners as epoch e+1, then apply whatever won. */
+/*
+ * WEFT_ERR_REVOKED when this member was declared failed. The others then edit without
+ * it, and once every member of the next epoch has applied that decision it is deleted
+ * (groups/retire.c): this member, which never read it, finds no decision at its epoch.
+ * Its failure notice stays, and tells it instead of a decision it cannot find (or would
+ * create again by proposing one).
+ */
+static weft_status_t refuse_if_declared_failed(weft_group_t *g)
+{
+    char why[128];
+    if (!weft__declared_failed(g->ctx, why, sizeof(why))) {
+        return WEFT_OK;
+    }
+    if (g->revoked == WEFT_OK) {
+        g->revoked = WEFT_ERR_REVOKED;
+    }
+    return weft__error(g->ctx, WEFT_ERR_REVOKED,
+                       "group %u: this member was declared failed (%s); the others go on "
+                       "without it from epoch %u",
+                       g->id, why, g->epoch);
+}
+
+/* Propose survivors + pending joiners as epoch e+1, then apply whatever won. A member
+ * declared failed proposes nothing. */
 static weft_status_t propose(weft_group_t *g, uint32_t kind, weft_edit_info_t *info)
 {
     weft_ctx_t *ctx = g->ctx;
+    weft_status_t st = refuse_if_declared_failed(g);
+    if (st != WEFT_OK) {
+        return st;
+    }
     int32_t *joiners = NULL;
     uint32_t n_join = 0, hi = g->join_lo;
-    weft_status_t st = pending_joiners(g, &joiners, &n_join, &hi);
+    st = pending_joiners(g, &joiners, &n_join, &hi);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "group %u: cannot read joiners", g->id);
     }
@@ -391,6 +433,8 @@ weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info)
     st = weft__group_catch_up(g, out);
     if (st == WEFT_OK && group_needs_edit(g)) {
         st = propose(g, WEFT_EDIT_REPAIR, out);
+    } else if (st == WEFT_OK) {
+        st = refuse_if_declared_failed(g); /* catch-up found no decision: perhaps deleted */
     }
     if (st != WEFT_OK) {
         return st;
@@ -470,6 +514,9 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
             st = weft__error(g->ctx, st, "group %u: cannot wait for joiners", g->id);
             break;
         }
+    }
+    if (st == WEFT_OK) {
+        st = refuse_if_declared_failed(g); /* catch-up found no decision: perhaps deleted */
     }
     if (st == WEFT_OK) {
         info_finish(g, &tmp, info);

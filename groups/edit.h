@@ -46,4 +46,18 @@ weft_status_t weft__split_tag_ids(weft_group_t *parent, int n, uint64_t cursor, 
 /* Apply every decision already taken for g's current epoch and later ones. */
 weft_status_t weft__group_catch_up(weft_group_t *g, weft_edit_info_t *info);
 
+/*
+ * Keys of finished epochs (groups/retire.c). A member of g that applied @p d (the
+ * decision that took g to d->new_epoch, this member included) counts itself among those
+ * that did; the one that completes the count deletes the keys of the finished epoch and
+ * of unfinished ones below it. Best effort: a store that fails only leaves keys behind.
+ */
+void weft__edit_applied(weft_group_t *g, const weft_decision_t *d);
+/* Whether this member was declared failed (its notice failed/<id> is in the store, read
+ * now, not from the watch); @p why receives the notice's text. */
+bool weft__declared_failed(weft_ctx_t *ctx, char *why, size_t len);
+/* The newest finished epoch of group @p gid whose decision is kept (the world's only):
+ * false when none has finished, or the store cannot say. */
+bool weft__finished_epoch(weft_ctx_t *ctx, uint32_t gid, uint32_t *epoch);
+
 #endif

@@ -6,22 +6,40 @@
 #include "groups/edit.h"
 
 /* The membership of the world group as far as decisions in the store tell, followed
- * from epoch 0 (members 0..size-1) on, so a joiner can see whether anyone is left. */
+ * from epoch 0 (members 0..size-1) on, so a joiner can see whether anyone is left. The
+ * decisions of finished epochs are deleted but the newest (groups/retire.c): the view
+ * starts again from that one when it is ahead. */
 typedef struct world_view {
     uint32_t epoch;
     int32_t *members;
     uint32_t n;
+    bool known; /* members is the membership at epoch (not one of an earlier epoch) */
 } world_view_t;
 
 static void view_follow(weft_ctx_t *ctx, uint32_t gid, world_view_t *w)
 {
-    weft_decision_t d;
-    while (weft__decision_lookup(ctx, gid, w->epoch, 0, &d) == WEFT_OK) {
-        free(w->members);
-        w->members = d.members;
-        w->n = d.n_members;
-        w->epoch = d.new_epoch;
+    enum { ROUNDS = 4 };
+    for (int round = 0; round < ROUNDS; round++) {
+        uint32_t finished;
+        if (weft__finished_epoch(ctx, gid, &finished) && finished > w->epoch) {
+            w->epoch = finished;
+            w->known = false;
+        }
+        weft_decision_t d;
+        while (weft__decision_lookup(ctx, gid, w->epoch, 0, &d) == WEFT_OK) {
+            free(w->members);
+            w->members = d.members;
+            w->n = d.n_members;
+            w->epoch = d.new_epoch;
+            w->known = true;
+        }
+        /* The decision at w->epoch is not taken yet, unless a finish that came meanwhile
+         * deleted it: such a finish names an epoch at least as new first. */
+        if (!weft__finished_epoch(ctx, gid, &finished) || finished < w->epoch) {
+            return;
+        }
     }
+    w->known = false; /* decisions are being taken and deleted faster than read */
 }
 
 /* Whether every member of the group's newest known membership has failed: then nobody
@@ -30,6 +48,9 @@ static bool view_all_failed(weft_ctx_t *ctx, uint32_t gid, world_view_t *w)
 {
     view_follow(ctx, gid, w);
     weft__poll_failure_notices(ctx);
+    if (!w->known) {
+        return false;
+    }
     for (uint32_t i = 0; i < w->n; i++) {
         if (weft__peer_slot(ctx, w->members[i]) != WEFT_OK ||
             ctx->peers[w->members[i]].failed == WEFT_OK) {
@@ -60,10 +81,15 @@ static weft_status_t wait_admission_loop(weft_ctx_t *ctx, uint32_t gid, const ch
         }
         void *v;
         size_t vlen;
+        char why[128];
         if (weft__store_get(ctx->store, closed, 0, &v, &vlen) == WEFT_OK) {
             free(v);
             return weft__error(ctx, WEFT_ERR_REVOKED, "group %u finished before this process "
                                                       "was admitted (every member left)", gid);
+        }
+        if (weft__declared_failed(ctx, why, sizeof(why))) {
+            return weft__error(ctx, WEFT_ERR_REVOKED, "this process was declared failed (%s) "
+                                                      "before group %u admitted it", why, gid);
         }
         if (view_all_failed(ctx, gid, w)) {
             return weft__error(ctx, WEFT_ERR_PEER_FAILED, "every member of group %u failed: "
@@ -86,7 +112,7 @@ static weft_status_t wait_admission(weft_ctx_t *ctx, uint32_t gid, uint64_t time
     weft__key(ctx, key, sizeof(key), "g/%u/admit/%d", gid, ctx->rank);
     weft__key(ctx, closed, sizeof(closed), "g/%u/closed", gid);
     uint64_t start = weft__now_ns(), end = start + weft__ms_to_ns(timeout_ms);
-    world_view_t w = {.n = (uint32_t)(ctx->size > 0 ? ctx->size : 0)};
+    world_view_t w = {.n = (uint32_t)(ctx->size > 0 ? ctx->size : 0), .known = true};
     w.members = malloc(sizeof(int32_t) * (w.n > 0 ? w.n : 1));
     if (w.members == NULL) {
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to join");
@@ -97,6 +123,27 @@ static weft_status_t wait_admission(weft_ctx_t *ctx, uint32_t gid, uint64_t time
     weft_status_t st = wait_admission_loop(ctx, gid, key, closed, start, end, &w, epoch);
     free(w.members);
     return st;
+}
+
+/* The admission named epoch @p epoch, but the decision that admitted this process is
+ * not in the store: it is written before any admission, and deleted only once every
+ * member of the epoch applied it, so the members went on without this process. */
+static weft_status_t admitting_edit_gone(weft_ctx_t *ctx, uint32_t gid, uint32_t epoch,
+                                         weft_status_t st)
+{
+    char why[128];
+    if (st != WEFT_ERR_TIMEOUT) {
+        return weft__error(ctx, st, "cannot read the edit that admitted this member");
+    }
+    if (weft__declared_failed(ctx, why, sizeof(why))) {
+        return weft__error(ctx, WEFT_ERR_REVOKED, "group %u admitted this process at epoch %u "
+                                                  "but declared it failed (%s) before it "
+                                                  "arrived; the members went on without it",
+                           gid, epoch, why);
+    }
+    return weft__error(ctx, WEFT_ERR_PROTOCOL, "group %u admitted this process at epoch %u, "
+                                               "but the edit that admitted it is gone",
+                       gid, epoch);
 }
 
 /* Take a joiner slot and write this member's id into it. A member that found the slot
@@ -152,16 +199,15 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
         return st;
     }
     int64_t admitted;
-    int tmo = timeout_ms > (uint64_t)INT32_MAX ? INT32_MAX : (int)timeout_ms;
     st = wait_admission(ctx, gid, timeout_ms, &admitted);
     if (st != WEFT_OK) {
         return st;
     }
     uint32_t epoch = (uint32_t)admitted;
     weft_decision_t d;
-    st = weft__decision_lookup(ctx, gid, epoch - 1, tmo, &d);
+    st = weft__decision_lookup(ctx, gid, epoch - 1, 0, &d);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "cannot read the edit that admitted this member");
+        return admitting_edit_gone(ctx, gid, epoch, st);
     }
     weft_group_t *g;
     int *members = malloc(sizeof(int) * d.n_members);
@@ -180,11 +226,13 @@ weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeou
     }
     free(members);
     free(d.members);
+    d.members = NULL;
     if (st != WEFT_OK) {
         return st;
     }
     g->epoch = epoch;
     g->join_lo = d.join_hi;
+    weft__edit_applied(g, &d);
     ctx->world = g;
     ctx->size = g->size;
     weft__poll_failure_notices(ctx);
@@ -213,16 +261,20 @@ static int split_cmp(const void *a, const void *b)
     return x->prank < y->prank ? -1 : (x->prank > y->prank);
 }
 
-/* Ids for the new subgroups: parent rank 0 reserves a block from a store counter and
- * publishes its start under a key every member can derive. */
-static weft_status_t split_ids(weft_group_t *parent, int ncolors, uint32_t seq, int64_t *base)
+/*
+ * Ids for the new subgroups: parent rank 0 reserves a block from a store counter and
+ * publishes its start under @p key (split/<parent id>/<epoch>/<seq>), which every member
+ * can derive. Rank 0 deletes the record once the split's next collective returns
+ * (weft_group_split): the others wait for it in slices that read failure notices, so
+ * that a parent revoked meanwhile (whose split fails anyway) ends the wait at once.
+ */
+static weft_status_t split_ids(weft_group_t *parent, int ncolors, const char *key, int64_t *base)
 {
+    enum { SLICE_MS = 100 };
     weft_ctx_t *ctx = parent->ctx;
-    char key[96], val[32];
-    weft__key(ctx, key, sizeof(key), "split/%u/%u/%u", parent->id, parent->epoch, seq);
     if (parent->rank == 0) {
         int64_t end;
-        char gkey[64];
+        char gkey[64], val[32];
         weft__key(ctx, gkey, sizeof(gkey), "group_ids");
         weft_status_t st = weft__store_add(ctx->store, gkey, ncolors, &end);
         if (st != WEFT_OK) {
@@ -230,11 +282,25 @@ static weft_status_t split_ids(weft_group_t *parent, int ncolors, uint32_t seq, 
         }
         int n = snprintf(val, sizeof(val), "%lld", (long long)(end - ncolors));
         st = weft__store_set(ctx->store, key, val, (size_t)n);
-        if (st != WEFT_OK) {
+        if (st == WEFT_OK) {
+            *base = end - ncolors;
+        }
+        return st;
+    }
+    uint64_t end = weft__now_ns() + weft__ms_to_ns(ctx->cfg.connect_timeout_ms);
+    for (;;) {
+        uint64_t now = weft__now_ns();
+        uint64_t left = now >= end ? 0 : (end - now + 999999) / 1000000;
+        weft_status_t st =
+            weft__store_get_i64(ctx->store, key, left < SLICE_MS ? (int)left : SLICE_MS, base);
+        if (st != WEFT_ERR_TIMEOUT || left == 0) {
             return st;
         }
+        weft__poll_failure_notices(ctx);
+        if (parent->revoked != WEFT_OK) {
+            return parent->revoked;
+        }
     }
-    return weft__store_get_i64(ctx->store, key, (int)ctx->cfg.connect_timeout_ms, base);
 }
 
 weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_group_t **sub)
@@ -254,6 +320,7 @@ weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_gr
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory to split");
     }
     uint32_t seq = parent->coll_seq;
+    char record[96] = "";
     weft_status_t st = weft_allgather(parent, &mine, all, 3, WEFT_I32);
     if (st != WEFT_OK) {
         goto out;
@@ -274,7 +341,8 @@ weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_gr
     }
     int64_t base = 0;
     if (ctx->store != NULL && ncolors > 0) {
-        st = split_ids(parent, ncolors, seq, &base);
+        weft__key(ctx, record, sizeof(record), "split/%u/%u/%u", parent->id, parent->epoch, seq);
+        st = split_ids(parent, ncolors, record, &base);
     } else {
         base = ctx->local_group_ids; /* no store: a single process */
         ctx->local_group_ids += ncolors;
@@ -299,6 +367,12 @@ weft_status_t weft_group_split(weft_group_t *parent, int color, int key, weft_gr
     }
     free(tags);
 out:
+    if (record[0] != '\0' && parent->rank == 0) {
+        /* Every member read the record before it entered the allreduce of
+         * weft__split_tag_ids, which rank 0 completed only with all of them; if it
+         * failed, a member that has not read it yet fails its split too. */
+        (void)weft__store_delete(ctx->store, record);
+    }
     free(all);
     free(ids);
     return st;

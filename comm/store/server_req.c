@@ -327,8 +327,9 @@ static bool key_names_member(const char *key, size_t klen, const char *kind, int
 /*
  * Why the connection may not make this write, or NULL when it may. Launchers may write
  * anything; a member may not touch the launchers' keys, hold a lease but on its own
- * failure notice, delete, write another member's claim, address or topology, or write
- * another's failure notice but as a report signed with its own id.
+ * failure notice, delete but the agreement keys of finished epochs, write another
+ * member's claim, address or topology, or write another's failure notice but as a
+ * report signed with its own id.
  */
 static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const char *key,
                            size_t klen, const uint8_t *val, size_t vlen)
@@ -347,7 +348,33 @@ static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const c
                                      : "a member holds a lease only on its own failure notice";
     }
     if (type == WEFT__STORE_DELETE) {
-        return "members delete no keys";
+        /* The keys groups/retire.c deletes once an epoch is finished, by their shape
+         * after the namespace ('#': a decimal number). What a member owns, failure
+         * notices, counters and everything else stay. */
+        static const char *const finished[] = {"g/#/#/next",  "g/#/#/applied", "g/#/join/#",
+                                               "g/#/admit/#", "split/#/#/#",   "failed/g#.#"};
+        for (size_t at = 1; at < klen; at++) {
+            if (key[at - 1] != '/') {
+                continue;
+            }
+            for (size_t p = 0; p < sizeof(finished) / sizeof(finished[0]); p++) {
+                size_t i = at;
+                bool match = true;
+                for (const char *f = finished[p]; *f != '\0' && match; f++) {
+                    size_t from = i;
+                    while (*f == '#' && i < klen && i - from < 10 && key[i] >= '0' &&
+                           key[i] <= '9') {
+                        i++;
+                    }
+                    match = *f == '#' ? i > from : i < klen && key[i++] == *f;
+                }
+                if (match && i == klen) {
+                    return NULL;
+                }
+            }
+        }
+        return "a member deletes only the agreement keys of finished epochs (decisions and "
+               "their counts, split records, revocation notices, join slots, admissions)";
     }
     if (notice && id != c->id) {
         char sign[48];

@@ -95,7 +95,9 @@ weft_status_t weft__store_lease(weft_store_client_t *c, const char *key, const v
 /*
  * Turn this connection into a watch on @p prefix: every existing key with the prefix,
  * and every later set of one, is delivered as an event. After this only
- * weft__store_next_event() and weft__store_close() may be used on @p c.
+ * weft__store_next_event() and weft__store_close() may be used on @p c. A set's event
+ * is due to every watcher from the moment of the set: deleting the key afterwards does
+ * not withdraw it (groups/edit.c deletes revocation notices right after setting them).
  */
 weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix);
 /*

@@ -79,7 +79,9 @@ typedef struct weft_edit_info {
  * own; the others keep working.
  * @param[out] info May be NULL.
  * @return WEFT_OK; WEFT_ERR_REVOKED if this member itself was declared failed by the
- *         others (it must leave); WEFT_ERR_TIMEOUT, WEFT_ERR_IO (store unreachable).
+ *         others (it must leave): it learns so from their decision, or from its own
+ *         failure notice in the store (the decisions it did not apply may be deleted
+ *         by then); WEFT_ERR_TIMEOUT, WEFT_ERR_IO (store unreachable).
  */
 WEFT_API weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info);
 
@@ -121,7 +123,9 @@ WEFT_API weft_status_t weft_group_pending_joiners(const weft_group_t *g, int *n)
  * @param[out] g The group, owned by @p ctx.
  * @return WEFT_OK, WEFT_ERR_TIMEOUT, WEFT_ERR_INVALID_ARG (unknown name),
  *         WEFT_ERR_REVOKED when the group finished (its members left together through
- *         weft_finalize) before admitting this process: there is nothing left to join.
+ *         weft_finalize) before admitting this process: there is nothing left to join;
+ *         or when this process was declared failed before it arrived (the members went
+ *         on without it); WEFT_ERR_PEER_FAILED when every member failed.
  */
 WEFT_API weft_status_t weft_group_join(weft_ctx_t *ctx, const char *name, uint64_t timeout_ms,
                                        weft_group_t **g);

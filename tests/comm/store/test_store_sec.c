@@ -2,8 +2,9 @@
  * The store's security after the handshake (docs/DESIGN.md, "The store's sessions"):
  * frames injected, replayed, reordered or altered on an authenticated connection close
  * it and change nothing; a store that cannot prove the token is refused; a member cannot
- * write what another member owns (nor lease its notice, which would get it killed); and
- * sockets that never authenticate do not keep the job's clients out.
+ * write what another member owns (nor lease its notice, which would get it killed) and
+ * deletes only the agreement keys of finished epochs; and sockets that never
+ * authenticate do not keep the job's clients out.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -364,6 +365,68 @@ static void test_member_writes_only_its_own(void **state)
     weft__store_close(boss);
 }
 
+/* A member deletes the agreement keys of finished epochs, whoever wrote them
+ * (groups/retire.c), and nothing else: not what members own, not failure notices, not
+ * counters, not the launchers' keys. */
+static void test_member_deletes_only_finished_epochs(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *m3 = member(f, 3), *boss = launcher(f);
+    static const char *const finished[] = {
+        "weft/g/0/7/next",      "weft/g/12/0/next", "weft/g/0/7/applied", "weft/g/0/join/4",
+        "weft/g/0/admit/32768", "weft/split/0/7/3", "weft/failed/g5.2",   "other/ns/g/1/2/next",
+    };
+    static const char *const kept[] = {
+        /* what members own, its own included, and failure notices */
+        "weft/addr/3",
+        "weft/addr/4",
+        "weft/claim/3",
+        "weft/claim/4",
+        "weft/topo/4",
+        "weft/failed/3",
+        "weft/failed/4",
+        /* the launchers' keys, even of an agreement key's shape */
+        "weftrun/fence/4",
+        "weftrun/stop",
+        "weftrun/g/0/7/next",
+        /* counters and what a group keeps */
+        "weft/g/0/joins",
+        "weft/g/0/closed",
+        "weft/g/0/finished",
+        "weft/group_ids",
+        "weft/joiner_ids",
+        "weft/nccl/1/0/0/0",
+        /* near misses of the shapes */
+        "weft/g/0/7/next/x",
+        "weft/g/0/x/next",
+        "weft/g/0/7/nextx",
+        "weft/g//7/next",
+        "weft/g/0/12345678901/next",
+        "weft/failed/g5",
+        "weft/failed/g5.",
+        "weft/g/0/admit/",
+        "weft/split/0/7",
+        "g/0/7/next",
+    };
+    for (size_t i = 0; i < sizeof(finished) / sizeof(finished[0]); i++) {
+        assert_int_equal(weft__store_set(boss, finished[i], "1", 1), WEFT_OK);
+        assert_int_equal(weft__store_delete(m3, finished[i]), WEFT_OK);
+        assert_null(value_of(f, finished[i]));
+        assert_int_equal(weft__store_delete(m3, finished[i]), WEFT_OK); /* gone already */
+    }
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+        assert_int_equal(weft__store_set(boss, kept[i], "1", 1), WEFT_OK);
+        expect_refused(weft__store_delete(m3, kept[i]));
+        char *v = value_of(f, kept[i]);
+        assert_non_null(v);
+        free(v);
+    }
+    assert_true(log_has(WEFT_LOG_WARN, "weft/failed/4 by 127.0.0.1:",
+                        "deletes only the agreement keys of finished epochs"));
+    weft__store_close(m3);
+    weft__store_close(boss);
+}
+
 /* A member cannot get another killed: its lease on the other's notice is refused, so it
  * never lapses; its own lease lapses as before. */
 static void test_member_cannot_fence_another(void **state)
@@ -506,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_fake_store_refused),
         cmocka_unit_test(test_client_checks_store_frames),
         cmocka_unit_test_setup_teardown(test_member_writes_only_its_own, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_member_deletes_only_finished_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_cannot_fence_another, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_identity_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unauthenticated_flood, setup, teardown),
