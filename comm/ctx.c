@@ -678,6 +678,11 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
         } else if (weft__parse_i64(what, 0, WEFT_TAG_MAX_MEMBERS - 1, &id)) {
             WEFT_INFO(&ctx->logger, "member %d failed (%.*s)", (int)id, (int)len,
                       (const char *)val);
+            if (id == ctx->rank && !ctx->declared_failed) {
+                ctx->declared_failed = true;
+                snprintf(ctx->declared_failed_why, sizeof(ctx->declared_failed_why), "%.*s",
+                         (int)strnlen(val, len), (const char *)val);
+            }
             weft__peer_failed(ctx, (int)id, WEFT_ERR_PEER_FAILED);
         }
         free(key);

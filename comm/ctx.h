@@ -62,6 +62,10 @@ struct weft_ctx {
     weft_store_client_t *store; /* request/response connection */
     weft_store_client_t *watch; /* store, once it watches the failure notices; NULL once lost */
     weft_store_health_t store_health; /* of store (its requests, watch and lease) */
+    /* This member's own failure notice, once its watch delivered it (it was declared
+     * failed: the others go on without it). */
+    bool declared_failed;
+    char declared_failed_why[128];
     struct weft_heartbeat *heartbeat; /* liveness lease (comm/heartbeat.c) */
     /* Message transports started for host memory, in weft__transports[] order: every
      * built-in one that init()s this process and is needed (comm/ctx.c). */
@@ -286,6 +290,17 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx);
 /* Stop renewing the lease; @p disarm: leaving on purpose, not failing. Without it the
  * store publishes this member's failure notice once the connection closes. */
 void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm);
+/*
+ * Store work nobody waits for (deleting keys of finished epochs): @p fn runs on the
+ * heartbeat's thread with a copy of the @p len bytes at @p arg, at its next renewal
+ * (within WEFT_HEARTBEAT_MS), off the caller's path, in the order queued, and before
+ * weft_finalize closes the store. Without the thread, now. @p fn may use ctx->store,
+ * ctx->logger and weft__key, nothing else of the context.
+ */
+void weft__store_chore(weft_ctx_t *ctx, void (*fn)(weft_ctx_t *ctx, const void *arg),
+                       const void *arg, size_t len);
+/* A chore that deletes @p key. */
+void weft__store_chore_delete(weft_ctx_t *ctx, const char *key);
 
 /* ---- membership ---- */
 /* Make ctx->peers[id] exist (growing the table); WEFT_ERR_INVALID_ARG past the tag limit. */

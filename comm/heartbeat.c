@@ -12,18 +12,28 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "comm/ctx.h"
+#include "util/clock.h"
+
+/* Store work left to the thread (weft__store_chore): its argument follows it. */
+typedef struct chore {
+    struct chore *next;
+    void (*fn)(weft_ctx_t *ctx, const void *arg);
+    max_align_t arg[];
+} chore_t;
 
 struct weft_heartbeat {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool stop;
+    chore_t *chores, *chores_tail;
     weft_store_client_t *conn;
     weft_ctx_t *ctx; /* for its logger, settings and store health: read-only after init */
     const weft_logger_t *lg;
@@ -33,20 +43,39 @@ struct weft_heartbeat {
     uint64_t period_ms;
 };
 
+/* Runs the chores queued so far, without the lock. */
+static void run_chores(struct weft_heartbeat *hb)
+{
+    while (hb->chores != NULL) {
+        chore_t *c = hb->chores;
+        hb->chores = c->next;
+        if (hb->chores == NULL) {
+            hb->chores_tail = NULL;
+        }
+        pthread_mutex_unlock(&hb->lock);
+        c->fn(hb->ctx, c->arg);
+        free(c);
+        pthread_mutex_lock(&hb->lock);
+    }
+}
+
 static void *heartbeat_main(void *arg)
 {
     struct weft_heartbeat *hb = arg;
+    uint64_t due = weft__now_ns() + hb->period_ms * 1000000ull;
     pthread_mutex_lock(&hb->lock);
     while (!hb->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + hb->period_ms * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec ts = {.tv_sec = (time_t)(due / 1000000000ull),
+                              .tv_nsec = (long)(due % 1000000000ull)};
         pthread_cond_timedwait(&hb->cond, &hb->lock, &ts);
         if (hb->stop) {
             break;
         }
+        if (weft__now_ns() < due) {
+            continue;
+        }
+        run_chores(hb);
+        due = weft__now_ns() + hb->period_ms * 1000000ull;
         weft_status_t st =
             weft__store_lease(hb->conn, hb->key, hb->val, strlen(hb->val), hb->ttl_ms);
         if (st != WEFT_OK && weft__store_lost_ns(&hb->ctx->store_health) != 0) {
@@ -87,7 +116,11 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
         return weft__error(ctx, st, "cannot arm the liveness lease");
     }
     pthread_mutex_init(&hb->lock, NULL);
-    pthread_cond_init(&hb->cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines from weft__now_ns */
+    pthread_cond_init(&hb->cond, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = pthread_create(&hb->thread, NULL, heartbeat_main, hb);
     if (rc != 0) {
         errno = rc;
@@ -110,6 +143,9 @@ void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm)
     pthread_cond_signal(&hb->cond);
     pthread_mutex_unlock(&hb->lock);
     pthread_join(hb->thread, NULL);
+    pthread_mutex_lock(&hb->lock);
+    run_chores(hb); /* what a context asked of the store is done before it leaves */
+    pthread_mutex_unlock(&hb->lock);
     if (disarm) {
         (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0); /* leaving is not failing */
     }
@@ -117,4 +153,40 @@ void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm)
     pthread_cond_destroy(&hb->cond);
     free(hb);
     ctx->heartbeat = NULL;
+}
+
+void weft__store_chore(weft_ctx_t *ctx, void (*fn)(weft_ctx_t *ctx, const void *arg),
+                       const void *arg, size_t len)
+{
+    struct weft_heartbeat *hb = ctx->heartbeat;
+    chore_t *c = hb != NULL ? malloc(sizeof(*c) + len) : NULL;
+    if (c == NULL) {
+        fn(ctx, arg); /* no thread (or no memory): now, on the caller's time */
+        return;
+    }
+    c->next = NULL;
+    c->fn = fn;
+    memcpy(c->arg, arg, len);
+    pthread_mutex_lock(&hb->lock);
+    if (hb->chores_tail != NULL) {
+        hb->chores_tail->next = c;
+    } else {
+        hb->chores = c;
+    }
+    hb->chores_tail = c;
+    /* Not woken: it comes to them with its next renewal, within WEFT_HEARTBEAT_MS, once
+     * the burst of work that queued them (an edit and the collective after it) is over
+     * rather than competing with it for the cores and the store. */
+    pthread_mutex_unlock(&hb->lock);
+}
+
+/* weft__store_chore_delete's chore: the key follows. */
+static void delete_key(weft_ctx_t *ctx, const void *arg)
+{
+    (void)weft__store_delete(ctx->store, arg);
+}
+
+void weft__store_chore_delete(weft_ctx_t *ctx, const char *key)
+{
+    weft__store_chore(ctx, delete_key, key, strlen(key) + 1);
 }

@@ -273,7 +273,7 @@ static weft_status_t publish_revoke(weft_group_t *g, uint32_t epoch, const char 
     weft__key(g->ctx, key, sizeof(key), "failed/g%u.%u", g->id, epoch);
     weft_status_t st = weft__store_set(g->ctx->store, key, why, strlen(why));
     if (st == WEFT_OK) {
-        (void)weft__store_delete(g->ctx->store, key);
+        weft__store_chore_delete(g->ctx, key);
     }
     return st;
 }
@@ -288,7 +288,7 @@ static weft_status_t publish_revoke(weft_group_t *g, uint32_t epoch, const char 
 static weft_status_t refuse_if_declared_failed(weft_group_t *g)
 {
     char why[128];
-    if (!weft__declared_failed(g->ctx, why, sizeof(why))) {
+    if (!weft__declared_failed_seen(g->ctx, why, sizeof(why))) {
         return WEFT_OK;
     }
     if (g->revoked == WEFT_OK) {

@@ -56,6 +56,13 @@ void weft__edit_applied(weft_group_t *g, const weft_decision_t *d);
 /* Whether this member was declared failed (its notice failed/<id> is in the store, read
  * now, not from the watch); @p why receives the notice's text. */
 bool weft__declared_failed(weft_ctx_t *ctx, char *why, size_t len);
+/*
+ * The same from this member's watch of the failure notices, with no round trip: its own
+ * notice comes on the connection its requests use, so once a store call returned, a
+ * notice set before the store served it has been received. Use it after the edit's own
+ * store calls (the catch-up's reads).
+ */
+bool weft__declared_failed_seen(weft_ctx_t *ctx, char *why, size_t len);
 /* The newest finished epoch of group @p gid whose decision is kept (the world's only):
  * false when none has finished, or the store cannot say. */
 bool weft__finished_epoch(weft_ctx_t *ctx, uint32_t gid, uint32_t *epoch);

@@ -371,7 +371,7 @@ out:
         /* Every member read the record before it entered the allreduce of
          * weft__split_tag_ids, which rank 0 completed only with all of them; if it
          * failed, a member that has not read it yet fails its split too. */
-        (void)weft__store_delete(ctx->store, record);
+        weft__store_chore_delete(ctx, record);
     }
     free(all);
     free(ids);

@@ -59,27 +59,27 @@ bool weft__finished_epoch(weft_ctx_t *ctx, uint32_t gid, uint32_t *epoch)
     return true;
 }
 
-static bool decision_present(weft_group_t *g, uint32_t epoch)
+static bool decision_present(weft_ctx_t *ctx, uint32_t gid, uint32_t epoch)
 {
     char key[96];
     void *val;
     size_t len;
-    weft__decision_key(g->ctx, key, sizeof(key), g->id, epoch);
-    if (weft__store_get(g->ctx->store, key, 0, &val, &len) != WEFT_OK) {
+    weft__decision_key(ctx, key, sizeof(key), gid, epoch);
+    if (weft__store_get(ctx->store, key, 0, &val, &len) != WEFT_OK) {
         return false;
     }
     free(val);
     return true;
 }
 
-static void delete_epoch(weft_group_t *g, uint32_t epoch, bool decision)
+static void delete_epoch(weft_ctx_t *ctx, uint32_t gid, uint32_t epoch, bool decision)
 {
     char key[96];
-    applied_key(g->ctx, key, sizeof(key), g->id, epoch);
-    (void)weft__store_delete(g->ctx->store, key);
+    applied_key(ctx, key, sizeof(key), gid, epoch);
+    (void)weft__store_delete(ctx->store, key);
     if (decision) {
-        weft__decision_key(g->ctx, key, sizeof(key), g->id, epoch);
-        (void)weft__store_delete(g->ctx->store, key);
+        weft__decision_key(ctx, key, sizeof(key), gid, epoch);
+        (void)weft__store_delete(ctx->store, key);
     }
 }
 
@@ -89,14 +89,14 @@ static void delete_epoch(weft_group_t *g, uint32_t epoch, bool decision)
  * just below @p epoch, since each finish deletes everything below it. Deleted lowest
  * first, so that a finish racing with this one still finds the run.
  */
-static void delete_unfinished_below(weft_group_t *g, uint32_t epoch)
+static void delete_unfinished_below(weft_ctx_t *ctx, uint32_t gid, uint32_t epoch)
 {
     uint32_t lo = epoch;
-    while (lo > 0 && decision_present(g, lo - 1)) {
+    while (lo > 0 && decision_present(ctx, gid, lo - 1)) {
         lo--;
     }
     for (uint32_t k = lo; k < epoch; k++) {
-        delete_epoch(g, k, true);
+        delete_epoch(ctx, gid, k, true);
     }
 }
 
@@ -106,13 +106,12 @@ static void delete_unfinished_below(weft_group_t *g, uint32_t epoch)
  * first missing one. A tombstone ("-1") stays: a joiner that took the slot but was slow
  * to write it must still find it closed and take another (groups/join.c).
  */
-static void delete_join_slots(weft_group_t *g, uint32_t hi)
+static void delete_join_slots(weft_ctx_t *ctx, uint32_t gid, uint32_t hi)
 {
-    weft_ctx_t *ctx = g->ctx;
     char key[96];
     for (uint32_t k = hi; k > 0; k--) {
         int64_t id;
-        weft__key(ctx, key, sizeof(key), "g/%u/join/%u", g->id, k);
+        weft__key(ctx, key, sizeof(key), "g/%u/join/%u", gid, k);
         weft_status_t st = weft__store_get_i64(ctx->store, key, 0, &id);
         if (st != WEFT_OK && st != WEFT_ERR_PROTOCOL) {
             return; /* gone (or the store is): so is every slot below */
@@ -121,45 +120,70 @@ static void delete_join_slots(weft_group_t *g, uint32_t hi)
             continue;
         }
         char admit[96];
-        weft__key(ctx, admit, sizeof(admit), "g/%u/admit/%lld", g->id, (long long)id);
+        weft__key(ctx, admit, sizeof(admit), "g/%u/admit/%lld", gid, (long long)id);
         (void)weft__store_delete(ctx->store, admit);
         (void)weft__store_delete(ctx->store, key);
     }
 }
 
-/* Epoch @p epoch of g is finished: delete its keys and those of unfinished epochs below. */
-static void finish_epoch(weft_group_t *g, uint32_t epoch, uint32_t join_hi)
+/* Epoch @p epoch of group @p gid is finished: delete its keys and those of unfinished
+ * epochs below. */
+static void finish_epoch(weft_ctx_t *ctx, uint32_t gid, uint32_t epoch, uint32_t join_hi)
 {
-    weft_ctx_t *ctx = g->ctx;
-    bool keep = g->id == WORLD_GID;
+    bool keep = gid == WORLD_GID;
     if (keep) {
         /* Before anything is deleted: a joiner that misses a decision then finds this. */
         char key[96], val[16];
-        weft__key(ctx, key, sizeof(key), "g/%u/finished", g->id);
+        weft__key(ctx, key, sizeof(key), "g/%u/finished", gid);
         int n = snprintf(val, sizeof(val), "%u", epoch);
         if (weft__store_set(ctx->store, key, val, (size_t)n) != WEFT_OK) {
             return;
         }
     }
-    delete_unfinished_below(g, epoch);
-    delete_epoch(g, epoch, !keep);
+    delete_unfinished_below(ctx, gid, epoch);
+    delete_epoch(ctx, gid, epoch, !keep);
     if (join_hi > 0) {
-        delete_join_slots(g, join_hi);
+        delete_join_slots(ctx, gid, join_hi);
     }
-    WEFT_DEBUG(&ctx->logger, "group %u: epoch %u finished, its keys deleted", g->id, epoch);
+    WEFT_DEBUG(&ctx->logger, "group %u: epoch %u finished, its keys deleted", gid, epoch);
+}
+
+/* What a member that applied a decision leaves to the heartbeat's thread. */
+typedef struct applied {
+    uint32_t gid, epoch, n_members, join_hi;
+} applied_t;
+
+/* This member counts itself as having applied the decision of a->epoch, and the last of
+ * its members to do so deletes the epoch's keys. */
+static void count_applied(weft_ctx_t *ctx, const void *arg)
+{
+    const applied_t *a = arg;
+    char key[96];
+    int64_t n;
+    applied_key(ctx, key, sizeof(key), a->gid, a->epoch);
+    if (weft__store_add(ctx->store, key, 1, &n) == WEFT_OK && n == (int64_t)a->n_members) {
+        finish_epoch(ctx, a->gid, a->epoch, a->join_hi);
+    }
 }
 
 void weft__edit_applied(weft_group_t *g, const weft_decision_t *d)
 {
-    weft_ctx_t *ctx = g->ctx;
-    char key[96];
-    int64_t n;
-    if (ctx->store == NULL || d->new_epoch == 0) {
+    if (g->ctx->store == NULL || d->new_epoch == 0) {
         return;
     }
-    uint32_t epoch = d->new_epoch - 1;
-    applied_key(ctx, key, sizeof(key), g->id, epoch);
-    if (weft__store_add(ctx->store, key, 1, &n) == WEFT_OK && n == (int64_t)d->n_members) {
-        finish_epoch(g, epoch, d->join_hi);
+    /* Off the edit's path: the count and the deletes are several round trips to the
+     * store, which the next collective would otherwise wait for. */
+    applied_t a = {.gid = g->id, .epoch = d->new_epoch - 1, .n_members = d->n_members,
+                   .join_hi = d->join_hi};
+    weft__store_chore(g->ctx, count_applied, &a, sizeof(a));
+}
+
+bool weft__declared_failed_seen(weft_ctx_t *ctx, char *why, size_t len)
+{
+    weft__poll_failure_notices(ctx);
+    if (!ctx->declared_failed) {
+        return false;
     }
+    snprintf(why, len, "%s", ctx->declared_failed_why);
+    return true;
 }
