@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -208,13 +207,26 @@ static bool chunk_present(const weft__ssd_t *s, const weft__ssd_hash_t *h, uint6
            (uint64_t)st.st_size >= WEFT__SSD_HEADER_BYTES + payload;
 }
 
-/* Why a write to a regular file of @p s came back short by @p missing bytes: ENOSPC when
- * the filesystem has no room for them (the usual cause), else 0 (said as "short write"). */
-static int short_write_errno(const weft__ssd_t *s, uint64_t missing)
+/*
+ * A write of @p len bytes from offset 0 came back short after @p done: the rest is written
+ * now, so that the kernel says why it stops (ENOSPC, EDQUOT), or it completes. The new
+ * result: @p len, or minus the errno. Guessing ENOSPC from the free space was wrong when
+ * another process freed some meanwhile.
+ */
+static int finish_short_write(int fd, const void *buf, size_t len, int done)
 {
-    struct statvfs fs;
-    return fstatvfs(s->dirfd, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < missing ? ENOSPC
-                                                                                         : 0;
+    size_t at = (size_t)done;
+    while (at < len) {
+        ssize_t n = pwrite(fd, (const uint8_t *)buf + at, len - at, (off_t)at);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return n < 0 ? -errno : -EIO;
+        }
+        at += (size_t)n;
+    }
+    return (int)len;
 }
 
 static void chunk_fail(weft__ssd_t *s, const weft__ssd_slot_t *slot, const char *what, int err)
@@ -366,9 +378,11 @@ static void control_done(weft__ssd_t *s, weft__ssd_slot_t *ctl, int res)
         queue_manifest(s, ctl);
         return;
     case WEFT__SSD_MAN_WRITE:
+        if (res >= 0 && (size_t)res < s->w.man_len) {
+            res = finish_short_write(ctl->fd, s->w.man_buf, s->w.man_len, res);
+        }
         if (res < 0 || (size_t)res != s->w.man_len) {
-            manifest_fail(s, "writing the temporary file of",
-                          res < 0 ? -res : short_write_errno(s, s->w.man_len - (size_t)res));
+            manifest_fail(s, "writing the temporary file of", res < 0 ? -res : EIO);
             return;
         }
         s->w.phase = WEFT__SSD_MAN_SYNC;
@@ -422,9 +436,11 @@ void weft__ssd_write_done(weft__ssd_t *s, weft__ssd_slot_t *slot, int res)
         slot->fd = -1;
     }
     if (s->status == WEFT_OK && slot->stage == WEFT__SSD_WRITE) {
+        if (res >= 0 && (size_t)res < slot->io_bytes) {
+            res = finish_short_write(slot->fd, slot->buf, slot->io_bytes, res);
+        }
         if (res < 0 || (size_t)res != slot->io_bytes) {
-            chunk_fail(s, slot, "writing",
-                       res < 0 ? -res : short_write_errno(s, slot->io_bytes - (size_t)res));
+            chunk_fail(s, slot, "writing", res < 0 ? -res : EIO);
         } else {
             slot->stage = WEFT__SSD_SYNC;
             weft__ssd_queue_fsync(s, slot, slot->fd, true);
