@@ -358,7 +358,13 @@ void weft__store_srv_free(weft_store_server_t *s, store_conn_t *c)
     weft__store_srv_lease_clear(s, c);
     s->queued -= weft__store_srv_pending(c);
     if (c->fd >= 0) {
-        close(c->fd); /* leaves the epoll set with it */
+        /* Taken out of the epoll set first: closing alone does not when another process
+         * holds the socket too (a rank weftrun forked has it until its exec), and epoll
+         * would then go on reporting a connection that is freed. */
+        if (c->ev != 0) {
+            (void)epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        }
+        close(c->fd);
     }
     s->conns[c->slot] = s->conns[--s->nconns];
     s->conns[c->slot]->slot = c->slot;

@@ -14,7 +14,9 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -656,6 +658,34 @@ static void test_oversized_frame(void **state)
     check_server_serves(f);
 }
 
+/* A connection the server closed while another process holds its socket too (a rank
+ * weftrun forked, before its exec): the socket stays open, and what the peer sends next
+ * must not reach the freed connection (epoll keeps a socket closed in one process only).
+ * Under the sanitizer build a use after free fails this test. */
+static void test_closed_while_shared(void **state)
+{
+    fixture_t *f = *state;
+    int fd = raw_auth(f);
+    pid_t holder = fork(); /* holds a copy of every descriptor, the server's sockets too */
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        sleep(5);
+        _exit(0);
+    }
+    uint8_t hdr[WEFT__STORE_HDR_LEN];
+    weft__store_hdr_encode(hdr, WEFT_STORE_MAX_FRAME + 1, WEFT__STORE_SET);
+    raw_send(fd, hdr, sizeof(hdr));
+    usleep(100 * 1000); /* the server closes it (in its own process only) */
+    assert_true(log_has(WEFT_LOG_ERROR, "closing 127.0.0.1:", "oversized"));
+    raw_send(fd, hdr, sizeof(hdr)); /* news on the socket the holder keeps open */
+    usleep(100 * 1000);
+    close(fd);
+    usleep(100 * 1000);
+    check_server_serves(f);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+}
+
 static void test_truncated_frame(void **state)
 {
     fixture_t *f = *state;
@@ -929,6 +959,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_silent_client_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_before_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_frame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_closed_while_shared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_frame, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unexpected_types, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_bounds, setup, teardown),
