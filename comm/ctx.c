@@ -654,6 +654,27 @@ static void apply_revoke_notice(weft_ctx_t *ctx, const char *what)
     }
 }
 
+/*
+ * This member's own notice: it was declared failed, and the others go on without it. An
+ * edit that only removes members publishes no revocation, so nothing it waits for at its
+ * epochs would come until the timeout: its groups are revoked now, and a repair or grow
+ * then says why (groups/edit.c).
+ */
+static void declared_failed(weft_ctx_t *ctx, const void *why, size_t len)
+{
+    ctx->declared_failed = true;
+    snprintf(ctx->declared_failed_why, sizeof(ctx->declared_failed_why), "%.*s",
+             (int)strnlen(why, len), (const char *)why);
+    WEFT_WARN(&ctx->logger, "this member was declared failed (%s): its groups are revoked",
+              ctx->declared_failed_why);
+    for (weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
+        if (g->revoked == WEFT_OK) {
+            g->revoked = WEFT_ERR_REVOKED;
+            weft__group_fail_requests(g, WEFT_ERR_REVOKED);
+        }
+    }
+}
+
 /* Notices under weft/failed/: "<member id>" from the launcher or a member that saw a
  * transport error, and "g<gid>.<epoch>" for an explicit revocation. */
 void weft__poll_failure_notices(weft_ctx_t *ctx)
@@ -679,9 +700,7 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
             WEFT_INFO(&ctx->logger, "member %d failed (%.*s)", (int)id, (int)len,
                       (const char *)val);
             if (id == ctx->rank && !ctx->declared_failed) {
-                ctx->declared_failed = true;
-                snprintf(ctx->declared_failed_why, sizeof(ctx->declared_failed_why), "%.*s",
-                         (int)strnlen(val, len), (const char *)val);
+                declared_failed(ctx, val, len);
             }
             weft__peer_failed(ctx, (int)id, WEFT_ERR_PEER_FAILED);
         }

@@ -17,7 +17,8 @@
  * argv[1]: cycles (default 1000), or "late": the last rank is declared failed while it
  * sleeps, the others repair it away and edit on until the decision it would need is
  * deleted; woken, its repair must fail with WEFT_ERR_REVOKED saying that it was declared
- * failed, and must not write that decision again.
+ * failed, and must not write that decision again. Or "declared": the last rank is
+ * declared failed while it waits in a collective (scenario_declared).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +40,8 @@
 /* How long the count waits for the members' deletes to settle: 50 x 100 ms. */
 #define SETTLE_TRIES 50
 #define SETTLE_US 100000
+/* A member declared failed ends its wait on the others well before WEFT_TIMEOUT_MS. */
+#define DECLARED_LIMIT_MS 20000.0
 
 /* The store and token, kept before weft_init takes the token out of the environment. */
 static char store_addr[256], job_token[128], ns[64];
@@ -338,13 +341,73 @@ static int scenario_late(weft_ctx_t *ctx, weft_group_t *w, int rank, int size)
     return st == WEFT_OK ? 0 : fail(rank, "repairing the late member away", st, ctx);
 }
 
+/*
+ * The last rank waits in an allreduce the others never join; rank 0 declares it failed
+ * and the others repair it away. An edit that only removes members publishes no
+ * revocation: the member learns it from its own notice, which must end its wait at once
+ * (not after WEFT_TIMEOUT_MS), and its repair then says it was declared failed.
+ */
+static int scenario_declared(weft_ctx_t *ctx, weft_group_t *w, int rank, int size)
+{
+    if (rank == size - 1) {
+        int64_t v = 1;
+        double t0 = fault_now_ms();
+        weft_status_t st = weft_allreduce(w, &v, &v, 1, WEFT_I64, WEFT_SUM);
+        double waited = fault_now_ms() - t0;
+        printf("declared rank %d: the allreduce returned %s after %.0f ms\n", rank,
+               weft_status_str(st), waited);
+        weft_status_t again = weft_group_repair(w, NULL);
+        bool said = strstr(weft_last_error(ctx), "declared failed") != NULL;
+        weft_store_client_t *c = launcher_connection(); /* the others may leave now */
+        if (c != NULL) {
+            (void)weft__store_set(c, WAKE_KEY, "1", 1);
+            weft__store_close(c);
+        }
+        if (st != WEFT_ERR_REVOKED || waited > DECLARED_LIMIT_MS) {
+            return fail(rank, "the declared member's allreduce", st, ctx);
+        }
+        if (again != WEFT_ERR_REVOKED || !said) {
+            return fail(rank, "the declared member's repair", again, ctx);
+        }
+        return 0;
+    }
+    weft_store_client_t *c = launcher_connection();
+    if (c == NULL) {
+        return fail(rank, "store", WEFT_ERR_IO, ctx);
+    }
+    weft_status_t st = WEFT_OK;
+    if (rank == 0) {
+        char key[128];
+        snprintf(key, sizeof(key), "%s/failed/%d", ns, size - 1);
+        st = weft__store_set(c, key, "test: declared", 14);
+    }
+    int now = size;
+    for (int i = 0; i < 1000 && st == WEFT_OK && now == size; i++) {
+        st = weft_group_repair(w, NULL); /* once this member has read the notice */
+        weft_group_size(w, &now);
+        usleep(now == size ? 1000 : 0);
+    }
+    if (st == WEFT_OK) {
+        st = fault_checked_allreduce(w);
+    }
+    /* Alive until the declared member is done: leaving would end its wait for it. */
+    void *v;
+    size_t len;
+    if (weft__store_get(c, WAKE_KEY, 60000, &v, &len) == WEFT_OK) {
+        free(v);
+    }
+    weft__store_close(c);
+    return st == WEFT_OK ? 0 : fail(rank, "repairing the declared member away", st, ctx);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "joiner") == 0) {
         return joiner_main();
     }
     int late_member = argc > 1 && strcmp(argv[1], "late") == 0;
-    int cycles = argc > 1 && !late_member ? atoi(argv[1]) : 1000;
+    int declared = argc > 1 && strcmp(argv[1], "declared") == 0;
+    int cycles = argc > 1 && !late_member && !declared ? atoi(argv[1]) : 1000;
     const char *env;
     snprintf(job_token, sizeof(job_token), "%s",
              (env = getenv("WEFT_JOB_TOKEN")) != NULL ? env : "");
@@ -360,8 +423,9 @@ int main(int argc, char **argv)
     int rank, size;
     weft_group_rank(w, &rank);
     weft_group_size(w, &size);
-    if (late_member) {
-        int rc = scenario_late(ctx, w, rank, size);
+    if (late_member || declared) {
+        int rc = late_member ? scenario_late(ctx, w, rank, size)
+                             : scenario_declared(ctx, w, rank, size);
         weft_finalize(ctx);
         if (rc == 0) {
             SURVIVOR_OK(rank);
