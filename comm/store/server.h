@@ -129,7 +129,7 @@ struct weft_store_server {
     uint64_t leases_due_ms; /* no lease lapses before this */
     size_t queued; /* output bytes queued to all connections */
     uint64_t accept_resume_ms;
-    uint64_t busy_logged_ms; /* last warning that the unauthenticated pool was full */
+    uint64_t busy_logged_ms; /* last warning of refused or dropped connections */
     /* Fake connections (weft__store_server_feed): the bytes they receive next. */
     const uint8_t *feed;
     size_t feed_len;
@@ -150,6 +150,9 @@ void weft__store_srv_read(weft_store_server_t *s, store_conn_t *c);
  * and greeted, or dropped (the pool or its address's share is full). */
 void weft__store_srv_open(weft_store_server_t *s, int fd, const char *peer, const char *host);
 void weft__store_srv_free(weft_store_server_t *s, store_conn_t *c);
+/* Whether a warning about refused or dropped connections may be logged now: once a
+ * second, since the refused try again and a flood would fill the log. */
+bool weft__store_srv_busy_log_due(weft_store_server_t *s);
 /* Whether a connection may be accepted now (the pool of those authenticating has room). */
 bool weft__store_srv_accept_ready(const weft_store_server_t *s, uint64_t now);
 

@@ -18,6 +18,7 @@
 #include <openssl/crypto.h>
 
 #include "comm/store/server.h"
+#include "util/array.h"
 #include "util/clock.h"
 
 #define OUT_HIGH_WATER (4 * WEFT_STORE_MAX_FRAME) /* stop reading requests above this */
@@ -374,12 +375,20 @@ void weft__store_srv_free(weft_store_server_t *s, store_conn_t *c)
     free(c);
 }
 
+bool weft__store_srv_busy_log_due(weft_store_server_t *s)
+{
+    uint64_t now = weft__now_ms();
+    if (now < s->busy_logged_ms + 1000) {
+        return false;
+    }
+    s->busy_logged_ms = now;
+    return true;
+}
+
 /* Tells @p c that the store is busy (a client of the job tries again) and drops it. */
 static void unauth_drop(weft_store_server_t *s, store_conn_t *c, const char *why)
 {
-    uint64_t now = weft__now_ms();
-    if (now >= s->busy_logged_ms + 1000) { /* a flood would fill the log */
-        s->busy_logged_ms = now;
+    if (weft__store_srv_busy_log_due(s)) {
         WEFT_WARN(s->lg, "store: dropping %s: %s", c->peer, why);
     }
     unauth_remove(s, c);
@@ -447,26 +456,12 @@ static bool unauth_admit(weft_store_server_t *s, store_conn_t *c)
     return true;
 }
 
-static bool conns_reserve(weft_store_server_t *s)
-{
-    if (s->nconns < s->cap_conns) {
-        return true;
-    }
-    size_t cap = s->cap_conns > 0 ? s->cap_conns * 2 : 64;
-    store_conn_t **a = realloc(s->conns, cap * sizeof(*a));
-    if (a == NULL) {
-        return false;
-    }
-    s->conns = a;
-    s->cap_conns = cap;
-    return true;
-}
-
 /* A new connection: greet it with the nonce it must prove the token against. */
 void weft__store_srv_open(weft_store_server_t *s, int fd, const char *peer, const char *host)
 {
     store_conn_t *c = calloc(1, sizeof(*c));
-    if (c == NULL || !conns_reserve(s)) {
+    if (c == NULL ||
+        !weft__array_reserve((void **)&s->conns, &s->cap_conns, s->nconns + 1, sizeof(*s->conns))) {
         WEFT_ERROR(s->lg, "store: no memory for a new connection");
         free(c);
         if (fd >= 0) {
@@ -486,9 +481,7 @@ void weft__store_srv_open(weft_store_server_t *s, int fd, const char *peer, cons
     if (!unauth_admit(s, c)) {
         /* Closed before the greeting, which a client of the job takes for "busy, try
          * again"; the log says it once a second. */
-        uint64_t now = weft__now_ms();
-        if (now >= s->busy_logged_ms + 1000) {
-            s->busy_logged_ms = now;
+        if (weft__store_srv_busy_log_due(s)) {
             WEFT_WARN(s->lg,
                       "store: dropping %s: too many connections from its address have not "
                       "authenticated (%zu in all)",

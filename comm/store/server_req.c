@@ -271,9 +271,7 @@ void weft__store_srv_auth(weft_store_server_t *s, store_conn_t *c)
         weft__store_srv_resp(s, c, WEFT_ERR_AUTH, NULL, 0);
         c->closing = true;
     } else if (s->nauth >= WEFT__STORE_MAX_CONNS) {
-        uint64_t now = weft__now_ms();
-        if (now >= s->busy_logged_ms + 1000) { /* the refused try again: once a second */
-            s->busy_logged_ms = now;
+        if (weft__store_srv_busy_log_due(s)) { /* the refused try again: once a second */
             WEFT_WARN(s->lg, "store: refused %s: too many connections (%d)", c->peer,
                       WEFT__STORE_MAX_CONNS);
         }
