@@ -268,6 +268,26 @@ static weft_status_t checkpoint(weft_group_t *w, int rank, int cycle, key_count_
 /* A store key of the test (not the job's namespace): set by @p c, or waited for. */
 #define WAKE_KEY "test_store_bounded/wake"
 
+/* Rank 0 declares the last rank failed (as weftrun would: a notice under failed/, saying
+ * @p why); every other member repairs until the group lost it. */
+static weft_status_t declare_last_failed(weft_store_client_t *c, weft_group_t *w, int rank,
+                                         int size, const char *why)
+{
+    weft_status_t st = WEFT_OK;
+    if (rank == 0) {
+        char key[128];
+        snprintf(key, sizeof(key), "%s/failed/%d", ns, size - 1);
+        st = weft__store_set(c, key, why, strlen(why));
+    }
+    int now = size;
+    for (int i = 0; i < 1000 && st == WEFT_OK && now == size; i++) {
+        st = weft_group_repair(w, NULL); /* once this member has read the notice */
+        weft_group_size(w, &now);
+        usleep(now == size ? 1000 : 0);
+    }
+    return st;
+}
+
 /* The last rank sleeps; the others declare it failed (as weftrun would: a notice under
  * failed/), repair it away and edit on until the decision of epoch 0 is deleted. */
 static int scenario_late(weft_ctx_t *ctx, weft_group_t *w, int rank, int size)
@@ -304,17 +324,7 @@ static int scenario_late(weft_ctx_t *ctx, weft_group_t *w, int rank, int size)
         }
         return 0;
     }
-    weft_status_t st = WEFT_OK;
-    if (rank == 0) {
-        snprintf(key, sizeof(key), "%s/failed/%d", ns, size - 1);
-        st = weft__store_set(c, key, "test: too slow", 14);
-    }
-    int now = size;
-    for (int i = 0; i < 1000 && st == WEFT_OK && now == size; i++) {
-        st = weft_group_repair(w, NULL); /* once this member has read the notice */
-        weft_group_size(w, &now);
-        usleep(now == size ? 1000 : 0);
-    }
+    weft_status_t st = declare_last_failed(c, w, rank, size, "test: too slow");
     for (int i = 0; i < 3 && st == WEFT_OK; i++) {
         st = revoke_and_repair(w);
     }
@@ -375,18 +385,7 @@ static int scenario_declared(weft_ctx_t *ctx, weft_group_t *w, int rank, int siz
     if (c == NULL) {
         return fail(rank, "store", WEFT_ERR_IO, ctx);
     }
-    weft_status_t st = WEFT_OK;
-    if (rank == 0) {
-        char key[128];
-        snprintf(key, sizeof(key), "%s/failed/%d", ns, size - 1);
-        st = weft__store_set(c, key, "test: declared", 14);
-    }
-    int now = size;
-    for (int i = 0; i < 1000 && st == WEFT_OK && now == size; i++) {
-        st = weft_group_repair(w, NULL); /* once this member has read the notice */
-        weft_group_size(w, &now);
-        usleep(now == size ? 1000 : 0);
-    }
+    weft_status_t st = declare_last_failed(c, w, rank, size, "test: declared");
     if (st == WEFT_OK) {
         st = fault_checked_allreduce(w);
     }
