@@ -160,11 +160,57 @@ static void test_parked_and_lease(void **state)
     weft__store_server_stop(s);
 }
 
+/* One connection may have WEFT__STORE_MAX_WAITS GETs waiting: the next is refused by its
+ * id, the connection goes on serving, and a set answers every waiting GET by its own. */
+static void test_waits_capped(void **state)
+{
+    (void)state;
+    weft_store_server_t *s;
+    assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
+    int getter = weft__store_server_fake_open(s, true);
+    int setter = weft__store_server_fake_open(s, true);
+    assert_true(getter >= 0 && setter >= 0);
+    weft_store_buf_t in = {0}, out = {0};
+    uint8_t wait[4] = {0, 0, 0xea, 0x60}; /* 60 s */
+    for (uint32_t i = 0; i <= WEFT__STORE_MAX_WAITS; i++) {
+        size_t start = in.len;
+        put_kv(&in, WEFT__STORE_GET, "later", wait, 4);
+        weft__store_frame_set_id(&in, start, 100 + i);
+    }
+    size_t start = in.len;
+    put_kv(&in, WEFT__STORE_SET, "now", "x", 1);
+    weft__store_frame_set_id(&in, start, 7);
+    assert_true(weft__store_server_feed(s, getter, in.data, in.len, false, &out, NULL));
+    size_t off = 0;
+    skip_hello(&out, &off);
+    assert_int_equal(weft__store_hdr_id(out.data + off), 100 + WEFT__STORE_MAX_WAITS);
+    expect_resp(&out, &off, WEFT_ERR_NO_MEMORY, "");
+    assert_int_equal(weft__store_hdr_id(out.data + off), 7);
+    expect_resp(&out, &off, WEFT_OK, "");
+    assert_int_equal(off, out.len);
+    assert_true(feed_kv(s, setter, WEFT__STORE_SET, "later", "v", 1, NULL));
+    out.len = 0;
+    assert_true(weft__store_server_feed(s, getter, NULL, 0, false, &out, NULL));
+    off = 0;
+    bool answered[WEFT__STORE_MAX_WAITS] = {false};
+    for (uint32_t i = 0; i < WEFT__STORE_MAX_WAITS; i++) {
+        uint32_t id = weft__store_hdr_id(out.data + off);
+        assert_true(id >= 100 && id < 100 + WEFT__STORE_MAX_WAITS && !answered[id - 100]);
+        answered[id - 100] = true;
+        expect_resp(&out, &off, WEFT_OK, "v");
+    }
+    assert_int_equal(off, out.len);
+    weft__store_buf_free(&in);
+    weft__store_buf_free(&out);
+    weft__store_server_stop(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requests),
         cmocka_unit_test(test_parked_and_lease),
+        cmocka_unit_test(test_waits_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
