@@ -18,13 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "comm/coll/coll.h"
 #include "comm/memtype.h"
 #include "comm/nccl_comm.h"
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
+#include "migrate/xxh.h"
 #include "weft/group.h"
 
 #define DEFAULT_MAX_STAGED (64u << 20)

@@ -12,12 +12,12 @@
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "comm/coll/coll.h"
 #include "migrate/box.h"
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
+#include "migrate/xxh.h"
 
 bool weft__mig_move_box(mig_t *m, bool dev, void *dst, const weft_box_t *dst_box, const void *src,
                         const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem)

@@ -26,13 +26,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "comm/coll/coll.h"
 #include "comm/log.h"
 #include "comm/nccl_comm.h"
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
+#include "migrate/xxh.h"
 
 enum { LEG_IDLE, LEG_COPY, LEG_HDR, LEG_DONE };
 

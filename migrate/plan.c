@@ -2,12 +2,12 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "comm/ctx.h"
 #include "migrate/box.h"
 #include "migrate/layout.h"
 #include "migrate/plan.h"
+#include "migrate/xxh.h"
 
 /* The digest covers every field that decides what moves where. */
 static uint64_t digest(const weft_plan_t *plan)

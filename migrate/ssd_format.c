@@ -16,9 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "migrate/ssd_format.h"
+#include "migrate/xxh.h"
 
 #define CHUNK_MAGIC "WEFTCHNK"
 #define MANIFEST_MAGIC "WEFTMANI"

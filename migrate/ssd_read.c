@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "comm/ctx.h"
 #include "migrate/box.h"
 #include "migrate/ssd_impl.h"
+#include "migrate/xxh.h"
 #include "util/array.h"
 
 #define MAX_TILES (2 * WEFT_LAYOUT_MAX_DIMS - 1)

@@ -13,11 +13,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "comm/ctx.h"
 #include "migrate/box.h"
 #include "migrate/ssd_impl.h"
+#include "migrate/xxh.h"
 
 static bool name_ok(const char *name)
 {

@@ -21,12 +21,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cmocka.h>
 
 #include "migrate/ssd.h"
 #include "migrate/ssd_format.h"
+#include "migrate/xxh.h"
 #include "weft/core.h"
 #include "weft/migrate.h"
 
