@@ -13,6 +13,7 @@
 #include "comm/ctx.h"
 #include "comm/memtype.h"
 #include "comm/shm.h"
+#include "util/bigmem.h"
 #include "util/parse.h"
 
 #define ADDR_KEY_FMT "addr/%d"
@@ -599,7 +600,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
         t->ops->fini(t->tl);
     }
     for (size_t i = 0; i < ctx->nretired; i++) { /* no transport can read them now */
-        free(ctx->retired[i]);
+        weft__bigmem_free(ctx->retired[i].ptr, ctx->retired[i].big_bytes);
     }
     free(ctx->retired);
     weft__store_close(ctx->store); /* ctx->watch is the same connection */
@@ -613,19 +614,25 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
 
 void weft__retire(weft_ctx_t *ctx, void *ptr)
 {
+    weft__retire_big(ctx, ptr, 0);
+}
+
+void weft__retire_big(weft_ctx_t *ctx, void *ptr, size_t bytes)
+{
     if (ptr == NULL) {
         return;
     }
     if (ctx->nretired == ctx->cap_retired) {
         size_t cap = ctx->cap_retired ? 2 * ctx->cap_retired : 16;
-        void **p = realloc(ctx->retired, cap * sizeof(*p));
+        struct weft__retired *p = realloc(ctx->retired, cap * sizeof(*p));
         if (p == NULL) {
             return; /* leaked, never freed under a transport still reading it */
         }
         ctx->retired = p;
         ctx->cap_retired = cap;
     }
-    ctx->retired[ctx->nretired++] = ptr;
+    ctx->retired[ctx->nretired].ptr = ptr;
+    ctx->retired[ctx->nretired++].big_bytes = bytes;
 }
 
 weft_status_t weft_ctx_world(weft_ctx_t *ctx, weft_group_t **world)

@@ -103,7 +103,10 @@ struct weft_ctx {
     /* Jobs (comm/job.h): queued data work, run outside the lock above. */
     pthread_mutex_t job_lock;
     struct weft_job *jobs_head, *jobs_tail;
-    void **retired;             /* buffers cancelled sends may still read (weft__retire) */
+    struct weft__retired {      /* buffers cancelled sends may still read (weft__retire) */
+        void *ptr;
+        size_t big_bytes; /* 0: from malloc; else from weft__bigmem_alloc, this size */
+    } *retired;
     size_t nretired, cap_retired;
 };
 
@@ -230,8 +233,10 @@ void weft__progress_thread_stop(weft_ctx_t *ctx);
  * or rendezvous send until its peer takes it or its endpoint closes), so a buffer it
  * reads must outlive the request that was cancelled. weft__retire keeps @p ptr (from
  * malloc) until weft_finalize has stopped the transports, then frees it. If the list
- * cannot grow, the buffer is leaked rather than freed early. */
+ * cannot grow, the buffer is leaked rather than freed early. weft__retire_big does the
+ * same for a buffer of @p bytes from weft__bigmem_alloc (util/bigmem.h). */
 void weft__retire(weft_ctx_t *ctx, void *ptr);
+void weft__retire_big(weft_ctx_t *ctx, void *ptr, size_t bytes);
 
 /* ---- progress and requests ---- */
 /* Drive transports and failure notices once; nonzero when anything happened. */

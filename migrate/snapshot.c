@@ -16,6 +16,7 @@
 #include "migrate/snapshot.h"
 #include "migrate/ssd.h"
 #include "util/array.h"
+#include "util/bigmem.h"
 #include "weft/group.h"
 
 int weft__snap_index(const weft_snapshot_t *s, int id)
@@ -323,7 +324,7 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
         s->stats.spill_bytes = s->spill_bytes;
         s->blob = calloc(1, 8 + blob_bytes);
         for (int k = 0; k < 2; k++) {
-            s->buf[k] = malloc(s->buf_bytes > 0 ? s->buf_bytes : 1);
+            s->buf[k] = weft__bigmem_alloc(s->buf_bytes);
         }
         if (s->blob == NULL || s->buf[0] == NULL || s->buf[1] == NULL) {
             st = WEFT_ERR_NO_MEMORY;
@@ -374,7 +375,7 @@ static weft_status_t snap_progress(weft_req_t *req)
         if (s->spill_mode) { /* written before the close; the spill buffer is done */
             /* Steps written by snapshots that fail later never push it out. */
             weft__ssd_pin(s->ssd, s->committed);
-            free(s->spill);
+            weft__bigmem_free(s->spill, s->spill_bytes);
             s->spill = NULL;
             return WEFT_OK;
         }
@@ -447,18 +448,18 @@ weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step, const vo
     }
     int parity = snap->have_committed ? 1 - snap->committed_parity : 0;
     if (snap->spill != NULL) { /* left by a failed snapshot: cancelled receives may write it */
-        weft__retire(ctx, snap->spill);
+        weft__retire_big(ctx, snap->spill, snap->spill_bytes);
         snap->spill = NULL;
     }
     weft_req_t *r = weft__req_new(ctx, snap->g);
     snap_req_t *q = calloc(1, sizeof(*q));
     if (snap->spill_bytes > 0) {
-        snap->spill = malloc(snap->spill_bytes);
+        snap->spill = weft__bigmem_alloc(snap->spill_bytes);
     }
     if (r == NULL || q == NULL || (snap->spill_bytes > 0 && snap->spill == NULL)) {
         weft_req_free(r);
         free(q);
-        free(snap->spill);
+        weft__bigmem_free(snap->spill, snap->spill_bytes);
         snap->spill = NULL;
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_start: out of memory");
     }
@@ -528,9 +529,9 @@ void weft_snapshot_free(weft_snapshot_t *snap)
     if (snap->failed_once) {
         /* Cancelled sends of a failed snapshot may still read these (weft__retire). */
         weft__retire(ctx, snap->blob);
-        weft__retire(ctx, snap->buf[0]);
-        weft__retire(ctx, snap->buf[1]);
-        weft__retire(ctx, snap->spill);
+        weft__retire_big(ctx, snap->buf[0], snap->buf_bytes);
+        weft__retire_big(ctx, snap->buf[1], snap->buf_bytes);
+        weft__retire_big(ctx, snap->spill, snap->spill_bytes);
         snap->blob = snap->buf[0] = snap->buf[1] = snap->spill = NULL;
     }
     weft_layout_free(snap->src);
@@ -538,9 +539,9 @@ void weft_snapshot_free(weft_snapshot_t *snap)
     weft_plan_free(snap->plan);
     weft_plan_free(snap->restore_plan);
     free(snap->blob);
-    free(snap->buf[0]);
-    free(snap->buf[1]);
-    free(snap->spill);
+    weft__bigmem_free(snap->buf[0], snap->buf_bytes);
+    weft__bigmem_free(snap->buf[1], snap->buf_bytes);
+    weft__bigmem_free(snap->spill, snap->spill_bytes);
     free(snap->owner);
     free(snap->blobs);
     free(snap->blob_ok);

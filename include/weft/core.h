@@ -174,6 +174,23 @@ WEFT_API weft_status_t weft_req_bytes(const weft_req_t *req, size_t *bytes);
  */
 WEFT_API weft_status_t weft_req_free(weft_req_t *req);
 
+/**
+ * @brief Host memory for large state a rank keeps (its shard of parameters and optimizer
+ * state, buffers a restore writes into), like MPI_Alloc_mem. Zeroed; from 2 MiB up it is
+ * 2 MiB aligned and asks the kernel for huge pages (MADV_HUGEPAGE; plain pages where
+ * transparent huge pages are off). That matters under failure: the kernel frees a killed
+ * process's memory before it closes its sockets, so its peers learn of the death only
+ * after that, and 1 GiB of 4 KiB pages takes tens of milliseconds to free against a few
+ * as 2 MiB pages. Snapshots keep their copies in such memory. Needs no context.
+ * @param[in] bytes Size; 0 gives a valid pointer to free.
+ * @param[out] ptr The memory.
+ * @return WEFT_OK, WEFT_ERR_INVALID_ARG (NULL @p ptr) or WEFT_ERR_NO_MEMORY.
+ */
+WEFT_API weft_status_t weft_mem_alloc(size_t bytes, void **ptr);
+
+/** @brief Free memory of weft_mem_alloc; @p bytes as allocated. NULL is a no-op. */
+WEFT_API weft_status_t weft_mem_free(void *ptr, size_t bytes);
+
 /** @brief Description of one WEFT_* setting, for listings such as `weft-info --config`. */
 typedef struct weft_config_entry {
     const char *name;     /**< Variable name, e.g. "WEFT_LOG_LEVEL". */

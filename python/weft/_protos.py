@@ -32,6 +32,8 @@ _CORE = {
     "weft_test": (I, [P]),
     "weft_wait": (I, [P, c_uint64]),
     "weft_req_bytes": (I, [P, PSZ]),
+    "weft_mem_alloc": (I, [SZ, PP]),
+    "weft_mem_free": (I, [P, SZ]),
     "weft_req_free": (I, [P]),
     "weft_config_entry": (POINTER(S.ConfigEntry), [P, SZ, POINTER(c_char_p)]),
     "weft_info_print": (I, [P, POINTER(S.InfoParams)]),
