@@ -25,15 +25,21 @@
  *            page cache (POSIX_FADV_DONTNEED), then each re-reads the byte ranges its part
  *            of the re-cut needs, checked like the restore (file_restart_us: the
  *            re-reading only).
- *   live     after the same kill (snapshot_live.c): the failure came before the state
- *            moved on, so the survivors restore from their live buffers, in place, and
- *            only the dead rank's shard moves (recover_live_us).
+ *   keep     after the same kill (snapshot_live.c), from the copies again, into the
+ *            re-cut that keeps each survivor's shard and gives each a part of the dead
+ *            rank's (weft_layout_absorb): own shards are local copies, only the dead
+ *            rank's moves between ranks (recover_keep_us).
+ *   live     then the failure that came before the state moved on: the survivors restore
+ *            from their live buffers into the same re-cut, in place, and only the dead
+ *            rank's shard moves (recover_live_us).
  *   job      what else a restart from files needs: the survivors start as many fresh
  *            processes of a new job (exec, weft_init, the rendezvous, a first allreduce;
  *            snapshot_restart.c). file_restart_full_us = detect_us + job_start_us +
  *            file_restart_us: the failure must be detected and the job restarted too.
  * Both write into the same buffer, allocated and touched before the kill (a trainer keeps
  * one ready: its size after losing one rank is known), so neither pays its page faults.
+ * The state and that buffer come from weft_mem_alloc (huge pages: the killed rank's
+ * memory is freed, and its death seen, sooner); --small-pages keeps them on 4 KiB pages.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -53,6 +59,9 @@ static const perf_extra_opt_t extras[] = {
     {"--no-kill", false, NULL, "only the overhead: no rank dies (runs without weftrun --elastic)"},
     {"--tmpdir", true, "DIR",
      "where the file checkpoint and the SSD tier go (default $TMPDIR or /tmp)"},
+    {"--small-pages", false, NULL,
+     "keep the state and the restore buffer on 4 KiB pages (posix_memalign) instead of "
+     "weft_mem_alloc's huge pages: a killed rank's memory then takes longer to free"},
     {"--ssd", false, NULL,
      "also write snapshots to an SSD directory in --tmpdir, against sequential O_DIRECT "
      "writes there, and report the bytes a second, unchanged snapshot writes"},
@@ -80,6 +89,7 @@ static int on_extra(void *arg, const char *name, const char *val)
         b->kill = false;
     }
     b->ssd |= strcmp(name, "--ssd") == 0;
+    b->small_pages |= strcmp(name, "--small-pages") == 0;
     return 0;
 }
 
@@ -98,7 +108,9 @@ static void print_notes(FILE *out)
             "After the same kill, the restore when the failure came before the state moved on:\n"
             "the survivors' live buffers hold the committed step, and with\n"
             "weft_snapshot_restore_live each keeps its shard in place and receives a part of\n"
-            "the dead rank's (recover_live_us = detect_us + repair_us + restore_live_us).\n"
+            "the dead rank's (recover_live_us = detect_us + repair_us + restore_live_us);\n"
+            "and from the copies into that same re-cut (weft_layout_absorb), own shards\n"
+            "copied locally (recover_keep_us).\n"
             "Every restored word is checked. -n: timed steps of each kind (default 20); -w:\n"
             "untimed steps first (default 2).\n"
             "--json: ranks, state_bytes_per_rank, step_ms, step_us, step_with_snapshot_us,\n"
@@ -106,7 +118,8 @@ static void print_notes(FILE *out)
             "file_restart_us, file_restart_over_recover, job_start_us,\n"
             "file_restart_full_us, file_restart_full_over_recover, restore_live_us,\n"
             "recover_live_us, restore_live_bytes_moved/_local/_in_place, restore_live_wrong,\n"
-            "file_restart_over_recover_live, file_restart_full_over_recover_live, verified;\n"
+            "file_restart_over_recover_live, file_restart_full_over_recover_live, the same\n"
+            "_keep keys, verified;\n"
             "with --ssd also\n"
             "ssd_write_gbs (all ranks writing a snapshot to their SSD directories at once),\n"
             "dir_seq_write_gbs (the same bytes as sequential O_DIRECT 1 MiB writes to the same\n"
@@ -116,6 +129,26 @@ static void print_notes(FILE *out)
 }
 
 /* ---- the state ---- */
+
+/* The trainer's state and restore buffers: weft_mem_alloc (huge pages), or 4 KiB pages
+ * with --small-pages. */
+static void *state_alloc(const snap_bench_t *b, size_t bytes)
+{
+    void *p = NULL;
+    if (b->small_pages) {
+        return perf_alloc(bytes);
+    }
+    return weft_mem_alloc(bytes, &p) == WEFT_OK ? p : NULL;
+}
+
+static void state_free(const snap_bench_t *b, void *p, size_t bytes)
+{
+    if (b->small_pages) {
+        perf_free(p);
+    } else {
+        weft_mem_free(p, bytes);
+    }
+}
 
 /* Word @p g of the whole state as step @p step left it. */
 static uint64_t word_at(uint64_t g, uint64_t step)
@@ -521,7 +554,7 @@ static weft_status_t recover(snap_bench_t *b, snap_result_t *r)
     if (b->w.rank < b->n0 - 1) {
         recut_range(b, b->n0 - 1, b->w.rank, &g0, &n);
         cap = n * 8 + (size_t)b->n0 * (8 + sizeof(snap_blob_t));
-        if ((buf = perf_alloc(cap)) != NULL) {
+        if ((buf = state_alloc(b, cap)) != NULL) {
             memset(buf, 0, cap);
         }
     }
@@ -546,7 +579,10 @@ static weft_status_t recover(snap_bench_t *b, snap_result_t *r)
     if (st == WEFT_OK) {
         st = restore(b, r, buf, cap, g0, n, &t[2]);
     }
-    double t_live = 0;
+    double t_live = 0, t_keep = 0;
+    if (st == WEFT_OK) { /* the same, from the copies, into the re-cut that keeps shards */
+        st = snap_restore_keep(b, r, &t_keep);
+    }
     if (st == WEFT_OK) { /* the failure before the state moved on: undo step s+1's marks */
         mark(b, s);
         st = snap_restore_live(b, r, &t_live);
@@ -555,7 +591,7 @@ static weft_status_t recover(snap_bench_t *b, snap_result_t *r)
         memset(buf, 0xa5, n * 8);
         st = file_restart(b, g0, n, buf, r);
     }
-    perf_free(buf);
+    state_free(b, buf, cap);
     if (st != WEFT_OK) {
         return st;
     }
@@ -569,7 +605,8 @@ static weft_status_t recover(snap_bench_t *b, snap_result_t *r)
         r->repair_us = last[1] - last[0];
         r->restore_us = last[2] - last[1];
         r->recover_us = t_kill > 0 ? last[2] - t_kill : -1;
-        r->recover_live_us = t_kill > 0 ? r->detect_us + r->repair_us + r->restore_live_us : -1;
+        r->recover_live_us = t_kill > 0 ? r->detect_us + r->repair_us + r->live.us : -1;
+        r->recover_keep_us = t_kill > 0 ? r->detect_us + r->repair_us + r->keep.us : -1;
     }
     r->recovered = true;
     return WEFT_OK;
@@ -583,6 +620,31 @@ static void json_us(const char *key, bool have, double v)
         printf(",\n  \"%s\": %.1f", key, v);
     } else {
         printf(",\n  \"%s\": null", key);
+    }
+}
+
+static void json_ratio(const char *key, bool have, double num, double den)
+{
+    if (have && den > 0) {
+        printf(",\n  \"%s\": %.2f", key, num / den);
+    } else {
+        printf(",\n  \"%s\": null", key);
+    }
+}
+
+/* restore_<what>_us, recover_<what>_us, restore_<what>_bytes_moved/_local/_in_place and
+ * restore_<what>_wrong. */
+static void json_restore(const char *what, bool rec, const snap_restore_t *o, double recover_us)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "restore_%s_us", what);
+    json_us(key, rec, o->us);
+    snprintf(key, sizeof(key), "recover_%s_us", what);
+    json_us(key, rec && recover_us > 0, recover_us);
+    if (rec) {
+        printf(",\n  \"restore_%s_bytes_moved\": %zu,\n  \"restore_%s_bytes_local\": %zu,"
+               "\n  \"restore_%s_bytes_in_place\": %zu,\n  \"restore_%s_wrong\": %ld",
+               what, o->moved, what, o->local, what, o->in_place, what, o->wrong);
     }
 }
 
@@ -605,7 +667,9 @@ static void report_json(const snap_bench_t *b, const snap_result_t *r)
                "\n  \"file_read_bytes\": %zu,\n  \"file_restart_wrong\": %ld,\n  \"verified\": %s",
                r->survivors, (unsigned long long)r->committed, (unsigned long long)r->restored_step,
                r->moved, r->local, r->missing, r->restore_wrong, r->file_read_bytes, r->file_wrong,
-               r->verified && r->live_verified && r->file_wrong == 0 ? "true" : "false");
+               r->verified && r->live.verified && r->keep.verified && r->file_wrong == 0
+                   ? "true"
+                   : "false");
     }
     json_us("detect_us", rec && r->detect_us >= 0, r->detect_us);
     json_us("repair_us", rec, r->repair_us);
@@ -621,13 +685,8 @@ static void report_json(const snap_bench_t *b, const snap_result_t *r)
     }
     bool full = rec && r->detect_us >= 0 && r->job_start_us >= 0;
     double full_us = r->detect_us + r->job_start_us + r->file_restart_us;
-    json_us("restore_live_us", rec, r->restore_live_us);
-    json_us("recover_live_us", rec && r->recover_live_us > 0, r->recover_live_us);
-    if (rec) {
-        printf(",\n  \"restore_live_bytes_moved\": %zu,\n  \"restore_live_bytes_local\": %zu,"
-               "\n  \"restore_live_bytes_in_place\": %zu,\n  \"restore_live_wrong\": %ld",
-               r->live_moved, r->live_local, r->live_in_place, r->live_wrong);
-    }
+    json_restore("live", rec, &r->live, r->recover_live_us);
+    json_restore("keep", rec, &r->keep, r->recover_keep_us);
     json_us("job_start_us", rec && r->job_start_us >= 0, r->job_start_us);
     json_us("file_restart_full_us", full, full_us);
     if (full && r->recover_us > 0) {
@@ -635,17 +694,10 @@ static void report_json(const snap_bench_t *b, const snap_result_t *r)
     } else {
         printf(",\n  \"file_restart_full_over_recover\": null");
     }
-    if (rec && r->recover_live_us > 0) {
-        printf(",\n  \"file_restart_over_recover_live\": %.2f",
-               r->file_restart_us / r->recover_live_us);
-    } else {
-        printf(",\n  \"file_restart_over_recover_live\": null");
-    }
-    if (full && r->recover_live_us > 0) {
-        printf(",\n  \"file_restart_full_over_recover_live\": %.2f", full_us / r->recover_live_us);
-    } else {
-        printf(",\n  \"file_restart_full_over_recover_live\": null");
-    }
+    json_ratio("file_restart_over_recover_live", rec, r->file_restart_us, r->recover_live_us);
+    json_ratio("file_restart_full_over_recover_live", full, full_us, r->recover_live_us);
+    json_ratio("file_restart_over_recover_keep", rec, r->file_restart_us, r->recover_keep_us);
+    json_ratio("file_restart_full_over_recover_keep", full, full_us, r->recover_keep_us);
     if (r->have_ssd) {
         printf(",\n  \"ssd_write_gbs\": %.3f,\n  \"dir_seq_write_gbs\": %.3f,"
                "\n  \"first_snapshot_bytes_written\": %llu,"
@@ -656,6 +708,27 @@ static void report_json(const snap_bench_t *b, const snap_result_t *r)
         printf(",\n  \"ssd_write_gbs\": null,\n  \"dir_seq_write_gbs\": null,"
                "\n  \"first_snapshot_bytes_written\": null,"
                "\n  \"second_snapshot_bytes_written\": null\n}\n");
+    }
+}
+
+static void table_restore(const snap_restore_t *o)
+{
+    printf("  %.1f MiB moved between ranks, %.1f MiB copied within, %.1f MiB left in place, %ld "
+           "wrong words\n",
+           (double)o->moved / (1 << 20), (double)(o->local - o->in_place) / (1 << 20),
+           (double)o->in_place / (1 << 20), o->wrong);
+}
+
+static void table_ratio(const char *what, double recover_us, double file_us, bool full,
+                        double full_us)
+{
+    if (recover_us > 0) {
+        printf("# file restart / recover %s: %.1fx (re-reading only)", what,
+               file_us / recover_us);
+        if (full) {
+            printf(", %.1fx (full restart)", full_us / recover_us);
+        }
+        printf("\n");
     }
 }
 
@@ -700,12 +773,13 @@ static void report_table(const snap_bench_t *b, const snap_result_t *r)
            "hold step %llu)\n",
            (unsigned long long)r->committed);
     printf("  detect %.0f us + repair %.0f us + restore from live buffers %.0f us = %.0f us\n",
-           r->detect_us, r->repair_us, r->restore_live_us, r->recover_live_us);
-    printf("  %.1f MiB moved between ranks, %.1f MiB copied within, %.1f MiB left in place, %ld "
-           "wrong words\n",
-           (double)r->live_moved / (1 << 20),
-           (double)(r->live_local - r->live_in_place) / (1 << 20),
-           (double)r->live_in_place / (1 << 20), r->live_wrong);
+           r->detect_us, r->repair_us, r->live.us, r->recover_live_us);
+    table_restore(&r->live);
+    printf("# time to recover from the copies (the state had moved on) into the re-cut that "
+           "keeps each survivor's shard (weft_layout_absorb)\n");
+    printf("  detect %.0f us + repair %.0f us + restore from copies %.0f us = %.0f us\n",
+           r->detect_us, r->repair_us, r->keep.us, r->recover_keep_us);
+    table_restore(&r->keep);
     printf("# restart from a file checkpoint of the same step (written with fsync in %.0f us)\n",
            r->file_write_us);
     printf("  re-reading %s after dropping the page cache: %.0f us, %ld wrong words\n", read,
@@ -720,22 +794,11 @@ static void report_table(const snap_bench_t *b, const snap_result_t *r)
     printf(
         "# both wrote into a buffer made ready before the kill (%.0f us to allocate and touch)\n",
         r->buffer_us);
-    if (r->recover_us > 0) {
-        printf("# file restart / recover: %.1fx (re-reading only)",
-               r->file_restart_us / r->recover_us);
-        if (full) {
-            printf(", %.1fx (full restart)", full_us / r->recover_us);
-        }
-        printf("\n");
-    }
-    if (r->recover_live_us > 0) {
-        printf("# file restart / recover from live buffers: %.1fx (re-reading only)",
-               r->file_restart_us / r->recover_live_us);
-        if (full) {
-            printf(", %.1fx (full restart)", full_us / r->recover_live_us);
-        }
-        printf("\n");
-    }
+    table_ratio("(flat re-cut, from the copies)", r->recover_us, r->file_restart_us, full, full_us);
+    table_ratio("(re-cut keeping shards, from the copies)", r->recover_keep_us, r->file_restart_us,
+                full, full_us);
+    table_ratio("(re-cut keeping shards, from live buffers)", r->recover_live_us,
+                r->file_restart_us, full, full_us);
 }
 
 /* ---- main ---- */
@@ -751,14 +814,14 @@ static int setup(snap_bench_t *b)
     b->layout = model(b, b->ids, b->n0);
     b->state_cap = b->state_bytes;
     if (b->layout != NULL && b->n0 > 1) { /* room for the restore from live buffers */
-        weft_layout_t *t = snap_live_target(b, b->ids, b->n0 - 1, b->ids[b->n0 - 1]);
+        weft_layout_t *t = snap_live_target(b, b->ids, b->n0 - 1);
         size_t need = t != NULL ? weft_layout_packed_bytes(t, b->ids[b->w.rank]) +
                                       (size_t)b->n0 * (8 + sizeof(snap_blob_t))
                                 : 0;
         b->state_cap = need > b->state_cap ? need : b->state_cap;
         weft_layout_free(t);
     }
-    b->state = perf_alloc(b->state_cap);
+    b->state = state_alloc(b, b->state_cap);
     if (b->state == NULL || b->layout == NULL) {
         fprintf(stderr, "weft-perf snapshot: out of memory\n");
         return PERF_EXIT_ERROR;
@@ -816,7 +879,8 @@ static int run(snap_bench_t *b)
         }
         fflush(stdout);
     }
-    bool bad = r.recovered && (!r.verified || !r.live_verified || r.file_wrong != 0);
+    bool bad = r.recovered &&
+               (!r.verified || !r.live.verified || !r.keep.verified || r.file_wrong != 0);
     return bad ? PERF_EXIT_WRONG : PERF_EXIT_OK;
 }
 
@@ -856,7 +920,7 @@ int perf_snapshot_main(int argc, char **argv)
     rc = run(&b);
     weft_snapshot_free(b.snap);
     weft_layout_free(b.layout);
-    perf_free(b.state);
+    state_free(&b, b.state, b.state_cap);
     perf_world_close(&b.w);
     return rc;
 }

@@ -22,6 +22,7 @@ typedef struct snap_bench {
     size_t state_bytes;
     long step_ms; /* < 0: ten times the measured copy time */
     bool kill;
+    bool small_pages; /* state and restore buffers on 4 KiB pages, not weft_mem_alloc */
     bool ssd; /* --ssd */
     char tmpdir[256];
     int n0;             /* ranks at the start */
@@ -41,6 +42,14 @@ typedef struct snap_blob {
     int64_t member;
 } snap_blob_t;
 
+/* One restore into b->state (snapshot_live.c). */
+typedef struct snap_restore {
+    double us; /* the slowest rank's restore call */
+    bool verified;
+    long wrong;
+    size_t moved, local, in_place;
+} snap_restore_t;
+
 typedef struct snap_result {
     double copy_us, step_us, step_snap_us;
     int steps;
@@ -49,11 +58,10 @@ typedef struct snap_result {
     uint64_t committed, restored_step;
     double detect_us, repair_us, buffer_us, restore_us, recover_us, file_write_us, file_restart_us;
     double job_start_us; /* fresh ranks: start, weft_init, rendezvous, first allreduce */
-    /* The restore from live buffers (snapshot_live.c) */
-    double restore_live_us, recover_live_us;
-    bool live_verified;
-    long live_wrong;
-    size_t live_moved, live_local, live_in_place;
+    /* The restores into the re-cut that keeps each survivor's shard (snapshot_live.c):
+     * from live buffers, and from the copies */
+    snap_restore_t live, keep;
+    double recover_live_us, recover_keep_us;
     size_t moved, local, missing, file_read_bytes;
     long restore_wrong, file_wrong;
     /* --ssd: the SSD tier against sequential O_DIRECT writes to the same directory */
@@ -68,11 +76,12 @@ weft_status_t snap_measure_job_start(snap_bench_t *b, snap_result_t *r);
 bool snap_is_fresh_rank(void);
 int snap_fresh_rank_main(void);
 
-/* snapshot_live.c: the target of a restore from live buffers over the survivors @p left
- * (@p k) after rank @p dead died, and that restore into b->state (collective over the
- * repaired world; *@p t_done: when it returned). */
-weft_layout_t *snap_live_target(const snap_bench_t *b, const int *left, int k, int dead);
+/* snapshot_live.c: the re-cut over the survivors @p left (@p k) that keeps each one's
+ * shard (weft_layout_absorb), and the restores into b->state over it, collective over the
+ * repaired world (*@p t_done: when it returned): from live buffers, and from the copies. */
+weft_layout_t *snap_live_target(const snap_bench_t *b, const int *left, int k);
 weft_status_t snap_restore_live(snap_bench_t *b, snap_result_t *r, double *t_done);
+weft_status_t snap_restore_keep(snap_bench_t *b, snap_result_t *r, double *t_done);
 /* Word @p g of the whole state as step @p step left it. */
 uint64_t snap_word_at(uint64_t g, uint64_t step);
 

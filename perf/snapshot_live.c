@@ -16,45 +16,10 @@
 
 #include "snapshot.h"
 
-/* Every survivor (@p left, @p k of them) keeps its regions of the state layout, in its
- * order, then gets a k-th of each of the dead rank's regions (cut by rows). */
-weft_layout_t *snap_live_target(const snap_bench_t *b, const int *left, int k, int dead)
+weft_layout_t *snap_live_target(const snap_bench_t *b, const int *left, int k)
 {
-    weft_layout_t *l;
-    if (weft_layout_create(&l) != WEFT_OK) {
-        return NULL;
-    }
-    weft_status_t st = WEFT_OK;
-    for (int t = 0; t < NTENSORS && st == WEFT_OK; t++) {
-        weft_tensor_info_t ti;
-        weft_layout_tensor(b->layout, t, &ti);
-        st = weft_layout_add_tensor(l, ti.name, ti.dtype, ti.ndims, ti.shape, NULL);
-    }
-    for (int r = 0; r < k && st == WEFT_OK; r++) {
-        for (int i = 0; i < weft_layout_num_regions(b->layout, left[r]) && st == WEFT_OK; i++) {
-            int t;
-            weft_box_t box;
-            weft_layout_region(b->layout, left[r], i, &t, &box, NULL, NULL);
-            st = weft_layout_add_region(l, left[r], t, &box);
-        }
-        for (int i = 0; i < weft_layout_num_regions(b->layout, dead) && st == WEFT_OK; i++) {
-            int t;
-            weft_box_t box;
-            weft_layout_region(b->layout, dead, i, &t, &box, NULL, NULL);
-            uint64_t e = box.extent[0], lo = e * (uint64_t)r / (uint64_t)k,
-                     hi = e * (uint64_t)(r + 1) / (uint64_t)k;
-            box.offset[0] += lo;
-            box.extent[0] = hi - lo;
-            if (box.extent[0] > 0) {
-                st = weft_layout_add_region(l, left[r], t, &box);
-            }
-        }
-    }
-    if (st != WEFT_OK) {
-        weft_layout_free(l);
-        return NULL;
-    }
-    return l;
+    weft_layout_t *l = NULL;
+    return weft_layout_absorb(b->layout, left, k, &l) == WEFT_OK ? l : NULL;
 }
 
 /* Words of this member's packed buffer @p buf of @p l that differ from step @p step. */
@@ -84,7 +49,10 @@ static long count_wrong_in(const snap_bench_t *b, const weft_layout_t *l, int me
     return wrong;
 }
 
-weft_status_t snap_restore_live(snap_bench_t *b, snap_result_t *r, double *t_done)
+/* Restore into b->state over the re-cut that keeps every survivor's shard: from the live
+ * buffers (@p live) or from the copies (the state has moved on), each checked word by
+ * word against the committed step. */
+static weft_status_t restore_state(snap_bench_t *b, snap_result_t *r, bool live, double *t_done)
 {
     weft_group_t *g = b->w.world;
     int k, rank, left[MAX_RANKS];
@@ -93,16 +61,18 @@ weft_status_t snap_restore_live(snap_bench_t *b, snap_result_t *r, double *t_don
     for (int i = 0; i < k; i++) {
         weft_group_member_id(g, i, &left[i]);
     }
-    weft_layout_t *nl = snap_live_target(b, left, k, b->ids[b->n0 - 1]);
+    weft_layout_t *nl = snap_live_target(b, left, k);
     bool fits = nl != NULL && weft_snapshot_restore_bytes(b->snap, nl) <= b->state_cap;
     uint64_t none;
     weft_snapshot_restored_t info = {0};
+    const weft_layout_t *target = nl != NULL ? nl : b->layout;
+    void *into = fits ? (void *)b->state : &none;
+    size_t cap = fits ? b->state_cap : 0;
     double t0 = perf_now_us();
-    weft_status_t st =
-        weft_snapshot_restore_live(b->snap, nl != NULL ? nl : b->layout, b->state,
-                                   fits ? (void *)b->state : &none, fits ? b->state_cap : 0, &info);
+    weft_status_t st = live ? weft_snapshot_restore_live(b->snap, target, b->state, into, cap, &info)
+                            : weft_snapshot_restore(b->snap, target, into, cap, &info);
     *t_done = perf_now_us();
-    r->restore_live_us = perf_slowest(&b->w, *t_done - t0);
+    double us = perf_slowest(&b->w, *t_done - t0);
     if (st != WEFT_OK) {
         weft_layout_free(nl);
         return st;
@@ -114,11 +84,26 @@ weft_status_t snap_restore_live(snap_bench_t *b, snap_result_t *r, double *t_don
     weft_allreduce(g, mine, all, 2, WEFT_I64, WEFT_SUM);
     int64_t place = (int64_t)ss.restore_in_place_bytes, place_all = 0;
     weft_allreduce(g, &place, &place_all, 1, WEFT_I64, WEFT_SUM);
-    r->live_wrong = all[0];
-    r->live_verified = all[0] == 0 && all[1] == 0;
-    r->live_moved = info.bytes_moved;
-    r->live_local = info.bytes_local;
-    r->live_in_place = (size_t)place_all;
+    snap_restore_t *o = live ? &r->live : &r->keep;
+    o->us = us;
+    o->wrong = all[0];
+    o->verified = all[0] == 0 && all[1] == 0;
+    o->moved = info.bytes_moved;
+    o->local = info.bytes_local;
+    o->in_place = (size_t)place_all;
     weft_layout_free(nl);
     return WEFT_OK;
+}
+
+weft_status_t snap_restore_live(snap_bench_t *b, snap_result_t *r, double *t_done)
+{
+    /* Poisoned where the dead rank's shard goes (a restore from the copies wrote it
+     * before): the live restore must move it again. */
+    memset((char *)b->state + b->state_bytes, 0xa5, b->state_cap - b->state_bytes);
+    return restore_state(b, r, true, t_done);
+}
+
+weft_status_t snap_restore_keep(snap_bench_t *b, snap_result_t *r, double *t_done)
+{
+    return restore_state(b, r, false, t_done);
 }

@@ -236,6 +236,25 @@ WEFT_API weft_status_t weft_layout_keep(const weft_layout_t *layout, const int *
                                weft_layout_t **out);
 
 /**
+ * @brief The re-cut after a repair that moves the least: each of @p members keeps every
+ * region it holds in @p layout, first and in its order (so its packed buffer begins as
+ * before), then gets an n-th, cut along the first dimension, of each part that only
+ * members not in @p members held (counted once where several of them held it), appended
+ * in the order of @p layout's regions. Unlike the even re-cut of
+ * weft_migrate_replan_flat, nothing a member holds moves: only the leavers' parts do,
+ * and a restore from live buffers (weft_snapshot_restore_live) into it leaves every
+ * survivor's own shard in place. Shares are even over the leavers' bytes, not over the
+ * whole (a member that held more keeps more). Computed locally, identically on every
+ * member.
+ * @param[in] members Member ids, each once; ids that hold nothing (newcomers) get their
+ *            share of the leavers' parts only.
+ * @return WEFT_OK, WEFT_ERR_INVALID_ARG (NULL argument, no members, an id twice) or
+ *         WEFT_ERR_NO_MEMORY.
+ */
+WEFT_API weft_status_t weft_layout_absorb(const weft_layout_t *layout, const int *members, int n,
+                                 weft_layout_t **out);
+
+/**
  * @brief The flat (ZeRO) re-cut after a repair or a grow: a new layout with every tensor
  * of @p old, flat over the members of @p g in group rank order, and the plan to it from
  * what members of @p g hold in @p old. Regions whose every holder left are listed by

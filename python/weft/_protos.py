@@ -107,6 +107,7 @@ _MIGRATE = {
     "weft_plan_digest": (c_uint64, [P]),
     "weft_plan_print": (I, [P, P]),
     "weft_layout_keep": (I, [P, PI, I, PP]),
+    "weft_layout_absorb": (I, [P, PI, I, PP]),
     "weft_migrate_replan_flat": (I, [P, P, PP, PP]),
     "weft_batch_share": (I, [c_uint64, I, I, c_uint64, POINTER(S.BatchShare)]),
     "weft_migrate_start": (I, [P, P, P, P, POINTER(S.MigrateParams), PP]),

@@ -150,6 +150,14 @@ class Layout:
         check(lib.weft_layout_keep(self._handle, arr, n, byref(out)))
         return Layout._wrap(out.value)
 
+    def absorb(self, members):
+        """The re-cut after a repair that moves the least: each of @p members keeps its
+        regions, first, and gets an even part (by rows) of what only leavers held."""
+        arr, n = _ints(members)
+        out = c_void_p()
+        check(lib.weft_layout_absorb(self._handle, arr, n, byref(out)))
+        return Layout._wrap(out.value)
+
     # -- reading -------------------------------------------------------------------------
     @property
     def num_tensors(self):

@@ -268,6 +268,136 @@ static void test_batch_share(void **state)
     assert_int_equal(weft_batch_share(8, 0, 0, 0, &b), WEFT_ERR_INVALID_ARG);
 }
 
+/* How many of @p members hold each element of tensor @p t (row-major, up to 3 dims). */
+static void coverage(const weft_layout_t *l, int t, const int *members, int n, int *count,
+                     size_t len)
+{
+    weft_tensor_info_t ti;
+    weft_layout_tensor(l, t, &ti);
+    memset(count, 0, len * sizeof(int));
+    for (int m = 0; m < n; m++) {
+        for (int k = 0; k < weft_layout_num_regions(l, members[m]); k++) {
+            int tt;
+            weft_box_t b;
+            weft_layout_region(l, members[m], k, &tt, &b, NULL, NULL);
+            if (tt != t) {
+                continue;
+            }
+            uint64_t sh[3] = {1, 1, 1}, off[3] = {0, 0, 0}, ext[3] = {1, 1, 1};
+            for (int d = 0; d < ti.ndims; d++) {
+                sh[3 - ti.ndims + d] = ti.shape[d];
+                off[3 - ti.ndims + d] = b.offset[d];
+                ext[3 - ti.ndims + d] = b.extent[d];
+            }
+            for (uint64_t i = off[0]; i < off[0] + ext[0]; i++) {
+                for (uint64_t j = off[1]; j < off[1] + ext[1]; j++) {
+                    for (uint64_t q = off[2]; q < off[2] + ext[2]; q++) {
+                        size_t e = (size_t)((i * sh[1] + j) * sh[2] + q);
+                        assert_true(e < len);
+                        count[e]++;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* weft_layout_absorb: members keep their regions first, at their packed offsets; every
+ * element is held after it as often as before by the members who stay, and once more
+ * where only leavers held it; only the leavers' bytes move. */
+static void test_absorb(void **state)
+{
+    (void)state;
+    uint64_t a[2] = {10, 3}, b[1] = {17}, c[2] = {8, 6};
+    weft_layout_t *l;
+    weft_layout_create(&l);
+    weft_layout_add_tensor(l, "a", WEFT_F32, 2, a, NULL);
+    weft_layout_add_tensor(l, "b", WEFT_F32, 1, b, NULL);
+    weft_layout_add_tensor(l, "c", WEFT_F32, 2, c, NULL);
+    int all[5] = {10, 11, 12, 13, 14}, order[2] = {0, 1};
+    /* a and b flat over 10..13; c column-sharded over 11 and 12, and rows 2..5 of its
+     * columns 0..2 held by 13 as well (replicated with 11). */
+    assert_int_equal(weft_layout_flat(l, order, 2, all, 4), WEFT_OK);
+    weft_box_t left = {{0, 0}, {8, 3}}, right = {{0, 3}, {8, 3}}, mid = {{2, 0}, {4, 3}};
+    assert_int_equal(weft_layout_add_region(l, 11, 2, &left), WEFT_OK);
+    assert_int_equal(weft_layout_add_region(l, 12, 2, &right), WEFT_OK);
+    assert_int_equal(weft_layout_add_region(l, 13, 2, &mid), WEFT_OK);
+    const struct {
+        int members[5], n;
+    } cases[] = {
+        {{10, 11, 13}, 3},     /* 12 leaves: its flat range and c's right half */
+        {{10, 12}, 2},         /* 11 and 13 leave: c's middle rows were held by both */
+        {{10, 11, 12, 13}, 4}, /* nobody leaves: the layout is kept */
+        {{13, 14, 10}, 3},     /* 11 and 12 leave, 14 is new, the order is not by id */
+    };
+    int before[80], after[80], leavers[80];
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int *m = cases[ci].members, n = cases[ci].n;
+        weft_layout_t *x = NULL, *kept = NULL;
+        assert_int_equal(weft_layout_absorb(l, m, n, &x), WEFT_OK);
+        assert_int_equal(weft_layout_check_complete(x), WEFT_OK);
+        for (int i = 0; i < n; i++) { /* its own regions first, where they were */
+            int k0 = weft_layout_num_regions(l, m[i]);
+            assert_true(weft_layout_num_regions(x, m[i]) >= k0);
+            for (int k = 0; k < k0; k++) {
+                int t0, t1;
+                weft_box_t b0, b1;
+                size_t off0, off1;
+                weft_layout_region(l, m[i], k, &t0, &b0, NULL, &off0);
+                weft_layout_region(x, m[i], k, &t1, &b1, NULL, &off1);
+                assert_int_equal(t0, t1);
+                assert_memory_equal(&b0, &b1, sizeof(b0));
+                assert_int_equal(off0, off1);
+            }
+        }
+        int gone[5], ng = 0; /* the reference: the leavers by hand */
+        for (int i = 0; i < 4; i++) {
+            bool stays = false;
+            for (int j = 0; j < n; j++) {
+                stays |= m[j] == all[i];
+            }
+            if (!stays) {
+                gone[ng++] = all[i];
+            }
+        }
+        size_t moved = 0;
+        for (int t = 0; t < 3; t++) {
+            weft_tensor_info_t ti;
+            weft_layout_tensor(l, t, &ti);
+            size_t len = (size_t)ti.shape[0] * (ti.ndims > 1 ? (size_t)ti.shape[1] : 1);
+            coverage(l, t, m, n, before, len);
+            coverage(x, t, m, n, after, len);
+            coverage(l, t, gone, ng, leavers, len);
+            for (size_t e = 0; e < len; e++) {
+                int expect = before[e] + (before[e] == 0 && leavers[e] > 0);
+                assert_int_equal(after[e], expect);
+                moved += before[e] == 0 && leavers[e] > 0 ? 4 : 0;
+            }
+        }
+        /* Only the leavers' parts move: the plan's lower bound is exactly their bytes. */
+        weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
+        weft_plan_t *p = NULL;
+        weft_plan_stats_t ps;
+        assert_int_equal(weft_layout_keep(l, all, 4, &kept), WEFT_OK);
+        assert_int_equal(weft_plan_create(kept, x, &pp, &p), WEFT_OK);
+        assert_int_equal(weft_plan_stats(p, -1, &ps), WEFT_OK);
+        assert_int_equal(ps.bytes_lower_bound, moved);
+        assert_int_equal(ps.bytes_missing, 0);
+        weft_plan_free(p);
+        weft_layout_free(kept);
+        weft_layout_free(x);
+    }
+    weft_layout_t *x = NULL;
+    int twice[2] = {10, 10};
+    assert_int_equal(weft_layout_absorb(l, twice, 2, &x), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "twice"));
+    assert_int_equal(weft_layout_absorb(l, all, 0, &x), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_layout_absorb(NULL, all, 1, &x), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_layout_absorb(l, all, 1, NULL), WEFT_ERR_INVALID_ARG);
+    assert_null(x);
+    weft_layout_free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -277,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_box_subtract),
         cmocka_unit_test(test_tile_range),
         cmocka_unit_test(test_batch_share),
+        cmocka_unit_test(test_absorb),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,8 @@
 # the survivors' restore checked word by word (and the dead rank's blob), the file
 # checkpoint re-read and checked too, a fresh job of the survivors' size started (the
 # full restart from files adds it and the detection), and the restore from the live
-# buffers after the same kill checked too; with --ssd the SSD tier's speed beside sequential
+# buffers and from the copies into the re-cut that keeps shards, after the same kill,
+# checked too; with --ssd the SSD tier's speed beside sequential
 # writes, and a second, unchanged snapshot writing almost nothing; the files are cleaned up.
 set -euo pipefail
 weftrun=$1 perf=$2
@@ -42,6 +43,15 @@ assert abs(doc["recover_live_us"] - doc["detect_us"] - doc["repair_us"]
 assert doc["restore_live_bytes_in_place"] == 2 * doc["state_bytes_per_rank"], doc
 assert doc["restore_live_bytes_moved"] <= doc["state_bytes_per_rank"] + 4096, doc
 assert doc["file_restart_full_over_recover_live"] > 0, doc
+# From the copies again into the same re-cut (weft_layout_absorb): own shards copied
+# locally, nothing in place (the live state had moved on), only the dead rank's moved.
+assert doc["restore_keep_wrong"] == 0 and doc["restore_keep_us"] > 0, doc
+assert abs(doc["recover_keep_us"] - doc["detect_us"] - doc["repair_us"]
+           - doc["restore_keep_us"]) < 1, doc
+assert doc["restore_keep_bytes_in_place"] == 0, doc
+assert doc["restore_keep_bytes_local"] >= 2 * doc["state_bytes_per_rank"], doc
+assert doc["restore_keep_bytes_moved"] <= doc["state_bytes_per_rank"] + 4096, doc
+assert doc["file_restart_over_recover_keep"] > 0, doc
 assert doc["ssd_write_gbs"] > 0 and doc["dir_seq_write_gbs"] > 0, doc
 # Each member writes its shard and a buddy's: at least twice the state, all ranks.
 assert doc["first_snapshot_bytes_written"] >= 2 * 3 * doc["state_bytes_per_rank"], doc

@@ -118,6 +118,28 @@ def test_missing_pieces_listed_with_allow_missing():
     assert plan.stats().bytes_missing == 2 * 4 * 4
 
 
+def test_absorb_keeps_shards_and_moves_only_the_leavers():
+    full = {"w": np.arange(60, dtype=np.float32).reshape(15, 4),
+            "b": np.arange(7, dtype=np.float32)}
+    old = weft.Layout.from_tensors(full).flat([0, 1, 2, 3])
+    new = old.absorb([0, 1, 3])
+    for m in (0, 1, 3):  # own regions first, where they were in the packed buffer
+        own = old.regions(m)
+        assert new.regions(m)[:len(own)] == own
+    # Every element held once, as numpy counts it from the boxes.
+    for name, arr in full.items():
+        seen = np.zeros(arr.shape, dtype=int)
+        for m in (0, 1, 3):
+            for r in new.regions(m):
+                if new.tensor(r.tensor).name == name:
+                    seen[tuple(slice(o, o + e) for o, e in zip(*r.box))] += 1
+        assert (seen == 1).all()
+    plan = weft.Plan(old, new)
+    assert plan.stats().bytes_lower_bound == old.packed_bytes(2)  # only member 2's shard
+    with pytest.raises(weft.InvalidArgument):
+        old.absorb([0, 0])
+
+
 def test_layout_errors_name_the_tensor():
     lay = weft.Layout()
     lay.add_tensor("w", "float32", (4, 4))
