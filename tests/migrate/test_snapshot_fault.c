@@ -27,7 +27,9 @@
  * buffers themselves, grown, with a target that keeps each survivor's regions where they
  * were and splits the dead member's among them. Their own regions must stay in place
  * (the stats count all of them), only the dead member's shard moves, and the run still
- * matches bitwise.
+ * matches bitwise (the target is weft_layout_absorb's). With --live-budget, the same with
+ * the buddies' copies spilled as with --budget: the dead member's shard comes from its
+ * buddy's spilled files while the survivors' own regions stay in place.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -73,34 +75,6 @@ static weft_status_t train_step_reduce_first(weft_group_t *g, const weft_layout_
     return st;
 }
 
-/* Every survivor keeps its regions of @p l, in its order, then gets a k-th of each of
- * the dead member's regions (cut along the first dimension). */
-static weft_layout_t *keep_and_split(const weft_layout_t *l, const int *left, int k, int dead)
-{
-    weft_layout_t *nl = model(left, 0);
-    for (int r = 0; r < k; r++) {
-        for (int i = 0; i < weft_layout_num_regions(l, left[r]); i++) {
-            int t;
-            weft_box_t b;
-            weft_layout_region(l, left[r], i, &t, &b, NULL, NULL);
-            weft_layout_add_region(nl, left[r], t, &b);
-        }
-        for (int i = 0; i < weft_layout_num_regions(l, dead); i++) {
-            int t;
-            weft_box_t b;
-            weft_layout_region(l, dead, i, &t, &b, NULL, NULL);
-            uint64_t e = b.extent[0], lo = e * (uint64_t)r / (uint64_t)k,
-                     hi = e * (uint64_t)(r + 1) / (uint64_t)k;
-            b.offset[0] += lo;
-            b.extent[0] = hi - lo;
-            if (b.extent[0] > 0) {
-                weft_layout_add_region(nl, left[r], t, &b);
-            }
-        }
-    }
-    return nl;
-}
-
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb, (void)flag, (void)ftw;
@@ -140,8 +114,9 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
     bool pair = strcmp(mode, "--ssd") == 0, corrupt = strcmp(mode, "--budget-corrupt") == 0;
-    bool budget = corrupt || strcmp(mode, "--budget") == 0, ssd = pair || budget;
-    bool live = strcmp(mode, "--live") == 0;
+    bool live_budget = strcmp(mode, "--live-budget") == 0;
+    bool budget = corrupt || live_budget || strcmp(mode, "--budget") == 0, ssd = pair || budget;
+    bool live = live_budget || strcmp(mode, "--live") == 0;
     setenv("WEFT_TIMEOUT_MS", "60000", 0);
     weft_ctx_t *ctx;
     weft_group_t *world;
@@ -215,7 +190,12 @@ int main(int argc, char **argv)
     for (int r = 0; r < k; r++) {
         weft_group_member_id(world, r, &left[r]);
     }
-    weft_layout_t *nl = live ? keep_and_split(l, left, k, victim) : model(left, k);
+    weft_layout_t *nl = NULL;
+    if (live) { /* each survivor keeps its regions and gets a part of the dead member's */
+        weft_layout_absorb(l, left, k, &nl);
+    } else {
+        nl = model(left, k);
+    }
     size_t nb = weft_snapshot_restore_bytes(snap, nl);
     unsigned char *nbuf = malloc(nb);
     weft_snapshot_restored_t got;
