@@ -283,6 +283,11 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
         }
     }
     weft__mig_sort(m->local, m->nlocal);
+    size_t local_bytes = 0;
+    for (uint32_t i = 0; i < m->nlocal; i++) {
+        local_bytes += m->local[i].bytes;
+    }
+    m->local_stream = local_bytes >= WEFT__MIG_STREAM_MIN;
     for (int i = 0; i < m->nstreams; i++) {
         stream_t *s = &m->streams[i];
         if (s->nchunks >= WEFT_MIG_CLOSE) {

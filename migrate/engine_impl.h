@@ -108,6 +108,7 @@ typedef struct mig {
     weft_mig_chunk_t *local;
     uint32_t nlocal, local_next;
     size_t local_cap;
+    bool local_stream; /* local copies write with non-temporal stores (WEFT__MIG_STREAM_MIN) */
     char why[256]; /* the first stream error of this member */
 } mig_t;
 

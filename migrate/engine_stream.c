@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "comm/coll/coll.h"
+#include "comm/copy.h"
 #include "migrate/box.h"
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
@@ -387,6 +388,14 @@ weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
     return WEFT_OK;
 }
 
+/* A run of a local copy, with non-temporal stores (comm/copy.h). */
+static bool stream_run(void *dst, const void *src, size_t n, void *arg)
+{
+    (void)arg;
+    weft__copy_stream(dst, src, n);
+    return true;
+}
+
 static void local_job(weft_job_t *job)
 {
     mig_t *m = (mig_t *)((char *)job - offsetof(mig_t, local_job));
@@ -397,8 +406,15 @@ static void local_job(weft_job_t *job)
     if (dst == src && memcmp(&x->dst_box, &x->src_box, sizeof(x->dst_box)) == 0) {
         return; /* the same memory: the bytes are in place already */
     }
-    if (!weft__mig_move_box(m, src_dev(m, x) || m->new_dev, dst, &x->dst_box, src, &x->src_box,
-                            &c->box, x->ndims, x->elem)) {
+    bool dev = src_dev(m, x) || m->new_dev;
+    if (!dev && m->local_stream) {
+        (void)weft__box_copy_with(dst, &x->dst_box, src, &x->src_box, &c->box, x->ndims, x->elem,
+                                  stream_run, NULL);
+        weft__copy_fence(); /* before the job is seen done on another thread */
+        return;
+    }
+    if (!weft__mig_move_box(m, dev, dst, &x->dst_box, src, &x->src_box, &c->box, x->ndims,
+                            x->elem)) {
         m->local_err = true;
     }
 }
