@@ -93,7 +93,8 @@ struct weft_ctx {
     struct weft_cuda_ctx *cuda; /* topology summaries (comm/memtype.c); NULL until used */
     /* The progress thread (comm/progress_thread.c). */
     pthread_mutex_t lock;       /* held by public calls and by the thread's passes */
-    pthread_cond_t pt_cv;       /* wakes the thread when published requests appear */
+    pthread_cond_t pt_cv;       /* with job_lock: wakes the thread for published requests
+                                 * or queued jobs (pt_sleeping: written under both locks) */
     pthread_t pt;
     bool pt_running, pt_stop, pt_sleeping;
     uint64_t pt_pass_ns;        /* when the thread last ended a pass (weft__now_ns) */
@@ -225,6 +226,9 @@ weft_status_t weft__progress_thread_start(weft_ctx_t *ctx);
 /* Whether @p req is left to the progress thread, which is keeping up (it ended a pass
  * within the last millisecond): weft_test then only reads its status. */
 bool weft__progress_thread_owns(const weft_req_t *req);
+/* Wake the thread if it sleeps for want of work (call with the context's lock held). It
+ * sleeps on pt_cv with job_lock, so a queued job wakes it while a caller holds the lock. */
+void weft__pt_wake(weft_ctx_t *ctx);
 /* Stop and join the thread (weft_finalize, before anything is torn down). */
 void weft__progress_thread_stop(weft_ctx_t *ctx);
 

@@ -21,6 +21,10 @@ void weft__job_submit(weft_ctx_t *ctx, weft_job_t *job, bool inline_now)
         ctx->jobs_head = job;
     }
     ctx->jobs_tail = job;
+    if (ctx->pt_sleeping) { /* the thread sleeps while the caller holds the context */
+        ctx->pt_sleeping = false;
+        pthread_cond_signal(&ctx->pt_cv);
+    }
     pthread_mutex_unlock(&ctx->job_lock);
 }
 

@@ -7,8 +7,9 @@
  * drives the transports and advances every request a public call returned (published
  * requests: weft_i*, weft_migrate_start, the vocabulary passes) until each completes,
  * releasing the lock between passes and ending a pass early when a public call is
- * waiting for the lock. With nothing published in flight it sleeps on a
- * condition variable, woken when a public call returns leaving one.
+ * waiting for the lock. With nothing published in flight and no job queued it sleeps on a
+ * condition variable, woken when a public call returns leaving one or when a job is
+ * queued (a caller blocked in weft_wait holds the lock but shares its jobs).
  *
  * Cost: a recursive mutex lock and unlock per public call (tens of nanoseconds), and,
  * while operations are in flight and the caller is away, the polling of one thread,
@@ -75,10 +76,20 @@ void weft__api_unlock(weft_ctx_t **held)
     if (ctx == NULL) {
         return;
     }
-    if (--ctx->lock_depth == 0 && ctx->bg != NULL && ctx->pt_sleeping) {
-        pthread_cond_signal(&ctx->pt_cv);
+    if (--ctx->lock_depth == 0 && ctx->bg != NULL) {
+        weft__pt_wake(ctx);
     }
     pthread_mutex_unlock(&ctx->lock);
+}
+
+void weft__pt_wake(weft_ctx_t *ctx)
+{
+    if (ctx->pt_sleeping) {
+        pthread_mutex_lock(&ctx->job_lock);
+        ctx->pt_sleeping = false;
+        pthread_cond_signal(&ctx->pt_cv);
+        pthread_mutex_unlock(&ctx->job_lock);
+    }
 }
 
 void weft__req_publish(weft_req_t *req)
@@ -152,10 +163,16 @@ static void *run(void *arg)
                 break;
             }
             if (ctx->bg == NULL && !weft__jobs_pending(ctx)) {
-                ctx->pt_sleeping = true;
-                pthread_cond_wait(&ctx->pt_cv, &ctx->lock);
-                ctx->pt_sleeping = false;
+                /* Sleep until a request is published or a job queued. The wait is on the
+                 * jobs' lock, not the context's: a caller blocked in weft_wait holds that
+                 * one throughout, and the jobs it queues are this thread's to share. */
+                pthread_mutex_lock(&ctx->job_lock);
+                ctx->pt_sleeping = ctx->jobs_head == NULL;
                 pthread_mutex_unlock(&ctx->lock);
+                while (ctx->pt_sleeping) {
+                    pthread_cond_wait(&ctx->pt_cv, &ctx->job_lock);
+                }
+                pthread_mutex_unlock(&ctx->job_lock);
                 idle = 0;
                 continue;
             }
@@ -222,7 +239,7 @@ void weft__progress_thread_stop(weft_ctx_t *ctx)
     }
     pthread_mutex_lock(&ctx->lock);
     ctx->pt_stop = true;
-    pthread_cond_signal(&ctx->pt_cv);
+    weft__pt_wake(ctx);
     pthread_mutex_unlock(&ctx->lock);
     pthread_join(ctx->pt, NULL);
     ctx->pt_running = false;
