@@ -31,7 +31,8 @@ static weft_ctx_t *ctx;
 static weft_group_t *world;
 static int me, n, my_id;
 static int ids[64];
-static size_t default_chunk; /* WEFT_MIGRATE_CHUNK as set: restored after each test */
+static size_t default_chunk;  /* WEFT_MIGRATE_CHUNK as set: restored after each test */
+static size_t default_window; /* WEFT_MIGRATE_WINDOW likewise */
 
 /* Run old -> new on the world and return this rank's status; checks the data on OK. */
 static weft_status_t run(const weft_layout_t *old, const weft_layout_t *new,
@@ -82,7 +83,7 @@ static void test_random(void **state)
         weft_layout_free(new);
     }
     ctx->cfg.migrate_chunk = default_chunk;
-    ctx->cfg.migrate_window = 4;
+    ctx->cfg.migrate_window = default_window;
 }
 
 /* ZeRO: a flat partition of three tensors over all ranks, re-cut over all but the last. */
@@ -388,6 +389,7 @@ int main(void)
         weft_group_member_id(world, r, &ids[r]);
     }
     default_chunk = ctx->cfg.migrate_chunk;
+    default_window = ctx->cfg.migrate_window;
     const struct CMUnitTest tests[] = {
         MIG_TEST(test_random),       MIG_TEST(test_zero_recut), MIG_TEST(test_corruption),
         MIG_TEST(test_disagreement), MIG_TEST(test_resume),     MIG_TEST(test_cma),
