@@ -157,6 +157,10 @@ struct weft_req {
     struct weft_req *bg_next;     /* in ctx->bg while published and in flight */
     bool in_bg;
     bool detached; /* nobody holds it: whoever completes it frees it (a refusal) */
+    /* A wait on it runs queued jobs while it waits (comm/job.h): set by requests whose
+     * own work is jobs (migrations, snapshots). A wait on anything else leaves them to
+     * the progress thread, so a small collective never waits behind a chunk's copy. */
+    bool runs_jobs;
 };
 
 /* ---- store keys ---- */

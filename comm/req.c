@@ -190,8 +190,8 @@ weft_status_t weft_wait(weft_req_t *req, uint64_t timeout_ns)
     for (;;) {
         int events = weft__progress(ctx);
         weft_status_t st = weft__req_advance(req);
-        if (st == WEFT_INPROGRESS && weft__jobs_pending(ctx)) {
-            events += weft__jobs_run(ctx, 1); /* waiting anyway: lend a hand */
+        if (st == WEFT_INPROGRESS && req->runs_jobs && weft__jobs_pending(ctx)) {
+            events += weft__jobs_run(ctx, 1); /* waiting for them anyway: lend a hand */
         }
         if (st != WEFT_INPROGRESS) {
             return st;

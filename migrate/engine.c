@@ -459,6 +459,7 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate_start: out of memory");
     }
     r->impl = m;
+    r->runs_jobs = true;
     r->progress = mig_progress;
     r->cleanup = mig_cleanup;
     st = weft_iallreduce(g, m->agree, &m->agree[5], 5, WEFT_I64, WEFT_MAX, &m->child);

@@ -481,6 +481,7 @@ weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step, const vo
     q->snap = snap;
     q->child = child;
     r->impl = q;
+    r->runs_jobs = true;
     r->progress = snap_progress;
     r->cleanup = snap_cleanup;
     snap->pending = r;
