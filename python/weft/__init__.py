@@ -15,6 +15,7 @@ from .errors import (Error, InvalidArgument, Mismatch, OtherError, PeerError, Pe
                      Revoked, Status, Timeout, status_str)
 from .group import EditInfo, Group
 from .info import info_text, memory_is_cuda, version, version_info
+from . import memory
 from .layout import Box, Layout, Region, TensorInfo
 from .migrate import (BatchShare, batch_share, migrate, migrate_resume, migrate_start,
                       replan_flat)
@@ -46,7 +47,7 @@ def size():
 
 
 __all__ = [
-    "library_path", "Op", "Context", "Setting", "default_context", "finalize", "init",
+    "library_path", "memory", "Op", "Context", "Setting", "default_context", "finalize", "init",
     "DType", "dtype_of", "numpy_dtype", "Error", "InvalidArgument", "Mismatch", "OtherError",
     "PeerError", "PeerFailed", "Revoked", "Status", "Timeout", "status_str", "EditInfo",
     "Group", "info_text", "memory_is_cuda", "version", "version_info", "Box", "Layout",
