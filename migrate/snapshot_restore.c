@@ -285,6 +285,18 @@ static weft_status_t replan(weft_snapshot_t *s, const weft_layout_t *target, con
 /* With members that joined since: the lowest holder sends them what they cannot compute
  * (the snapshot's members and blob size, and the plan), in two broadcasts every member
  * takes part in. A joiner builds its snapshot object's restore fields from them. */
+bool weft__snap_share_fail;
+
+/* This member cannot hold the shared plan: it revokes the group, so the others fail in
+ * the broadcast or the migration at once instead of waiting for it to their timeout. */
+static weft_status_t share_failed(weft_group_t *g)
+{
+    (void)weft_group_revoke(g);
+    return weft__error(g->ctx, WEFT_ERR_NO_MEMORY,
+                       "weft_snapshot_restore: out of memory for the plan shared with newcomers "
+                       "(the group is revoked)");
+}
+
 static weft_status_t share_plan(weft_snapshot_t *s, const agreed_t *a)
 {
     weft_group_t *g = s->g;
@@ -305,9 +317,9 @@ static weft_status_t share_plan(weft_snapshot_t *s, const agreed_t *a)
     }
     size_t nm = (size_t)head[0] * sizeof(int), nx = (size_t)head[2] * sizeof(weft__xfer_t),
            nmiss = (size_t)head[3] * sizeof(weft__xfer_t), len = nm + nx + nmiss;
-    uint8_t *payload = malloc(len > 0 ? len : 1);
+    uint8_t *payload = weft__snap_share_fail && root ? NULL : malloc(len > 0 ? len : 1);
     if (payload == NULL) {
-        return WEFT_ERR_NO_MEMORY; /* the others then fail in the broadcast's timeout */
+        return share_failed(g);
     }
     if (root) {
         memcpy(payload, s->members, nm);
@@ -327,7 +339,7 @@ static weft_status_t share_plan(weft_snapshot_t *s, const agreed_t *a)
             weft_plan_free(p);
             free(members);
             free(payload);
-            return WEFT_ERR_NO_MEMORY;
+            return share_failed(g);
         }
         memcpy(members, payload, nm);
         memcpy(p->xfers, payload + nm, nx);

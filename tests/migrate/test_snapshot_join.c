@@ -7,14 +7,21 @@
  * weft_snapshot_restore_join(). Everyone reads the step to resume from a blob and trains
  * to the end; every element must be bitwise equal to a run without failure. Run by
  * run_fault.sh with --replace, which counts "SURVIVOR-OK" lines (the newcomer's too).
+ *
+ * With SNAP_SHARE_FAIL=1 the lowest holder cannot hold the plan it shares with the
+ * newcomer (a test hook fails its allocation): it revokes the group, and every member's
+ * restore, the newcomer's included, fails within seconds instead of waiting for it in
+ * the broadcast until it calls something else, or WEFT_TIMEOUT_MS (60 s here).
  */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../groups/fault_common.h"
+#include "migrate/snapshot.h"
 #include "snap_common.h"
 #include "weft/weft.h"
 
@@ -78,6 +85,34 @@ static weft_status_t train(weft_group_t *g, const weft_layout_t *l, void *buf, u
     return st;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* SNAP_SHARE_FAIL: the restore (started at @p t0) must have failed, and soon. The member
+ * that failed first waits 5 s before it calls anything else, so the others' restores
+ * end within 4 s only if its revocation told them (its next collective would too). */
+static int share_fail_done(weft_ctx_t *ctx, int me, weft_status_t st, double t0)
+{
+    double took = now_s() - t0;
+    printf("rank %d: restore %s after %.2f s: %s\n", me, weft_status_str(st), took,
+           weft_last_error(ctx));
+    if (weft__snap_share_fail) {
+        struct timespec five = {5, 0};
+        nanosleep(&five, NULL);
+    }
+    if (st == WEFT_OK || took > 4) {
+        SURVIVOR_FAIL(me, "the failed share did not fail every member at once");
+        return 1;
+    }
+    SURVIVOR_OK(me);
+    weft_finalize(ctx);
+    return 0;
+}
+
 int main(void)
 {
     setenv("WEFT_TIMEOUT_MS", "60000", 0);
@@ -86,8 +121,9 @@ int main(void)
     if (weft_init(NULL, &ctx) != WEFT_OK) {
         return 1;
     }
-    const char *join = getenv("WEFT_JOIN");
+    const char *join = getenv("WEFT_JOIN"), *sf = getenv("SNAP_SHARE_FAIL");
     bool joiner = join != NULL && strcmp(join, "1") == 0;
+    bool share_fail = sf != NULL && strcmp(sf, "1") == 0;
     int me, n, id;
     weft_layout_t *nl;
     weft_snapshot_t *snap = NULL;
@@ -104,7 +140,12 @@ int main(void)
         nl = model_of(world);
         size_t nb = weft_layout_packed_bytes(nl, id);
         nbuf = malloc(nb + 1);
-        if ((st = weft_snapshot_restore_join(world, nl, nbuf, nb, &snap, &got)) != WEFT_OK) {
+        double t0 = now_s();
+        st = weft_snapshot_restore_join(world, nl, nbuf, nb, &snap, &got);
+        if (share_fail) {
+            return share_fail_done(ctx, me, st, t0);
+        }
+        if (st != WEFT_OK) {
             SURVIVOR_FAIL(me, weft_last_error(ctx));
             return 1;
         }
@@ -151,7 +192,13 @@ int main(void)
         nl = model_of(world);
         size_t nb = weft_snapshot_restore_bytes(snap, nl);
         nbuf = malloc(nb);
-        if ((st = weft_snapshot_restore(snap, nl, nbuf, nb, &got)) != WEFT_OK) {
+        weft__snap_share_fail = share_fail && me == 0; /* the lowest holder */
+        double t0 = now_s();
+        st = weft_snapshot_restore(snap, nl, nbuf, nb, &got);
+        if (share_fail) {
+            return share_fail_done(ctx, me, st, t0);
+        }
+        if (st != WEFT_OK) {
             SURVIVOR_FAIL(me, weft_last_error(ctx));
             return 1;
         }
