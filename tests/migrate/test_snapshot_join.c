@@ -95,7 +95,8 @@ static double now_s(void)
 /* SNAP_SHARE_FAIL: the restore (started at @p t0) must have failed, and soon. The member
  * that failed first waits 5 s before it calls anything else, so the others' restores
  * end within 4 s only if its revocation told them (its next collective would too). */
-static int share_fail_done(weft_ctx_t *ctx, int me, weft_status_t st, double t0)
+static int share_fail_done(weft_ctx_t *ctx, int me, weft_status_t st, double t0,
+                           weft_snapshot_t *snap, weft_layout_t *nl, void *nbuf)
 {
     double took = now_s() - t0;
     printf("rank %d: restore %s after %.2f s: %s\n", me, weft_status_str(st), took,
@@ -104,8 +105,12 @@ static int share_fail_done(weft_ctx_t *ctx, int me, weft_status_t st, double t0)
         struct timespec five = {5, 0};
         nanosleep(&five, NULL);
     }
+    weft_snapshot_free(snap);
+    weft_layout_free(nl);
+    free(nbuf);
     if (st == WEFT_OK || took > 4) {
         SURVIVOR_FAIL(me, "the failed share did not fail every member at once");
+        weft_finalize(ctx);
         return 1;
     }
     SURVIVOR_OK(me);
@@ -143,7 +148,7 @@ int main(void)
         double t0 = now_s();
         st = weft_snapshot_restore_join(world, nl, nbuf, nb, &snap, &got);
         if (share_fail) {
-            return share_fail_done(ctx, me, st, t0);
+            return share_fail_done(ctx, me, st, t0, snap, nl, nbuf);
         }
         if (st != WEFT_OK) {
             SURVIVOR_FAIL(me, weft_last_error(ctx));
@@ -196,7 +201,9 @@ int main(void)
         double t0 = now_s();
         st = weft_snapshot_restore(snap, nl, nbuf, nb, &got);
         if (share_fail) {
-            return share_fail_done(ctx, me, st, t0);
+            free(buf);
+            weft_layout_free(l);
+            return share_fail_done(ctx, me, st, t0, snap, nl, nbuf);
         }
         if (st != WEFT_OK) {
             SURVIVOR_FAIL(me, weft_last_error(ctx));
