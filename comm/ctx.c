@@ -433,6 +433,11 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     if (out == NULL || (params != NULL && params->size < offsetof(weft_init_params_t, log_fn))) {
         return WEFT_ERR_INVALID_ARG;
     }
+    /* weft's threads (heartbeat, progress) use OpenSSL (the store's frame tags) until
+     * weft_finalize; a process that exits without it runs exit handlers while they still
+     * run, and OpenSSL's own handler would free what they use. Without it, the process's
+     * end frees everything anyway. First use in the process decides, so here. */
+    (void)OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
     weft_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL) {
         return WEFT_ERR_NO_MEMORY;
