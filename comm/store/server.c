@@ -259,6 +259,10 @@ static void *server_main(void *arg)
     struct epoll_event evs[EPOLL_BATCH];
     pthread_mutex_lock(&s->lock);
     while (!s->stop) {
+        /* The last turn's answers go out before its timers run: a lease that lapses at
+         * once kills its connection, and the answer to the LEASE itself must not die
+         * with it (a 1 ms lease under load lost it). */
+        turn_end(s);
         int timeout = run_timers(s);
         turn_end(s);
         pthread_mutex_unlock(&s->lock);
@@ -552,7 +556,7 @@ bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size
         s->feed = p;
         s->feed_len = n;
         s->feed_eof = eof;
-        /* As the loop does: read while it wants input, answer, expire, flush, reap. */
+        /* As the loop does: read while it wants input, answer, flush, expire, reap. */
         while (weft__store_srv_wants_input(c) && (s->feed_len > 0 || s->feed_eof)) {
             weft__store_srv_read(s, c);
         }
@@ -560,12 +564,12 @@ bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size
         s->feed = NULL;
         s->feed_len = 0;
         s->feed_eof = false;
-        (void)run_timers(s);
         if (out != NULL && !c->dead &&
             weft__store_buf_put(out, c->out.data + c->out_off, weft__store_srv_pending(c)) == WEFT_OK) {
             s->queued -= weft__store_srv_pending(c);
             c->out_off = c->out.len;
         }
+        (void)run_timers(s);
     }
     bool open = c != NULL && !c->dead;
     turn_end(s);
