@@ -282,7 +282,11 @@ weft_status_t weft__ssd_progress(weft__ssd_t *s)
         weft__ssd_read_end(s);
     }
     s->op = WEFT__SSD_IDLE;
-    return s->status;
+    if (s->status != WEFT_OK) {
+        /* Steps run as jobs on any thread: the error's text goes to the one that ends it. */
+        return weft__error_noctx(s->status, "%s", s->why);
+    }
+    return WEFT_OK;
 }
 
 weft_status_t weft__ssd_wait(weft__ssd_t *s, uint64_t timeout_ns)
@@ -410,12 +414,11 @@ bool weft__ssd_slots_busy(const weft__ssd_t *s)
 weft_status_t weft__ssd_fail(weft__ssd_t *s, weft_status_t status, const char *fmt, ...)
 {
     if (s->status == WEFT_OK) {
-        char msg[512];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
+        vsnprintf(s->why, sizeof(s->why), fmt, ap);
         va_end(ap);
-        s->status = weft__error_noctx(status, "%s", msg);
+        s->status = weft__error_noctx(status, "%s", s->why);
     }
     return s->status;
 }

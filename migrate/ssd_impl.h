@@ -84,6 +84,7 @@ struct weft__ssd {
 
     weft__ssd_op_t op;
     weft_status_t status; /* the operation's first error */
+    char why[512];        /* its text: the thread that ends the operation may be another */
     bool finished;        /* nothing more will happen: report status */
     weft__ssd_stats_t stats;
 

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -772,6 +773,55 @@ static void test_nonblocking(void **state)
     free(m);
 }
 
+/* Chunk files cannot be created: the disk is full. */
+static int full_disk(const char *path, int flags, mode_t mode)
+{
+    if ((flags & O_CREAT) != 0 && strstr(path, ".chunk") != NULL) {
+        errno = ENOSPC;
+        return -1;
+    }
+    return open(path, flags, mode);
+}
+
+typedef struct {
+    weft__ssd_t *s;
+    weft_status_t st;
+    char why[512];
+} step_arg_t;
+
+static void *one_step(void *arg)
+{
+    step_arg_t *a = arg;
+    a->st = weft__ssd_progress(a->s);
+    snprintf(a->why, sizeof(a->why), "%s", weft_last_error(NULL));
+    return NULL;
+}
+
+/* Steps of an operation run as jobs on whatever thread is free: each step here runs on a
+ * thread of its own, and the one that ends a failed write still reports why it failed
+ * (its own thread recorded nothing). */
+static void test_error_on_another_thread(void **state)
+{
+    (void)state;
+    weft__ssd_t *s = open_tier(0, full_disk);
+    model_t *m = malloc(sizeof(*m));
+    fill_model(m, 60);
+    weft__ssd_region_t r = {"w", WEFT_F32, 2, box2(0, W_ROWS, 0, W_COLS), m->w};
+    assert_int_equal(weft__ssd_snapshot_start(s, 1, &r, 1, NULL, 0), WEFT_INPROGRESS);
+    step_arg_t a = {.s = s, .st = WEFT_INPROGRESS};
+    for (int i = 0; i < 100000 && a.st == WEFT_INPROGRESS; i++) {
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, one_step, &a), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+    }
+    assert_int_equal(a.st, WEFT_ERR_IO);
+    if (strstr(a.why, "No space") == NULL) {
+        fail_msg("the failed write's text on the thread that ended it: \"%s\"", a.why);
+    }
+    weft__ssd_close(s);
+    free(m);
+}
+
 static void test_bad_args(void **state)
 {
     (void)state;
@@ -844,6 +894,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gc_pin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_fallback, setup_shm, teardown),
         cmocka_unit_test_setup_teardown(test_nonblocking, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_error_on_another_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_args, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
