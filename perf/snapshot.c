@@ -684,22 +684,14 @@ static void report_json(const snap_bench_t *b, const snap_result_t *r)
     json_us("recover_us", rec && r->recover_us > 0, r->recover_us);
     json_us("file_write_us", rec, r->file_write_us);
     json_us("file_restart_us", rec, r->file_restart_us);
-    if (rec && r->recover_us > 0) {
-        printf(",\n  \"file_restart_over_recover\": %.2f", r->file_restart_us / r->recover_us);
-    } else {
-        printf(",\n  \"file_restart_over_recover\": null");
-    }
+    json_ratio("file_restart_over_recover", rec, r->file_restart_us, r->recover_us);
     bool full = rec && r->detect_us >= 0 && r->job_start_us >= 0;
     double full_us = r->detect_us + r->job_start_us + r->file_restart_us;
     json_restore("live", rec, &r->live, r->recover_live_us);
     json_restore("keep", rec, &r->keep, r->recover_keep_us);
     json_us("job_start_us", rec && r->job_start_us >= 0, r->job_start_us);
     json_us("file_restart_full_us", full, full_us);
-    if (full && r->recover_us > 0) {
-        printf(",\n  \"file_restart_full_over_recover\": %.2f", full_us / r->recover_us);
-    } else {
-        printf(",\n  \"file_restart_full_over_recover\": null");
-    }
+    json_ratio("file_restart_full_over_recover", full, full_us, r->recover_us);
     json_ratio("file_restart_over_recover_live", rec, r->file_restart_us, r->recover_live_us);
     json_ratio("file_restart_full_over_recover_live", full, full_us, r->recover_live_us);
     json_ratio("file_restart_over_recover_keep", rec, r->file_restart_us, r->recover_keep_us);

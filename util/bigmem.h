@@ -44,9 +44,7 @@ static inline void *weft__bigmem_alloc(size_t bytes)
     if (head > 0) {
         munmap(raw, head);
     }
-    if (WEFT__BIGMEM_PAGE - head > 0) {
-        munmap((uint8_t *)start + span, WEFT__BIGMEM_PAGE - head);
-    }
+    munmap((uint8_t *)start + span, WEFT__BIGMEM_PAGE - head); /* head < a page: never 0 */
 #ifdef MADV_HUGEPAGE
     (void)madvise((void *)start, span, MADV_HUGEPAGE); /* advice: 4 KiB pages where refused */
 #endif
