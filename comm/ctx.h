@@ -100,6 +100,10 @@ struct weft_ctx {
     uint64_t pt_pass_ns;        /* when the thread last ended a pass (weft__now_ns) */
     int lock_depth;             /* nesting of public calls on this thread */
     _Atomic int api_waiting;    /* public calls waiting for the lock: the thread yields */
+    /* Until then (weft__now_ns) idle waits yield instead of sleeping: a transfer through
+     * shared memory is under way whose next step is microseconds away and wakes nobody
+     * (migrate/ring.h). */
+    _Atomic uint64_t spin_until_ns;
     struct weft_req *bg;        /* published requests still in flight */
     /* Jobs (comm/job.h): queued data work, run outside the lock above. */
     pthread_mutex_t job_lock;
@@ -109,6 +113,10 @@ struct weft_ctx {
         size_t big_bytes; /* 0: from malloc; else from weft__bigmem_alloc, this size */
     } *retired;
     size_t nretired, cap_retired;
+    /* Same-host migration rings kept between migrations (migrate/ring_cache.c), and what
+     * weft_finalize calls to let them go. */
+    struct weft_mig_rings *mig_rings;
+    void (*mig_rings_free)(struct weft_ctx *ctx);
 };
 
 struct weft_group {

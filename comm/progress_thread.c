@@ -188,7 +188,7 @@ static void *run(void *arg)
         events += weft__jobs_run(ctx, INT32_MAX);
         /* Give the caller the lock between passes; back off while nothing moves. */
         idle = events > 0 ? 0 : idle + 1;
-        if (idle < 16) {
+        if (idle < 16 || weft__now_ns() < atomic_load(&ctx->spin_until_ns)) {
             sched_yield();
         } else {
             long us = idle < 32 ? 10 : max_sleep_us;

@@ -35,7 +35,8 @@ int weft__progress(weft_ctx_t *ctx)
  * that have work (8 ranks on 2 cores in the tests), capped at 250 us because a message
  * from a peer does not wake the sleeper (shared-memory transports offer no event to
  * wait on), and they sleep in ppoll() on the
- * failure-notice connection, so a death wakes them at once.
+ * failure-notice connection, so a death wakes them at once. While ctx->spin_until_ns
+ * lies ahead they only yield.
  */
 void weft__idle(weft_ctx_t *ctx, uint64_t *idle_polls)
 {
@@ -44,7 +45,7 @@ void weft__idle(weft_ctx_t *ctx, uint64_t *idle_polls)
     if (n < spins) {
         return;
     }
-    if (n < spins + 256) {
+    if (n < spins + 256 || weft__now_ns() < atomic_load(&ctx->spin_until_ns)) {
         sched_yield();
         return;
     }

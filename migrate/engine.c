@@ -33,6 +33,8 @@ void (*weft__migrate_recv_hook)(int src_member, uint32_t seq, int round, void *d
                                 size_t len) = NULL;
 bool weft__migrate_cma_refuse = false;
 _Atomic uint64_t weft__migrate_cma_reads = 0;
+int weft__migrate_ring_refuse = 0;
+_Atomic uint64_t weft__migrate_ring_chunks = 0;
 _Atomic uint64_t weft__migrate_nccl_chunks = 0;
 
 /*
@@ -92,7 +94,7 @@ static weft_status_t mig_progress(weft_req_t *req)
         if (m->agree[5] != m->agree[0] || m->agree[6] != m->agree[1]) {
             return weft__error(ctx, WEFT_ERR_MISMATCH,
                                "weft_migrate: members started different plans, chunk sizes "
-                               "(WEFT_MIGRATE_CHUNK) or priorities");
+                               "(WEFT_MIGRATE_CHUNK), priorities or WEFT_MIGRATE_SHM");
         }
         if ((st = choose_nccl(m)) != WEFT_OK) {
             return st;
@@ -208,6 +210,11 @@ static void mig_free(mig_t *m)
         free(s->bad);
         free(s->ok);
         release(ctx, s->verdict, verdict_live);
+        release(ctx, s->offer, s->offer_req != NULL);
+        weft_req_free(s->offer_req);
+        /* A ring is kept for the next migration only when its stream finished: then no
+         * write of the other side can still come. */
+        weft__ring_give_back(ctx, s->ring, s->phase == ST_DONE && s->err == WEFT_OK);
     }
     free(m->streams);
     free(m->local);
@@ -342,7 +349,8 @@ static void cross_memory(const mig_t *m, int me, int64_t *host, int64_t *dev)
 /* What members must agree on: the plan, the chunk size and the priorities. */
 static uint64_t agreement_key(const mig_t *m, const weft_migrate_params_t *p)
 {
-    uint64_t h = m->plan->digest ^ XXH3_64bits(&m->chunk, sizeof(m->chunk));
+    uint64_t h = m->plan->digest ^ XXH3_64bits(&m->chunk, sizeof(m->chunk)) ^
+                 (m->g->ctx->cfg.migrate_shm ? UINT64_C(0x5348) : 0);
     if (p->priority != NULL && p->num_priorities > 0) {
         h ^= XXH3_64bits_withSeed(p->priority, (size_t)p->num_priorities * sizeof(int), 1);
     }

@@ -86,6 +86,11 @@ bool weft__mig_received(const weft_req_t *req, weft__mig_piece_fn fn, void *arg)
 extern bool weft__migrate_cma_refuse;
 extern _Atomic uint64_t weft__migrate_cma_reads;
 
+/* Test hooks of same-host rings (migrate/ring.h): 1, senders cannot map the offered ring;
+ * 2, receivers cannot make one (they offer none). Chunks received through a ring. */
+extern int weft__migrate_ring_refuse;
+extern _Atomic uint64_t weft__migrate_ring_chunks;
+
 /* Chunks this process sent or received GPU to GPU through NCCL point-to-point
  * (nccl_path.c; stays 0 without NCCL): the GPU checks assert the path was taken. */
 extern _Atomic uint64_t weft__migrate_nccl_chunks;

@@ -13,6 +13,7 @@
 #include "comm/ctx.h"
 #include "comm/job.h"
 #include "migrate/engine.h"
+#include "migrate/ring.h"
 
 /* In a verdict's count: the receiver could not read the sender's memory (CMA). */
 #define VERDICT_NO_CMA (1u << 31)
@@ -26,6 +27,11 @@ enum { STAGE_AGREE, STAGE_MOVE, STAGE_CLOSE };
  * comes and the job checks it; the job also scatters a staged chunk. */
 enum { SL_FREE, SL_JOB, SL_SENDING, SL_HDR, SL_DATA };
 
+/* A stream's shared-memory ring (migrate/ring.h): not decided yet (the first pass of
+ * round 0 decides, alike on both members); not for this stream; the sender waits for
+ * the offer; in use; offered and answered, but there is none. */
+enum { RING_UNDECIDED, RING_NONE, RING_WAIT, RING_ON, RING_OFF };
+
 typedef struct slot {
     weft_job_t job; /* first: the job's run() finds its slot */
     int32_t chunk;  /* index into the stream's chunks; -1: free */
@@ -33,11 +39,14 @@ typedef struct slot {
     struct mig *m;
     struct stream *s;
     weft_req_t *hdr, *data;
-    uint64_t hdr_buf[4]; /* checksum, length, sender pid and address (CMA) or 0 */
+    /* checksum, length, sender pid and address (CMA) or 0, ring chunk number + 1 or 0 */
+    uint64_t hdr_buf[5];
+    uint64_t ring_q;     /* the chunk's number in the stream's ring + 1; 0: not in it */
     uint8_t *staging;    /* when the chunk is not contiguous in the packed buffer */
     uint8_t *ptr;        /* where the data is (user buffer or staging) */
     size_t recvd;
     bool cma;         /* send: the receiver reads it; receive: read it from the sender */
+    bool contig;      /* the chunk is contiguous in the user's buffer (ptr points there) */
     bool copy_failed; /* send: the chunk could not be read (device memory) */
     bool good;        /* receive: the job found the checksum right and placed the data */
     bool cma_failed;  /* receive: the sender's memory could not be read */
@@ -60,6 +69,11 @@ typedef struct stream {
     int staged;      /* slots holding a staging buffer */
     bool cma;        /* the peer is on this host: contiguous chunks are read from its memory */
     bool cma_failed; /* receiver: a read of the sender's memory failed (sent again by message) */
+    int ring_state;  /* RING_* */
+    weft_mig_ring_t *ring; /* taken from the context's (migrate/ring_cache.c), or NULL */
+    weft_mig_offer_t *offer; /* the ring's offer, sent or received (its own block) */
+    weft_req_t *offer_req;
+    uint64_t ring_seq; /* sender: chunks put in the ring so far */
     weft_status_t err;
     slot_t *slots;
 } stream_t;

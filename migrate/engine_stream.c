@@ -15,10 +15,12 @@
 
 #include "comm/coll/coll.h"
 #include "comm/copy.h"
+#include "comm/log.h"
 #include "migrate/box.h"
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
 #include "migrate/xxh.h"
+#include "util/clock.h"
 
 bool weft__mig_move_box(mig_t *m, bool dev, void *dst, const weft_box_t *dst_box, const void *src,
                         const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem)
@@ -55,6 +57,9 @@ static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_ch
                                                                  &c->box, x->ndims, x->elem, &off);
     if (*contiguous) {
         return s->send ? (uint8_t *)src_base(m, x) + off : dst_base(m, x) + off;
+    }
+    if (sl->ring_q != 0) {
+        return weft__ring_slot(s->ring, sl->ring_q - 1); /* gathered straight into it */
     }
     if (sl->staging == NULL) {
         /* Each stream may always stage one chunk, so no stream waits for another's
@@ -114,17 +119,38 @@ static void slot_job(weft_job_t *job)
     const weft_mig_chunk_t *c = &s->chunks[sl->chunk];
     const weft__xfer_t *x = xfer_of(m, c);
     if (s->send) {
-        if (sl->ptr == sl->staging) {
-            sl->copy_failed = !weft__mig_move_box(m, src_dev(m, x), sl->staging, &c->box,
+        if (!sl->contig) {
+            sl->copy_failed = !weft__mig_move_box(m, src_dev(m, x), sl->ptr, &c->box,
                                                   src_base(m, x) + x->src_packed, &x->src_box,
                                                   &c->box, x->ndims, x->elem);
         }
+        uint64_t h = sl->ring_q != 0 && sl->contig
+                         ? weft__hash_copy(weft__ring_slot(s->ring, sl->ring_q - 1), sl->ptr,
+                                           c->bytes, false)
+                         : XXH3_64bits(sl->ptr, c->bytes);
         /* A chunk that could not be read goes out with a checksum that cannot match, so
          * the receiver rejects it twice and every member fails alike. */
-        sl->hdr_buf[0] = XXH3_64bits(sl->ptr, c->bytes) ^ (sl->copy_failed ? 1u : 0u);
+        sl->hdr_buf[0] = h ^ (sl->copy_failed ? 1u : 0u);
         return;
     }
     sl->good = false;
+    if (sl->ring_q != 0) {
+        uint64_t q = sl->ring_q - 1;
+        uint8_t *src = weft__ring_slot(s->ring, q);
+        if (weft__migrate_recv_hook != NULL) { /* in transit: the ring holds it */
+            weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, src, c->bytes);
+        }
+        uint64_t h = weft__hash_copy(sl->ptr, src, c->bytes, true);
+        weft__ring_release(s->ring, q);
+        atomic_fetch_add(&weft__migrate_ring_chunks, 1);
+        if (sl->hdr_buf[1] != c->bytes || h != sl->hdr_buf[0]) {
+            return;
+        }
+        sl->good = sl->ptr != sl->staging ||
+                   weft__mig_move_box(m, m->new_dev, dst_base(m, x) + x->dst_packed, &x->dst_box,
+                                      sl->staging, &c->box, &c->box, x->ndims, x->elem);
+        return;
+    }
     if (sl->cma) {
         sl->recvd = c->bytes;
         if (!cma_read(sl->ptr, sl->hdr_buf[2], sl->hdr_buf[3], c->bytes)) {
@@ -150,16 +176,35 @@ static void submit(mig_t *m, slot_t *sl)
     weft__job_submit(m->g->ctx, &sl->job, m->any_dev);
 }
 
+/* A ring moved: its next step (a slot emptied, a chunk put in) is likely microseconds
+ * away and wakes nobody, so this member's waits yield rather than sleep for a while. */
+static void ring_busy(mig_t *m)
+{
+    atomic_store(&m->g->ctx->spin_until_ns, weft__now_ns() + WEFT_RING_SPIN_NS);
+}
+
 /* Take chunk @p ci into free slot @p sl: place it, then start its job (send) or post the
  * receive of its header. */
 static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
 {
     const weft_mig_chunk_t *c = &s->chunks[ci];
+    sl->ring_q = 0;
+    if (s->send && s->ring_state == RING_ON) {
+        if (!weft__ring_free_for(s->ring, s->ring_seq)) {
+            /* The receiver has not emptied that slot yet: try on a later pass. */
+            weft_ctx_t *ctx = m->g->ctx;
+            return s->member < ctx->npeers ? ctx->peers[s->member].failed : WEFT_OK;
+        }
+        ring_busy(m);
+        sl->ring_q = s->ring_seq + 1;
+    }
     bool contiguous;
     uint8_t *p = chunk_place(m, s, sl, c, &contiguous);
     if (p == NULL) {
         return WEFT_OK; /* no staging memory now: try on a later call */
     }
+    s->ring_seq += sl->ring_q != 0;
+    sl->contig = contiguous;
     sl->chunk = (int32_t)ci;
     sl->ptr = p;
     sl->m = m;
@@ -167,10 +212,11 @@ static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
     sl->job.run = slot_job;
     sl->copy_failed = sl->good = sl->cma_failed = false;
     if (s->send) {
-        sl->cma = s->cma && contiguous;
+        sl->cma = s->cma && contiguous && sl->ring_q == 0;
         sl->hdr_buf[1] = c->bytes;
         sl->hdr_buf[2] = sl->cma ? (uint64_t)getpid() : 0;
         sl->hdr_buf[3] = sl->cma ? (uint64_t)(uintptr_t)p : 0;
+        sl->hdr_buf[4] = sl->ring_q;
         submit(m, sl);
         return WEFT_OK;
     }
@@ -194,7 +240,7 @@ static weft_status_t slot_progress(mig_t *m, stream_t *s, slot_t *sl)
         sl->phase = SL_SENDING;
         st = weft__isend(m->g, s->rank, sl->hdr_buf, sizeof(sl->hdr_buf), WEFT_TAG_MIGRATE,
                          payload(m, s->round, true, ci), &sl->hdr);
-        if ((st == WEFT_OK || st == WEFT_INPROGRESS) && !sl->cma) {
+        if ((st == WEFT_OK || st == WEFT_INPROGRESS) && !sl->cma && sl->ring_q == 0) {
             st = weft__isend(m->g, s->rank, sl->ptr, c->bytes, WEFT_TAG_MIGRATE,
                              payload(m, s->round, false, ci), &sl->data);
         }
@@ -214,14 +260,19 @@ static weft_status_t slot_progress(mig_t *m, stream_t *s, slot_t *sl)
         if ((st = weft__coll_child_test(&sl->hdr, NULL)) != WEFT_OK) {
             return st;
         }
-        /* Read it from the sender's memory only where this member agrees it may; where
-         * not, the chunk counts as bad and is sent again by message. */
-        sl->cma = sl->hdr_buf[3] != 0 && s->cma;
-        if (sl->cma) {
+        /* Take it from the ring or read it from the sender's memory only where this
+         * member agrees it may; where not, the chunk counts as bad and is sent again by
+         * message. */
+        sl->ring_q = s->ring_state == RING_ON ? sl->hdr_buf[4] : 0;
+        if (sl->ring_q != 0) {
+            ring_busy(m);
+        }
+        sl->cma = sl->ring_q == 0 && sl->hdr_buf[3] != 0 && s->cma;
+        if (sl->cma || sl->ring_q != 0) {
             submit(m, sl);
             return WEFT_INPROGRESS;
         }
-        if (sl->hdr_buf[3] != 0) {
+        if (sl->hdr_buf[3] != 0 || sl->hdr_buf[4] != 0) {
             sl->good = false;
             sl->cma_failed = true;
             s->bad[s->nbad++] = ci;
@@ -309,9 +360,86 @@ static weft_status_t end_round(mig_t *m, stream_t *s, uint32_t nbad, const uint3
     return WEFT_OK;
 }
 
+/*
+ * Decide, alike on both members, whether stream @p s goes through a ring: when the
+ * setting allows it, its peer is on this host, it has WEFT_RING_MIN_CHUNKS chunks or more
+ * and the first round does not go through NCCL. Then the receiver makes the ring and
+ * offers it (or offers none, when it cannot make one or its buffers are on a device),
+ * and the sender maps it before it posts a chunk (or goes without). WEFT_OK once decided.
+ */
+/* The largest chunk of @p s: a ring's slot size (a chunk is at least one row, so it may
+ * exceed the chunk size). The same on both members. */
+static size_t max_chunk(const stream_t *s)
+{
+    size_t n = 0;
+    for (uint32_t k = 0; k < s->nchunks; k++) {
+        n = s->chunks[k].bytes > n ? s->chunks[k].bytes : n;
+    }
+    return n;
+}
+
+static weft_status_t ring_progress(mig_t *m, stream_t *s)
+{
+    weft_status_t st = WEFT_OK;
+    if (s->ring_state == RING_UNDECIDED) {
+        weft_ctx_t *ctx = m->g->ctx;
+        size_t slot = max_chunk(s);
+        if (!ctx->cfg.migrate_shm || m->nccl || s->nchunks < WEFT_RING_MIN_CHUNKS ||
+            s->member >= ctx->npeers || !ctx->peers[s->member].same_host ||
+            weft__ring_slots(slot, m->window, s->nchunks) * slot > WEFT_RING_MAX_TOTAL) {
+            s->ring_state = RING_NONE;
+            return WEFT_OK;
+        }
+        if ((s->offer = calloc(1, sizeof(*s->offer))) == NULL) {
+            return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate: out of memory");
+        }
+        uint32_t pl = payload(m, 0, false, WEFT_MIG_VERDICT);
+        if (s->send) {
+            s->ring_state = RING_WAIT;
+            st = weft__irecv(m->g, s->rank, s->offer, sizeof(*s->offer), WEFT_TAG_MIGRATE, pl,
+                             &s->offer_req);
+        } else {
+            uint32_t slots = weft__ring_slots(slot, m->window, s->nchunks);
+            if (!m->any_dev && weft__migrate_ring_refuse != 2) {
+                s->ring = weft__ring_take_owned(ctx, s->member, slot, slots, s->offer);
+            }
+            bool made = s->ring != NULL;
+            if (!made && !m->any_dev) {
+                WEFT_DEBUG(&ctx->logger, "migration: no ring for member %d (%s)",
+                          s->member, strerror(errno));
+            }
+            s->ring_state = made ? RING_ON : RING_OFF;
+            st = weft__isend(m->g, s->rank, s->offer, sizeof(*s->offer), WEFT_TAG_MIGRATE, pl,
+                             &s->offer_req);
+        }
+        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
+            return st;
+        }
+    }
+    if (s->ring_state == RING_WAIT) {
+        if ((st = weft__coll_child_test(&s->offer_req, NULL)) != WEFT_OK) {
+            return st;
+        }
+        if (!m->any_dev && s->offer->slots != 0 && weft__migrate_ring_refuse != 1) {
+            s->ring = weft__ring_take_mapped(m->g->ctx, s->member, s->offer, max_chunk(s));
+        }
+        bool mapped = s->ring != NULL;
+        if (!mapped && s->offer->slots != 0 && !m->any_dev) {
+            WEFT_DEBUG(&m->g->ctx->logger, "migration: cannot map member %d's ring (%s)",
+                      s->member, strerror(errno));
+        }
+        s->ring_state = mapped ? RING_ON : RING_OFF;
+    }
+    return WEFT_OK;
+}
+
 weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
 {
     weft_status_t st;
+    if (s->phase == ST_CHUNKS && s->ring_state != RING_NONE && s->ring_state != RING_ON &&
+        s->ring_state != RING_OFF && (st = ring_progress(m, s)) != WEFT_OK) {
+        return st;
+    }
     if (s->phase == ST_CHUNKS) {
         if (m->nccl && s->round == 0) {
             /* The first round goes through NCCL (nccl_path.c), which fills ok[] and bad[]. */
@@ -368,12 +496,14 @@ weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
         s->phase = ST_VERDICT;
     }
     if (s->phase == ST_VERDICT) {
-        if ((st = weft__coll_child_test(&s->vreq, NULL)) != WEFT_OK) {
+        if ((st = weft__coll_child_test(&s->vreq, NULL)) != WEFT_OK ||
+            (st = weft__coll_child_test(&s->offer_req, NULL)) != WEFT_OK) {
             return st;
         }
         if (s->send) {
             if (s->verdict[0] & VERDICT_NO_CMA) {
                 s->cma = false; /* the receiver cannot read this member's memory */
+                s->ring_state = s->ring_state == RING_ON ? RING_OFF : s->ring_state;
             }
             uint32_t count = s->verdict[0] & ~VERDICT_NO_CMA;
             uint32_t nbad = count <= s->nchunks ? count : s->nchunks;

@@ -278,6 +278,83 @@ static void test_cma(void **state)
     weft_layout_free(new);
 }
 
+/* A tensor of @p rows x @p cols f32 sharded along @p dim, then rotated by one rank. */
+static void rotation_of(weft_layout_t **old, weft_layout_t **new, uint64_t rows, uint64_t cols,
+                        int dim)
+{
+    uint64_t shape[2] = {rows, cols};
+    weft_layout_create(old);
+    weft_layout_create(new);
+    weft_layout_add_tensor(*old, "w", WEFT_F32, 2, shape, NULL);
+    weft_layout_add_tensor(*new, "w", WEFT_F32, 2, shape, NULL);
+    int rot[64];
+    for (int i = 0; i < n; i++) {
+        rot[i] = ids[(i + 1) % n];
+    }
+    weft_layout_shard(*old, 0, dim, ids, n);
+    weft_layout_shard(*new, 0, dim, rot, n);
+}
+
+/* Run old -> new and return how many chunks this rank took from a ring. */
+static uint64_t ring_run(const weft_layout_t *old, const weft_layout_t *new, weft_status_t want)
+{
+    uint64_t before = atomic_load(&weft__migrate_ring_chunks);
+    assert_int_equal(run(old, new, NULL, false), want);
+    return atomic_load(&weft__migrate_ring_chunks) - before;
+}
+
+/* Streams of 8 chunks or more between ranks on one host go through the receiver's ring:
+ * rows (contiguous) and columns (gathered into the ring, scattered out of it) arrive
+ * intact. A chunk corrupted in the ring once is sent again; twice, every rank fails. Where
+ * the sender cannot map the ring, or the receiver cannot make one, the chunks go the
+ * other ways and the migration still succeeds. Members that disagree on WEFT_MIGRATE_SHM
+ * all fail. */
+static void test_ring(void **state)
+{
+    (void)state;
+    if (n < 2) {
+        skip();
+    }
+    int sender = ids[(me + n - 1) % n]; /* of this member's new shard */
+    bool ring = ctx->cfg.migrate_shm && ctx->peers[sender].same_host;
+    ctx->cfg.migrate_chunk = 400; /* 2 rows of 50 floats, 4 rows of 25 */
+    for (int dim = 0; dim < 2; dim++) {
+        weft_layout_t *old, *new;
+        rotation_of(&old, &new, dim == 0 ? 32 * (uint64_t)n : 64, dim == 0 ? 50 : 25 * (uint64_t)n,
+                    dim);
+        uint64_t used = ring_run(old, new, WEFT_OK);
+        if (ring) {
+            assert_int_equal(used, 16); /* every chunk of the stream, once */
+        } else {
+            assert_int_equal(used, 0);
+        }
+        weft__migrate_recv_hook = flip;
+        corrupt_rounds = 1;
+        used = ring_run(old, new, WEFT_OK);
+        assert_int_equal(used, ring ? 17 : 0); /* chunk 0 came twice */
+        corrupt_rounds = 2;
+        ring_run(old, new, WEFT_ERR_TRANSPORT);
+        assert_non_null(strstr(weft_last_error(ctx), "corrupted twice"));
+        weft__migrate_recv_hook = NULL;
+        for (int refuse = 1; refuse <= 2; refuse++) {
+            weft__migrate_ring_refuse = refuse;
+            uint64_t cma = atomic_load(&weft__migrate_cma_reads);
+            assert_int_equal(ring_run(old, new, WEFT_OK), 0);
+            if (dim == 0 && ring && ctx->cfg.migrate_cma) {
+                assert_true(atomic_load(&weft__migrate_cma_reads) > cma);
+            }
+            weft__migrate_ring_refuse = 0;
+        }
+        int shm = ctx->cfg.migrate_shm;
+        ctx->cfg.migrate_shm = me == 0 ? !shm : shm;
+        ring_run(old, new, WEFT_ERR_MISMATCH);
+        ctx->cfg.migrate_shm = shm;
+        weft_layout_free(old);
+        weft_layout_free(new);
+    }
+    ctx->cfg.migrate_chunk = default_chunk;
+}
+
 static void test_disagreement(void **state)
 {
     (void)state;
@@ -393,7 +470,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         MIG_TEST(test_random),       MIG_TEST(test_zero_recut), MIG_TEST(test_corruption),
         MIG_TEST(test_disagreement), MIG_TEST(test_resume),     MIG_TEST(test_cma),
-        MIG_TEST(test_background),   MIG_TEST(test_large_local),
+        MIG_TEST(test_background),   MIG_TEST(test_large_local), MIG_TEST(test_ring),
     };
     char name[32];
     snprintf(name, sizeof(name), "migrate rank %d of %d", me, n);

@@ -1,0 +1,103 @@
+/*
+ * A same-host migration stream's shared-memory ring (internal). The receiver owns it: a
+ * memfd of a header page and `slots` chunk-sized slots, allocated in full when made. It
+ * offers the ring to the sender (its pid and the memfd's number, in one message); the
+ * sender maps it through pidfd_getfd(2), which asks the same permission as
+ * process_vm_readv. Chunk q of the stream (counted from 0 in the order the sender posts)
+ * goes in slot q % slots. The sender checksums each piece of the chunk and copies it in
+ * while it is in its cache; the receiver copies it out and checksums what it wrote, then
+ * records slot q % slots free again: done[q % slots] = q / slots + 1. The sender writes
+ * chunk q only once done[q % slots] >= q / slots, so it may run up to `slots` chunks ahead.
+ * Counters only grow and only the receiver writes them, so no lock is taken.
+ */
+#ifndef WEFT_MIGRATE_RING_H
+#define WEFT_MIGRATE_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define WEFT_RING_HDR 4096        /* the counters, a cache line each */
+#define WEFT_RING_MAX_SLOTS 64    /* WEFT_RING_HDR / 64 */
+#define WEFT_RING_BYTES (4u << 20) /* a ring's slots take about this much */
+#define WEFT_RING_MIN_CHUNKS 8    /* shorter streams do without (the setup is ~1 ms) */
+#define WEFT_RING_MAX_TOTAL (64u << 20) /* streams of larger chunks (long rows) do without */
+/* After a ring moved (the sender put a chunk in, the receiver got one's header), the
+ * member's idle waits yield for this long instead of sleeping (ctx->spin_until_ns): its
+ * peer's next step is microseconds away and wakes nobody. A sleep of up to 250 us on
+ * either side would leave the other with a full or an empty ring. */
+#define WEFT_RING_SPIN_NS 200000
+
+struct weft_ctx;
+
+typedef struct weft_mig_ring {
+    uint8_t *base; /* NULL: none */
+    size_t len, chunk;
+    uint32_t slots;
+    int fd; /* the owner's memfd; -1 on the sender */
+    uint64_t id; /* its number in the owner process */
+} weft_mig_ring_t;
+
+/* The offer message: pid, memfd number, length, slots (0 when there is no ring), and the
+ * ring's number in its owner (a sender that mapped that ring before maps it no more). */
+typedef struct weft_mig_offer {
+    uint64_t pid, fd, len, slots, id;
+} weft_mig_offer_t;
+
+/* Slots for chunks of @p chunk bytes in a stream of @p nchunks: about WEFT_RING_BYTES,
+ * at least 2 and at least @p window + 1 (capped by WEFT_RING_MAX_SLOTS). */
+uint32_t weft__ring_slots(size_t chunk, size_t window, uint32_t nchunks);
+
+/* The receiver: make @p r and fill @p offer (slots 0 and errno set when it cannot). */
+bool weft__ring_make(weft_mig_ring_t *r, size_t chunk, uint32_t slots, weft_mig_offer_t *offer);
+/* The sender: map the ring of @p offer for chunks of @p chunk bytes; false (errno) when
+ * there is none or it cannot, and the stream goes without. */
+bool weft__ring_map(weft_mig_ring_t *r, const weft_mig_offer_t *offer, size_t chunk);
+void weft__ring_free(weft_mig_ring_t *r);
+
+/*
+ * Rings kept between migrations, per context (migrate/ring_cache.c; the context's lock
+ * held). Making and mapping a 4 MiB ring costs about a millisecond, as much as moving
+ * 8 MiB, so each member keeps one idle ring per same-host peer and direction:
+ *  - the receiver takes its idle ring for @p member when the geometry fits (its counters
+ *    reset: the sender's writes of the ring's last stream were all consumed before that
+ *    stream's verdict), or makes one, and fills @p offer;
+ *  - the sender takes its mapping of the offered ring (same owner pid and ring id), or
+ *    maps it;
+ *  - either gives it back when its stream ends: kept only when the stream finished (no
+ *    write of the other side can still come), else freed. Rings of failed peers are
+ *    freed when next looked at, and all of them at weft_finalize.
+ * NULL (errno set) when there is none.
+ */
+weft_mig_ring_t *weft__ring_take_owned(struct weft_ctx *ctx, int member, size_t chunk,
+                                       uint32_t slots, weft_mig_offer_t *offer);
+weft_mig_ring_t *weft__ring_take_mapped(struct weft_ctx *ctx, int member,
+                                        const weft_mig_offer_t *offer, size_t chunk);
+void weft__ring_give_back(struct weft_ctx *ctx, weft_mig_ring_t *r, bool keep);
+
+static inline uint8_t *weft__ring_slot(const weft_mig_ring_t *r, uint64_t q)
+{
+    return r->base + WEFT_RING_HDR + (size_t)(q % r->slots) * r->chunk;
+}
+static inline uint64_t *weft__ring_done(const weft_mig_ring_t *r, uint64_t q)
+{
+    return (uint64_t *)(r->base + (size_t)(q % r->slots) * 64);
+}
+/* The sender may write chunk q. */
+static inline bool weft__ring_free_for(const weft_mig_ring_t *r, uint64_t q)
+{
+    return q < r->slots ||
+           __atomic_load_n(weft__ring_done(r, q), __ATOMIC_ACQUIRE) >= q / r->slots;
+}
+/* The receiver is finished with chunk q. */
+static inline void weft__ring_release(const weft_mig_ring_t *r, uint64_t q)
+{
+    __atomic_store_n(weft__ring_done(r, q), q / r->slots + 1, __ATOMIC_RELEASE);
+}
+
+/* Checksum (XXH3-64) @p n bytes of @p src piece by piece, copying each piece to @p dst
+ * right after (the sender), or copy each piece and checksum the copy (the receiver,
+ * @p after). Either way the bytes are read from memory once. */
+uint64_t weft__hash_copy(void *dst, const void *src, size_t n, bool after);
+
+#endif
