@@ -17,6 +17,8 @@
 
 #define PIECE (16u << 10) /* checksummed and copied while in the first-level cache */
 
+_Atomic uint64_t weft__ring_made = 0, weft__ring_mapped = 0;
+
 uint32_t weft__ring_slots(size_t chunk, size_t window, uint32_t nchunks)
 {
     size_t n = chunk > 0 ? WEFT_RING_BYTES / chunk : 2;
@@ -71,6 +73,7 @@ bool weft__ring_make(weft_mig_ring_t *r, size_t chunk, uint32_t slots, weft_mig_
     offer->slots = slots;
     static _Atomic uint64_t next_id = 1;
     r->id = offer->id = next_id++;
+    weft__ring_made++;
     return true;
 }
 
@@ -116,6 +119,7 @@ bool weft__ring_map(weft_mig_ring_t *r, const weft_mig_offer_t *offer, size_t ch
     r->chunk = chunk;
     r->slots = (uint32_t)offer->slots;
     r->id = offer->id;
+    weft__ring_mapped++;
     return true;
 #else
     (void)chunk;

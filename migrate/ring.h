@@ -54,6 +54,8 @@ bool weft__ring_make(weft_mig_ring_t *r, size_t chunk, uint32_t slots, weft_mig_
  * there is none or it cannot, and the stream goes without. */
 bool weft__ring_map(weft_mig_ring_t *r, const weft_mig_offer_t *offer, size_t chunk);
 void weft__ring_free(weft_mig_ring_t *r);
+/* Rings this process made and mapped (tests: a kept ring is not made again). */
+extern _Atomic uint64_t weft__ring_made, weft__ring_mapped;
 
 /*
  * Rings kept between migrations, per context (migrate/ring_cache.c; the context's lock

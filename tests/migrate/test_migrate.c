@@ -25,6 +25,7 @@
 #include "comm/ctx.h"
 #include "layout_gen.h"
 #include "migrate/engine.h"
+#include "migrate/ring.h"
 #include "weft/weft.h"
 
 static weft_ctx_t *ctx;
@@ -355,6 +356,63 @@ static void test_ring(void **state)
     ctx->cfg.migrate_chunk = default_chunk;
 }
 
+/* Rings are kept between migrations: a second migration with the same geometry makes
+ * and maps none; a stream that failed gives its ring up; two migrations at once between
+ * the same members use two rings, and one of them is kept afterwards. */
+static void test_ring_kept(void **state)
+{
+    (void)state;
+    if (n < 2 || !ctx->cfg.migrate_shm) {
+        skip(); /* alike on every rank */
+    }
+    /* This member receives from the one before it and sends to the one after it. */
+    uint64_t in = ctx->peers[ids[(me + n - 1) % n]].same_host ? 1 : 0;
+    uint64_t out = ctx->peers[ids[(me + 1) % n]].same_host ? 1 : 0;
+    weft_layout_t *old, *new;
+    rotation_of(&old, &new, 64 * (uint64_t)n, 50, 0);
+    ctx->cfg.migrate_chunk = 800; /* 4 rows: 16 chunks; a geometry no other test uses */
+    uint64_t made = weft__ring_made, mapped = weft__ring_mapped;
+    assert_int_equal(ring_run(old, new, WEFT_OK), 16 * in);
+    assert_int_equal(weft__ring_made - made, in);     /* as the receiver */
+    assert_int_equal(weft__ring_mapped - mapped, out); /* as the sender */
+    assert_int_equal(ring_run(old, new, WEFT_OK), 16 * in);
+    assert_int_equal(weft__ring_made - made, in);
+    assert_int_equal(weft__ring_mapped - mapped, out);
+    weft__migrate_recv_hook = flip;
+    corrupt_rounds = 2;
+    ring_run(old, new, WEFT_ERR_TRANSPORT);
+    weft__migrate_recv_hook = NULL;
+    assert_int_equal(weft__ring_made - made, in);
+    assert_int_equal(ring_run(old, new, WEFT_OK), 16 * in);
+    assert_int_equal(weft__ring_made - made, 2 * in); /* the failed stream's ring went */
+    assert_int_equal(weft__ring_mapped - mapped, 2 * out);
+    /* Two at once: the second cannot take the first's ring. */
+    weft_plan_t *plan;
+    assert_int_equal(weft_plan_create(old, new, NULL, &plan), WEFT_OK);
+    size_t ob = weft_layout_packed_bytes(old, my_id), nb = weft_layout_packed_bytes(new, my_id);
+    unsigned char *obuf = malloc(ob), *nb1 = calloc(1, nb), *nb2 = calloc(1, nb);
+    gen_fill(old, my_id, obuf);
+    weft_req_t *r1 = NULL, *r2 = NULL;
+    assert_int_equal(weft_migrate_start(world, plan, obuf, nb1, NULL, &r1), WEFT_INPROGRESS);
+    assert_int_equal(weft_migrate_start(world, plan, obuf, nb2, NULL, &r2), WEFT_INPROGRESS);
+    assert_int_equal(weft_wait(r1, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
+    assert_int_equal(weft_wait(r2, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
+    weft_req_free(r1);
+    weft_req_free(r2);
+    assert_int_equal(gen_check(new, my_id, nb1), 0);
+    assert_int_equal(gen_check(new, my_id, nb2), 0);
+    assert_int_equal(weft__ring_made - made, 3 * in);
+    assert_int_equal(ring_run(old, new, WEFT_OK), 16 * in);
+    assert_int_equal(weft__ring_made - made, 3 * in); /* one of the two was kept */
+    free(obuf);
+    free(nb1);
+    free(nb2);
+    weft_plan_free(plan);
+    ctx->cfg.migrate_chunk = default_chunk;
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
 static void test_disagreement(void **state)
 {
     (void)state;
@@ -471,6 +529,7 @@ int main(void)
         MIG_TEST(test_random),       MIG_TEST(test_zero_recut), MIG_TEST(test_corruption),
         MIG_TEST(test_disagreement), MIG_TEST(test_resume),     MIG_TEST(test_cma),
         MIG_TEST(test_background),   MIG_TEST(test_large_local), MIG_TEST(test_ring),
+        MIG_TEST(test_ring_kept),
     };
     char name[32];
     snprintf(name, sizeof(name), "migrate rank %d of %d", me, n);
