@@ -154,6 +154,7 @@ static void *run(void *arg)
     long max_sleep_us = ctx->cfg.progress_sleep_us > 0 ? (long)ctx->cfg.progress_sleep_us : 1;
     for (;;) {
         int events = 0;
+        bool drove = false; /* this pass advanced the requests (the caller was away) */
         /* A pass when the caller is outside weft; while it is inside (a blocking call
          * holds the lock), only the jobs, which need no lock: the caller's wait and this
          * thread then share the data work. */
@@ -176,6 +177,7 @@ static void *run(void *arg)
                 idle = 0;
                 continue;
             }
+            drove = true;
             events = weft__progress(ctx);
             if (atomic_load(&ctx->api_waiting) == 0) {
                 events += advance_published(ctx);
@@ -188,7 +190,10 @@ static void *run(void *arg)
         events += weft__jobs_run(ctx, INT32_MAX);
         /* Give the caller the lock between passes; back off while nothing moves. */
         idle = events > 0 ? 0 : idle + 1;
-        if (idle < 16 || weft__now_ns() < atomic_load(&ctx->spin_until_ns)) {
+        /* While a ring moves, the thread that drives it yields rather than sleeps; when
+         * the caller drives it (blocked in weft), this thread only competes with the
+         * threads that run the jobs, so it naps as usual. */
+        if (idle < 16 || (drove && weft__now_ns() < atomic_load(&ctx->spin_until_ns))) {
             sched_yield();
         } else {
             long us = idle < 32 ? 10 : max_sleep_us;
