@@ -121,10 +121,12 @@ static void flip(int src, uint32_t seq, int round, void *data, size_t len)
     }
 }
 
-/* Everything rotates by one rank: every rank receives, so every rank sees a flip. */
-static void rotation(weft_layout_t **old, weft_layout_t **new)
+/* A tensor of @p rows x @p cols f32 sharded along @p dim, then rotated by one rank:
+ * every rank receives, so every rank sees a flip. */
+static void rotation_of(weft_layout_t **old, weft_layout_t **new, uint64_t rows, uint64_t cols,
+                        int dim)
 {
-    uint64_t shape[2] = {64, 50};
+    uint64_t shape[2] = {rows, cols};
     weft_layout_create(old);
     weft_layout_create(new);
     weft_layout_add_tensor(*old, "w", WEFT_F32, 2, shape, NULL);
@@ -133,8 +135,13 @@ static void rotation(weft_layout_t **old, weft_layout_t **new)
     for (int i = 0; i < n; i++) {
         rot[i] = ids[(i + 1) % n];
     }
-    weft_layout_shard(*old, 0, 0, ids, n);
-    weft_layout_shard(*new, 0, 0, rot, n);
+    weft_layout_shard(*old, 0, dim, ids, n);
+    weft_layout_shard(*new, 0, dim, rot, n);
+}
+
+static void rotation(weft_layout_t **old, weft_layout_t **new)
+{
+    rotation_of(old, new, 64, 50, 0); /* streams of 7 chunks or fewer: no ring */
 }
 
 static void test_corruption(void **state)
@@ -277,23 +284,6 @@ static void test_cma(void **state)
     ctx->cfg.migrate_chunk = default_chunk;
     weft_layout_free(old);
     weft_layout_free(new);
-}
-
-/* A tensor of @p rows x @p cols f32 sharded along @p dim, then rotated by one rank. */
-static void rotation_of(weft_layout_t **old, weft_layout_t **new, uint64_t rows, uint64_t cols,
-                        int dim)
-{
-    uint64_t shape[2] = {rows, cols};
-    weft_layout_create(old);
-    weft_layout_create(new);
-    weft_layout_add_tensor(*old, "w", WEFT_F32, 2, shape, NULL);
-    weft_layout_add_tensor(*new, "w", WEFT_F32, 2, shape, NULL);
-    int rot[64];
-    for (int i = 0; i < n; i++) {
-        rot[i] = ids[(i + 1) % n];
-    }
-    weft_layout_shard(*old, 0, dim, ids, n);
-    weft_layout_shard(*new, 0, dim, rot, n);
 }
 
 /* Run old -> new and return how many chunks this rank took from a ring. */
