@@ -22,6 +22,10 @@
 #define WEFT_RING_BYTES (4u << 20) /* a ring's slots take about this much */
 #define WEFT_RING_MIN_CHUNKS 8    /* shorter streams do without (the setup is ~1 ms) */
 #define WEFT_RING_MAX_TOTAL (64u << 20) /* streams of larger chunks (long rows) do without */
+/* Rings a process makes (and maps) at most, busy or kept: idle ones are freed for a new
+ * one, and past that a stream goes without (16 rings of 4 MiB; on a host of 64 ranks
+ * an all-to-all re-cut would otherwise keep 252 MiB per rank). */
+#define WEFT_RING_BUDGET (64u << 20)
 /* After a ring moved (the sender put a chunk in, the receiver got one's header), the
  * member's idle waits yield for this long instead of sleeping (ctx->spin_until_ns): its
  * peer's next step is microseconds away and wakes nobody. A sleep of up to 250 us on
@@ -54,8 +58,10 @@ bool weft__ring_make(weft_mig_ring_t *r, size_t chunk, uint32_t slots, weft_mig_
  * there is none or it cannot, and the stream goes without. */
 bool weft__ring_map(weft_mig_ring_t *r, const weft_mig_offer_t *offer, size_t chunk);
 void weft__ring_free(weft_mig_ring_t *r);
-/* Rings this process made and mapped (tests: a kept ring is not made again). */
+/* Rings this process made and mapped (tests: a kept ring is not made again), and the
+ * budget in force (WEFT_RING_BUDGET; tests lower it). */
 extern _Atomic uint64_t weft__ring_made, weft__ring_mapped;
+extern size_t weft__ring_budget;
 
 /*
  * Rings kept between migrations, per context (migrate/ring_cache.c; the context's lock

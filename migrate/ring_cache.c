@@ -1,6 +1,7 @@
 /*
  * Same-host migration rings kept between migrations (migrate/ring.h): one list per
- * context, under its lock, with at most one idle ring per peer and direction.
+ * context, under its lock, with at most one idle ring per peer and direction, and at
+ * most WEFT_RING_BUDGET bytes of rings made here (and as many mapped).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,12 +22,32 @@ typedef struct ring_entry {
 
 struct weft_mig_rings {
     ring_entry_t *head;
+    size_t bytes[2]; /* of the rings listed: [0] mapped, [1] made here */
 };
 
-static void entry_free(ring_entry_t *e)
+static void entry_free(struct weft_mig_rings *rs, ring_entry_t *e)
 {
+    rs->bytes[e->owner] -= e->ring.len;
     weft__ring_free(&e->ring);
     free(e);
+}
+
+size_t weft__ring_budget = WEFT_RING_BUDGET;
+
+/* Room for a ring of @p len bytes in direction @p owner within weft__ring_budget, made by
+ * freeing idle rings (of any peer) where needed; false when the busy ones fill it. */
+static bool make_room(struct weft_mig_rings *rs, bool owner, size_t len)
+{
+    for (ring_entry_t **pp = &rs->head; *pp != NULL && rs->bytes[owner] + len > weft__ring_budget;) {
+        ring_entry_t *e = *pp;
+        if (!e->busy && e->owner == owner) {
+            *pp = e->next;
+            entry_free(rs, e);
+            continue;
+        }
+        pp = &e->next;
+    }
+    return rs->bytes[owner] + len <= weft__ring_budget;
 }
 
 static void rings_free(weft_ctx_t *ctx)
@@ -36,7 +57,7 @@ static void rings_free(weft_ctx_t *ctx)
     }
     for (ring_entry_t *e = ctx->mig_rings->head, *next; e != NULL; e = next) {
         next = e->next;
-        entry_free(e); /* a stream still holding one has been freed with its request */
+        entry_free(ctx->mig_rings, e); /* a stream holding one was freed with its request */
     }
     free(ctx->mig_rings);
     ctx->mig_rings = NULL;
@@ -62,15 +83,16 @@ static ring_entry_t *sweep(weft_ctx_t *ctx, struct weft_mig_rings *rs, int membe
         bool mine = !e->busy && e->member == member && e->owner == owner;
         if (!e->busy && (dead || (mine && found != NULL))) {
             *pp = e->next;
-            entry_free(e);
+            entry_free(rs, e);
             continue;
         }
         if (mine && found == NULL) {
             *pp = e->next;
             if (fits(e, arg)) {
                 found = e;
+                rs->bytes[owner] -= e->ring.len; /* counted again when linked */
             } else {
-                entry_free(e); /* another geometry or ring: not used again */
+                entry_free(rs, e); /* another geometry or ring: not used again */
             }
             continue;
         }
@@ -81,6 +103,7 @@ static ring_entry_t *sweep(weft_ctx_t *ctx, struct weft_mig_rings *rs, int membe
 
 static void link_busy(struct weft_mig_rings *rs, ring_entry_t *e, int member, bool owner)
 {
+    rs->bytes[owner] += e->ring.len;
     e->member = member;
     e->owner = owner;
     e->busy = true;
@@ -118,6 +141,10 @@ weft_mig_ring_t *weft__ring_take_owned(weft_ctx_t *ctx, int member, size_t chunk
         offer->slots = e->ring.slots;
         offer->id = e->ring.id;
     } else {
+        if (!make_room(rs, true, WEFT_RING_HDR + (size_t)slots * chunk)) {
+            errno = ENOBUFS; /* rings of streams in flight fill the budget */
+            return NULL;
+        }
         if ((e = calloc(1, sizeof(*e))) == NULL) {
             errno = ENOMEM;
             return NULL;
@@ -150,10 +177,15 @@ weft_mig_ring_t *weft__ring_take_mapped(weft_ctx_t *ctx, int member, const weft_
     }
     ring_entry_t *e = sweep(ctx, rs, member, false, fits_offer, offer);
     if (e != NULL && e->ring.chunk != chunk) {
-        entry_free(e);
+        weft__ring_free(&e->ring); /* unlinked and uncounted by sweep() */
+        free(e);
         e = NULL;
     }
     if (e == NULL) {
+        if (!make_room(rs, false, offer->len)) {
+            errno = ENOBUFS;
+            return NULL;
+        }
         if ((e = calloc(1, sizeof(*e))) == NULL) {
             errno = ENOMEM;
             return NULL;
@@ -187,5 +219,5 @@ void weft__ring_give_back(weft_ctx_t *ctx, weft_mig_ring_t *r, bool keep)
             break;
         }
     }
-    entry_free(e);
+    entry_free(rs, e);
 }

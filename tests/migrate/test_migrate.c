@@ -394,6 +394,27 @@ static void test_ring_kept(void **state)
     assert_int_equal(weft__ring_made - made, 3 * in);
     assert_int_equal(ring_run(old, new, WEFT_OK), 16 * in);
     assert_int_equal(weft__ring_made - made, 3 * in); /* one of the two was kept */
+    /* A budget of one ring: the second of two at once goes without (by CMA), and the
+     * idle ring is freed to make room when another geometry needs one. */
+    weft__ring_budget = WEFT_RING_HDR + 16 * 800;
+    uint64_t got = atomic_load(&weft__migrate_ring_chunks);
+    assert_int_equal(weft_migrate_start(world, plan, obuf, nb1, NULL, &r1), WEFT_INPROGRESS);
+    assert_int_equal(weft_migrate_start(world, plan, obuf, nb2, NULL, &r2), WEFT_INPROGRESS);
+    assert_int_equal(weft_wait(r1, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
+    assert_int_equal(weft_wait(r2, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
+    weft_req_free(r1);
+    weft_req_free(r2);
+    assert_int_equal(atomic_load(&weft__migrate_ring_chunks) - got, 16 * in);
+    assert_int_equal(weft__ring_made - made, 3 * in);
+    weft__ring_budget = WEFT_RING_HDR + 16 * 1200;
+    ctx->cfg.migrate_chunk = 1200; /* 6 rows: 16 chunks, a geometry no ring kept has */
+    weft_layout_t *o2, *n2;
+    rotation_of(&o2, &n2, 96 * (uint64_t)n, 50, 0);
+    assert_int_equal(ring_run(o2, n2, WEFT_OK), 16 * in);
+    assert_int_equal(weft__ring_made - made, 4 * in);
+    weft_layout_free(o2);
+    weft_layout_free(n2);
+    weft__ring_budget = WEFT_RING_BUDGET;
     free(obuf);
     free(nb1);
     free(nb2);
