@@ -300,11 +300,12 @@ static const config_field_t config_table[] = {
           "that is not permitted the chunk is sent again as a message. off: always messages.",
           migrate_cma, onoff),
     FIELD("WEFT_MIGRATE_SHM", "on",
-          "on: between ranks on one host, a migration stream of 8 chunks or more goes "
-          "through a shared-memory ring of about 4 MiB that the receiver offers (the sender "
-          "checksums each piece and copies it in from its cache; the receiver copies it out "
-          "and checks it); where the ring cannot be made or mapped, WEFT_MIGRATE_CMA applies. "
-          "Must be equal on all ranks (a migration checks it).",
+          "on: between ranks on one host that has a core for each of the job's ranks there, "
+          "a migration stream of 64 chunks or more goes through a shared-memory ring the "
+          "receiver offers (the sender checksums each piece and copies it in from its "
+          "cache; the receiver copies it out and checks it); elsewhere, or where the ring "
+          "cannot be made or mapped, WEFT_MIGRATE_CMA applies. Must be equal on all ranks "
+          "(a migration checks it).",
           migrate_shm, onoff),
     FIELD("WEFT_MIGRATE_WINDOW", "4",
           "Chunks of a migration in flight at once between two members.",

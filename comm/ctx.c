@@ -475,10 +475,11 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     if (st != WEFT_OK) {
         goto err_fini;
     }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    ctx->oversubscribed = cores > 0 && boot.local_size > cores;
     if (ctx->cfg.yield_spins < 0) {
         /* More ranks than cores: a spinning waiter takes the core its peer needs. */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        ctx->cfg.yield_spins = (cores > 0 && boot.local_size > cores) ? 0 : 2000;
+        ctx->cfg.yield_spins = ctx->oversubscribed ? 0 : 2000;
     }
     ctx->joining = boot.joining;
     ctx->world_size_at_start = boot.size;

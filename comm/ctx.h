@@ -104,6 +104,10 @@ struct weft_ctx {
      * shared memory is under way whose next step is microseconds away and wakes nobody
      * (migrate/ring.h). */
     _Atomic uint64_t spin_until_ns;
+    /* This host runs more of the job's ranks than it has cores: they take turns, so
+     * nothing may count on a peer running at the same time (waits do not spin, and
+     * migrations use no shared-memory rings). */
+    bool oversubscribed;
     struct weft_req *bg;        /* published requests still in flight */
     /* Jobs (comm/job.h): queued data work, run outside the lock above. */
     pthread_mutex_t job_lock;

@@ -19,22 +19,16 @@
 
 _Atomic uint64_t weft__ring_made = 0, weft__ring_mapped = 0;
 
-uint32_t weft__ring_slots(size_t chunk, size_t window, uint32_t nchunks)
+uint32_t weft__ring_slots(size_t slot, uint32_t nchunks)
 {
-    size_t n = chunk > 0 ? WEFT_RING_BYTES / chunk : 2;
-    if (n < window + 1) {
-        n = window + 1;
+    size_t n = nchunks / WEFT_RING_SHARE;
+    if (slot == 0 || n < WEFT_RING_MIN_SLOTS || WEFT_RING_MIN_SLOTS * slot > WEFT_RING_MAX_TOTAL) {
+        return 0;
     }
-    if (n < 2) {
-        n = 2;
-    }
-    if (n > WEFT_RING_MAX_SLOTS) {
-        n = WEFT_RING_MAX_SLOTS;
-    }
-    if (n > nchunks) {
-        n = nchunks < 2 ? 2 : nchunks;
-    }
-    return (uint32_t)n;
+    size_t most = WEFT_RING_BYTES / slot;
+    most = most < WEFT_RING_MIN_SLOTS ? WEFT_RING_MIN_SLOTS : most;
+    most = most > WEFT_RING_MAX_SLOTS ? WEFT_RING_MAX_SLOTS : most;
+    return (uint32_t)(n < most ? n : most);
 }
 
 static size_t ring_len(size_t chunk, uint32_t slots)

@@ -19,9 +19,10 @@
 
 #define WEFT_RING_HDR 4096        /* the counters, a cache line each */
 #define WEFT_RING_MAX_SLOTS 64    /* WEFT_RING_HDR / 64 */
-#define WEFT_RING_BYTES (4u << 20) /* a ring's slots take about this much */
-#define WEFT_RING_MIN_CHUNKS 8    /* shorter streams do without (the setup is ~1 ms) */
-#define WEFT_RING_MAX_TOTAL (64u << 20) /* streams of larger chunks (long rows) do without */
+#define WEFT_RING_BYTES (4u << 20) /* a ring's slots take at most about this much */
+#define WEFT_RING_SHARE 16        /* ... and at most this fraction of their stream */
+#define WEFT_RING_MIN_SLOTS 4     /* shorter streams (< 64 chunks) do without */
+#define WEFT_RING_MAX_TOTAL (16u << 20) /* streams whose 4 slots take more do without */
 /* Rings a process makes (and maps) at most, busy or kept: idle ones are freed for a new
  * one, and past that a stream goes without (16 rings of 4 MiB; on a host of 64 ranks
  * an all-to-all re-cut would otherwise keep 252 MiB per rank). */
@@ -48,9 +49,17 @@ typedef struct weft_mig_offer {
     uint64_t pid, fd, len, slots, id;
 } weft_mig_offer_t;
 
-/* Slots for chunks of @p chunk bytes in a stream of @p nchunks: about WEFT_RING_BYTES,
- * at least 2 and at least @p window + 1 (capped by WEFT_RING_MAX_SLOTS). */
-uint32_t weft__ring_slots(size_t chunk, size_t window, uint32_t nchunks);
+/*
+ * Slots for a stream of @p nchunks chunks of at most @p slot bytes: 0 when it goes
+ * without a ring (fewer than WEFT_RING_MIN_SLOTS * WEFT_RING_SHARE chunks, or slots too
+ * large), else between WEFT_RING_MIN_SLOTS and WEFT_RING_MAX_SLOTS, at most
+ * WEFT_RING_BYTES and a WEFT_RING_SHARE-th of the stream. Making and mapping a ring costs
+ * about 1 ms per MiB here (the kernel allocates and zeroes its pages in both processes),
+ * against some 55 us of work saved per MiB moved through it: a ring pays for itself
+ * over about 20 times its size, and it is kept for the next migration. Computed alike by
+ * both members from facts they share.
+ */
+uint32_t weft__ring_slots(size_t slot, uint32_t nchunks);
 
 /* The receiver: make @p r and fill @p offer (slots 0 and errno set when it cannot). */
 bool weft__ring_make(weft_mig_ring_t *r, size_t chunk, uint32_t slots, weft_mig_offer_t *offer);
@@ -65,8 +74,8 @@ extern size_t weft__ring_budget;
 
 /*
  * Rings kept between migrations, per context (migrate/ring_cache.c; the context's lock
- * held). Making and mapping a 4 MiB ring costs about a millisecond, as much as moving
- * 8 MiB, so each member keeps one idle ring per same-host peer and direction:
+ * held). A 4 MiB ring costs about 4 ms to make, map and free (as much as
+ * moving 40 MiB), so each member keeps one idle ring per same-host peer and direction:
  *  - the receiver takes its idle ring for @p member when the geometry fits (its counters
  *    reset: the sender's writes of the ring's last stream were all consumed before that
  *    stream's verdict), or makes one, and fills @p offer;

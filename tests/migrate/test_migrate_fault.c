@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../groups/fault_common.h"
+#include "comm/ctx.h"
 #include "layout_gen.h"
 #include "migrate/box.h"
 #include "migrate/engine.h"
@@ -87,6 +88,7 @@ int main(void)
     if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK) {
         return 1;
     }
+    ctx->oversubscribed = false; /* streams of 64 chunks or more go through rings here too */
     weft_group_rank(world, &me);
     weft_group_size(world, &n);
     weft_group_member_id(world, me, &id);
