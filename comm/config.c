@@ -301,7 +301,7 @@ static const config_field_t config_table[] = {
           migrate_cma, onoff),
     FIELD("WEFT_MIGRATE_SHM", "on",
           "on: between ranks on one host that has a core for each of the job's ranks there, "
-          "a migration stream of 64 chunks or more goes through a shared-memory ring the "
+          "a migration stream of 128 chunks or more goes through a shared-memory ring the "
           "receiver offers (the sender checksums each piece and copies it in from its "
           "cache; the receiver copies it out and checks it); elsewhere, or where the ring "
           "cannot be made or mapped, WEFT_MIGRATE_CMA applies. Must be equal on all ranks "

@@ -375,7 +375,7 @@ static size_t max_chunk(const stream_t *s)
 
 /*
  * Decide, alike on both members, whether stream @p s goes through a ring: when the
- * setting allows it, its peer is on this host, it is long enough (weft__ring_slots) and
+ * setting allows it, its peer is on this host, it is long enough (weft__ring_fits) and
  * the first round does not go through NCCL. Then the receiver makes the ring and
  * offers it (or offers none: when it cannot make one, its buffers are on a device or
  * its host runs more ranks than cores),
@@ -387,9 +387,8 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
     if (s->ring_state == RING_UNDECIDED) {
         weft_ctx_t *ctx = m->g->ctx;
         size_t slot = max_chunk(s);
-        uint32_t slots = weft__ring_slots(slot, s->nchunks);
-        if (!ctx->cfg.migrate_shm || m->nccl || slots == 0 || s->member >= ctx->npeers ||
-            !ctx->peers[s->member].same_host) {
+        if (!ctx->cfg.migrate_shm || m->nccl || !weft__ring_fits(slot, s->nchunks) ||
+            s->member >= ctx->npeers || !ctx->peers[s->member].same_host) {
             s->ring_state = RING_NONE;
             return WEFT_OK;
         }
@@ -406,6 +405,7 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
              * once, lost to CMA, which needs only the receiver: 8-rank restores on 2
              * cores took 10-35% longer through rings. */
             if (!m->any_dev && !ctx->oversubscribed && weft__migrate_ring_refuse != 2) {
+                uint32_t slots = weft__ring_slots(slot, s->nchunks, m->window);
                 s->ring = weft__ring_take_owned(ctx, s->member, slot, slots, s->offer);
             }
             bool made = s->ring != NULL;

@@ -19,16 +19,21 @@
 
 _Atomic uint64_t weft__ring_made = 0, weft__ring_mapped = 0;
 
-uint32_t weft__ring_slots(size_t slot, uint32_t nchunks)
+bool weft__ring_fits(size_t slot, uint32_t nchunks)
 {
-    size_t n = nchunks / WEFT_RING_SHARE;
-    if (slot == 0 || n < WEFT_RING_MIN_SLOTS || WEFT_RING_MIN_SLOTS * slot > WEFT_RING_MAX_TOTAL) {
-        return 0;
-    }
+    return slot > 0 && nchunks / WEFT_RING_SHARE >= WEFT_RING_MIN_SLOTS &&
+           WEFT_RING_MIN_SLOTS * slot <= WEFT_RING_MAX_TOTAL;
+}
+
+uint32_t weft__ring_slots(size_t slot, uint32_t nchunks, size_t window)
+{
+    size_t least = window + 1 > WEFT_RING_MIN_SLOTS ? window + 1 : WEFT_RING_MIN_SLOTS;
+    least = least > WEFT_RING_MAX_SLOTS ? WEFT_RING_MAX_SLOTS : least;
     size_t most = WEFT_RING_BYTES / slot;
-    most = most < WEFT_RING_MIN_SLOTS ? WEFT_RING_MIN_SLOTS : most;
     most = most > WEFT_RING_MAX_SLOTS ? WEFT_RING_MAX_SLOTS : most;
-    return (uint32_t)(n < most ? n : most);
+    size_t n = nchunks / WEFT_RING_SHARE;
+    n = n < most ? n : most;
+    return (uint32_t)(n > least ? n : least);
 }
 
 static size_t ring_len(size_t chunk, uint32_t slots)

@@ -21,8 +21,8 @@
 #define WEFT_RING_MAX_SLOTS 64    /* WEFT_RING_HDR / 64 */
 #define WEFT_RING_BYTES (4u << 20) /* a ring's slots take at most about this much */
 #define WEFT_RING_SHARE 16        /* ... and at most this fraction of their stream */
-#define WEFT_RING_MIN_SLOTS 4     /* shorter streams (< 64 chunks) do without */
-#define WEFT_RING_MAX_TOTAL (16u << 20) /* streams whose 4 slots take more do without */
+#define WEFT_RING_MIN_SLOTS 8     /* shorter streams (< 128 chunks) do without */
+#define WEFT_RING_MAX_TOTAL (16u << 20) /* streams whose 8 slots take more do without */
 /* Rings a process makes (and maps) at most, busy or kept: idle ones are freed for a new
  * one, and past that a stream goes without (16 rings of 4 MiB; on a host of 64 ranks
  * an all-to-all re-cut would otherwise keep 252 MiB per rank). */
@@ -50,16 +50,22 @@ typedef struct weft_mig_offer {
 } weft_mig_offer_t;
 
 /*
- * Slots for a stream of @p nchunks chunks of at most @p slot bytes: 0 when it goes
- * without a ring (fewer than WEFT_RING_MIN_SLOTS * WEFT_RING_SHARE chunks, or slots too
- * large), else between WEFT_RING_MIN_SLOTS and WEFT_RING_MAX_SLOTS, at most
- * WEFT_RING_BYTES and a WEFT_RING_SHARE-th of the stream. Making and mapping a ring costs
- * about 1 ms per MiB here (the kernel allocates and zeroes its pages in both processes),
- * against some 55 us of work saved per MiB moved through it: a ring pays for itself
- * over about 20 times its size, and it is kept for the next migration. Computed alike by
- * both members from facts they share.
+ * Whether a stream of @p nchunks chunks of at most @p slot bytes goes through a ring: at
+ * least WEFT_RING_MIN_SLOTS * WEFT_RING_SHARE chunks, and WEFT_RING_MIN_SLOTS slots of at
+ * most WEFT_RING_MAX_TOTAL. Computed alike by both members from facts they share.
  */
-uint32_t weft__ring_slots(size_t slot, uint32_t nchunks);
+bool weft__ring_fits(size_t slot, uint32_t nchunks);
+/*
+ * The receiver's choice of slots for such a stream: a WEFT_RING_SHARE-th of its chunks,
+ * at least WEFT_RING_MIN_SLOTS and @p window + 1 (the chunks the receiver works on at
+ * once, and one the sender fills meanwhile; with no slack the two take turns), at most
+ * WEFT_RING_MAX_SLOTS and about WEFT_RING_BYTES where the minimum allows. Making and
+ * mapping a ring costs about 1 ms per MiB here (the kernel allocates and zeroes its
+ * pages in both processes), against some 55 us of work saved per MiB moved through it:
+ * a ring pays for itself over about 20 times its size, and it is kept for the next
+ * migration.
+ */
+uint32_t weft__ring_slots(size_t slot, uint32_t nchunks, size_t window);
 
 /* The receiver: make @p r and fill @p offer (slots 0 and errno set when it cannot). */
 bool weft__ring_make(weft_mig_ring_t *r, size_t chunk, uint32_t slots, weft_mig_offer_t *offer);

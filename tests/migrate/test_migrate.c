@@ -294,7 +294,7 @@ static uint64_t ring_run(const weft_layout_t *old, const weft_layout_t *new, wef
     return atomic_load(&weft__migrate_ring_chunks) - before;
 }
 
-/* Streams of 64 chunks or more between ranks on one host go through the receiver's ring
+/* Streams of 128 chunks or more between ranks on one host go through the receiver's ring
  * (here also where the host runs more ranks than cores, which gives none): rows
  * (contiguous) and columns (gathered into the ring, scattered out of it) arrive intact.
  * A chunk corrupted in the ring once is sent again; twice, every rank fails. Where the
@@ -314,18 +314,18 @@ static void test_ring(void **state)
     ctx->cfg.migrate_chunk = 400; /* 2 rows of 50 floats, 4 rows of 25 */
     for (int dim = 0; dim < 2; dim++) {
         weft_layout_t *old, *new;
-        rotation_of(&old, &new, dim == 0 ? 128 * (uint64_t)n : 256,
+        rotation_of(&old, &new, dim == 0 ? 256 * (uint64_t)n : 512,
                     dim == 0 ? 50 : 25 * (uint64_t)n, dim);
         uint64_t used = ring_run(old, new, WEFT_OK);
         if (ring) {
-            assert_int_equal(used, 64); /* every chunk of the stream, once */
+            assert_int_equal(used, 128); /* every chunk of the stream, once */
         } else {
             assert_int_equal(used, 0);
         }
         weft__migrate_recv_hook = flip;
         corrupt_rounds = 1;
         used = ring_run(old, new, WEFT_OK);
-        assert_int_equal(used, ring ? 65 : 0); /* chunk 0 came twice */
+        assert_int_equal(used, ring ? 129 : 0); /* chunk 0 came twice */
         corrupt_rounds = 2;
         ring_run(old, new, WEFT_ERR_TRANSPORT);
         assert_non_null(strstr(weft_last_error(ctx), "corrupted twice"));
@@ -367,13 +367,13 @@ static void test_ring_kept(void **state)
     bool over = ctx->oversubscribed;
     ctx->oversubscribed = false;
     weft_layout_t *old, *new;
-    rotation_of(&old, &new, 256 * (uint64_t)n, 50, 0);
-    ctx->cfg.migrate_chunk = 800; /* 4 rows: 64 chunks; a geometry no other test uses */
+    rotation_of(&old, &new, 512 * (uint64_t)n, 50, 0);
+    ctx->cfg.migrate_chunk = 800; /* 4 rows: 128 chunks; a geometry no other test uses */
     uint64_t made = weft__ring_made, mapped = weft__ring_mapped;
-    assert_int_equal(ring_run(old, new, WEFT_OK), 64 * in);
+    assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
     assert_int_equal(weft__ring_made - made, in);     /* as the receiver */
     assert_int_equal(weft__ring_mapped - mapped, out); /* as the sender */
-    assert_int_equal(ring_run(old, new, WEFT_OK), 64 * in);
+    assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
     assert_int_equal(weft__ring_made - made, in);
     assert_int_equal(weft__ring_mapped - mapped, out);
     weft__migrate_recv_hook = flip;
@@ -381,7 +381,7 @@ static void test_ring_kept(void **state)
     ring_run(old, new, WEFT_ERR_TRANSPORT);
     weft__migrate_recv_hook = NULL;
     assert_int_equal(weft__ring_made - made, in);
-    assert_int_equal(ring_run(old, new, WEFT_OK), 64 * in);
+    assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
     assert_int_equal(weft__ring_made - made, 2 * in); /* the failed stream's ring went */
     assert_int_equal(weft__ring_mapped - mapped, 2 * out);
     /* Two at once: the second cannot take the first's ring. */
@@ -400,11 +400,11 @@ static void test_ring_kept(void **state)
     assert_int_equal(gen_check(new, my_id, nb1), 0);
     assert_int_equal(gen_check(new, my_id, nb2), 0);
     assert_int_equal(weft__ring_made - made, 3 * in);
-    assert_int_equal(ring_run(old, new, WEFT_OK), 64 * in);
+    assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
     assert_int_equal(weft__ring_made - made, 3 * in); /* one of the two was kept */
     /* A budget of one ring: the second of two at once goes without (by CMA), and the
      * idle ring is freed to make room when another geometry needs one. */
-    weft__ring_budget = WEFT_RING_HDR + 4 * 800; /* 64 chunks: 4 slots */
+    weft__ring_budget = WEFT_RING_HDR + 8 * 800; /* 128 chunks: 8 slots */
     uint64_t got = atomic_load(&weft__migrate_ring_chunks);
     assert_int_equal(weft_migrate_start(world, plan, obuf, nb1, NULL, &r1), WEFT_INPROGRESS);
     assert_int_equal(weft_migrate_start(world, plan, obuf, nb2, NULL, &r2), WEFT_INPROGRESS);
@@ -412,13 +412,13 @@ static void test_ring_kept(void **state)
     assert_int_equal(weft_wait(r2, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
     weft_req_free(r1);
     weft_req_free(r2);
-    assert_int_equal(atomic_load(&weft__migrate_ring_chunks) - got, 64 * in);
+    assert_int_equal(atomic_load(&weft__migrate_ring_chunks) - got, 128 * in);
     assert_int_equal(weft__ring_made - made, 3 * in);
-    weft__ring_budget = WEFT_RING_HDR + 4 * 1200;
-    ctx->cfg.migrate_chunk = 1200; /* 6 rows: 64 chunks, a geometry no ring kept has */
+    weft__ring_budget = WEFT_RING_HDR + 8 * 1200;
+    ctx->cfg.migrate_chunk = 1200; /* 6 rows: 128 chunks, a geometry no ring kept has */
     weft_layout_t *o2, *n2;
-    rotation_of(&o2, &n2, 384 * (uint64_t)n, 50, 0);
-    assert_int_equal(ring_run(o2, n2, WEFT_OK), 64 * in);
+    rotation_of(&o2, &n2, 768 * (uint64_t)n, 50, 0);
+    assert_int_equal(ring_run(o2, n2, WEFT_OK), 128 * in);
     assert_int_equal(weft__ring_made - made, 4 * in);
     weft_layout_free(o2);
     weft_layout_free(n2);

@@ -80,7 +80,7 @@ static const char *check_new(const weft_plan_t *plan, const weft_layout_t *nl, i
 int main(void)
 {
     setenv("WEFT_TIMEOUT_MS", "60000", 0);
-    setenv("WEFT_MIGRATE_CHUNK", "16K", 0);
+    setenv("WEFT_MIGRATE_CHUNK", "8K", 0); /* streams of 128 chunks and more: rings */
     setenv("WEFT_MIGRATE_WINDOW", "1", 0);
     weft_ctx_t *ctx;
     weft_group_t *world;
@@ -88,7 +88,7 @@ int main(void)
     if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK) {
         return 1;
     }
-    ctx->oversubscribed = false; /* streams of 64 chunks or more go through rings here too */
+    ctx->oversubscribed = false; /* long streams go through rings here too */
     weft_group_rank(world, &me);
     weft_group_size(world, &n);
     weft_group_member_id(world, me, &id);
@@ -177,6 +177,8 @@ int main(void)
         SURVIVOR_FAIL(me, why);
         return 1;
     }
+    printf("rank %d: %llu chunks came through same-host rings\n", me,
+           (unsigned long long)weft__migrate_ring_chunks);
     SURVIVOR_OK(me);
     weft_plan_free(replan);
     weft_plan_free(resumed);
