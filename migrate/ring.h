@@ -24,8 +24,8 @@
 #define WEFT_RING_MIN_SLOTS 8     /* shorter streams (< 128 chunks) do without */
 #define WEFT_RING_MAX_TOTAL (16u << 20) /* streams whose 8 slots take more do without */
 /* Rings a process makes (and maps) at most, busy or kept: idle ones are freed for a new
- * one, and past that a stream goes without (16 rings of 4 MiB; on a host of 64 ranks
- * an all-to-all re-cut would otherwise keep 252 MiB per rank). */
+ * one, and past that a stream goes without (16 rings of 4 MiB, however many same-host
+ * peers send to this rank). */
 #define WEFT_RING_BUDGET (64u << 20)
 /* After a ring moved (the sender put a chunk in, the receiver got one's header), the
  * member's idle waits yield for this long instead of sleeping (ctx->spin_until_ns): its
