@@ -134,35 +134,30 @@ static void slot_job(weft_job_t *job)
         return;
     }
     sl->good = false;
+    uint64_t h = 0; /* the ring's path checksums as it copies; the others after */
     if (sl->ring_q != 0) {
         uint64_t q = sl->ring_q - 1;
         uint8_t *src = weft__ring_slot(s->ring, q);
         if (weft__migrate_recv_hook != NULL) { /* in transit: the ring holds it */
             weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, src, c->bytes);
         }
-        uint64_t h = weft__hash_copy(sl->ptr, src, c->bytes, true);
+        h = weft__hash_copy(sl->ptr, src, c->bytes, true);
         weft__ring_release(s->ring, q);
         atomic_fetch_add(&weft__migrate_ring_chunks, 1);
-        if (sl->hdr_buf[1] != c->bytes || h != sl->hdr_buf[0]) {
-            return;
+    } else {
+        if (sl->cma) {
+            sl->recvd = c->bytes;
+            if (!cma_read(sl->ptr, sl->hdr_buf[2], sl->hdr_buf[3], c->bytes)) {
+                sl->cma_failed = true;
+                return;
+            }
         }
-        sl->good = sl->ptr != sl->staging ||
-                   weft__mig_move_box(m, m->new_dev, dst_base(m, x) + x->dst_packed, &x->dst_box,
-                                      sl->staging, &c->box, &c->box, x->ndims, x->elem);
-        return;
-    }
-    if (sl->cma) {
-        sl->recvd = c->bytes;
-        if (!cma_read(sl->ptr, sl->hdr_buf[2], sl->hdr_buf[3], c->bytes)) {
-            sl->cma_failed = true;
-            return;
+        if (weft__migrate_recv_hook != NULL) {
+            weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, sl->ptr, c->bytes);
         }
-    }
-    if (weft__migrate_recv_hook != NULL) {
-        weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, sl->ptr, c->bytes);
     }
     if (sl->recvd != c->bytes || sl->hdr_buf[1] != c->bytes ||
-        XXH3_64bits(sl->ptr, c->bytes) != sl->hdr_buf[0]) {
+        (sl->ring_q != 0 ? h : XXH3_64bits(sl->ptr, c->bytes)) != sl->hdr_buf[0]) {
         return;
     }
     sl->good = sl->ptr != sl->staging ||
@@ -378,8 +373,8 @@ static size_t max_chunk(const stream_t *s)
  * setting allows it, its peer is on this host, it is long enough (weft__ring_fits) and
  * the first round does not go through NCCL. Then the receiver makes the ring and
  * offers it (or offers none: when it cannot make one, its buffers are on a device or
- * its host runs more ranks than cores),
- * and the sender maps it before it posts a chunk (or goes without). WEFT_OK once decided.
+ * its host runs more ranks than cores), and the sender maps it before it posts a chunk
+ * (or goes without). WEFT_OK once decided.
  */
 static weft_status_t ring_progress(mig_t *m, stream_t *s)
 {
@@ -407,13 +402,12 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
             if (!m->any_dev && !ctx->oversubscribed && weft__migrate_ring_refuse != 2) {
                 uint32_t slots = weft__ring_slots(slot, s->nchunks, m->window);
                 s->ring = weft__ring_take_owned(ctx, s->member, slot, slots, s->offer);
+                if (s->ring == NULL) {
+                    WEFT_DEBUG(&ctx->logger, "migration: no ring for member %d (%s)",
+                               s->member, strerror(errno));
+                }
             }
-            bool made = s->ring != NULL;
-            if (!made && !m->any_dev) {
-                WEFT_DEBUG(&ctx->logger, "migration: no ring for member %d (%s)",
-                          s->member, strerror(errno));
-            }
-            s->ring_state = made ? RING_ON : RING_OFF;
+            s->ring_state = s->ring != NULL ? RING_ON : RING_OFF;
             st = weft__isend(m->g, s->rank, s->offer, sizeof(*s->offer), WEFT_TAG_MIGRATE, pl,
                              &s->offer_req);
         }
@@ -427,13 +421,12 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
         }
         if (!m->any_dev && s->offer->slots != 0 && weft__migrate_ring_refuse != 1) {
             s->ring = weft__ring_take_mapped(m->g->ctx, s->member, s->offer, max_chunk(s));
+            if (s->ring == NULL) {
+                WEFT_DEBUG(&m->g->ctx->logger, "migration: cannot map member %d's ring (%s)",
+                           s->member, strerror(errno));
+            }
         }
-        bool mapped = s->ring != NULL;
-        if (!mapped && s->offer->slots != 0 && !m->any_dev) {
-            WEFT_DEBUG(&m->g->ctx->logger, "migration: cannot map member %d's ring (%s)",
-                      s->member, strerror(errno));
-        }
-        s->ring_state = mapped ? RING_ON : RING_OFF;
+        s->ring_state = s->ring != NULL ? RING_ON : RING_OFF;
     }
     return WEFT_OK;
 }
@@ -441,8 +434,9 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
 weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
 {
     weft_status_t st;
-    if (s->phase == ST_CHUNKS && s->ring_state != RING_NONE && s->ring_state != RING_ON &&
-        s->ring_state != RING_OFF && (st = ring_progress(m, s)) != WEFT_OK) {
+    if (s->phase == ST_CHUNKS &&
+        (s->ring_state == RING_UNDECIDED || s->ring_state == RING_WAIT) &&
+        (st = ring_progress(m, s)) != WEFT_OK) {
         return st;
     }
     if (s->phase == ST_CHUNKS) {

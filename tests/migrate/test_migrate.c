@@ -352,6 +352,24 @@ static void test_ring(void **state)
     ctx->oversubscribed = over;
 }
 
+/* Two migrations of @p plan started at once, into @p nb1 and @p nb2 (cleared first, @p nb
+ * bytes each): both succeed with the right bytes. */
+static void two_at_once(const weft_plan_t *plan, const weft_layout_t *new, const void *obuf,
+                        unsigned char *nb1, unsigned char *nb2, size_t nb)
+{
+    memset(nb1, 0, nb);
+    memset(nb2, 0, nb);
+    weft_req_t *r1 = NULL, *r2 = NULL;
+    assert_int_equal(weft_migrate_start(world, plan, obuf, nb1, NULL, &r1), WEFT_INPROGRESS);
+    assert_int_equal(weft_migrate_start(world, plan, obuf, nb2, NULL, &r2), WEFT_INPROGRESS);
+    assert_int_equal(weft_wait(r1, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
+    assert_int_equal(weft_wait(r2, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
+    weft_req_free(r1);
+    weft_req_free(r2);
+    assert_int_equal(gen_check(new, my_id, nb1), 0);
+    assert_int_equal(gen_check(new, my_id, nb2), 0);
+}
+
 /* Rings are kept between migrations: a second migration with the same geometry makes
  * and maps none; a stream that failed gives its ring up; two migrations at once between
  * the same members use two rings, and one of them is kept afterwards. */
@@ -390,15 +408,7 @@ static void test_ring_kept(void **state)
     size_t ob = weft_layout_packed_bytes(old, my_id), nb = weft_layout_packed_bytes(new, my_id);
     unsigned char *obuf = malloc(ob), *nb1 = calloc(1, nb), *nb2 = calloc(1, nb);
     gen_fill(old, my_id, obuf);
-    weft_req_t *r1 = NULL, *r2 = NULL;
-    assert_int_equal(weft_migrate_start(world, plan, obuf, nb1, NULL, &r1), WEFT_INPROGRESS);
-    assert_int_equal(weft_migrate_start(world, plan, obuf, nb2, NULL, &r2), WEFT_INPROGRESS);
-    assert_int_equal(weft_wait(r1, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
-    assert_int_equal(weft_wait(r2, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
-    weft_req_free(r1);
-    weft_req_free(r2);
-    assert_int_equal(gen_check(new, my_id, nb1), 0);
-    assert_int_equal(gen_check(new, my_id, nb2), 0);
+    two_at_once(plan, new, obuf, nb1, nb2, nb);
     assert_int_equal(weft__ring_made - made, 3 * in);
     assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
     assert_int_equal(weft__ring_made - made, 3 * in); /* one of the two was kept */
@@ -406,12 +416,7 @@ static void test_ring_kept(void **state)
      * idle ring is freed to make room when another geometry needs one. */
     weft__ring_budget = WEFT_RING_HDR + 8 * 800; /* 128 chunks: 8 slots */
     uint64_t got = atomic_load(&weft__migrate_ring_chunks);
-    assert_int_equal(weft_migrate_start(world, plan, obuf, nb1, NULL, &r1), WEFT_INPROGRESS);
-    assert_int_equal(weft_migrate_start(world, plan, obuf, nb2, NULL, &r2), WEFT_INPROGRESS);
-    assert_int_equal(weft_wait(r1, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
-    assert_int_equal(weft_wait(r2, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
-    weft_req_free(r1);
-    weft_req_free(r2);
+    two_at_once(plan, new, obuf, nb1, nb2, nb);
     assert_int_equal(atomic_load(&weft__migrate_ring_chunks) - got, 128 * in);
     assert_int_equal(weft__ring_made - made, 3 * in);
     weft__ring_budget = WEFT_RING_HDR + 8 * 1200;
