@@ -337,6 +337,17 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
 void weft__report_failure(weft_ctx_t *ctx, int id, const char *why);
 /* Fail every in-flight request of @p g with @p why (used when its epoch changes). */
 void weft__group_fail_requests(weft_group_t *g, weft_status_t why);
+/* Publish the revocation of @p g's epoch @p epoch ("failed/g<id>.<epoch>", read by every
+ * member's watch of failures); @p why is the notice's text. */
+weft_status_t weft__group_publish_revoke(weft_group_t *g, uint32_t epoch, const char *why);
+/*
+ * This member abandoned an operation of @p g's epoch @p epoch half way (@p what, e.g.
+ * "allreduce #3 (timed out)"): the others may be waiting in it, or have finished it, so the
+ * epoch is revoked for every member (locally, through the shared-memory segment, and by a
+ * notice in the store), and every member's repair moves the group on to one new epoch.
+ * Nothing when the group was revoked or edited since: the others know already.
+ */
+void weft__group_abandon(weft_group_t *g, uint32_t epoch, const char *what);
 /* Mark member @p id failed (idempotent); revokes every group containing it. */
 void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);
 /* WEFT_OK, or the error every operation on @p g returns now. */

@@ -123,6 +123,41 @@ void weft__group_fail_requests(weft_group_t *g, weft_status_t why)
     }
 }
 
+/* The member that revokes an epoch tells everyone still working in it, so an operation
+ * they have in flight there fails at once instead of waiting for members that have moved
+ * on. Members learn it from their watch of failed/, which is sent the notice when it is
+ * set; nobody reads it later (a process that starts watching afterwards is no member at
+ * that epoch), so it is deleted at once and never piles up. */
+weft_status_t weft__group_publish_revoke(weft_group_t *g, uint32_t epoch, const char *why)
+{
+    char key[96];
+    weft__key(g->ctx, key, sizeof(key), "failed/g%u.%u", g->id, epoch);
+    weft_status_t st = weft__store_set(g->ctx->store, key, why, strlen(why));
+    if (st == WEFT_OK) {
+        weft__store_chore_delete(g->ctx, key);
+    }
+    return st;
+}
+
+void weft__group_abandon(weft_group_t *g, uint32_t epoch, const char *what)
+{
+    weft_ctx_t *ctx = g->ctx;
+    if (g->epoch != epoch || g->revoked != WEFT_OK || g->rank < 0) {
+        return; /* already revoked or edited: everyone has been told */
+    }
+    g->revoked = WEFT_ERR_REVOKED;
+    weft__group_fail_requests(g, WEFT_ERR_REVOKED);
+    weft__shm_mark_abandoned(g, epoch);
+    char why[160];
+    snprintf(why, sizeof(why), "member %d abandoned %s", ctx->rank, what);
+    WEFT_INFO(&ctx->logger, "group %u epoch %u: %s; the epoch is revoked for every member",
+              g->id, epoch, why);
+    if (ctx->store != NULL && weft__group_publish_revoke(g, epoch, why) != WEFT_OK) {
+        WEFT_WARN(&ctx->logger, "group %u: cannot publish the revocation of epoch %u: the "
+                  "others learn it when their own wait ends", g->id, epoch);
+    }
+}
+
 void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why)
 {
     if (id == ctx->rank || weft__peer_slot(ctx, id) != WEFT_OK) {

@@ -123,6 +123,11 @@ static inline void weft__shm_store(uint64_t *p, uint64_t v)
  * would use it, so this rank cannot fall back alone.
  */
 weft_status_t weft__shm_ensure(struct weft_group *g);
+/* A collective of @p g's epoch @p epoch was abandoned by this member: mark its segment (if
+ * that epoch collects through one) so that every member's next step on it fails. */
+void weft__shm_mark_abandoned(struct weft_group *g, uint32_t epoch);
+/* The group rank of the member that abandoned a collective on @p s, or -1. */
+int weft__shm_abandoned(const weft_shm_t *s);
 /* Unmap @p g's segments (group destruction). */
 void weft__shm_release(struct weft_group *g);
 /*

@@ -36,6 +36,9 @@ typedef struct shm_header {
     uint64_t param;  /* ctl: small_max; data: chunk */
     uint64_t size, len;
     uint64_t attached; /* members that opened it */
+    /* ctl: 0, or 1 + the group rank of the first member that abandoned a collective on
+     * this segment: every member's next step on it fails (weft__shm_abandoned). */
+    uint64_t abandoned;
 } shm_header_t;
 
 static size_t round64(size_t n)
@@ -367,4 +370,23 @@ weft_status_t weft__shm_ctx_init(weft_ctx_t *ctx)
 void weft__shm_ctx_fini(weft_ctx_t *ctx)
 {
     weft__shm_job_unlock(&ctx->shm_job, WEFT_SHM_DIR, &ctx->logger);
+}
+
+void weft__shm_mark_abandoned(weft_group_t *g, uint32_t epoch)
+{
+    weft_shm_t *s = g->shm;
+    if (s == NULL || s->epoch != epoch || g->shm_epoch != epoch + 1) {
+        return; /* this epoch collects over messages: the store's notice tells the others */
+    }
+    s->broken = true;
+    uint64_t none = 0;
+    shm_header_t *h = (shm_header_t *)s->ctl.base;
+    (void)__atomic_compare_exchange_n(&h->abandoned, &none, (uint64_t)s->rank + 1, false,
+                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+int weft__shm_abandoned(const weft_shm_t *s)
+{
+    const shm_header_t *h = (const shm_header_t *)s->ctl.base;
+    return (int)__atomic_load_n(&h->abandoned, __ATOMIC_SEQ_CST) - 1;
 }

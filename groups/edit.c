@@ -262,22 +262,6 @@ static weft_status_t pending_joiners(weft_group_t *g, int32_t **ids, uint32_t *n
     return WEFT_OK;
 }
 
-/* The member that decided an edit tells everyone still working at the old epoch, so an
- * operation they have in flight there fails at once instead of waiting for members that
- * have moved on. Members learn it from their watch of failed/, which is sent the notice
- * when it is set; nobody reads it later (a process that starts watching afterwards is no
- * member at that epoch), so it is deleted at once and never piles up. */
-static weft_status_t publish_revoke(weft_group_t *g, uint32_t epoch, const char *why)
-{
-    char key[96];
-    weft__key(g->ctx, key, sizeof(key), "failed/g%u.%u", g->id, epoch);
-    weft_status_t st = weft__store_set(g->ctx->store, key, why, strlen(why));
-    if (st == WEFT_OK) {
-        weft__store_chore_delete(g->ctx, key);
-    }
-    return st;
-}
-
 /*
  * WEFT_ERR_REVOKED when this member was declared failed. The others then edit without
  * it, and once every member of the next epoch has applied that decision it is deleted
@@ -350,7 +334,7 @@ static weft_status_t propose(weft_group_t *g, uint32_t kind, weft_edit_info_t *i
     st = weft__store_set_nx(ctx->store, key, buf, len, &winner, &wlen, &created);
     free(buf);
     if (st == WEFT_OK && created && !quiet) {
-        st = publish_revoke(g, g->epoch, "edited");
+        st = weft__group_publish_revoke(g, g->epoch, "edited");
         if (st != WEFT_OK) {
             free(winner);
         }
@@ -555,7 +539,7 @@ weft_status_t weft_group_revoke(weft_group_t *g)
     }
     weft__group_fail_requests(g, WEFT_ERR_REVOKED);
     if (ctx->store != NULL) {
-        weft_status_t st = publish_revoke(g, g->epoch, "revoked");
+        weft_status_t st = weft__group_publish_revoke(g, g->epoch, "revoked");
         if (st != WEFT_OK) {
             return weft__error(ctx, st, "group %u: cannot publish the revocation", g->id);
         }

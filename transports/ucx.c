@@ -84,7 +84,11 @@ struct weft_tl {
     weft_tl_ep_t *closing; /* disconnected, close not finished */
     ucx_req_t *drains;     /* receive-and-drop requests of discard() */
     bool failures_pending; /* an error callback fired since the last report */
-    unsigned char sink;    /* zero-length target of dropped messages */
+    /* A send was released in flight (cancel): UCX may still hold it on its endpoint, for
+     * a receiver that dropped it or never will. A flush could wait on it until the close
+     * times out, and the worker cannot be destroyed under it: fini closes by force. */
+    bool orphaned_sends;
+    unsigned char sink; /* zero-length target of dropped messages */
 };
 
 /* ---- helpers ---- */
@@ -395,13 +399,13 @@ static int ucx_reap_drains(weft_tl_t *tl)
 }
 
 /* Start closing @p ep: flush if healthy, force if its peer failed. Moves it to closing. */
-static void ucx_start_close(weft_tl_t *tl, weft_tl_ep_t *ep)
+static void ucx_start_close(weft_tl_t *tl, weft_tl_ep_t *ep, bool force)
 {
     ucx_list_remove(&tl->eps, ep);
     ucx_rkeys_drop(ep);
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-        .flags = ep->err != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+        .flags = force || ep->err != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0,
     };
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep->uep, &p);
     if (UCS_PTR_IS_ERR(r)) {
@@ -420,10 +424,10 @@ static void ucx_fini(weft_tl_t *tl)
         return;
     }
     while (tl->eps != NULL) {
-        ucx_start_close(tl, tl->eps);
+        ucx_start_close(tl, tl->eps, tl->orphaned_sends);
     }
     for (ucx_req_t *ur = tl->drains; ur != NULL; ur = ur->next) {
-        ucp_request_cancel(tl->worker, ur);
+        ucp_request_cancel(tl->worker, ur); /* receives; a send ends with its endpoint */
     }
     /* Bounded: a peer that died without UCX noticing must not hang finalize. */
     uint64_t start = weft__now_ns(), deadline = start + UCX_CLOSE_TIMEOUT_NS;
@@ -507,7 +511,7 @@ static void ucx_disconnect(weft_tl_t *tl, weft_tl_ep_t *ep)
         return;
     }
     /* Closing finishes in progress() (or fini): disconnect never waits for the peer. */
-    ucx_start_close(tl, ep);
+    ucx_start_close(tl, ep, false);
     ucx_reap_closing(tl);
 }
 
@@ -649,10 +653,18 @@ static void ucx_cancel(weft_tl_t *tl, void *req)
     if (ur->kind == UCX_REQ_SEND) {
         /*
          * UCX cannot withdraw a rendezvous send that its receiver has not matched, and
-         * waiting would not change that: release it now (UCP frees it when it ends). A
-         * peer that matches it later still reads the buffer; the comm layer cancels
-         * sends only to failed peers or of revoked epochs, whose receivers drop them.
+         * waiting would not change that: return at once. A peer that matches it later
+         * still reads the buffer; the comm layer cancels sends only to failed peers or
+         * of revoked epochs, whose receivers drop them.
          */
+        if (ucp_request_check_status(req) == UCS_INPROGRESS) {
+            /* Kept until it ends (tl->drains): UCX cannot tear down an endpoint under a
+             * send that was given back to it in flight. */
+            tl->orphaned_sends = true;
+            ur->next = tl->drains;
+            tl->drains = ur;
+            return;
+        }
         ucx_req_release(req);
         return;
     }

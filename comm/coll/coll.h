@@ -203,6 +203,7 @@ struct weft_coll {
     size_t elem; /* bytes per element */
     weft_reducer_t red;
     uint32_t seq;
+    uint32_t epoch;      /* the group's epoch when it started */
     weft_coll_hdr_t hdr; /* my parameters */
     bool mismatch;       /* OR of the flags seen so far */
     bool refused;        /* a rank refused its arguments (its header, or one relaying it) */

@@ -240,6 +240,42 @@ uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes)
     return p;
 }
 
+/*
+ * A collective this rank leaves before it finished (its wait timed out, its request was
+ * freed in flight, a local error stopped it) is abandoned: the others may be waiting in
+ * it, or may have finished it. That is a group event (include/weft/group.h): the epoch is
+ * revoked for every member. A mismatch (every rank learns it from the headers), a
+ * refusal, and a failure the group already knows of need nothing more.
+ */
+static void coll_note_abandoned(weft_coll_t *c, const char *how)
+{
+    if (c->detached || (c->phase == WEFT_COLL_PH_DONE && (c->status == WEFT_OK || c->mismatch))) {
+        return;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "%s #%u (%s)", c->a.name, c->seq, how);
+    weft__group_abandon(c->g, c->epoch, what);
+}
+
+/* Another member abandoned a collective on this epoch's segment: WEFT_OK if not. */
+static weft_status_t coll_peer_abandoned(weft_coll_t *c)
+{
+    int who = weft__shm_abandoned(c->shm);
+    if (who < 0) {
+        return WEFT_OK;
+    }
+    weft_group_t *g = c->g;
+    if (g->epoch == c->epoch && g->revoked == WEFT_OK) {
+        g->revoked = WEFT_ERR_REVOKED;
+        weft__group_fail_requests(g, WEFT_ERR_REVOKED);
+    }
+    c->sh.finished = true; /* nothing to hand on: the segment is unusable */
+    return weft__error(c->ctx, WEFT_ERR_REVOKED,
+                       "%s #%u: group rank %d abandoned a collective of group %u epoch %u "
+                       "(timed out or cancelled); repair the group",
+                       c->a.name, c->seq, who, g->id, c->epoch);
+}
+
 /* Release everything a collective holds except its own memory. */
 static void coll_release(weft_coll_t *c)
 {
@@ -270,6 +306,12 @@ static weft_status_t coll_mismatch_error(weft_coll_t *c)
 static weft_status_t coll_step(weft_coll_t *c)
 {
     weft_status_t st;
+    if (c->shm != NULL && c->phase != WEFT_COLL_PH_DONE && !c->detached &&
+        (st = coll_peer_abandoned(c)) != WEFT_OK) {
+        c->phase = WEFT_COLL_PH_DONE;
+        c->status = st;
+        return st;
+    }
     switch (c->phase) {
     case WEFT_COLL_PH_RD:
         st = c->shm != NULL ? weft__shm_exchange(c)
@@ -348,6 +390,8 @@ static void coll_cleanup(weft_req_t *req)
         return;
     }
     req->impl = NULL;
+    coll_note_abandoned(c, req->status == WEFT_INPROGRESS ? "freed in flight"
+                                                          : weft_status_str(req->status));
     if (req->status == WEFT_OK || (c->detached && c->phase == WEFT_COLL_PH_DONE)) {
         coll_release(c); /* (a refusal that ran to its end has no message in flight) */
         free(c);
@@ -415,6 +459,7 @@ static void coll_clear(weft_coll_t *c, weft_group_t *g)
     c->g = g;
     c->rank = g->rank;
     c->size = g->size;
+    c->epoch = g->epoch;
 }
 
 /*
@@ -434,6 +479,12 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
             weft__coll_refuse(g, a, blocking); /* tell the others now, not at their timeout */
         }
         return st;
+    }
+    if (g->shm == NULL && g->size > 1) {
+        /* Over messages a member that abandoned this epoch's collective cannot take back
+         * what it sent: its revocation, already here, must be seen before this one could
+         * complete on that. (Through shared memory the segment itself tells.) */
+        weft__poll_failure_notices(ctx);
     }
     st = weft__group_status(g);
     if (st != WEFT_OK) {
@@ -460,6 +511,7 @@ static weft_status_t coll_init(weft_group_t *g, const weft_coll_args_t *a, weft_
     c->hdr = coll_header(a, elem, seq);
     st = coll_setup(c);
     if (st != WEFT_OK) {
+        coll_note_abandoned(c, weft_status_str(st));
         coll_release(c);
         return st;
     }
@@ -678,6 +730,7 @@ weft_status_t weft__coll_run(weft_group_t *g, const weft_coll_args_t *a)
         return st;
     }
     st = coll_wait_inline(&c);
+    coll_note_abandoned(&c, st == WEFT_ERR_TIMEOUT ? "timed out" : weft_status_str(st));
     coll_release(&c);
     return st;
 }

@@ -29,6 +29,17 @@
  * after every edit, including edits made by weft_group_grow: members then never stand in
  * different operations of one epoch.
  *
+ * Abandoned collectives: a member that leaves a collective before it finished there (its
+ * wait returned WEFT_ERR_TIMEOUT and the request was freed, a blocking call timed out, or
+ * the request was freed in flight) revokes the epoch for every member, as a failure does:
+ * the others' operations of that epoch in flight and later return WEFT_ERR_REVOKED (a
+ * member that arrives late fails the collective rather than complete it), and the
+ * recovery loop above moves every member to one new epoch. Being slow is not a failure:
+ * that repair keeps every live member, the one that timed out included. Completion is
+ * not uniform: a member whose part had ended just before keeps its result and sees the
+ * revocation at its next operation. A timed-out weft_wait that keeps its request (to
+ * wait again) abandons nothing.
+ *
  * Thread safety: as for the context (one thread at a time per context).
  */
 #ifndef WEFT_GROUP_H
