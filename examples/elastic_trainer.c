@@ -25,7 +25,8 @@
  * a migration gives newcomers their share, a new generation is made over the new
  * membership, and training goes back to the restored step and computes the steps after
  * it again. When a shard and all its copies died together, the restore reports the
- * missing bytes: the trainer says what was lost and every member stops.
+ * missing bytes: the trainer says what was lost and every member stops with
+ * WEFT_EXIT_JOB_FAILED, so that weftrun replaces none of them and the job fails.
  *
  *   weftrun -n 4 --elastic --replace -- weft-example-trainer [--steps N]
  *           [--redundancy R] [--wait-replacement MS] [kill options: kill_plan.h]
@@ -37,6 +38,12 @@
  * shard with it, bit for bit. Rank 0 prints the median step time before the first edit
  * and after the last, and the loss; the exit status is 0 when every member's state
  * equals the reference and the loss went down.
+ *
+ * Exit status: WEFT_EXIT_JOB_FAILED (86) where every member stops together because the
+ * job cannot succeed (training state lost, a restore failed, too many ranks, a result
+ * that differs from the reference; a joiner whose every member died), which weftrun
+ * takes for the job's failure; 1 where this process alone failed (a weft call's error),
+ * which weftrun --elastic takes for a death and --replace replaces.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -57,7 +64,7 @@
 enum { RESTORED = 0, RESTORE_LOST = 1, RESTORE_FAILED = 2 };
 
 /* Why every member stops together. */
-enum { GOING_ON = 0, STATE_LOST, NOT_RESTORED, TOO_WIDE };
+enum { GOING_ON = 0, STATE_LOST, NOT_RESTORED, TOO_WIDE, NO_MEMBERS };
 
 typedef struct trainer {
     weft_ctx_t *ctx;
@@ -99,6 +106,7 @@ static int fail(trainer_t *t, const char *what, weft_status_t st)
         [STATE_LOST] = "training state lost: every copy of a part of it died (see above)",
         [NOT_RESTORED] = "the restore failed (see above)",
         [TOO_WIDE] = "more ranks than this trainer takes",
+        [NO_MEMBERS] = "training state lost: every member died before admitting this process",
     };
     if (t->stop_together != GOING_ON) {
         fprintf(stderr, "trainer: %s: %s\n", what, why[t->stop_together]);
@@ -106,10 +114,10 @@ static int fail(trainer_t *t, const char *what, weft_status_t st)
          * waiting to join that there is nothing to join. */
         gens_free(&t->gens, &t->cur, &t->retired);
         weft_finalize(t->ctx);
-    } else {
-        fprintf(stderr, "trainer: %s: %s: %s\n", what, weft_status_str(st),
-                weft_last_error(t->ctx));
+        /* The job failed, not this process: a replacement would find nothing to do. */
+        return WEFT_EXIT_JOB_FAILED;
     }
+    fprintf(stderr, "trainer: %s: %s: %s\n", what, weft_status_str(st), weft_last_error(t->ctx));
     return 1;
 }
 
@@ -479,13 +487,18 @@ static int parse_options(trainer_t *t, int argc, char **argv, int *redundancy)
 }
 
 /* A process started after the job: wait to be admitted, then resynchronise like
- * everyone. Returns 1 when the job is over already (nothing to do). */
+ * everyone. Returns 1 when the job is over already (nothing to do); when every member
+ * died first, *st says so and the job has failed (NO_MEMBERS). */
 static int join_job(trainer_t *t, weft_status_t *st)
 {
     *st = weft_group_join(t->ctx, "world", 60000, &t->world);
     if (*st == WEFT_ERR_REVOKED) {
         printf("trainer: %s\n", weft_last_error(t->ctx)); /* came too late: nothing to do */
         return 1;
+    }
+    if (*st == WEFT_ERR_PEER_FAILED) {
+        t->stop_together = NO_MEMBERS; /* nobody holds the state it would join for */
+        return 0;
     }
     if (*st == WEFT_OK) {
         *st = resynchronise(t);
@@ -566,5 +579,7 @@ int main(int argc, char **argv)
     free(t.sums);
     free(t.sendbuf);
     free(t.recvbuf);
-    return ok ? 0 : 1;
+    /* Every member decides alike (equal and match are agreed): a wrong result is the
+     * job's failure, which no replacement would mend. */
+    return ok ? 0 : WEFT_EXIT_JOB_FAILED;
 }

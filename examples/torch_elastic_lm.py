@@ -50,6 +50,15 @@ from torch_lm.state import TrainState, gather_digests, layout_of  # noqa: E402
 
 BLOB = struct.Struct("<Qd")  # step, its loss: what a snapshot keeps beside the tensors
 HEADER = 66                  # int64s of the resynchronisation header
+EXIT_JOB_FAILED = 86         # WEFT_EXIT_JOB_FAILED (weft/core.h)
+
+
+def job_failed(why):
+    """Stop because the job failed, not this process (every survivor sees the same):
+    weftrun replaces nobody for WEFT_EXIT_JOB_FAILED, stops the job and exits with it."""
+    sys.stderr.write("torch_elastic_lm: %s\n" % why)
+    sys.stderr.flush()
+    raise SystemExit(EXIT_JOB_FAILED)
 
 
 def parse(argv=None):
@@ -177,8 +186,8 @@ class Trainer:
             self.event("repair", t0, step=failed_in, removed=info.removed, epoch=g.epoch,
                        width=g.size)
             if info.added:
-                raise SystemExit("a replacement was admitted by the repair, before the "
-                                 "survivors restored their snapshots: not handled here")
+                job_failed("a replacement was admitted by the repair, before the "
+                           "survivors restored their snapshots: not handled here")
             t1 = time.perf_counter()
             try:
                 r = self.snap.restore(layout_of(self.args, g.member_ids))
@@ -186,8 +195,8 @@ class Trainer:
                 kind = type(e).__name__
                 continue
             if r.bytes_missing:
-                raise SystemExit("%d bytes of the state died with every copy of them" %
-                                 r.bytes_missing)
+                job_failed("training state lost: %d bytes of it died with every copy of "
+                           "them" % r.bytes_missing)
             lost = {m: BLOB.unpack(self.snap.blob(m)) for m in gone}
             self.event("restore", t1, step=r.step, moved_mb=round(r.bytes_moved / 1e6, 2),
                        local_mb=round(r.bytes_local / 1e6, 2),

@@ -195,6 +195,25 @@ static void warn_nested_launch(const weftrun_opts_t *o, const weft_logger_t *lg)
     }
 }
 
+/*
+ * The ranks inherit weftrun's environment, and weft_init refuses a WEFT_* setting that
+ * does not parse: refuse it here, before any rank starts, rather than start ranks that
+ * each fail (and under --elastic --replace are replaced until --max-restarts runs out).
+ * weft__config_load's error names the variable, its value, what it takes and its
+ * default. Unknown WEFT_* variables are the ranks' to warn about, once each.
+ */
+static bool read_settings(weftrun_job_t *job)
+{
+    weft_logger_t quiet = *job->lg;
+    quiet.level = WEFT_LOG_ERROR;
+    if (weft__config_load(&job->cfg, &quiet) == WEFT_OK) {
+        return true;
+    }
+    WEFT_ERROR(job->lg, "no rank started: every rank would refuse this setting in weft_init; "
+                        "fix or unset it (weft-info --config lists the settings)");
+    return false;
+}
+
 static int serve_store_only(weftrun_job_t *job)
 {
     printf("WEFT_STORE=%s\nWEFT_JOB_TOKEN=%s\n", job->store_addr, job->token);
@@ -240,6 +259,10 @@ int main(int argc, char **argv)
         .fence_wr = -1,
     };
 
+    /* --store-only starts no rank: the settings are those of the ranks others start. */
+    if (!opts.store_only && !read_settings(&job)) {
+        return WEFTRUN_EXIT_USAGE;
+    }
     if (!opts.store_only && weftrun_resolve_program(opts.argv[0], &lg, &job.prog_path) != WEFT_OK) {
         return WEFTRUN_EXIT_NOT_FOUND;
     }
@@ -272,7 +295,7 @@ int main(int argc, char **argv)
     } else {
         rc = weftrun_run_job(&job);
     }
-    weftrun_nodes_finish(&job, rc);
+    rc = weftrun_nodes_finish(&job, rc);
     weft__store_server_stop(job.server);
     shm_clean_at_end(&job);
 out:

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "comm/config.h"
 #include "comm/log.h"
 #include "comm/shm_job.h"
 #include "comm/store/store.h"
@@ -128,6 +129,7 @@ typedef enum weftrun_stop_reason {
     WEFTRUN_STOP_TIMEOUT,
     WEFTRUN_STOP_LAUNCH_FAILED, /* a rank could not be started (fork failed) */
     WEFTRUN_STOP_REMOTE,        /* another node stopped the job, or was lost */
+    WEFTRUN_STOP_JOB_FAILED,    /* a rank exited WEFT_EXIT_JOB_FAILED: the job failed */
 } weftrun_stop_reason_t;
 
 typedef struct weftrun_nodes weftrun_nodes_t;
@@ -139,6 +141,7 @@ typedef struct weftrun_job {
     bool replacement_node; /* a node started again: its ranks join as replacements */
     weftrun_nodes_t *nodes; /* the other nodes (weftrun_nodes.c); NULL in a one-node job */
     const weft_logger_t *lg;
+    weft_config_t cfg; /* the WEFT_* settings of weftrun's environment, the ranks' too */
     weft_store_server_t *server;
     char store_addr[300]; /* host:port the ranks connect to */
     char token[65];
@@ -282,8 +285,10 @@ void weftrun_nodes_publish(weftrun_job_t *job, const char *key, int code, const 
 /* A member id for a replacement, from the store's counter. */
 weft_status_t weftrun_nodes_new_id(weftrun_job_t *job, int *id);
 /* This node's ranks have ended with @p code: say so, or on the node serving the store
- * wait for every other node to end; then close the connections. */
-void weftrun_nodes_finish(weftrun_job_t *job, int code);
+ * wait for every other node to end; then close the connections. Returns weftrun's exit
+ * status: @p code, or on the serving node, when that is 0, the status of a stop another
+ * node published meanwhile (the job failed, though this node's ranks did not). */
+int weftrun_nodes_finish(weftrun_job_t *job, int code);
 /* Set or look up a key: through the server when this weftrun serves it, else through
  * the connection of weftrun_nodes.c. */
 weft_status_t weftrun_store_set(weftrun_job_t *job, const char *key, const char *val);

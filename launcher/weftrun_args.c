@@ -17,6 +17,7 @@
 #define WEFTRUN_MAX_RANKS 65536
 #define WEFTRUN_MAX_NODES 4096
 _Static_assert(WEFT_TAG_MAX_MEMBERS / 2 == 32768, "the --max-restarts messages say 32768");
+_Static_assert(WEFT_EXIT_JOB_FAILED == 86, "the usage text says 86");
 #define WEFTRUN_MAX_SECONDS 31536000.0 /* a year: longer is surely a typo */
 
 static const char usage_text[] =
@@ -117,6 +118,13 @@ static const char usage_text[] =
     "(ranks watch that prefix), then, unless --keep-going, sends SIGTERM to the other\n"
     "ranks, SIGKILL after the grace period, and exits with the rank's exit code, or\n"
     "128 + the signal number.\n"
+    "A rank that exits 86 (WEFT_EXIT_JOB_FAILED, weft/core.h; Python: sys.exit(86))\n"
+    "says that the job failed, not the rank: its work cannot go on (training state\n"
+    "lost, a wrong result). In every mode, --keep-going and --elastic included, weftrun\n"
+    "then starts no replacement, stops the job as above (on every node) and exits 86,\n"
+    "whatever the other ranks do after (a replacement that finds the job over and\n"
+    "exits 0 does not make it a success). Exit with another non-zero status for a\n"
+    "failure of the rank alone, which --elastic tolerates and --replace replaces.\n"
     "SIGINT and SIGTERM sent to weftrun are forwarded to the ranks and stop the job (a\n"
     "second one sends SIGKILL at once); weftrun then exits with 128 + the signal\n"
     "number. SIGHUP stops the job alike, but the ranks get SIGTERM (UCX takes SIGHUP\n"
@@ -154,7 +162,9 @@ static const char usage_text[] =
     "WEFT_CONNECT_TIMEOUT_MS, so they may start first. Node 0, once its own ranks have\n"
     "ended, serves the store until every other node's weftrun has ended or is lost.\n"
     "Without --elastic, a rank's failure, a signal, --timeout or a lost node stops\n"
-    "the job on every node (exit status as above, the first node's that stopped).\n"
+    "the job on every node (exit status as above, the first node's that stopped);\n"
+    "with it, a rank's exit 86 does. Node 0, which waits for the others, exits with\n"
+    "such a stop's status even when its own ranks had ended 0.\n"
     "With --elastic every node decides for its own ranks: --min, --replace and\n"
     "--max-restarts count this node's processes, a death or a lost node does not\n"
     "stop the other nodes, and replacements take member ids from a counter in the\n"
@@ -169,12 +179,14 @@ static const char usage_text[] =
     "lock (/dev/shm/weft-<job>.lock). At start, weftrun removes what jobs that no\n"
     "longer run on this host left there.\n"
     "\n"
-    "Exit status: 0 when every rank exited 0; the failing rank's status; 124 on\n"
-    "--timeout; 127 when the program cannot be run; 2 for bad usage; 1 when weftrun\n"
-    "itself failed. With --elastic: 0 when every process still a member at the end\n"
-    "exited 0 (tolerated deaths do not fail the job); otherwise the first non-zero\n"
-    "status among those (a death while finishing), or the status of the death that\n"
-    "left fewer than --min running.\n";
+    "Exit status: 0 when every rank exited 0; the failing rank's status; 86 when a\n"
+    "rank said the job failed; 124 on --timeout; 127 when the program cannot be run;\n"
+    "2 for bad usage, or a WEFT_* setting in the environment that does not parse (the\n"
+    "ranks would refuse it: weftrun names it and starts none); 1 when weftrun itself\n"
+    "failed. With --elastic: 0 when every process still a member at the end exited 0\n"
+    "(tolerated deaths do not fail the job) and none exited 86; otherwise 86, the\n"
+    "first non-zero status among those (a death while finishing), or the status of\n"
+    "the death that left fewer than --min running.\n";
 
 enum long_only_opt {
     OPT_TAG_OUTPUT = 256,

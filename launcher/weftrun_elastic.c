@@ -16,6 +16,11 @@
  * (weft/failed/<id>) before the first exit 0: a process killed with SIGKILL closes its
  * sockets before it becomes a zombie, so the survivors may detect it, repair and exit
  * before weftrun can reap it.
+ *
+ * A process that exits WEFT_EXIT_JOB_FAILED (weft/core.h) is no death at all: it says
+ * that the job failed (the trainer lost its state), so replacing it or letting the others
+ * finish would make a failed job look like a success. weftrun_supervise.c stops the job
+ * with its status before any of this is consulted.
  */
 #include <signal.h>
 #include <stdio.h>

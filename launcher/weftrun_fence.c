@@ -18,7 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/config.h"
 #include "launcher/weftrun.h"
 #include "util/parse.h"
 
@@ -31,18 +30,9 @@ weft_status_t weftrun_fence_init(weftrun_job_t *job)
     }
     job->fence_rd = p[0];
     job->fence_wr = p[1];
-    /* The ranks inherit this environment, so their lease uses the same setting; read it
-     * through the ranks' own settings table. Warnings about the environment are theirs
-     * to give. If it does not parse, the ranks refuse to start, and stopped ranks are
-     * left alone (0). */
-    weft_logger_t quiet = *job->lg;
-    quiet.level = WEFT_LOG_ERROR;
-    weft_config_t cfg;
-    job->stop_fence_ms = 0;
-    if (weft__config_load(&cfg, &quiet) == WEFT_OK) {
-        /* As the lease's TTL: at least 1 ms. */
-        job->stop_fence_ms = cfg.failure_timeout_ms > 0 ? cfg.failure_timeout_ms : 1;
-    }
+    /* The ranks inherit this environment, so their lease uses the same setting (main()
+     * read it through the ranks' own settings table). As the lease's TTL: at least 1 ms. */
+    job->stop_fence_ms = job->cfg.failure_timeout_ms > 0 ? job->cfg.failure_timeout_ms : 1;
     return WEFT_OK;
 }
 

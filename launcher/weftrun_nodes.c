@@ -10,7 +10,10 @@
  *                            weftrun dies (the connection closes) or stops renewing it
  *                            for WEFT_FAILURE_TIMEOUT_MS
  *   weftrun/stop             "<code> <node> <why>": without --elastic, the first node
- *                            that stops its ranks stops every node's
+ *                            that stops its ranks stops every node's; with it, the
+ *                            first whose rank exited WEFT_EXIT_JOB_FAILED does. The
+ *                            serving node, once its own ranks have ended, takes a stop
+ *                            it sees while it waits for the others as its exit status
  *   weftrun/fence/<id>       member id declared failed by its lapsed lease on the node
  *                            that serves the store, to be killed by the node running it
  *   weftrun/finishing        "<node>": a rank exited 0 (--elastic), the job is ending
@@ -30,7 +33,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/config.h"
 #include "launcher/weftrun.h"
 #include "util/array.h"
 #include "util/parse.h"
@@ -51,6 +53,7 @@ struct weftrun_nodes {
     uint32_t ttl_ms;
     uint64_t period_ms, renew_at_ms;
     uint64_t arrive_by_ms; /* the serving node waits this long for nodes never seen */
+    int late_stop_code;    /* of a stop seen after this node's ranks ended; 0: none */
     node_inc_t *incs;      /* incarnations of other nodes seen up or ended */
     size_t ninc, cap;
 };
@@ -188,18 +191,26 @@ static void on_end(weftrun_job_t *job, const char *rest, const char *val, bool l
     }
 }
 
-static void on_stop(weftrun_job_t *job, const char *val)
+/* @p live: this node's ranks still run (else it is the serving node's final wait). */
+static void on_stop(weftrun_job_t *job, const char *val, bool live)
 {
     int64_t code, node;
     char num[2][16];
     if (sscanf(val, "%15s %15s", num[0], num[1]) != 2 || !weft__parse_i64(num[0], 0, 255, &code) ||
         !weft__parse_i64(num[1], 0, INT32_MAX, &node) || node == job->opts->node_rank ||
-        job->stop_reason != WEFTRUN_STOP_NONE) {
+        job->stop_reason != WEFTRUN_STOP_NONE || job->nodes->late_stop_code != 0) {
         return;
     }
     const char *why = strchr(strchr(val, ' ') + 1, ' ');
-    WEFT_ERROR(job->lg, "node %d stopped the job (%s); stopping this node's ranks", (int)node,
-               why != NULL ? why + 1 : "no reason given");
+    why = why != NULL ? why + 1 : "no reason given";
+    if (!live) {
+        /* This node's ranks are done, but the job they belonged to failed. */
+        WEFT_ERROR(job->lg, "node %d stopped the job (%s) after this node's ranks ended", (int)node,
+                   why);
+        job->nodes->late_stop_code = code != 0 ? (int)code : WEFTRUN_EXIT_FAILED;
+        return;
+    }
+    WEFT_ERROR(job->lg, "node %d stopped the job (%s); stopping this node's ranks", (int)node, why);
     weftrun_begin_stop(job, WEFTRUN_STOP_REMOTE, (int)code, SIGTERM);
 }
 
@@ -216,10 +227,10 @@ static void on_event(weftrun_job_t *job, const char *key, const char *val, bool 
             inc_of(job->nodes, node, start) != NULL) {
             WEFT_INFO(job->lg, "node %d is up (%s)", node, val);
         }
+    } else if (strcmp(k, "stop") == 0) {
+        on_stop(job, val, live);
     } else if (!live) {
         return;
-    } else if (strcmp(k, "stop") == 0) {
-        on_stop(job, val);
     } else if (strncmp(k, "fence/", 6) == 0 && weft__parse_i64(k + 6, 0, INT32_MAX, &v)) {
         weftrun_fence_id(job, (int)v,
                          "stopped renewing its liveness lease and was declared "
@@ -351,17 +362,12 @@ weft_status_t weftrun_nodes_start(weftrun_job_t *job)
         return WEFT_ERR_NO_MEMORY;
     }
     job->nodes = n;
-    weft_logger_t quiet = *job->lg;
-    quiet.level = WEFT_LOG_ERROR;
-    weft_config_t cfg;
-    if (weft__config_load(&cfg, &quiet) != WEFT_OK) {
-        return WEFT_ERR_INVALID_ARG; /* said why */
-    }
-    n->ttl_ms = cfg.failure_timeout_ms == 0           ? 1
-                : cfg.failure_timeout_ms > UINT32_MAX ? UINT32_MAX
-                                                      : (uint32_t)cfg.failure_timeout_ms;
-    n->period_ms = cfg.heartbeat_ms > 0 ? cfg.heartbeat_ms : 100;
-    int wait_ms = cfg.connect_timeout_ms > INT32_MAX ? INT32_MAX : (int)cfg.connect_timeout_ms;
+    const weft_config_t *cfg = &job->cfg; /* read by main() */
+    n->ttl_ms = cfg->failure_timeout_ms == 0           ? 1
+                : cfg->failure_timeout_ms > UINT32_MAX ? UINT32_MAX
+                                                       : (uint32_t)cfg->failure_timeout_ms;
+    n->period_ms = cfg->heartbeat_ms > 0 ? cfg->heartbeat_ms : 100;
+    int wait_ms = cfg->connect_timeout_ms > INT32_MAX ? INT32_MAX : (int)cfg->connect_timeout_ms;
     n->arrive_by_ms = weft__now_ms() + (uint64_t)wait_ms;
     weft_status_t st = weft__store_connect(job->store_addr, job->token, wait_ms, job->lg, &n->ctl);
     if (st == WEFT_OK) {
@@ -451,14 +457,15 @@ static void wait_for_nodes(weftrun_job_t *job)
     }
 }
 
-void weftrun_nodes_finish(weftrun_job_t *job, int code)
+int weftrun_nodes_finish(weftrun_job_t *job, int code)
 {
     weftrun_nodes_t *n = job->nodes;
     if (n == NULL) {
-        return;
+        return code;
     }
     if (job->server != NULL) {
         wait_for_nodes(job);
+        code = code == 0 ? n->late_stop_code : code;
     } else if (n->ctl != NULL && n->start > 0) {
         char val[32];
         snprintf(val, sizeof(val), "exit %d", code);
@@ -472,4 +479,5 @@ void weftrun_nodes_finish(weftrun_job_t *job, int code)
     free(n->incs);
     free(n);
     job->nodes = NULL;
+    return code;
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "launcher/weftrun.h"
+#include "weft/core.h"
 
 void weftrun_signal_slot(const weftrun_slot_t *s, int sig)
 {
@@ -47,14 +48,17 @@ void weftrun_begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int ex
     job->stop_reason = reason;
     job->exit_code = exit_code;
     signal_ranks(job, sig, false);
-    /* Without --elastic a job stops as a whole: the other nodes stop too. */
-    if (job->nodes != NULL && !job->opts->elastic && reason != WEFTRUN_STOP_REMOTE) {
+    /* Without --elastic a job stops as a whole: the other nodes stop too. With it each
+     * node decides for its own ranks, but a job that failed fails on every node. */
+    bool whole_job = !job->opts->elastic || reason == WEFTRUN_STOP_JOB_FAILED;
+    if (job->nodes != NULL && whole_job && reason != WEFTRUN_STOP_REMOTE) {
         static const char *const why[] = {
             [WEFTRUN_STOP_RANK_FAILED] = "a rank failed",
             [WEFTRUN_STOP_TOO_FEW] = "too few ranks left",
             [WEFTRUN_STOP_SIGNAL] = "weftrun was signalled",
             [WEFTRUN_STOP_TIMEOUT] = "--timeout",
             [WEFTRUN_STOP_LAUNCH_FAILED] = "a rank could not be started",
+            [WEFTRUN_STOP_JOB_FAILED] = "a rank said the job failed",
         };
         weftrun_nodes_publish(job, "weftrun/stop", exit_code, why[reason]);
     }
@@ -121,6 +125,16 @@ static void on_rank_exit(weftrun_job_t *job, weftrun_slot_t *s, int wstatus)
     publish_failure(job, s, d.what);
     if (job->stop_reason != WEFTRUN_STOP_NONE) {
         WEFT_DEBUG(job->lg, "rank %d (pid %d) %s while stopping", s->rank, (int)s->pid, d.text);
+        return;
+    }
+    if (WIFEXITED(wstatus) && d.code == WEFT_EXIT_JOB_FAILED) {
+        /* Not a death but the job's end, whatever the mode: nobody replaces it, and the
+         * job fails even if the processes left (replacements that find it over) exit 0. */
+        WEFT_ERROR(job->lg,
+                   "rank %d (pid %d) exited with status %d (WEFT_EXIT_JOB_FAILED): it says "
+                   "the job failed; stopping the job",
+                   s->rank, (int)s->pid, d.code);
+        weftrun_begin_stop(job, WEFTRUN_STOP_JOB_FAILED, d.code, SIGTERM);
         return;
     }
     if (job->opts->elastic) {

@@ -33,6 +33,19 @@ extern "C" {
 /** @brief A timeout meaning "the context's default" (setting WEFT_TIMEOUT_MS). */
 #define WEFT_TIMEOUT_DEFAULT UINT64_MAX
 
+/**
+ * @brief Exit status of a process that ends because the job failed, not itself: its
+ * work cannot go on (training state lost, a result that is wrong), so starting it again
+ * would not help.
+ *
+ * weftrun, in every mode (`--keep-going`, `--elastic`, `--replace`, several nodes),
+ * replaces no process for it, stops the job (the other ranks get SIGTERM, and every
+ * node's weftrun stops its own) and exits with this status, whatever the others do
+ * after. Any other non-zero status, or a signal, is a death: a failure of that process,
+ * which `--elastic` tolerates and `--replace` replaces. Python: `sys.exit(86)`.
+ */
+#define WEFT_EXIT_JOB_FAILED 86
+
 typedef struct weft_ctx weft_ctx_t;     /**< A process's weft instance. */
 typedef struct weft_group weft_group_t; /**< An ordered set of ranks. */
 typedef struct weft_req weft_req_t;     /**< A nonblocking operation in flight. */

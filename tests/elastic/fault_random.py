@@ -58,11 +58,14 @@ Outcome of a trial
                  - every rank was killed (or stopped) and a replacement said that nobody is
                    left to admit it: no state survives, so the job cannot go on.
                  - the trainer said "training state lost" after more faults than the
-                   trial's redundancy: it snapshots each member's shard on the member and
+                   trial's redundancy (it snapshots each member's shard on the member and
                    on R buddies, so a member and its R buddies dying before the survivors
-                   have snapshotted the restored state anew lose that shard.
-                   Under --replace weftrun replaces the members that stop and exits 0
-                   once the replacements find the job over, so here any exit status goes.
+                   have snapshotted the restored state anew lose that shard), and weftrun
+                   exited 86: the members stop with WEFT_EXIT_JOB_FAILED, which weftrun
+                   replaces in no mode and takes as the job's failure. With another
+                   non-zero status the other rules here must explain it (a --min stop
+                   that came first); exit 0 after "training state lost" is a FAIL (a
+                   failed job that a scheduler would record as a success).
   HANG           weftrun exited 124 (its own --timeout), or did not exit within the
                  trial's wall-clock bound (then the driver kills everything). Always a
                  failure.
@@ -128,6 +131,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
 PASS, EXPECTED, HANG, FAIL, NOTRUN = "PASS", "EXPECTED-STOP", "HANG", "FAIL", "NOT-RUN"
+EXIT_JOB_FAILED = 86  # WEFT_EXIT_JOB_FAILED (include/weft/core.h): the members say the job failed
 OUTCOMES = (PASS, EXPECTED, HANG, FAIL)
 WAIT_REPLACEMENT_MS = 3000
 MARKER = "FAULTRAND_TRIAL"  # not WEFT_*: weft warns about WEFT_* names it does not know
@@ -605,9 +609,11 @@ def classify(t, res, output, bound, victims):
         return FAIL, "the trainer printed 'NOT equal'"
     if "DIFFER from a run without failures" in output:
         return FAIL, "the state differs from the reference (bitwise)"
-    if "training state lost" in output and possible > t["redundancy"]:
-        # The trainer stops on its own. Under --replace weftrun takes each member's exit 1
-        # for a death and replaces it, and exits 0 when the replacements find the job over.
+    state_lost = "training state lost" in output
+    if state_lost and rc == 0:
+        return FAIL, "the trainer said 'training state lost' but weftrun exited 0"
+    if state_lost and rc == EXIT_JOB_FAILED and possible > t["redundancy"]:
+        # The members stop together with WEFT_EXIT_JOB_FAILED; weftrun stops the job with it.
         why = (f"{possible} faults, redundancy {t['redundancy']}: a member and all its "
                "buddies could die before the snapshots were renewed")
         if res["elapsed_s"] > bound / 2:

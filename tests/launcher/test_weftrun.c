@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -96,12 +97,13 @@ static void test_help_and_version(void **state)
     wr_result_t r;
     wr_run(SH("--help"), &r);
     assert_int_equal(r.code, 0);
-    const char *must[] = {"-n, --np",        "--tag-output",    "--keep-going",    "--grace",
-                          "--timeout",       "--bind",          "--port",          "--store-only",
-                          "--verbose",       "--help",          "--version",       "WEFT_RANK",
-                          "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
-                          "WEFT_JOB_TOKEN",  "weft/failed/",    "--elastic",       "--replace",
-                          "--min",           "--max-restarts",  "WEFT_JOIN"};
+    const char *must[] = {
+        "-n, --np",        "--tag-output",    "--keep-going",    "--grace",
+        "--timeout",       "--bind",          "--port",          "--store-only",
+        "--verbose",       "--help",          "--version",       "WEFT_RANK",
+        "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
+        "WEFT_JOB_TOKEN",  "weft/failed/",    "--elastic",       "--replace",
+        "--min",           "--max-restarts",  "WEFT_JOIN",       "WEFT_EXIT_JOB_FAILED"};
     for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++) {
         if (strstr(r.out, must[i]) == NULL) {
             fail_msg("--help does not mention %s", must[i]);
@@ -273,6 +275,73 @@ static void test_keep_going(void **state)
     assert_string_equal(d0, "done\n");
     free(d0);
     free(d2);
+}
+
+/*
+ * A rank that exits WEFT_EXIT_JOB_FAILED says the job failed: weftrun stops the others
+ * even under --keep-going (rank 0 would sleep 30 s otherwise, past the harness's limit)
+ * and exits with that status; without --keep-going as any failure.
+ */
+static void test_job_failed(void **state)
+{
+    (void)state;
+    char script[512];
+    snprintf(script, sizeof(script),
+             "if [ $WEFT_RANK = 1 ]; then\n"
+             "  while [ ! -e $WT_DIR/ready.0 ]; do sleep 0.01; done; exit %d\n"
+             "fi\n"
+             "trap 'echo term > $WT_DIR/term.0; exit 0' TERM\n"
+             "touch $WT_DIR/ready.0; sleep 30 & wait",
+             WEFT_EXIT_JOB_FAILED);
+    run_expect(SH("-n", "2", "--keep-going", "--", "/bin/sh", "-c", script), WEFT_EXIT_JOB_FAILED,
+               "rank 1 (pid");
+    char *t0 = wr_read_file("term.0");
+    assert_non_null(t0);
+    free(t0);
+    unlink(wr_path("ready.0"));
+    unlink(wr_path("term.0"));
+    run_expect(SH("-n", "2", "--", "/bin/sh", "-c", script), WEFT_EXIT_JOB_FAILED,
+               "WEFT_EXIT_JOB_FAILED");
+}
+
+/*
+ * A WEFT_* setting that does not parse would make every rank's weft_init fail: weftrun
+ * says which variable, its value and what it takes, and starts no rank. One that parses,
+ * and a variable it does not know (the ranks' to warn about), change nothing.
+ */
+static void test_bad_setting_refused(void **state)
+{
+    (void)state;
+    const char *const rank[] = {"-n", "2", "--", "/bin/sh", "-c", "touch $WT_DIR/ran.$WEFT_RANK",
+                                NULL};
+    static const char *const bad[][2] = {
+        {"WEFT_COLL_SHM", "maybe"}, {"WEFT_TIMEOUT_MS", "10 s"}, {"WEFT_LOG_LEVEL", "loud"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        char want[128];
+        snprintf(want, sizeof(want), "%s='%s' is not valid: ", bad[i][0], bad[i][1]);
+        wr_result_t r;
+        wr_run(rank, &r);
+        unsetenv(bad[i][0]);
+        if (r.code != 2 || strstr(r.err, want) == NULL) {
+            fprintf(stderr, "%s=%s: exit %d\nstderr: %s\n", bad[i][0], bad[i][1], r.code, r.err);
+        }
+        assert_int_equal(r.code, 2);
+        assert_non_null(strstr(r.err, want));
+        assert_non_null(strstr(r.err, "(default "));
+        assert_non_null(strstr(r.err, "no rank started"));
+        wr_result_free(&r);
+        assert_null(wr_read_file("ran.0"));
+        assert_null(wr_read_file("ran.1"));
+    }
+    setenv("WEFT_COLL_SHM", "off", 1);
+    setenv("WEFT_NO_SUCH_SETTING", "1", 1);
+    run_expect(rank, 0, NULL);
+    unsetenv("WEFT_COLL_SHM");
+    unsetenv("WEFT_NO_SUCH_SETTING");
+    char *ran = wr_read_file("ran.1");
+    assert_non_null(ran);
+    free(ran);
 }
 
 static void test_timeout(void **state)
@@ -731,6 +800,8 @@ int main(int argc, char **argv)
         T(test_killed_by_signal),
         T(test_grace_then_kill),
         T(test_keep_going),
+        T(test_job_failed),
+        T(test_bad_setting_refused),
         T(test_timeout),
         T(test_exec_failure),
         T(test_tag_output),

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "launcher/harness.h"
+#include "weft/core.h"
 
 #define SH(...) ((const char *const[]){__VA_ARGS__, NULL})
 
@@ -258,6 +259,69 @@ static void test_reported_death_while_finishing(void **state)
     run_expect(SH("-n", "3", "--elastic", "--", "/bin/sh", "-c", script), 0, "no longer a member");
 }
 
+/*
+ * Rank 1 exits WEFT_EXIT_JOB_FAILED once the others wait: it says the job failed, so
+ * nobody replaces it, the others are stopped (they would sleep 30 s otherwise) and
+ * weftrun exits with its status.
+ */
+static void test_job_failed_not_replaced(void **state)
+{
+    (void)state;
+    char script[2048];
+    snprintf(script, sizeof(script),
+             SH_LIB "case $WEFT_RANK in\n"
+                    "  1) wait_file ready.0; wait_file ready.2; exit %d ;;\n"
+                    "  0|2) ;;\n"
+                    "  *) exit 0 ;;\n"
+                    "esac\n"
+                    "trap 'put term.$WEFT_RANK got; exit 0' TERM\n"
+                    "put ready.$WEFT_RANK ok; sleep 30 & wait",
+             WEFT_EXIT_JOB_FAILED);
+    run_expect(SH("-n", "3", "--elastic", "--replace", "--", "/bin/sh", "-c", script),
+               WEFT_EXIT_JOB_FAILED, "the job failed; stopping the job");
+    assert_false(have_file("env.3"));
+    assert_true(have_file("term.0"));
+    assert_true(have_file("term.2"));
+}
+
+/*
+ * The run the issue saw, in order: rank 2 dies and is replaced (member 3); rank 1 then
+ * says the job failed; the replacement and rank 0 find the job over and exit 0 (as the
+ * trainer's late joiners do). The job failed all the same: exit WEFT_EXIT_JOB_FAILED, and
+ * rank 1 is not replaced.
+ */
+static void test_job_failed_then_exit_0(void **state)
+{
+    (void)state;
+    char script[2048];
+    snprintf(script, sizeof(script),
+             SH_LIB "case $WEFT_RANK in\n"
+                    "  2) kill -9 $$ ;;\n"
+                    "  1) wait_file env.3; put pid.1 $$; exit %d ;;\n"
+                    "esac\n"
+                    "trap 'exit 0' TERM\n"
+                    "reaped 1; exit 0",
+             WEFT_EXIT_JOB_FAILED);
+    run_expect(SH("-n", "3", "--elastic", "--replace", "--", "/bin/sh", "-c", script),
+               WEFT_EXIT_JOB_FAILED, "WEFT_EXIT_JOB_FAILED");
+    assert_true(have_file("env.3"));
+    assert_false(have_file("env.4"));
+}
+
+/* The same once the job is finishing (a process exited 0 first): not replaced, it fails. */
+static void test_job_failed_while_finishing(void **state)
+{
+    (void)state;
+    char script[2048];
+    snprintf(script, sizeof(script),
+             SH_LIB "if [ $WEFT_RANK = 0 ]; then put pid.0 $$; exit 0; fi\n"
+                    "reaped 0; exit %d",
+             WEFT_EXIT_JOB_FAILED);
+    run_expect(SH("-n", "2", "--elastic", "--replace", "--", "/bin/sh", "-c", script),
+               WEFT_EXIT_JOB_FAILED, "WEFT_EXIT_JOB_FAILED");
+    assert_false(have_file("env.2"));
+}
+
 /* A program that cannot be executed is not replaced over and over: the job stops. */
 static void test_exec_failure_not_replaced(void **state)
 {
@@ -301,6 +365,9 @@ int main(int argc, char **argv)
         T(test_below_min_after_restarts),
         T(test_death_while_finishing),
         T(test_reported_death_while_finishing),
+        T(test_job_failed_not_replaced),
+        T(test_job_failed_then_exit_0),
+        T(test_job_failed_while_finishing),
         T(test_exec_failure_not_replaced),
         T(test_timeout),
     };

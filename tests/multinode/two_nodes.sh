@@ -18,6 +18,10 @@
 #             ranks join as replacements (WEFT_JOIN=1, ids from N x PER_NODE up)
 #   fence     --elastic, real ranks: a rank of node 1 is stopped (SIGSTOP); its lease
 #             lapses in node 0's store, and node 1's weftrun kills it; the others repair
+#   jobfailed --elastic: a rank of node 1 exits 86 (WEFT_EXIT_JOB_FAILED): not a death to
+#             go on without, the job failed: both nodes stop and exit 86
+#   jobfailed_late  the same once node 0's ranks have ended 0 (node 0 waits for node 1):
+#             node 0 still exits 86
 set -u
 what=$1 bin=$2
 w=$bin/weftrun
@@ -161,6 +165,24 @@ fence)
     expect_code 1 0
     grep -q "rank 3 .* declared failed; killing it" "$dir/node1" || fail "node 1 did not kill its stopped rank"
     [ "$(cat "$dir"/node* | grep -c SURVIVOR-OK)" -eq 3 ] || fail "the others did not repair"
+    ;;
+jobfailed)
+    node 0 2 -n 2 --elastic -- sleep 30
+    node 1 2 -n 2 --elastic -- sh -c '[ "$WEFT_RANK" = 3 ] && { sleep 0.5; exit 86; }; sleep 30'
+    expect_code 1 86
+    expect_code 0 86
+    grep -q "node 1 stopped the job (a rank said the job failed); stopping" "$dir/node0" ||
+        fail "node 0 did not say why it stopped"
+    ;;
+jobfailed_late)
+    node 0 2 -n 1 --elastic -v -- true
+    node 1 2 -n 1 --elastic -- sh -c 'while [ ! -e "$0" ]; do sleep 0.05; done; exit 86' "$dir/go"
+    wait_for "$dir/node0" "waiting for node(s) 1"
+    touch "$dir/go"
+    expect_code 1 86
+    expect_code 0 86
+    grep -q "node 1 stopped the job (a rank said the job failed) after this node's ranks ended" \
+        "$dir/node0" || fail "node 0 did not say that the job failed after its ranks ended"
     ;;
 *)
     echo "two_nodes: unknown case $what" >&2
