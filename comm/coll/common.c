@@ -160,6 +160,18 @@ static const char *op_str(int op)
     return op < 0 ? "none" : weft_op_name(op);
 }
 
+/* The name of collective kind @p k, as the public call that starts it. */
+static const char *kind_str(unsigned k)
+{
+    static const char *const names[] = {
+        [WEFT_COLL_ALLREDUCE] = "allreduce", [WEFT_COLL_REDUCE_SCATTER] = "reduce_scatter",
+        [WEFT_COLL_ALLGATHER] = "allgather", [WEFT_COLL_BROADCAST] = "broadcast",
+        [WEFT_COLL_REDUCE] = "reduce",       [WEFT_COLL_ALLTOALL] = "alltoall",
+        [WEFT_COLL_ALLTOALLV] = "alltoallv", [WEFT_COLL_BARRIER] = "barrier",
+    };
+    return k < sizeof(names) / sizeof(names[0]) && names[k] != NULL ? names[k] : "an unknown collective";
+}
+
 static bool hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr_t *h, bool with_seq,
                      char *why, size_t len)
 {
@@ -175,12 +187,24 @@ static bool hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr_t *
         h->root == m->root) {
         return true;
     }
+    char differ[64] = "";
+    const struct { bool same; const char *name; } parts[] = {
+        {h->kind == m->kind, "collective"}, {!with_seq || h->seq == m->seq, "sequence"},
+        {h->count == m->count, "count"},     {h->dtype == m->dtype && h->elem_size == m->elem_size, "dtype"},
+        {h->op == m->op, "op"},             {h->root == m->root, "root"},
+    };
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        if (!parts[i].same) {
+            size_t n = strlen(differ);
+            snprintf(differ + n, sizeof(differ) - n, "%s%s", n > 0 ? ", " : "", parts[i].name);
+        }
+    }
     snprintf(why, len,
-             "rank %d called collective kind %u #%u count %llu dtype %s op %s root %d; this "
-             "rank kind %u #%u count %llu dtype %s op %s root %d",
-             peer, h->kind, h->seq, (unsigned long long)h->count,
-             weft_dtype_name((weft_dtype_t)h->dtype), op_str(h->op), h->root, m->kind, m->seq,
-             (unsigned long long)m->count, weft_dtype_name((weft_dtype_t)m->dtype),
+             "they differ in %s: rank %d called %s #%u (count %llu, dtype %s, op %s, root %d), "
+             "this rank %s #%u (count %llu, dtype %s, op %s, root %d)",
+             differ, peer, kind_str(h->kind), h->seq, (unsigned long long)h->count,
+             weft_dtype_name((weft_dtype_t)h->dtype), op_str(h->op), h->root, kind_str(m->kind),
+             m->seq, (unsigned long long)m->count, weft_dtype_name((weft_dtype_t)m->dtype),
              op_str(m->op), m->root);
     return false;
 }

@@ -655,6 +655,16 @@ static void mismatch_allreduce(size_t n, size_t n_odd, weft_dtype_t dt, weft_dty
     memset(out, SENTINEL, bytes);
     expect_mismatch(weft_allreduce(world, in, out, cnt, t, odd_one() ? op_odd : op), what);
     assert_true(all_sentinel(out, bytes));
+    /* The detail names the collective and, where this rank compared the headers, what
+     * differed (the first word of @p what). */
+    const char *text = weft_last_error(ctx);
+    char field[16];
+    snprintf(field, sizeof(field), "%.*s", (int)strcspn(what, " ,"), what);
+    const char *differ = strstr(text, "differ in ");
+    if (strstr(text, "allreduce") == NULL || strstr(text, "kind ") != NULL ||
+        (differ != NULL && strstr(differ, field) == NULL)) {
+        fail_msg("%s: the error does not say what differed: %s", what, text);
+    }
     free(in);
     free(out);
 }
