@@ -152,7 +152,8 @@ void weft__group_abandon(weft_group_t *g, uint32_t epoch, const char *what)
     snprintf(why, sizeof(why), "member %d abandoned %s", ctx->rank, what);
     WEFT_INFO(&ctx->logger, "group %u epoch %u: %s; the epoch is revoked for every member",
               g->id, epoch, why);
-    if (ctx->store != NULL && weft__group_publish_revoke(g, epoch, why) != WEFT_OK) {
+    if (ctx->store != NULL && weft__group_publish_revoke(g, epoch, why) != WEFT_OK &&
+        weft__store_lost_ns(&ctx->store_health) == 0) { /* a lost store is reported once */
         WEFT_WARN(&ctx->logger, "group %u: cannot publish the revocation of epoch %u: the "
                   "others learn it when their own wait ends", g->id, epoch);
     }
