@@ -776,6 +776,9 @@ static weft_status_t try_connect(weft_store_client_t *c, const struct addrinfo *
     return WEFT_OK;
 }
 
+/* After this long without reaching the store, a connect says once that it still waits. */
+#define STORE_WAIT_NOTICE_MS 1000
+
 /* Connects, retrying with a growing pause until the deadline: the server may start late. */
 static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const char *port,
                                  int timeout_ms, uint64_t deadline)
@@ -783,6 +786,8 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     unsigned pause_ms = 10;
+    uint64_t begin = weft__now_ms();
+    bool told = false;
     for (;;) {
         struct addrinfo *res;
         int rc = getaddrinfo(host, port, &hints, &res);
@@ -804,6 +809,15 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
                        (unsigned long long)(now - (deadline - (uint64_t)timeout_ms)),
                        rc != 0 ? gai_strerror(rc) : strerror(c->err));
             return WEFT_ERR_TIMEOUT;
+        }
+        if (!told && now - begin >= STORE_WAIT_NOTICE_MS) {
+            /* A store that never comes would otherwise mean a silent wait of up to
+             * WEFT_CONNECT_TIMEOUT_MS: say once what this process waits for, and until when. */
+            WEFT_WARN(c->lg, "store %s: not reachable yet (%s); still trying for %llu ms "
+                      "(WEFT_CONNECT_TIMEOUT_MS)", c->addr,
+                      rc != 0 ? gai_strerror(rc) : strerror(c->err),
+                      (unsigned long long)(deadline - now));
+            told = true;
         }
         uint64_t nap = deadline - now < pause_ms ? deadline - now : pause_ms;
         nanosleep(&(struct timespec){.tv_sec = (time_t)(nap / 1000),

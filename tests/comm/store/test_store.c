@@ -561,8 +561,13 @@ static void test_connect_timeout(void **state)
     char hostport[64];
     snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", free_port());
     weft_store_client_t *c = (weft_store_client_t *)0x1;
+    log_clear();
     assert_int_equal(weft__store_connect(hostport, "t", 200, &test_logger, &c), WEFT_ERR_TIMEOUT);
     assert_ptr_equal(c, (weft_store_client_t *)0x1);
+    assert_false(log_has(WEFT_LOG_WARN, "not reachable yet", hostport));
+    /* A longer wait says once, while it waits, what for and for how long. */
+    assert_int_equal(weft__store_connect(hostport, "t", 1500, &test_logger, &c), WEFT_ERR_TIMEOUT);
+    assert_true(log_has(WEFT_LOG_WARN, "not reachable yet", "WEFT_CONNECT_TIMEOUT_MS"));
 }
 
 static void test_stop_wakes_waiter(void **state)
