@@ -436,7 +436,10 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     /* weft's threads (heartbeat, progress) use OpenSSL (the store's frame tags) until
      * weft_finalize; a process that exits without it runs exit handlers while they still
      * run, and OpenSSL's own handler would free what they use. Without it, the process's
-     * end frees everything anyway. First use in the process decides, so here. */
+     * end frees everything anyway. First use in the process decides, so here; where
+     * OpenSSL was started before (Python's hashlib, torch), its handler is armed, and
+     * weft's own (weft__exit_watch, registered after this call so that it runs before
+     * OpenSSL's) stops the threads first. */
     (void)OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
     weft_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL) {
@@ -528,6 +531,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     if (st != WEFT_OK) {
         goto err_fini;
     }
+    weft__exit_watch(ctx); /* its threads are stopped if the process exits without finalize */
     WEFT_DEBUG(&ctx->logger, "initialised: rank %d of %d (launcher %s, store %s)", ctx->rank,
                ctx->size, ctx->launcher, ctx->store_addr[0] ? ctx->store_addr : "none");
     *out = ctx;
@@ -549,6 +553,12 @@ err_free:
 weft_status_t weft_finalize(weft_ctx_t *ctx)
 {
     if (ctx == NULL) {
+        return WEFT_OK;
+    }
+    if (!weft__exit_forget(ctx)) {
+        /* Called by a later exit handler (a static destructor): the process is ending and
+         * weft's threads were stopped, its store fenced, OpenSSL perhaps gone. Leave the
+         * context to the process's end; the others see this process fail. */
         return WEFT_OK;
     }
     weft__progress_thread_stop(ctx); /* from here on, this thread alone runs weft */
@@ -728,7 +738,7 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
          * transports alone. Stop watching rather than poll a dead socket in every wait. */
         if (weft__store_lost_ns(&ctx->store_health) != 0) {
             weft__store_loss_report(ctx);
-        } else {
+        } else if (!weft__store_fenced(ctx->watch)) { /* fenced: the process is exiting */
             WEFT_WARN(&ctx->logger,
                       "lost the store's failure notices (%s): peer failures are "
                       "now detected by the transports only",

@@ -9,6 +9,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "comm/config.h"
 #include "comm/log.h"
@@ -96,7 +98,8 @@ struct weft_ctx {
     pthread_cond_t pt_cv;       /* with job_lock: wakes the thread for published requests
                                  * or queued jobs (pt_sleeping: written under both locks) */
     pthread_t pt;
-    bool pt_running, pt_stop, pt_sleeping;
+    bool pt_running, pt_sleeping;
+    atomic_bool pt_stop;        /* set under the lock, except by the exit handler */
     uint64_t pt_pass_ns;        /* when the thread last ended a pass (weft__now_ns) */
     int lock_depth;             /* nesting of public calls on this thread */
     _Atomic int api_waiting;    /* public calls waiting for the lock: the thread yields */
@@ -121,6 +124,11 @@ struct weft_ctx {
      * weft_finalize calls to let them go. */
     struct weft_mig_rings *mig_rings;
     void (*mig_rings_free)(struct weft_ctx *ctx);
+    /* The process's live contexts, which its exit handler stops (comm/ctx_exit.c):
+     * both fields are that file's, under its lock. */
+    struct weft_ctx *exit_next;
+    int exit_state;
+    pid_t exit_pid;             /* the process that made it (a forked child did not) */
 };
 
 struct weft_group {
@@ -247,6 +255,19 @@ bool weft__progress_thread_owns(const weft_req_t *req);
 void weft__pt_wake(weft_ctx_t *ctx);
 /* Stop and join the thread (weft_finalize, before anything is torn down). */
 void weft__progress_thread_stop(weft_ctx_t *ctx);
+/* The exit handler's: tell the thread to stop, without the context's lock, and join it
+ * by @p deadline (CLOCK_REALTIME); false if it could not be joined. Frees nothing. */
+bool weft__progress_thread_stop_at_exit(weft_ctx_t *ctx, const struct timespec *deadline);
+
+/* ---- process exit without weft_finalize (comm/ctx_exit.c) ---- */
+/* Put @p ctx, whose threads now run, on the process's list of live contexts; the first
+ * call registers the exit handler that stops their threads (call after OpenSSL is
+ * initialised, so that the handler runs before OpenSSL's). */
+void weft__exit_watch(weft_ctx_t *ctx);
+/* Take @p ctx off that list (weft_finalize, first). False when the exit handler has
+ * already stopped its threads: the process is ending, and weft_finalize must leave the
+ * context alone. */
+bool weft__exit_forget(weft_ctx_t *ctx);
 
 /* ---- buffers of cancelled sends ---- */
 /* A send cannot always be withdrawn from the transport once started (UCX keeps a pending
@@ -315,6 +336,10 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx);
 /* Stop renewing the lease; @p disarm: leaving on purpose, not failing. Without it the
  * store publishes this member's failure notice once the connection closes. */
 void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm);
+/* The exit handler's: stop the thread, leaving the lease armed (the process's end is a
+ * failure the others must see), and join it by @p deadline (CLOCK_REALTIME); false if
+ * it could not be joined (it is in a store call). Frees nothing. */
+bool weft__heartbeat_stop_at_exit(weft_ctx_t *ctx, const struct timespec *deadline);
 /*
  * Store work nobody waits for (deleting keys of finished epochs): @p fn runs on the
  * heartbeat's thread with a copy of the @p len bytes at @p arg, at its next renewal

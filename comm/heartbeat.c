@@ -8,10 +8,13 @@
  * so either way the survivors learn of it. weft_finalize disarms the lease when the
  * members left together: leaving on purpose is not a failure (one that leaves while
  * others still work keeps it armed, so they repair around its exit). If the store is
- * lost, the thread reports it (once per process) and stops.
+ * lost, the thread reports it (once per process) and stops. A process that exits without
+ * weft_finalize stops the thread in an exit handler (comm/ctx_exit.c) and leaves the
+ * lease armed: its end is a failure the others must see.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +35,7 @@ struct weft_heartbeat {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    bool stop;
+    atomic_bool stop; /* set under lock, except at exit (weft__heartbeat_stop_at_exit) */
     chore_t *chores, *chores_tail;
     weft_store_client_t *conn;
     weft_ctx_t *ctx; /* for its logger, settings and store health: read-only after init */
@@ -43,10 +46,11 @@ struct weft_heartbeat {
     uint64_t period_ms;
 };
 
-/* Runs the chores queued so far, without the lock. */
-static void run_chores(struct weft_heartbeat *hb)
+/* Runs the chores queued so far, without the lock; the thread leaves the rest to
+ * weft__heartbeat_stop once it is told to stop. */
+static void run_chores(struct weft_heartbeat *hb, bool until_stop)
 {
-    while (hb->chores != NULL) {
+    while (hb->chores != NULL && !(until_stop && atomic_load(&hb->stop))) {
         chore_t *c = hb->chores;
         hb->chores = c->next;
         if (hb->chores == NULL) {
@@ -74,10 +78,13 @@ static void *heartbeat_main(void *arg)
         if (weft__now_ns() < due) {
             continue;
         }
-        run_chores(hb);
+        run_chores(hb, true);
         due = weft__now_ns() + hb->period_ms * 1000000ull;
         weft_status_t st =
             weft__store_lease(hb->conn, hb->key, hb->val, strlen(hb->val), hb->ttl_ms);
+        if (st != WEFT_OK && atomic_load(&hb->stop)) {
+            break; /* the process is exiting: its store connection is fenced */
+        }
         if (st != WEFT_OK && weft__store_lost_ns(&hb->ctx->store_health) != 0) {
             weft__store_loss_report(hb->ctx); /* no store, no lease to keep */
             break;
@@ -139,12 +146,12 @@ void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm)
         return;
     }
     pthread_mutex_lock(&hb->lock);
-    hb->stop = true;
+    atomic_store(&hb->stop, true);
     pthread_cond_signal(&hb->cond);
     pthread_mutex_unlock(&hb->lock);
     pthread_join(hb->thread, NULL);
     pthread_mutex_lock(&hb->lock);
-    run_chores(hb); /* what a context asked of the store is done before it leaves */
+    run_chores(hb, false); /* what a context asked of the store is done before it leaves */
     pthread_mutex_unlock(&hb->lock);
     if (disarm) {
         (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0); /* leaving is not failing */
@@ -153,6 +160,26 @@ void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm)
     pthread_cond_destroy(&hb->cond);
     free(hb);
     ctx->heartbeat = NULL;
+}
+
+bool weft__heartbeat_stop_at_exit(weft_ctx_t *ctx, const struct timespec *deadline)
+{
+    struct weft_heartbeat *hb = ctx->heartbeat;
+    if (hb == NULL) {
+        return true;
+    }
+    /* The thread holds its lock while it renews the lease: set the flag first, so that
+     * it stops after that renewal even if the lock is not had in time. Holding the lock,
+     * the signal cannot fall between its check of the flag and its wait. */
+    atomic_store(&hb->stop, true);
+    bool locked = pthread_mutex_timedlock(&hb->lock, deadline) == 0;
+    pthread_cond_signal(&hb->cond);
+    if (locked) {
+        pthread_mutex_unlock(&hb->lock);
+    }
+    /* Nothing is freed: the process is ending, and a thread not joined may still run.
+     * The chores left (deleting keys of finished epochs) are not needed by anyone. */
+    return pthread_timedjoin_np(hb->thread, NULL, deadline) == 0;
 }
 
 void weft__store_chore(weft_ctx_t *ctx, void (*fn)(weft_ctx_t *ctx, const void *arg),

@@ -20,6 +20,10 @@
  * delayed by a migration's copies and checksums. A public call that finds the lock held
  * spins for a few microseconds (the thread ends its pass at the next check of
  * api_waiting) before it sleeps on the mutex.
+ *
+ * A process that exits without weft_finalize stops the thread from an exit handler
+ * (comm/ctx_exit.c), which takes no context lock: the caller's thread may hold it there.
+ * The thread checks its stop flag at every turn, with or without the lock.
  */
 #include <sched.h>
 #include <stdbool.h>
@@ -152,14 +156,14 @@ static void *run(void *arg)
         }
     }
     long max_sleep_us = ctx->cfg.progress_sleep_us > 0 ? (long)ctx->cfg.progress_sleep_us : 1;
-    for (;;) {
+    while (!atomic_load(&ctx->pt_stop)) {
         int events = 0;
         bool drove = false; /* this pass advanced the requests (the caller was away) */
         /* A pass when the caller is outside weft; while it is inside (a blocking call
          * holds the lock), only the jobs, which need no lock: the caller's wait and this
          * thread then share the data work. */
         if (pthread_mutex_trylock(&ctx->lock) == 0) {
-            if (ctx->pt_stop) {
+            if (atomic_load(&ctx->pt_stop)) {
                 pthread_mutex_unlock(&ctx->lock);
                 break;
             }
@@ -168,7 +172,9 @@ static void *run(void *arg)
                  * jobs' lock, not the context's: a caller blocked in weft_wait holds that
                  * one throughout, and the jobs it queues are this thread's to share. */
                 pthread_mutex_lock(&ctx->job_lock);
-                ctx->pt_sleeping = ctx->jobs_head == NULL;
+                /* The flag again, under job_lock: an exit handler sets it without the
+                 * context's lock, then wakes the thread under job_lock. */
+                ctx->pt_sleeping = ctx->jobs_head == NULL && !atomic_load(&ctx->pt_stop);
                 pthread_mutex_unlock(&ctx->lock);
                 while (ctx->pt_sleeping) {
                     pthread_cond_wait(&ctx->pt_cv, &ctx->job_lock);
@@ -226,7 +232,7 @@ weft_status_t weft__progress_thread_start(weft_ctx_t *ctx)
     if (rc != 0) {
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "progress thread: %s", strerror(rc));
     }
-    ctx->pt_stop = false;
+    atomic_store(&ctx->pt_stop, false);
     ctx->pt_running = true; /* before the thread exists: it reads it under the lock */
     if ((rc = pthread_create(&ctx->pt, NULL, run, ctx)) != 0) {
         ctx->pt_running = false;
@@ -243,7 +249,7 @@ void weft__progress_thread_stop(weft_ctx_t *ctx)
         return;
     }
     pthread_mutex_lock(&ctx->lock);
-    ctx->pt_stop = true;
+    atomic_store(&ctx->pt_stop, true);
     weft__pt_wake(ctx);
     pthread_mutex_unlock(&ctx->lock);
     pthread_join(ctx->pt, NULL);
@@ -256,4 +262,22 @@ void weft__progress_thread_stop(weft_ctx_t *ctx)
     ctx->bg = NULL;
     pthread_cond_destroy(&ctx->pt_cv);
     pthread_mutex_destroy(&ctx->lock);
+}
+
+bool weft__progress_thread_stop_at_exit(weft_ctx_t *ctx, const struct timespec *deadline)
+{
+    if (!ctx->pt_running) {
+        return true;
+    }
+    /* Not the context's lock: the thread that called exit, or another one still in a
+     * public call, may hold it. The thread sees the flag at its next turn, or here if it
+     * sleeps for want of work. */
+    atomic_store(&ctx->pt_stop, true);
+    if (pthread_mutex_timedlock(&ctx->job_lock, deadline) == 0) {
+        ctx->pt_sleeping = false;
+        pthread_cond_signal(&ctx->pt_cv);
+        pthread_mutex_unlock(&ctx->job_lock);
+    }
+    /* Nothing is torn down: the process is ending, and a caller may still be in weft. */
+    return pthread_timedjoin_np(ctx->pt, NULL, deadline) == 0;
 }

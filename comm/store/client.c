@@ -8,7 +8,9 @@
  * waiter takes over the reading. Every wait is bounded by a deadline. A failure in the
  * middle of an exchange leaves the byte stream out of step, so the client is then marked
  * broken and later calls fail with WEFT_ERR_IO. Connections that share a health record
- * are broken together when one of them loses the store.
+ * are broken together when one of them loses the store. At process exit a connection is
+ * fenced (weft__store_fence) before OpenSSL's own exit handler runs: no frame is sealed
+ * or checked on it after that, whichever thread still calls it.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -16,6 +18,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +75,10 @@ struct weft_store_client {
     bool sealed;
     bool forged; /* a frame from the store failed its tag check */
     weft_store_dir_t tx, rx;
+    /* The process is exiting (weft__store_fence): OpenSSL may be torn down at any moment,
+     * so no tag is made or checked any more. Set with both locks held where they could be
+     * taken; read with one of them: seals under wlock, tag checks under lock. */
+    atomic_bool fenced;
 };
 
 /* Waits for @p events; WEFT_INPROGRESS once the deadline has passed. */
@@ -169,7 +176,7 @@ static size_t frame_need(const weft_store_client_t *c)
 static weft_status_t frame_ready(weft_store_client_t *c, weft_store_msg_t *type, const uint8_t **p,
                                  uint32_t *len)
 {
-    if (c->rlen < WEFT__STORE_HDR_LEN) {
+    if (c->rlen < WEFT__STORE_HDR_LEN || atomic_load(&c->fenced)) {
         return WEFT_INPROGRESS;
     }
     if (weft__store_hdr_decode(c->rbuf, len, type) != WEFT_OK) {
@@ -376,13 +383,14 @@ static weft_status_t client_fail(weft_store_client_t *c, weft_status_t st, const
     return st;
 }
 
-/* Whether @p c may still be used: not broken, and its store not lost by another. */
+/* Whether @p c may still be used: not broken, its store not lost by another, and the
+ * process not exiting (a fenced connection fails its calls quietly). */
 static bool usable(weft_store_client_t *c)
 {
     if (!c->broken && weft__store_lost_ns(c->health) != 0) {
         c->broken = true;
     }
-    return !c->broken;
+    return !c->broken && !atomic_load(&c->fenced);
 }
 
 /*
@@ -438,7 +446,9 @@ static weft_status_t call(weft_store_client_t *c, weft_store_msg_t type, const c
     c->wbuf.len = 0;
     weft_status_t st = weft__store_frame_kv(&c->wbuf, type, key, strlen(key), rest, rest_len);
     bool sent = false;
-    if (st == WEFT_OK) {
+    if (st == WEFT_OK && atomic_load(&c->fenced)) {
+        st = WEFT_ERR_IO; /* unsent: nothing to report, the process is exiting */
+    } else if (st == WEFT_OK) {
         weft__store_frame_set_id(&c->wbuf, 0, me.id);
         st = weft__store_seal(&c->wbuf, 0, &c->tx);
     }
@@ -1006,6 +1016,32 @@ weft_status_t weft__store_connect_member(const char *hostport, const char *token
 {
     uint32_t id = member >= 0 ? (uint32_t)member : WEFT__STORE_NO_ID;
     return connect_as(hostport, token, WEFT__STORE_ROLE_MEMBER, id, timeout_ms, lg, client);
+}
+
+void weft__store_fence(weft_store_client_t *c, const struct timespec *deadline)
+{
+    if (c == NULL) {
+        return;
+    }
+    /* With both locks, no thread is sealing or checking a frame when the flag is set.
+     * Neither is held for long but by a thread blocked in send() (wlock, its frame
+     * sealed already): if one is not had by the deadline, the flag still keeps that
+     * thread from its next OpenSSL call. */
+    bool w = pthread_mutex_timedlock(&c->wlock, deadline) == 0;
+    bool r = pthread_mutex_timedlock(&c->lock, deadline) == 0;
+    atomic_store(&c->fenced, true);
+    if (r) {
+        pthread_cond_broadcast(&c->cv); /* waiters find it unusable now */
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (w) {
+        pthread_mutex_unlock(&c->wlock);
+    }
+}
+
+bool weft__store_fenced(weft_store_client_t *c)
+{
+    return c != NULL && atomic_load(&c->fenced);
 }
 
 int weft__store_fd(const weft_store_client_t *c)

@@ -107,6 +107,17 @@ weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix);
 weft_status_t weft__store_next_event(weft_store_client_t *c, int timeout_ms, char **key,
                                      void **val, size_t *len);
 int weft__store_fd(const weft_store_client_t *c);
+/*
+ * For an exit handler, before OpenSSL's own runs: from now on no thread seals or checks a
+ * frame on @p c (every call fails with WEFT_ERR_IO, logging nothing), and none is doing
+ * so when this returns, unless one held a lock of @p c past @p deadline (CLOCK_REALTIME,
+ * as pthread_mutex_timedlock takes it). The socket stays open: the kernel closes it when
+ * the process ends, and a lease on it then fires as for any death.
+ */
+struct timespec;
+void weft__store_fence(weft_store_client_t *c, const struct timespec *deadline);
+/* Whether @p c was fenced (false for NULL). */
+bool weft__store_fenced(weft_store_client_t *c);
 
 /* ---- server ---- */
 typedef struct weft_store_server weft_store_server_t;

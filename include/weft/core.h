@@ -97,6 +97,15 @@ WEFT_API weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **
 
 /**
  * @brief Destroy a context and every group and request created from it.
+ *
+ * A process that ends without it (returns from main, calls exit(), dies of an uncaught
+ * Python exception) ends cleanly, with its own exit status: the first weft_init()
+ * registers an exit handler that, before OpenSSL's own exit handler runs, stops the
+ * threads weft started for each live context (waiting at most 1 s for them) and makes
+ * the context's store connection unusable, without taking the context's lock (another
+ * thread may be in a weft call). The other members see such a process fail, as they see
+ * any death. weft_finalize() called after that handler ran (from a later exit handler or
+ * a static destructor) does nothing.
  * @param[in] ctx May be NULL (no-op).
  * @return WEFT_OK.
  */
