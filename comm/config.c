@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "comm/config.h"
+#include "comm/ctx.h"
 
 extern char **environ;
 
@@ -381,20 +382,26 @@ static void warn_unknown(const weft_logger_t *lg)
 weft_status_t weft__config_load(weft_config_t *cfg, const weft_logger_t *lg)
 {
     weft_config_t tmp;
+    /* A failed weft_init has no context to hold the reason: it goes to the log and to
+     * weft_last_error(NULL). */
+    char why[512];
     memset(&tmp, 0, sizeof(tmp));
     for (size_t i = 0; i < CONFIG_COUNT; i++) {
         const config_field_t *f = &config_table[i];
         void *field = (char *)&tmp + f->offset;
         weft_status_t st = f->parse(f->entry.deflt, field);
         if (st != WEFT_OK) {
-            WEFT_ERROR(lg, "internal: bad default '%s' for %s", f->entry.deflt, f->entry.name);
-            return st;
+            snprintf(why, sizeof(why), "internal: bad default '%s' for %s", f->entry.deflt,
+                     f->entry.name);
+            WEFT_ERROR(lg, "%s", why);
+            return weft__error_noctx(st, "%s", why);
         }
         const char *env = getenv(f->entry.name);
         if (env != NULL && f->parse(env, field) != WEFT_OK) {
-            WEFT_ERROR(lg, "%s='%s' is not valid: %s (default %s)", f->entry.name, env,
-                       f->entry.doc, f->entry.deflt);
-            return WEFT_ERR_INVALID_ARG;
+            snprintf(why, sizeof(why), "%s='%s' is not valid: %s (default %s)", f->entry.name, env,
+                     f->entry.doc, f->entry.deflt);
+            WEFT_ERROR(lg, "%s", why);
+            return weft__error_noctx(WEFT_ERR_INVALID_ARG, "%s", why);
         }
     }
     warn_unknown(lg);

@@ -48,7 +48,8 @@ extern const char *const weft__env_known[];
 
 /*
  * Fill @p cfg from the table's defaults and the environment. Errors name the variable
- * and the value via the logger. Warns about unknown WEFT_* variables.
+ * and the value via the logger and in weft_last_error(NULL) (the calling thread's).
+ * Warns about unknown WEFT_* variables.
  */
 weft_status_t weft__config_load(weft_config_t *cfg, const weft_logger_t *lg);
 

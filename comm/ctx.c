@@ -457,7 +457,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     }
     weft_status_t st = weft__config_load(&ctx->cfg, &ctx->logger);
     if (st != WEFT_OK) {
-        goto err_free;
+        goto err_free_ctx; /* it told weft_last_error(NULL) which setting is wrong */
     }
     ctx->logger.level = ctx->cfg.log_level;
     st = weft__bootstrap(&ctx->logger, &boot, ctx->last_error, sizeof(ctx->last_error));
@@ -544,6 +544,7 @@ err_fini:
     return st;
 err_free:
     weft__error_noctx(st, "%s", ctx->last_error);
+err_free_ctx:
     pthread_mutex_destroy(&ctx->job_lock);
     OPENSSL_cleanse(ctx->token, sizeof(ctx->token));
     free(ctx);

@@ -3,11 +3,17 @@ data_ptr()), and for point-to-point messages any contiguous bytes-like object.
 
 The binding checks what weft cannot see through a pointer: contiguity, the dtype, that
 an output is writable. Sizes are checked by each call.
+
+A torch tensor that weft writes into (an output, or an in-place buffer) has its version
+counter bumped once the write is done (mark_written), as torch's own in-place operations
+do: a tensor that autograd saved for backward and weft changed since then makes backward
+raise "one of the variables needed for gradient computation has been modified by an
+inplace operation" instead of computing a wrong gradient.
 """
 
 import numpy as np
 
-from .dtypes import dtype_of, is_tensor, torch_dtype_of
+from .dtypes import dtype_of, is_tensor, torch_dtype_of, torch_module
 from .errors import invalid
 
 
@@ -15,7 +21,7 @@ class Buffer:
     """A contiguous region: pointer, bytes, element count and dtype, and the object that
     owns the memory (kept referenced while weft may use the pointer)."""
 
-    __slots__ = ("obj", "ptr", "nbytes", "count", "dtype", "cuda_device")
+    __slots__ = ("obj", "ptr", "nbytes", "count", "dtype", "cuda_device", "written")
 
     def __init__(self, obj, ptr, nbytes, count, dtype, cuda_device=None):
         self.obj = obj
@@ -24,6 +30,7 @@ class Buffer:
         self.count = count
         self.dtype = dtype
         self.cuda_device = cuda_device  # a torch.device for CUDA tensors, else None
+        self.written = False  # a torch tensor weft writes into (see mark_written)
 
     @property
     def itemsize(self):
@@ -57,7 +64,9 @@ def as_buffer(obj, what, writable=False, typed=True):
     if obj is None:
         raise invalid("%s: a buffer is needed, not None" % what)
     if is_tensor(obj):
-        return _from_tensor(obj, what, typed)
+        b = _from_tensor(obj, what, typed)
+        b.written = writable
+        return b
     if isinstance(obj, np.ndarray):
         return _from_array(obj, what, writable, typed)
     if not typed:
@@ -83,3 +92,31 @@ def same_kind(a, b, what):
     """a and b have the same dtype (both typed buffers)."""
     if a.dtype != b.dtype:
         raise invalid("%s: dtypes differ (%s and %s)" % (what, a.dtype.name, b.dtype.name))
+
+
+def bump_version(t):
+    """Bump torch tensor @p t's version counter without touching its data: set_() onto
+    its own storage, size and strides changes nothing but counts as an in-place
+    operation (a fraction of a microsecond). Inference tensors have no counter."""
+    try:
+        if t.requires_grad:  # a leaf that requires grad refuses in-place operations else
+            with torch_module().no_grad():
+                t.set_(t)
+        else:
+            t.set_(t)
+    except RuntimeError:
+        if not t.is_inference():  # refused outside inference mode: nothing to bump
+            raise
+
+
+def mark_written(*buffers):
+    """After weft wrote into them: bump the version counter of each torch tensor among
+    @p buffers (Buffer objects, None, or tuples and lists of them) given as an output."""
+    last = None
+    for b in buffers:
+        if b.__class__ is Buffer:
+            if b.written and b is not last:  # (send, recv) of an in-place call: once
+                bump_version(b.obj)
+            last = b
+        elif isinstance(b, (tuple, list)):
+            mark_written(*b)

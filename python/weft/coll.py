@@ -2,13 +2,16 @@
 
 Each has a blocking form, which returns its output buffer, and a nonblocking twin
 (`i` prefix), which returns a weft.Request whose wait() returns it. Buffers are NumPy
-arrays or torch tensors, contiguous, of one weft dtype; outputs are written in place.
+arrays or torch tensors, contiguous, of one weft dtype; outputs are written in place
+(a torch output's version counter is bumped when the call returns, and for a
+nonblocking call again when its request completes, as torch's in-place operations do).
+Operators: weft.Op, its name, or torch.distributed.ReduceOp SUM, PRODUCT, MAX, MIN.
 """
 
 import enum
 from ctypes import byref, c_size_t, c_void_p
 
-from ._buffer import as_buffer, same_kind
+from ._buffer import as_buffer, bump_version, mark_written, same_kind
 from ._lib import lib
 from .dtypes import _BY_TORCH, torch_module
 from .errors import error_for, invalid, last_error
@@ -27,8 +30,38 @@ _FNS = {}  # "allreduce" -> lib.weft_allreduce, looked up once
 _OP_BY_NAME = {}  # "sum" -> its value, filled as names come
 
 
+# torch.distributed.ReduceOp members by name: weft's operator, or why there is none.
+_TORCH_OPS = {"SUM": Op.SUM, "PRODUCT": Op.PROD, "MAX": Op.MAX, "MIN": Op.MIN}
+_TORCH_OPS_REFUSED = {
+    "AVG": "weft has no average: reduce with SUM and divide by the group's size",
+    "PREMUL_SUM": "weft has no pre-multiplied sum: scale the input, then reduce with SUM",
+}
+
+
+def _torch_op_name(op):
+    """The member name ("SUM", ...) of a torch.distributed.ReduceOp, else None. torch 1.x
+    gives ReduceOp objects whose .op is the RedOpType enum, torch 2 the enum itself."""
+    cls = type(op)
+    if cls.__name__ not in ("ReduceOp", "RedOpType") or not cls.__module__.startswith("torch"):
+        return None
+    name = getattr(getattr(op, "op", op), "name", None)
+    return name if isinstance(name, str) else None
+
+
+def _from_torch_op(op):
+    name = _torch_op_name(op)
+    if name is None:
+        return None
+    if name in _TORCH_OPS:
+        return int(_TORCH_OPS[name])
+    why = _TORCH_OPS_REFUSED.get(name, "weft reduces with SUM, PRODUCT, MAX and MIN only")
+    raise invalid("torch.distributed.ReduceOp.%s is not supported: %s" % (name, why))
+
+
 def op_value(op):
-    """An Op, its name ("sum", "prod", "max", "min") or its value."""
+    """An Op, its name ("sum", "prod", "max", "min"), its value, or a
+    torch.distributed.ReduceOp (SUM, PRODUCT, MAX, MIN; the others are refused with
+    weft.InvalidArgument saying why)."""
     v = _OP_BY_NAME.get(op) if isinstance(op, str) else None
     if v is not None:
         return v
@@ -36,9 +69,12 @@ def op_value(op):
         v = _op_by_name(op)
         _OP_BY_NAME[op] = v
         return v
+    v = _from_torch_op(op)
+    if v is not None:
+        return v
     try:
         return int(Op(op))
-    except ValueError:
+    except (ValueError, TypeError):
         raise invalid("unknown reduction operator %r" % (op,)) from None
 
 
@@ -113,10 +149,12 @@ class CollectivesMixin:
             if fn is None:
                 fn = _FNS[name] = getattr(lib, "weft_" + name)
             self._call(fn, *args)
+            mark_written(buffers)
             return result
         self._ctx._reap_orphans()
         req = c_void_p()
         self._call(getattr(lib, "weft_i" + name), *args, byref(req))
+        mark_written(buffers)  # handed over for writing; again when the request completes
         return Request(self._ctx, req.value, keep=(buffers, extra), result=result, group=self)
 
     # -- allreduce -----------------------------------------------------------------------
@@ -146,6 +184,7 @@ class CollectivesMixin:
                     st = lib.weft_allreduce(h, p, p, send.numel(), dt, v)
                     if st < 0:
                         raise error_for(st, last_error(ctx._handle))
+                bump_version(send)
                 return send
         r = _plain_host_pair(send, recv, op)
         if r is None:
@@ -159,6 +198,7 @@ class CollectivesMixin:
                                     _BY_TORCH[send.dtype], _OP_BY_NAME[op])
             if st < 0:
                 raise error_for(st, last_error(ctx._handle))
+        bump_version(r)
         return r
 
     def iallreduce(self, send, recv=None, op="sum"):
@@ -233,6 +273,7 @@ class CollectivesMixin:
             r = s if on_root else None
         else:
             r = as_buffer(recv, "reduce recv", writable=True)
+            r.written = r.written and on_root  # the other ranks' recv is not used
             same_kind(s, r, "reduce")
             if on_root and r.count != s.count:
                 raise invalid("reduce: recv has %d elements, send %d" % (r.count, s.count))

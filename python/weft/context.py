@@ -10,6 +10,7 @@ import sys
 import threading
 import weakref
 from collections import namedtuple
+from contextlib import contextmanager
 from ctypes import byref, c_char_p, c_void_p
 
 from ._lib import lib
@@ -40,9 +41,11 @@ class Context:
     """A process's weft instance (weft_ctx_t). Made by weft.init(); a context manager
     that finalizes on exit."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, job=None, namespace=None):
         from .group import Group
         self._handle = handle
+        self._job = job  # (WEFT_STORE, namespace asked for): see init()
+        self._namespace = namespace
         self._lock = threading.RLock()
         self._children = []  # weak references, in creation order
         self._orphans = []   # (handle, kept buffers, group) of requests dropped in flight
@@ -126,6 +129,12 @@ class Context:
         return self.world.size
 
     @property
+    def namespace(self):
+        """The prefix of this context's keys in the store: WEFT_NAMESPACE as it was at
+        weft.init(), or the one it chose for a later context of the job (see there)."""
+        return self._namespace
+
+    @property
     def last_error(self):
         """weft_last_error(): detail of the last error on this context."""
         return last_error(self._h())
@@ -190,26 +199,93 @@ class Context:
 
 _live = set()  # contexts not finalized yet (finalized at exit)
 _default = None
+_init_lock = threading.Lock()
+_made = {}  # (WEFT_STORE, namespace asked for) -> contexts this process made on it
+
+
+def _job_key():
+    """(store address, namespace asked for) of the job weft_init would join, or None
+    without a store (a single rank: its contexts share nothing)."""
+    store = os.environ.get("WEFT_STORE")
+    if not store:
+        return None
+    return store, os.environ.get("WEFT_NAMESPACE") or "weft"
+
+
+def _refuse_second(job):
+    """A context of this job still open in this process: the store would refuse a second
+    claim of this rank (and blame a duplicate launch); say what is the matter instead."""
+    for c in list(_live):
+        if c._job == job and not c.closed:
+            err = invalid(
+                "a weft context is already open in this process for this job (%r, store %s, "
+                "namespace '%s'): use it (the first one is weft.default_context()), or "
+                "finalize it on every rank before weft.init() makes a new one; two contexts "
+                "of one job at once need different namespaces (weft.init(settings="
+                "{'NAMESPACE': 'other'}) on every rank)" % (c, job[0], c.namespace))
+            err.context = c
+            raise err
+
+
+@contextmanager
+def _namespace(ns):
+    """WEFT_NAMESPACE set to @p ns (None: left alone) for the duration of a weft_init."""
+    if ns is None:
+        yield
+        return
+    old = os.environ.get("WEFT_NAMESPACE")
+    os.environ["WEFT_NAMESPACE"] = ns
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("WEFT_NAMESPACE", None)
+        else:
+            os.environ["WEFT_NAMESPACE"] = old
 
 
 def init(settings=None):
     """weft_init(): create a context from the launcher's environment (weftrun; mpirun,
     Hydra's mpiexec, torchrun or srun with WEFT_STORE from weftrun --store-only; a single
     rank without one). Collective over the job. On failure the exception's detail says
-    why (weft_last_error of the failed weft_init).
+    why (weft_last_error of the failed weft_init: a bad WEFT_* setting names the variable
+    and its value).
 
     @p settings: optional WEFT_* settings for this process ({"TIMEOUT_MS": 5000} or
     {"WEFT_TIMEOUT_MS": 5000}), put into os.environ before the call. The first context
-    becomes the default one that weft.world(), weft.rank() ... use."""
+    becomes the default one that weft.world(), weft.rank() ... use, and once it is
+    finalized the next one does.
+
+    Again after finalize: in a job with a store (weftrun), a process's next context
+    makes a new world of the same ranks (every rank calls weft.init() again, as the
+    first time). The store keeps the finished job's keys, so that context uses the
+    namespace "<namespace>.<n>" for its n-th context (WEFT_NAMESPACE, "weft" by default:
+    "weft.2", "weft.3", ...; Context.namespace says which), the same on every rank that
+    made as many. A replacement process that joins (weftrun --replace) finds the first
+    namespace only, and weftrun's own failure notices go to the default namespace:
+    failures in a later context are seen by its heartbeats (WEFT_FAILURE_TIMEOUT_MS).
+    While a context of the job is open in this process, weft.init() raises
+    weft.InvalidArgument saying so (its `context` attribute is that context); without a
+    store (a single rank) contexts share nothing and several may be open."""
     global _default
     for name, value in (settings or {}).items():
         key = name if name.startswith("WEFT_") else "WEFT_" + name
         os.environ[key] = str(value)
-    h = c_void_p()
-    check(lib.weft_init(None, byref(h)))
-    ctx = Context(h.value)
-    if _default is None or _default.closed:
-        _default = ctx
+    with _init_lock:
+        job = _job_key()
+        made = 0
+        if job is not None:
+            _refuse_second(job)
+            made = _made.get(job, 0)
+        ns = "%s.%d" % (job[1], made + 1) if made else None
+        h = c_void_p()
+        with _namespace(ns):
+            check(lib.weft_init(None, byref(h)))
+        ctx = Context(h.value, job, ns or os.environ.get("WEFT_NAMESPACE") or "weft")
+        if job is not None:
+            _made[job] = made + 1
+        if _default is None or _default.closed:
+            _default = ctx
     return ctx
 
 

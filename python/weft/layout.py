@@ -11,7 +11,7 @@ from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
 import numpy as np
 
 from . import _structs as S
-from ._buffer import as_buffer
+from ._buffer import as_buffer, mark_written
 from ._lib import lib
 from .dtypes import DType, dtype_of, is_tensor
 from .errors import check, invalid
@@ -242,3 +242,4 @@ def box_copy(dst, dst_box, src, src_box, box, elem_size):
     db, sb, b = c_box(dst_box), c_box(src_box), c_box(box)
     check(lib.weft_box_copy(d.ptr, byref(db), s.ptr, byref(sb), byref(b), len(box[0]),
                             elem_size))
+    mark_written(d)

@@ -6,7 +6,7 @@ from collections import namedtuple
 from ctypes import byref, c_int, c_void_p
 
 from . import _structs as S
-from ._buffer import as_buffer
+from ._buffer import as_buffer, mark_written
 from ._lib import lib
 from .errors import Error, check, invalid
 from .layout import Layout
@@ -75,6 +75,7 @@ def migrate_start(group, plan, old_buf, new_buf, priority=None, max_staged_bytes
     req = c_void_p()
     group._call(lib.weft_migrate_start, plan.handle, old.ptr if old else None,
                 new.ptr if new else None, byref(params), byref(req))
+    mark_written(new)  # again when the request completes
     return Request(group._ctx, req.value, keep=(old, new, resume, prio, plan), result=new_buf,
                    keep_on_failure=(old, resume), group=group, resumable=plan)
 
@@ -92,7 +93,9 @@ def migrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0,
     except Error:
         # Sends of the failed attempt may still read old_buf: keep it until finalize.
         group._ctx._retired.append((old, resume))
+        mark_written(new)  # partly written
         raise
+    mark_written(new)
     return new_buf
 
 

@@ -1,10 +1,11 @@
 """Point-to-point messages (weft_send / weft_recv and their nonblocking twins) as methods
 of Group. Messages are bytes: any contiguous NumPy array, CPU tensor or bytes-like object.
+A torch tensor received into has its version counter bumped (see _buffer.mark_written).
 """
 
 from ctypes import byref, c_size_t, c_void_p
 
-from ._buffer import as_buffer
+from ._buffer import as_buffer, mark_written
 from ._lib import lib
 from .errors import invalid
 from .request import Request
@@ -32,6 +33,7 @@ class PointToPointMixin:
         b = as_buffer(buf, "recv buffer", writable=True, typed=False)
         n = c_size_t()
         self._call(lib.weft_recv, b.ptr, b.nbytes, peer, _tag(tag), byref(n))
+        mark_written(b)
         return n.value
 
     def isend(self, buf, peer, tag=0):
@@ -49,4 +51,5 @@ class PointToPointMixin:
         self._ctx._reap_orphans()
         req = c_void_p()
         self._call(lib.weft_irecv, b.ptr, b.nbytes, peer, _tag(tag), byref(req))
+        mark_written(b)  # again when the request completes
         return Request(self._ctx, req.value, keep=(b,), result=buf, group=self)

@@ -1,13 +1,16 @@
 """Nonblocking operations in flight (weft_req_t).
 
 A Request keeps every buffer of its operation referenced until the operation completes,
-so a tensor handed to weft.iallreduce() cannot be freed under weft's feet. A Request
+so a tensor handed to weft.iallreduce() cannot be freed under weft's feet. The torch
+tensors it writes into have their version counters bumped when it completes (or is
+cancelled), so that autograd refuses a backward through a tensor saved meanwhile. A Request
 dropped while in flight is not cancelled: its buffers stay referenced and weft frees it
 once it completes (or at finalize). cancel() cancels it.
 """
 
 from ctypes import byref, c_size_t
 
+from ._buffer import mark_written
 from ._lib import lib
 from .context import timeout_ns
 from .errors import Status, Timeout, error_for, last_error
@@ -49,6 +52,7 @@ class Request:
                 self._nbytes = n.value
         if h is not None:
             lib.weft_req_free(h)
+        mark_written(self._keep)
         self._keep = self._keep_on_failure = None
         if self._failed is None:
             self._resumable = None
@@ -122,6 +126,7 @@ class Request:
                 if self._handle is not None and self._ctx._handle is not None:
                     lib.weft_req_free(self._handle)
                 self._handle = None
+                mark_written(self._keep)  # it may have written part of them
                 self._keep = None
                 self._free_failed()
 

@@ -15,7 +15,7 @@ from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
 import numpy as np
 
 from . import _structs as S
-from ._buffer import as_buffer
+from ._buffer import as_buffer, mark_written
 from ._lib import lib
 from .dtypes import is_tensor
 from .errors import Error, Status, error_for, invalid, last_error
@@ -212,6 +212,7 @@ class Snapshot:
             else:
                 ctx._call(lib.weft_snapshot_restore_live, h, target.handle, lbuf.ptr, buf.ptr,
                           buf.nbytes, byref(info))
+        mark_written(buf)
         self._target = target
         state = _byte_prefix(out, target.packed_bytes(self.group.member_id()))
         return Restored(info.step, info.bytes_moved, info.bytes_local, info.bytes_missing, out,
@@ -250,6 +251,7 @@ class Snapshot:
         h = c_void_p()
         cls._call_noctx(group, lib.weft_snapshot_restore_join, group._h(), target.handle,
                         buf.ptr, buf.nbytes, byref(h), byref(info))
+        mark_written(buf)
         snap = cls.__new__(cls)
         snap._handle = h.value
         snap.group, snap.layout, snap.blob_bytes = group, None, 0

@@ -2,8 +2,9 @@
 layer's passes S, C1, T, C2 and the embedding. weft.torch builds autograd layers on it.
 
 Buffers are float32 (labels and ids int64), contiguous; X, W and the outputs all in host
-or all in CUDA memory. The vocabulary of V entries is cut into P shards of padded_length
-rows; rank i holds rows [start, start + length) of W in a buffer of padded_length rows.
+or all in CUDA memory (torch outputs have their version counters bumped once written).
+The vocabulary of V entries is cut into P shards of padded_length rows; rank i holds
+rows [start, start + length) of W in a buffer of padded_length rows.
 """
 
 from collections import namedtuple
@@ -12,7 +13,7 @@ from ctypes import byref, c_float, c_void_p
 import numpy as np
 
 from . import _structs as S
-from ._buffer import as_buffer
+from ._buffer import as_buffer, mark_written
 from ._lib import lib
 from .context import timeout_ns
 from .dtypes import DType
@@ -133,6 +134,7 @@ class Vocab:
         """out[j] = E[ids[j]] on every rank (one collective). Returns out."""
         t, i, o = self._embed_args(table, ids, out)
         self._call(lib.weft_vocab_embed_forward, t.ptr, i.ptr, i.count, o.ptr)
+        mark_written(o)
         return out
 
     def iembed_forward(self, table, ids, out):
@@ -140,6 +142,7 @@ class Vocab:
         t, i, o = self._embed_args(table, ids, out)
         req = c_void_p()
         self._call(lib.weft_vocab_iembed_forward, t.ptr, i.ptr, i.count, o.ptr, byref(req))
+        mark_written(o)
         return Request(self.group._ctx, req.value, keep=(t, i, o), result=out,
                        group=self.group)
 
@@ -149,6 +152,7 @@ class Vocab:
         self.group._follow_torch_stream((g,))
         req = c_void_p()
         self._call(lib.weft_vocab_iembed_grad_bcast, g.ptr, n, root, byref(req))
+        mark_written(g)
         return Request(self.group._ctx, req.value, keep=(g,), result=grad_out,
                        group=self.group)
 
@@ -159,6 +163,7 @@ class Vocab:
         t = _f32(grad_table, "embedding grad_table", self.range.padded_length * self.hidden,
                  writable=True)
         self._call(lib.weft_vocab_embed_grad_scatter, g.ptr, i.ptr, i.count, t.ptr)
+        mark_written(t)
         return grad_table
 
     def embed_backward(self, grad_out, ids, grad_table, root=None):
@@ -170,6 +175,7 @@ class Vocab:
         self.group._follow_torch_stream((g, t))
         self._call(lib.weft_vocab_embed_backward, g.ptr, i.ptr, i.count,
                    -1 if root is None else root, t.ptr)
+        mark_written(g, t)
         return grad_table
 
 
@@ -196,6 +202,11 @@ class Microbatch:
         if self._handle is None:
             raise invalid("the microbatch was closed")
         return self.vocab.group._ctx._call(fn, self._handle, *args)
+
+    @property
+    def closed(self):
+        """True once closed (by close(), or by the layer that made it)."""
+        return self._handle is None
 
     def close(self):
         """weft_vocab_mb_destroy() (cancels a collective in flight)."""
@@ -241,6 +252,7 @@ class Microbatch:
 
     def _drop_after_c2(self, done):
         if done and self._c2:
+            mark_written(self._keep)  # C2 completed ∇X
             self._keep, self._c2 = (), False
 
     def loss(self, loss_tok=None):
@@ -249,12 +261,14 @@ class Microbatch:
         lt = _f32(loss_tok, "loss_tok", self.n, writable=True) if loss_tok is not None else None
         out = c_float()
         self._call(lib.weft_vocab_xent_loss, lt.ptr if lt else None, byref(out))
+        mark_written(lt)
         return out.value
 
     def t(self, grad, dx, dw):
         """Pass T: ∇W_i into @p dw and ∇X (NAIVE/ALG1: this rank's part until C2)."""
         g, dxb, dwb = self._t_args(grad, dx, dw)
         self._call(lib.weft_vocab_xent_t, g.ptr, dxb.ptr, dwb.ptr)
+        mark_written(dxb, dwb)
         self._keep = (dxb,) if self.algo != ALGOS["alg2"] else ()
 
     def c2(self):
@@ -285,6 +299,7 @@ class Microbatch:
         out = c_float()
         self._call(lib.weft_vocab_xent_forward, xb.ptr, wb.ptr, lab.ptr, n,
                    lt.ptr if lt else None, byref(out))
+        mark_written(lt)
         self.n = n
         return out.value
 
@@ -292,6 +307,7 @@ class Microbatch:
         """T, C2 and the wait: ∇X complete in @p dx, ∇W_i in @p dw."""
         g, dxb, dwb = self._t_args(grad, dx, dw)
         self._call(lib.weft_vocab_xent_backward, g.ptr, dxb.ptr, dwb.ptr)
+        mark_written(dxb, dwb)
         self._keep = ()
 
     def stats(self):

@@ -99,8 +99,22 @@ static void test_bad_values(void **state)
         setenv(cases[i][0], cases[i][1], 1);
         assert_int_equal(weft__config_load(&cfg, &lg), WEFT_ERR_INVALID_ARG);
         assert_non_null(strstr(c.text, cases[i][0]));
+        assert_non_null(strstr(weft_last_error(NULL), cases[i][0])); /* not only logged */
         assert_int_equal(((unsigned char *)&cfg)[0], 0xab);
     }
+}
+
+/* weft_init refused for a bad setting: the caller has no context, and learns which
+ * setting and value from weft_last_error(NULL), as for any other failed weft_init. */
+static void test_bad_value_fails_init_with_its_reason(void **state)
+{
+    (void)state;
+    setenv("WEFT_LOG_LEVEL", "error", 1);
+    setenv("WEFT_TIMEOUT_MS", "abc", 1);
+    weft_ctx_t *ctx = NULL;
+    assert_int_equal(weft_init(NULL, &ctx), WEFT_ERR_INVALID_ARG);
+    assert_null(ctx);
+    assert_non_null(strstr(weft_last_error(NULL), "WEFT_TIMEOUT_MS='abc' is not valid"));
 }
 
 static void test_unknown_variable_warned(void **state)
@@ -155,6 +169,7 @@ int main(void)
         cmocka_unit_test_setup(test_defaults, setup),
         cmocka_unit_test_setup(test_env_overrides_and_suffixes, setup),
         cmocka_unit_test_setup(test_bad_values, setup),
+        cmocka_unit_test_setup(test_bad_value_fails_init_with_its_reason, setup),
         cmocka_unit_test_setup(test_unknown_variable_warned, setup),
         cmocka_unit_test_setup(test_listing, setup),
     };

@@ -197,6 +197,22 @@ def test_launcher_environment(world):
     assert os.environ["LOCAL_WORLD_SIZE"] == os.environ["WEFT_LOCAL_SIZE"]
 
 
+def test_second_init_while_open_says_so(ctx):
+    """Under a launcher with a store, a second weft.init() while the context is open is
+    refused by the binding, which names the open context, before the store would blame a
+    rank started twice. Without a store (one rank) contexts are independent."""
+    if "WEFT_STORE" not in os.environ:
+        other = weft.init()
+        other.finalize()
+        return
+    with pytest.raises(weft.InvalidArgument, match="already open in this process") as e:
+        weft.init()
+    assert e.value.context is ctx
+    x = np.ones(2, np.float32)
+    ctx.world.allreduce(x)  # the open context is unharmed
+    np.testing.assert_array_equal(x, np.full(2, ctx.size, np.float32))
+
+
 def test_split(world):
     n, me = world.size, world.rank
     sub = world.split(me % 2, key=-me)  # reverse order inside each colour

@@ -93,3 +93,145 @@ def test_errors_from_the_library_on_the_short_path(world):
     y = np.arange(3, dtype=np.float32)
     world.allreduce(y)
     np.testing.assert_array_equal(y, np.arange(3, dtype=np.float32) * world.size)
+
+
+def torch_reduce_op():
+    """torch.distributed.ReduceOp, or skip (a PyTorch built without distributed)."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("this PyTorch has no torch.distributed")
+    return dist.ReduceOp
+
+
+@pytest.mark.parametrize("name,op", [("SUM", "sum"), ("PRODUCT", "prod"), ("MAX", "max"),
+                                     ("MIN", "min")])
+def test_torch_reduce_ops(world, name, op):
+    """torch.distributed.ReduceOp members are taken wherever an operator is: blocking and
+    nonblocking allreduce, reduce_scatter, reduce."""
+    torch_op = getattr(torch_reduce_op(), name)
+    n, me = world.size, world.rank
+    x = rank_tensor(me, 6, torch.int64)
+    assert world.allreduce(x, op=torch_op) is x
+    assert torch.equal(x, expected(n, 6, torch.int64, op))
+    out = torch.empty(6, dtype=torch.int64)
+    world.iallreduce(rank_tensor(me, 6, torch.int64), out, op=torch_op).wait()
+    assert torch.equal(out, expected(n, 6, torch.int64, op))
+    blk = torch.empty(2, dtype=torch.int64)
+    world.reduce_scatter(rank_tensor(me, 2 * n, torch.int64), blk, op=torch_op)
+    assert torch.equal(blk, expected(n, 2 * n, torch.int64, op)[2 * me:2 * me + 2])
+    got = world.reduce(rank_tensor(me, 6, torch.int64), op=torch_op, root=0)
+    if me == 0:
+        assert torch.equal(got, expected(n, 6, torch.int64, op))
+
+
+def test_torch_reduce_ops_weft_lacks_are_refused(world):
+    ReduceOp = torch_reduce_op()
+    x = torch.ones(3)
+    with pytest.raises(weft.InvalidArgument, match="ReduceOp.AVG is not supported.*SUM"):
+        world.allreduce(x, op=ReduceOp.AVG)
+    for name in ("BAND", "BOR", "BXOR"):
+        with pytest.raises(weft.InvalidArgument, match="ReduceOp.%s is not supported" % name):
+            world.reduce_scatter(torch.ones(world.size, dtype=torch.int32),
+                                 op=getattr(ReduceOp, name))
+    with pytest.raises(weft.InvalidArgument, match="unknown reduction operator"):
+        world.allreduce(x, op=object())
+    assert torch.equal(x, torch.ones(3))  # nothing ran
+    world.allreduce(x, op=ReduceOp.SUM)  # and the ranks are still paired
+    assert torch.equal(x, torch.full((3,), float(world.size)))
+
+
+def saved_by_autograd(count=3):
+    """(w, loss): w [count], a tensor that the graph of loss saved for its backward."""
+    x = torch.arange(1.0, count + 1.0, requires_grad=True)
+    w = torch.full((count,), 2.0)
+    return w, (x * w).sum()  # d loss / dx needs w
+
+
+def assert_backward_refused(loss):
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+WRITES = {  # how weft writes into w (3 elements per rank): (world, w, ranks) -> None
+    "allreduce in place": lambda g, w, n: g.allreduce(w, op=weft.Op.SUM),  # general path
+    "allreduce in place, short path": lambda g, w, n: g.allreduce(w),
+    "allreduce recv": lambda g, w, n: g.allreduce(torch.ones(3), w, op=weft.Op.MAX),
+    "allreduce recv, short path": lambda g, w, n: g.allreduce(torch.ones(3), w),
+    "broadcast": lambda g, w, n: g.broadcast(w, root=0),
+    "reduce on the root": lambda g, w, n: g.reduce(torch.ones(3), w, root=g.rank),
+    "reduce_scatter": lambda g, w, n: g.reduce_scatter(torch.ones(3 * n), w),
+}
+WRITES_WHOLE = {  # into w of 3 x ranks elements
+    "allgather": lambda g, w, n: g.allgather(torch.ones(3), w),
+    "allgather in place": lambda g, w, n: g.allgather(None, w),
+    "alltoall": lambda g, w, n: g.alltoall(torch.ones(3 * n), w),
+}
+
+
+@pytest.mark.parametrize("how", list(WRITES) + list(WRITES_WHOLE))
+def test_weft_writes_bump_the_version_counter(world, how):
+    """A tensor saved for backward and then written by weft makes backward raise, as
+    after torch's own in-place operations, instead of computing a wrong gradient."""
+    n = world.size
+    world.allreduce(torch.ones(1))  # float32 and "sum" seen: the short paths are warm
+    if how == "reduce on the root" and n > 1:
+        pytest.skip("every rank its own root: one rank only")
+    w, loss = saved_by_autograd(3 if how in WRITES else 3 * n)
+    (WRITES.get(how) or WRITES_WHOLE[how])(world, w, n)
+    assert_backward_refused(loss)
+
+
+def test_nonblocking_writes_bump_at_completion(world):
+    """An iallreduce bumps its output when it starts and again when it completes: a
+    tensor saved in between is caught too (unless it had completed at once, as on one
+    rank: then the write came before the save)."""
+    w = torch.full((3,), 2.0)
+    req = world.iallreduce(torch.ones(3), w)
+    inline = req.done
+    x = torch.arange(1.0, 4.0, requires_grad=True)
+    loss = (x * w).sum()  # saved while weft may still write into w
+    req.wait()
+    if inline:
+        loss.backward()
+        assert torch.equal(x.grad, torch.full((3,), float(world.size)))
+    else:
+        assert_backward_refused(loss)
+
+
+def test_point_to_point_receive_bumps_the_version_counter(world):
+    n, me = world.size, world.rank
+    right, left = (me + 1) % n, (me - 1) % n
+    w, loss = saved_by_autograd()
+    sreq = world.isend(torch.full((3,), float(me)), right, tag=11)
+    world.recv(w, left, tag=11)
+    sreq.wait(timeout=30)
+    assert torch.equal(w, torch.full((3,), float(left)))
+    assert_backward_refused(loss)
+    w, loss = saved_by_autograd()
+    rreq = world.irecv(w, left, tag=12)
+    world.isend(torch.full((3,), float(me)), right, tag=12).wait(timeout=30)
+    rreq.wait(timeout=30)
+    assert_backward_refused(loss)
+
+
+def test_untouched_tensors_keep_their_version_and_gradients(world):
+    """Inputs weft only reads, and leaves that require grad written under no_grad, keep
+    backward working where nothing changed what it saved."""
+    x = torch.arange(1.0, 4.0, requires_grad=True)
+    w = torch.full((3,), 2.0)
+    loss = (x * w).sum()
+    out = torch.empty(3)
+    world.allreduce(w, out)  # w only read
+    world.allgather(w, torch.empty(3 * world.size))
+    loss.backward()
+    assert torch.equal(x.grad, w)
+    p = torch.nn.Parameter(torch.ones(3))  # a leaf that requires grad, written in place
+    with torch.no_grad():
+        world.broadcast(p, root=0)
+    assert p._version > 0 and p.is_leaf and p.requires_grad
+    (p * 2).sum().backward()
+    assert torch.equal(p.grad, torch.full((3,), 2.0))
+    with torch.inference_mode():  # inference tensors have no version counter
+        t = torch.ones(3)
+    world.allreduce(t)
+    assert torch.equal(t, torch.full((3,), float(world.size)))

@@ -163,3 +163,87 @@ def test_failed_init_says_why():
     assert out.returncode == 0, out.stderr
     assert "RANK=1 WORLD_SIZE=2 set by torchrun but no WEFT_STORE" in out.stdout
     assert "weftrun --store-only" in out.stdout
+
+
+def child_env(**extra):
+    """This environment without any launcher's variables, plus @p extra."""
+    import os
+    launcher_vars = ("WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE",
+                     "WEFT_STORE", "WEFT_JOB_TOKEN", "WEFT_JOIN", "RANK", "WORLD_SIZE",
+                     "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    env = {k: v for k, v in os.environ.items() if k not in launcher_vars}
+    env.update(extra)
+    return env
+
+
+def test_bad_setting_names_the_variable_and_value():
+    """A WEFT_* setting that does not parse fails weft.init() with InvalidArgument whose
+    text names the variable, the value and what is expected (not only the log)."""
+    import subprocess
+    import sys
+    code = ("import weft\n"
+            "try:\n"
+            "    weft.init()\n"
+            "except weft.InvalidArgument as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=child_env(WEFT_TIMEOUT_MS="abc", WEFT_LOG_LEVEL="error"),
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "WEFT_TIMEOUT_MS='abc' is not valid" in out.stdout
+    assert "milliseconds" in out.stdout and "default 300000" in out.stdout
+
+
+REINIT = """
+import numpy as np, weft
+c = weft.init()
+me, n = c.rank, c.size
+try:
+    weft.init()
+    raise SystemExit("a second context of the job was made while the first is open")
+except weft.InvalidArgument as e:
+    assert "already open in this process" in str(e) and e.context is c, e
+    assert "started twice" not in str(e), e
+assert c.namespace == "weft"
+c.finalize()
+for k in (2, 3):
+    c = weft.init()  # the same ranks again, in a namespace of their own
+    assert (c.rank, c.size, c.namespace) == (me, n, "weft.%d" % k), (c, c.namespace)
+    assert weft.default_context() is c and weft.world().size == n
+    x = np.full(3, me + 1.0, np.float32)
+    c.world.allreduce(x)
+    assert x.tolist() == [n * (n + 1) / 2] * 3, x
+    c.finalize()
+print("reinit ok", me)
+"""
+
+
+def test_init_again_after_finalize_in_a_job():
+    """Under weftrun: a second weft.init() while the context is open says so (instead of
+    blaming a rank started twice); after finalize it makes the world again, twice."""
+    import os
+    import subprocess
+    import sys
+    build = os.environ.get("TEST_WEFT_BUILD_DIR")
+    weftrun = os.path.join(build or "", "bin", "weftrun")
+    if not build or not os.path.exists(weftrun):
+        pytest.skip("TEST_WEFT_BUILD_DIR (with bin/weftrun) is set by CTest")
+    out = subprocess.run([weftrun, "-n", "2", "--timeout", "60", "--", sys.executable, "-c",
+                          REINIT], capture_output=True, text=True,
+                         env=child_env(WEFT_TIMEOUT_MS="30000"), timeout=90)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("reinit ok") == 2, out.stdout
+
+
+def test_init_again_after_finalize_alone():
+    """One rank without a store: a finalized context is made again (the namespace is
+    kept: there is no store to share), and contexts may be open side by side."""
+    c = weft.init()
+    c.finalize()
+    c = weft.init()
+    other = weft.init()
+    assert c.namespace == other.namespace == "weft"
+    x = np.ones(2, np.float32)
+    other.world.allreduce(x)
+    other.finalize()
+    c.finalize()

@@ -139,15 +139,12 @@ def test_embedding_matches_torch(world, grad_root):
 
 def test_close_frees_operators_for_new_layers(world):
     """close() destroys the vocabularies at once, so layers made afterwards register
-    their reduction operators in the slots a new process would use; a forward awaiting
-    its backward keeps the cross-entropy's vocabulary alive until that graph is gone."""
+    their reduction operators in the slots a new process would use."""
     W, X, labels = data((6,), -100)
     emb = wt.VocabParallelEmbedding(world, V, H)
     layer = wt.VocabParallelCrossEntropy(world, vocab_size=V)
     w = wt.shard_vocab(W, world).float().requires_grad_()
     loss = layer(X.float().requires_grad_(), w, labels)
-    with pytest.raises(weft.InvalidArgument, match="microbatch"):
-        layer.close()
     loss.backward()
     layer.close()
     emb.close()
@@ -158,3 +155,72 @@ def test_close_frees_operators_for_new_layers(world):
     ref = F.cross_entropy(X @ W.T, labels)
     got = again(X.float(), wt.shard_vocab(W, world).float(), labels)
     assert abs(got.item() - ref.item()) <= 1e-5 * abs(ref.item()) + 1e-6
+
+
+def test_close_with_a_forward_only_graph_alive(world):
+    """A forward whose backward never ran (its graph still alive) does not stop close():
+    its state goes with the vocabulary, a backward through that graph then raises
+    InvalidArgument on every rank (no collective starts), and the layer works again."""
+    W, X, labels = data((6,), -100)
+    layer = wt.VocabParallelCrossEntropy(world, vocab_size=V)
+    w = wt.shard_vocab(W, world).float().requires_grad_()
+    x = X.float().requires_grad_()
+    kept = [layer(x, w, labels), layer(x, w, labels)]  # two graphs, neither backward
+    layer.close()
+    assert layer.vocab is None
+    with pytest.raises(weft.InvalidArgument, match="close"):
+        kept[0].backward()
+    ref = F.cross_entropy(X @ W.T, labels)
+    loss = layer(x, w, labels)  # a new vocabulary; every rank's collectives still pair
+    loss.backward()
+    assert abs(loss.item() - ref.item()) <= 1e-5 * abs(ref.item()) + 1e-6
+    del kept  # the closed states are dropped with their graphs
+    layer.close()
+
+
+V_ODD = 1001  # over 2, 3 and 4 ranks the last shard is shorter than the others
+
+
+def small_logits(n, seed=21):
+    """Logits near 0, where padding rows taken for entries (logit 0) move the loss."""
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(V_ODD, H, generator=g, dtype=torch.float64)
+    X = 0.05 * torch.randn(n, H, generator=g, dtype=torch.float64)
+    return W, X, torch.randint(0, V_ODD, (n,), generator=g)
+
+
+@pytest.mark.parametrize("algo", ["naive", "alg2"])
+def test_vocabulary_not_dividing_over_the_ranks(world, algo):
+    W, X, labels = small_logits(10)
+    layer = wt.VocabParallelCrossEntropy(world, algo=algo, vocab_size=V_ODD)
+    w = wt.shard_vocab(W, world).float().requires_grad_()
+    x = X.float().requires_grad_()
+    loss = layer(x, w, labels)
+    loss.backward()
+    Xr = X.clone().requires_grad_()
+    ref = F.cross_entropy(Xr @ W.T, labels)
+    ref.backward()
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x.grad.double(), Xr.grad, rtol=1e-4, atol=1e-6)
+    layer.close()
+
+
+def test_missing_vocab_size_is_never_guessed(world):
+    """Padded shards fit several V: without vocab_size the layer refuses (saying what to
+    pass) on more than one rank or with align, and on one rank takes the weight's rows."""
+    W, X, labels = small_logits(10)
+    w = wt.shard_vocab(W, world).float()
+    if world.size == 1:
+        layer = wt.VocabParallelCrossEntropy(world)
+        got = layer(X.float(), w, labels)
+        ref = F.cross_entropy(X @ W.T, labels)
+        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-6)
+        assert layer.vocab.vocab_size == V_ODD
+        layer.close()
+    else:
+        with pytest.raises(weft.InvalidArgument,
+                           match=r"over %d ranks needs vocab_size=V.*W\.shape\[0\]" %
+                           world.size):
+            wt.VocabParallelCrossEntropy(world)
+    with pytest.raises(weft.InvalidArgument, match="align=8 needs vocab_size"):
+        wt.VocabParallelCrossEntropy(world, align=8)

@@ -7,12 +7,28 @@ and "alg1" C2 (the sum of ∇X over the group). Every rank of the group runs for
 backward (the collectives pair up across ranks). The computation is float32.
 """
 
+import weakref
+
 import torch
 
 from ..errors import invalid
 from ..vocab import ALGOS, REDUCTIONS, Vocab
 
 _POOL_MAX = 4  # idle microbatch states kept for reuse
+
+
+def _need_vocab_size(nranks, align, rows=None):
+    """The refusal of a missing vocab_size where the weight's shape cannot tell V."""
+    if rows is None:
+        shard = "each rank's weight is its shard padded to one length (weft.torch.shard_vocab)"
+    else:
+        lo = max((rows - max(align, 1)) * nranks + 1, 1)
+        shard = ("a weight of %d rows on each of %d ranks is the padded shard of any V from "
+                 "%d to %d" % (rows, nranks, lo, rows * nranks))
+    return invalid("VocabParallelCrossEntropy over %d ranks%s needs vocab_size=V, the number "
+                   "of rows of the whole unsharded weight (e.g. vocab_size=W.shape[0]): %s, "
+                   "and padding rows counted as vocabulary entries give a wrong loss" %
+                   (nranks, " with align=%d" % align if align > 1 else "", shard))
 
 
 class _Layer:
@@ -23,6 +39,16 @@ class _Layer:
         self.vocab_size, self.align = vocab_size, align
         self.vocab = None
         self.idle = []
+        self.lent = weakref.WeakSet()  # states held by forwards awaiting their backward
+
+    def _vocab_size(self, rows):
+        """V: as given, or on one rank without align the weight's rows (then kept, as the
+        group may grow)."""
+        if self.vocab_size is None:
+            if self.group.size > 1 or self.align > 1:
+                raise _need_vocab_size(self.group.size, self.align, rows)
+            self.vocab_size = rows
+        return self.vocab_size
 
     def vocab_for(self, weight):
         """The Vocab for this weight, made anew after a membership change."""
@@ -30,10 +56,10 @@ class _Layer:
         rows, hidden = weight.shape
         v = self.vocab
         if v is None or v.hidden != hidden or v.epoch != g.epoch:
+            size = self._vocab_size(rows)
             for mb in self.idle:
                 mb.close()
             self.idle = []
-            size = self.vocab_size if self.vocab_size is not None else rows * g.size
             self.vocab = v = Vocab(g, size, hidden, self.align)
         if rows != v.range.padded_length:
             raise invalid("weight: %d rows; this rank's shard of a vocabulary of %d over %d "
@@ -48,17 +74,21 @@ class _Layer:
         return vocab.microbatch(self.algo, self.reduction, max(n, 1))
 
     def give_back(self, mb):
+        self.lent.discard(mb)
         if mb.vocab is self.vocab and len(self.idle) < _POOL_MAX:
             self.idle.append(mb)
         else:
             mb.close()
 
     def close(self):
-        for mb in self.idle:
+        # The states of forwards still awaiting their backward too: the vocabulary cannot
+        # go before them, and their graphs' backward then refuses (the Function's).
+        for mb in list(self.lent) + self.idle:
             mb.close()
+        self.lent = weakref.WeakSet()
         self.idle = []
         if self.vocab is not None:
-            self.vocab.close()  # refused while a forward still awaits its backward
+            self.vocab.close()
             self.vocab = None
 
 
@@ -80,6 +110,7 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
             raise
         if needs_backward:
             ctx.mb, ctx.layer = mb, layer
+            layer.lent.add(mb)
             ctx.save_for_backward(hidden, weight, labels)
         else:
             layer.give_back(mb)
@@ -94,6 +125,9 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
         mb, ctx.mb = ctx.mb, None
         if mb is None:
             raise RuntimeError("weft: backward through the vocabulary-parallel layer twice")
+        if mb.closed:
+            raise invalid("VocabParallelCrossEntropy.close() was called after this forward "
+                          "and freed the state its backward needs: run the forward again")
         g = grad.detach().to(torch.float32).contiguous().reshape(-1)
         dx = torch.empty_like(hidden)
         dw = torch.empty_like(weight)
@@ -117,13 +151,19 @@ class VocabParallelCrossEntropy(torch.nn.Module):
     ignore_index: labels equal to it have no loss and no gradient (the mean counts the
     others; with every token ignored the mean is 0, where PyTorch gives nan).
     reduction: "mean", "sum" or "none" (per-token losses, shaped like labels).
-    vocab_size: V (default: weight rows x group size, no padding).
+    vocab_size: V, the rows of the whole weight. Needed on more than one rank (or with
+    align): every rank's weight is its shard padded to one length, which fits several V
+    (1001 and 1002 both give shards of 501 rows over 2 ranks), so it is never guessed
+    (weft.InvalidArgument says what to pass). On one rank without align it defaults to
+    the weight's rows.
     align: shard length multiple, as weft_vocab_shard_range's.
     Floating inputs are computed in float32; gradients come back in their dtype."""
 
     def __init__(self, group, algo="alg2", ignore_index=-100, reduction="mean", *,
                  vocab_size=None, align=0):
         super().__init__()
+        if vocab_size is None and (group.size > 1 or align > 1):
+            raise _need_vocab_size(group.size, align)
         if algo not in ALGOS:
             raise invalid("algo must be one of %s, not %r" % (", ".join(ALGOS), algo))
         if reduction not in REDUCTIONS:
@@ -139,11 +179,13 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         return self._layer.vocab
 
     def close(self):
-        """Destroy the vocabulary and the pooled microbatch states now (the next forward
-        makes them anew). Call it on every member before making vocabularies after a
+        """Destroy the vocabulary and the microbatch states now (the next forward makes
+        them anew). Call it on every member before making vocabularies after a
         membership change, so that members and a replacement, which has none, register
-        their reduction operators alike. InvalidArgument while a forward still awaits
-        its backward (drop that graph first)."""
+        their reduction operators alike. The states of forwards whose backward has not
+        run (a loss kept without backward, a graph still alive) go too: a backward
+        through such a graph raises weft.InvalidArgument afterwards, on every rank alike
+        (no collective is started), and the graph can simply be dropped."""
         self._layer.close()
 
     def _labels(self, labels):
