@@ -673,9 +673,7 @@ static void apply_revoke_notice(weft_ctx_t *ctx, const char *what)
         return;
     }
     for (weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
-        if (g->id == gid && g->epoch == epoch && g->revoked == WEFT_OK) {
-            g->revoked = WEFT_ERR_REVOKED;
-            weft__group_fail_requests(g, WEFT_ERR_REVOKED);
+        if (g->id == gid && g->epoch == epoch && weft__group_revoke_here(g)) {
             WEFT_INFO(&ctx->logger, "group %u epoch %u revoked by a member", gid, epoch);
         }
     }
@@ -695,10 +693,7 @@ static void declared_failed(weft_ctx_t *ctx, const void *why, size_t len)
     WEFT_WARN(&ctx->logger, "this member was declared failed (%s): its groups are revoked",
               ctx->declared_failed_why);
     for (weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
-        if (g->revoked == WEFT_OK) {
-            g->revoked = WEFT_ERR_REVOKED;
-            weft__group_fail_requests(g, WEFT_ERR_REVOKED);
-        }
+        weft__group_revoke_here(g);
     }
 }
 

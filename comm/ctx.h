@@ -362,6 +362,9 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
 void weft__report_failure(weft_ctx_t *ctx, int id, const char *why);
 /* Fail every in-flight request of @p g with @p why (used when its epoch changes). */
 void weft__group_fail_requests(weft_group_t *g, weft_status_t why);
+/* Revoke @p g on this member alone (WEFT_ERR_REVOKED, its requests in flight failed);
+ * false when it was revoked already. */
+bool weft__group_revoke_here(weft_group_t *g);
 /* Publish the revocation of @p g's epoch @p epoch ("failed/g<id>.<epoch>", read by every
  * member's watch of failures); @p why is the notice's text. */
 weft_status_t weft__group_publish_revoke(weft_group_t *g, uint32_t epoch, const char *why);

@@ -139,23 +139,33 @@ weft_status_t weft__group_publish_revoke(weft_group_t *g, uint32_t epoch, const 
     return st;
 }
 
-void weft__group_abandon(weft_group_t *g, uint32_t epoch, const char *what)
+bool weft__group_revoke_here(weft_group_t *g)
 {
-    weft_ctx_t *ctx = g->ctx;
-    if (g->epoch != epoch || g->revoked != WEFT_OK || g->rank < 0) {
-        return; /* already revoked or edited: everyone has been told */
+    if (g->revoked != WEFT_OK) {
+        return false;
     }
     g->revoked = WEFT_ERR_REVOKED;
     weft__group_fail_requests(g, WEFT_ERR_REVOKED);
+    return true;
+}
+
+void weft__group_abandon(weft_group_t *g, uint32_t epoch, const char *what)
+{
+    weft_ctx_t *ctx = g->ctx;
+    if (g->epoch != epoch || g->rank < 0 || !weft__group_revoke_here(g)) {
+        return; /* already revoked or edited: everyone has been told */
+    }
     weft__shm_mark_abandoned(g, epoch);
     char why[160];
     snprintf(why, sizeof(why), "member %d abandoned %s", ctx->rank, what);
-    WEFT_INFO(&ctx->logger, "group %u epoch %u: %s; the epoch is revoked for every member",
-              g->id, epoch, why);
+    WEFT_INFO(&ctx->logger, "group %u epoch %u: %s; the epoch is revoked for every member", g->id,
+              epoch, why);
     if (ctx->store != NULL && weft__group_publish_revoke(g, epoch, why) != WEFT_OK &&
         weft__store_lost_ns(&ctx->store_health) == 0) { /* a lost store is reported once */
-        WEFT_WARN(&ctx->logger, "group %u: cannot publish the revocation of epoch %u: the "
-                  "others learn it when their own wait ends", g->id, epoch);
+        WEFT_WARN(&ctx->logger,
+                  "group %u: cannot publish the revocation of epoch %u: the "
+                  "others learn it when their own wait ends",
+                  g->id, epoch);
     }
 }
 

@@ -169,7 +169,8 @@ static const char *kind_str(unsigned k)
         [WEFT_COLL_REDUCE] = "reduce",       [WEFT_COLL_ALLTOALL] = "alltoall",
         [WEFT_COLL_ALLTOALLV] = "alltoallv", [WEFT_COLL_BARRIER] = "barrier",
     };
-    return k < sizeof(names) / sizeof(names[0]) && names[k] != NULL ? names[k] : "an unknown collective";
+    return k < sizeof(names) / sizeof(names[0]) && names[k] != NULL ? names[k]
+                                                                    : "an unknown collective";
 }
 
 static bool hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr_t *h, bool with_seq,
@@ -188,10 +189,16 @@ static bool hdr_same(const weft_coll_hdr_t *m, int peer, const weft_coll_hdr_t *
         return true;
     }
     char differ[64] = "";
-    const struct { bool same; const char *name; } parts[] = {
-        {h->kind == m->kind, "collective"}, {!with_seq || h->seq == m->seq, "sequence"},
-        {h->count == m->count, "count"},     {h->dtype == m->dtype && h->elem_size == m->elem_size, "dtype"},
-        {h->op == m->op, "op"},             {h->root == m->root, "root"},
+    const struct {
+        bool same;
+        const char *name;
+    } parts[] = {
+        {h->kind == m->kind, "collective"},
+        {!with_seq || h->seq == m->seq, "sequence"},
+        {h->count == m->count, "count"},
+        {h->dtype == m->dtype && h->elem_size == m->elem_size, "dtype"},
+        {h->op == m->op, "op"},
+        {h->root == m->root, "root"},
     };
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
         if (!parts[i].same) {
@@ -289,9 +296,8 @@ static weft_status_t coll_peer_abandoned(weft_coll_t *c)
         return WEFT_OK;
     }
     weft_group_t *g = c->g;
-    if (g->epoch == c->epoch && g->revoked == WEFT_OK) {
-        g->revoked = WEFT_ERR_REVOKED;
-        weft__group_fail_requests(g, WEFT_ERR_REVOKED);
+    if (g->epoch == c->epoch) {
+        weft__group_revoke_here(g);
     }
     c->sh.finished = true; /* nothing to hand on: the segment is unusable */
     return weft__error(c->ctx, WEFT_ERR_REVOKED,

@@ -35,10 +35,10 @@
 
 typedef struct round {
     enum { EV_TIMEOUT, EV_CANCEL } kind;
-    int victim;        /* the late member, or the one that cancels */
-    size_t bytes;      /* of the abandoned allreduce */
+    int victim;         /* the late member, or the one that cancels */
+    size_t bytes;       /* of the abandoned allreduce */
     int cancel_wait_us; /* the canceller tests its request this long before freeing it */
-    int nonblocking;   /* timeout: iallreduce + weft_wait + weft_req_free */
+    int nonblocking;    /* timeout: iallreduce + weft_wait + weft_req_free */
 } round_t;
 
 static weft_ctx_t *ctx;
@@ -79,15 +79,30 @@ static void trace(int rank, const char *what, weft_status_t st)
     }
 }
 
-static weft_status_t allreduce_waiting(weft_group_t *g, size_t bytes, uint64_t wait_ns)
+/* The end of a nonblocking start: wait up to @p wait_ns if it is in flight, then free it
+ * (in flight or not). */
+static weft_status_t wait_free(weft_status_t st, weft_req_t *req, uint64_t wait_ns)
 {
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_iallreduce(g, buf_in, buf_out, bytes / 4, WEFT_F32, WEFT_SUM, &req);
     if (st == WEFT_INPROGRESS) {
         st = weft_wait(req, wait_ns);
     }
     weft_req_free(req);
     return st;
+}
+
+static weft_status_t allreduce_waiting(weft_group_t *g, size_t bytes, uint64_t wait_ns)
+{
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_iallreduce(g, buf_in, buf_out, bytes / 4, WEFT_F32, WEFT_SUM, &req);
+    return wait_free(st, req, wait_ns);
+}
+
+/* An allreduce of 4 int64 with the checks' long wait. */
+static weft_status_t allreduce4_long(weft_group_t *g, const int64_t *v, int64_t *out, weft_op_t op)
+{
+    weft_req_t *req = NULL;
+    weft_status_t st = weft_iallreduce(g, v, out, 4, WEFT_I64, op, &req);
+    return wait_free(st, req, WAIT_MS * 1000000ull);
 }
 
 /* The event of one round. Returns 0, or -1 when this member saw something wrong. */
@@ -105,9 +120,8 @@ static int run_event(weft_group_t *g, int rank, const round_t *r)
             }
             return 0;
         }
-        st = r->nonblocking
-                 ? allreduce_waiting(g, r->bytes, timeout_ms * 1000000ull)
-                 : weft_allreduce(g, buf_in, buf_out, r->bytes / 4, WEFT_F32, WEFT_SUM);
+        st = r->nonblocking ? allreduce_waiting(g, r->bytes, timeout_ms * 1000000ull)
+                            : weft_allreduce(g, buf_in, buf_out, r->bytes / 4, WEFT_F32, WEFT_SUM);
         trace(rank, "waiting for the late one", st);
         if (st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_REVOKED) {
             fprintf(stderr, "rank %d: waiting for a late member gave %s\n", rank,
@@ -161,30 +175,15 @@ static weft_status_t membership_agrees(weft_group_t *g)
         h = (h ^ (uint64_t)id) * 1099511628211ull;
     }
     int64_t v[4] = {(int64_t)(h >> 1), (int64_t)epoch, size, rank + 1}, lo[4], hi[4], sum[4];
-    weft_req_t *req = NULL;
-    weft_status_t st = weft_iallreduce(g, v, lo, 4, WEFT_I64, WEFT_MIN, &req);
-    if (st == WEFT_INPROGRESS) {
-        st = weft_wait(req, WAIT_MS * 1000000ull);
-    }
-    weft_req_free(req);
-    req = NULL;
+    weft_status_t st = allreduce4_long(g, v, lo, WEFT_MIN);
     if (st == WEFT_OK) {
-        st = weft_iallreduce(g, v, hi, 4, WEFT_I64, WEFT_MAX, &req);
-        if (st == WEFT_INPROGRESS) {
-            st = weft_wait(req, WAIT_MS * 1000000ull);
-        }
-        weft_req_free(req);
-        req = NULL;
+        st = allreduce4_long(g, v, hi, WEFT_MAX);
     }
     if (st == WEFT_OK) {
-        st = weft_iallreduce(g, v, sum, 4, WEFT_I64, WEFT_SUM, &req);
-        if (st == WEFT_INPROGRESS) {
-            st = weft_wait(req, WAIT_MS * 1000000ull);
-        }
-        weft_req_free(req);
+        st = allreduce4_long(g, v, sum, WEFT_SUM);
     }
-    if (st == WEFT_OK && (memcmp(lo, hi, 3 * sizeof(int64_t)) != 0 ||
-                          sum[3] != (int64_t)size * (size + 1) / 2)) {
+    if (st == WEFT_OK &&
+        (memcmp(lo, hi, 3 * sizeof(int64_t)) != 0 || sum[3] != (int64_t)size * (size + 1) / 2)) {
         fprintf(stderr, "rank %d: members disagree: epoch %lld..%lld, size %lld..%lld\n", rank,
                 (long long)lo[1], (long long)hi[1], (long long)lo[2], (long long)hi[2]);
         st = WEFT_ERR_MISMATCH;
@@ -197,11 +196,7 @@ static weft_status_t sync_point(weft_group_t *sync)
 {
     weft_req_t *req = NULL;
     weft_status_t st = weft_ibarrier(sync, &req);
-    if (st == WEFT_INPROGRESS) {
-        st = weft_wait(req, WAIT_MS * 1000000ull);
-    }
-    weft_req_free(req);
-    return st;
+    return wait_free(st, req, WAIT_MS * 1000000ull);
 }
 
 /* Repair until the check passes at the new epoch; the group must keep every member. */
@@ -261,9 +256,11 @@ int main(int argc, char **argv)
         SURVIVOR_FAIL(rank, "split");
         return 1;
     }
-    weft_status_t st = buf_in == NULL || buf_out == NULL ? WEFT_ERR_NO_MEMORY : membership_agrees(g);
+    weft_status_t st =
+        buf_in == NULL || buf_out == NULL ? WEFT_ERR_NO_MEMORY : membership_agrees(g);
     if (st != WEFT_OK) {
-        fprintf(stderr, "rank %d: setup: %s: %s\n", rank, weft_status_str(st), weft_last_error(ctx));
+        fprintf(stderr, "rank %d: setup: %s: %s\n", rank, weft_status_str(st),
+                weft_last_error(ctx));
         SURVIVOR_FAIL(rank, "setup");
         return 1;
     }
