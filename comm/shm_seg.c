@@ -59,6 +59,15 @@ static size_t ctl_len(weft_shm_t *s, int size, size_t small_max)
     return s->slots_off + (size_t)size * s->depth * s->slot_bytes;
 }
 
+/* The largest control segment any membership needs with @p small_max bytes per slot:
+ * the counters of WEFT_SHM_MAX_RANKS members and WEFT_SHM_SLOTS slots (a group of 4 or
+ * more has exactly that many; fewer members have fewer). */
+static size_t ctl_len_max(size_t small_max)
+{
+    return 64 + (size_t)WEFT_SHM_MAX_RANKS * WEFT_SHM_CTL_BYTES +
+           (size_t)WEFT_SHM_SLOTS * round64(WEFT_SHM_SLOT_HDR + small_max);
+}
+
 static size_t data_len(weft_shm_t *s, size_t chunk)
 {
     s->chunk = chunk;
@@ -90,6 +99,9 @@ static void seg_free(weft_shm_t *s)
 
 void weft__shm_release(weft_group_t *g)
 {
+    if (g->shm != NULL && g->shm->spare_name[0] != '\0') {
+        shm_unlink(g->shm->spare_name); /* made for an epoch this group will not reach */
+    }
     seg_free(g->shm);
     seg_free(g->shm_old);
     g->shm = g->shm_old = NULL;
@@ -160,7 +172,7 @@ static weft_status_t attach_wait(weft_group_t *g, const weft_shm_region_t *r)
 
 /* The others: wait for the creator to size the file, map it once, wait for the header
  * (one mapping: every munmap costs a TLB shootdown). */
-static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd)
+static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd, size_t need)
 {
     weft_ctx_t *ctx = g->ctx;
     uint64_t start = weft__now_ns(), timeout = weft__ms_to_ns(ATTACH_WAIT_MS);
@@ -200,12 +212,14 @@ static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd
             return st;
         }
     }
-    if (h->size != (uint64_t)g->size || h->len != r->len) {
+    /* A segment made ahead of time for the epoch (weft__shm_ensure) may be larger than
+     * this membership needs: the geometry is the group's, the bytes only have to fit. */
+    if (h->len != r->len || h->len < need) {
         return weft__error(ctx, WEFT_ERR_PROTOCOL,
                            "shared memory %s: made for %llu members and %llu bytes, this "
-                           "group has %d",
+                           "group has %d and needs %zu",
                            r->name, (unsigned long long)h->size, (unsigned long long)h->len,
-                           g->size);
+                           g->size, need);
     }
     return WEFT_OK;
 }
@@ -235,7 +249,7 @@ static weft_status_t region_open(weft_group_t *g, weft_shm_region_t *r, const ch
                            "shared memory %s: %s (WEFT_COLL_SHM=off on every rank avoids it)",
                            r->name, strerror(errno));
     }
-    weft_status_t st = creator ? region_create(g, r, fd, len, param) : region_attach(g, r, fd);
+    weft_status_t st = creator ? region_create(g, r, fd, len, param) : region_attach(g, r, fd, len);
     close(fd);
     if (st != WEFT_OK) {
         /* A member failed meanwhile, maybe its creator: nobody will use this epoch's
@@ -267,12 +281,64 @@ static weft_status_t region_open(weft_group_t *g, weft_shm_region_t *r, const ch
     return WEFT_OK;
 }
 
+static weft_status_t shm_decide(weft_group_t *g);
+
+/*
+ * Make the control segment of epoch + 1 now, while nothing waits for it, so that the first
+ * collective after a repair maps a segment that is there (no wait for a creator, no
+ * allocation on the recovery path). Every member tries once per epoch, after the epoch's
+ * first collective; the first to create the name makes it, the others find it there. It
+ * is sized for the largest membership (ctl_len_max: about 64 KiB more than a group of 4
+ * or more needs), so a repair and an admission alike fit. It counts no member as
+ * attached: the members of the next epoch do.
+ */
+static void spare_make(weft_group_t *g, weft_shm_t *s)
+{
+    s->spare_tried = true;
+    char name[sizeof(s->spare_name)];
+    weft__shm_seg_name(&g->ctx->shm_job, g->id, g->epoch + 1, "ctl", name, sizeof(name));
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+        return; /* another member made it (EEXIST), or it cannot be made: made when needed */
+    }
+    size_t len = ctl_len_max(s->small_max);
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)len) == 0 && posix_fallocate(fd, 0, (off_t)len) == 0) {
+        p = mmap(NULL, HEADER_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    close(fd);
+    if (p == MAP_FAILED) {
+        shm_unlink(name); /* the next epoch makes its own, and learns why if it fails too */
+        return;
+    }
+    shm_header_t *h = p;
+    h->param = s->small_max;
+    h->size = (uint64_t)s->size;
+    h->len = len;
+    weft__shm_store(&h->magic, SHM_MAGIC);
+    munmap(p, HEADER_PAGE);
+    snprintf(s->spare_name, sizeof(s->spare_name), "%s", name);
+}
+
+/* The spare this member made for the epoch after @p old, if @p g's current segment is not
+ * it: nobody will map it, so its name goes. */
+static void spare_drop_unused(const weft_group_t *g, const weft_shm_t *old)
+{
+    if (old != NULL && old->spare_name[0] != '\0' &&
+        (g->shm == NULL || strcmp(g->shm->ctl.name, old->spare_name) != 0)) {
+        shm_unlink(old->spare_name);
+    }
+}
+
 weft_status_t weft__shm_ensure(weft_group_t *g)
 {
     if (g->shm_epoch == g->epoch + 1) {
         if (g->shm_old != NULL && (g->shm == NULL || g->shm->turn > 0)) {
             seg_free(g->shm_old); /* the epoch's first collective is done: now it may cost */
             g->shm_old = NULL;
+        }
+        if (g->shm != NULL && !g->shm->spare_tried && g->shm->turn > 0) {
+            spare_make(g, g->shm);
         }
         return WEFT_OK; /* decided for this epoch */
     }
@@ -282,6 +348,16 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
     seg_free(g->shm_old);
     g->shm_old = g->shm;
     g->shm = NULL;
+    weft_status_t st = shm_decide(g);
+    if (st == WEFT_OK) {
+        spare_drop_unused(g, g->shm_old);
+    }
+    return st;
+}
+
+/* The slow path of weft__shm_ensure: map this epoch's segment, or decide to go without. */
+static weft_status_t shm_decide(weft_group_t *g)
+{
     weft_ctx_t *ctx = g->ctx;
     if (g->size < 2 || g->size > WEFT_SHM_MAX_RANKS || !ctx->cfg.coll_shm ||
         (ctx->store_addr[0] == '\0' && ctx->token[0] == '\0') || !all_same_host(g)) {
@@ -316,7 +392,7 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
         g->shm_epoch = g->epoch + 1;
         return WEFT_OK;
     }
-    if (ctl_len(s, g->size, (size_t)theirs) != s->ctl.len) {
+    if (ctl_len(s, g->size, (size_t)theirs) > s->ctl.len) {
         seg_free(s);
         return weft__error(ctx, WEFT_ERR_PROTOCOL, "shared memory: inconsistent geometry");
     }
@@ -346,7 +422,7 @@ weft_status_t weft__shm_data(weft_group_t *g)
         s->data_state = -1;
         return WEFT_OK;
     }
-    if (data_len(s, (size_t)theirs) != s->data.len) {
+    if (data_len(s, (size_t)theirs) > s->data.len) {
         return weft__error(g->ctx, WEFT_ERR_PROTOCOL, "shared memory: inconsistent geometry");
     }
     s->data_state = 1;
