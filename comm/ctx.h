@@ -181,6 +181,9 @@ struct weft_req {
      * own work is jobs (migrations, snapshots). A wait on anything else leaves them to
      * the progress thread, so a small collective never waits behind a chunk's copy. */
     bool runs_jobs;
+    /* weft_irecv: the buffer's size and the tag, for the error of a message too long. */
+    size_t recv_cap;
+    uint32_t recv_tag;
 };
 
 /* ---- store keys ---- */

@@ -77,6 +77,10 @@ static weft_status_t transport_failed(weft_group_t *g, int id, weft_status_t st,
     if (st == WEFT_ERR_PEER_FAILED) {
         weft__report_failure(g->ctx, id, what);
     }
+    if (st == WEFT_ERR_MISMATCH) {
+        return weft__error(g->ctx, st, "%s member %d: the message is longer than the buffer",
+                           what, id);
+    }
     return weft__error(g->ctx, st, "%s member %d failed", what, id);
 }
 
@@ -193,6 +197,8 @@ weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uin
         st = WEFT_INPROGRESS;
     }
     if (st == WEFT_INPROGRESS) {
+        r->recv_cap = bytes;
+        r->recv_tag = tag;
         weft__req_publish(r);
         *req = r;
     }

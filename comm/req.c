@@ -152,6 +152,11 @@ weft_status_t weft__req_advance(weft_req_t *req)
             req->bytes = len;
         } else if (st == WEFT_ERR_PEER_FAILED && req->peer_id >= 0) {
             weft__report_failure(req->ctx, req->peer_id, "transport error");
+        } else if (st == WEFT_ERR_MISMATCH && req->recv_cap > 0) {
+            weft__error(req->ctx, st,
+                        "receive from member %d, tag %u: the message is longer than the "
+                        "%zu-byte buffer (the sender's send completes)",
+                        req->peer_id, req->recv_tag, req->recv_cap);
         }
         req_complete(req, st);
     }

@@ -149,7 +149,9 @@ WEFT_API weft_status_t weft_isend(weft_group_t *g, const void *buf, size_t bytes
  * @brief Start receiving at most @p bytes into @p buf from group rank @p peer.
  *
  * A message longer than @p bytes completes the request with WEFT_ERR_MISMATCH (the
- * content of @p buf is then undefined). weft_req_bytes() gives the received length.
+ * content of @p buf is then undefined; weft_last_error() names the peer, the tag and the
+ * buffer's size). As in MPI, the sender is not told: its send completes normally.
+ * weft_req_bytes() gives the received length.
  * @return WEFT_OK (completed, *req = NULL), WEFT_INPROGRESS (*req set), or an error.
  */
 WEFT_API weft_status_t weft_irecv(weft_group_t *g, void *buf, size_t bytes, int peer, uint32_t tag,
