@@ -529,7 +529,10 @@ static int ucx_report_failures(weft_tl_t *tl)
                 continue;
             }
             ep->reported = true;
-            ucx_log(tl, WEFT_LOG_WARN, "ucx: connection to %d failed: %s", ep->peer_id,
+            /* Expected when a peer dies, and what follows is the comm layer's to report
+             * (the caller's error, its own line about the member): no warning at every
+             * recovery, the cause kept for whoever asks for WEFT_LOG_LEVEL=info. */
+            ucx_log(tl, WEFT_LOG_INFO, "ucx: connection to %d failed: %s", ep->peer_id,
                     ucs_status_string(ep->err));
             n++;
             if (tl->params.peer_failed != NULL) {
