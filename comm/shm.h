@@ -77,11 +77,11 @@ typedef struct weft_shm {
     uint64_t turn;       /* the collective this rank may run now (they run in order) */
     uint64_t chunk_next; /* chunks numbered so far */
     bool broken;         /* a collective was abandoned half way */
-    /* The next epoch's control segment, made ahead of time by this member (weft__shm_ensure
-     * after the epoch's first collective): its name, "" if another member made it or none
-     * was made. Its creator removes it when the group never uses it. */
-    bool spare_tried;
-    char spare_name[80];
+    /* The next epoch's control segment, made and mapped ahead of time (comm/shm_seg.c,
+     * spare_prepare): base NULL until mapped; taken over by the next epoch's state. */
+    weft_shm_region_t next;
+    bool next_done; /* mapped, or given up for this epoch */
+    bool next_made; /* this member created it: it removes the name if nobody uses it */
     /* The peers' headers of collectives below this were compared with this rank's; its
      * slot_done counter. Only small broadcasts leave it behind turn. */
     uint64_t verified;

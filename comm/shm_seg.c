@@ -28,6 +28,11 @@
 #define SHM_MAGIC UINT64_C(0x77656674736d3033) /* "weftsm03" */
 #define ATTACH_WAIT_MS 10000                   /* for a creator to publish the geometry */
 #define HEADER_PAGE 4096                       /* allocated first, whatever happens */
+/* Collectives of an epoch before the next epoch's segment is made and mapped: not at
+ * once, where it would take the cores from members still finishing a recovery. Members
+ * other than group rank 0, its maker, look for it for SPARE_TRIES collectives. */
+#define SPARE_AFTER 2
+#define SPARE_TRIES 16
 
 /* The first cache line of a segment. */
 typedef struct shm_header {
@@ -91,6 +96,16 @@ static void region_free(weft_shm_region_t *r, int size)
 static void seg_free(weft_shm_t *s)
 {
     if (s != NULL) {
+        if (s->next.base != NULL || s->next_made) {
+            /* Made for an epoch that did not use it (skipped, over messages, the group
+             * freed): nobody maps it, so the name goes with its maker. */
+            if (s->next_made) {
+                shm_unlink(s->next.name);
+            }
+            if (s->next.base != NULL) {
+                munmap(s->next.base, s->next.len);
+            }
+        }
         region_free(&s->ctl, s->size);
         region_free(&s->data, s->size);
         free(s);
@@ -99,9 +114,6 @@ static void seg_free(weft_shm_t *s)
 
 void weft__shm_release(weft_group_t *g)
 {
-    if (g->shm != NULL && g->shm->spare_name[0] != '\0') {
-        shm_unlink(g->shm->spare_name); /* made for an epoch this group will not reach */
-    }
     seg_free(g->shm);
     seg_free(g->shm_old);
     g->shm = g->shm_old = NULL;
@@ -230,6 +242,9 @@ static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd
  * creator could not allocate it (every member gets the same answer); WEFT_OK is then
  * returned with nothing mapped. Other errors concern this rank alone.
  */
+static weft_status_t region_join(weft_group_t *g, weft_shm_region_t *r, const char *kind,
+                                 uint64_t *param_out, bool *refused);
+
 static weft_status_t region_open(weft_group_t *g, weft_shm_region_t *r, const char *kind,
                                  size_t len, uint64_t param, uint64_t *param_out,
                                  bool *refused)
@@ -261,6 +276,14 @@ static weft_status_t region_open(weft_group_t *g, weft_shm_region_t *r, const ch
         region_free(r, g->size);
         return st;
     }
+    return region_join(g, r, kind, param_out, refused);
+}
+
+/* Count this member in on mapped region @p r and read what its creator published. */
+static weft_status_t region_join(weft_group_t *g, weft_shm_region_t *r, const char *kind,
+                                 uint64_t *param_out, bool *refused)
+{
+    weft_ctx_t *ctx = g->ctx;
     shm_header_t *h = (shm_header_t *)r->base;
     if (__atomic_add_fetch(&h->attached, 1, __ATOMIC_ACQ_REL) == (uint64_t)g->size) {
         shm_unlink(r->name); /* the last member is in: nothing left to find it by */
@@ -284,50 +307,109 @@ static weft_status_t region_open(weft_group_t *g, weft_shm_region_t *r, const ch
 static weft_status_t shm_decide(weft_group_t *g);
 
 /*
- * Make the control segment of epoch + 1 now, while nothing waits for it, so that the first
- * collective after a repair maps a segment that is there (no wait for a creator, no
- * allocation on the recovery path). Every member tries once per epoch, after the epoch's
- * first collective; the first to create the name makes it, the others find it there. It
- * is sized for the largest membership (ctl_len_max: about 64 KiB more than a group of 4
- * or more needs), so a repair and an admission alike fit. It counts no member as
- * attached: the members of the next epoch do.
+ * Make and map the control segment of epoch + 1 now, while nothing waits for it, so that
+ * the first collective after a repair or an admission finds it mapped: no creator to wait
+ * for, no system call on the recovery path (with more ranks than cores, every member's
+ * open and mmap there waited for the others to be scheduled). At the epoch's
+ * SPARE_AFTER-th collective group rank 0 makes it; the others map it at their next
+ * collectives, which rank 0 has entered, so it is there by then (an eager broadcast
+ * from another root may run ahead: they look for SPARE_TRIES collectives). It is
+ * sized for the largest membership (ctl_len_max), so any next membership fits, and counts
+ * nobody as attached: the next epoch's members do when they take it over (shm_decide);
+ * members that joined meanwhile open it by name as usual.
  */
-static void spare_make(weft_group_t *g, weft_shm_t *s)
+/* Make the spare under a name of this process's own, publish its header, and only then
+ * link it under @p name (link(2) is atomic: a member that finds @p name finds it whole,
+ * and a maker that dies half way leaves only its own name, which the job's lock sweeps).
+ * The mapping, or NULL: none made, or another member's came first (*lost). */
+static void *spare_make(const char *name, size_t len, const weft_shm_t *s, bool *lost)
 {
-    s->spare_tried = true;
-    char name[sizeof(s->spare_name)];
-    weft__shm_seg_name(&g->ctx->shm_job, g->id, g->epoch + 1, "ctl", name, sizeof(name));
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    char tmp[96], from[128], to[128];
+    snprintf(tmp, sizeof(tmp), "%s.%d", name, (int)getpid());
+    *lost = false;
+    int fd = shm_open(tmp, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
-        return; /* another member made it (EEXIST), or it cannot be made: made when needed */
+        return NULL;
     }
-    size_t len = ctl_len_max(s->small_max);
     void *p = MAP_FAILED;
     if (ftruncate(fd, (off_t)len) == 0 && posix_fallocate(fd, 0, (off_t)len) == 0) {
-        p = mmap(NULL, HEADER_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     }
     close(fd);
-    if (p == MAP_FAILED) {
-        shm_unlink(name); /* the next epoch makes its own, and learns why if it fails too */
-        return;
+    int rc = -1;
+    if (p != MAP_FAILED) {
+        shm_header_t *h = p;
+        h->param = s->small_max;
+        h->size = (uint64_t)s->size;
+        h->len = len;
+        weft__shm_store(&h->magic, SHM_MAGIC);
+        snprintf(from, sizeof(from), "%s%s", WEFT_SHM_DIR, tmp);
+        snprintf(to, sizeof(to), "%s%s", WEFT_SHM_DIR, name);
+        rc = link(from, to);
+        *lost = rc != 0 && errno == EEXIST;
     }
-    shm_header_t *h = p;
-    h->param = s->small_max;
-    h->size = (uint64_t)s->size;
-    h->len = len;
-    weft__shm_store(&h->magic, SHM_MAGIC);
-    munmap(p, HEADER_PAGE);
-    snprintf(s->spare_name, sizeof(s->spare_name), "%s", name);
+    shm_unlink(tmp);
+    if (rc != 0 && p != MAP_FAILED) {
+        munmap(p, len);
+    }
+    return rc == 0 ? p : NULL;
 }
 
-/* The spare this member made for the epoch after @p old, if @p g's current segment is not
- * it: nobody will map it, so its name goes. */
-static void spare_drop_unused(const weft_group_t *g, const weft_shm_t *old)
+static void spare_prepare(weft_group_t *g, weft_shm_t *s)
 {
-    if (old != NULL && old->spare_name[0] != '\0' &&
-        (g->shm == NULL || strcmp(g->shm->ctl.name, old->spare_name) != 0)) {
-        shm_unlink(old->spare_name);
+    weft_shm_region_t *r = &s->next;
+    size_t len = ctl_len_max(s->small_max);
+    if (r->name[0] == '\0') {
+        weft__shm_seg_name(&g->ctx->shm_job, g->id, g->epoch + 1, "ctl", r->name,
+                           sizeof(r->name));
     }
+    void *p = MAP_FAILED;
+    bool lost = false;
+    if (s->rank == 0) {
+        p = spare_make(r->name, len, s, &lost);
+        s->next_made = p != NULL;
+        p = p != NULL ? p : MAP_FAILED;
+    }
+    if (s->rank != 0 || lost) {
+        int fd = shm_open(r->name, O_RDWR, 0600);
+        struct stat sb;
+        if (fd >= 0 && fstat(fd, &sb) == 0 && (size_t)sb.st_size == len) {
+            p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+        if (fd < 0 && errno == ENOENT && s->turn < SPARE_AFTER + SPARE_TRIES) {
+            return; /* not made yet (its maker is behind in an eager broadcast): next time */
+        }
+    }
+    s->next_done = true; /* mapped, or not to be had: the next epoch maps its own */
+    if (p != MAP_FAILED && weft__shm_load(&((shm_header_t *)p)->magic) != SHM_MAGIC) {
+        munmap(p, len); /* not a spare: made by the usual path meanwhile */
+        p = MAP_FAILED;
+    }
+    if (p != MAP_FAILED) {
+        r->base = p;
+        r->len = len;
+    }
+}
+
+/* Take over the segment the previous epoch mapped for this one, if there is one: the
+ * same as region_open finding it, without a system call. WEFT_OK with nothing taken when
+ * there is none. */
+static weft_status_t spare_take(weft_group_t *g, weft_shm_t *s, bool *taken, uint64_t *theirs,
+                                bool *refused)
+{
+    weft_shm_t *prev = g->shm_old;
+    *taken = false;
+    if (prev == NULL || prev->next.base == NULL || prev->epoch + 1 != g->epoch) {
+        return WEFT_OK;
+    }
+    s->ctl = prev->next;
+    memset(&prev->next, 0, sizeof(prev->next));
+    prev->next_made = false; /* the name is this epoch's now: its last member removes it */
+    *taken = true;
+    return region_join(g, &s->ctl, "ctl", theirs, refused);
 }
 
 weft_status_t weft__shm_ensure(weft_group_t *g)
@@ -337,8 +419,9 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
             seg_free(g->shm_old); /* the epoch's first collective is done: now it may cost */
             g->shm_old = NULL;
         }
-        if (g->shm != NULL && !g->shm->spare_tried && g->shm->turn > 0) {
-            spare_make(g, g->shm);
+        weft_shm_t *s = g->shm;
+        if (s != NULL && !s->next_done && s->turn >= SPARE_AFTER) {
+            spare_prepare(g, s);
         }
         return WEFT_OK; /* decided for this epoch */
     }
@@ -348,11 +431,7 @@ weft_status_t weft__shm_ensure(weft_group_t *g)
     seg_free(g->shm_old);
     g->shm_old = g->shm;
     g->shm = NULL;
-    weft_status_t st = shm_decide(g);
-    if (st == WEFT_OK) {
-        spare_drop_unused(g, g->shm_old);
-    }
-    return st;
+    return shm_decide(g);
 }
 
 /* The slow path of weft__shm_ensure: map this epoch's segment, or decide to go without. */
@@ -381,8 +460,12 @@ static weft_status_t shm_decide(weft_group_t *g)
     small = small > ((size_t)1 << 20) ? (size_t)1 << 20 : small;
     uint64_t theirs = small;
     bool refused = false;
-    weft_status_t st =
-        region_open(g, &s->ctl, "ctl", ctl_len(s, g->size, small), small, &theirs, &refused);
+    bool taken;
+    weft_status_t st = spare_take(g, s, &taken, &theirs, &refused);
+    if (st == WEFT_OK && !taken) {
+        st = region_open(g, &s->ctl, "ctl", ctl_len(s, g->size, small), small, &theirs,
+                         &refused);
+    }
     if (st != WEFT_OK) {
         seg_free(s);
         return st; /* undecided: the next collective tries again */

@@ -5,7 +5,8 @@
  * test_coll, which runs both paths); the segment leaves no name behind in /dev/shm; a collective abandoned
  * half way makes its group's later collectives fail at once instead of waiting forever;
  * a new segment serves a subgroup; a small broadcast's root runs ahead of its readers,
- * and a disagreement it cannot see fails the next collective on every rank.
+ * and a disagreement it cannot see fails the next collective on every rank; the first
+ * collective after an edit runs on the segment the previous epoch made ahead of time.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -229,10 +230,61 @@ static void test_abandoned(void **state)
     check_sum(world, 1000);
 }
 
+/* Bytes of the world's control segment of @p epoch as this process maps it, or 0. */
+static size_t mapped_ctl_bytes(uint32_t epoch)
+{
+    char want[48], line[512];
+    snprintf(want, sizeof(want), "-0-%u-ctl", epoch);
+    FILE *f = fopen("/proc/self/maps", "r");
+    size_t bytes = 0;
+    while (f != NULL && bytes == 0 && fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi;
+        if (strstr(line, want) != NULL && sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
+            bytes = hi - lo;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return bytes;
+}
+
+/* Every member revokes the world after a few collectives and repairs it: the first
+ * collective of the new epoch maps no new segment but takes over the one the old epoch
+ * made and mapped for it, sized for the largest group (comm/shm_seg.c, ctl_len_max:
+ * 256 members' counters and 512 slots of 4 KiB, WEFT_SHM_SMALL_MAX as set here), where a
+ * segment made for this group would be at least 64 KiB smaller. */
+static void test_next_epoch_ready(void **state)
+{
+    (void)state;
+    if (nranks < 2) {
+        skip();
+    }
+    for (int i = 0; i < 4; i++) {
+        check_sum(world, 5);
+    }
+    uint32_t before, after;
+    assert_int_equal(weft_group_epoch(world, &before), WEFT_OK);
+    assert_int_equal(weft_group_revoke(world), WEFT_OK);
+    weft_edit_info_t info = {.size = sizeof(info)};
+    assert_int_equal(weft_group_repair(world, &info), WEFT_OK);
+    assert_int_equal(weft_group_epoch(world, &after), WEFT_OK);
+    assert_int_equal(after, before + 1);
+    check_sum(world, 7);
+    size_t spare = 64 + 256 * 256 + 512 * (size_t)(((40 + 4096) + 63) / 64 * 64);
+    size_t got = mapped_ctl_bytes(after);
+    if (got < spare) {
+        fail_msg("rank %d: epoch %u maps a %zu-byte control segment, not the %zu-byte one "
+                 "made ahead of time", me, after, got, spare);
+    }
+    check_sum(world, 9);
+}
+
 static int setup(void **state)
 {
     (void)state;
     setenv("WEFT_COLL_SHM", "on", 1);
+    setenv("WEFT_SHM_SMALL_MAX", "4K", 1);
     setenv("WEFT_TIMEOUT_MS", "60000", 1);
     const char *token = getenv("WEFT_JOB_TOKEN");
     snprintf(job_token, sizeof(job_token), "%s", token != NULL ? token : "");
@@ -253,6 +305,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_mismatch),
+        cmocka_unit_test(test_next_epoch_ready),
         cmocka_unit_test(test_bcast_run_ahead),
         cmocka_unit_test(test_bcast_late_mismatch),
         cmocka_unit_test(test_no_name_left),
