@@ -354,7 +354,7 @@ static weft_status_t init_joiner(weft_ctx_t *ctx)
         st = weft__store_connect_member(ctx->store_addr, ctx->token, ctx->rank,
                                         (int)ctx->cfg.connect_timeout_ms, &ctx->logger, &named);
         if (st != WEFT_OK) {
-            return weft__error(ctx, st, "cannot reach the store at %s as member %d",
+            return weft__error_at(ctx, st, WEFT_LOG_DEBUG, "cannot reach the store at %s as member %d",
                                ctx->store_addr, ctx->rank);
         }
         weft__store_close(ctx->store);
@@ -402,7 +402,9 @@ static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
     weft_status_t st = weft__store_connect_member(boot->store, ctx->token, ctx->rank, timeout,
                                                   &ctx->logger, &ctx->store);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "cannot reach the store at %s", boot->store);
+        /* The store client logged why (comm/store/client.c): one line per error. */
+        return weft__error_at(ctx, st, WEFT_LOG_DEBUG, "cannot reach the store at %s",
+                              boot->store);
     }
     weft__store_share_health(ctx->store, &ctx->store_health);
     st = watch_failures(ctx);

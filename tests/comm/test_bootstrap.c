@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "comm/bootstrap.h"
+#include "weft/weft.h"
 
 static const char *const all_vars[] = {
     "WEFT_RANK",
@@ -46,6 +47,37 @@ static void quiet(weft_log_level_t l, int r, const char *m, void *a)
     (void)a;
 }
 static const weft_logger_t lg = {.level = WEFT_LOG_TRACE, .rank = -1, .fn = quiet};
+
+static int errors_logged;
+
+static void count_errors(weft_log_level_t l, int r, const char *m, void *a)
+{
+    (void)r;
+    (void)m;
+    (void)a;
+    errors_logged += l == WEFT_LOG_ERROR;
+}
+
+/* A store that is not there: weft_init fails with one error logged (the store client's,
+ * which says why), not one per layer it passes through; weft_last_error(NULL) says which
+ * store. */
+static void test_store_absent_one_error(void **state)
+{
+    (void)state;
+    setenv("WEFT_RANK", "0", 1);
+    setenv("WEFT_WORLD_SIZE", "2", 1);
+    setenv("WEFT_STORE", "127.0.0.1:1", 1);
+    setenv("WEFT_JOB_TOKEN", "0123456789abcdef0123456789abcdef", 1);
+    setenv("WEFT_CONNECT_TIMEOUT_MS", "200", 1);
+    weft_init_params_t p = {.size = sizeof(p), .log_fn = count_errors};
+    weft_ctx_t *ctx = NULL;
+    errors_logged = 0;
+    assert_int_not_equal(weft_init(&p, &ctx), WEFT_OK);
+    assert_null(ctx);
+    assert_int_equal(errors_logged, 1);
+    assert_non_null(strstr(weft_last_error(NULL), "127.0.0.1:1"));
+    unsetenv("WEFT_CONNECT_TIMEOUT_MS");
+}
 
 static int setup(void **state)
 {
@@ -313,6 +345,7 @@ int main(void)
         cmocka_unit_test_setup(test_no_store_refused, setup),
         cmocka_unit_test_setup(test_bad_environment, setup),
         cmocka_unit_test_setup(test_token_taken_from_environment, setup),
+        cmocka_unit_test_setup(test_store_absent_one_error, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
