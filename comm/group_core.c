@@ -8,6 +8,7 @@
 
 #include "comm/ctx.h"
 #include "comm/shm.h"
+#include "util/assert.h"
 
 weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,
                                  uint32_t tag_id, weft_group_t *parent, weft_group_t **out)
@@ -155,6 +156,7 @@ void weft__group_abandon(weft_group_t *g, uint32_t epoch, const char *what)
     if (g->epoch != epoch || g->rank < 0 || !weft__group_revoke_here(g)) {
         return; /* already revoked or edited: everyone has been told */
     }
+    WEFT_ASSERT(g->revoked == WEFT_ERR_REVOKED);
     weft__shm_mark_abandoned(g, epoch);
     char why[160];
     snprintf(why, sizeof(why), "member %d abandoned %s", ctx->rank, what);
@@ -178,6 +180,7 @@ void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why)
         return;
     }
     ctx->peers[id].failed = why == WEFT_OK ? WEFT_ERR_PEER_FAILED : why;
+    WEFT_ASSERT(ctx->peers[id].failed != WEFT_OK && ctx->peers[id].failed != WEFT_INPROGRESS);
     int revoked = 0;
     for (weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
         if (g->revoked == WEFT_OK && group_has_member(g, id)) {

@@ -35,6 +35,7 @@
 #include "comm/ctx.h"
 #include "comm/job.h"
 #include "util/clock.h"
+#include "util/assert.h"
 
 /* Polls of the lock before a public call sleeps on it (about 2 us). */
 #define API_LOCK_SPINS 200
@@ -71,6 +72,7 @@ weft_ctx_t *weft__api_lock(weft_ctx_t *ctx)
         atomic_fetch_sub(&ctx->api_waiting, 1);
     }
     ctx->lock_depth++;
+    WEFT_ASSERT(ctx->lock_depth > 0);
     return ctx;
 }
 
@@ -80,6 +82,7 @@ void weft__api_unlock(weft_ctx_t **held)
     if (ctx == NULL) {
         return;
     }
+    WEFT_ASSERT(ctx->lock_depth > 0); /* every unlock has its lock */
     if (--ctx->lock_depth == 0 && ctx->bg != NULL) {
         weft__pt_wake(ctx);
     }

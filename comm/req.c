@@ -10,6 +10,7 @@
 
 #include "comm/ctx.h"
 #include "comm/job.h"
+#include "util/assert.h"
 
 /* How often (in progress calls) the failure-notice watch is polled. */
 #define NOTICE_POLL_INTERVAL 64
@@ -64,6 +65,7 @@ void weft__idle(weft_ctx_t *ctx, uint64_t *idle_polls)
 
 static void live_insert(weft_ctx_t *ctx, weft_req_t *req)
 {
+    WEFT_ASSERT(req->prev == NULL && req->next == NULL && ctx->live != req);
     req->prev = NULL;
     req->next = ctx->live;
     if (ctx->live != NULL) {
@@ -74,6 +76,8 @@ static void live_insert(weft_ctx_t *ctx, weft_req_t *req)
 
 static void live_remove(weft_ctx_t *ctx, weft_req_t *req)
 {
+    WEFT_ASSERT((req->prev == NULL) == (ctx->live == req));
+    WEFT_ASSERT(req->next == NULL || req->next->prev == req);
     if (req->prev != NULL) {
         req->prev->next = req->next;
     } else if (ctx->live == req) {
@@ -89,6 +93,7 @@ weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g)
 {
     weft_req_t *req = ctx->req_pool;
     if (req != NULL) {
+        WEFT_ASSERT(ctx->req_pool_len > 0);
         ctx->req_pool = req->next;
         ctx->req_pool_len--;
         memset(req, 0, sizeof(*req));
@@ -106,6 +111,9 @@ weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g)
 
 static void req_complete(weft_req_t *req, weft_status_t st)
 {
+    /* A request completes once, with a final status. */
+    WEFT_ASSERT(req->status == WEFT_INPROGRESS);
+    WEFT_ASSERT(st != WEFT_INPROGRESS);
     req->status = st;
 }
 
@@ -123,6 +131,7 @@ weft_status_t weft__req_advance(weft_req_t *req)
     if (req->status != WEFT_INPROGRESS) {
         return req->status;
     }
+    WEFT_ASSERT(req->group == NULL || req->epoch <= req->group->epoch); /* epochs only grow */
     weft_status_t gst = req->group != NULL ? weft__group_status(req->group) : WEFT_OK;
     if (gst == WEFT_OK && req->group != NULL && req->group->epoch != req->epoch) {
         gst = WEFT_ERR_REVOKED; /* the group was edited under this request */
@@ -134,8 +143,10 @@ weft_status_t weft__req_advance(weft_req_t *req)
     }
     if (req->progress != NULL) {
         weft_status_t st = req->progress(req);
-        if (st != WEFT_INPROGRESS) {
+        if (st != WEFT_INPROGRESS && req->status == WEFT_INPROGRESS) {
             req_complete(req, st);
+        } else if (st != WEFT_INPROGRESS) {
+            st = req->status; /* the step revoked its own group, which failed it already */
         }
         return st;
     }
@@ -234,13 +245,16 @@ weft_status_t weft_req_free(weft_req_t *req)
     }
     WEFT_API_LOCK(req->ctx);
     weft__req_unpublish(req);
+    WEFT_ASSERT(!req->in_bg);
     req_cancel_transport(req);
+    WEFT_ASSERT(req->tl_req == NULL);
     if (req->cleanup != NULL) {
         req->cleanup(req);
     }
     weft_ctx_t *ctx = req->ctx;
     live_remove(ctx, req);
     /* Requests come and go on every message: keep a few instead of calloc/free. */
+    WEFT_ASSERT(ctx->req_pool_len <= REQ_POOL_MAX);
     if (ctx->req_pool_len < REQ_POOL_MAX) {
         req->next = ctx->req_pool;
         ctx->req_pool = req;

@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "weft/status.h"
+#include "util/assert.h"
 
 struct weft_ctx;
 struct weft_group;
@@ -114,6 +115,8 @@ static inline uint64_t weft__shm_load(const uint64_t *p)
 }
 static inline void weft__shm_store(uint64_t *p, uint64_t v)
 {
+    /* Counters, sequence numbers and the magic only grow, and only their owner writes. */
+    WEFT_ASSERT(v >= __atomic_load_n(p, __ATOMIC_RELAXED));
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 

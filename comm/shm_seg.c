@@ -24,6 +24,7 @@
 #include "comm/ctx.h"
 #include "comm/shm.h"
 #include "comm/shm_job.h"
+#include "util/assert.h"
 
 #define SHM_MAGIC UINT64_C(0x77656674736d3033) /* "weftsm03" */
 #define ATTACH_WAIT_MS 10000                   /* for a creator to publish the geometry */
@@ -405,6 +406,7 @@ static weft_status_t spare_take(weft_group_t *g, weft_shm_t *s, bool *taken, uin
     if (prev == NULL || prev->next.base == NULL || prev->epoch + 1 != g->epoch) {
         return WEFT_OK;
     }
+    WEFT_ASSERT(prev->next.len == ctl_len_max(prev->small_max));
     s->ctl = prev->next;
     memset(&prev->next, 0, sizeof(prev->next));
     prev->next_made = false; /* the name is this epoch's now: its last member removes it */
@@ -475,6 +477,7 @@ static weft_status_t shm_decide(weft_group_t *g)
         g->shm_epoch = g->epoch + 1;
         return WEFT_OK;
     }
+    WEFT_ASSERT(s->ctl.base != NULL && s->ctl.len > 0);
     if (ctl_len(s, g->size, (size_t)theirs) > s->ctl.len) {
         seg_free(s);
         return weft__error(ctx, WEFT_ERR_PROTOCOL, "shared memory: inconsistent geometry");

@@ -13,6 +13,7 @@
 
 #include "groups/edit.h"
 #include "util/parse.h"
+#include "util/assert.h"
 
 #define JOIN_GET_TIMEOUT_MS 1000
 
@@ -162,6 +163,9 @@ weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
             g->revoked = WEFT_ERR_PEER_FAILED; /* died meanwhile: the next repair drops it */
         }
     }
+    /* An applied decision is the group's next epoch, and this member is in it. */
+    WEFT_ASSERT(g->epoch == d->new_epoch && g->size == (int)d->n_members);
+    WEFT_ASSERT(g->rank >= 0 && g->rank < g->size && g->members[g->rank] == ctx->rank);
     weft__edit_applied(g, d);
     return WEFT_OK;
 }

@@ -21,6 +21,7 @@
 #include "migrate/engine_impl.h"
 #include "migrate/xxh.h"
 #include "util/clock.h"
+#include "util/assert.h"
 
 bool weft__mig_move_box(mig_t *m, bool dev, void *dst, const weft_box_t *dst_box, const void *src,
                         const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem)
@@ -462,6 +463,7 @@ weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
             sl->chunk = -1;
             sl->phase = SL_FREE;
             s->done++;
+            WEFT_ASSERT(s->done <= s->next && s->next <= s->nwork); /* done only what started */
         }
         for (size_t w = 0; w < m->window && s->next < s->nwork; w++) {
             slot_t *sl = &s->slots[w];

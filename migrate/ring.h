@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/assert.h"
+
 #define WEFT_RING_HDR 4096        /* the counters, a cache line each */
 #define WEFT_RING_MAX_SLOTS 64    /* WEFT_RING_HDR / 64 */
 #define WEFT_RING_BYTES (4u << 20) /* a ring's slots take at most about this much */
@@ -100,6 +102,7 @@ void weft__ring_give_back(struct weft_ctx *ctx, weft_mig_ring_t *r, bool keep);
 
 static inline uint8_t *weft__ring_slot(const weft_mig_ring_t *r, uint64_t q)
 {
+    WEFT_ASSERT(r->slots > 0 && r->base != NULL);
     return r->base + WEFT_RING_HDR + (size_t)(q % r->slots) * r->chunk;
 }
 static inline uint64_t *weft__ring_done(const weft_mig_ring_t *r, uint64_t q)
@@ -115,6 +118,8 @@ static inline bool weft__ring_free_for(const weft_mig_ring_t *r, uint64_t q)
 /* The receiver is finished with chunk q. */
 static inline void weft__ring_release(const weft_mig_ring_t *r, uint64_t q)
 {
+    /* Only the receiver writes it, one pass of the slot at a time. */
+    WEFT_ASSERT(__atomic_load_n(weft__ring_done(r, q), __ATOMIC_RELAXED) == q / r->slots);
     __atomic_store_n(weft__ring_done(r, q), q / r->slots + 1, __ATOMIC_RELEASE);
 }
 

@@ -13,6 +13,7 @@
 
 #include "comm/coll/coll.h"
 #include "comm/shm.h"
+#include "util/assert.h"
 
 _Static_assert(sizeof(weft_coll_hdr_t) == WEFT_COLL_HDR_SIZE, "header must stay 32 bytes");
 
@@ -370,6 +371,7 @@ static weft_status_t coll_step(weft_coll_t *c)
         c->status = st;
         return st;
     case WEFT_COLL_PH_DONE:
+        WEFT_ASSERT(c->status != WEFT_INPROGRESS);
         break;
     }
     return c->status;

@@ -29,6 +29,7 @@
 #include "comm/coll/coll.h"
 #include "comm/copy.h"
 #include "comm/shm.h"
+#include "util/assert.h"
 
 enum { SH_TURN = 0, SH_SLOT = 1, SH_ROOT = 2, SH_HDRS = 3, SH_DONE = 4 };
 enum { CH_STAGE = 0, CH_REDUCE = 1, CH_COPY = 2 };
@@ -61,6 +62,9 @@ static bool peers_reached(const weft_shm_t *s, enum weft_shm_ctr k, uint64_t v)
 static void release_turn(weft_coll_t *c)
 {
     if (!c->sh.finished) {
+        /* Collectives of a segment hand on their turn in the order they were numbered. */
+        WEFT_ASSERT(c->shm->turn == c->sh.idx);
+        WEFT_ASSERT(c->shm->turn < c->shm->issued);
         c->sh.finished = true;
         c->shm->turn++;
     }
@@ -157,6 +161,9 @@ static void slot_write(weft_shm_t *s, uint64_t idx, const weft_coll_hdr_t *h, co
                        size_t len)
 {
     uint8_t *slot = weft__shm_slot(s, s->rank, idx);
+    /* This rank's turn; a refusal posts before it numbers the collective (idx == issued). */
+    WEFT_ASSERT(idx <= s->issued && idx >= s->turn);
+    WEFT_ASSERT(len <= s->small_max);
     memcpy(slot + 8, h, sizeof(*h));
     if (len > 0) {
         memcpy(slot + WEFT_SHM_SLOT_HDR, data, len);
@@ -208,6 +215,7 @@ static void note_late(weft_shm_t *s, uint32_t seq, const char *why)
 static void verify(weft_shm_t *s)
 {
     uint64_t j = s->verified;
+    WEFT_ASSERT(s->verified <= s->turn && s->turn <= s->issued);
     for (; j < s->turn; j++) {
         weft_coll_hdr_t m = slot_hdr(s, s->rank, j);
         if ((m.flags & WEFT_COLL_HDR_INVALID) || m.root != s->rank) {
@@ -579,6 +587,7 @@ static weft_status_t shm_data(weft_coll_t *c)
         uint64_t g = c->sh.gbase + j;
         switch (c->sh.step) {
         case CH_STAGE:
+            WEFT_ASSERT(weft__shm_load(copied) == g && weft__shm_load(staged) == g);
             /* My buffers of chunk g - NB must have been read by everyone. */
             if (g >= WEFT_SHM_NB && !peers_reached(s, WEFT_SHM_COPIED, g + 1 - WEFT_SHM_NB)) {
                 return WEFT_INPROGRESS;
@@ -594,11 +603,13 @@ static weft_status_t shm_data(weft_coll_t *c)
             if (!peers_reached(s, WEFT_SHM_STAGED, g + 1)) {
                 return WEFT_INPROGRESS;
             }
+            WEFT_ASSERT(weft__shm_load(staged) == g + 1 && weft__shm_load(reduced) == g);
             do_reduce(c, j, g);
             weft__shm_store(reduced, g + 1);
             c->sh.step = CH_COPY;
             break;
         default: /* CH_COPY */
+            WEFT_ASSERT(weft__shm_load(reduced) == g + 1 && weft__shm_load(copied) == g);
             if (copy) {
                 if (!peers_reached(s, WEFT_SHM_REDUCED, g + 1)) {
                     return WEFT_INPROGRESS;
@@ -720,6 +731,7 @@ bool weft__shm_refuse(weft_group_t *g, const weft_coll_hdr_t *h)
 void weft__shm_queue_refusal(weft_coll_t *c)
 {
     weft_shm_t *s = c->g->shm;
+    WEFT_ASSERT(s != NULL && s->turn <= s->issued);
     c->shm = s;
     c->sh.idx = s->issued++;
     c->sh.epoch = c->g->epoch;
