@@ -14,7 +14,7 @@
 #ifdef NDEBUG
 #define WEFT_ASSERT(cond) ((void)sizeof(!(cond)))
 #else
-#define WEFT_ASSERT(cond)                                                                    \
+#define WEFT_ASSERT(cond)                                                                          \
     ((cond) ? (void)0 : weft__assert_fail(#cond, __FILE__, __LINE__, __func__))
 #endif
 
