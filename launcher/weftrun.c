@@ -137,7 +137,7 @@ static weft_status_t start_store(weftrun_job_t *job)
  * The job is over, however it ended: remove its shared-memory segments, which ranks that
  * died before all members attached leave in /dev/shm. Under --store-only the ranks were
  * started by others and may outlive the store, so their job lock decides
- * (comm/shm_job.h); otherwise every rank has been reaped. Ranks given the store address
+ * (comm/shm/shm_job.h); otherwise every rank has been reaped. Ranks given the store address
  * spelled otherwise than printed name their segments otherwise; the job lock's rules
  * remove those.
  */

@@ -18,11 +18,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "comm/config.h"
-#include "comm/log.h"
-#include "comm/shm_job.h"
+#include "comm/ctx/config.h"
+#include "comm/ctx/log.h"
+#include "comm/shm/shm_job.h"
 #include "comm/store/store.h"
-#include "comm/tag.h"
+#include "comm/ctx/tag.h"
 #include "util/clock.h"
 
 /* Exit codes of weftrun itself, beside the ranks' own. */
@@ -37,7 +37,7 @@
 #define WEFTRUN_TOKEN_MAX 64
 #define WEFTRUN_DEFAULT_MAX_RESTARTS 16
 /* Member ids from here up are handed out by the store to processes that join without a
- * launcher (comm/ctx.c): the ids of weftrun's ranks and replacements stay below. */
+ * launcher (comm/ctx/ctx.c): the ids of weftrun's ranks and replacements stay below. */
 #define WEFTRUN_MAX_MEMBER_IDS ((int)(WEFT_TAG_MAX_MEMBERS / 2))
 /* The key prefix under which an abnormal exit of rank N is published. */
 #define WEFTRUN_FAILED_PREFIX "weft/failed/"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/tag.h"
+#include "comm/ctx/tag.h"
 #include "launcher/weftrun.h"
 #include "util/parse.h"
 #include "weft/core.h"

@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "comm/coll/coll.h"
-#include "comm/memtype.h"
-#include "comm/nccl_comm.h"
+#include "comm/device/memtype.h"
+#include "comm/device/nccl_comm.h"
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
 #include "migrate/xxh.h"

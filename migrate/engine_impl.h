@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/ctx.h"
-#include "comm/job.h"
+#include "comm/core_impl.h"
+#include "comm/progress/job.h"
 #include "migrate/engine.h"
 #include "migrate/ring.h"
 

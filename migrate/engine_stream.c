@@ -1,7 +1,7 @@
 /*
  * The streams of a migration: chunks placed in the user's buffers or staged, their
  * checksums, gathers and scatters, local copies and same-host reads as jobs (outside the
- * context's lock, comm/job.h), headers and data as messages, the verdict of each round
+ * context's lock, comm/progress/job.h), headers and data as messages, the verdict of each round
  * and the one resend of bad chunks.
  */
 #include <errno.h>
@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "comm/coll/coll.h"
-#include "comm/copy.h"
-#include "comm/log.h"
+#include "comm/progress/copy.h"
+#include "comm/ctx/log.h"
 #include "migrate/box.h"
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
@@ -111,7 +111,7 @@ static bool cma_read(void *dst, uint64_t pid, uint64_t addr, size_t len)
     return true;
 }
 
-/* The data work of a slot, outside the context's lock (comm/job.h). */
+/* The data work of a slot, outside the context's lock (comm/progress/job.h). */
 static void slot_job(weft_job_t *job)
 {
     slot_t *sl = (slot_t *)job;
@@ -519,7 +519,7 @@ weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
     return WEFT_OK;
 }
 
-/* A run of a local copy, with non-temporal stores (comm/copy.h). */
+/* A run of a local copy, with non-temporal stores (comm/progress/copy.h). */
 static bool stream_run(void *dst, const void *src, size_t n, void *arg)
 {
     (void)arg;

@@ -28,8 +28,8 @@
 #include <string.h>
 
 #include "comm/coll/coll.h"
-#include "comm/log.h"
-#include "comm/nccl_comm.h"
+#include "comm/ctx/log.h"
+#include "comm/device/nccl_comm.h"
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
 #include "migrate/xxh.h"

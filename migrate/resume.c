@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "migrate/box.h"
 #include "migrate/engine.h"
 #include "migrate/layout.h"

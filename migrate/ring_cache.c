@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "migrate/ring.h"
 
 typedef struct ring_entry {

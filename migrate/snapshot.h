@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/ctx.h"
-#include "comm/job.h"
+#include "comm/core_impl.h"
+#include "comm/progress/job.h"
 #include "weft/snapshot.h"
 
 struct weft__lregion; /* migrate/layout.h */

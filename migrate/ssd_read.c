@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "migrate/box.h"
 #include "migrate/ssd_impl.h"
 #include "migrate/xxh.h"

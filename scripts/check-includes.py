@@ -14,23 +14,29 @@ import re
 import sys
 
 PUBLIC = "include/weft/"
-COMM_TREE = ["comm/", "comm/store/", "comm/coll/"]
+# The core's private header: the definitions of the context, group and request structs.
+# Only the core (comm/ and its folders) may include it, directly or through another
+# header; every layer above reaches the core through comm/core.h.
+PRIVATE = "comm/core_impl.h"
+CORE = "comm/"
+# The folders held to that rule.
+CONTRACT_CHECKED = ("launcher/", "perf/", "examples/")
 
 # What each folder may include besides its own headers. An entry ending in '/' is a
-# folder (its own files, not its subfolders: comm/ is not comm/store/), anything else
-# one header. Keep in step with the Layout table of docs/DESIGN.md.
+# folder (its own files, not its subfolders), one ending in '/**' a folder with every
+# folder under it, anything else one header. A folder of the tree that is not named here
+# follows the rule of the nearest folder above it that is (comm/ctx/ follows comm/). Keep
+# in step with docs/architecture.md (Layers).
 RULES = {
     PUBLIC: [],
     "util/": [],
     "transports/": [PUBLIC, "util/"],
-    "comm/store/": [PUBLIC, "util/", "comm/log.h"],
-    "comm/": [PUBLIC, "util/", "comm/store/", "transports/"],
-    "comm/coll/": [PUBLIC, "util/", "comm/"],
-    "groups/": [PUBLIC, "util/"] + COMM_TREE,
-    "vocab/": [PUBLIC, "util/", "groups/"] + COMM_TREE,
-    "migrate/": [PUBLIC, "util/", "groups/"] + COMM_TREE,
-    "launcher/": [PUBLIC, "util/", "comm/store/", "comm/config.h", "comm/log.h",
-                  "comm/shm_job.h", "comm/tag.h"],
+    "comm/store/": [PUBLIC, "util/", "comm/ctx/log.h"],
+    "comm/": [PUBLIC, "util/", "transports/", "comm/**"],
+    "vocab/": [PUBLIC, "util/", "transports/", "comm/**"],
+    "migrate/": [PUBLIC, "util/", "transports/", "comm/**"],
+    "launcher/": [PUBLIC, "util/", "comm/store/", "comm/ctx/config.h", "comm/ctx/log.h",
+                  "comm/shm/shm_job.h", "comm/ctx/tag.h"],
     "perf/": [PUBLIC],
     "examples/": [PUBLIC],
 }
@@ -65,6 +71,8 @@ def resolve(root, src, spelled):
 
 
 def matches(header, entry):
+    if entry.endswith("/**"):
+        return header.startswith(entry[:-2])
     if entry.endswith("/"):
         return folder_of(header) == entry
     return header == entry
@@ -74,6 +82,35 @@ def allowed(src_folder, header):
     if folder_of(header) == src_folder:
         return True
     return any(matches(header, e) for e in RULES[src_folder])
+
+
+def includes_of(root, path):
+    """(line number, spelled, resolved) of each #include "..." of @p path."""
+    try:
+        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except OSError:
+        return []
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        m = INCLUDE.match(line)
+        if m is not None:
+            out.append((lineno, m.group(1), resolve(root, path, m.group(1))))
+    return out
+
+
+def reaches_private(root, header, seen):
+    """The chain of headers by which @p header reaches PRIVATE, or None."""
+    if header == PRIVATE:
+        return [header]
+    if header in seen or not os.path.isfile(os.path.join(root, header)):
+        return None
+    seen.add(header)
+    for _, _, inc in includes_of(root, header):
+        chain = reaches_private(root, inc, seen)
+        if chain is not None:
+            return [header] + chain
+    return None
 
 
 def sources(root):
@@ -97,15 +134,17 @@ def main(argv):
     root = os.path.abspath(root)
     violations = 0
     for folder, src in sources(root):
-        with open(os.path.join(root, src), encoding="utf-8", errors="replace") as f:
-            for lineno, line in enumerate(f, 1):
-                m = INCLUDE.match(line)
-                if m is None:
-                    continue
-                header = resolve(root, src, m.group(1))
-                if not allowed(folder, header):
-                    print(f"{src}:{lineno}: {folder} may not include {m.group(1)}")
-                    violations += 1
+        in_core = src.startswith(CORE)
+        for lineno, spelled, header in includes_of(root, src):
+            if not allowed(folder, header):
+                print(f"{src}:{lineno}: {folder} may not include {spelled}")
+                violations += 1
+                continue
+            chain = None if in_core else reaches_private(root, header, set())
+            if chain is not None and folder in CONTRACT_CHECKED:
+                through = f" (through {' -> '.join(chain[:-1])})" if len(chain) > 1 else ""
+                print(f"{src}:{lineno}: {folder} may not include {PRIVATE}{through}")
+                violations += 1
     return 1 if violations else 0
 
 

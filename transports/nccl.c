@@ -529,7 +529,7 @@ static void nccl_comm_destroy(weft_tl_comm_t *c)
 /* ---- ops table entry ---- */
 
 /* NCCL moves whole collectives on streams between the ranks of a communicator, not
- * tagged messages: the message entries stay NULL and the comm layer (comm/nccl_comm.c)
+ * tagged messages: the message entries stay NULL and the comm layer (comm/device/nccl_comm.c)
  * forms one communicator per group and epoch through the entries below. */
 const weft_transport_ops_t weft__tl_nccl = {
     .size = sizeof(weft_transport_ops_t),

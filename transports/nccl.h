@@ -40,7 +40,7 @@
 #define WEFT_NCCL_REVOKE 1
 #endif
 
-/* The environment variable naming the library, and its default (comm/config.c lists it). */
+/* The environment variable naming the library, and its default (comm/ctx/config.c lists it). */
 #define WEFT_NCCL_LIBRARY_ENV "WEFT_NCCL_LIBRARY"
 #define WEFT_NCCL_LIBRARY_DEFAULT "libnccl.so.2"
 

@@ -1,7 +1,7 @@
 /* The weft_vocab_t handle: sharding on a group and the statistics-merge operators. */
 #include <stdlib.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "vocab/vocab_impl.h"
 
 static weft_status_t create_ops(weft_vocab_t *v)

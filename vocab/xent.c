@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "vocab/vocab_impl.h"
 
 weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_params_t *params,

@@ -13,8 +13,8 @@
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 
-#include "comm/ctx.h"
-#include "comm/cublas_lazy.h"
+#include "comm/core_impl.h"
+#include "comm/device/cublas_lazy.h"
 #include "vocab/kernels.h"
 #include "vocab/vocab_impl.h"
 

@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "comm/coll/reduce.h"
 
 enum weft_coll_kind {

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "comm/coll/coll.h"
-#include "comm/shm.h"
+#include "comm/shm/shm.h"
 #include "util/assert.h"
 
 _Static_assert(sizeof(weft_coll_hdr_t) == WEFT_COLL_HDR_SIZE, "header must stay 32 bytes");
@@ -603,7 +603,7 @@ weft_status_t weft__coll_start(weft_group_t *g, const weft_coll_args_t *a, weft_
     return st;
 }
 
-/* The idle step of weft_wait() (comm/req.c): it already starts yielding at once when this
+/* The idle step of weft_wait() (comm/progress/req.c): it already starts yielding at once when this
  * host runs more ranks than it has cores (WEFT_YIELD_SPINS=auto), then sleeps on the
  * failure notices. */
 static void coll_idle(weft_coll_t *c, uint64_t *idle)

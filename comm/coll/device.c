@@ -7,8 +7,8 @@
  * WEFT_ERR_UNSUPPORTED that says why. Host buffers never come here.
  */
 #include "comm/coll/coll.h"
-#include "comm/memtype.h"
-#include "comm/nccl_comm.h"
+#include "comm/device/memtype.h"
+#include "comm/device/nccl_comm.h"
 
 bool weft__coll_is_cuda(const weft_coll_args_t *a)
 {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 
 size_t weft_dtype_size(weft_dtype_t dtype)
 {

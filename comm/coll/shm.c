@@ -27,8 +27,8 @@
 #include <string.h>
 
 #include "comm/coll/coll.h"
-#include "comm/copy.h"
-#include "comm/shm.h"
+#include "comm/progress/copy.h"
+#include "comm/shm/shm.h"
 #include "util/assert.h"
 
 enum { SH_TURN = 0, SH_SLOT = 1, SH_ROOT = 2, SH_HDRS = 3, SH_DONE = 4 };

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "comm/coll/coll.h"
-#include "comm/memtype.h"
+#include "comm/device/memtype.h"
 
 typedef struct staged {
     weft_req_t *inner; /* the host collective; NULL once it completed */

@@ -346,7 +346,7 @@ static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const c
                                      : "a member holds a lease only on its own failure notice";
     }
     if (type == WEFT__STORE_DELETE) {
-        /* The keys groups/retire.c deletes once an epoch is finished, by their shape
+        /* The keys comm/group/retire.c deletes once an epoch is finished, by their shape
          * after the namespace ('#': a decimal number). What a member owns, failure
          * notices, counters and everything else stay. */
         static const char *const finished[] = {"g/#/#/next",  "g/#/#/applied", "g/#/join/#",

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/log.h"
+#include "comm/ctx/log.h"
 #include "weft/status.h"
 
 #define WEFT_STORE_MAX_FRAME (1u << 20) /* bytes, header excluded */
@@ -97,7 +97,7 @@ weft_status_t weft__store_lease(weft_store_client_t *c, const char *key, const v
  * and every later set of one, is delivered as an event. After this only
  * weft__store_next_event() and weft__store_close() may be used on @p c. A set's event
  * is due to every watcher from the moment of the set: deleting the key afterwards does
- * not withdraw it (groups/edit.c deletes revocation notices right after setting them).
+ * not withdraw it (comm/group/edit.c deletes revocation notices right after setting them).
  */
 weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix);
 /*

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "comm/bootstrap.h"
+#include "comm/ctx/bootstrap.h"
 #include "weft/weft.h"
 
 static const char *const all_vars[] = {

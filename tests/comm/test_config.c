@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "comm/config.h"
+#include "comm/ctx/config.h"
 
 /* Captures log lines so tests can check what was warned about. */
 typedef struct captured {

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "comm/shm_job.h"
+#include "comm/shm/shm_job.h"
 #include "util/host_id.h"
 
 #define TOKEN "0123456789abcdef0123456789abcdef"

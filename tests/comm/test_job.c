@@ -1,5 +1,5 @@
 /*
- * Jobs (comm/job.h) and the progress thread. A caller blocked in weft_wait holds the
+ * Jobs (comm/progress/job.h) and the progress thread. A caller blocked in weft_wait holds the
  * context's lock throughout; a job it queues must still be taken by the progress thread,
  * even one that was asleep for want of work when the wait began (else a blocking
  * migration's copies and checksums run on the caller's thread alone). Without the
@@ -18,8 +18,8 @@
 
 #include <cmocka.h>
 
-#include "comm/ctx.h"
-#include "comm/job.h"
+#include "comm/core_impl.h"
+#include "comm/progress/job.h"
 #include "weft/weft.h"
 
 static pthread_t ran_on;

@@ -1,5 +1,5 @@
 /*
- * A job's names in /dev/shm (comm/shm_job.c), in a scratch folder standing for /dev/shm:
+ * A job's names in /dev/shm (comm/shm/shm_job.c), in a scratch folder standing for /dev/shm:
  * how names are made, and which the cleaners remove. A name goes when its job's lock
  * file is free; a held lock keeps it; without a lock file only an old name goes; names
  * that are not weft's stay whatever happens.
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "comm/shm_job.h"
+#include "comm/shm/shm_job.h"
 
 #define TOKEN "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 

@@ -76,7 +76,7 @@ Outcome of a trial
                  running after weftrun exited (it is killed and listed) or a
                  /dev/shm/weft-* name of the trial's job remains (it is removed and
                  listed); the job's names are found from WEFT_STORE, WEFT_JOB_TOKEN and
-                 the namespace of its ranks, as comm/shm_job.c derives them.
+                 the namespace of its ranks, as comm/shm/shm_job.c derives them.
 
 At the end a table gives the trials by fault x spacing x moment x mode with their counts
 per outcome, then the totals per dimension. The output of every HANG and FAIL is kept in
@@ -269,7 +269,7 @@ def trial_processes(tag):
 
 
 def job_hash(store, token, ns):
-    """The job part of its shared-memory names (comm/shm_job.c): 16 hex digits of
+    """The job part of its shared-memory names (comm/shm/shm_job.c): 16 hex digits of
     HMAC-SHA256 keyed by the token over "weft shm job" and the store address. It does not
     depend on the namespace, so every name of the job starts with it."""
     del ns

@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the decoder of membership decisions (groups/decision.c), which reads
+ * Fuzz target: the decoder of membership decisions (comm/group/decision.c), which reads
  * values any member (or anyone who can write to the store) may have written. What it
  * accepts must be safe to apply: a known kind, 1 to WEFT_TAG_MAX_MEMBERS members, each a
  * valid member id and none twice; and encoding it again must give back the same bytes.
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/tag.h"
-#include "groups/edit.h"
+#include "comm/ctx/tag.h"
+#include "comm/group/edit.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -6,7 +6,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-#include "comm/memtype.h"
+#include "comm/device/memtype.h"
 #include "gpu_common.h"
 #include "weft/cuda.h"
 

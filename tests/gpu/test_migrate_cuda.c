@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "comm/memtype.h"
+#include "comm/device/memtype.h"
 #include "gpu_common.h"
 #include "migrate/engine.h"
 #include "migrate/layout_gen.h"

@@ -8,8 +8,8 @@
  */
 #include <stdio.h>
 
-#include "comm/memtype.h"
-#include "comm/nccl_comm.h"
+#include "comm/device/memtype.h"
+#include "comm/device/nccl_comm.h"
 #include "gpu_common.h"
 #include "weft/cuda.h"
 #include "weft/weft.h"

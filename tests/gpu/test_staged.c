@@ -8,7 +8,7 @@
  */
 #include <stdio.h>
 
-#include "comm/memtype.h"
+#include "comm/device/memtype.h"
 #include "gpu_common.h"
 #include "weft/cuda.h"
 #include "weft/weft.h"

@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "weft/weft.h"
 
 static weft_ctx_t *ctx;

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/shm_job.h"
+#include "comm/shm/shm_job.h"
 #include "weft/weft.h"
 
 #define WAIT_S 100

@@ -1,5 +1,5 @@
 #!/bin/sh
-# What jobs leave in /dev/shm (comm/shm_job.h). Each case makes sure the names it looks
+# What jobs leave in /dev/shm (comm/shm/shm_job.h). Each case makes sure the names it looks
 # for exist before the step that should remove them, so that it can fail.
 #   shm_leftovers.sh WEFTRUN SHM_HOLD CASE
 # killed      every rank of a job is SIGKILLed while a segment waits for a member:

@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "layout_gen.h"
 #include "migrate/engine.h"
 #include "migrate/ring.h"

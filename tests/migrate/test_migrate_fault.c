@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "../groups/fault_common.h"
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "layout_gen.h"
 #include "migrate/box.h"
 #include "migrate/engine.h"

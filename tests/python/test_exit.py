@@ -1,7 +1,7 @@
 """A rank that dies of an uncaught exception ends with Python's exit status 1, not a
 signal: Python's hashlib and torch start OpenSSL before weft does, so OpenSSL's own exit
 handler runs at exit, and weft's threads (the heartbeat's lease renewals, the progress
-thread's failure notices) must be stopped before it (weft's exit handler, comm/ctx_exit.c)
+thread's failure notices) must be stopped before it (weft's exit handler, comm/ctx/ctx_exit.c)
 or they crash the process in an OpenSSL call.
 
 Each case starts `weftrun -n 2 --keep-going` (every rank raises and exits by itself) a few

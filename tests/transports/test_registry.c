@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "comm/ctx.h"
+#include "comm/core_impl.h"
 #include "transports/transport.h"
 #include "weft/weft.h"
 

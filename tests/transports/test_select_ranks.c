@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "comm/memtype.h"
+#include "comm/device/memtype.h"
 #include "weft/weft.h"
 
 static const char *xml_dir = ".";

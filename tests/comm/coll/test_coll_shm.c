@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "comm/shm_job.h"
+#include "comm/shm/shm_job.h"
 #include "weft/weft.h"
 
 static weft_ctx_t *ctx;
@@ -169,8 +169,8 @@ static void test_bcast_late_mismatch(void **state)
 }
 
 /* Every member has attached to the segments made so far, so none of the job's names
- * ("weft-<job>-", comm/shm_job.h) is left in /dev/shm but the world's next control
- * segment, made ahead of time (comm/shm_seg.c); the subgroups of earlier tests are freed,
+ * ("weft-<job>-", comm/shm/shm_job.h) is left in /dev/shm but the world's next control
+ * segment, made ahead of time (comm/shm/shm_seg.c); the subgroups of earlier tests are freed,
  * and their spares with them. */
 static void test_no_name_left(void **state)
 {
@@ -251,7 +251,7 @@ static size_t mapped_ctl_bytes(uint32_t epoch)
 
 /* Every member revokes the world after a few collectives and repairs it: the first
  * collective of the new epoch maps no new segment but takes over the one the old epoch
- * made and mapped for it, sized for the largest group (comm/shm_seg.c, ctl_len_max:
+ * made and mapped for it, sized for the largest group (comm/shm/shm_seg.c, ctl_len_max:
  * 256 members' counters and 512 slots of 4 KiB, WEFT_SHM_SMALL_MAX as set here), where a
  * segment made for this group would be at least 64 KiB smaller. */
 static void test_next_epoch_ready(void **state)

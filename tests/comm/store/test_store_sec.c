@@ -366,7 +366,7 @@ static void test_member_writes_only_its_own(void **state)
 }
 
 /* A member deletes the agreement keys of finished epochs, whoever wrote them
- * (groups/retire.c), and nothing else: not what members own, not failure notices, not
+ * (comm/group/retire.c), and nothing else: not what members own, not failure notices, not
  * counters, not the launchers' keys. */
 static void test_member_deletes_only_finished_epochs(void **state)
 {

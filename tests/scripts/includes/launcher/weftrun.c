@@ -1,4 +1,4 @@
 /* fixture */
-#include "comm/log.h"
+#include "comm/ctx/log.h"
 #include "comm/store/store.h"
-#include "comm/ctx.h"
+#include "comm/core_impl.h"

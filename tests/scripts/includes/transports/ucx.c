@@ -1,3 +1,3 @@
 /* fixture: a transport reaches into comm/ */
 #include "transports/transport.h"
-#include "comm/log.h"
+#include "comm/ctx/log.h"

@@ -1,2 +1,2 @@
 /* fixture */
-#include "comm/log.h"
+#include "comm/ctx/log.h"

@@ -1,0 +1,411 @@
+/*
+ * Internal layout of the context, groups and requests, and the calls the comm layer
+ * offers to collectives, comm/group/, vocab/ and migrate/.
+ */
+#ifndef WEFT_CTX_H
+#define WEFT_CTX_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "comm/ctx/config.h"
+#include "comm/ctx/log.h"
+#include "comm/shm/shm_job.h"
+#include "comm/store/store.h"
+#include "comm/ctx/tag.h"
+#include "transports/transport.h"
+#include "util/clock.h"
+#include "util/host_id.h"
+#include "weft/coll.h"
+#include "weft/core.h"
+
+/* One started message transport: its ops table and this process's instance of it. */
+typedef struct weft_tl_inst {
+    const weft_transport_ops_t *ops;
+    weft_tl_t *tl;
+} weft_tl_inst_t;
+
+/* Room for every message transport of weft__transports[]. */
+#define WEFT_CTX_MAX_TLS 4
+
+/* One other process (or this one), indexed by stable member id. */
+typedef struct weft_peer {
+    /* The instance that reaches it (ctx->tl_local or ctx->tl_remote), copied here so a
+     * message costs one load and the ops call; NULL when none does. */
+    const weft_transport_ops_t *ops;
+    weft_tl_t *tl;
+    weft_tl_ep_t *ep;     /* NULL until first use */
+    void *addr;           /* published transport address (malloc'ed), NULL if unknown */
+    size_t addr_len;
+    weft_status_t failed; /* WEFT_OK while alive; else why it is gone */
+    bool same_host;       /* published the same host id as this process (util/host_id.h) */
+    char host_id[WEFT__HOST_ID_LEN]; /* the host id it published; "" until its address is read */
+} weft_peer_t;
+
+typedef struct weft_user_op {
+    weft_op_params_t params;
+    bool in_use;
+} weft_user_op_t;
+
+struct weft_ctx {
+    weft_config_t cfg;
+    weft_logger_t logger;
+    int rank, size;             /* world rank = stable member id of this process */
+    int local_rank, local_size;
+    char launcher[16];          /* "weftrun", "mpirun", "srun", "singleton" */
+    char store_addr[256];
+    char token[128];
+    char host_id[WEFT__HOST_ID_LEN]; /* util/host_id.h: peers with the same share memory */
+    weft_shm_job_t shm_job;     /* names of its shared-memory segments, the job lock */
+    weft_store_client_t *store; /* request/response connection */
+    weft_store_client_t *watch; /* store, once it watches the failure notices; NULL once lost */
+    weft_store_health_t store_health; /* of store (its requests, watch and lease) */
+    /* This member's own failure notice, once its watch delivered it (it was declared
+     * failed: the others go on without it). */
+    bool declared_failed;
+    char declared_failed_why[128];
+    struct weft_heartbeat *heartbeat; /* liveness lease (comm/liveness/heartbeat.c) */
+    /* Message transports started for host memory, in weft__transports[] order: every
+     * built-in one that init()s this process and is needed (comm/ctx/ctx.c). */
+    weft_tl_inst_t tls[WEFT_CTX_MAX_TLS];
+    int ntls;
+    const weft_tl_inst_t *tl_local;  /* reaches this process (WEFT_TL_LOOPBACK) */
+    const weft_tl_inst_t *tl_remote; /* reaches the others, by its published address;
+                                      * NULL without a store (one process, no joins) */
+    weft_peer_t *peers;         /* [npeers] by member id; grows as members join */
+    int npeers;
+    bool joining;               /* started as a new member (WEFT_JOIN=1), not in the world */
+    int world_size_at_start;    /* WEFT_WORLD_SIZE of the original job */
+    weft_group_t *world;
+    weft_group_t *groups;       /* every group of this context, world included */
+    int64_t local_group_ids;    /* subgroup ids handed out without a store (one process) */
+    uint32_t next_group_id;
+    struct weft_req *live;      /* requests in flight */
+    struct weft_req *req_pool;  /* freed requests kept for reuse (singly linked) */
+    int req_pool_len;
+    weft_user_op_t *user_ops;
+    int n_user_ops;
+    uint64_t progress_calls;
+    uint64_t shm_moves, shm_moves_seen; /* steps of shared-memory collectives (progress news) */
+    char last_error[512];
+    struct weft_cuda_ctx *cuda; /* topology summaries (comm/device/memtype.c); NULL until used */
+    /* The progress thread (comm/progress/progress_thread.c). */
+    pthread_mutex_t lock;       /* held by public calls and by the thread's passes */
+    pthread_cond_t pt_cv;       /* with job_lock: wakes the thread for published requests
+                                 * or queued jobs (pt_sleeping: written under both locks) */
+    pthread_t pt;
+    bool pt_running, pt_sleeping;
+    atomic_bool pt_stop;        /* set under the lock, except by the exit handler */
+    uint64_t pt_pass_ns;        /* when the thread last ended a pass (weft__now_ns) */
+    int lock_depth;             /* nesting of public calls on this thread */
+    _Atomic int api_waiting;    /* public calls waiting for the lock: the thread yields */
+    /* Until then (weft__now_ns) idle waits yield instead of sleeping: a transfer through
+     * shared memory is under way whose next step is microseconds away and wakes nobody
+     * (migrate/ring.h). */
+    _Atomic uint64_t spin_until_ns;
+    /* This host runs more of the job's ranks than it has cores: they take turns, so
+     * nothing may count on a peer running at the same time (waits do not spin, and
+     * migrations use no shared-memory rings). */
+    bool oversubscribed;
+    struct weft_req *bg;        /* published requests still in flight */
+    /* Jobs (comm/progress/job.h): queued data work, run outside the lock above. */
+    pthread_mutex_t job_lock;
+    struct weft_job *jobs_head, *jobs_tail;
+    struct weft__retired {      /* buffers cancelled sends may still read (weft__retire) */
+        void *ptr;
+        size_t big_bytes; /* 0: from malloc; else from weft__bigmem_alloc, this size */
+    } *retired;
+    size_t nretired, cap_retired;
+    /* Same-host migration rings kept between migrations (migrate/ring_cache.c), and what
+     * weft_finalize calls to let them go. */
+    struct weft_mig_rings *mig_rings;
+    void (*mig_rings_free)(struct weft_ctx *ctx);
+    /* The process's live contexts, which its exit handler stops (comm/ctx/ctx_exit.c):
+     * both fields are that file's, under its lock. */
+    struct weft_ctx *exit_next;
+    int exit_state;
+    pid_t exit_pid;             /* the process that made it (a forked child did not) */
+};
+
+struct weft_group {
+    weft_ctx_t *ctx;
+    uint32_t id;         /* agreed by all members, never reused in the job: store keys, names */
+    uint32_t tag_id;     /* in every tag (12 bits): no two live groups of a member share one */
+    uint32_t epoch;      /* goes up with every membership edit */
+    int rank, size;
+    int *members;        /* [size]: group rank -> stable member id */
+    uint32_t coll_seq;   /* sequence number of the next collective */
+    uint64_t coll_count; /* collectives started (weft_group_coll_count) */
+    weft_status_t revoked; /* WEFT_OK, or what every operation now returns */
+    uint32_t join_lo;      /* joiner registrations consumed by admitted edits */
+    struct weft_group *parent;
+    struct weft_group *next; /* in ctx->groups */
+    /* Shared-memory collectives (comm/shm/shm.h): the segment of this epoch, or NULL. */
+    struct weft_shm *shm;
+    struct weft_shm *shm_old; /* the previous epoch's, unmapped after the next collective */
+    uint32_t shm_epoch; /* epoch + 1 once decided for that epoch; 0: not yet */
+    /* CUDA stream and NCCL communicator (comm/device/memtype.c, comm/device/nccl_comm.c); NULL until used */
+    struct weft_cuda_group *cuda;
+    /* weft__group_hosts of epoch hosts_epoch - 1 (0: not computed), for the collectives */
+    int *hosts;
+    int nhosts;
+    uint32_t hosts_epoch;
+};
+
+/* A request. P2P requests wrap one transport request; compound requests (collectives)
+ * advance a state machine in progress(). */
+struct weft_req {
+    weft_ctx_t *ctx;
+    weft_group_t *group;
+    weft_status_t status; /* WEFT_INPROGRESS until complete */
+    size_t bytes;
+    int peer_id;          /* P2P: peer's member id; -1 for compound */
+    uint32_t epoch;       /* group epoch when started: an edit of the group fails it */
+    const weft_transport_ops_t *ops;
+    weft_tl_t *tl;
+    void *tl_req;         /* NULL once the transport request is finished */
+    /* Compound requests: advance, returning WEFT_INPROGRESS or the final status. */
+    weft_status_t (*progress)(struct weft_req *req);
+    /* Compound requests: cancel and free children and impl (called once). */
+    void (*cleanup)(struct weft_req *req);
+    void *impl;
+    struct weft_req *prev, *next; /* in ctx->live while in flight */
+    struct weft_req *bg_next;     /* in ctx->bg while published and in flight */
+    bool in_bg;
+    bool detached; /* nobody holds it: whoever completes it frees it (a refusal) */
+    /* A wait on it runs queued jobs while it waits (comm/progress/job.h): set by requests whose
+     * own work is jobs (migrations, snapshots). A wait on anything else leaves them to
+     * the progress thread, so a small collective never waits behind a chunk's copy. */
+    bool runs_jobs;
+    /* weft_irecv: the buffer's size and the tag, for the error of a message too long. */
+    size_t recv_cap;
+    uint32_t recv_tag;
+};
+
+/* ---- store keys ---- */
+/* Format a store key under the context's namespace: "<ns>/" followed by fmt. */
+void weft__key(const weft_ctx_t *ctx, char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- errors ---- */
+/* Record detail for weft_last_error(), log it, and return @p status. Peer errors are
+ * logged at info level. Once the store is lost, WEFT_ERR_IO and WEFT_ERR_TIMEOUT are its
+ * consequences: the loss is appended, and only the first of them is logged (as an error;
+ * the others at debug level), so a rank that keeps calling the store does not flood. */
+weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Record detail for weft_last_error() and log it at @p level, as it is. */
+weft_status_t weft__error_at(weft_ctx_t *ctx, weft_status_t status, weft_log_level_t level,
+                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Record detail for weft_last_error(NULL), the calling thread's error of a call that has
+ * no context (layouts, plans), and return @p status. Nothing is logged. */
+weft_status_t weft__error_noctx(weft_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- a lost store (comm/liveness/store_loss.c) ---- */
+/* Log the loss of the store, unless that was done already (once per process). */
+void weft__store_loss_report(weft_ctx_t *ctx);
+/* weft__error's rule: appends the loss to @p msg when @p status follows from it and
+ * returns the level to log at; @p level for other errors. */
+weft_log_level_t weft__store_loss_explain(weft_ctx_t *ctx, weft_status_t status, char *msg,
+                                          size_t len, weft_log_level_t level);
+/* How long (ns) a wait on peers that began at @p start (weft__now_ns) may last: its
+ * @p timeout_ns, or once the store is lost, WEFT_FAILURE_TIMEOUT_MS counted from the start
+ * or the loss, whichever is later (a hung peer can no longer be told from a slow one). */
+uint64_t weft__wait_limit(const weft_ctx_t *ctx, uint64_t start, uint64_t timeout_ns);
+/* WEFT_ERR_TIMEOUT for a wait on peers, @p what, that began at @p start and passed
+ * weft__wait_limit: records and logs the time waited and, if the lost store cut the wait
+ * short, that. */
+weft_status_t weft__wait_timeout(weft_ctx_t *ctx, uint64_t start, uint64_t timeout_ns,
+                                 const char *what);
+
+/* ---- transports ---- */
+/* Point ctx->peers[id] at the instance that reaches it. */
+static inline void weft__peer_route(weft_ctx_t *ctx, int id)
+{
+    const weft_tl_inst_t *t = id == ctx->rank ? ctx->tl_local : ctx->tl_remote;
+    ctx->peers[id].ops = t != NULL ? t->ops : NULL;
+    ctx->peers[id].tl = t != NULL ? t->tl : NULL;
+}
+/* Drop unexpected messages whose tag matches @p tag under @p mask in every transport
+ * (the messages of an epoch that an edit closed). */
+void weft__ctx_discard(weft_ctx_t *ctx, uint64_t tag, uint64_t mask);
+
+/* ---- the progress thread (comm/progress/progress_thread.c) ---- */
+/* Public calls hold the context's lock while they run, released on every return:
+ *     WEFT_API_LOCK(g->ctx);
+ * The lock is recursive (public calls call others) and taken only while the thread
+ * runs. NULL is allowed (no lock). */
+weft_ctx_t *weft__api_lock(weft_ctx_t *ctx);
+void weft__api_unlock(weft_ctx_t **held);
+#define WEFT_API_LOCK(c)                                                                     \
+    weft_ctx_t *weft__held __attribute__((cleanup(weft__api_unlock), unused)) =             \
+        weft__api_lock(c)
+/* Hand a request a public call returns to the thread, which advances it until done. */
+void weft__req_publish(weft_req_t *req);
+void weft__req_unpublish(weft_req_t *req);
+weft_status_t weft__progress_thread_start(weft_ctx_t *ctx);
+/* Whether @p req is left to the progress thread, which is keeping up (it ended a pass
+ * within the last millisecond): weft_test then only reads its status. */
+bool weft__progress_thread_owns(const weft_req_t *req);
+/* Wake the thread if it sleeps for want of work (call with the context's lock held). It
+ * sleeps on pt_cv with job_lock, so a queued job wakes it while a caller holds the lock. */
+void weft__pt_wake(weft_ctx_t *ctx);
+/* Stop and join the thread (weft_finalize, before anything is torn down). */
+void weft__progress_thread_stop(weft_ctx_t *ctx);
+/* The exit handler's: tell the thread to stop, without the context's lock, and join it
+ * by @p deadline (CLOCK_REALTIME); false if it could not be joined. Frees nothing. */
+bool weft__progress_thread_stop_at_exit(weft_ctx_t *ctx, const struct timespec *deadline);
+
+/* ---- process exit without weft_finalize (comm/ctx/ctx_exit.c) ---- */
+/* Put @p ctx, whose threads now run, on the process's list of live contexts; the first
+ * call registers the exit handler that stops their threads (call after OpenSSL is
+ * initialised, so that the handler runs before OpenSSL's). */
+void weft__exit_watch(weft_ctx_t *ctx);
+/* Take @p ctx off that list (weft_finalize, first). False when the exit handler has
+ * already stopped its threads: the process is ending, and weft_finalize must leave the
+ * context alone. */
+bool weft__exit_forget(weft_ctx_t *ctx);
+
+/* ---- buffers of cancelled sends ---- */
+/* A send cannot always be withdrawn from the transport once started (UCX keeps a pending
+ * or rendezvous send until its peer takes it or its endpoint closes), so a buffer it
+ * reads must outlive the request that was cancelled. weft__retire keeps @p ptr (from
+ * malloc) until weft_finalize has stopped the transports, then frees it. If the list
+ * cannot grow, the buffer is leaked rather than freed early. weft__retire_big does the
+ * same for a buffer of @p bytes from weft__bigmem_alloc (util/bigmem.h). */
+void weft__retire(weft_ctx_t *ctx, void *ptr);
+void weft__retire_big(weft_ctx_t *ctx, void *ptr, size_t bytes);
+
+/* ---- progress and requests ---- */
+/* Drive transports and failure notices once; nonzero when anything happened. */
+int weft__progress(weft_ctx_t *ctx);
+/* A new compound request in flight on @p g (status WEFT_INPROGRESS). */
+weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g);
+/* Release the requests kept for reuse (weft_finalize). */
+void weft__req_pool_drain(weft_ctx_t *ctx);
+/* Free every request of @p g (NULL: of the context), owners before what they own. */
+void weft__req_free_all(weft_ctx_t *ctx, const weft_group_t *g);
+/* Advance @p req once (without driving the transports) and return its status. */
+weft_status_t weft__req_advance(weft_req_t *req);
+/* Wait for @p req with the context's default timeout, then free it. NULL: WEFT_OK. */
+weft_status_t weft__req_wait_free(weft_req_t *req);
+/* Waits for a start call's request: the blocking twin of any nonblocking call. */
+weft_status_t weft__blocking(weft_status_t start_status, weft_req_t *req);
+/* Whether shared-memory collectives moved since the last call (consumes the news). */
+static inline bool weft__shm_news(weft_ctx_t *ctx)
+{
+    bool news = ctx->shm_moves != ctx->shm_moves_seen;
+    ctx->shm_moves_seen = ctx->shm_moves;
+    return news;
+}
+/* One idle step of a wait loop: spin, then yield, then sleep briefly. */
+void weft__idle(weft_ctx_t *ctx, uint64_t *idle_polls);
+
+/* ---- point-to-point inside the library ---- */
+/*
+ * Send/receive to group rank @p peer with tag (this group, its epoch, @p cls, @p payload).
+ * Same completion convention as the public calls: WEFT_OK with *req = NULL when done.
+ * Fails fast with the group's revoke status, or WEFT_ERR_PEER_FAILED for a dead peer.
+ */
+weft_status_t weft__isend(weft_group_t *g, int peer, const void *buf, size_t len,
+                          enum weft_tag_class cls, uint32_t payload, weft_req_t **req);
+weft_status_t weft__irecv(weft_group_t *g, int peer, void *buf, size_t len,
+                          enum weft_tag_class cls, uint32_t payload, weft_req_t **req);
+
+/* weft__irecv that also reports the length when it completes inline (recvd may be NULL). */
+weft_status_t weft__irecv_len(weft_group_t *g, int peer, void *buf, size_t len,
+                              enum weft_tag_class cls, uint32_t payload, weft_req_t **req,
+                              size_t *recvd);
+/*
+ * Establish connections with group ranks @p ranks[0..n) now (an empty control message
+ * each way), so later operations do not pay for connection set-up. Collective between
+ * the pairs: each side must list the other. WEFT_OK or the first error.
+ */
+weft_status_t weft__warm_up(weft_group_t *g, const int *ranks, int n);
+/* Group ranks of @p g to warm up with under WEFT_CONNECT (local: same host; all; lazy:
+ * none), excluding this rank. *ranks is malloc'ed. */
+weft_status_t weft__warm_up_peers(weft_group_t *g, int **ranks, int *n);
+/* Poll the launcher's failure notices (weft/failed/<rank>) without blocking. */
+void weft__poll_failure_notices(weft_ctx_t *ctx);
+
+/* ---- liveness (comm/liveness/heartbeat.c) ---- */
+weft_status_t weft__heartbeat_start(weft_ctx_t *ctx);
+/* Stop renewing the lease; @p disarm: leaving on purpose, not failing. Without it the
+ * store publishes this member's failure notice once the connection closes. */
+void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm);
+/* The exit handler's: stop the thread, leaving the lease armed (the process's end is a
+ * failure the others must see), and join it by @p deadline (CLOCK_REALTIME); false if
+ * it could not be joined (it is in a store call). Frees nothing. */
+bool weft__heartbeat_stop_at_exit(weft_ctx_t *ctx, const struct timespec *deadline);
+/*
+ * Store work nobody waits for (deleting keys of finished epochs): @p fn runs on the
+ * heartbeat's thread with a copy of the @p len bytes at @p arg, at its next renewal
+ * (within WEFT_HEARTBEAT_MS), off the caller's path, in the order queued, and before
+ * weft_finalize closes the store. Without the thread, now. @p fn may use ctx->store,
+ * ctx->logger and weft__key, nothing else of the context.
+ */
+void weft__store_chore(weft_ctx_t *ctx, void (*fn)(weft_ctx_t *ctx, const void *arg),
+                       const void *arg, size_t len);
+/* A chore that deletes @p key. */
+void weft__store_chore_delete(weft_ctx_t *ctx, const char *key);
+
+/* ---- membership ---- */
+/* Make ctx->peers[id] exist (growing the table); WEFT_ERR_INVALID_ARG past the tag limit. */
+weft_status_t weft__peer_slot(weft_ctx_t *ctx, int id);
+/* Look up member @p id's transport address in the store (waiting up to timeout_ms);
+ * expect_size > 0 also checks the world size it was started with. */
+weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int expect_size);
+/* Publish that member @p id failed, so every member learns it (idempotent). */
+void weft__report_failure(weft_ctx_t *ctx, int id, const char *why);
+/* Fail every in-flight request of @p g with @p why (used when its epoch changes). */
+void weft__group_fail_requests(weft_group_t *g, weft_status_t why);
+/* Revoke @p g on this member alone (WEFT_ERR_REVOKED, its requests in flight failed);
+ * false when it was revoked already. */
+bool weft__group_revoke_here(weft_group_t *g);
+/* Publish the revocation of @p g's epoch @p epoch ("failed/g<id>.<epoch>", read by every
+ * member's watch of failures); @p why is the notice's text. */
+weft_status_t weft__group_publish_revoke(weft_group_t *g, uint32_t epoch, const char *why);
+/*
+ * This member abandoned an operation of @p g's epoch @p epoch half way (@p what, e.g.
+ * "allreduce #3 (timed out)"): the others may be waiting in it, or have finished it, so the
+ * epoch is revoked for every member (locally, through the shared-memory segment, and by a
+ * notice in the store), and every member's repair moves the group on to one new epoch.
+ * Nothing when the group was revoked or edited since: the others know already.
+ */
+void weft__group_abandon(weft_group_t *g, uint32_t epoch, const char *what);
+/* Mark member @p id failed (idempotent); revokes every group containing it. */
+void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);
+/* WEFT_OK, or the error every operation on @p g returns now. */
+weft_status_t weft__group_status(const weft_group_t *g);
+/* The host of each rank of @p g into @p host[g->size]: the lowest rank on the same host
+ * (util/host_id.h), -1 for a member whose address was never read. Every member of an
+ * epoch knows every other's address (weft__learn_members), so all compute the same
+ * table. Returns the number of hosts counted. */
+int weft__group_hosts(const weft_group_t *g, int *host);
+/* The same table for @p g's current epoch, computed once per epoch and kept in the group;
+ * NULL when out of memory. *@p nhosts gets the number of hosts. */
+const int *weft__group_host_table(weft_group_t *g, int *nhosts);
+/* Create a group from member ids (ordered) with an agreed id and tag id (see struct
+ * weft_group); appended to ctx->groups. */
+weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,
+                                 uint32_t tag_id, weft_group_t *parent, weft_group_t **out);
+/* Free @p g with its requests; messages of its tag id still waiting here are dropped. */
+void weft__group_destroy(weft_group_t *g);
+
+/* ---- CUDA state (comm/device/memtype.c) ---- */
+/* Release g->cuda (NCCL communicator included); weft__group_destroy must call it. */
+void weft__cuda_group_fini(weft_group_t *g);
+/* Release ctx->cuda; weft_finalize must call it before closing the store. */
+void weft__cuda_ctx_fini(weft_ctx_t *ctx);
+
+/* ---- user operators ---- */
+/* The params of user operator @p op, or NULL if it is not a live user operator. */
+const weft_op_params_t *weft__user_op(const weft_ctx_t *ctx, weft_op_t op);
+
+#endif

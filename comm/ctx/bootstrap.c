@@ -1,0 +1,226 @@
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "comm/ctx/bootstrap.h"
+#include "util/parse.h"
+
+typedef struct env_source {
+    const char *launcher;
+    const char *rank, *size, *local_rank, *local_size;
+} env_source_t;
+
+/*
+ * Launchers whose variables say who a process is, in order of precedence: the first one
+ * present wins. Launchers nest (srun starts one weftrun or torchrun per node, mpirun
+ * runs inside a Slurm allocation), so an outer launcher's variables describe the
+ * process that started this one, and the innermost launcher comes first.
+ */
+static const env_source_t sources[] = {
+    {"weftrun", "WEFT_RANK", "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE"},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"pmix", "PMIX_RANK", "WEFT_WORLD_SIZE", NULL, NULL},
+};
+
+/*
+ * The job token, taken out of the environment by the first weft_init of the process
+ * that finds it there: the program's own children (data loaders, shell commands) need
+ * not inherit the secret, and weft needs it only here. Later contexts of the process (a
+ * second weft_init, weft-perf's rebuilds) read it from this copy; a token set again in
+ * the environment replaces it. The one piece of state weft keeps per process.
+ */
+static pthread_mutex_t token_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One byte more than a context takes, so that a token too long is seen as one. */
+#define TOKEN_COPY_LEN (sizeof(((weft_boot_t *)0)->token) + 1)
+static char token_kept[TOKEN_COPY_LEN];
+
+/* The job token into @p out ("" when there is none). */
+static void take_token(char out[TOKEN_COPY_LEN])
+{
+    pthread_mutex_lock(&token_lock);
+    const char *env = getenv("WEFT_JOB_TOKEN");
+    if (env != NULL) {
+        snprintf(token_kept, sizeof(token_kept), "%s", env);
+        unsetenv("WEFT_JOB_TOKEN");
+    }
+    memcpy(out, token_kept, TOKEN_COPY_LEN);
+    pthread_mutex_unlock(&token_lock);
+}
+
+void weft__bootstrap_forget_token(void)
+{
+    pthread_mutex_lock(&token_lock);
+    OPENSSL_cleanse(token_kept, sizeof(token_kept));
+    pthread_mutex_unlock(&token_lock);
+}
+
+/* -1: absent; -2: malformed; else the value. */
+static int env_int(const char *name)
+{
+    if (name == NULL) {
+        return -1;
+    }
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0') {
+        return -1;
+    }
+    /* SLURM_NTASKS_PER_NODE may read "4(x2)": the leading number is what we want. */
+    char num[24];
+    size_t n = strcspn(s, "(");
+    int64_t v;
+    if (n >= sizeof(num)) {
+        return -2;
+    }
+    memcpy(num, s, n);
+    num[n] = '\0';
+    return weft__parse_i64(num, 0, 1 << 30, &v) ? (int)v : -2;
+}
+
+/* Log the reason of a failure as an error and keep its text for weft_last_error. */
+__attribute__((format(printf, 5, 6))) static weft_status_t
+fail(const weft_logger_t *lg, char *why, size_t why_len, weft_status_t st, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    WEFT_ERROR(lg, "%s", msg);
+    if (why != NULL && why_len > 0) {
+        snprintf(why, why_len, "%s", msg);
+    }
+    return st;
+}
+
+static weft_status_t read_source(const weft_logger_t *lg, const env_source_t *src, weft_boot_t *b,
+                                 char *why, size_t why_len)
+{
+    int rank = env_int(src->rank), size = env_int(src->size);
+    if (rank == -2 || size == -2) {
+        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG, "%s or %s is not a number", src->rank,
+                    src->size);
+    }
+    if (size < 1 || rank >= size) {
+        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG, "%s=%d and %s=%d are inconsistent",
+                    src->rank, rank, src->size, size);
+    }
+    int lrank = env_int(src->local_rank), lsize = env_int(src->local_size);
+    b->rank = rank;
+    b->size = size;
+    b->local_rank = lrank >= 0 ? lrank : 0;
+    b->local_size = lsize > 0 ? lsize : 1;
+    snprintf(b->launcher, sizeof(b->launcher), "%s", src->launcher);
+    return WEFT_OK;
+}
+
+static weft_status_t bootstrap_joiner(const weft_logger_t *lg, weft_boot_t *b, char *why,
+                                      size_t why_len)
+{
+    int rank = env_int("WEFT_RANK"), size = env_int("WEFT_WORLD_SIZE");
+    if (rank == -2 || size == -2) {
+        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+                    "WEFT_RANK or WEFT_WORLD_SIZE is not a number");
+    }
+    b->joining = true;
+    b->rank = rank; /* -1: assigned by the store */
+    b->size = size > 0 ? size : 1;
+    /* Where the launcher says how many ranks share this host, believe it: the idle policy
+     * depends on it, and a joiner that took itself for alone spun on a core that the
+     * others needed (a job with a replacement trained 5-35% slower on 2 cores). */
+    int lrank = env_int("WEFT_LOCAL_RANK"), lsize = env_int("WEFT_LOCAL_SIZE");
+    b->local_size = lsize > 0 ? lsize : 1;
+    b->local_rank = lrank >= 0 && lrank < b->local_size ? lrank : 0;
+    snprintf(b->launcher, sizeof(b->launcher), "join");
+    return WEFT_OK;
+}
+
+/*
+ * Several ranks and no store: each would run alone as rank 0 of 1, so refuse, naming the
+ * variables that were seen and the two ways to launch.
+ */
+static weft_status_t refuse_without_store(const weft_logger_t *lg, const env_source_t *src,
+                                          const weft_boot_t *b, char *why, size_t why_len)
+{
+    if (src == NULL) {
+        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+                    "WEFT_JOIN=1 (a process joining a running job) but no WEFT_STORE: a "
+                    "joiner needs the job's store (WEFT_STORE and WEFT_JOB_TOKEN)");
+    }
+    const char *torch = getenv("MASTER_ADDR") != NULL || getenv("MASTER_PORT") != NULL
+                            ? " (MASTER_ADDR and MASTER_PORT are torch's store, which weft "
+                              "does not use)"
+                            : "";
+    return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+                "%s=%d %s=%d set by %s but no WEFT_STORE, so this process would run alone as "
+                "rank 0 of 1. Start the job with weftrun (weftrun -n %d -- PROGRAM), or keep "
+                "%s and give every rank a store: run 'weftrun --store-only' once and export "
+                "the WEFT_STORE and WEFT_JOB_TOKEN it prints%s",
+                src->rank, b->rank, src->size, b->size, src->launcher, b->size, src->launcher,
+                torch);
+}
+
+weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot, char *why, size_t why_len)
+{
+    weft_boot_t b;
+    memset(&b, 0, sizeof(b));
+    const env_source_t *src = NULL;
+    const char *join = getenv("WEFT_JOIN");
+    if (join != NULL && strcmp(join, "1") == 0) {
+        weft_status_t st = bootstrap_joiner(lg, &b, why, why_len);
+        if (st != WEFT_OK) {
+            return st;
+        }
+        goto store;
+    }
+    for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]) && src == NULL; i++) {
+        if (env_int(sources[i].rank) != -1) {
+            src = &sources[i];
+        }
+    }
+    if (src == NULL) {
+        b.rank = 0;
+        b.size = 1;
+        b.local_rank = 0;
+        b.local_size = 1;
+        snprintf(b.launcher, sizeof(b.launcher), "singleton");
+    } else {
+        weft_status_t st = read_source(lg, src, &b, why, why_len);
+        if (st != WEFT_OK) {
+            return st;
+        }
+    }
+store:;
+    const char *store = getenv("WEFT_STORE");
+    if (store != NULL && *store != '\0') {
+        if (strlen(store) >= sizeof(b.store) || strchr(store, ':') == NULL) {
+            return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+                        "WEFT_STORE='%.300s' is not host:port", store);
+        }
+        snprintf(b.store, sizeof(b.store), "%s", store);
+        char token[TOKEN_COPY_LEN];
+        take_token(token);
+        bool fits = token[0] != '\0' && strlen(token) < sizeof(b.token);
+        if (fits) {
+            memcpy(b.token, token, strlen(token) + 1); /* fits: checked above */
+        }
+        OPENSSL_cleanse(token, sizeof(token));
+        if (!fits) {
+            return fail(lg, why, why_len, WEFT_ERR_AUTH,
+                        "WEFT_STORE is set but WEFT_JOB_TOKEN is missing or too long: the "
+                        "store refuses clients without the job token");
+        }
+    } else if (b.size > 1 || b.joining) {
+        return refuse_without_store(lg, b.joining ? NULL : src, &b, why, why_len);
+    }
+    *boot = b;
+    OPENSSL_cleanse(&b, sizeof(b));
+    return WEFT_OK;
+}

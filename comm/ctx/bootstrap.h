@@ -1,0 +1,37 @@
+/* Bootstrap: who this process is, from the launcher's environment. */
+#ifndef WEFT_BOOTSTRAP_H
+#define WEFT_BOOTSTRAP_H
+
+#include <stdbool.h>
+
+#include "comm/ctx/log.h"
+#include "weft/status.h"
+
+typedef struct weft_boot {
+    int rank, size, local_rank, local_size;
+    char launcher[16];   /* weftrun, mpirun, pmi, torchrun, srun, pmix, singleton, join */
+    char store[256];     /* host:port, "" for a singleton without store */
+    char token[128];
+    bool joining;        /* WEFT_JOIN=1: a new member of a running job; rank may be -1 */
+} weft_boot_t;
+
+/*
+ * Read rank/size/store/token. Sources, the first present wins (launchers nest, the
+ * innermost comes first): WEFT_RANK / WEFT_WORLD_SIZE (weftrun), OMPI_COMM_WORLD_*
+ * (Open MPI's mpirun), PMI_RANK / PMI_SIZE (MPICH's and Intel MPI's Hydra), RANK /
+ * WORLD_SIZE (torchrun), SLURM_PROCID / SLURM_NTASKS (srun), PMIX_RANK + WEFT_WORLD_SIZE.
+ * The store address and token always come from WEFT_STORE and WEFT_JOB_TOKEN (the token
+ * is then removed from the environment; later calls in the process use the copy kept by
+ * the first): a source of more than one rank without WEFT_STORE is an error that names
+ * the variables seen and how to launch, never a silent rank 0 of 1. No source at all: a
+ * singleton of size 1.
+ * WEFT_JOIN=1 marks a process that joins a running job: its WEFT_RANK is a member id
+ * beyond the original world (or absent: the store assigns one) and a store is required.
+ * On failure the reason is logged as an error and, when @p why is not NULL, copied there.
+ */
+weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot, char *why,
+                              size_t why_len);
+/* Forgets the token kept from the environment, as if no context had been made (tests). */
+void weft__bootstrap_forget_token(void);
+
+#endif

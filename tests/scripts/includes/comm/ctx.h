@@ -1,4 +1,0 @@
-/* fixture */
-#include "comm/log.h"
-#include "comm/store/store.h"
-#include "transports/transport.h"
