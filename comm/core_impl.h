@@ -1,6 +1,8 @@
 /*
- * Internal layout of the context, groups and requests, and the calls the comm layer
- * offers to collectives, comm/group/, vocab/ and migrate/.
+ * The core's private header: the layout of the context, groups and requests, and the
+ * calls the core's folders (comm/) make to one another. Only comm/ may include it
+ * (scripts/check-includes.py); the layers above reach the core through comm/core.h,
+ * which this header includes.
  */
 #ifndef WEFT_CTX_H
 #define WEFT_CTX_H
@@ -12,6 +14,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "comm/core.h"
 #include "comm/ctx/config.h"
 #include "comm/ctx/log.h"
 #include "comm/shm/shm_job.h"
@@ -105,7 +108,7 @@ struct weft_ctx {
     _Atomic int api_waiting;    /* public calls waiting for the lock: the thread yields */
     /* Until then (weft__now_ns) idle waits yield instead of sleeping: a transfer through
      * shared memory is under way whose next step is microseconds away and wakes nobody
-     * (migrate/ring.h). */
+     * (weft__ctx_spin_until). */
     _Atomic uint64_t spin_until_ns;
     /* This host runs more of the job's ranks than it has cores: they take turns, so
      * nothing may count on a peer running at the same time (waits do not spin, and
@@ -120,10 +123,12 @@ struct weft_ctx {
         size_t big_bytes; /* 0: from malloc; else from weft__bigmem_alloc, this size */
     } *retired;
     size_t nretired, cap_retired;
-    /* Same-host migration rings kept between migrations (migrate/ring_cache.c), and what
-     * weft_finalize calls to let them go. */
-    struct weft_mig_rings *mig_rings;
-    void (*mig_rings_free)(struct weft_ctx *ctx);
+    /* State the layers above keep per context (weft__ctx_ext in comm/core.h). */
+    struct weft__ctx_ext {
+        const void *key; /* NULL: free slot */
+        void *value;
+        weft__ctx_ext_fini_fn fini;
+    } ext[WEFT__CTX_EXT_MAX];
     /* The process's live contexts, which its exit handler stops (comm/ctx/ctx_exit.c):
      * both fields are that file's, under its lock. */
     struct weft_ctx *exit_next;
@@ -191,21 +196,6 @@ struct weft_req {
 void weft__key(const weft_ctx_t *ctx, char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* ---- errors ---- */
-/* Record detail for weft_last_error(), log it, and return @p status. Peer errors are
- * logged at info level. Once the store is lost, WEFT_ERR_IO and WEFT_ERR_TIMEOUT are its
- * consequences: the loss is appended, and only the first of them is logged (as an error;
- * the others at debug level), so a rank that keeps calling the store does not flood. */
-weft_status_t weft__error(weft_ctx_t *ctx, weft_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Record detail for weft_last_error() and log it at @p level, as it is. */
-weft_status_t weft__error_at(weft_ctx_t *ctx, weft_status_t status, weft_log_level_t level,
-                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-/* Record detail for weft_last_error(NULL), the calling thread's error of a call that has
- * no context (layouts, plans), and return @p status. Nothing is logged. */
-weft_status_t weft__error_noctx(weft_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
 /* ---- a lost store (comm/liveness/store_loss.c) ---- */
 /* Log the loss of the store, unless that was done already (once per process). */
@@ -236,18 +226,7 @@ static inline void weft__peer_route(weft_ctx_t *ctx, int id)
  * (the messages of an epoch that an edit closed). */
 void weft__ctx_discard(weft_ctx_t *ctx, uint64_t tag, uint64_t mask);
 
-/* ---- the progress thread (comm/progress/progress_thread.c) ---- */
-/* Public calls hold the context's lock while they run, released on every return:
- *     WEFT_API_LOCK(g->ctx);
- * The lock is recursive (public calls call others) and taken only while the thread
- * runs. NULL is allowed (no lock). */
-weft_ctx_t *weft__api_lock(weft_ctx_t *ctx);
-void weft__api_unlock(weft_ctx_t **held);
-#define WEFT_API_LOCK(c)                                                                     \
-    weft_ctx_t *weft__held __attribute__((cleanup(weft__api_unlock), unused)) =             \
-        weft__api_lock(c)
-/* Hand a request a public call returns to the thread, which advances it until done. */
-void weft__req_publish(weft_req_t *req);
+/* ---- the progress thread (comm/progress/progress_thread.c; WEFT_API_LOCK in comm/core.h) ---- */
 void weft__req_unpublish(weft_req_t *req);
 weft_status_t weft__progress_thread_start(weft_ctx_t *ctx);
 /* Whether @p req is left to the progress thread, which is keeping up (it ended a pass
@@ -272,31 +251,12 @@ void weft__exit_watch(weft_ctx_t *ctx);
  * context alone. */
 bool weft__exit_forget(weft_ctx_t *ctx);
 
-/* ---- buffers of cancelled sends ---- */
-/* A send cannot always be withdrawn from the transport once started (UCX keeps a pending
- * or rendezvous send until its peer takes it or its endpoint closes), so a buffer it
- * reads must outlive the request that was cancelled. weft__retire keeps @p ptr (from
- * malloc) until weft_finalize has stopped the transports, then frees it. If the list
- * cannot grow, the buffer is leaked rather than freed early. weft__retire_big does the
- * same for a buffer of @p bytes from weft__bigmem_alloc (util/bigmem.h). */
-void weft__retire(weft_ctx_t *ctx, void *ptr);
-void weft__retire_big(weft_ctx_t *ctx, void *ptr, size_t bytes);
 
 /* ---- progress and requests ---- */
-/* Drive transports and failure notices once; nonzero when anything happened. */
-int weft__progress(weft_ctx_t *ctx);
-/* A new compound request in flight on @p g (status WEFT_INPROGRESS). */
-weft_req_t *weft__req_new(weft_ctx_t *ctx, weft_group_t *g);
 /* Release the requests kept for reuse (weft_finalize). */
 void weft__req_pool_drain(weft_ctx_t *ctx);
 /* Free every request of @p g (NULL: of the context), owners before what they own. */
 void weft__req_free_all(weft_ctx_t *ctx, const weft_group_t *g);
-/* Advance @p req once (without driving the transports) and return its status. */
-weft_status_t weft__req_advance(weft_req_t *req);
-/* Wait for @p req with the context's default timeout, then free it. NULL: WEFT_OK. */
-weft_status_t weft__req_wait_free(weft_req_t *req);
-/* Waits for a start call's request: the blocking twin of any nonblocking call. */
-weft_status_t weft__blocking(weft_status_t start_status, weft_req_t *req);
 /* Whether shared-memory collectives moved since the last call (consumes the news). */
 static inline bool weft__shm_news(weft_ctx_t *ctx)
 {
@@ -304,24 +264,8 @@ static inline bool weft__shm_news(weft_ctx_t *ctx)
     ctx->shm_moves_seen = ctx->shm_moves;
     return news;
 }
-/* One idle step of a wait loop: spin, then yield, then sleep briefly. */
-void weft__idle(weft_ctx_t *ctx, uint64_t *idle_polls);
 
 /* ---- point-to-point inside the library ---- */
-/*
- * Send/receive to group rank @p peer with tag (this group, its epoch, @p cls, @p payload).
- * Same completion convention as the public calls: WEFT_OK with *req = NULL when done.
- * Fails fast with the group's revoke status, or WEFT_ERR_PEER_FAILED for a dead peer.
- */
-weft_status_t weft__isend(weft_group_t *g, int peer, const void *buf, size_t len,
-                          enum weft_tag_class cls, uint32_t payload, weft_req_t **req);
-weft_status_t weft__irecv(weft_group_t *g, int peer, void *buf, size_t len,
-                          enum weft_tag_class cls, uint32_t payload, weft_req_t **req);
-
-/* weft__irecv that also reports the length when it completes inline (recvd may be NULL). */
-weft_status_t weft__irecv_len(weft_group_t *g, int peer, void *buf, size_t len,
-                              enum weft_tag_class cls, uint32_t payload, weft_req_t **req,
-                              size_t *recvd);
 /*
  * Establish connections with group ranks @p ranks[0..n) now (an empty control message
  * each way), so later operations do not pay for connection set-up. Collective between
@@ -381,13 +325,6 @@ weft_status_t weft__group_publish_revoke(weft_group_t *g, uint32_t epoch, const 
 void weft__group_abandon(weft_group_t *g, uint32_t epoch, const char *what);
 /* Mark member @p id failed (idempotent); revokes every group containing it. */
 void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);
-/* WEFT_OK, or the error every operation on @p g returns now. */
-weft_status_t weft__group_status(const weft_group_t *g);
-/* The host of each rank of @p g into @p host[g->size]: the lowest rank on the same host
- * (util/host_id.h), -1 for a member whose address was never read. Every member of an
- * epoch knows every other's address (weft__learn_members), so all compute the same
- * table. Returns the number of hosts counted. */
-int weft__group_hosts(const weft_group_t *g, int *host);
 /* The same table for @p g's current epoch, computed once per epoch and kept in the group;
  * NULL when out of memory. *@p nhosts gets the number of hosts. */
 const int *weft__group_host_table(weft_group_t *g, int *nhosts);
@@ -403,6 +340,10 @@ void weft__group_destroy(weft_group_t *g);
 void weft__cuda_group_fini(weft_group_t *g);
 /* Release ctx->cuda; weft_finalize must call it before closing the store. */
 void weft__cuda_ctx_fini(weft_ctx_t *ctx);
+
+/* ---- per-context extensions (comm/ctx/contract.c) ---- */
+/* Release every extension value, last set first (weft_finalize). */
+void weft__ctx_ext_fini_all(weft_ctx_t *ctx);
 
 /* ---- user operators ---- */
 /* The params of user operator @p op, or NULL if it is not a live user operator. */

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "migrate/box.h"
 #include "migrate/layout.h"
 #include "util/array.h"
@@ -190,13 +190,13 @@ weft_status_t weft_migrate_replan_flat(const weft_layout_t *old, const weft_grou
     }
     /* What the members of @p g hold, and the same tensors with nobody holding them yet. */
     if (st == WEFT_OK) {
-        st = weft_layout_keep(old, g->members, g->size, &kept);
+        st = weft_layout_keep(old, weft__group_members(g), weft__group_size(g), &kept);
     }
     if (st == WEFT_OK) {
         st = weft_layout_keep(old, NULL, 0, &nl);
     }
     if (st == WEFT_OK) {
-        st = weft_layout_flat(nl, tensors, old->ntensors, g->members, g->size);
+        st = weft_layout_flat(nl, tensors, old->ntensors, weft__group_members(g), weft__group_size(g));
     }
     weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
     weft_plan_t *p = NULL;

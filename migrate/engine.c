@@ -19,8 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/coll/coll.h"
-#include "comm/device/memtype.h"
+#include "comm/coll/start.h"
 #include "comm/device/nccl_comm.h"
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
@@ -55,7 +54,7 @@ static weft_status_t prepare_nccl(mig_t *m)
         return st;
     }
     if ((st = weft__mig_nccl_init(m)) != WEFT_OK) {
-        return st == WEFT_ERR_NO_MEMORY ? weft__error(m->g->ctx, st, "weft_migrate: out of memory")
+        return st == WEFT_ERR_NO_MEMORY ? weft__error(weft__group_ctx(m->g), st, "weft_migrate: out of memory")
                                         : st;
     }
     m->nccl = true;
@@ -77,8 +76,8 @@ static weft_status_t choose_nccl(mig_t *m)
 
 static weft_status_t mig_progress(weft_req_t *req)
 {
-    mig_t *m = req->impl;
-    weft_ctx_t *ctx = m->g->ctx;
+    mig_t *m = weft__req_impl(req);
+    weft_ctx_t *ctx = weft__group_ctx(m->g);
     weft_status_t st;
     if (m->stage == STAGE_AGREE) {
         if ((st = weft__coll_child_test(&m->child, NULL)) != WEFT_OK) {
@@ -112,7 +111,7 @@ static weft_status_t mig_progress(weft_req_t *req)
         }
 #endif
         for (int i = 0; i < m->nstreams; i++) {
-            if (atomic_load(&ctx->api_waiting) > 0) {
+            if (weft__ctx_caller_waiting(ctx)) {
                 return WEFT_INPROGRESS; /* the progress thread's pass: let the caller in */
             }
             if ((st = weft__mig_stream_progress(m, &m->streams[i], gate)) != WEFT_OK &&
@@ -171,7 +170,7 @@ static void mig_free(mig_t *m)
     if (m == NULL) {
         return;
     }
-    weft_ctx_t *ctx = m->g->ctx;
+    weft_ctx_t *ctx = weft__group_ctx(m->g);
     bool live = false; /* some send of this migration was still in flight */
     /* No job may touch the buffers once they are released. */
     weft__job_cancel(ctx, &m->local_job);
@@ -186,7 +185,7 @@ static void mig_free(mig_t *m)
 #ifdef WEFT_HAVE_NCCL
     weft__mig_nccl_free(m);
 #endif
-    for (int r = 0; m->close_reqs != NULL && r < m->g->size; r++) {
+    for (int r = 0; m->close_reqs != NULL && r < weft__group_size(m->g); r++) {
         live |= m->close_reqs[r] != NULL;
         weft_req_free(m->close_reqs[r]);
     }
@@ -223,8 +222,8 @@ static void mig_free(mig_t *m)
 
 static void mig_cleanup(weft_req_t *req)
 {
-    mig_free(req->impl);
-    req->impl = NULL;
+    mig_free(weft__req_impl(req));
+    weft__req_set_impl(req, NULL);
 }
 
 /* The stream with @p member in direction @p send, created if new. */
@@ -281,7 +280,7 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
         int other = send ? x->t.dst : x->t.src, rank;
         if (weft_group_rank_of(m->g, other, &rank) != WEFT_OK) {
             return refuse(m, "the plan %s member %d, which is not in group %u epoch %u",
-                          send ? "sends to" : "receives from", other, m->g->id, m->g->epoch);
+                          send ? "sends to" : "receives from", other, weft__group_id(m->g), weft__group_epoch(m->g));
         }
         stream_t *s = stream_for(m, other, rank, send);
         if (s == NULL ||
@@ -322,9 +321,8 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
         }
         /* On one host, contiguous chunks are read by the receiver from the sender's
          * memory (one copy, off the transport, outside the context's lock). */
-        weft_ctx_t *ctx = m->g->ctx;
-        s->cma = ctx->cfg.migrate_cma && !m->any_dev && s->member < ctx->npeers &&
-                 ctx->peers[s->member].same_host;
+        weft_ctx_t *ctx = weft__group_ctx(m->g);
+        s->cma = weft__ctx_config(ctx)->migrate_cma && !m->any_dev && weft__peer_same_host(ctx, s->member);
     }
     return WEFT_OK;
 }
@@ -350,7 +348,7 @@ static void cross_memory(const mig_t *m, int me, int64_t *host, int64_t *dev)
 static uint64_t agreement_key(const mig_t *m, const weft_migrate_params_t *p)
 {
     uint64_t h = m->plan->digest ^ XXH3_64bits(&m->chunk, sizeof(m->chunk)) ^
-                 (m->g->ctx->cfg.migrate_shm ? UINT64_C(0x5348) : 0);
+                 (weft__ctx_config(weft__group_ctx(m->g))->migrate_shm ? UINT64_C(0x5348) : 0);
     if (p->priority != NULL && p->num_priorities > 0) {
         h ^= XXH3_64bits_withSeed(p->priority, (size_t)p->num_priorities * sizeof(int), 1);
     }
@@ -377,15 +375,15 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
                                       uint64_t extra_key, const weft__mig_ext_t *ext,
                                       weft_req_t **req)
 {
-    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    WEFT_API_LOCK(g != NULL ? weft__group_ctx(g) : NULL);
     if (g == NULL || plan == NULL || req == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
-    weft_ctx_t *ctx = g->ctx;
+    weft_ctx_t *ctx = weft__group_ctx(g);
     weft_status_t st = weft__group_status(g);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "weft_migrate_start: group %u epoch %u is revoked", g->id,
-                           g->epoch);
+        return weft__error(ctx, st, "weft_migrate_start: group %u epoch %u is revoked", weft__group_id(g),
+                           weft__group_epoch(g));
     }
     weft_migrate_params_t p;
     memset(&p, 0, sizeof(p));
@@ -399,7 +397,7 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
         perr = "num_priorities < 0";
         p.priority = NULL;
     }
-    int me = g->members[g->rank];
+    int me = weft__group_members(g)[weft__group_rank(g)];
     mig_t *m = calloc(1, sizeof(*m));
     if (m == NULL) {
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate_start: out of memory");
@@ -426,11 +424,11 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
                                                     : p.resume_buf);
     }
 #endif
-    m->chunk = ctx->cfg.migrate_chunk > 0 ? ctx->cfg.migrate_chunk : 1;
-    m->window = ctx->cfg.migrate_window > 0 ? ctx->cfg.migrate_window : 1;
+    m->chunk = weft__ctx_config(ctx)->migrate_chunk > 0 ? weft__ctx_config(ctx)->migrate_chunk : 1;
+    m->window = weft__ctx_config(ctx)->migrate_window > 0 ? weft__ctx_config(ctx)->migrate_window : 1;
     m->max_staged = p.max_staged_bytes != 0 ? p.max_staged_bytes : DEFAULT_MAX_STAGED;
     m->gated = p.priority != NULL;
-    m->tag_id = g->coll_seq & 0xf;
+    m->tag_id = weft__group_coll_seq(g) & 0xf;
     if (perr != NULL) {
         refuse(m, "%s", perr);
     }
@@ -460,16 +458,14 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
     m->agree[1] = (int64_t)~key;
     m->agree[2] = m->bad_args;
     cross_memory(m, me, &m->agree[3], &m->agree[4]);
-    m->nccl_seq = g->coll_count; /* the agreement's: the same on every member */
+    m->nccl_seq = weft__group_coll_count(g); /* the agreement's: the same on every member */
     weft_req_t *r = weft__req_new(ctx, g);
     if (r == NULL) {
         mig_free(m);
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate_start: out of memory");
     }
-    r->impl = m;
-    r->runs_jobs = true;
-    r->progress = mig_progress;
-    r->cleanup = mig_cleanup;
+    weft__req_set_ops(r, mig_progress, mig_cleanup, m);
+    weft__req_set_runs_jobs(r, true);
     st = weft_iallreduce(g, m->agree, &m->agree[5], 5, WEFT_I64, WEFT_MAX, &m->child);
     if (st != WEFT_OK && st != WEFT_INPROGRESS) {
         weft_req_free(r);
@@ -483,7 +479,7 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
 weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
                            void *new_buf, const weft_migrate_params_t *params)
 {
-    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    WEFT_API_LOCK(g != NULL ? weft__group_ctx(g) : NULL);
     weft_req_t *req = NULL;
     weft_status_t st = weft_migrate_start(g, plan, old_buf, new_buf, params, &req);
     return weft__blocking(st, req);
@@ -491,17 +487,17 @@ weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void 
 
 bool weft__mig_is(const weft_req_t *req)
 {
-    return req != NULL && req->progress == mig_progress && req->impl != NULL;
+    return req != NULL && weft__req_progress(req) == mig_progress && weft__req_impl(req) != NULL;
 }
 
 const weft_plan_t *weft__mig_plan(const weft_req_t *req)
 {
-    return ((const mig_t *)req->impl)->plan;
+    return ((const mig_t *)weft__req_impl(req))->plan;
 }
 
 bool weft__mig_received(const weft_req_t *req, weft__mig_piece_fn fn, void *arg)
 {
-    const mig_t *m = req->impl;
+    const mig_t *m = weft__req_impl(req);
     for (int i = 0; i < m->nstreams; i++) {
         const stream_t *s = &m->streams[i];
         for (uint32_t k = 0; !s->send && k < s->nchunks; k++) {

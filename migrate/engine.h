@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "migrate/plan.h"
 
 /* Chunks per stream are numbered in 20 bits of the tag; the last two numbers are the

@@ -4,7 +4,7 @@
  */
 #include <stdlib.h>
 
-#include "comm/coll/coll.h"
+#include "comm/coll/start.h"
 #include "migrate/engine_impl.h"
 
 /*
@@ -24,15 +24,15 @@ weft_status_t weft__mig_start_close(mig_t *m)
     m->close_in = (int32_t)worst;
     m->close_out = m->close_in;
     m->stage = STAGE_CLOSE;
-    int p = m->g->size;
+    int p = weft__group_size(m->g);
     m->close_reqs = calloc((size_t)p, sizeof(*m->close_reqs));
     m->close_vals = calloc((size_t)p, sizeof(*m->close_vals));
     if (m->close_reqs == NULL || m->close_vals == NULL) {
-        return weft__error(m->g->ctx, WEFT_ERR_NO_MEMORY, "weft_migrate: out of memory");
+        return weft__error(weft__group_ctx(m->g), WEFT_ERR_NO_MEMORY, "weft_migrate: out of memory");
     }
     uint32_t up = payload(m, 0, true, WEFT_MIG_CLOSE), down = payload(m, 1, true, WEFT_MIG_CLOSE);
     weft_status_t st = WEFT_OK;
-    if (m->g->rank == 0) {
+    if (weft__group_rank(m->g) == 0) {
         m->close_vals[0] = m->close_in;
         for (int r = 1; r < p && (st == WEFT_OK || st == WEFT_INPROGRESS); r++) {
             st = weft__irecv(m->g, r, &m->close_vals[r], sizeof(int32_t), WEFT_TAG_MIGRATE, up,
@@ -52,14 +52,14 @@ weft_status_t weft__mig_start_close(mig_t *m)
 /* WEFT_OK once every message of the close is done. */
 weft_status_t weft__mig_close_progress(mig_t *m)
 {
-    int p = m->g->size;
+    int p = weft__group_size(m->g);
     for (int r = 0; r < p; r++) {
         weft_status_t st = weft__coll_child_test(&m->close_reqs[r], NULL);
         if (st != WEFT_OK) {
             return st;
         }
     }
-    if (m->g->rank != 0 || m->close_bcast) {
+    if (weft__group_rank(m->g) != 0 || m->close_bcast) {
         return WEFT_OK;
     }
     for (int r = 1; r < p; r++) {

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "comm/progress/job.h"
 #include "migrate/engine.h"
 #include "migrate/ring.h"

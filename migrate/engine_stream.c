@@ -13,7 +13,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "comm/coll/coll.h"
+#include "comm/coll/start.h"
 #include "comm/progress/copy.h"
 #include "comm/ctx/log.h"
 #include "migrate/box.h"
@@ -169,15 +169,15 @@ static void slot_job(weft_job_t *job)
 static void submit(mig_t *m, slot_t *sl)
 {
     sl->phase = SL_JOB;
-    weft__job_submit(m->g->ctx, &sl->job, m->any_dev);
+    weft__job_submit(weft__group_ctx(m->g), &sl->job, m->any_dev);
 }
 
 /* A ring moved: its next step (a slot emptied, a chunk put in) is likely microseconds
  * away and wakes nobody, so this member's waits yield rather than sleep for a while. */
 static void ring_busy(mig_t *m)
 {
-    if (!m->g->ctx->oversubscribed) {
-        atomic_store(&m->g->ctx->spin_until_ns, weft__now_ns() + WEFT_RING_SPIN_NS);
+    if (!weft__ctx_oversubscribed(weft__group_ctx(m->g))) {
+        weft__ctx_spin_until(weft__group_ctx(m->g), weft__now_ns() + WEFT_RING_SPIN_NS);
     }
 }
 
@@ -190,8 +190,8 @@ static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
     if (s->send && s->ring_state == RING_ON) {
         if (!weft__ring_free_for(s->ring, s->ring_seq)) {
             /* The receiver has not emptied that slot yet: try on a later pass. */
-            weft_ctx_t *ctx = m->g->ctx;
-            return s->member < ctx->npeers ? ctx->peers[s->member].failed : WEFT_OK;
+            weft_ctx_t *ctx = weft__group_ctx(m->g);
+            return weft__peer_status(ctx, s->member);
         }
         ring_busy(m);
         sl->ring_q = s->ring_seq + 1;
@@ -344,7 +344,7 @@ static weft_status_t end_round(mig_t *m, stream_t *s, uint32_t nbad, const uint3
     }
     for (uint32_t i = 0; i < nbad; i++) {
         if (bad[i] >= s->nchunks) {
-            return weft__error(m->g->ctx, WEFT_ERR_PROTOCOL,
+            return weft__error(weft__group_ctx(m->g), WEFT_ERR_PROTOCOL,
                                "migration: member %d named chunk %u of %u", s->member, bad[i],
                                s->nchunks);
         }
@@ -381,10 +381,10 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
 {
     weft_status_t st = WEFT_OK;
     if (s->ring_state == RING_UNDECIDED) {
-        weft_ctx_t *ctx = m->g->ctx;
+        weft_ctx_t *ctx = weft__group_ctx(m->g);
         size_t slot = max_chunk(s);
-        if (!ctx->cfg.migrate_shm || m->nccl || !weft__ring_fits(slot, s->nchunks) ||
-            s->member >= ctx->npeers || !ctx->peers[s->member].same_host) {
+        if (!weft__ctx_config(ctx)->migrate_shm || m->nccl || !weft__ring_fits(slot, s->nchunks) ||
+            !weft__peer_same_host(ctx, s->member)) {
             s->ring_state = RING_NONE;
             return WEFT_OK;
         }
@@ -400,11 +400,11 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
             /* With more ranks than cores, a ring, which needs both members running at
              * once, lost to CMA, which needs only the receiver: 8-rank restores on 2
              * cores took 10-35% longer through rings. */
-            if (!m->any_dev && !ctx->oversubscribed && weft__migrate_ring_refuse != 2) {
+            if (!m->any_dev && !weft__ctx_oversubscribed(ctx) && weft__migrate_ring_refuse != 2) {
                 uint32_t slots = weft__ring_slots(slot, s->nchunks, m->window);
                 s->ring = weft__ring_take_owned(ctx, s->member, slot, slots, s->offer);
                 if (s->ring == NULL) {
-                    WEFT_DEBUG(&ctx->logger, "migration: no ring for member %d (%s)",
+                    WEFT_DEBUG(weft__ctx_logger(ctx), "migration: no ring for member %d (%s)",
                                s->member, strerror(errno));
                 }
             }
@@ -421,9 +421,9 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
             return st;
         }
         if (!m->any_dev && s->offer->slots != 0 && weft__migrate_ring_refuse != 1) {
-            s->ring = weft__ring_take_mapped(m->g->ctx, s->member, s->offer, max_chunk(s));
+            s->ring = weft__ring_take_mapped(weft__group_ctx(m->g), s->member, s->offer, max_chunk(s));
             if (s->ring == NULL) {
-                WEFT_DEBUG(&m->g->ctx->logger, "migration: cannot map member %d's ring (%s)",
+                WEFT_DEBUG(weft__ctx_logger(weft__group_ctx(m->g)), "migration: cannot map member %d's ring (%s)",
                            s->member, strerror(errno));
             }
         }
@@ -567,6 +567,6 @@ bool weft__mig_local_step(mig_t *m, int gate)
     m->local_cur = m->local_next++;
     m->local_job.run = local_job;
     m->local_busy = true;
-    weft__job_submit(m->g->ctx, &m->local_job, m->any_dev);
+    weft__job_submit(weft__group_ctx(m->g), &m->local_job, m->any_dev);
     return false;
 }

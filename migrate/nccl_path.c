@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/coll/coll.h"
+#include "comm/coll/start.h"
 #include "comm/ctx/log.h"
 #include "comm/device/nccl_comm.h"
 #include "migrate/device.h"
@@ -79,7 +79,7 @@ static weft_status_t cuda_fail(mig_t *m, cudaError_t e, const char *what)
     if (m->why[0] == '\0') {
         snprintf(m->why, sizeof(m->why), "NCCL path: %s: %s", what, cudaGetErrorString(e));
     }
-    return weft__error(m->g->ctx, WEFT_ERR_TRANSPORT, "weft_migrate: %s: %s", what,
+    return weft__error(weft__group_ctx(m->g), WEFT_ERR_TRANSPORT, "weft_migrate: %s: %s", what,
                        cudaGetErrorString(e));
 }
 
@@ -89,7 +89,7 @@ weft_status_t weft__mig_on_device(mig_t *m, weft_status_t (*fn)(mig_t *m))
     if (cudaGetDevice(&prev) != cudaSuccess ||
         (prev != m->cuda_dev && cudaSetDevice(m->cuda_dev) != cudaSuccess)) {
         (void)cudaGetLastError();
-        return weft__error(m->g->ctx, WEFT_ERR_TRANSPORT, "weft_migrate: cannot use CUDA device %d",
+        return weft__error(weft__group_ctx(m->g), WEFT_ERR_TRANSPORT, "weft_migrate: cannot use CUDA device %d",
                            m->cuda_dev);
     }
     weft_status_t st = fn(m);
@@ -436,7 +436,7 @@ static weft_status_t free_on_device(mig_t *m)
             weft__coll_child_drop(&st->legs[i].hdr);
         }
         if (sending) {
-            weft__retire(m->g->ctx, st->legs);
+            weft__retire(weft__group_ctx(m->g), st->legs);
         } else {
             free(st->legs);
         }
@@ -457,7 +457,7 @@ static weft_status_t free_on_device(mig_t *m)
         }
     }
     if (np->leak) {
-        WEFT_WARN(&m->g->ctx->logger,
+        WEFT_WARN(weft__ctx_logger(weft__group_ctx(m->g)),
                   "weft_migrate: freed with NCCL transfers in flight; their %zu staging "
                   "buffers are kept, since a transfer may still write them",
                   nmem);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "migrate/box.h"
 #include "migrate/layout.h"
 #include "migrate/plan.h"

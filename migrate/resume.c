@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "migrate/box.h"
 #include "migrate/engine.h"
 #include "migrate/layout.h"
@@ -88,11 +88,11 @@ static weft_status_t source_layout(const weft_layout_t *old, const weft_group_t 
                                    weft_layout_t **out)
 {
     weft_layout_t *s;
-    weft_status_t st = weft_layout_keep(old, g->members, g->size, &s);
-    for (int r = 0; r < g->size && st == WEFT_OK; r++) {
+    weft_status_t st = weft_layout_keep(old, weft__group_members(g), weft__group_size(g), &s);
+    for (int r = 0; r < weft__group_size(g) && st == WEFT_OK; r++) {
         for (int64_t k = 0; k < counts[r] && st == WEFT_OK; k++) {
             const piece_rec_t *p = &all[r * most + k];
-            st = weft_layout_add_region(s, g->members[r], p->tensor, &p->box);
+            st = weft_layout_add_region(s, weft__group_members(g)[r], p->tensor, &p->box);
             if (st == WEFT_OK) {
                 weft__lregion_t *reg = &s->regions[s->nregions - 1];
                 reg->buf = 1;
@@ -113,16 +113,16 @@ weft_status_t weft_migrate_resume(weft_group_t *g, weft_req_t *failed, const wef
                                   const weft_layout_t *target, const weft_plan_params_t *params,
                                   weft_plan_t **plan)
 {
-    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    WEFT_API_LOCK(g != NULL ? weft__group_ctx(g) : NULL);
     if (g == NULL || plan == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
-    weft_ctx_t *ctx = g->ctx;
+    weft_ctx_t *ctx = weft__group_ctx(g);
     pieces_t mine = {0};
     const char *why = NULL;
     if (failed == NULL || old == NULL || target == NULL) {
         why = "NULL argument";
-    } else if (!weft__mig_is(failed) || failed->status == WEFT_INPROGRESS) {
+    } else if (!weft__mig_is(failed) || weft__req_status(failed) == WEFT_INPROGRESS) {
         why = "the request is not a completed migration";
     } else if (!old_matches(old, weft__mig_plan(failed), g)) {
         why = "the old layout is not the failed plan's";
@@ -132,7 +132,7 @@ weft_status_t weft_migrate_resume(weft_group_t *g, weft_req_t *failed, const wef
     }
     /* Everyone takes part in the exchange, so a refused member fails every member. */
     int64_t count = why != NULL ? -1 : (int64_t)mine.n;
-    int64_t *counts = calloc((size_t)g->size, sizeof(*counts));
+    int64_t *counts = calloc((size_t)weft__group_size(g), sizeof(*counts));
     if (counts == NULL) {
         free(mine.v);
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate_resume: out of memory");
@@ -140,7 +140,7 @@ weft_status_t weft_migrate_resume(weft_group_t *g, weft_req_t *failed, const wef
     weft_status_t st = weft_allgather(g, &count, counts, 1, WEFT_I64);
     int64_t most = 0;
     bool refused = false;
-    for (int r = 0; r < g->size && st == WEFT_OK; r++) {
+    for (int r = 0; r < weft__group_size(g) && st == WEFT_OK; r++) {
         refused |= counts[r] < 0;
         most = counts[r] > most ? counts[r] : most;
     }
@@ -148,7 +148,7 @@ weft_status_t weft_migrate_resume(weft_group_t *g, weft_req_t *failed, const wef
     if (st == WEFT_OK && !refused && most > 0) {
         size_t row = (size_t)most * sizeof(piece_rec_t);
         piece_rec_t *send = calloc(1, row);
-        all = calloc((size_t)g->size, row);
+        all = calloc((size_t)weft__group_size(g), row);
         if (send == NULL || all == NULL) {
             st = WEFT_ERR_NO_MEMORY;
         } else {

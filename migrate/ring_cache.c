@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "migrate/ring.h"
 
 typedef struct ring_entry {
@@ -50,25 +50,30 @@ static bool make_room(struct weft_mig_rings *rs, bool owner, size_t len)
     return rs->bytes[owner] + len <= weft__ring_budget;
 }
 
-static void rings_free(weft_ctx_t *ctx)
+/* The key of the context's ring cache (weft__ctx_ext). */
+static const char rings_key;
+
+static void rings_free(weft_ctx_t *ctx, void *value)
 {
-    if (ctx->mig_rings == NULL) {
-        return;
-    }
-    for (ring_entry_t *e = ctx->mig_rings->head, *next; e != NULL; e = next) {
+    (void)ctx;
+    struct weft_mig_rings *rs = value;
+    for (ring_entry_t *e = rs->head, *next; e != NULL; e = next) {
         next = e->next;
-        entry_free(ctx->mig_rings, e); /* a stream holding one was freed with its request */
+        entry_free(rs, e); /* a stream holding one was freed with its request */
     }
-    free(ctx->mig_rings);
-    ctx->mig_rings = NULL;
+    free(rs);
 }
 
+/* The context's ring cache, made on first use; NULL when out of memory. */
 static struct weft_mig_rings *rings(weft_ctx_t *ctx)
 {
-    if (ctx->mig_rings == NULL && (ctx->mig_rings = calloc(1, sizeof(*ctx->mig_rings))) != NULL) {
-        ctx->mig_rings_free = rings_free;
+    struct weft_mig_rings *rs = weft__ctx_ext(ctx, &rings_key);
+    if (rs == NULL && (rs = calloc(1, sizeof(*rs))) != NULL &&
+        weft__ctx_ext_set(ctx, &rings_key, rs, rings_free) != WEFT_OK) {
+        free(rs);
+        rs = NULL;
     }
-    return ctx->mig_rings;
+    return rs;
 }
 
 /* Free the idle entries of failed peers; of the idle entries of @p member in direction
@@ -79,7 +84,7 @@ static ring_entry_t *sweep(weft_ctx_t *ctx, struct weft_mig_rings *rs, int membe
     ring_entry_t *found = NULL;
     for (ring_entry_t **pp = &rs->head; *pp != NULL;) {
         ring_entry_t *e = *pp;
-        bool dead = e->member < ctx->npeers && ctx->peers[e->member].failed != WEFT_OK;
+        bool dead = weft__peer_status(ctx, e->member) != WEFT_OK;
         bool mine = !e->busy && e->member == member && e->owner == owner;
         if (!e->busy && (dead || (mine && found != NULL))) {
             *pp = e->next;
@@ -208,7 +213,7 @@ void weft__ring_give_back(weft_ctx_t *ctx, weft_mig_ring_t *r, bool keep)
         return;
     }
     ring_entry_t *e = (ring_entry_t *)r;
-    struct weft_mig_rings *rs = ctx->mig_rings;
+    struct weft_mig_rings *rs = weft__ctx_ext(ctx, &rings_key);
     if (keep) {
         e->busy = false; /* the next take keeps at most one idle per peer and direction */
         return;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/coll/coll.h"
+#include "comm/coll/start.h"
 #include "migrate/box.h"
 #include "migrate/engine.h"
 #include "migrate/layout.h"
@@ -40,14 +40,14 @@ static int host_of(const weft_snapshot_params_t *p, int id)
  * and when out of memory (buddies then ignore hosts, as they do without a table). */
 static int *group_host_of(const weft_group_t *g, weft_snapshot_params_t *p)
 {
-    if (p->host_of != NULL || g->size < 2) {
+    if (p->host_of != NULL || weft__group_size(g) < 2) {
         return NULL;
     }
     int max_id = 0;
-    for (int r = 0; r < g->size; r++) {
-        max_id = g->members[r] > max_id ? g->members[r] : max_id;
+    for (int r = 0; r < weft__group_size(g); r++) {
+        max_id = weft__group_members(g)[r] > max_id ? weft__group_members(g)[r] : max_id;
     }
-    int *by_rank = malloc((size_t)g->size * sizeof(int));
+    int *by_rank = malloc((size_t)weft__group_size(g) * sizeof(int));
     int *table = malloc(((size_t)max_id + 1) * sizeof(int));
     if (by_rank == NULL || table == NULL || weft__group_hosts(g, by_rank) < 2) {
         free(by_rank);
@@ -57,8 +57,8 @@ static int *group_host_of(const weft_group_t *g, weft_snapshot_params_t *p)
     for (int id = 0; id <= max_id; id++) {
         table[id] = -1;
     }
-    for (int r = 0; r < g->size; r++) {
-        table[g->members[r]] = by_rank[r];
+    for (int r = 0; r < weft__group_size(g); r++) {
+        table[weft__group_members(g)[r]] = by_rank[r];
     }
     free(by_rank);
     p->host_of = table;
@@ -237,7 +237,7 @@ static weft_status_t build_layouts(weft_snapshot_t *s, const weft_layout_t *stat
         }
     }
     if (st == WEFT_OK) {
-        int me = weft__snap_index(s, s->g->members[s->g->rank]);
+        int me = weft__snap_index(s, weft__group_members(s->g)[weft__group_rank(s->g)]);
         s->spill_bytes = spill_off[me];
     }
     free(b);
@@ -255,7 +255,7 @@ static weft_status_t build_layouts(weft_snapshot_t *s, const weft_layout_t *stat
 weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, size_t blob_bytes,
                                    const weft_snapshot_params_t *params, weft_snapshot_t **snap)
 {
-    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    WEFT_API_LOCK(g != NULL ? weft__group_ctx(g) : NULL);
     if (g == NULL || state == NULL || snap == NULL) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_snapshot_create: NULL argument");
     }
@@ -275,8 +275,8 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
                                  p.buddy_mem_bytes);
     }
     int r = p.redundancy > 0 ? p.redundancy : 1;
-    if (r > g->size - 1) {
-        r = g->size - 1;
+    if (r > weft__group_size(g) - 1) {
+        r = weft__group_size(g) - 1;
     }
     for (int t = 0; t < state->ntensors; t++) {
         if (strncmp(state->tensors[t].name, WEFT_SNAP_BLOB_PREFIX, strlen(WEFT_SNAP_BLOB_PREFIX)) ==
@@ -293,7 +293,7 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
             return weft__error_noctx(WEFT_ERR_INVALID_ARG,
                                      "weft_snapshot_create: the layout names member %d, which "
                                      "is not in group %u epoch %u",
-                                     state->members[k].id, g->id, g->epoch);
+                                     state->members[k].id, weft__group_id(g), weft__group_epoch(g));
         }
     }
     weft_status_t st = weft_layout_check_complete(state);
@@ -301,13 +301,13 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
         return st;
     }
     weft_snapshot_t *s = calloc(1, sizeof(*s));
-    if (s == NULL || (s->members = malloc((size_t)g->size * sizeof(int))) == NULL) {
+    if (s == NULL || (s->members = malloc((size_t)weft__group_size(g) * sizeof(int))) == NULL) {
         free(s);
         return weft__error_noctx(WEFT_ERR_NO_MEMORY, "weft_snapshot_create: out of memory");
     }
     s->g = g;
-    s->n = g->size;
-    memcpy(s->members, g->members, (size_t)g->size * sizeof(int));
+    s->n = weft__group_size(g);
+    memcpy(s->members, weft__group_members(g), (size_t)weft__group_size(g) * sizeof(int));
     s->nstate = state->ntensors;
     s->blob_bytes = blob_bytes;
     s->spill_mode = p.buddy_mem_bytes > 0;
@@ -318,7 +318,7 @@ weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state, 
         st = weft__snap_ssd_open(s, p.ssd_dir);
     }
     if (st == WEFT_OK) {
-        int me = g->members[g->rank];
+        int me = weft__group_members(g)[weft__group_rank(g)];
         /* The spilled regions come last in this member's packed order. */
         s->buf_bytes = weft_layout_packed_bytes(s->copies, me) - s->spill_bytes;
         s->stats.spill_bytes = s->spill_bytes;
@@ -357,7 +357,7 @@ typedef struct snap_req {
 
 static weft_status_t snap_progress(weft_req_t *req)
 {
-    snap_req_t *q = req->impl;
+    snap_req_t *q = weft__req_impl(req);
     weft_snapshot_t *s = q->snap;
     if (s == NULL) {
         return WEFT_ERR_REVOKED; /* the snapshot object was freed under it */
@@ -390,7 +390,7 @@ static weft_status_t snap_progress(weft_req_t *req)
 
 static void snap_cleanup(weft_req_t *req)
 {
-    snap_req_t *q = req->impl;
+    snap_req_t *q = weft__req_impl(req);
     if (q == NULL) {
         return;
     }
@@ -399,7 +399,7 @@ static void snap_cleanup(weft_req_t *req)
     }
     if (q->snap != NULL && q->snap->ssd_running) {
         /* Freed before the SSD write ended: it stops here (the step is not written). */
-        weft__job_cancel(req->ctx, &q->snap->ssd_job);
+        weft__job_cancel(weft__req_ctx(req), &q->snap->ssd_job);
         q->snap->ssd_running = false;
         q->snap->stats.ssd_status = WEFT_ERR_REVOKED;
     }
@@ -408,17 +408,17 @@ static void snap_cleanup(weft_req_t *req)
         q->snap->pending = NULL;
     }
     free(q);
-    req->impl = NULL;
+    weft__req_set_impl(req, NULL);
 }
 
 weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step, const void *state_buf,
                                   const void *blob, size_t blob_len, weft_req_t **req)
 {
-    WEFT_API_LOCK(snap != NULL ? snap->g->ctx : NULL);
+    WEFT_API_LOCK(snap != NULL ? weft__group_ctx(snap->g) : NULL);
     if (snap == NULL || req == NULL || (blob == NULL && blob_len > 0)) {
         return WEFT_ERR_INVALID_ARG;
     }
-    weft_ctx_t *ctx = snap->g->ctx;
+    weft_ctx_t *ctx = weft__group_ctx(snap->g);
     if (snap->plan == NULL) {
         return weft__error(ctx, WEFT_ERR_INVALID_ARG,
                            "weft_snapshot_start: this object only received a restore "
@@ -480,10 +480,8 @@ weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step, const vo
     }
     q->snap = snap;
     q->child = child;
-    r->impl = q;
-    r->runs_jobs = true;
-    r->progress = snap_progress;
-    r->cleanup = snap_cleanup;
+    weft__req_set_ops(r, snap_progress, snap_cleanup, q);
+    weft__req_set_runs_jobs(r, true);
     snap->pending = r;
     snap->pending_step = step;
     snap->pending_parity = parity;
@@ -518,14 +516,14 @@ void weft_snapshot_free(weft_snapshot_t *snap)
     if (snap == NULL) {
         return;
     }
-    WEFT_API_LOCK(snap->g->ctx);
+    WEFT_API_LOCK(weft__group_ctx(snap->g));
     if (snap->pending != NULL) {
-        snap_req_t *q = snap->pending->impl;
+        snap_req_t *q = weft__req_impl(snap->pending);
         weft__coll_child_drop(&q->child);
         q->snap = NULL;
         snap->failed_once = true;
     }
-    weft_ctx_t *ctx = snap->g->ctx;
+    weft_ctx_t *ctx = weft__group_ctx(snap->g);
     weft__snap_ssd_close(snap);
     if (snap->failed_once) {
         /* Cancelled sends of a failed snapshot may still read these (weft__retire). */

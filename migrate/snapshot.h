@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "comm/progress/job.h"
 #include "weft/snapshot.h"
 

@@ -20,7 +20,7 @@ weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *t
 {
     const weft_group_t *g = s->g;
     weft_layout_t *t;
-    weft_status_t st = weft_layout_keep(target, g->members, g->size, &t);
+    weft_status_t st = weft_layout_keep(target, weft__group_members(g), weft__group_size(g), &t);
     uint64_t shape[1] = {8 + s->blob_bytes};
     for (int i = 0; i < s->n && st == WEFT_OK; i++) {
         char name[WEFT_LAYOUT_NAME_MAX + 1];
@@ -28,14 +28,14 @@ weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *t
         int idx;
         st = weft_layout_add_tensor(t, name, WEFT_U8, 1, shape, &idx);
         if (st == WEFT_OK) {
-            st = weft_layout_replicate(t, idx, g->members, g->size);
+            st = weft_layout_replicate(t, idx, weft__group_members(g), weft__group_size(g));
         }
     }
     /* A member admitted since receives the blobs straight into its snapshot object's
      * blob array (buffer 1), its state into the caller's buffer: no copy afterwards. */
-    for (int r = 0; r < g->size && st == WEFT_OK; r++) {
-        const weft__lmember_t *m = weft__layout_member(t, g->members[r]);
-        if (weft__snap_index(s, g->members[r]) >= 0 || m == NULL) {
+    for (int r = 0; r < weft__group_size(g) && st == WEFT_OK; r++) {
+        const weft__lmember_t *m = weft__layout_member(t, weft__group_members(g)[r]);
+        if (weft__snap_index(s, weft__group_members(g)[r]) >= 0 || m == NULL) {
             continue;
         }
         for (int i = 0; i < s->n; i++) {
@@ -57,7 +57,7 @@ size_t weft_snapshot_restore_bytes(const weft_snapshot_t *snap, const weft_layou
     if (snap == NULL || target == NULL) {
         return 0;
     }
-    int me = snap->g->members[snap->g->rank];
+    int me = weft__group_members(snap->g)[weft__group_rank(snap->g)];
     return weft_layout_packed_bytes(target, me) + (size_t)snap->n * (8 + snap->blob_bytes);
 }
 
@@ -138,7 +138,7 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, agreed_t *a)
     int64_t mine[7] = {holder ? (s->have_committed ? (int64_t)s->committed : -1) : INT64_MAX,
                        holder ? (s->have_committed ? -(int64_t)s->committed : 1) : INT64_MAX,
                        refused ? 0 : 1,
-                       holder ? g->rank : INT64_MAX,
+                       holder ? weft__group_rank(g) : INT64_MAX,
                        holder ? 0 : -1,
                        holder && s->spill_mode ? -1 : 0,
                        holder && s->live == NULL ? -1 : 0};
@@ -151,19 +151,19 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, agreed_t *a)
         return WEFT_ERR_INVALID_ARG;
     }
     if (all[2] == 0) {
-        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+        return weft__error(weft__group_ctx(g), WEFT_ERR_INVALID_ARG,
                            "weft_snapshot_restore: another member's arguments were refused");
     }
     if (all[3] == INT64_MAX) {
-        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+        return weft__error(weft__group_ctx(g), WEFT_ERR_INVALID_ARG,
                            "weft_snapshot_restore: no member holds the snapshot");
     }
     if (all[0] < 0) {
-        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+        return weft__error(weft__group_ctx(g), WEFT_ERR_INVALID_ARG,
                            "weft_snapshot_restore: a member has no committed snapshot");
     }
     if (-all[1] - all[0] > 1) {
-        return weft__error(g->ctx, WEFT_ERR_PROTOCOL,
+        return weft__error(weft__group_ctx(g), WEFT_ERR_PROTOCOL,
                            "weft_snapshot_restore: members committed steps %" PRId64 " to %" PRId64
                            " (a snapshot started before the previous one "
                            "was committed everywhere)",
@@ -187,20 +187,20 @@ static weft_status_t agree_step(weft_snapshot_t *s, bool refused, agreed_t *a)
 static weft_status_t read_spilled(weft_snapshot_t *s, const agreed_t *a, uint8_t **spill, int **bad)
 {
     weft_group_t *g = s->g;
-    int *flags = calloc(2 * (size_t)g->size, sizeof(int));
+    int *flags = calloc(2 * (size_t)weft__group_size(g), sizeof(int));
     if (flags == NULL) {
-        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_restore: out of memory");
+        return weft__error(weft__group_ctx(g), WEFT_ERR_NO_MEMORY, "weft_snapshot_restore: out of memory");
     }
     if (s->plan != NULL && s->spill_mode) {
-        flags[g->rank] = !weft__snap_ssd_read_spill(s, a->step, spill);
+        flags[weft__group_rank(g)] = !weft__snap_ssd_read_spill(s, a->step, spill);
     }
-    weft_status_t st = weft_allreduce(g, flags, flags + g->size, g->size, WEFT_I32, WEFT_MAX);
+    weft_status_t st = weft_allreduce(g, flags, flags + weft__group_size(g), weft__group_size(g), WEFT_I32, WEFT_MAX);
     bool any = false;
-    for (int r = 0; r < g->size && st == WEFT_OK; r++) {
-        any |= flags[g->size + r] != 0;
+    for (int r = 0; r < weft__group_size(g) && st == WEFT_OK; r++) {
+        any |= flags[weft__group_size(g) + r] != 0;
     }
     if (st == WEFT_OK && any) {
-        memmove(flags, flags + g->size, (size_t)g->size * sizeof(int));
+        memmove(flags, flags + weft__group_size(g), (size_t)weft__group_size(g) * sizeof(int));
         *bad = flags;
     } else {
         free(flags);
@@ -212,7 +212,7 @@ static weft_status_t read_spilled(weft_snapshot_t *s, const agreed_t *a, uint8_t
  * memory of @p new_buf (the migration then copies nothing). */
 static bool in_place(const weft_snapshot_t *s, const weft__xfer_t *x, const uint8_t *new_buf)
 {
-    int me = s->g->members[s->g->rank];
+    int me = weft__group_members(s->g)[weft__group_rank(s->g)];
     return s->live != NULL && x->t.src == me && x->t.dst == me && x->src_buf == 2 &&
            x->dst_buf == 0 && s->live + x->src_packed == new_buf + x->dst_packed &&
            memcmp(&x->src_box, &x->dst_box, sizeof(x->dst_box)) == 0;
@@ -222,7 +222,7 @@ static bool in_place(const weft_snapshot_t *s, const weft__xfer_t *x, const uint
  * restored in place. */
 static bool writes_into_live(const weft_snapshot_t *s, const uint8_t *new_buf)
 {
-    int me = s->g->members[s->g->rank];
+    int me = weft__group_members(s->g)[weft__group_rank(s->g)];
     const weft__lmember_t *m = weft__layout_member(s->src, me);
     size_t live_bytes = 0;
     for (int k = 0; m != NULL && k < m->nregions; k++) {
@@ -268,7 +268,7 @@ static weft_status_t replan(weft_snapshot_t *s, const weft_layout_t *target, con
         weft_layout_free(src);
         weft_layout_free(t);
         if (st == WEFT_OK && live && writes_into_live(s, new_buf)) {
-            st = weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+            st = weft__error(weft__group_ctx(g), WEFT_ERR_INVALID_ARG,
                              "weft_snapshot_restore_live: new_buf overlaps the live buffer "
                              "where the target does not keep the live regions in place");
         }
@@ -276,7 +276,7 @@ static weft_status_t replan(weft_snapshot_t *s, const weft_layout_t *target, con
     int64_t ok = st == WEFT_OK, all = 0;
     weft_status_t ast = weft_allreduce(g, &ok, &all, 1, WEFT_I64, WEFT_MIN);
     if (st == WEFT_OK && ast == WEFT_OK && all == 0) {
-        st = weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+        st = weft__error(weft__group_ctx(g), WEFT_ERR_INVALID_ARG,
                          "weft_snapshot_restore: another member could not plan the restore");
     }
     return st != WEFT_OK ? st : ast;
@@ -292,7 +292,7 @@ bool weft__snap_share_fail;
 static weft_status_t share_failed(weft_group_t *g)
 {
     (void)weft_group_revoke(g);
-    return weft__error(g->ctx, WEFT_ERR_NO_MEMORY,
+    return weft__error(weft__group_ctx(g), WEFT_ERR_NO_MEMORY,
                        "weft_snapshot_restore: out of memory for the plan shared with newcomers "
                        "(the group is revoked)");
 }
@@ -301,7 +301,7 @@ static weft_status_t share_plan(weft_snapshot_t *s, const agreed_t *a)
 {
     weft_group_t *g = s->g;
     const weft_plan_t *pl = s->restore_plan;
-    bool root = g->rank == a->root;
+    bool root = weft__group_rank(g) == a->root;
     int64_t head[6] = {0};
     if (root) {
         head[0] = s->n;
@@ -372,7 +372,7 @@ static weft_status_t keep_blobs(weft_snapshot_t *s, const weft_layout_t *t, cons
     if (s->blobs == NULL || s->blob_ok == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
-    int me = s->g->members[s->g->rank];
+    int me = weft__group_members(s->g)[weft__group_rank(s->g)];
     const weft__lmember_t *m = weft__layout_member(t, me);
     int first = m->nregions - s->n; /* the blobs come last */
     for (int i = 0; i < s->n; i++) {
@@ -398,9 +398,9 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
                              size_t new_bytes, weft_snapshot_restored_t *info)
 {
     weft_group_t *g = snap->g;
-    weft_ctx_t *ctx = g->ctx;
+    weft_ctx_t *ctx = weft__group_ctx(g);
     bool holder = snap->plan != NULL;
-    int me = g->members[g->rank];
+    int me = weft__group_members(g)[weft__group_rank(g)];
     weft_layout_t *t = NULL, *src = NULL;
     weft_status_t st = WEFT_OK;
     if (holder) {
@@ -513,17 +513,17 @@ weft_status_t weft_snapshot_restore_live(weft_snapshot_t *snap, const weft_layou
                                          const void *live_buf, void *new_buf, size_t new_bytes,
                                          weft_snapshot_restored_t *info)
 {
-    WEFT_API_LOCK(snap != NULL ? snap->g->ctx : NULL);
+    WEFT_API_LOCK(snap != NULL ? weft__group_ctx(snap->g) : NULL);
     if (snap == NULL || target == NULL || new_buf == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
     if (snap->plan == NULL) {
-        return weft__error(snap->g->ctx, WEFT_ERR_INVALID_ARG,
+        return weft__error(weft__group_ctx(snap->g), WEFT_ERR_INVALID_ARG,
                            "weft_snapshot_restore: this object only received a restore "
                            "(weft_snapshot_restore_join); free it");
     }
     if (snap->pending != NULL) {
-        return weft__error(snap->g->ctx, WEFT_ERR_INVALID_ARG,
+        return weft__error(weft__group_ctx(snap->g), WEFT_ERR_INVALID_ARG,
                            "weft_snapshot_restore: free the request of the snapshot in flight "
                            "first");
     }
@@ -537,20 +537,20 @@ weft_status_t weft_snapshot_restore_join(weft_group_t *g, const weft_layout_t *t
                                          void *new_buf, size_t new_bytes, weft_snapshot_t **snap,
                                          weft_snapshot_restored_t *info)
 {
-    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    WEFT_API_LOCK(g != NULL ? weft__group_ctx(g) : NULL);
     if (g == NULL || target == NULL || snap == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
     weft_snapshot_t *s = calloc(1, sizeof(*s));
     if (s == NULL) {
-        return weft__error(g->ctx, WEFT_ERR_NO_MEMORY, "weft_snapshot_restore_join: out of memory");
+        return weft__error(weft__group_ctx(g), WEFT_ERR_NO_MEMORY, "weft_snapshot_restore_join: out of memory");
     }
     s->g = g;
     s->nstate = target->ntensors;
-    size_t state = weft_layout_packed_bytes(target, g->members[g->rank]);
+    size_t state = weft_layout_packed_bytes(target, weft__group_members(g)[weft__group_rank(g)]);
     weft_status_t st = WEFT_OK;
     if (new_bytes < state || (new_buf == NULL && state > 0)) {
-        st = weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+        st = weft__error(weft__group_ctx(g), WEFT_ERR_INVALID_ARG,
                          "weft_snapshot_restore_join: new_buf has %zu bytes, the target needs "
                          "%zu",
                          new_buf == NULL ? 0 : new_bytes, state);

@@ -30,7 +30,7 @@ weft_status_t weft__snap_ssd_open(weft_snapshot_t *s, const char *root)
         return WEFT_OK;
     }
     char dir[4096];
-    int me = s->g->members[s->g->rank];
+    int me = weft__group_members(s->g)[weft__group_rank(s->g)];
     if (mkdir(root, 0700) != 0 && errno != EEXIST) {
         return weft__error_noctx(WEFT_ERR_IO, "snapshot SSD tier: cannot create %s: %s", root,
                                  strerror(errno));
@@ -44,7 +44,7 @@ weft_status_t weft__snap_ssd_open(weft_snapshot_t *s, const char *root)
 void weft__snap_ssd_close(weft_snapshot_t *s)
 {
     if (s->ssd != NULL) {
-        weft__job_cancel(s->g->ctx, &s->ssd_job);
+        weft__job_cancel(weft__group_ctx(s->g), &s->ssd_job);
         weft__ssd_close(s->ssd);
         s->ssd = NULL;
     }
@@ -77,7 +77,7 @@ static void finish(weft_snapshot_t *s, weft_status_t st)
         s->stats.ssd_error[0] = '\0';
     } else {
         snprintf(s->stats.ssd_error, sizeof(s->stats.ssd_error), "%s", s->ssd_why);
-        WEFT_WARN(&s->g->ctx->logger, "snapshot of step %llu: the SSD write failed (%s); %s",
+        WEFT_WARN(weft__ctx_logger(weft__group_ctx(s->g)), "snapshot of step %llu: the SSD write failed (%s); %s",
                   (unsigned long long)s->ssd_step, s->ssd_why,
                   s->spill_bytes > 0 ? "its spilled copies are not durable: the step does "
                                        "not commit"
@@ -90,7 +90,7 @@ weft_status_t weft__snap_ssd_start(weft_snapshot_t *s, uint64_t step, int parity
     if (s->ssd == NULL) {
         return WEFT_OK;
     }
-    int me = s->g->members[s->g->rank];
+    int me = weft__group_members(s->g)[weft__group_rank(s->g)];
     const weft__lmember_t *m = weft__layout_member(s->copies, me);
     int n = m != NULL ? m->nregions : 0;
     weft__ssd_region_t *r = calloc((size_t)n + 1, sizeof(*r));
@@ -120,7 +120,7 @@ weft_status_t weft__snap_ssd_start(weft_snapshot_t *s, uint64_t step, int parity
     }
     s->ssd_running = true;
     s->ssd_job.run = ssd_job;
-    weft__job_submit(s->g->ctx, &s->ssd_job, false);
+    weft__job_submit(weft__group_ctx(s->g), &s->ssd_job, false);
     return WEFT_INPROGRESS;
 }
 
@@ -144,7 +144,7 @@ weft_status_t weft__snap_ssd_before_close(void *arg)
         return weft__error_noctx(WEFT_ERR_IO,
                                  "snapshot of step %llu: member %d could not write the %zu "
                                  "bytes of buddies' copies it keeps on SSD only (%s)",
-                                 (unsigned long long)s->pending_step, s->g->members[s->g->rank],
+                                 (unsigned long long)s->pending_step, weft__group_members(s->g)[weft__group_rank(s->g)],
                                  s->spill_bytes, s->stats.ssd_error);
     }
     return WEFT_OK;
@@ -152,7 +152,7 @@ weft_status_t weft__snap_ssd_before_close(void *arg)
 
 bool weft__snap_ssd_read_spill(weft_snapshot_t *s, uint64_t step, uint8_t **out)
 {
-    int me = s->g->members[s->g->rank];
+    int me = weft__group_members(s->g)[weft__group_rank(s->g)];
     const weft__lmember_t *m = weft__layout_member(s->copies, me);
     weft__ssd_t *h = NULL;
     bool ok = true;
@@ -181,7 +181,7 @@ bool weft__snap_ssd_read_spill(weft_snapshot_t *s, uint64_t step, uint8_t **out)
             s->stats.spill_read_bytes += reg->bytes;
         } else {
             snprintf(s->stats.ssd_error, sizeof(s->stats.ssd_error), "%s", weft_last_error(NULL));
-            WEFT_WARN(&s->g->ctx->logger,
+            WEFT_WARN(weft__ctx_logger(weft__group_ctx(s->g)),
                       "restore of step %llu: member %d cannot read its spilled copies (%s); "
                       "they are taken from elsewhere or counted missing",
                       (unsigned long long)step, me, s->stats.ssd_error);
@@ -205,7 +205,7 @@ weft_status_t weft__snap_ssd_progress(weft_snapshot_t *s)
         return WEFT_INPROGRESS;
     }
     if (s->ssd_result == WEFT_INPROGRESS) {
-        weft__job_submit(s->g->ctx, &s->ssd_job, false);
+        weft__job_submit(weft__group_ctx(s->g), &s->ssd_job, false);
         return WEFT_INPROGRESS;
     }
     finish(s, s->ssd_result);
@@ -236,7 +236,7 @@ size_t weft__snap_ssd_fill(weft_snapshot_t *s, const weft_layout_t *t, uint64_t 
                            bool *got)
 {
     size_t total = 0;
-    int me = s->g->members[s->g->rank];
+    int me = weft__group_members(s->g)[weft__group_rank(s->g)];
     size_t nmiss = weft_plan_num_missing(s->restore_plan);
     for (size_t k = 0; k < nmiss; k++) {
         weft_transfer_t x;

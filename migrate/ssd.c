@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "migrate/box.h"
 #include "migrate/ssd_impl.h"
 #include "util/clock.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "migrate/box.h"
 #include "migrate/ssd_impl.h"
 #include "migrate/xxh.h"

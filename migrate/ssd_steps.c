@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "migrate/ssd_impl.h"
 #include "util/array.h"
 

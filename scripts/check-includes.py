@@ -20,7 +20,7 @@ PUBLIC = "include/weft/"
 PRIVATE = "comm/core_impl.h"
 CORE = "comm/"
 # The folders held to that rule.
-CONTRACT_CHECKED = ("launcher/", "perf/", "examples/")
+CONTRACT_CHECKED = ("vocab/", "migrate/", "launcher/", "perf/", "examples/")
 
 # What each folder may include besides its own headers. An entry ending in '/' is a
 # folder (its own files, not its subfolders), one ending in '/**' a folder with every

@@ -6,7 +6,7 @@
  * WEFT_ERR_MISMATCH, and not at its timeout): the whole group learns that a pass was
  * refused, and the error text on each rank says so.
  */
-#include "comm/coll/coll.h"
+#include "comm/coll/start.h"
 #include "vocab/vocab_impl.h"
 
 static weft_coll_args_t args(enum weft_coll_kind kind, void *buf, size_t count, weft_dtype_t dtype,

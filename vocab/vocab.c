@@ -1,7 +1,7 @@
 /* The weft_vocab_t handle: sharding on a group and the statistics-merge operators. */
 #include <stdlib.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "vocab/vocab_impl.h"
 
 static weft_status_t create_ops(weft_vocab_t *v)
@@ -23,12 +23,12 @@ static weft_status_t create_ops(weft_vocab_t *v)
 weft_status_t weft_vocab_create(weft_group_t *g, const weft_vocab_params_t *params,
                                 weft_vocab_t **vocab)
 {
-    WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
+    WEFT_API_LOCK(g != NULL ? weft__group_ctx(g) : NULL);
     if (g == NULL || params == NULL || vocab == NULL ||
         params->size < offsetof(weft_vocab_params_t, align) + sizeof(size_t)) {
         return WEFT_ERR_INVALID_ARG;
     }
-    weft_ctx_t *ctx = g->ctx;
+    weft_ctx_t *ctx = weft__group_ctx(g);
     int rank, size;
     weft_status_t st = weft_group_rank(g, &rank);
     if (st == WEFT_OK) {

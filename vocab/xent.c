@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "vocab/vocab_impl.h"
 
 weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_params_t *params,
@@ -343,7 +343,7 @@ weft_status_t weft_vocab_mb_wait(weft_vocab_mb_t *mb, uint64_t timeout_ns)
             left = spent >= timeout_ns ? 0 : timeout_ns - spent;
         }
         weft_status_t st = weft_wait(mb->req, left);
-        if (st == WEFT_ERR_TIMEOUT && mb->req->status == WEFT_INPROGRESS) {
+        if (st == WEFT_ERR_TIMEOUT && weft__req_status(mb->req) == WEFT_INPROGRESS) {
             return st; /* still in flight; may be waited on again */
         }
         st = request_done(mb, st);

@@ -13,7 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 #include "comm/device/cublas_lazy.h"
 #include "vocab/kernels.h"
 #include "vocab/vocab_impl.h"

@@ -604,9 +604,7 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     weft__shm_ctx_fini(ctx); /* after the groups' segments are gone */
     weft__cuda_ctx_fini(ctx);
     weft__req_pool_drain(ctx);
-    if (ctx->mig_rings_free != NULL) {
-        ctx->mig_rings_free(ctx);
-    }
+    weft__ctx_ext_fini_all(ctx);
     for (int i = 0; i < ctx->npeers; i++) {
         weft_peer_t *p = &ctx->peers[i];
         if (p->ep != NULL) {

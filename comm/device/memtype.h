@@ -32,13 +32,7 @@ struct weft_cuda_ctx {
     int nmembers;
 };
 
-/*
- * WEFT_MEM_CUDA for CUDA device or managed memory, WEFT_MEM_HOST otherwise (pinned host
- * memory included). Never fails: CUDA errors count as host memory and are cleared. In a
- * process that has not loaded the CUDA driver nothing of CUDA is touched; otherwise the
- * device count is probed once and cached.
- */
-weft_memtype_t weft__memtype(const void *ptr);
+/* weft__memtype(): comm/core.h. */
 
 /* CUDA devices visible to this process (probed once); 0 without CUDA. */
 int weft__cuda_device_count(void);

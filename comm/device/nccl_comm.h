@@ -33,7 +33,7 @@
 
 #include <stdbool.h>
 
-#include "comm/core_impl.h"
+#include "comm/core.h"
 
 /* One side of a point-to-point transfer of device memory (weft__nccl_p2p). */
 typedef struct weft_nccl_xfer {
@@ -92,7 +92,7 @@ void weft__nccl_group_release(weft_group_t *g);
 
 static inline weft_status_t weft__nccl_unsupported(weft_group_t *g)
 {
-    return weft__error(g != NULL ? g->ctx : NULL, WEFT_ERR_UNSUPPORTED,
+    return weft__error(g != NULL ? weft__group_ctx(g) : NULL, WEFT_ERR_UNSUPPORTED,
                        "CUDA buffers through NCCL: this weft was built without NCCL");
 }
 

@@ -1,0 +1,1 @@
+#include "comm/core_impl.h"

@@ -1,0 +1,1 @@
+#include "weft/core.h"

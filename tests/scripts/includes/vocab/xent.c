@@ -1,0 +1,2 @@
+#include "comm/core.h"
+#include "comm/coll/coll.h"
