@@ -6,7 +6,7 @@
  * Integers on the wire are big-endian. A client numbers its requests; the RESP to one
  * carries its id, EVENT frames and the handshake's frames carry 0.
  *
- * Session (docs/DESIGN.md, "The store's sessions"): the server sends HELLO (version
+ * Session (docs/store-protocol.md, "Sessions"): the server sends HELLO (version
  * byte, its 32-byte nonce sn); the client answers AUTH (its nonce cn, its role byte, a
  * u32 member id, its proof). With T the job token and t = sn || cn || role || id:
  *   client proof  HMAC-SHA256(T, "weft-store-client-v2" || t)
@@ -69,7 +69,7 @@
 #define WEFT__STORE_IO_TIMEOUT_MS 30000
 
 /* Who a connection speaks for (the AUTH role byte). The store authorises its writes by it
- * (docs/DESIGN.md): a launcher (weftrun, tools, tests) may write anything; a member only
+ * (docs/store-protocol.md): a launcher (weftrun, tools, tests) may write anything; a member only
  * what its id owns and what the agreement protocols share. */
 typedef enum weft_store_role {
     WEFT__STORE_ROLE_LAUNCHER = 0,
