@@ -8,10 +8,11 @@
  *
  * Session (docs/store-protocol.md, "Sessions"): the server sends HELLO (version
  * byte, its 32-byte nonce sn); the client answers AUTH (its nonce cn, its role byte, a
- * u32 member id, its proof). With T the job token and t = sn || cn || role || id:
- *   client proof  HMAC-SHA256(T, "weft-store-client-v2" || t)
- *   server proof  HMAC-SHA256(T, "weft-store-server-v2" || t)  (in the RESP to AUTH)
- *   frame keys    HMAC-SHA256(T, "weft-store-c2s-v2" || t), "...-s2c-v2" alike
+ * u32 member id, its proof). With S the session's secret (weft__store_session_secret
+ * below: derived from the job token for the role and id) and t = sn || cn || role || id:
+ *   client proof  HMAC-SHA256(S, "weft-store-client-v2" || t)
+ *   server proof  HMAC-SHA256(S, "weft-store-server-v2" || t)  (in the RESP to AUTH)
+ *   frame keys    HMAC-SHA256(S, "weft-store-c2s-v2" || t), "...-s2c-v2" alike
  * The server answers RESP (OK with its proof, or WEFT_ERR_AUTH and then closes; a busy
  * server answers WEFT_ERR_NO_MEMORY and closes, and the client tries again). Every later
  * frame, both ways, carries a 32-byte tag after its payload: HMAC-SHA256(key of its
