@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Checks that every #include "..." of the library, the launcher, weft-perf and the
-examples points down the layers of docs/DESIGN.md (Layout):
+examples points down the layers of docs/architecture.md (Layers):
 
     check-includes.py [ROOT]
 

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 
-echo "== include rules (docs/DESIGN.md, Layout)"
+echo "== include rules (docs/architecture.md, Layers)"
 ./scripts/check-includes.py
 
 run_suite() {

@@ -327,7 +327,8 @@ weft_status_t weft__ring_progress(weft_coll_t *c, weft_ring_t *ring);
 size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes, int units);
 void weft__ring_fini(weft_ring_t *ring);
 
-/* ---- setup hooks of each kind (coll_*.c), called by weft__coll_start ---- */
+/* ---- setup hooks of each kind (allreduce.c, allgather.c, bcast.c, alltoall.c), called by
+ * weft__coll_start ---- */
 weft_status_t weft__coll_setup_reduction(weft_coll_t *c); /* allreduce, reduce, r-s */
 weft_status_t weft__coll_setup_allgather(weft_coll_t *c);
 weft_status_t weft__coll_setup_broadcast(weft_coll_t *c);

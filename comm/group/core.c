@@ -1,6 +1,7 @@
 /*
  * The part of groups that collectives need: membership arrays, revocation on a failure,
- * rank/size queries. Editing (repair, grow, split) lives in groups/.
+ * rank/size queries. Editing lives beside it: repair, grow and catch-up in edit.c, join,
+ * split and free in join.c.
  */
 #include <stdlib.h>
 #include <stdio.h>

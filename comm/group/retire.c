@@ -1,7 +1,6 @@
 /*
  * Deleting the agreement keys of finished epochs, so that a long elastic job does not
- * grow the store without bound (docs/DESIGN.md, "Keys of finished epochs are
- * deleted").
+ * grow the store without bound (docs/decisions/0015-retire-finished-epochs.md).
  *
  * Epoch e of a group is finished once every member of epoch e+1 has applied the
  * decision g/<gid>/<e>/next. Each does so, right after applying it, by an add to

@@ -6,12 +6,13 @@
  * Integers on the wire are big-endian. A client numbers its requests; the RESP to one
  * carries its id, EVENT frames and the handshake's frames carry 0.
  *
- * Session (docs/DESIGN.md, "The store's sessions"): the server sends HELLO (version
+ * Session (docs/store-protocol.md, "Sessions"): the server sends HELLO (version
  * byte, its 32-byte nonce sn); the client answers AUTH (its nonce cn, its role byte, a
- * u32 member id, its proof). With T the job token and t = sn || cn || role || id:
- *   client proof  HMAC-SHA256(T, "weft-store-client-v2" || t)
- *   server proof  HMAC-SHA256(T, "weft-store-server-v2" || t)  (in the RESP to AUTH)
- *   frame keys    HMAC-SHA256(T, "weft-store-c2s-v2" || t), "...-s2c-v2" alike
+ * u32 member id, its proof). With S the session's secret (weft__store_session_secret
+ * below: derived from the job token for the role and id) and t = sn || cn || role || id:
+ *   client proof  HMAC-SHA256(S, "weft-store-client-v2" || t)
+ *   server proof  HMAC-SHA256(S, "weft-store-server-v2" || t)  (in the RESP to AUTH)
+ *   frame keys    HMAC-SHA256(S, "weft-store-c2s-v2" || t), "...-s2c-v2" alike
  * The server answers RESP (OK with its proof, or WEFT_ERR_AUTH and then closes; a busy
  * server answers WEFT_ERR_NO_MEMORY and closes, and the client tries again). Every later
  * frame, both ways, carries a 32-byte tag after its payload: HMAC-SHA256(key of its
@@ -69,7 +70,7 @@
 #define WEFT__STORE_IO_TIMEOUT_MS 30000
 
 /* Who a connection speaks for (the AUTH role byte). The store authorises its writes by it
- * (docs/DESIGN.md): a launcher (weftrun, tools, tests) may write anything; a member only
+ * (docs/store-protocol.md): a launcher (weftrun, tools, tests) may write anything; a member only
  * what its id owns and what the agreement protocols share. */
 typedef enum weft_store_role {
     WEFT__STORE_ROLE_LAUNCHER = 0,

@@ -1,7 +1,7 @@
 /*
  * The store server's map and requests: what each request does, the handshake that opens
- * a connection's session, and what a connection may write (docs/DESIGN.md, "The store's
- * sessions"). Called from the loop of server.c with the server's mutex held.
+ * a connection's session, and what a connection may write (docs/store-protocol.md,
+ * "Sessions"). Called from the loop of server.c with the server's mutex held.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -304,7 +304,7 @@ void weft__store_srv_auth(weft_store_server_t *s, store_conn_t *c)
 
 /*
  * Whether the last two parts of @p key are "<kind>/<decimal id>"; *id is the id. The
- * keys a member owns end so (docs/DESIGN.md, "The store's sessions").
+ * keys a member owns end so (docs/store-protocol.md, "Sessions").
  */
 static bool key_names_member(const char *key, size_t klen, const char *kind, int64_t *id)
 {

@@ -55,7 +55,7 @@ bool weft__store_claim_report(weft_store_health_t *h);
  * hostport: "host:port". Retries connecting until timeout_ms (the server may start late,
  * or be busy). The store must prove that it holds @p token too, or the call fails with
  * WEFT_ERR_AUTH and a logged error naming the address. This connection speaks as a
- * launcher, which the store lets write any key (docs/DESIGN.md, "The store's sessions").
+ * launcher, which the store lets write any key (docs/store-protocol.md, "Sessions").
  */
 weft_status_t weft__store_connect(const char *hostport, const char *token, int timeout_ms,
                                   const weft_logger_t *lg, weft_store_client_t **client);

@@ -204,10 +204,10 @@ WEFT_API weft_status_t weft_req_free(weft_req_t *req);
  * 2 MiB aligned and asks the kernel for huge pages (MADV_HUGEPAGE; plain pages where
  * transparent huge pages are off). That matters under failure: the kernel frees a killed
  * process's memory before it closes its sockets, so its peers learn of the death only
- * after that, and 1 GiB of 4 KiB pages takes tens of milliseconds to free against a few
- * as 2 MiB pages. Snapshots keep their copies in such memory. Needs no context. (On one
- * test VM, buffered read() from files into huge pages ran slower than into plain pages;
- * O_DIRECT reads did not: read checkpoints into plain memory or with O_DIRECT.)
+ * after that, and memory on 2 MiB pages is freed much sooner than the same memory on
+ * 4 KiB pages. Snapshots keep their copies in such memory. Needs no context. Buffered
+ * read() from files into huge pages can be slower than into plain pages (O_DIRECT reads
+ * are not affected): read checkpoints into plain memory or with O_DIRECT.
  * @param[in] bytes Size; 0 gives a valid pointer to free.
  * @param[out] ptr The memory.
  * @return WEFT_OK, WEFT_ERR_INVALID_ARG (NULL @p ptr) or WEFT_ERR_NO_MEMORY.

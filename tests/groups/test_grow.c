@@ -62,7 +62,8 @@ static int joiner_main(void)
 }
 
 /* The job token, kept before weft_init takes it out of the environment: a program that
- * starts weft processes of its own hands it to them (docs/DESIGN.md). */
+ * starts weft processes of its own hands it to them (docs/store-protocol.md, "The token in
+ * the environment"). */
 static char job_token[128];
 
 static pid_t spawn_joiner(const char *self)

@@ -1,8 +1,8 @@
 /*
  * A long elastic job keeps the store bounded: the keys of finished epochs (decisions,
  * split records, revocation notices, admissions and join slots) are deleted, so their
- * number does not grow with the number of edits (docs/DESIGN.md, "Keys of finished
- * epochs are deleted").
+ * number does not grow with the number of edits
+ * (docs/decisions/0015-retire-finished-epochs.md).
  *
  * Every cycle the world is split in two (a split record), each half does a reduction,
  * every fourth cycle revokes and repairs its half (a subgroup's decision and revocation

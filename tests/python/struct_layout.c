@@ -1,6 +1,6 @@
 /*
  * Prints the size of every public struct and the offset of each of its fields, as the C
- * compiler lays them out, for test_structs.py to compare with the Python binding's
+ * compiler lays them out, for test_load.py to compare with the Python binding's
  * ctypes Structures: "<struct> <sizeof>" then "<struct>.<field> <offset>" lines.
  */
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * The store's security after the handshake (docs/DESIGN.md, "The store's sessions"):
+ * The store's security after the handshake (docs/store-protocol.md, "Sessions"):
  * frames injected, replayed, reordered or altered on an authenticated connection close
  * it and change nothing; a store that cannot prove the token is refused; a member cannot
  * write what another member owns (nor lease its notice, which would get it killed) and
