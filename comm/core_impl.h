@@ -4,8 +4,8 @@
  * (scripts/check-includes.py); the layers above reach the core through comm/core.h,
  * which this header includes.
  */
-#ifndef WEFT_CTX_H
-#define WEFT_CTX_H
+#ifndef WEFT_CORE_IMPL_H
+#define WEFT_CORE_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,6 +1,6 @@
 /* Group edits: one decision per (group, epoch), taken by the store's create-if-absent. */
-#ifndef WEFT_GROUPS_EDIT_H
-#define WEFT_GROUPS_EDIT_H
+#ifndef WEFT_GROUP_EDIT_H
+#define WEFT_GROUP_EDIT_H
 
 #include "comm/core_impl.h"
 #include "weft/group.h"
