@@ -429,6 +429,11 @@ static weft_status_t create_world(weft_ctx_t *ctx)
     return st;
 }
 
+weft__faults_t *weft__ctx_faults(weft_ctx_t *ctx)
+{
+    return &ctx->faults;
+}
+
 weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
 {
     weft_boot_t boot;
