@@ -5,6 +5,19 @@
  * check which path carried the bytes. In normal runs every switch is off and the counters
  * only count.
  *
+ * Without code, WEFT_DEBUG_FAULTS sets the switches at weft_init, in builds without
+ * NDEBUG (Debug and sanitizer builds) only: a comma-separated list of NAME or NAME=VALUE,
+ * NAME one of
+ *   cma_refuse        reads of a sender's memory fail (as where process_vm_readv is not
+ *                     permitted): chunks come again by message
+ *   ring_refuse=1|2   1: senders cannot map a same-host ring; 2: receivers cannot make one
+ *                     (bare ring_refuse is 1)
+ *   snap_share_fail   the lowest holder's share of a restore plan with newcomers fails as
+ *                     if out of memory
+ * e.g. WEFT_DEBUG_FAULTS=cma_refuse,ring_refuse=2. A value that does not parse fails
+ * weft_init (and weftrun refuses it) like any bad setting. Release and RelWithDebInfo
+ * builds (NDEBUG) ignore the variable, with one warning at weft_init if it is set.
+ *
  * Thread-safety: switches are set by the test between operations, not while a migration
  * runs; counters are atomic (jobs outside the context's lock add to them).
  */
@@ -60,5 +73,12 @@ typedef struct weft__faults {
 
 /* The fault table of @p ctx (never NULL for a context from weft_init). */
 weft__faults_t *weft__ctx_faults(weft_ctx_t *ctx);
+
+/*
+ * Parse a WEFT_DEBUG_FAULTS value into the switches of @p f (the counters and the hook
+ * are left alone); "" sets nothing. WEFT_OK, or WEFT_ERR_INVALID_ARG for an unknown
+ * name or a bad value, with @p f unchanged.
+ */
+weft_status_t weft__faults_parse(const char *text, weft__faults_t *f);
 
 #endif

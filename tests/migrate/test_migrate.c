@@ -7,7 +7,8 @@
  * start different plans (every rank gets WEFT_ERR_MISMATCH) and a member whose
  * arguments are refused (every rank gets WEFT_ERR_INVALID_ARG); a failed migration
  * resumed from what members received (weft_migrate_resume); local copies large enough
- * for non-temporal stores.
+ * for non-temporal stores. With WEFT_DEBUG_FAULTS set, only the check that the setting
+ * switched its fault on (test_cma_refused_by_setting).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -290,6 +291,37 @@ static void test_cma(void **state)
     weft_layout_free(new);
 }
 
+/* Run with WEFT_DEBUG_FAULTS=cma_refuse in the environment (CMakeLists.txt; builds with
+ * NDEBUG ignore it, and main skips there): weft_init switched the fault on, so where this
+ * member's sender shares its host every read of its memory failed and the chunks came
+ * again by message; the migration succeeds all the same. */
+static void test_cma_refused_by_setting(void **state)
+{
+    (void)state;
+    if (n < 2) {
+        skip();
+    }
+    assert_true(faults->cma_refuse);
+    assert_int_equal(faults->ring_refuse, 0);
+    assert_false(faults->snap_share_fail);
+    weft_layout_t *old, *new;
+    rotation(&old, &new);
+    ctx->cfg.migrate_chunk = 1000;
+    uint64_t reads = atomic_load(&faults->counts.cma_reads);
+    uint64_t fell_back = atomic_load(&faults->counts.cma_fallbacks);
+    assert_int_equal(run(old, new, NULL, false), WEFT_OK);
+    assert_int_equal(atomic_load(&faults->counts.cma_reads), reads);
+    int sender = ids[(me + n - 1) % n]; /* of this member's new shard, in the rotation */
+    if (ctx->cfg.migrate_cma && ctx->peers[sender].same_host) {
+        assert_true(atomic_load(&faults->counts.cma_fallbacks) > fell_back);
+    } else {
+        assert_int_equal(atomic_load(&faults->counts.cma_fallbacks), fell_back);
+    }
+    ctx->cfg.migrate_chunk = default_chunk;
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
 /* Run old -> new and return how many chunks this rank took from a ring. */
 static uint64_t ring_run(const weft_layout_t *old, const weft_layout_t *new, weft_status_t want)
 {
@@ -542,6 +574,14 @@ static int after_test(void **state)
 
 int main(void)
 {
+    /* Set: run test_cma_refused_by_setting alone. */
+    const char *debug_faults = getenv("WEFT_DEBUG_FAULTS");
+#ifdef NDEBUG
+    if (debug_faults != NULL) {
+        printf("test_migrate: builds with NDEBUG ignore WEFT_DEBUG_FAULTS: skipped\n");
+        return 77; /* SKIP_RETURN_CODE */
+    }
+#endif
     setenv("WEFT_TIMEOUT_MS", "60000", 0);
     if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK ||
         weft_group_rank(world, &me) != WEFT_OK || weft_group_size(world, &n) != WEFT_OK ||
@@ -561,9 +601,12 @@ int main(void)
         MIG_TEST(test_background),   MIG_TEST(test_large_local), MIG_TEST(test_ring),
         MIG_TEST(test_ring_kept),
     };
-    char name[32];
+    const struct CMUnitTest by_setting[] = {MIG_TEST(test_cma_refused_by_setting)};
+    char name[48];
     snprintf(name, sizeof(name), "migrate rank %d of %d", me, n);
-    int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
+    int failed = debug_faults != NULL
+                     ? cmocka_run_group_tests_name(name, by_setting, NULL, NULL)
+                     : cmocka_run_group_tests_name(name, tests, NULL, NULL);
     weft_finalize(ctx);
     return failed;
 }
