@@ -20,6 +20,7 @@
 #include "comm/shm/shm_job.h"
 #include "comm/store/store.h"
 #include "comm/ctx/tag.h"
+#include "comm/fault.h"
 #include "transports/transport.h"
 #include "util/clock.h"
 #include "util/host_id.h"
@@ -134,6 +135,9 @@ struct weft_ctx {
     struct weft_ctx *exit_next;
     int exit_state;
     pid_t exit_pid;             /* the process that made it (a forked child did not) */
+    /* Test faults and path counters (comm/fault.h); everything reaches it through
+     * weft__ctx_faults(). */
+    weft__faults_t faults;
 };
 
 struct weft_group {

@@ -28,14 +28,6 @@
 
 #define DEFAULT_MAX_STAGED (64u << 20)
 
-void (*weft__migrate_recv_hook)(int src_member, uint32_t seq, int round, void *data,
-                                size_t len) = NULL;
-bool weft__migrate_cma_refuse = false;
-_Atomic uint64_t weft__migrate_cma_reads = 0;
-int weft__migrate_ring_refuse = 0;
-_Atomic uint64_t weft__migrate_ring_chunks = 0;
-_Atomic uint64_t weft__migrate_nccl_chunks = 0;
-
 /*
  * After the agreement: when no member has a chunk to or from another in host memory and
  * some member has such chunks in device memory, every member asks the selection (the
@@ -403,6 +395,7 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate_start: out of memory");
     }
     m->g = g;
+    m->faults = weft__ctx_faults(ctx);
     m->plan = plan;
     m->old_buf = old_buf;
     m->resume_buf = p.resume_buf;

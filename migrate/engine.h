@@ -7,7 +7,6 @@
 #ifndef WEFT_MIGRATE_ENGINE_H
 #define WEFT_MIGRATE_ENGINE_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,25 +79,6 @@ const weft_plan_t *weft__mig_plan(const weft_req_t *req);
  * transfer and box; stops and returns false when @p fn does. */
 typedef bool (*weft__mig_piece_fn)(void *arg, const weft__xfer_t *x, const weft_box_t *box);
 bool weft__mig_received(const weft_req_t *req, weft__mig_piece_fn fn, void *arg);
-
-/* Test hooks: make every read of a sender's memory fail (as where process_vm_readv is not
- * permitted), and count the chunks read that way. */
-extern bool weft__migrate_cma_refuse;
-extern _Atomic uint64_t weft__migrate_cma_reads;
-
-/* Test hooks of same-host rings (migrate/ring.h): 1, senders cannot map the offered ring;
- * 2, receivers cannot make one (they offer none). Chunks received through a ring. */
-extern int weft__migrate_ring_refuse;
-extern _Atomic uint64_t weft__migrate_ring_chunks;
-
-/* Chunks this process sent or received GPU to GPU through NCCL point-to-point
- * (nccl_path.c; stays 0 without NCCL): the GPU checks assert the path was taken. */
-extern _Atomic uint64_t weft__migrate_nccl_chunks;
-
-/* Test hook: sees every received chunk before its checksum is checked (tests flip a
- * byte here). NULL in normal runs. */
-extern void (*weft__migrate_recv_hook)(int src_member, uint32_t seq, int round, void *data,
-                                       size_t len);
 
 /* Local copies of a migration that copies at least this much within a member write their
  * destination with non-temporal stores: far larger than the caches, not read again by the

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "comm/core.h"
+#include "comm/fault.h"
 #include "comm/progress/job.h"
 #include "migrate/engine.h"
 #include "migrate/ring.h"
@@ -82,6 +83,7 @@ struct mig_nccl; /* nccl_path.c */
 
 typedef struct mig {
     weft_group_t *g;
+    weft__faults_t *faults; /* the context's test faults and path counters (comm/fault.h) */
     const weft_plan_t *plan;
     const uint8_t *old_buf;
     const uint8_t *resume_buf; /* a failed migration's new buffer (weft_migrate_resume) */

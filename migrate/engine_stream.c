@@ -88,9 +88,9 @@ static void drop_staging(mig_t *m, stream_t *s, slot_t *sl)
 }
 
 /* Read @p len bytes at @p addr of process @p pid into @p dst; false if that fails. */
-static bool cma_read(void *dst, uint64_t pid, uint64_t addr, size_t len)
+static bool cma_read(weft__faults_t *f, void *dst, uint64_t pid, uint64_t addr, size_t len)
 {
-    if (weft__migrate_cma_refuse) {
+    if (f->cma_refuse) {
         errno = EPERM;
         return false;
     }
@@ -107,7 +107,7 @@ static bool cma_read(void *dst, uint64_t pid, uint64_t addr, size_t len)
         }
         got += (size_t)n;
     }
-    atomic_fetch_add(&weft__migrate_cma_reads, 1);
+    atomic_fetch_add(&f->counts.cma_reads, 1);
     return true;
 }
 
@@ -139,22 +139,25 @@ static void slot_job(weft_job_t *job)
     if (sl->ring_q != 0) {
         uint64_t q = sl->ring_q - 1;
         uint8_t *src = weft__ring_slot(s->ring, q);
-        if (weft__migrate_recv_hook != NULL) { /* in transit: the ring holds it */
-            weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, src, c->bytes);
+        if (m->faults->recv_hook != NULL) { /* in transit: the ring holds it */
+            m->faults->recv_hook(m->faults->recv_hook_arg, s->member, (uint32_t)sl->chunk,
+                                 s->round, src, c->bytes);
         }
         h = weft__hash_copy(sl->ptr, src, c->bytes, true);
         weft__ring_release(s->ring, q);
-        atomic_fetch_add(&weft__migrate_ring_chunks, 1);
+        atomic_fetch_add(&m->faults->counts.ring_chunks, 1);
     } else {
         if (sl->cma) {
             sl->recvd = c->bytes;
-            if (!cma_read(sl->ptr, sl->hdr_buf[2], sl->hdr_buf[3], c->bytes)) {
+            if (!cma_read(m->faults, sl->ptr, sl->hdr_buf[2], sl->hdr_buf[3], c->bytes)) {
+                atomic_fetch_add(&m->faults->counts.cma_fallbacks, 1);
                 sl->cma_failed = true;
                 return;
             }
         }
-        if (weft__migrate_recv_hook != NULL) {
-            weft__migrate_recv_hook(s->member, (uint32_t)sl->chunk, s->round, sl->ptr, c->bytes);
+        if (m->faults->recv_hook != NULL) {
+            m->faults->recv_hook(m->faults->recv_hook_arg, s->member, (uint32_t)sl->chunk,
+                                 s->round, sl->ptr, c->bytes);
         }
     }
     if (sl->recvd != c->bytes || sl->hdr_buf[1] != c->bytes ||
@@ -400,7 +403,7 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
             /* With more ranks than cores, a ring, which needs both members running at
              * once, lost to CMA, which needs only the receiver: 8-rank restores on 2
              * cores took 10-35% longer through rings. */
-            if (!m->any_dev && !weft__ctx_oversubscribed(ctx) && weft__migrate_ring_refuse != 2) {
+            if (!m->any_dev && !weft__ctx_oversubscribed(ctx) && m->faults->ring_refuse != 2) {
                 uint32_t slots = weft__ring_slots(slot, s->nchunks, m->window);
                 s->ring = weft__ring_take_owned(ctx, s->member, slot, slots, s->offer);
                 if (s->ring == NULL) {
@@ -420,7 +423,7 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
         if ((st = weft__coll_child_test(&s->offer_req, NULL)) != WEFT_OK) {
             return st;
         }
-        if (!m->any_dev && s->offer->slots != 0 && weft__migrate_ring_refuse != 1) {
+        if (!m->any_dev && s->offer->slots != 0 && m->faults->ring_refuse != 1) {
             s->ring = weft__ring_take_mapped(weft__group_ctx(m->g), s->member, s->offer, max_chunk(s));
             if (s->ring == NULL) {
                 WEFT_DEBUG(weft__ctx_logger(weft__group_ctx(m->g)), "migration: cannot map member %d's ring (%s)",

@@ -247,7 +247,7 @@ static weft_status_t issue_step(mig_t *m, size_t w, uint32_t k)
     if (rc != WEFT_OK && rc != WEFT_INPROGRESS) {
         return rc;
     }
-    atomic_fetch_add(&weft__migrate_nccl_chunks, (uint64_t)nx);
+    atomic_fetch_add(&m->faults->counts.nccl_chunks, (uint64_t)nx);
     st->busy = true;
     /* The senders' host copies read what NCCL reads: they overlap the transfer. */
     for (int i = 0; i < m->nstreams; i++) {
@@ -277,8 +277,8 @@ static weft_status_t check_leg(mig_t *m, leg_t *l, leg_mem_t *lm)
     stream_t *s = l->s;
     const weft_mig_chunk_t *c = &s->chunks[l->ci];
     const weft__xfer_t *x = xfer_of(m, c);
-    if (weft__migrate_recv_hook != NULL) {
-        weft__migrate_recv_hook(s->member, l->ci, 0, lm->host, c->bytes);
+    if (m->faults->recv_hook != NULL) {
+        m->faults->recv_hook(m->faults->recv_hook_arg, s->member, l->ci, 0, lm->host, c->bytes);
     }
     bool good = l->hdr_buf[1] == c->bytes && XXH3_64bits(lm->host, c->bytes) == l->hdr_buf[0];
     if (good && l->dptr == lm->dstage) {

@@ -111,8 +111,4 @@ size_t weft__snap_ssd_fill(weft_snapshot_t *s, const weft_layout_t *t, uint64_t 
 weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *target,
                                 weft_layout_t **out);
 
-/* Test hook: the lowest holder's share of the plan with newcomers fails as if out of
- * memory (tests/migrate/test_snapshot_join.c). false in normal runs. */
-extern bool weft__snap_share_fail;
-
 #endif

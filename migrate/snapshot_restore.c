@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/fault.h"
 #include "migrate/engine.h"
 #include "migrate/layout.h"
 #include "migrate/plan.h"
@@ -285,8 +286,6 @@ static weft_status_t replan(weft_snapshot_t *s, const weft_layout_t *target, con
 /* With members that joined since: the lowest holder sends them what they cannot compute
  * (the snapshot's members and blob size, and the plan), in two broadcasts every member
  * takes part in. A joiner builds its snapshot object's restore fields from them. */
-bool weft__snap_share_fail;
-
 /* This member cannot hold the shared plan: it revokes the group, so the others fail in
  * the broadcast or the migration at once instead of waiting for it to their timeout. */
 static weft_status_t share_failed(weft_group_t *g)
@@ -317,7 +316,9 @@ static weft_status_t share_plan(weft_snapshot_t *s, const agreed_t *a)
     }
     size_t nm = (size_t)head[0] * sizeof(int), nx = (size_t)head[2] * sizeof(weft__xfer_t),
            nmiss = (size_t)head[3] * sizeof(weft__xfer_t), len = nm + nx + nmiss;
-    uint8_t *payload = weft__snap_share_fail && root ? NULL : malloc(len > 0 ? len : 1);
+    /* snap_share_fail (comm/fault.h): the test of a holder that cannot share. */
+    bool refuse = root && weft__ctx_faults(weft__group_ctx(g))->snap_share_fail;
+    uint8_t *payload = refuse ? NULL : malloc(len > 0 ? len : 1);
     if (payload == NULL) {
         return share_failed(g);
     }

@@ -13,6 +13,7 @@
 
 #include "comm/ctx/config.h"
 #include "comm/core_impl.h"
+#include "comm/fault.h"
 
 extern char **environ;
 
@@ -211,6 +212,23 @@ static weft_status_t parse_path(const char *text, void *field)
 }
 #define print_path print_string
 
+/* WEFT_DEBUG_FAULTS (comm/fault.h): checked where weft_init uses it (builds without
+ * NDEBUG), kept as text everywhere (weft_init warns that it is ignored). */
+static weft_status_t parse_faults(const char *text, void *field)
+{
+    size_t room = sizeof(((weft_config_t *)0)->debug_faults);
+#ifndef NDEBUG
+    weft__faults_t scratch;
+    memset(&scratch, 0, sizeof(scratch));
+    if (strlen(text) >= room || weft__faults_parse(text, &scratch) != WEFT_OK) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+#endif
+    snprintf((char *)field, room, "%s", text);
+    return WEFT_OK;
+}
+#define print_faults print_string
+
 #define FIELD(name_, deflt_, doc_, member_, kind_)                                             \
     {                                                                                          \
         .entry = {.name = name_, .deflt = deflt_, .doc = doc_},                                \
@@ -329,6 +347,13 @@ static const config_field_t config_table[] = {
           "is searched like any shared library, a path is used as is. Not found: NCCL is "
           "unavailable and CUDA collectives say so. Read once per process.",
           nccl_library, path),
+    FIELD("WEFT_DEBUG_FAULTS", "",
+          "Debug and sanitizer builds only (builds with NDEBUG ignore it, with a warning): "
+          "test faults switched on at weft_init, a comma-separated list of cma_refuse "
+          "(reads of a sender's memory fail), ring_refuse[=1|2] (senders cannot map / "
+          "receivers cannot make a same-host ring), snap_share_fail (a restore's plan "
+          "cannot be shared with newcomers); see comm/fault.h.",
+          debug_faults, faults),
     {
         .entry = {.name = "WEFT_CONNECT",
                   .deflt = "local",

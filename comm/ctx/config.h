@@ -40,6 +40,7 @@ typedef struct weft_config {
     char connect[8];              /* lazy | local | all: peers connected eagerly */
     char topo_xml[512];           /* hwloc XML file standing for this host; "" discovers */
     char nccl_library[512];       /* NCCL opened on first use (read by transports/nccl_lib.c) */
+    char debug_faults[128];       /* test faults (comm/fault.h); used without NDEBUG only */
 } weft_config_t;
 
 /* Variables that are not settings but are read from the environment: the launcher's, and

@@ -13,6 +13,7 @@
 #include "comm/core_impl.h"
 #include "comm/device/memtype.h"
 #include "comm/shm/shm.h"
+#include "util/assert.h"
 #include "util/bigmem.h"
 #include "util/parse.h"
 
@@ -429,6 +430,31 @@ static weft_status_t create_world(weft_ctx_t *ctx)
     return st;
 }
 
+weft__faults_t *weft__ctx_faults(weft_ctx_t *ctx)
+{
+    return &ctx->faults;
+}
+
+/* WEFT_DEBUG_FAULTS (comm/fault.h), checked when the settings were loaded: switches the
+ * faults on in builds without NDEBUG; the others say once that it is ignored. */
+static void apply_debug_faults(weft_ctx_t *ctx)
+{
+    if (ctx->cfg.debug_faults[0] == '\0') {
+        return;
+    }
+#ifdef NDEBUG
+    WEFT_WARN(&ctx->logger,
+              "WEFT_DEBUG_FAULTS=%s ignored: this build defines NDEBUG (faults are for Debug "
+              "and sanitizer builds)",
+              ctx->cfg.debug_faults);
+#else
+    weft_status_t st = weft__faults_parse(ctx->cfg.debug_faults, weft__ctx_faults(ctx));
+    WEFT_ASSERT(st == WEFT_OK); /* the settings' parser checked it */
+    (void)st;
+    WEFT_INFO(&ctx->logger, "test faults on: WEFT_DEBUG_FAULTS=%s", ctx->cfg.debug_faults);
+#endif
+}
+
 weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
 {
     weft_boot_t boot;
@@ -462,6 +488,7 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
         goto err_free_ctx; /* it told weft_last_error(NULL) which setting is wrong */
     }
     ctx->logger.level = ctx->cfg.log_level;
+    apply_debug_faults(ctx);
     st = weft__bootstrap(&ctx->logger, &boot, ctx->last_error, sizeof(ctx->last_error));
     if (st != WEFT_OK) {
         goto err_free;

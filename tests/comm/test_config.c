@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "comm/ctx/config.h"
+#include "comm/fault.h"
 
 /* Captures log lines so tests can check what was warned about. */
 typedef struct captured {
@@ -35,7 +36,8 @@ static weft_logger_t make_logger(captured_t *c)
 static void clear_env(void)
 {
     const char *vars[] = {"WEFT_LOG_LEVEL", "WEFT_TIMEOUT_MS", "WEFT_COLL_SMALL_MAX",
-                          "WEFT_TRANSPORT", "WEFT_YIELD_SPINS", "WEFT_BOGUS_SETTING"};
+                          "WEFT_TRANSPORT", "WEFT_YIELD_SPINS", "WEFT_BOGUS_SETTING",
+                          "WEFT_DEBUG_FAULTS"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         unsetenv(vars[i]);
     }
@@ -133,6 +135,70 @@ static void test_unknown_variable_warned(void **state)
     unsetenv("WEFT_LIBRARY");
 }
 
+/* The WEFT_DEBUG_FAULTS syntax (comm/fault.h): names, values, and what it refuses. */
+static void test_debug_faults_syntax(void **state)
+{
+    (void)state;
+    weft__faults_t f;
+    memset(&f, 0, sizeof(f));
+    assert_int_equal(weft__faults_parse("", &f), WEFT_OK);
+    assert_false(f.cma_refuse);
+    assert_int_equal(weft__faults_parse("cma_refuse,ring_refuse=2,snap_share_fail", &f), WEFT_OK);
+    assert_true(f.cma_refuse);
+    assert_int_equal(f.ring_refuse, 2);
+    assert_true(f.snap_share_fail);
+    assert_int_equal(weft__faults_parse("ring_refuse,cma_refuse=0", &f), WEFT_OK);
+    assert_int_equal(f.ring_refuse, 1); /* bare: 1 */
+    assert_false(f.cma_refuse);
+    const char *bad[] = {"bogus", "ring_refuse=3", "cma_refuse=", "cma_refuse,,ring_refuse",
+                         "cma_refuse,", ",cma_refuse", "ring_refuse=12", "cma_refuse=2",
+                         "CMA_REFUSE", "cma_refuse ", "snap_share_fail,nope"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(weft__faults_parse(bad[i], &f), WEFT_ERR_INVALID_ARG);
+        assert_int_equal(f.ring_refuse, 1); /* unchanged */
+        assert_false(f.cma_refuse);
+        assert_true(f.snap_share_fail);
+    }
+}
+
+/* WEFT_DEBUG_FAULTS at weft_init: without NDEBUG it switches the context's faults on and
+ * a bad value fails the load like any setting; with NDEBUG any value is ignored, with one
+ * warning. */
+static void test_debug_faults_setting(void **state)
+{
+    (void)state;
+    captured_t c;
+    weft_logger_t lg = make_logger(&c);
+    weft_config_t cfg;
+    setenv("WEFT_DEBUG_FAULTS", "ring_refuse=3", 1);
+#ifdef NDEBUG
+    assert_int_equal(weft__config_load(&cfg, &lg), WEFT_OK);
+#else
+    assert_int_equal(weft__config_load(&cfg, &lg), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "WEFT_DEBUG_FAULTS='ring_refuse=3'"));
+#endif
+    setenv("WEFT_DEBUG_FAULTS", "cma_refuse,ring_refuse=2", 1);
+    memset(&c, 0, sizeof(c));
+    weft_init_params_t ip = {.size = sizeof(ip), .log_fn = capture, .log_arg = &c};
+    weft_ctx_t *ctx = NULL;
+    assert_int_equal(weft_init(&ip, &ctx), WEFT_OK);
+    weft__faults_t *f = weft__ctx_faults(ctx);
+#ifdef NDEBUG
+    assert_false(f->cma_refuse);
+    assert_int_equal(f->ring_refuse, 0);
+    assert_int_equal(c.lines, 1);
+    assert_non_null(strstr(c.text, "WEFT_DEBUG_FAULTS=cma_refuse,ring_refuse=2 ignored"));
+#else
+    assert_true(f->cma_refuse);
+    assert_int_equal(f->ring_refuse, 2);
+    assert_false(f->snap_share_fail);
+    assert_null(strstr(c.text, "ignored"));
+#endif
+    assert_null(f->recv_hook);
+    assert_int_equal(weft_finalize(ctx), WEFT_OK);
+    unsetenv("WEFT_DEBUG_FAULTS");
+}
+
 /* The public listing covers the whole table, each entry documented, and ends with NULL. */
 static void test_listing(void **state)
 {
@@ -172,6 +238,8 @@ int main(void)
         cmocka_unit_test_setup(test_bad_value_fails_init_with_its_reason, setup),
         cmocka_unit_test_setup(test_unknown_variable_warned, setup),
         cmocka_unit_test_setup(test_listing, setup),
+        cmocka_unit_test_setup(test_debug_faults_syntax, setup),
+        cmocka_unit_test_setup(test_debug_faults_setting, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

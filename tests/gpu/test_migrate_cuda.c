@@ -6,9 +6,9 @@
  * (tests/migrate/layout_gen.c). Chunks with host memory on either side are staged
  * through host memory. Device to device on two or more ranks whose selection chooses
  * NCCL (one GPU per rank), the first round goes GPU to GPU through NCCL point-to-point:
- * test_nccl_path asserts that (weft__migrate_nccl_chunks), that one member's host buffer
- * keeps every member on the staged path, and that a chunk corrupted
- * once (weft__migrate_recv_hook flips a byte of the receiver's host copy) is detected
+ * test_nccl_path asserts that (the nccl_chunks counter of comm/fault.h), that one
+ * member's host buffer keeps every member on the staged path, and that a chunk corrupted
+ * once (the context's receive hook flips a byte of the receiver's host copy) is detected
  * and resent by the staged path, twice fails every rank alike, and the group still
  * migrates afterwards. With the argument "ucx" (test_gpu_migrate_ucx) WEFT_TRANSPORT=ucx
  * forces the staged path, and the test asserts that nothing went through NCCL. Runs on
@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "comm/device/memtype.h"
+#include "comm/fault.h"
 #include "gpu_common.h"
 #include "migrate/engine.h"
 #include "migrate/layout_gen.h"
@@ -164,8 +165,9 @@ static void rotation(weft_layout_t **old, weft_layout_t **new)
 static int corrupt_rounds; /* flip a byte of the first chunk in rounds below this */
 static _Atomic int resent;  /* the flipped chunk was seen again in the resend round */
 
-static void flip(int src_member, uint32_t seq, int round, void *data, size_t len)
+static void flip(void *arg, int src_member, uint32_t seq, int round, void *data, size_t len)
 {
+    (void)arg;
     (void)src_member;
     if (seq != 0 || len == 0) {
         return;
@@ -195,7 +197,7 @@ static void test_nccl_path(void **state)
     }
     weft_layout_t *old, *new;
     rotation(&old, &new);
-    uint64_t before = atomic_load(&weft__migrate_nccl_chunks);
+    uint64_t before = atomic_load(&weft__ctx_faults(ctx)->counts.nccl_chunks);
     run(old, new, true, true);
     for (int trial = 0; trial < 4; trial++) {
         gen_seed((uint64_t)trial + 991);
@@ -206,7 +208,7 @@ static void test_nccl_path(void **state)
         weft_layout_free(a);
         weft_layout_free(b);
     }
-    uint64_t through = atomic_load(&weft__migrate_nccl_chunks) - before;
+    uint64_t through = atomic_load(&weft__ctx_faults(ctx)->counts.nccl_chunks) - before;
     if (!chosen) {
         assert_int_equal(through, 0); /* staged: nothing through NCCL */
         weft_layout_free(old);
@@ -219,12 +221,12 @@ static void test_nccl_path(void **state)
     assert_true(through > 0);
 
     /* One member's old buffer in host memory: the agreement keeps everyone staged. */
-    before = atomic_load(&weft__migrate_nccl_chunks);
+    before = atomic_load(&weft__ctx_faults(ctx)->counts.nccl_chunks);
     run(old, new, me != 0, true);
-    assert_int_equal(atomic_load(&weft__migrate_nccl_chunks), before);
+    assert_int_equal(atomic_load(&weft__ctx_faults(ctx)->counts.nccl_chunks), before);
 
     /* Corrupted once: detected (host copy of the receiver), resent, delivered intact. */
-    weft__migrate_recv_hook = flip;
+    weft__ctx_faults(ctx)->recv_hook = flip;
     corrupt_rounds = 1;
     atomic_store(&resent, 0);
     run(old, new, true, true);
@@ -233,11 +235,11 @@ static void test_nccl_path(void **state)
     corrupt_rounds = 2;
     run_expect(old, new, true, true, WEFT_ERR_TRANSPORT);
     assert_non_null(strstr(weft_last_error(ctx), "corrupted twice"));
-    weft__migrate_recv_hook = NULL;
+    weft__ctx_faults(ctx)->recv_hook = NULL;
     /* The group still migrates through NCCL. */
-    before = atomic_load(&weft__migrate_nccl_chunks);
+    before = atomic_load(&weft__ctx_faults(ctx)->counts.nccl_chunks);
     run(old, new, true, true);
-    assert_true(atomic_load(&weft__migrate_nccl_chunks) > before);
+    assert_true(atomic_load(&weft__ctx_faults(ctx)->counts.nccl_chunks) > before);
     weft_layout_free(old);
     weft_layout_free(new);
 }

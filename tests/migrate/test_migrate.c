@@ -7,7 +7,8 @@
  * start different plans (every rank gets WEFT_ERR_MISMATCH) and a member whose
  * arguments are refused (every rank gets WEFT_ERR_INVALID_ARG); a failed migration
  * resumed from what members received (weft_migrate_resume); local copies large enough
- * for non-temporal stores.
+ * for non-temporal stores. With WEFT_DEBUG_FAULTS set, only the check that the setting
+ * switched its fault on (test_cma_refused_by_setting).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,12 +24,14 @@
 #include <cmocka.h>
 
 #include "comm/core_impl.h"
+#include "comm/fault.h"
 #include "layout_gen.h"
 #include "migrate/engine.h"
 #include "migrate/ring.h"
 #include "weft/weft.h"
 
 static weft_ctx_t *ctx;
+static weft__faults_t *faults; /* ctx's test faults and path counters */
 static weft_group_t *world;
 static int me, n, my_id;
 static int ids[64];
@@ -113,9 +116,9 @@ static void test_zero_recut(void **state)
 
 static int corrupt_rounds; /* flip a byte of chunk 0 in rounds below this */
 
-static void flip(int src, uint32_t seq, int round, void *data, size_t len)
+static void flip(void *arg, int src, uint32_t seq, int round, void *data, size_t len)
 {
-    (void)src;
+    (void)arg, (void)src;
     if (seq == 0 && round < corrupt_rounds && len > 0) {
         ((unsigned char *)data)[len / 2] ^= 0x40;
     }
@@ -153,14 +156,14 @@ static void test_corruption(void **state)
     weft_layout_t *old, *new;
     rotation(&old, &new);
     ctx->cfg.migrate_chunk = 1000;
-    weft__migrate_recv_hook = flip;
+    faults->recv_hook = flip;
     corrupt_rounds = 1; /* once: sent again, and the data arrives intact */
     assert_int_equal(run(old, new, NULL, false), WEFT_OK);
     corrupt_rounds = 2; /* twice: every rank fails with the same status */
     weft_status_t st = run(old, new, NULL, false);
     assert_int_equal(st, WEFT_ERR_TRANSPORT);
     assert_non_null(strstr(weft_last_error(ctx), "corrupted twice"));
-    weft__migrate_recv_hook = NULL;
+    faults->recv_hook = NULL;
     ctx->cfg.migrate_chunk = default_chunk;
     /* The group still works. */
     assert_int_equal(run(old, new, NULL, false), WEFT_OK);
@@ -189,13 +192,13 @@ static void test_resume(void **state)
     unsigned char *obuf = malloc(ob), *failed_buf = calloc(1, nb);
     gen_fill(old, my_id, obuf);
     ctx->cfg.migrate_chunk = 1000;
-    weft__migrate_recv_hook = flip;
+    faults->recv_hook = flip;
     corrupt_rounds = 2;
     weft_req_t *req = NULL;
     weft_status_t st = weft_migrate_start(world, plan, obuf, failed_buf, NULL, &req);
     assert_true(st == WEFT_INPROGRESS || st == WEFT_OK);
     assert_int_equal(weft_wait(req, WEFT_TIMEOUT_DEFAULT), WEFT_ERR_TRANSPORT);
-    weft__migrate_recv_hook = NULL;
+    faults->recv_hook = NULL;
     const weft_layout_t *targets[2] = {new, flat};
     for (int k = 0; k < 2; k++) {
         weft_plan_t *rp;
@@ -267,20 +270,53 @@ static void test_cma(void **state)
     weft_layout_t *old, *new;
     rotation(&old, &new);
     ctx->cfg.migrate_chunk = 1000;
-    uint64_t before = atomic_load(&weft__migrate_cma_reads);
+    uint64_t before = atomic_load(&faults->counts.cma_reads);
     assert_int_equal(run(old, new, NULL, false), WEFT_OK);
-    uint64_t used = atomic_load(&weft__migrate_cma_reads) - before;
+    uint64_t used = atomic_load(&faults->counts.cma_reads) - before;
     int sender = ids[(me + n - 1) % n]; /* of this member's new shard, in the rotation */
     if (ctx->cfg.migrate_cma && ctx->peers[sender].same_host) {
         assert_true(used > 0);
     } else {
         assert_int_equal(used, 0);
     }
-    weft__migrate_cma_refuse = true;
-    before = atomic_load(&weft__migrate_cma_reads);
+    faults->cma_refuse = true;
+    before = atomic_load(&faults->counts.cma_reads);
+    uint64_t fell_back = atomic_load(&faults->counts.cma_fallbacks);
     assert_int_equal(run(old, new, NULL, false), WEFT_OK);
-    assert_int_equal(atomic_load(&weft__migrate_cma_reads), before);
-    weft__migrate_cma_refuse = false;
+    assert_int_equal(atomic_load(&faults->counts.cma_reads), before);
+    assert_int_equal(atomic_load(&faults->counts.cma_fallbacks) > fell_back, used > 0);
+    faults->cma_refuse = false;
+    ctx->cfg.migrate_chunk = default_chunk;
+    weft_layout_free(old);
+    weft_layout_free(new);
+}
+
+/* Run with WEFT_DEBUG_FAULTS=cma_refuse in the environment (CMakeLists.txt; builds with
+ * NDEBUG ignore it, and main skips there): weft_init switched the fault on, so where this
+ * member's sender shares its host every read of its memory failed and the chunks came
+ * again by message; the migration succeeds all the same. */
+static void test_cma_refused_by_setting(void **state)
+{
+    (void)state;
+    if (n < 2) {
+        skip();
+    }
+    assert_true(faults->cma_refuse);
+    assert_int_equal(faults->ring_refuse, 0);
+    assert_false(faults->snap_share_fail);
+    weft_layout_t *old, *new;
+    rotation(&old, &new);
+    ctx->cfg.migrate_chunk = 1000;
+    uint64_t reads = atomic_load(&faults->counts.cma_reads);
+    uint64_t fell_back = atomic_load(&faults->counts.cma_fallbacks);
+    assert_int_equal(run(old, new, NULL, false), WEFT_OK);
+    assert_int_equal(atomic_load(&faults->counts.cma_reads), reads);
+    int sender = ids[(me + n - 1) % n]; /* of this member's new shard, in the rotation */
+    if (ctx->cfg.migrate_cma && ctx->peers[sender].same_host) {
+        assert_true(atomic_load(&faults->counts.cma_fallbacks) > fell_back);
+    } else {
+        assert_int_equal(atomic_load(&faults->counts.cma_fallbacks), fell_back);
+    }
     ctx->cfg.migrate_chunk = default_chunk;
     weft_layout_free(old);
     weft_layout_free(new);
@@ -289,9 +325,9 @@ static void test_cma(void **state)
 /* Run old -> new and return how many chunks this rank took from a ring. */
 static uint64_t ring_run(const weft_layout_t *old, const weft_layout_t *new, weft_status_t want)
 {
-    uint64_t before = atomic_load(&weft__migrate_ring_chunks);
+    uint64_t before = atomic_load(&faults->counts.ring_chunks);
     assert_int_equal(run(old, new, NULL, false), want);
-    return atomic_load(&weft__migrate_ring_chunks) - before;
+    return atomic_load(&faults->counts.ring_chunks) - before;
 }
 
 /* Streams of 128 chunks or more between ranks on one host go through the receiver's ring
@@ -322,23 +358,23 @@ static void test_ring(void **state)
         } else {
             assert_int_equal(used, 0);
         }
-        weft__migrate_recv_hook = flip;
+        faults->recv_hook = flip;
         corrupt_rounds = 1;
         used = ring_run(old, new, WEFT_OK);
         assert_int_equal(used, ring ? 129 : 0); /* chunk 0 came twice */
         corrupt_rounds = 2;
         ring_run(old, new, WEFT_ERR_TRANSPORT);
         assert_non_null(strstr(weft_last_error(ctx), "corrupted twice"));
-        weft__migrate_recv_hook = NULL;
+        faults->recv_hook = NULL;
         for (int refuse = 1; refuse <= 3; refuse++) {
-            weft__migrate_ring_refuse = refuse < 3 ? refuse : 0;
+            faults->ring_refuse = refuse < 3 ? refuse : 0;
             ctx->oversubscribed = refuse == 3;
-            uint64_t cma = atomic_load(&weft__migrate_cma_reads);
+            uint64_t cma = atomic_load(&faults->counts.cma_reads);
             assert_int_equal(ring_run(old, new, WEFT_OK), 0);
             if (dim == 0 && ring && ctx->cfg.migrate_cma) {
-                assert_true(atomic_load(&weft__migrate_cma_reads) > cma);
+                assert_true(atomic_load(&faults->counts.cma_reads) > cma);
             }
-            weft__migrate_ring_refuse = 0;
+            faults->ring_refuse = 0;
             ctx->oversubscribed = false;
         }
         int shm = ctx->cfg.migrate_shm;
@@ -394,10 +430,10 @@ static void test_ring_kept(void **state)
     assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
     assert_int_equal(weft__ring_made - made, in);
     assert_int_equal(weft__ring_mapped - mapped, out);
-    weft__migrate_recv_hook = flip;
+    faults->recv_hook = flip;
     corrupt_rounds = 2;
     ring_run(old, new, WEFT_ERR_TRANSPORT);
-    weft__migrate_recv_hook = NULL;
+    faults->recv_hook = NULL;
     assert_int_equal(weft__ring_made - made, in);
     assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
     assert_int_equal(weft__ring_made - made, 2 * in); /* the failed stream's ring went */
@@ -415,9 +451,9 @@ static void test_ring_kept(void **state)
     /* A budget of one ring: the second of two at once goes without (by CMA), and the
      * idle ring is freed to make room when another geometry needs one. */
     weft__ring_budget = WEFT_RING_HDR + 8 * 800; /* 128 chunks: 8 slots */
-    uint64_t got = atomic_load(&weft__migrate_ring_chunks);
+    uint64_t got = atomic_load(&faults->counts.ring_chunks);
     two_at_once(plan, new, obuf, nb1, nb2, nb);
-    assert_int_equal(atomic_load(&weft__migrate_ring_chunks) - got, 128 * in);
+    assert_int_equal(atomic_load(&faults->counts.ring_chunks) - got, 128 * in);
     assert_int_equal(weft__ring_made - made, 3 * in);
     weft__ring_budget = WEFT_RING_HDR + 8 * 1200;
     ctx->cfg.migrate_chunk = 1200; /* 6 rows: 128 chunks, a geometry no ring kept has */
@@ -538,6 +574,14 @@ static int after_test(void **state)
 
 int main(void)
 {
+    /* Set: run test_cma_refused_by_setting alone. */
+    const char *debug_faults = getenv("WEFT_DEBUG_FAULTS");
+#ifdef NDEBUG
+    if (debug_faults != NULL) {
+        printf("test_migrate: builds with NDEBUG ignore WEFT_DEBUG_FAULTS: skipped\n");
+        return 77; /* SKIP_RETURN_CODE */
+    }
+#endif
     setenv("WEFT_TIMEOUT_MS", "60000", 0);
     if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK ||
         weft_group_rank(world, &me) != WEFT_OK || weft_group_size(world, &n) != WEFT_OK ||
@@ -548,6 +592,7 @@ int main(void)
     for (int r = 0; r < n; r++) {
         weft_group_member_id(world, r, &ids[r]);
     }
+    faults = weft__ctx_faults(ctx);
     default_chunk = ctx->cfg.migrate_chunk;
     default_window = ctx->cfg.migrate_window;
     const struct CMUnitTest tests[] = {
@@ -556,9 +601,12 @@ int main(void)
         MIG_TEST(test_background),   MIG_TEST(test_large_local), MIG_TEST(test_ring),
         MIG_TEST(test_ring_kept),
     };
-    char name[32];
+    const struct CMUnitTest by_setting[] = {MIG_TEST(test_cma_refused_by_setting)};
+    char name[48];
     snprintf(name, sizeof(name), "migrate rank %d of %d", me, n);
-    int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
+    int failed = debug_faults != NULL
+                     ? cmocka_run_group_tests_name(name, by_setting, NULL, NULL)
+                     : cmocka_run_group_tests_name(name, tests, NULL, NULL);
     weft_finalize(ctx);
     return failed;
 }

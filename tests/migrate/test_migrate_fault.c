@@ -16,6 +16,7 @@
 
 #include "../groups/fault_common.h"
 #include "comm/core_impl.h"
+#include "comm/fault.h"
 #include "layout_gen.h"
 #include "migrate/box.h"
 #include "migrate/engine.h"
@@ -23,9 +24,9 @@
 
 static int victim;
 
-static void die_midway(int src, uint32_t seq, int round, void *data, size_t len)
+static void die_midway(void *arg, int src, uint32_t seq, int round, void *data, size_t len)
 {
-    (void)src, (void)round, (void)data, (void)len;
+    (void)arg, (void)src, (void)round, (void)data, (void)len;
     if (seq == 3) {
         raise(SIGKILL);
     }
@@ -110,7 +111,7 @@ int main(void)
     unsigned char *obuf = malloc(ob), *nbuf = malloc(weft_layout_packed_bytes(rotated, id));
     gen_fill(old, id, obuf);
     if (id == victim) {
-        weft__migrate_recv_hook = die_midway;
+        weft__ctx_faults(ctx)->recv_hook = die_midway;
     }
     weft_req_t *req = NULL;
     weft_status_t st = weft_migrate_start(world, plan, obuf, nbuf, NULL, &req);
@@ -178,7 +179,7 @@ int main(void)
         return 1;
     }
     printf("rank %d: %llu chunks came through same-host rings\n", me,
-           (unsigned long long)weft__migrate_ring_chunks);
+           (unsigned long long)weft__ctx_faults(ctx)->counts.ring_chunks);
     SURVIVOR_OK(me);
     weft_plan_free(replan);
     weft_plan_free(resumed);

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "../groups/fault_common.h"
+#include "comm/fault.h"
 #include "migrate/snapshot.h"
 #include "snap_common.h"
 #include "weft/weft.h"
@@ -101,7 +102,7 @@ static int share_fail_done(weft_ctx_t *ctx, int me, weft_status_t st, double t0,
     double took = now_s() - t0;
     printf("rank %d: restore %s after %.2f s: %s\n", me, weft_status_str(st), took,
            weft_last_error(ctx));
-    if (weft__snap_share_fail) {
+    if (weft__ctx_faults(ctx)->snap_share_fail) {
         struct timespec five = {5, 0};
         nanosleep(&five, NULL);
     }
@@ -197,7 +198,7 @@ int main(void)
         nl = model_of(world);
         size_t nb = weft_snapshot_restore_bytes(snap, nl);
         nbuf = malloc(nb);
-        weft__snap_share_fail = share_fail && me == 0; /* the lowest holder */
+        weft__ctx_faults(ctx)->snap_share_fail = share_fail && me == 0; /* the lowest holder */
         double t0 = now_s();
         st = weft_snapshot_restore(snap, nl, nbuf, nb, &got);
         if (share_fail) {
