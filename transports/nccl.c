@@ -548,7 +548,6 @@ const weft_transport_ops_t weft__tl_nccl = {
     .broadcast = weft__nccl_start_broadcast,
     .allgather = weft__nccl_start_allgather,
     .reduce_scatter = weft__nccl_start_reduce_scatter,
-    .sendrecv = weft__nccl_start_sendrecv,
     .p2p = weft__nccl_start_p2p,
     .op_test = weft__nccl_op_test,
     .op_release = weft__nccl_op_release,

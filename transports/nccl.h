@@ -128,9 +128,6 @@ weft_status_t weft__nccl_start_allgather(weft_tl_comm_t *c, const void *sendbuf,
 weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
                                               size_t count, weft_dtype_t dtype, weft_op_t op,
                                               void *stream, weft_tl_op_t **top);
-weft_status_t weft__nccl_start_sendrecv(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes,
-                                        int dst, void *recvbuf, size_t recv_bytes, int src,
-                                        void *stream, weft_tl_op_t **top);
 weft_status_t weft__nccl_start_p2p(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, int nops,
                                    weft_tl_op_t **top);
 weft_status_t weft__nccl_op_test(weft_tl_op_t *op);

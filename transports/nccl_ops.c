@@ -284,46 +284,6 @@ weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sen
     return st;
 }
 
-weft_status_t weft__nccl_start_sendrecv(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes,
-                                        int dst, void *recvbuf, size_t recv_bytes, int src,
-                                        void *stream, weft_tl_op_t **top)
-{
-    int prev;
-    if (c == NULL || top == NULL || dst < -1 || dst >= c->nranks || src < -1 || src >= c->nranks ||
-        (dst >= 0 && send_bytes > 0 && sendbuf == NULL) ||
-        (src >= 0 && recv_bytes > 0 && recvbuf == NULL)) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    int do_send = dst >= 0 && send_bytes > 0;
-    int do_recv = src >= 0 && recv_bytes > 0;
-    if (!do_send && !do_recv) {
-        *top = NULL;
-        return WEFT_OK;
-    }
-    weft_status_t st = op_begin(c, &prev);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    /* One group, so that a send to oneself and the matching receive can both progress. */
-    ncclResult_t r = c->lib->GroupStart();
-    ncclResult_t rs = ncclSuccess, rr = ncclSuccess;
-    if (r == ncclSuccess && do_send) {
-        rs = c->lib->Send(sendbuf, send_bytes, ncclUint8, dst, c->nc, (cudaStream_t)stream);
-    }
-    if (r == ncclSuccess && do_recv) {
-        rr = c->lib->Recv(recvbuf, recv_bytes, ncclUint8, src, c->nc, (cudaStream_t)stream);
-    }
-    if (r == ncclSuccess) {
-        r = c->lib->GroupEnd();
-    }
-    if (rs != ncclSuccess && rs != ncclInProgress) {
-        r = rs;
-    } else if (rr != ncclSuccess && rr != ncclInProgress) {
-        r = rr;
-    }
-    return op_end(c, r, stream, prev, "ncclSend/ncclRecv", top);
-}
-
 weft_status_t weft__nccl_start_p2p(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, int nops,
                                    weft_tl_op_t **top)
 {

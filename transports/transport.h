@@ -18,7 +18,6 @@
 
 typedef struct weft_tl weft_tl_t;       /* one transport instance in one process */
 typedef struct weft_tl_ep weft_tl_ep_t; /* a connection to one peer */
-typedef struct weft_tl_mem weft_tl_mem_t; /* registered memory (RMA) */
 typedef struct weft_tl_comm weft_tl_comm_t; /* a communicator over the ranks of a group */
 typedef struct weft_tl_op weft_tl_op_t;     /* one group operation enqueued on a stream */
 
@@ -112,15 +111,6 @@ typedef struct weft_transport_ops {
     /* Drop unexpected messages whose tag matches under mask (stale epochs). Optional. */
     void (*discard)(weft_tl_t *tl, uint64_t tag, uint64_t tag_mask);
 
-    /* One-sided access (migration). Optional: NULL when not supported. */
-    weft_status_t (*mem_reg)(weft_tl_t *tl, void *buf, size_t len, weft_tl_mem_t **mem,
-                             const void **rkey, size_t *rkey_len);
-    void (*mem_dereg)(weft_tl_t *tl, weft_tl_mem_t *mem);
-    weft_status_t (*put)(weft_tl_t *tl, weft_tl_ep_t *ep, const void *buf, size_t len,
-                         uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req);
-    weft_status_t (*get)(weft_tl_t *tl, weft_tl_ep_t *ep, void *buf, size_t len,
-                         uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req);
-
     /*
      * Group collectives on device memory, enqueued on a CUDA stream between the ranks of a
      * communicator (NCCL). Optional: all NULL in message transports. A group-collective
@@ -161,14 +151,12 @@ typedef struct weft_transport_ops {
      * the transport is not available ("" when it is). */
     const char *(*comm_error)(const weft_tl_comm_t *c);
     /*
-     * Operations on device buffers; counts in elements of @p dtype (bytes for sendrecv).
+     * Operations on device buffers; counts in elements of @p dtype.
      * @p stream is a cudaStream_t (NULL: the legacy default stream). WEFT_INPROGRESS with
      * *op set once enqueued, WEFT_OK with *op = NULL when there is nothing to do, or an
      * error (*op untouched): WEFT_ERR_INVALID_ARG, WEFT_ERR_UNSUPPORTED (user dtype or
      * operator), the communicator's failure, WEFT_ERR_TIMEOUT or WEFT_ERR_TRANSPORT. In
-     * place follows include/weft/coll.h. sendrecv sends @p send_bytes to @p dst and
-     * receives @p recv_bytes from @p src in one group (a rank may send to itself); -1
-     * skips a side; the receiver asks for exactly the bytes sent.
+     * place follows include/weft/coll.h.
      */
     weft_status_t (*allreduce)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
                                size_t count, weft_dtype_t dtype, weft_op_t op, void *stream,
@@ -182,9 +170,6 @@ typedef struct weft_transport_ops {
     weft_status_t (*reduce_scatter)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
                                     size_t count, weft_dtype_t dtype, weft_op_t op,
                                     void *stream, weft_tl_op_t **top);
-    weft_status_t (*sendrecv)(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes, int dst,
-                              void *recvbuf, size_t recv_bytes, int src, void *stream,
-                              weft_tl_op_t **top);
     /*
      * Point-to-point on device buffers: every transfer of @p ops (with any ranks, sends
      * and receives) in one group, enqueued on a stream the communicator owns (made on

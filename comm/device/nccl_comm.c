@@ -422,21 +422,6 @@ weft_status_t weft__nccl_reduce_scatter(weft_group_t *g, const void *sendbuf, vo
     return wrap(g, comm, st, nop, count * weft_dtype_size(dtype), "NCCL reduce-scatter", req);
 }
 
-weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sendbuf, size_t send_bytes, int dst,
-                                  void *recvbuf, size_t recv_bytes, int src, void *stream,
-                                  weft_req_t **req)
-{
-    weft_tl_comm_t *comm;
-    weft_tl_op_t *nop = NULL;
-    weft_status_t st = enter(g, req, &stream, &comm);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    st = tl()->sendrecv(comm, sendbuf, send_bytes, dst, recvbuf, recv_bytes, src, stream,
-                                  &nop);
-    return wrap(g, comm, st, nop, src >= 0 ? recv_bytes : send_bytes, "NCCL send/recv", req);
-}
-
 weft_status_t weft__nccl_p2p_prepare(weft_group_t *g, uint64_t seq, bool *chosen)
 {
     weft_tsel_t sel;

@@ -57,16 +57,6 @@ weft_status_t weft__nccl_reduce_scatter(weft_group_t *g, const void *sendbuf, vo
                                         size_t count, weft_dtype_t dtype, weft_op_t op,
                                         void *stream, weft_req_t **req);
 /*
- * Send @p send_bytes to group rank @p dst and receive @p recv_bytes from group rank @p src
- * together (either side skipped with -1), so that a rank may send to itself. The
- * receiver must ask for exactly the bytes sent. Not collective: only the two ends call.
- * The NCCL communicator is created on first use, which is collective over the group.
- */
-weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sendbuf, size_t send_bytes, int dst,
-                                  void *recvbuf, size_t recv_bytes, int src, void *stream,
-                                  weft_req_t **req);
-
-/*
  * For point-to-point users that start at an agreed point (a migration): *chosen says
  * whether the selection (the same on every member) sends CUDA buffers of @p g through
  * NCCL and the library loads here; when it does, the group's communicator of this epoch
@@ -126,16 +116,6 @@ static inline weft_status_t weft__nccl_reduce_scatter(weft_group_t *g, const voi
                                                       void *stream, weft_req_t **req)
 {
     (void)sendbuf, (void)recvbuf, (void)count, (void)dtype, (void)op, (void)stream, (void)req;
-    return weft__nccl_unsupported(g);
-}
-
-static inline weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sendbuf,
-                                                size_t send_bytes, int dst, void *recvbuf,
-                                                size_t recv_bytes, int src, void *stream,
-                                                weft_req_t **req)
-{
-    (void)sendbuf, (void)send_bytes, (void)dst, (void)recvbuf, (void)recv_bytes, (void)src;
-    (void)stream, (void)req;
     return weft__nccl_unsupported(g);
 }
 

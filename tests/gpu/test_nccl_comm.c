@@ -203,10 +203,11 @@ static void test_collectives_on_gpu(void **state)
     assert_memory_equal(h_out, h_in, sizeof(h_in));
 
     CUDA_OK(cudaMemset(d_out, 0, sizeof(h_in)));
-    assert_int_equal(
-        run(weft__nccl_sendrecv(world, d_in, sizeof(h_in), 0, d_out, sizeof(h_in), 0, NULL, &req),
-            req),
-        WEFT_OK);
+    weft_nccl_xfer_t self_xfer[2] = {
+        {.rank = 0, .send = true, .buf = d_in, .bytes = sizeof(h_in)},
+        {.rank = 0, .send = false, .buf = d_out, .bytes = sizeof(h_in)},
+    };
+    assert_int_equal(run(weft__nccl_p2p(world, self_xfer, 2, &req), req), WEFT_OK);
     CUDA_OK(cudaMemcpy(h_out, d_out, sizeof(h_out), cudaMemcpyDeviceToHost));
     assert_memory_equal(h_out, h_in, sizeof(h_in));
 

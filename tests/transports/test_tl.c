@@ -464,44 +464,6 @@ static void test_discard(void **state)
     p->passed = 1;
 }
 
-static void test_rma(void **state)
-{
-    pair_t *p = *state;
-    if (p->ops->mem_reg == NULL) {
-        skip();
-    }
-    const size_t len = (4u << 20) + 13;
-    unsigned char *remote = malloc(len), *local = malloc(len), *back = malloc(len);
-    memset(remote, 0, len);
-    fill(local, len, 9);
-    weft_tl_mem_t *mem = NULL;
-    const void *rkey;
-    size_t rkey_len;
-    assert_int_equal(p->ops->mem_reg(p->b, remote, len, &mem, &rkey, &rkey_len), WEFT_OK);
-    void *rq = NULL;
-    size_t n;
-    /* put the whole buffer, then an odd-sized piece at an odd offset */
-    weft_status_t st = p->ops->put(p->a, p->ab, local, len, (uint64_t)(uintptr_t)remote, rkey,
-                                   rkey_len, &rq);
-    assert_int_equal(finish(p, p->a, st, rq, &n), WEFT_OK);
-    assert_memory_equal(remote, local, len); /* remotely complete when the put is */
-    unsigned char piece[4093];
-    fill(piece, sizeof(piece), 10);
-    st = p->ops->put(p->a, p->ab, piece, sizeof(piece), (uint64_t)(uintptr_t)(remote + 4097),
-                     rkey, rkey_len, &rq);
-    assert_int_equal(finish(p, p->a, st, rq, &n), WEFT_OK);
-    memcpy(local + 4097, piece, sizeof(piece));
-    memset(back, 0, len);
-    st = p->ops->get(p->a, p->ab, back, len, (uint64_t)(uintptr_t)remote, rkey, rkey_len, &rq);
-    assert_int_equal(finish(p, p->a, st, rq, &n), WEFT_OK);
-    assert_memory_equal(back, local, len);
-    p->ops->mem_dereg(p->b, mem);
-    free(remote);
-    free(local);
-    free(back);
-    p->passed = 1;
-}
-
 /* Many sends and receives in flight at once, completed in reverse order. */
 static void test_outstanding(void **state)
 {
@@ -766,7 +728,6 @@ static void test_ucx_fini_dead_peer(void **state)
         cmocka_unit_test_setup_teardown(test_cancel_recv, setup, teardown_pair),               \
         cmocka_unit_test_setup_teardown(test_cancel_send, setup, teardown_pair),               \
         cmocka_unit_test_setup_teardown(test_discard, setup, teardown_pair),                   \
-        cmocka_unit_test_setup_teardown(test_rma, setup, teardown_pair),                       \
         cmocka_unit_test_setup_teardown(test_outstanding, setup, teardown_pair)
 
 int main(int argc, char **argv)
