@@ -301,11 +301,9 @@ static void self_discard(weft_tl_t *tl, uint64_t tag, uint64_t tag_mask)
     }
 }
 
-const weft_transport_ops_t weft__tl_self = {
-    .size = sizeof(weft_transport_ops_t),
-    .name = "self",
+static const weft_tl_msg_ops_t self_msg_ops = {
+    .size = sizeof(weft_tl_msg_ops_t),
     .flags = WEFT_TL_LOOPBACK,
-    .available = self_available,
     .init = self_init,
     .fini = self_fini,
     .address = self_address,
@@ -317,4 +315,11 @@ const weft_transport_ops_t weft__tl_self = {
     .cancel = self_cancel,
     .progress = self_progress,
     .discard = self_discard,
+};
+
+const weft_transport_t weft__tl_self = {
+    .size = sizeof(weft_transport_t),
+    .name = "self",
+    .available = self_available,
+    .msg = &self_msg_ops,
 };

@@ -659,10 +659,8 @@ static void ucx_discard(weft_tl_t *tl, uint64_t tag, uint64_t tag_mask)
     }
 }
 
-const weft_transport_ops_t weft__tl_ucx = {
-    .size = sizeof(weft_transport_ops_t),
-    .name = "ucx",
-    .available = ucx_available,
+static const weft_tl_msg_ops_t ucx_msg_ops = {
+    .size = sizeof(weft_tl_msg_ops_t),
     .init = ucx_init,
     .fini = ucx_fini,
     .address = ucx_address,
@@ -674,4 +672,11 @@ const weft_transport_ops_t weft__tl_ucx = {
     .cancel = ucx_cancel,
     .progress = ucx_progress,
     .discard = ucx_discard,
+};
+
+const weft_transport_t weft__tl_ucx = {
+    .size = sizeof(weft_transport_t),
+    .name = "ucx",
+    .available = ucx_available,
+    .msg = &ucx_msg_ops,
 };
