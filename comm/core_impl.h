@@ -27,9 +27,11 @@
 #include "weft/coll.h"
 #include "weft/core.h"
 
-/* One started message transport: its ops table and this process's instance of it. */
+/* One started message transport: the transport, its message table and this process's
+ * instance of it. */
 typedef struct weft_tl_inst {
-    const weft_transport_ops_t *ops;
+    const weft_transport_t *transport;
+    const weft_tl_msg_ops_t *ops; /* transport->msg */
     weft_tl_t *tl;
 } weft_tl_inst_t;
 
@@ -40,7 +42,7 @@ typedef struct weft_tl_inst {
 typedef struct weft_peer {
     /* The instance that reaches it (ctx->tl_local or ctx->tl_remote), copied here so a
      * message costs one load and the ops call; NULL when none does. */
-    const weft_transport_ops_t *ops;
+    const weft_tl_msg_ops_t *ops;
     weft_tl_t *tl;
     weft_tl_ep_t *ep;     /* NULL until first use */
     void *addr;           /* published transport address (malloc'ed), NULL if unknown */
@@ -174,7 +176,7 @@ struct weft_req {
     size_t bytes;
     int peer_id;          /* P2P: peer's member id; -1 for compound */
     uint32_t epoch;       /* group epoch when started: an edit of the group fails it */
-    const weft_transport_ops_t *ops;
+    const weft_tl_msg_ops_t *ops;
     weft_tl_t *tl;
     void *tl_req;         /* NULL once the transport request is finished */
     /* Compound requests: advance, returning WEFT_INPROGRESS or the final status. */

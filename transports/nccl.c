@@ -1,5 +1,5 @@
 /*
- * The NCCL transport: communicators and the ops table. Communicators are non-blocking
+ * The NCCL transport: communicators and the device table. Communicators are non-blocking
  * (ncclConfig_t.blocking = 0), so every NCCL call that may wait on peers returns at once
  * and is polled against a deadline: a dead peer ends in a revoked or aborted
  * communicator and an error status, never in a hang. The operations are in nccl_ops.c,
@@ -526,15 +526,13 @@ static void nccl_comm_destroy(weft_tl_comm_t *c)
     free(c);
 }
 
-/* ---- ops table entry ---- */
+/* ---- the transport ---- */
 
-/* NCCL moves whole collectives on streams between the ranks of a communicator, not
- * tagged messages: the message entries stay NULL and the comm layer (comm/device/nccl_comm.c)
- * forms one communicator per group and epoch through the entries below. */
-const weft_transport_ops_t weft__tl_nccl = {
-    .size = sizeof(weft_transport_ops_t),
-    .name = "nccl",
-    .available = weft__nccl_available,
+/* NCCL moves collectives and point-to-point transfers on streams between the ranks of a
+ * communicator, not tagged messages: it has a device table only, through which the comm
+ * layer (comm/device/nccl_comm.c) forms one communicator per group and epoch. */
+static const weft_tl_dev_ops_t nccl_dev_ops = {
+    .size = sizeof(weft_tl_dev_ops_t),
     .comm_id_bytes = sizeof(ncclUniqueId),
     .comm_id = weft__nccl_unique_id,
     .comm_create = nccl_comm_create,
@@ -544,12 +542,15 @@ const weft_transport_ops_t weft__tl_nccl = {
     .comm_abort = nccl_comm_abort,
     .comm_poll = weft__nccl_comm_poll,
     .comm_error = nccl_comm_error,
-    .allreduce = weft__nccl_start_allreduce,
-    .broadcast = weft__nccl_start_broadcast,
-    .allgather = weft__nccl_start_allgather,
-    .reduce_scatter = weft__nccl_start_reduce_scatter,
-    .sendrecv = weft__nccl_start_sendrecv,
+    .coll = weft__nccl_start_coll,
     .p2p = weft__nccl_start_p2p,
     .op_test = weft__nccl_op_test,
     .op_release = weft__nccl_op_release,
+};
+
+const weft_transport_t weft__tl_nccl = {
+    .size = sizeof(weft_transport_t),
+    .name = "nccl",
+    .available = weft__nccl_available,
+    .dev = &nccl_dev_ops,
 };

@@ -1,8 +1,9 @@
 /*
  * The NCCL transport, split over three files: nccl_lib.c loads the library on first use
  * and answers the queries below, nccl.c creates, shrinks, polls and destroys
- * communicators and fills weft__tl_nccl, nccl_ops.c enqueues and tracks operations.
- * Everything outside transports/ reaches NCCL through weft__tl_nccl; this header is for
+ * communicators and fills weft__tl_nccl's device table, nccl_ops.c enqueues and tracks
+ * operations. Everything outside transports/ reaches NCCL through weft__tl_nccl; this
+ * header is for
  * those three files, plus the queries at its end, which the tools may call.
  *
  * libweft does not link libnccl: the library named by WEFT_NCCL_LIBRARY (default
@@ -115,22 +116,9 @@ void weft__nccl_leave_device(weft_tl_comm_t *c, int prev);
 weft_status_t weft__nccl_comm_poll(weft_tl_comm_t *c);
 void weft__nccl_unlink_op(weft_tl_comm_t *c, weft_tl_op_t *op);
 
-/* nccl_ops.c: the operation entries of weft__tl_nccl. */
-weft_status_t weft__nccl_start_allreduce(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                         size_t count, weft_dtype_t dtype, weft_op_t op,
-                                         void *stream, weft_tl_op_t **top);
-weft_status_t weft__nccl_start_broadcast(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                         size_t count, weft_dtype_t dtype, int root, void *stream,
-                                         weft_tl_op_t **top);
-weft_status_t weft__nccl_start_allgather(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                         size_t count, weft_dtype_t dtype, void *stream,
-                                         weft_tl_op_t **top);
-weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                              size_t count, weft_dtype_t dtype, weft_op_t op,
-                                              void *stream, weft_tl_op_t **top);
-weft_status_t weft__nccl_start_sendrecv(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes,
-                                        int dst, void *recvbuf, size_t recv_bytes, int src,
-                                        void *stream, weft_tl_op_t **top);
+/* nccl_ops.c: the operation entries of weft__tl_nccl's device table. */
+weft_status_t weft__nccl_start_coll(weft_tl_comm_t *c, const weft_tl_dev_coll_t *d, void *stream,
+                                    weft_tl_op_t **top);
 weft_status_t weft__nccl_start_p2p(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, int nops,
                                    weft_tl_op_t **top);
 weft_status_t weft__nccl_op_test(weft_tl_op_t *op);

@@ -3,6 +3,7 @@
  * has enqueued it (a non-blocking communicator may still be connecting), and tracked by
  * a CUDA event recorded after it. Communicators are in nccl.c.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "transports/nccl.h"
@@ -166,162 +167,107 @@ static weft_status_t check_types(weft_dtype_t dtype, weft_op_t op, int with_op, 
     return WEFT_OK;
 }
 
-weft_status_t weft__nccl_start_allreduce(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                         size_t count, weft_dtype_t dtype, weft_op_t op,
-                                         void *stream, weft_tl_op_t **top)
+/* The arguments NCCL would refuse, or that would make it read a NULL buffer. */
+static bool coll_args_valid(const weft_tl_comm_t *c, const weft_tl_dev_coll_t *d)
 {
-    ncclDataType_t nt;
-    ncclRedOp_t no;
-    int prev;
-    if (c == NULL || top == NULL || (count > 0 && (sendbuf == NULL || recvbuf == NULL))) {
-        return WEFT_ERR_INVALID_ARG;
+    switch (d->kind) {
+    case WEFT_TL_COLL_ALLREDUCE:
+    case WEFT_TL_COLL_ALLGATHER:
+    case WEFT_TL_COLL_REDUCE_SCATTER:
+        return d->count == 0 || (d->sendbuf != NULL && d->recvbuf != NULL);
+    case WEFT_TL_COLL_BROADCAST:
+        return d->root >= 0 && d->root < c->nranks &&
+               (d->count == 0 ||
+                (d->recvbuf != NULL && (c->rank != d->root || d->sendbuf != NULL)));
     }
-    weft_status_t st = check_types(dtype, op, 1, &nt, &no);
-    if (st != WEFT_OK || count == 0) {
-        if (st == WEFT_OK) {
-            *top = NULL;
-        }
-        return st;
-    }
-    if ((st = op_begin(c, &prev)) != WEFT_OK) {
-        return st;
-    }
-    ncclResult_t r =
-        c->lib->AllReduce(sendbuf, recvbuf, count, nt, no, c->nc, (cudaStream_t)stream);
-    return op_end(c, r, stream, prev, "ncclAllReduce", top);
+    return false;
 }
 
-weft_status_t weft__nccl_start_broadcast(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                         size_t count, weft_dtype_t dtype, int root, void *stream,
-                                         weft_tl_op_t **top)
+static const char *coll_name(weft_tl_coll_kind_t kind)
 {
-    ncclDataType_t nt;
-    int prev;
-    if (c == NULL || top == NULL || root < 0 || root >= c->nranks ||
-        (count > 0 && (recvbuf == NULL || (c->rank == root && sendbuf == NULL)))) {
-        return WEFT_ERR_INVALID_ARG;
+    switch (kind) {
+    case WEFT_TL_COLL_ALLREDUCE:
+        return "ncclAllReduce";
+    case WEFT_TL_COLL_BROADCAST:
+        return "ncclBroadcast";
+    case WEFT_TL_COLL_ALLGATHER:
+        return "ncclAllGather";
+    case WEFT_TL_COLL_REDUCE_SCATTER:
+        return "ncclReduceScatter";
     }
-    weft_status_t st = check_types(dtype, WEFT_SUM, 0, &nt, NULL);
-    if (st != WEFT_OK || count == 0) {
-        if (st == WEFT_OK) {
-            *top = NULL;
-        }
-        return st;
-    }
-    if ((st = op_begin(c, &prev)) != WEFT_OK) {
-        return st;
-    }
-    ncclResult_t r =
-        c->lib->Broadcast(sendbuf, recvbuf, count, nt, root, c->nc, (cudaStream_t)stream);
-    return op_end(c, r, stream, prev, "ncclBroadcast", top);
+    return "collective";
 }
 
-weft_status_t weft__nccl_start_allgather(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                         size_t count, weft_dtype_t dtype, void *stream,
-                                         weft_tl_op_t **top)
+/* weft's in-place reduce-scatter keeps the result at the start of the buffer; NCCL's
+ * writes it at this rank's block: reduce there, then move it to the front (the regions
+ * do not overlap for rank > 0). Enqueued, not tracked. */
+static weft_status_t reduce_scatter(weft_tl_comm_t *c, const weft_tl_dev_coll_t *d,
+                                    ncclDataType_t nt, ncclRedOp_t no, void *stream)
 {
-    ncclDataType_t nt;
-    int prev;
-    if (c == NULL || top == NULL || (count > 0 && (sendbuf == NULL || recvbuf == NULL))) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    weft_status_t st = check_types(dtype, WEFT_SUM, 0, &nt, NULL);
-    if (st != WEFT_OK || count == 0) {
-        if (st == WEFT_OK) {
-            *top = NULL;
-        }
-        return st;
-    }
-    if ((st = op_begin(c, &prev)) != WEFT_OK) {
-        return st;
-    }
-    ncclResult_t r = c->lib->AllGather(sendbuf, recvbuf, count, nt, c->nc, (cudaStream_t)stream);
-    return op_end(c, r, stream, prev, "ncclAllGather", top);
-}
-
-weft_status_t weft__nccl_start_reduce_scatter(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                              size_t count, weft_dtype_t dtype, weft_op_t op,
-                                              void *stream, weft_tl_op_t **top)
-{
-    ncclDataType_t nt;
-    ncclRedOp_t no;
-    int prev;
-    if (c == NULL || top == NULL || (count > 0 && (sendbuf == NULL || recvbuf == NULL))) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    weft_status_t st = check_types(dtype, op, 1, &nt, &no);
-    if (st != WEFT_OK || count == 0) {
-        if (st == WEFT_OK) {
-            *top = NULL;
-        }
-        return st;
-    }
-    if ((st = op_begin(c, &prev)) != WEFT_OK) {
-        return st;
-    }
-    /* weft's in place keeps the result at the start of the buffer; NCCL's writes it at
-     * this rank's block: reduce there, then move it to the front (the regions do not
-     * overlap for rank > 0). */
-    size_t block = count * dtype_bytes(nt);
-    int shift = sendbuf == recvbuf && c->rank > 0;
-    char *dst = shift ? (char *)recvbuf + (size_t)c->rank * block : recvbuf;
+    size_t block = d->count * dtype_bytes(nt);
+    int shift = d->sendbuf == d->recvbuf && c->rank > 0;
+    char *dst = shift ? (char *)d->recvbuf + (size_t)c->rank * block : d->recvbuf;
     ncclResult_t r =
-        c->lib->ReduceScatter(sendbuf, dst, count, nt, no, c->nc, (cudaStream_t)stream);
-    st = op_enqueued(c, r, "ncclReduceScatter");
+        c->lib->ReduceScatter(d->sendbuf, dst, d->count, nt, no, c->nc, (cudaStream_t)stream);
+    weft_status_t st = op_enqueued(c, r, "ncclReduceScatter");
     if (st == WEFT_OK && shift) {
         cudaError_t e =
-            cudaMemcpyAsync(recvbuf, dst, block, cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+            cudaMemcpyAsync(d->recvbuf, dst, block, cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             st = weft__nccl_fail(c, WEFT_ERR_TRANSPORT, "in-place reduce-scatter copy: %s",
                                  cudaGetErrorString(e));
         }
     }
-    if (st == WEFT_OK) {
-        st = op_track(c, stream, "ncclReduceScatter", top);
-    }
-    weft__nccl_leave_device(c, prev);
     return st;
 }
 
-weft_status_t weft__nccl_start_sendrecv(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes,
-                                        int dst, void *recvbuf, size_t recv_bytes, int src,
-                                        void *stream, weft_tl_op_t **top)
+/* The NCCL call of every other kind; their result is waited for by op_enqueued(). */
+static ncclResult_t coll_call(weft_tl_comm_t *c, const weft_tl_dev_coll_t *d, ncclDataType_t nt,
+                              ncclRedOp_t no, cudaStream_t s)
 {
+    switch (d->kind) {
+    case WEFT_TL_COLL_ALLREDUCE:
+        return c->lib->AllReduce(d->sendbuf, d->recvbuf, d->count, nt, no, c->nc, s);
+    case WEFT_TL_COLL_BROADCAST:
+        return c->lib->Broadcast(d->sendbuf, d->recvbuf, d->count, nt, d->root, c->nc, s);
+    case WEFT_TL_COLL_ALLGATHER:
+        return c->lib->AllGather(d->sendbuf, d->recvbuf, d->count, nt, c->nc, s);
+    default:
+        return ncclInvalidArgument; /* refused by coll_args_valid() before */
+    }
+}
+
+weft_status_t weft__nccl_start_coll(weft_tl_comm_t *c, const weft_tl_dev_coll_t *d, void *stream,
+                                    weft_tl_op_t **top)
+{
+    ncclDataType_t nt;
+    ncclRedOp_t no = ncclSum;
     int prev;
-    if (c == NULL || top == NULL || dst < -1 || dst >= c->nranks || src < -1 || src >= c->nranks ||
-        (dst >= 0 && send_bytes > 0 && sendbuf == NULL) ||
-        (src >= 0 && recv_bytes > 0 && recvbuf == NULL)) {
+    if (c == NULL || d == NULL || d->size < sizeof(*d) || top == NULL || !coll_args_valid(c, d)) {
         return WEFT_ERR_INVALID_ARG;
     }
-    int do_send = dst >= 0 && send_bytes > 0;
-    int do_recv = src >= 0 && recv_bytes > 0;
-    if (!do_send && !do_recv) {
-        *top = NULL;
-        return WEFT_OK;
-    }
-    weft_status_t st = op_begin(c, &prev);
-    if (st != WEFT_OK) {
+    int reduces = d->kind == WEFT_TL_COLL_ALLREDUCE || d->kind == WEFT_TL_COLL_REDUCE_SCATTER;
+    weft_status_t st = check_types(d->dtype, d->op, reduces, &nt, &no);
+    if (st != WEFT_OK || d->count == 0) {
+        if (st == WEFT_OK) {
+            *top = NULL;
+        }
         return st;
     }
-    /* One group, so that a send to oneself and the matching receive can both progress. */
-    ncclResult_t r = c->lib->GroupStart();
-    ncclResult_t rs = ncclSuccess, rr = ncclSuccess;
-    if (r == ncclSuccess && do_send) {
-        rs = c->lib->Send(sendbuf, send_bytes, ncclUint8, dst, c->nc, (cudaStream_t)stream);
+    if ((st = op_begin(c, &prev)) != WEFT_OK) {
+        return st;
     }
-    if (r == ncclSuccess && do_recv) {
-        rr = c->lib->Recv(recvbuf, recv_bytes, ncclUint8, src, c->nc, (cudaStream_t)stream);
+    if (d->kind == WEFT_TL_COLL_REDUCE_SCATTER) {
+        st = reduce_scatter(c, d, nt, no, stream);
+        if (st == WEFT_OK) {
+            st = op_track(c, stream, "ncclReduceScatter", top);
+        }
+        weft__nccl_leave_device(c, prev);
+        return st;
     }
-    if (r == ncclSuccess) {
-        r = c->lib->GroupEnd();
-    }
-    if (rs != ncclSuccess && rs != ncclInProgress) {
-        r = rs;
-    } else if (rr != ncclSuccess && rr != ncclInProgress) {
-        r = rr;
-    }
-    return op_end(c, r, stream, prev, "ncclSend/ncclRecv", top);
+    ncclResult_t r = coll_call(c, d, nt, no, (cudaStream_t)stream);
+    return op_end(c, r, stream, prev, coll_name(d->kind), top);
 }
 
 weft_status_t weft__nccl_start_p2p(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, int nops,

@@ -2,7 +2,7 @@
 
 #include "transports/transport.h"
 
-const weft_transport_ops_t *const weft__transports[] = {
+const weft_transport_t *const weft__transports[] = {
     &weft__tl_self,
     &weft__tl_ucx,
 #ifdef WEFT_HAVE_NCCL
@@ -11,7 +11,7 @@ const weft_transport_ops_t *const weft__transports[] = {
     NULL,
 };
 
-const weft_transport_ops_t *weft__transport_find(const char *name)
+const weft_transport_t *weft__transport_find(const char *name)
 {
     for (size_t i = 0; weft__transports[i] != NULL; i++) {
         if (strcmp(weft__transports[i]->name, name) == 0) {

@@ -7,7 +7,7 @@
  *
  * An instance only connects to itself: its address names the process and the instance,
  * and an address of another process or instance is refused. Since the only destination
- * is the instance itself, sends and RMA also accept a NULL endpoint.
+ * is the instance itself, sends also accept a NULL endpoint.
  */
 #include <stdarg.h>
 #include <stdbool.h>
@@ -47,16 +47,6 @@ typedef struct self_req {
 
 struct weft_tl_ep {
     weft_tl_t *tl;
-};
-
-/* Packed remote key: the region and its owner. */
-typedef struct self_rkey {
-    self_addr_t owner;
-    uint64_t base, len;
-} self_rkey_t;
-
-struct weft_tl_mem {
-    self_rkey_t key;
 };
 
 struct weft_tl {
@@ -311,80 +301,9 @@ static void self_discard(weft_tl_t *tl, uint64_t tag, uint64_t tag_mask)
     }
 }
 
-/* ---- RMA: a copy within this process ---- */
-
-static weft_status_t self_mem_reg(weft_tl_t *tl, void *buf, size_t len, weft_tl_mem_t **out,
-                                  const void **rkey, size_t *rkey_len)
-{
-    if (buf == NULL || len == 0) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    weft_tl_mem_t *mem = calloc(1, sizeof(*mem));
-    if (mem == NULL) {
-        return WEFT_ERR_NO_MEMORY;
-    }
-    mem->key.owner = tl->addr;
-    mem->key.base = (uint64_t)(uintptr_t)buf;
-    mem->key.len = len;
-    *out = mem;
-    *rkey = &mem->key;
-    *rkey_len = sizeof(mem->key);
-    return WEFT_OK;
-}
-
-static void self_mem_dereg(weft_tl_t *tl, weft_tl_mem_t *mem)
-{
-    (void)tl;
-    free(mem);
-}
-
-/* Check that [remote_addr, +len) lies in the region of @p rkey registered here. */
-static weft_status_t self_rma_check(weft_tl_t *tl, weft_tl_ep_t *ep, uint64_t remote_addr,
-                                    size_t len, const void *rkey, size_t rkey_len)
-{
-    self_rkey_t k;
-    if ((ep != NULL && ep != &tl->ep) || rkey == NULL || rkey_len != sizeof(k)) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    memcpy(&k, rkey, sizeof(k));
-    if (memcmp(&k.owner, &tl->addr, sizeof(k.owner)) != 0 || remote_addr < k.base ||
-        len > k.len || remote_addr - k.base > k.len - len) {
-        self_log(tl, WEFT_LOG_ERROR, "self: RMA of %zu bytes at 0x%llx outside its region", len,
-                 (unsigned long long)remote_addr);
-        return WEFT_ERR_INVALID_ARG;
-    }
-    return WEFT_OK;
-}
-
-static weft_status_t self_put(weft_tl_t *tl, weft_tl_ep_t *ep, const void *buf, size_t len,
-                              uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req)
-{
-    weft_status_t st = self_rma_check(tl, ep, remote_addr, len, rkey, rkey_len);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    memmove((void *)(uintptr_t)remote_addr, buf, len);
-    *req = NULL;
-    return WEFT_OK;
-}
-
-static weft_status_t self_get(weft_tl_t *tl, weft_tl_ep_t *ep, void *buf, size_t len,
-                              uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req)
-{
-    weft_status_t st = self_rma_check(tl, ep, remote_addr, len, rkey, rkey_len);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    memmove(buf, (const void *)(uintptr_t)remote_addr, len);
-    *req = NULL;
-    return WEFT_OK;
-}
-
-const weft_transport_ops_t weft__tl_self = {
-    .size = sizeof(weft_transport_ops_t),
-    .name = "self",
+static const weft_tl_msg_ops_t self_msg_ops = {
+    .size = sizeof(weft_tl_msg_ops_t),
     .flags = WEFT_TL_LOOPBACK,
-    .available = self_available,
     .init = self_init,
     .fini = self_fini,
     .address = self_address,
@@ -396,8 +315,11 @@ const weft_transport_ops_t weft__tl_self = {
     .cancel = self_cancel,
     .progress = self_progress,
     .discard = self_discard,
-    .mem_reg = self_mem_reg,
-    .mem_dereg = self_mem_dereg,
-    .put = self_put,
-    .get = self_get,
+};
+
+const weft_transport_t weft__tl_self = {
+    .size = sizeof(weft_transport_t),
+    .name = "self",
+    .available = self_available,
+    .msg = &self_msg_ops,
 };

@@ -1,10 +1,15 @@
 /*
- * The transport ops table. Every transport is reached through it. A message transport
- * (self, ucx) moves tagged messages between processes; a group-collective transport
- * (nccl) runs collectives on device memory between the ranks of a communicator. Neither
- * knows groups, contexts or the store: the comm layer exchanges addresses and ids,
- * builds tags and maps failures to groups. Transports include only public weft headers,
- * their own and util/.
+ * The transports and their capability tables. Every transport is reached through them.
+ * A transport (weft_transport_t) is a name, an availability check and one table per
+ * capability it has, each starting with its size and filled with designated
+ * initializers: its kind is which tables it fills, never a pattern of NULL entries.
+ *   - weft_tl_msg_ops_t: tagged messages between processes (self, ucx);
+ *   - weft_tl_dev_ops_t: collectives and point-to-point on device memory between the
+ *     ranks of a communicator, enqueued on CUDA streams (nccl).
+ * No transport knows groups, contexts or the store: the comm layer exchanges addresses
+ * and ids, builds tags and maps failures to groups. Every entry of every table is called
+ * by the library (tests/scripts/check_tl_entries.py). Transports include only public
+ * weft headers, their own and util/.
  */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
@@ -18,7 +23,6 @@
 
 typedef struct weft_tl weft_tl_t;       /* one transport instance in one process */
 typedef struct weft_tl_ep weft_tl_ep_t; /* a connection to one peer */
-typedef struct weft_tl_mem weft_tl_mem_t; /* registered memory (RMA) */
 typedef struct weft_tl_comm weft_tl_comm_t; /* a communicator over the ranks of a group */
 typedef struct weft_tl_op weft_tl_op_t;     /* one group operation enqueued on a stream */
 
@@ -41,14 +45,14 @@ typedef struct weft_tl_params {
     void *cb_arg;
 } weft_tl_params_t;
 
-/* What a transport reaches (weft_transport_ops_t::flags). */
+/* What a message transport reaches (weft_tl_msg_ops_t::flags). */
 enum {
     /* Only this process: a loopback with nothing to publish. Without it, a message
      * transport reaches other processes through the address it publishes. */
     WEFT_TL_LOOPBACK = 1u << 0,
 };
 
-/* One side of a point-to-point transfer with one rank of a communicator (p2p()). */
+/* One side of a point-to-point transfer with one rank of a communicator (dev p2p()). */
 typedef struct weft_tl_p2p {
     int peer;     /* rank in the communicator */
     int send;     /* nonzero: send @p bytes from @p buf; zero: receive them into @p buf */
@@ -71,12 +75,11 @@ typedef struct weft_tl_comm_params {
     void *log_arg;
 } weft_tl_comm_params_t;
 
-typedef struct weft_transport_ops {
-    size_t size; /* sizeof(weft_transport_ops_t) */
-    const char *name;
+/* ---- tagged messages ---- */
+
+typedef struct weft_tl_msg_ops {
+    size_t size;    /* sizeof(weft_tl_msg_ops_t) */
     unsigned flags; /* WEFT_TL_* */
-    /* Nonzero if the transport can run on this machine (library present, devices). */
-    int (*available)(void);
 
     weft_status_t (*init)(const weft_tl_params_t *params, weft_tl_t **tl);
     void (*fini)(weft_tl_t *tl);
@@ -109,26 +112,42 @@ typedef struct weft_transport_ops {
     void (*cancel)(weft_tl_t *tl, void *req);
     /* Drive communication; returns nonzero when anything happened. */
     int (*progress)(weft_tl_t *tl);
-    /* Drop unexpected messages whose tag matches under mask (stale epochs). Optional. */
+    /* Drop unexpected messages whose tag matches under mask (stale epochs). */
     void (*discard)(weft_tl_t *tl, uint64_t tag, uint64_t tag_mask);
+} weft_tl_msg_ops_t;
 
-    /* One-sided access (migration). Optional: NULL when not supported. */
-    weft_status_t (*mem_reg)(weft_tl_t *tl, void *buf, size_t len, weft_tl_mem_t **mem,
-                             const void **rkey, size_t *rkey_len);
-    void (*mem_dereg)(weft_tl_t *tl, weft_tl_mem_t *mem);
-    weft_status_t (*put)(weft_tl_t *tl, weft_tl_ep_t *ep, const void *buf, size_t len,
-                         uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req);
-    weft_status_t (*get)(weft_tl_t *tl, weft_tl_ep_t *ep, void *buf, size_t len,
-                         uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req);
+/* ---- device memory ---- */
 
-    /*
-     * Group collectives on device memory, enqueued on a CUDA stream between the ranks of a
-     * communicator (NCCL). Optional: all NULL in message transports. A group-collective
-     * transport leaves init() and the message entries above NULL and fills every entry
-     * below (comm_shrink and comm_can_shrink may be NULL, together).
-     * Nothing here hangs: creation and enqueueing are polled against the deadlines of
-     * weft_tl_comm_params_t; a failed communicator fails every operation on it.
-     */
+/* The collectives of weft_tl_dev_ops_t::coll(). */
+typedef enum weft_tl_coll_kind {
+    WEFT_TL_COLL_ALLREDUCE = 1,
+    WEFT_TL_COLL_BROADCAST = 2,
+    WEFT_TL_COLL_ALLGATHER = 3,
+    WEFT_TL_COLL_REDUCE_SCATTER = 4,
+} weft_tl_coll_kind_t;
+
+/* One collective on device buffers; semantics, in place included, are those of
+ * include/weft/coll.h. */
+typedef struct weft_tl_dev_coll {
+    size_t size; /* sizeof(weft_tl_dev_coll_t) */
+    weft_tl_coll_kind_t kind;
+    const void *sendbuf; /* broadcast: read on the root only */
+    void *recvbuf;
+    size_t count; /* elements of @p dtype; per rank for allgather and reduce-scatter */
+    weft_dtype_t dtype;
+    weft_op_t op; /* allreduce, reduce-scatter */
+    int root;     /* broadcast: rank in the communicator */
+} weft_tl_dev_coll_t;
+
+/*
+ * Collectives and point-to-point on device memory, enqueued on CUDA streams between the
+ * ranks of a communicator (NCCL). Every entry is filled (comm_shrink and comm_can_shrink
+ * may be NULL, together). Nothing here hangs: creation and enqueueing are polled against
+ * the deadlines of weft_tl_comm_params_t; a failed communicator fails every operation on
+ * it.
+ */
+typedef struct weft_tl_dev_ops {
+    size_t size;          /* sizeof(weft_tl_dev_ops_t) */
     size_t comm_id_bytes; /* <= WEFT_TL_COMM_ID_MAX */
     /* A fresh id for one communicator: one rank makes it, every rank passes it to
      * comm_create(). WEFT_OK or WEFT_ERR_TRANSPORT. */
@@ -161,30 +180,15 @@ typedef struct weft_transport_ops {
      * the transport is not available ("" when it is). */
     const char *(*comm_error)(const weft_tl_comm_t *c);
     /*
-     * Operations on device buffers; counts in elements of @p dtype (bytes for sendrecv).
-     * @p stream is a cudaStream_t (NULL: the legacy default stream). WEFT_INPROGRESS with
-     * *op set once enqueued, WEFT_OK with *op = NULL when there is nothing to do, or an
-     * error (*op untouched): WEFT_ERR_INVALID_ARG, WEFT_ERR_UNSUPPORTED (user dtype or
-     * operator), the communicator's failure, WEFT_ERR_TIMEOUT or WEFT_ERR_TRANSPORT. In
-     * place follows include/weft/coll.h. sendrecv sends @p send_bytes to @p dst and
-     * receives @p recv_bytes from @p src in one group (a rank may send to itself); -1
-     * skips a side; the receiver asks for exactly the bytes sent.
+     * Enqueue collective @p d on device buffers. @p stream is a cudaStream_t (NULL: the
+     * legacy default stream). WEFT_INPROGRESS with *op set once enqueued, WEFT_OK with
+     * *op = NULL when there is nothing to do (count 0), or an error (*op untouched):
+     * WEFT_ERR_INVALID_ARG (a NULL buffer, a root out of range, an unknown kind),
+     * WEFT_ERR_UNSUPPORTED (user dtype or operator), the communicator's failure,
+     * WEFT_ERR_TIMEOUT or WEFT_ERR_TRANSPORT.
      */
-    weft_status_t (*allreduce)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                               size_t count, weft_dtype_t dtype, weft_op_t op, void *stream,
-                               weft_tl_op_t **top);
-    weft_status_t (*broadcast)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                               size_t count, weft_dtype_t dtype, int root, void *stream,
-                               weft_tl_op_t **top);
-    weft_status_t (*allgather)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                               size_t count, weft_dtype_t dtype, void *stream,
-                               weft_tl_op_t **top);
-    weft_status_t (*reduce_scatter)(weft_tl_comm_t *c, const void *sendbuf, void *recvbuf,
-                                    size_t count, weft_dtype_t dtype, weft_op_t op,
-                                    void *stream, weft_tl_op_t **top);
-    weft_status_t (*sendrecv)(weft_tl_comm_t *c, const void *sendbuf, size_t send_bytes, int dst,
-                              void *recvbuf, size_t recv_bytes, int src, void *stream,
-                              weft_tl_op_t **top);
+    weft_status_t (*coll)(weft_tl_comm_t *c, const weft_tl_dev_coll_t *d, void *stream,
+                          weft_tl_op_t **op);
     /*
      * Point-to-point on device buffers: every transfer of @p ops (with any ranks, sends
      * and receives) in one group, enqueued on a stream the communicator owns (made on
@@ -193,27 +197,38 @@ typedef struct weft_transport_ops {
      * Transfers of one call progress together; calls run one after the other, in the
      * order they were made, so callers on different ranks must order their calls alike
      * or a transfer may wait for a peer's call queued behind one that waits for this
-     * rank (the operation timeout then fails the communicator). Returns as the
-     * operations above; WEFT_OK with *op = NULL when every transfer is empty.
+     * rank (the operation timeout then fails the communicator). Returns as coll();
+     * WEFT_OK with *op = NULL when every transfer is empty.
      */
-    weft_status_t (*p2p)(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, int nops,
-                         weft_tl_op_t **top);
+    weft_status_t (*p2p)(weft_tl_comm_t *c, const weft_tl_p2p_t *ops, int nops, weft_tl_op_t **op);
     /* WEFT_INPROGRESS until the work finished on the GPU, then WEFT_OK or the error that
      * failed it. Never blocks. NULL: WEFT_OK. */
     weft_status_t (*op_test)(weft_tl_op_t *op);
     /* Drop the handle; running GPU work is not cancelled (the communicator retires it).
      * NULL is a no-op. */
     void (*op_release)(weft_tl_op_t *op);
-} weft_transport_ops_t;
+} weft_tl_dev_ops_t;
+
+/* ---- the transports ---- */
+
+typedef struct weft_transport {
+    size_t size; /* sizeof(weft_transport_t) */
+    const char *name;
+    /* Nonzero if the transport can run on this machine (library present, devices). */
+    int (*available)(void);
+    /* Its capability tables; NULL: it has not that capability. */
+    const weft_tl_msg_ops_t *msg;
+    const weft_tl_dev_ops_t *dev;
+} weft_transport_t;
 
 /* Built-in transports, in preference order; NULL-terminated. */
-extern const weft_transport_ops_t *const weft__transports[];
-const weft_transport_ops_t *weft__transport_find(const char *name);
+extern const weft_transport_t *const weft__transports[];
+const weft_transport_t *weft__transport_find(const char *name);
 
-extern const weft_transport_ops_t weft__tl_self;
-extern const weft_transport_ops_t weft__tl_ucx;
+extern const weft_transport_t weft__tl_self;
+extern const weft_transport_t weft__tl_ucx;
 #ifdef WEFT_HAVE_NCCL
-extern const weft_transport_ops_t weft__tl_nccl;
+extern const weft_transport_t weft__tl_nccl;
 #endif
 
 #endif

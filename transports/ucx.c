@@ -1,6 +1,6 @@
 /*
  * The UCX transport: one UCP context and worker per weft_tl_t, tagged messages for
- * point-to-point and collectives, RMA (put/get on mapped memory) for migration.
+ * point-to-point and collectives.
  *
  * Endpoints use UCP_ERR_HANDLING_MODE_PEER so a dead peer surfaces as an error callback;
  * the callback only records the failure and progress() reports it to the comm layer,
@@ -26,33 +26,19 @@
 
 /* How long fini() waits for endpoints to flush and close before tearing down anyway. */
 #define UCX_CLOSE_TIMEOUT_NS (2000000000ull)
-/* How long cancel() waits for a cancelled receive or get that is already moving data. */
+/* How long cancel() waits for a cancelled receive that is already moving data. */
 #define UCX_CANCEL_TIMEOUT_NS (200000000ull)
-/* Unpacked remote keys kept per endpoint (migration registers few, long-lived regions). */
-#define UCX_RKEY_CACHE_MAX 32
 
 typedef enum ucx_req_kind {
     UCX_REQ_SEND,
     UCX_REQ_RECV,
-    UCX_REQ_RMA,   /* a get, or the flush that makes a put remotely complete */
     UCX_REQ_DRAIN, /* receive-and-drop of a stale message (discard) */
 } ucx_req_kind_t;
-
-/* A packed remote key and its unpacked handle; reference-counted so an in-flight RMA
- * request keeps it alive after the cache or the endpoint dropped it. */
-typedef struct ucx_rkey {
-    ucp_rkey_h handle;
-    unsigned refs;
-    size_t packed_len;
-    struct ucx_rkey *next; /* in the endpoint's cache, most recently used first */
-    unsigned char packed[];
-} ucx_rkey_t;
 
 /* Private area of every UCP request of this transport (UCP_PARAM_FIELD_REQUEST_SIZE). */
 typedef struct ucx_req {
     ucx_req_kind_t kind;
-    size_t len;         /* bytes of a send or RMA */
-    ucx_rkey_t *rkey;   /* RMA: reference held until the request is released */
+    size_t len;         /* bytes of a send */
     struct ucx_req *next; /* drains: in weft_tl_t::drains */
 } ucx_req_t;
 
@@ -63,15 +49,7 @@ struct weft_tl_ep {
     ucs_status_t err;  /* UCS_OK while the connection is healthy */
     bool reported;     /* peer_failed() was called for it */
     void *close_req;   /* after disconnect: the close in flight, NULL once done */
-    ucx_rkey_t *rkeys; /* cache */
-    unsigned nrkeys;
     struct weft_tl_ep *prev, *next; /* in tl->eps, or tl->closing after disconnect */
-};
-
-struct weft_tl_mem {
-    ucp_mem_h memh;
-    void *rkey;
-    size_t rkey_len;
 };
 
 struct weft_tl {
@@ -155,23 +133,6 @@ static weft_status_t ucx_error(const weft_tl_t *tl, ucs_status_t st, const char 
     }
     ucx_log(tl, level, "ucx: %s: %s", what, ucs_status_string(st));
     return ws;
-}
-
-static void ucx_rkey_unref(ucx_rkey_t *rk)
-{
-    if (rk != NULL && --rk->refs == 0) {
-        ucp_rkey_destroy(rk->handle);
-        free(rk);
-    }
-}
-
-/* Drop what the private area holds and give the request back to UCP. */
-static void ucx_req_release(void *req)
-{
-    ucx_req_t *ur = req;
-    ucx_rkey_unref(ur->rkey);
-    ur->rkey = NULL;
-    ucp_request_free(req);
 }
 
 static void ucx_list_remove(weft_tl_ep_t **head, weft_tl_ep_t *ep)
@@ -274,7 +235,7 @@ static weft_status_t ucx_create_context(weft_tl_t *tl)
     ucp_params_t p = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME,
-        .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA,
+        .features = UCP_FEATURE_TAG,
         .request_size = sizeof(ucx_req_t),
         .mt_workers_shared = 0,
         .name = "weft",
@@ -350,16 +311,6 @@ static weft_status_t ucx_address(weft_tl_t *tl, const void **addr, size_t *len)
     return WEFT_OK;
 }
 
-static void ucx_rkeys_drop(weft_tl_ep_t *ep)
-{
-    while (ep->rkeys != NULL) {
-        ucx_rkey_t *rk = ep->rkeys;
-        ep->rkeys = rk->next;
-        ucx_rkey_unref(rk);
-    }
-    ep->nrkeys = 0;
-}
-
 /* Forget closing endpoints whose close finished. */
 static int ucx_reap_closing(weft_tl_t *tl)
 {
@@ -392,7 +343,7 @@ static int ucx_reap_drains(weft_tl_t *tl)
             continue;
         }
         *link = ur->next;
-        ucx_req_release(ur);
+        ucp_request_free(ur);
         n++;
     }
     return n;
@@ -402,7 +353,6 @@ static int ucx_reap_drains(weft_tl_t *tl)
 static void ucx_start_close(weft_tl_t *tl, weft_tl_ep_t *ep, bool force)
 {
     ucx_list_remove(&tl->eps, ep);
-    ucx_rkeys_drop(ep);
     ucp_request_param_t p = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
         .flags = force || ep->err != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0,
@@ -453,7 +403,7 @@ static void ucx_fini(weft_tl_t *tl)
     while (tl->drains != NULL) {
         ucx_req_t *ur = tl->drains;
         tl->drains = ur->next;
-        ucx_req_release(ur);
+        ucp_request_free(ur);
     }
     ucp_worker_release_address(tl->worker, tl->addr);
     ucp_worker_destroy(tl->worker);
@@ -580,7 +530,6 @@ static weft_status_t ucx_isend(weft_tl_t *tl, weft_tl_ep_t *ep, const void *buf,
     ucx_req_t *ur = r;
     ur->kind = UCX_REQ_SEND;
     ur->len = len;
-    ur->rkey = NULL;
     ur->next = NULL;
     *req = r;
     return WEFT_INPROGRESS;
@@ -602,16 +551,14 @@ static weft_status_t ucx_test(weft_tl_t *tl, void *req, size_t *len)
     if (st == UCS_INPROGRESS) {
         return WEFT_INPROGRESS;
     }
-    ucx_req_release(req);
+    ucp_request_free(req);
     if (len != NULL) {
         *len = st == UCS_OK ? moved : 0;
     }
     if (st == UCS_OK) {
         return WEFT_OK;
     }
-    const char *what = kind == UCX_REQ_SEND   ? "tag send"
-                       : kind == UCX_REQ_RECV ? "tag receive"
-                                              : "rma";
+    const char *what = kind == UCX_REQ_SEND ? "tag send" : "tag receive";
     return ucx_error(tl, st, what);
 }
 
@@ -631,7 +578,6 @@ static weft_status_t ucx_irecv(weft_tl_t *tl, void *buf, size_t len, uint64_t ta
     ucx_req_t *ur = r;
     ur->kind = UCX_REQ_RECV;
     ur->len = 0;
-    ur->rkey = NULL;
     ur->next = NULL;
     /* Finish at once what is already complete, so the caller sees inline completion. */
     if (ucp_request_check_status(r) != UCS_INPROGRESS) {
@@ -668,10 +614,10 @@ static void ucx_cancel(weft_tl_t *tl, void *req)
             tl->drains = ur;
             return;
         }
-        ucx_req_release(req);
+        ucp_request_free(req);
         return;
     }
-    /* A matched receive (or a get) may be in the middle of a rendezvous: wait for it to
+    /* A matched receive may be in the middle of a rendezvous: wait for it to
      * end, so the buffer is not written after we return; bounded all the same. */
     uint64_t deadline = 0;
     while (ucp_request_check_status(req) == UCS_INPROGRESS) {
@@ -687,7 +633,7 @@ static void ucx_cancel(weft_tl_t *tl, void *req)
             sched_yield();
         }
     }
-    ucx_req_release(req); /* UCP frees it once complete if it is still in flight */
+    ucp_request_free(req); /* UCP frees it once complete if it is still in flight */
 }
 
 static void ucx_discard(weft_tl_t *tl, uint64_t tag, uint64_t tag_mask)
@@ -708,177 +654,13 @@ static void ucx_discard(weft_tl_t *tl, uint64_t tag, uint64_t tag_mask)
         ucx_req_t *ur = r;
         ur->kind = UCX_REQ_DRAIN;
         ur->len = 0;
-        ur->rkey = NULL;
-        ur->next = tl->drains;
+            ur->next = tl->drains;
         tl->drains = ur;
     }
 }
 
-/* ---- RMA ---- */
-
-static weft_status_t ucx_mem_reg(weft_tl_t *tl, void *buf, size_t len, weft_tl_mem_t **out,
-                                 const void **rkey, size_t *rkey_len)
-{
-    weft_status_t status;
-    if (buf == NULL || len == 0) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    weft_tl_mem_t *mem = calloc(1, sizeof(*mem));
-    if (mem == NULL) {
-        return WEFT_ERR_NO_MEMORY;
-    }
-    ucp_mem_map_params_t mp = {
-        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-        .address = buf,
-        .length = len,
-    };
-    ucs_status_t st = ucp_mem_map(tl->ctx, &mp, &mem->memh);
-    if (st != UCS_OK) {
-        status = ucx_error(tl, st, "ucp_mem_map");
-        goto err_free_mem;
-    }
-    st = ucp_rkey_pack(tl->ctx, mem->memh, &mem->rkey, &mem->rkey_len);
-    if (st != UCS_OK) {
-        status = ucx_error(tl, st, "ucp_rkey_pack");
-        goto err_unmap;
-    }
-    *out = mem;
-    *rkey = mem->rkey;
-    *rkey_len = mem->rkey_len;
-    return WEFT_OK;
-
-err_unmap:
-    ucp_mem_unmap(tl->ctx, mem->memh);
-err_free_mem:
-    free(mem);
-    return status;
-}
-
-static void ucx_mem_dereg(weft_tl_t *tl, weft_tl_mem_t *mem)
-{
-    if (mem == NULL) {
-        return;
-    }
-    ucp_rkey_buffer_release(mem->rkey);
-    ucs_status_t st = ucp_mem_unmap(tl->ctx, mem->memh);
-    if (st != UCS_OK) {
-        ucx_error(tl, st, "ucp_mem_unmap");
-    }
-    free(mem);
-}
-
-/* The unpacked key for @p packed on @p ep, from the cache or unpacked now; the caller
- * gets a reference. */
-static weft_status_t ucx_rkey_get(weft_tl_t *tl, weft_tl_ep_t *ep, const void *packed,
-                                  size_t len, ucx_rkey_t **out)
-{
-    ucx_rkey_t **link = &ep->rkeys, *rk;
-    for (; (rk = *link) != NULL; link = &rk->next) {
-        if (rk->packed_len == len && memcmp(rk->packed, packed, len) == 0) {
-            *link = rk->next; /* move to the front */
-            rk->next = ep->rkeys;
-            ep->rkeys = rk;
-            rk->refs++;
-            *out = rk;
-            return WEFT_OK;
-        }
-    }
-    rk = malloc(sizeof(*rk) + len);
-    if (rk == NULL) {
-        return WEFT_ERR_NO_MEMORY;
-    }
-    ucs_status_t st = ucp_ep_rkey_unpack(ep->uep, packed, &rk->handle);
-    if (st != UCS_OK) {
-        free(rk);
-        return ucx_error(tl, st, "ucp_ep_rkey_unpack");
-    }
-    memcpy(rk->packed, packed, len);
-    rk->packed_len = len;
-    rk->refs = 2; /* the cache's and the caller's */
-    rk->next = ep->rkeys;
-    ep->rkeys = rk;
-    if (++ep->nrkeys > UCX_RKEY_CACHE_MAX) {
-        /* Drop the least recently used; a request still using it keeps it alive. */
-        ucx_rkey_t **last = &ep->rkeys;
-        while ((*last)->next != NULL) {
-            last = &(*last)->next;
-        }
-        ucx_rkey_unref(*last);
-        *last = NULL;
-        ep->nrkeys--;
-    }
-    *out = rk;
-    return WEFT_OK;
-}
-
-/* Turn the result of an RMA start into the transport's convention. */
-static weft_status_t ucx_rma_result(weft_tl_t *tl, ucs_status_ptr_t r, ucx_rkey_t *rk,
-                                    size_t len, const char *what, void **req)
-{
-    if (r == NULL) {
-        ucx_rkey_unref(rk);
-        *req = NULL;
-        return WEFT_OK;
-    }
-    if (UCS_PTR_IS_ERR(r)) {
-        ucx_rkey_unref(rk);
-        return ucx_error(tl, UCS_PTR_STATUS(r), what);
-    }
-    ucx_req_t *ur = r;
-    ur->kind = UCX_REQ_RMA;
-    ur->len = len;
-    ur->rkey = rk;
-    ur->next = NULL;
-    *req = r;
-    return WEFT_INPROGRESS;
-}
-
-static weft_status_t ucx_put(weft_tl_t *tl, weft_tl_ep_t *ep, const void *buf, size_t len,
-                             uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req)
-{
-    if (ep->err != UCS_OK) {
-        return WEFT_ERR_PEER_FAILED;
-    }
-    ucx_rkey_t *rk;
-    weft_status_t status = ucx_rkey_get(tl, ep, rkey, rkey_len, &rk);
-    if (status != WEFT_OK) {
-        return status;
-    }
-    ucp_request_param_t p = {.op_attr_mask = 0};
-    ucs_status_ptr_t r = ucp_put_nbx(ep->uep, buf, len, remote_addr, rk->handle, &p);
-    if (UCS_PTR_IS_ERR(r)) {
-        ucx_rkey_unref(rk);
-        return ucx_error(tl, UCS_PTR_STATUS(r), "put");
-    }
-    if (r != NULL) {
-        ucp_request_free(r); /* the flush below covers its completion */
-    }
-    /* A put completes locally; the flush completes when the data is in remote memory,
-     * which is what a migration step needs before it reports the chunk as moved. */
-    r = ucp_ep_flush_nbx(ep->uep, &p);
-    return ucx_rma_result(tl, r, rk, len, "flush after put", req);
-}
-
-static weft_status_t ucx_get(weft_tl_t *tl, weft_tl_ep_t *ep, void *buf, size_t len,
-                             uint64_t remote_addr, const void *rkey, size_t rkey_len, void **req)
-{
-    if (ep->err != UCS_OK) {
-        return WEFT_ERR_PEER_FAILED;
-    }
-    ucx_rkey_t *rk;
-    weft_status_t status = ucx_rkey_get(tl, ep, rkey, rkey_len, &rk);
-    if (status != WEFT_OK) {
-        return status;
-    }
-    ucp_request_param_t p = {.op_attr_mask = 0};
-    ucs_status_ptr_t r = ucp_get_nbx(ep->uep, buf, len, remote_addr, rk->handle, &p);
-    return ucx_rma_result(tl, r, rk, len, "get", req);
-}
-
-const weft_transport_ops_t weft__tl_ucx = {
-    .size = sizeof(weft_transport_ops_t),
-    .name = "ucx",
-    .available = ucx_available,
+static const weft_tl_msg_ops_t ucx_msg_ops = {
+    .size = sizeof(weft_tl_msg_ops_t),
     .init = ucx_init,
     .fini = ucx_fini,
     .address = ucx_address,
@@ -890,8 +672,11 @@ const weft_transport_ops_t weft__tl_ucx = {
     .cancel = ucx_cancel,
     .progress = ucx_progress,
     .discard = ucx_discard,
-    .mem_reg = ucx_mem_reg,
-    .mem_dereg = ucx_mem_dereg,
-    .put = ucx_put,
-    .get = ucx_get,
+};
+
+const weft_transport_t weft__tl_ucx = {
+    .size = sizeof(weft_transport_t),
+    .name = "ucx",
+    .available = ucx_available,
+    .msg = &ucx_msg_ops,
 };

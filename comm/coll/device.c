@@ -49,25 +49,35 @@ weft_status_t weft__coll_cuda_start(weft_group_t *g, const weft_coll_args_t *a,
                            "host memory: copy to host buffers)",
                            a->name, sel.why);
     }
+    weft_tl_dev_coll_t d = {
+        .size = sizeof(d),
+        .sendbuf = a->sendbuf,
+        .recvbuf = a->recvbuf,
+        .count = a->count,
+        .dtype = a->dtype,
+        .op = a->op,
+        .root = a->root,
+    };
     switch (a->kind) {
     case WEFT_COLL_ALLREDUCE:
-        st = weft__nccl_allreduce(g, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, NULL, req);
+        d.kind = WEFT_TL_COLL_ALLREDUCE;
         break;
     case WEFT_COLL_BROADCAST:
-        st = weft__nccl_broadcast(g, a->recvbuf, a->count, a->dtype, a->root, NULL, req);
+        d.kind = WEFT_TL_COLL_BROADCAST;
+        d.sendbuf = a->recvbuf; /* in place: the root sends from the buffer it receives in */
         break;
     case WEFT_COLL_ALLGATHER:
-        st = weft__nccl_allgather(g, a->sendbuf, a->recvbuf, a->count, a->dtype, NULL, req);
+        d.kind = WEFT_TL_COLL_ALLGATHER;
         break;
     case WEFT_COLL_REDUCE_SCATTER:
-        st = weft__nccl_reduce_scatter(g, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, NULL,
-                                       req);
+        d.kind = WEFT_TL_COLL_REDUCE_SCATTER;
         break;
     default:
         return weft__error(ctx, WEFT_ERR_UNSUPPORTED,
                            "%s on CUDA buffers is not supported yet (allreduce, broadcast, "
                            "allgather and reduce_scatter are)", a->name);
     }
+    st = weft__nccl_coll(g, &d, NULL, req);
     if (st == WEFT_OK || st == WEFT_INPROGRESS) {
         g->coll_count++;
     }

@@ -102,8 +102,9 @@ static void on_peer_failed(void *arg, int peer_id, weft_status_t why)
 
 /* Start the message transports of weft__transports[], in its order: the first loopback
  * one for this process and, in a job with a store (which may gain members later, so
- * even at size 1), the first other one for the other processes. Transports without
- * init() move group collectives, not messages: comm/device/nccl_comm.c reaches them per group. */
+ * even at size 1), the first other one for the other processes. Transports without a
+ * message table move data on devices, not messages: comm/device/nccl_comm.c reaches them
+ * per group. */
 static weft_status_t init_transports(weft_ctx_t *ctx)
 {
     weft_tl_params_t tp = {
@@ -116,18 +117,23 @@ static weft_status_t init_transports(weft_ctx_t *ctx)
         .cb_arg = ctx,
     };
     for (size_t i = 0; weft__transports[i] != NULL && ctx->ntls < WEFT_CTX_MAX_TLS; i++) {
-        const weft_transport_ops_t *ops = weft__transports[i];
+        const weft_transport_t *tr = weft__transports[i];
+        const weft_tl_msg_ops_t *ops = tr->msg;
+        if (ops == NULL) {
+            continue;
+        }
         bool local = (ops->flags & WEFT_TL_LOOPBACK) != 0;
         bool needed = local ? ctx->tl_local == NULL
                             : ctx->store != NULL && ctx->tl_remote == NULL;
-        if (ops->init == NULL || !needed || !ops->available()) {
+        if (!needed || !tr->available()) {
             continue;
         }
         weft_tl_inst_t *t = &ctx->tls[ctx->ntls];
         weft_status_t st = ops->init(&tp, &t->tl);
         if (st != WEFT_OK) {
-            return weft__error(ctx, st, "cannot start the %s transport", ops->name);
+            return weft__error(ctx, st, "cannot start the %s transport", tr->name);
         }
+        t->transport = tr;
         t->ops = ops;
         ctx->ntls++;
         if (local) {
@@ -150,9 +156,7 @@ static weft_status_t init_transports(weft_ctx_t *ctx)
 void weft__ctx_discard(weft_ctx_t *ctx, uint64_t tag, uint64_t mask)
 {
     for (int i = 0; i < ctx->ntls; i++) {
-        if (ctx->tls[i].ops->discard != NULL) {
-            ctx->tls[i].ops->discard(ctx->tls[i].tl, tag, mask);
-        }
+        ctx->tls[i].ops->discard(ctx->tls[i].tl, tag, mask);
     }
 }
 
@@ -207,7 +211,8 @@ static weft_status_t publish_address(weft_ctx_t *ctx)
     const weft_tl_inst_t *t = ctx->tl_remote;
     st = t->ops->address(t->tl, &addr, &addr_len);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "cannot get the %s address of this process", t->ops->name);
+        return weft__error(ctx, st, "cannot get the %s address of this process",
+                           t->transport->name);
     }
     char host[ADDR_HOST_MAX] = {0};
     gethostname(host, sizeof(host) - 1);

@@ -457,7 +457,7 @@ weft_status_t weft__transport_check(weft_ctx_t *ctx)
         st = blank != NULL ? WEFT_OK : WEFT_ERR_NO_MEMORY;
     }
     if (st == WEFT_OK) {
-        const weft_transport_ops_t *ucx = weft__transport_find("ucx");
+        const weft_transport_t *ucx = weft__transport_find("ucx");
         st = weft__tsel_check_override(me, ov, ucx != NULL && ucx->available(), why,
                                        sizeof(why));
         if (st != WEFT_OK) {

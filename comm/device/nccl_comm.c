@@ -16,8 +16,8 @@
 #define NCCL_ID_KEY_FMT "nccl/%" PRIu32 "/%" PRIu32 "/%" PRIu64 "/%" PRIu32
 
 /* The NCCL transport, looked up in the registry once: comm reaches it only through its
- * ops table. Written once under pthread_once, read-only afterwards. */
-static const weft_transport_ops_t *nccl_tl;
+ * device table. Written once under pthread_once, read-only afterwards. */
+static const weft_transport_t *nccl_tl;
 static pthread_once_t nccl_tl_once = PTHREAD_ONCE_INIT;
 
 static void nccl_tl_find(void)
@@ -25,10 +25,15 @@ static void nccl_tl_find(void)
     nccl_tl = weft__transport_find("nccl");
 }
 
-static const weft_transport_ops_t *tl(void)
+static const weft_transport_t *nccl(void)
 {
     pthread_once(&nccl_tl_once, nccl_tl_find);
     return nccl_tl;
+}
+
+static const weft_tl_dev_ops_t *tl(void)
+{
+    return nccl()->dev;
 }
 
 /* g->cuda->nccl */
@@ -212,7 +217,7 @@ static weft_status_t create_comm(weft_group_t *g, struct weft_cuda_group *cg, ui
                            "NCCL is not the transport of group %" PRIu32 " (%s: %s)", g->id,
                            sel.rule, sel.why);
     }
-    if (!tl()->available()) {
+    if (!nccl()->available()) {
         return weft__error(ctx, WEFT_ERR_UNSUPPORTED, "CUDA buffers on group %" PRIu32 ": %s",
                            g->id, tl()->comm_error(NULL));
     }
@@ -367,74 +372,40 @@ static weft_status_t enter(weft_group_t *g, weft_req_t **req, void **stream,
     return group_comm(g, comm);
 }
 
-weft_status_t weft__nccl_allreduce(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                   size_t count, weft_dtype_t dtype, weft_op_t op, void *stream,
-                                   weft_req_t **req)
+static const char *coll_what(weft_tl_coll_kind_t kind)
 {
-    weft_tl_comm_t *comm;
-    weft_tl_op_t *nop = NULL;
-    weft_status_t st = enter(g, req, &stream, &comm);
-    if (st != WEFT_OK) {
-        return st;
+    switch (kind) {
+    case WEFT_TL_COLL_ALLREDUCE:
+        return "NCCL allreduce";
+    case WEFT_TL_COLL_BROADCAST:
+        return "NCCL broadcast";
+    case WEFT_TL_COLL_ALLGATHER:
+        return "NCCL allgather";
+    case WEFT_TL_COLL_REDUCE_SCATTER:
+        return "NCCL reduce-scatter";
     }
-    st = tl()->allreduce(comm, sendbuf, recvbuf, count, dtype, op, stream, &nop);
-    return wrap(g, comm, st, nop, count * weft_dtype_size(dtype), "NCCL allreduce", req);
+    return "NCCL collective";
 }
 
-weft_status_t weft__nccl_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
-                                   int root, void *stream, weft_req_t **req)
+weft_status_t weft__nccl_coll(weft_group_t *g, const weft_tl_dev_coll_t *d, void *stream,
+                              weft_req_t **req)
 {
     weft_tl_comm_t *comm;
-    weft_tl_op_t *nop = NULL;
+    weft_tl_op_t *op = NULL;
+    if (d == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
     weft_status_t st = enter(g, req, &stream, &comm);
     if (st != WEFT_OK) {
         return st;
     }
-    st = tl()->broadcast(comm, buf, buf, count, dtype, root, stream, &nop);
-    return wrap(g, comm, st, nop, count * weft_dtype_size(dtype), "NCCL broadcast", req);
-}
-
-weft_status_t weft__nccl_allgather(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                   size_t count, weft_dtype_t dtype, void *stream, weft_req_t **req)
-{
-    weft_tl_comm_t *comm;
-    weft_tl_op_t *nop = NULL;
-    weft_status_t st = enter(g, req, &stream, &comm);
-    if (st != WEFT_OK) {
-        return st;
+    st = tl()->coll(comm, d, stream, &op);
+    /* What lands in this rank's buffer: every rank's block for an allgather. */
+    size_t bytes = d->count * weft_dtype_size(d->dtype);
+    if (d->kind == WEFT_TL_COLL_ALLGATHER) {
+        bytes *= (size_t)g->size;
     }
-    st = tl()->allgather(comm, sendbuf, recvbuf, count, dtype, stream, &nop);
-    return wrap(g, comm, st, nop, (size_t)g->size * count * weft_dtype_size(dtype),
-                "NCCL allgather", req);
-}
-
-weft_status_t weft__nccl_reduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                        size_t count, weft_dtype_t dtype, weft_op_t op,
-                                        void *stream, weft_req_t **req)
-{
-    weft_tl_comm_t *comm;
-    weft_tl_op_t *nop = NULL;
-    weft_status_t st = enter(g, req, &stream, &comm);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    st = tl()->reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, stream, &nop);
-    return wrap(g, comm, st, nop, count * weft_dtype_size(dtype), "NCCL reduce-scatter", req);
-}
-
-weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sendbuf, size_t send_bytes, int dst,
-                                  void *recvbuf, size_t recv_bytes, int src, void *stream,
-                                  weft_req_t **req)
-{
-    weft_tl_comm_t *comm;
-    weft_tl_op_t *nop = NULL;
-    weft_status_t st = enter(g, req, &stream, &comm);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    st = tl()->sendrecv(comm, sendbuf, send_bytes, dst, recvbuf, recv_bytes, src, stream,
-                                  &nop);
-    return wrap(g, comm, st, nop, src >= 0 ? recv_bytes : send_bytes, "NCCL send/recv", req);
+    return wrap(g, comm, st, op, bytes, coll_what(d->kind), req);
 }
 
 weft_status_t weft__nccl_p2p_prepare(weft_group_t *g, uint64_t seq, bool *chosen)
@@ -449,7 +420,7 @@ weft_status_t weft__nccl_p2p_prepare(weft_group_t *g, uint64_t seq, bool *chosen
     if (sel.status != WEFT_OK || sel.transport != WEFT_TSEL_NCCL) {
         return WEFT_OK; /* the same answer on every member */
     }
-    if (!tl()->available()) {
+    if (!nccl()->available()) {
         return weft__error(g->ctx, WEFT_ERR_UNSUPPORTED, "CUDA buffers on group %" PRIu32 ": %s",
                            g->id, tl()->comm_error(NULL));
     }

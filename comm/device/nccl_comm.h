@@ -6,7 +6,7 @@
  * members, with NCCL >= 2.27) or to rebuild from a fresh unique id, and sets that plan
  * in the store; the other members get it (a one-member group needs no store). A revoked
  * group stops its communicator's work (ncclCommRevoke, else ncclCommAbort), so GPU work
- * waiting for a dead peer ends. NCCL is reached only through the ops table of the
+ * waiting for a dead peer ends. NCCL is reached only through the device table of the
  * "nccl" transport (weft__transport_find).
  *
  * How the collective dispatch uses these entry points: when weft__memtype() says the
@@ -45,26 +45,9 @@ typedef struct weft_nccl_xfer {
 
 #ifdef WEFT_HAVE_NCCL
 
-weft_status_t weft__nccl_allreduce(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                   size_t count, weft_dtype_t dtype, weft_op_t op, void *stream,
-                                   weft_req_t **req);
-weft_status_t weft__nccl_broadcast(weft_group_t *g, void *buf, size_t count, weft_dtype_t dtype,
-                                   int root, void *stream, weft_req_t **req);
-weft_status_t weft__nccl_allgather(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                   size_t count, weft_dtype_t dtype, void *stream,
-                                   weft_req_t **req);
-weft_status_t weft__nccl_reduce_scatter(weft_group_t *g, const void *sendbuf, void *recvbuf,
-                                        size_t count, weft_dtype_t dtype, weft_op_t op,
-                                        void *stream, weft_req_t **req);
-/*
- * Send @p send_bytes to group rank @p dst and receive @p recv_bytes from group rank @p src
- * together (either side skipped with -1), so that a rank may send to itself. The
- * receiver must ask for exactly the bytes sent. Not collective: only the two ends call.
- * The NCCL communicator is created on first use, which is collective over the group.
- */
-weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sendbuf, size_t send_bytes, int dst,
-                                  void *recvbuf, size_t recv_bytes, int src, void *stream,
-                                  weft_req_t **req);
+/* Collective @p d (every member calls with the same kind, count, dtype, op and root). */
+weft_status_t weft__nccl_coll(weft_group_t *g, const weft_tl_dev_coll_t *d, void *stream,
+                              weft_req_t **req);
 
 /*
  * For point-to-point users that start at an agreed point (a migration): *chosen says
@@ -78,7 +61,7 @@ weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sendbuf, size_t s
 weft_status_t weft__nccl_p2p_prepare(weft_group_t *g, uint64_t seq, bool *chosen);
 /*
  * The transfers of @p xfers in one NCCL group on the communicator's own stream
- * (weft_transport_ops_t::p2p: the n-th send to a peer matches its n-th receive from
+ * (weft_tl_dev_ops_t::p2p: the n-th send to a peer matches its n-th receive from
  * this rank, and callers must order their calls alike on every rank). Not collective;
  * the communicator must exist (weft__nccl_p2p_prepare). Returns as the functions above.
  */
@@ -96,46 +79,10 @@ static inline weft_status_t weft__nccl_unsupported(weft_group_t *g)
                        "CUDA buffers through NCCL: this weft was built without NCCL");
 }
 
-static inline weft_status_t weft__nccl_allreduce(weft_group_t *g, const void *sendbuf,
-                                                 void *recvbuf, size_t count, weft_dtype_t dtype,
-                                                 weft_op_t op, void *stream, weft_req_t **req)
+static inline weft_status_t weft__nccl_coll(weft_group_t *g, const weft_tl_dev_coll_t *d,
+                                            void *stream, weft_req_t **req)
 {
-    (void)sendbuf, (void)recvbuf, (void)count, (void)dtype, (void)op, (void)stream, (void)req;
-    return weft__nccl_unsupported(g);
-}
-
-static inline weft_status_t weft__nccl_broadcast(weft_group_t *g, void *buf, size_t count,
-                                                 weft_dtype_t dtype, int root, void *stream,
-                                                 weft_req_t **req)
-{
-    (void)buf, (void)count, (void)dtype, (void)root, (void)stream, (void)req;
-    return weft__nccl_unsupported(g);
-}
-
-static inline weft_status_t weft__nccl_allgather(weft_group_t *g, const void *sendbuf,
-                                                 void *recvbuf, size_t count, weft_dtype_t dtype,
-                                                 void *stream, weft_req_t **req)
-{
-    (void)sendbuf, (void)recvbuf, (void)count, (void)dtype, (void)stream, (void)req;
-    return weft__nccl_unsupported(g);
-}
-
-static inline weft_status_t weft__nccl_reduce_scatter(weft_group_t *g, const void *sendbuf,
-                                                      void *recvbuf, size_t count,
-                                                      weft_dtype_t dtype, weft_op_t op,
-                                                      void *stream, weft_req_t **req)
-{
-    (void)sendbuf, (void)recvbuf, (void)count, (void)dtype, (void)op, (void)stream, (void)req;
-    return weft__nccl_unsupported(g);
-}
-
-static inline weft_status_t weft__nccl_sendrecv(weft_group_t *g, const void *sendbuf,
-                                                size_t send_bytes, int dst, void *recvbuf,
-                                                size_t recv_bytes, int src, void *stream,
-                                                weft_req_t **req)
-{
-    (void)sendbuf, (void)send_bytes, (void)dst, (void)recvbuf, (void)recv_bytes, (void)src;
-    (void)stream, (void)req;
+    (void)d, (void)stream, (void)req;
     return weft__nccl_unsupported(g);
 }
 

@@ -87,8 +87,8 @@ static void print_summary(FILE *out)
     fprintf(out, "weft %s\n", weft_version(NULL, NULL, NULL));
     fprintf(out, "Transports (built, in preference order):\n");
     for (size_t i = 0; weft__transports[i] != NULL; i++) {
-        const weft_transport_ops_t *t = weft__transports[i];
-        int usable = t->available != NULL && t->available();
+        const weft_transport_t *t = weft__transports[i];
+        int usable = t->available();
         fprintf(out, "  %-6s %s\n", t->name, usable ? "usable" : "not usable on this machine");
     }
     print_cuda(out);

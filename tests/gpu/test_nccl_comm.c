@@ -16,6 +16,24 @@
 
 #define N 1031
 
+/* A collective through weft__nccl_coll, as comm/coll/device.c starts it. */
+static weft_status_t nccl_coll(weft_group_t *g, weft_tl_coll_kind_t kind, const void *sendbuf,
+                               void *recvbuf, size_t count, weft_dtype_t dtype, weft_op_t op,
+                               weft_req_t **req)
+{
+    weft_tl_dev_coll_t d = {
+        .size = sizeof(d),
+        .kind = kind,
+        .sendbuf = sendbuf,
+        .recvbuf = recvbuf,
+        .count = count,
+        .dtype = dtype,
+        .op = op,
+        .root = 0,
+    };
+    return weft__nccl_coll(g, &d, NULL, req);
+}
+
 static const char *xml_dir = ".";
 
 static void quiet_env(void)
@@ -91,8 +109,9 @@ static void test_cpu_only_refuses_nccl(void **state)
     assert_int_equal(weft__select_peer(world, 0, WEFT_MEM_HOST, &sel), WEFT_OK);
     assert_string_equal(sel.rule, "host-self");
     assert_int_equal(weft__select_peer(world, 1, WEFT_MEM_HOST, &sel), WEFT_ERR_INVALID_ARG);
-    assert_int_equal(weft__nccl_allreduce(world, buf, buf, 4, WEFT_F32, WEFT_SUM, NULL, &req),
-                     WEFT_ERR_UNSUPPORTED);
+    assert_int_equal(
+        nccl_coll(world, WEFT_TL_COLL_ALLREDUCE, buf, buf, 4, WEFT_F32, WEFT_SUM, &req),
+        WEFT_ERR_UNSUPPORTED);
     assert_ptr_equal(req, (weft_req_t *)0x1);
     assert_non_null(strstr(weft_last_error(ctx), "NCCL"));
     close_ctx(ctx, world);
@@ -131,8 +150,9 @@ static void test_topology_from_xml(void **state)
     if (!gpu_present()) {
         weft_req_t *req = NULL;
         float buf[4] = {0};
-        assert_int_equal(weft__nccl_allreduce(world, buf, buf, 4, WEFT_F32, WEFT_SUM, NULL, &req),
-                         WEFT_ERR_UNSUPPORTED);
+        assert_int_equal(
+            nccl_coll(world, WEFT_TL_COLL_ALLREDUCE, buf, buf, 4, WEFT_F32, WEFT_SUM, &req),
+            WEFT_ERR_UNSUPPORTED);
         assert_null(req);
     }
     close_ctx(ctx, world);
@@ -181,41 +201,49 @@ static void test_collectives_on_gpu(void **state)
     /* One rank: every collective returns the input; each checked on the host. */
     CUDA_OK(cudaMemset(d_out, 0, sizeof(h_in)));
     assert_int_equal(
-        run(weft__nccl_allreduce(world, d_in, d_out, N, WEFT_F32, WEFT_SUM, NULL, &req), req),
-        WEFT_OK);
-    CUDA_OK(cudaMemcpy(h_out, d_out, sizeof(h_out), cudaMemcpyDeviceToHost));
-    assert_memory_equal(h_out, h_in, sizeof(h_in));
-
-    CUDA_OK(cudaMemcpy(d_out, h_in, sizeof(h_in), cudaMemcpyHostToDevice));
-    assert_int_equal(run(weft__nccl_broadcast(world, d_out, N, WEFT_F32, 0, NULL, &req), req),
-                     WEFT_OK);
-    CUDA_OK(cudaMemset(d_out, 0, sizeof(h_in)));
-    assert_int_equal(run(weft__nccl_allgather(world, d_in, d_out, N, WEFT_F32, NULL, &req), req),
-                     WEFT_OK);
-    CUDA_OK(cudaMemcpy(h_out, d_out, sizeof(h_out), cudaMemcpyDeviceToHost));
-    assert_memory_equal(h_out, h_in, sizeof(h_in));
-
-    CUDA_OK(cudaMemset(d_out, 0, sizeof(h_in)));
-    assert_int_equal(
-        run(weft__nccl_reduce_scatter(world, d_in, d_out, N, WEFT_F32, WEFT_MIN, NULL, &req), req),
-        WEFT_OK);
-    CUDA_OK(cudaMemcpy(h_out, d_out, sizeof(h_out), cudaMemcpyDeviceToHost));
-    assert_memory_equal(h_out, h_in, sizeof(h_in));
-
-    CUDA_OK(cudaMemset(d_out, 0, sizeof(h_in)));
-    assert_int_equal(
-        run(weft__nccl_sendrecv(world, d_in, sizeof(h_in), 0, d_out, sizeof(h_in), 0, NULL, &req),
+        run(nccl_coll(world, WEFT_TL_COLL_ALLREDUCE, d_in, d_out, N, WEFT_F32, WEFT_SUM, &req),
             req),
         WEFT_OK);
     CUDA_OK(cudaMemcpy(h_out, d_out, sizeof(h_out), cudaMemcpyDeviceToHost));
     assert_memory_equal(h_out, h_in, sizeof(h_in));
 
+    CUDA_OK(cudaMemcpy(d_out, h_in, sizeof(h_in), cudaMemcpyHostToDevice));
+    assert_int_equal(
+        run(nccl_coll(world, WEFT_TL_COLL_BROADCAST, d_out, d_out, N, WEFT_F32, WEFT_SUM, &req),
+            req),
+        WEFT_OK);
+    CUDA_OK(cudaMemset(d_out, 0, sizeof(h_in)));
+    assert_int_equal(
+        run(nccl_coll(world, WEFT_TL_COLL_ALLGATHER, d_in, d_out, N, WEFT_F32, WEFT_SUM, &req),
+            req),
+        WEFT_OK);
+    CUDA_OK(cudaMemcpy(h_out, d_out, sizeof(h_out), cudaMemcpyDeviceToHost));
+    assert_memory_equal(h_out, h_in, sizeof(h_in));
+
+    CUDA_OK(cudaMemset(d_out, 0, sizeof(h_in)));
+    assert_int_equal(
+        run(nccl_coll(world, WEFT_TL_COLL_REDUCE_SCATTER, d_in, d_out, N, WEFT_F32, WEFT_MIN, &req),
+            req),
+        WEFT_OK);
+    CUDA_OK(cudaMemcpy(h_out, d_out, sizeof(h_out), cudaMemcpyDeviceToHost));
+    assert_memory_equal(h_out, h_in, sizeof(h_in));
+
+    CUDA_OK(cudaMemset(d_out, 0, sizeof(h_in)));
+    weft_nccl_xfer_t self_xfer[2] = {
+        {.rank = 0, .send = true, .buf = d_in, .bytes = sizeof(h_in)},
+        {.rank = 0, .send = false, .buf = d_out, .bytes = sizeof(h_in)},
+    };
+    assert_int_equal(run(weft__nccl_p2p(world, self_xfer, 2, &req), req), WEFT_OK);
+    CUDA_OK(cudaMemcpy(h_out, d_out, sizeof(h_out), cudaMemcpyDeviceToHost));
+    assert_memory_equal(h_out, h_in, sizeof(h_in));
+
     req = (weft_req_t *)0x1;
-    assert_int_equal(weft__nccl_allreduce(world, d_in, d_out, 0, WEFT_F32, WEFT_SUM, NULL, &req),
-                     WEFT_OK);
+    assert_int_equal(
+        nccl_coll(world, WEFT_TL_COLL_ALLREDUCE, d_in, d_out, 0, WEFT_F32, WEFT_SUM, &req),
+        WEFT_OK);
     assert_null(req);
     assert_int_equal(
-        weft__nccl_allreduce(world, d_in, d_out, 4, WEFT_DTYPE_USER, WEFT_SUM, NULL, &req),
+        nccl_coll(world, WEFT_TL_COLL_ALLREDUCE, d_in, d_out, 4, WEFT_DTYPE_USER, WEFT_SUM, &req),
         WEFT_ERR_UNSUPPORTED);
 
     /* Messages carry host memory only: a CUDA buffer is refused, never read as host

@@ -20,9 +20,10 @@ static void test_missing_library(void **state)
     (void)state;
     const char *name = getenv(WEFT_NCCL_LIBRARY_ENV);
     assert_non_null(name); /* set by the test's CTest entry */
-    const weft_transport_ops_t *t = weft__transport_find("nccl");
-    assert_ptr_equal(t, &weft__tl_nccl);
-    assert_int_equal(t->available(), 0);
+    const weft_transport_t *nccl = weft__transport_find("nccl");
+    assert_ptr_equal(nccl, &weft__tl_nccl);
+    assert_int_equal(nccl->available(), 0);
+    const weft_tl_dev_ops_t *t = nccl->dev;
     const char *why = t->comm_error(NULL);
     assert_non_null(strstr(why, "NCCL library not found"));
     assert_non_null(strstr(why, name));

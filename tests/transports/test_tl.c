@@ -28,7 +28,7 @@
 #define BIG (64u << 20)
 
 typedef struct pair {
-    const weft_transport_ops_t *ops;
+    const weft_tl_msg_ops_t *ops;
     weft_tl_t *a, *b;     /* for self, a == b */
     weft_tl_ep_t *ab, *ba; /* a's connection to b, b's to a */
     int failed_peer;      /* last peer_failed() report on a */
@@ -54,7 +54,7 @@ static void on_failed(void *arg, int peer_id, weft_status_t why)
     p->failures++;
 }
 
-static weft_tl_t *tl_new(pair_t *p, const weft_transport_ops_t *ops, int self_id)
+static weft_tl_t *tl_new(pair_t *p, const weft_tl_msg_ops_t *ops, int self_id)
 {
     weft_tl_params_t prm = {
         .size = sizeof(prm),
@@ -70,7 +70,7 @@ static weft_tl_t *tl_new(pair_t *p, const weft_transport_ops_t *ops, int self_id
     return tl;
 }
 
-static weft_tl_ep_t *tl_connect(const weft_transport_ops_t *ops, weft_tl_t *from, int peer,
+static weft_tl_ep_t *tl_connect(const weft_tl_msg_ops_t *ops, weft_tl_t *from, int peer,
                                 weft_tl_t *to)
 {
     const void *addr;
@@ -83,7 +83,7 @@ static weft_tl_ep_t *tl_connect(const weft_transport_ops_t *ops, weft_tl_t *from
     return ep;
 }
 
-static int setup_pair(void **state, const weft_transport_ops_t *ops, int two)
+static int setup_pair(void **state, const weft_tl_msg_ops_t *ops, int two)
 {
     pair_t *p = calloc(1, sizeof(*p));
     assert_non_null(p);
@@ -99,12 +99,12 @@ static int setup_pair(void **state, const weft_transport_ops_t *ops, int two)
 
 static int setup_ucx(void **state)
 {
-    return setup_pair(state, &weft__tl_ucx, 1);
+    return setup_pair(state, weft__tl_ucx.msg, 1);
 }
 
 static int setup_self(void **state)
 {
-    return setup_pair(state, &weft__tl_self, 0);
+    return setup_pair(state, weft__tl_self.msg, 0);
 }
 
 static int teardown_pair(void **state)
@@ -422,9 +422,7 @@ static void test_cancel_send(void **state)
         }
         send_u32(p, 0x7ff, 5); /* marker: the cancelled message, if sent, is in before it */
         assert_int_equal(recv_u32(p, 0x7ff, UINT64_MAX), 5);
-        if (p->ops->discard != NULL) {
-            p->ops->discard(p->b, 0x700 + k, UINT64_MAX);
-        }
+        p->ops->discard(p->b, 0x700 + k, UINT64_MAX);
         for (int i = 0; i < 20; i++) {
             drive(p);
         }
@@ -438,9 +436,6 @@ static void test_cancel_send(void **state)
 static void test_discard(void **state)
 {
     pair_t *p = *state;
-    if (p->ops->discard == NULL) {
-        skip();
-    }
     const uint64_t old_epoch = UINT64_C(3) << 28, new_epoch = UINT64_C(4) << 28;
     const uint64_t epoch_mask = UINT64_C(0xff) << 28;
     unsigned char *big = malloc(1u << 20);
@@ -461,44 +456,6 @@ static void test_discard(void **state)
     send_u32(p, old_epoch | 1, 13); /* sent after the discard: kept */
     assert_int_equal(recv_u32(p, 0, 0), 21);
     assert_int_equal(recv_u32(p, old_epoch | 1, UINT64_MAX), 13);
-    p->passed = 1;
-}
-
-static void test_rma(void **state)
-{
-    pair_t *p = *state;
-    if (p->ops->mem_reg == NULL) {
-        skip();
-    }
-    const size_t len = (4u << 20) + 13;
-    unsigned char *remote = malloc(len), *local = malloc(len), *back = malloc(len);
-    memset(remote, 0, len);
-    fill(local, len, 9);
-    weft_tl_mem_t *mem = NULL;
-    const void *rkey;
-    size_t rkey_len;
-    assert_int_equal(p->ops->mem_reg(p->b, remote, len, &mem, &rkey, &rkey_len), WEFT_OK);
-    void *rq = NULL;
-    size_t n;
-    /* put the whole buffer, then an odd-sized piece at an odd offset */
-    weft_status_t st = p->ops->put(p->a, p->ab, local, len, (uint64_t)(uintptr_t)remote, rkey,
-                                   rkey_len, &rq);
-    assert_int_equal(finish(p, p->a, st, rq, &n), WEFT_OK);
-    assert_memory_equal(remote, local, len); /* remotely complete when the put is */
-    unsigned char piece[4093];
-    fill(piece, sizeof(piece), 10);
-    st = p->ops->put(p->a, p->ab, piece, sizeof(piece), (uint64_t)(uintptr_t)(remote + 4097),
-                     rkey, rkey_len, &rq);
-    assert_int_equal(finish(p, p->a, st, rq, &n), WEFT_OK);
-    memcpy(local + 4097, piece, sizeof(piece));
-    memset(back, 0, len);
-    st = p->ops->get(p->a, p->ab, back, len, (uint64_t)(uintptr_t)remote, rkey, rkey_len, &rq);
-    assert_int_equal(finish(p, p->a, st, rq, &n), WEFT_OK);
-    assert_memory_equal(back, local, len);
-    p->ops->mem_dereg(p->b, mem);
-    free(remote);
-    free(local);
-    free(back);
     p->passed = 1;
 }
 
@@ -536,23 +493,23 @@ static void test_self_isolated(void **state)
 {
     (void)state;
     pair_t p = {.failed_peer = -1};
-    weft_tl_t *x = tl_new(&p, &weft__tl_self, 0), *y = tl_new(&p, &weft__tl_self, 1);
+    weft_tl_t *x = tl_new(&p, weft__tl_self.msg, 0), *y = tl_new(&p, weft__tl_self.msg, 1);
     const void *addr;
     size_t len;
     weft_tl_ep_t *ep = NULL;
-    assert_int_equal(weft__tl_self.address(y, &addr, &len), WEFT_OK);
-    assert_int_equal(weft__tl_self.connect(x, 1, addr, len, &ep), WEFT_ERR_UNSUPPORTED);
+    assert_int_equal(weft__tl_self.msg->address(y, &addr, &len), WEFT_OK);
+    assert_int_equal(weft__tl_self.msg->connect(x, 1, addr, len, &ep), WEFT_ERR_UNSUPPORTED);
     assert_null(ep);
     /* A message on x never reaches y. */
     uint32_t v = 5, w = 0;
     void *rq = NULL, *sq = NULL;
-    assert_int_equal(weft__tl_self.isend(x, NULL, &v, 4, 1, &sq), WEFT_OK);
-    assert_int_equal(weft__tl_self.irecv(y, &w, 4, 1, UINT64_MAX, &rq, &len), WEFT_INPROGRESS);
-    weft__tl_self.cancel(y, rq);
-    assert_int_equal(weft__tl_self.irecv(x, &w, 4, 1, UINT64_MAX, &rq, &len), WEFT_OK);
+    assert_int_equal(weft__tl_self.msg->isend(x, NULL, &v, 4, 1, &sq), WEFT_OK);
+    assert_int_equal(weft__tl_self.msg->irecv(y, &w, 4, 1, UINT64_MAX, &rq, &len), WEFT_INPROGRESS);
+    weft__tl_self.msg->cancel(y, rq);
+    assert_int_equal(weft__tl_self.msg->irecv(x, &w, 4, 1, UINT64_MAX, &rq, &len), WEFT_OK);
     assert_int_equal(w, 5);
-    weft__tl_self.fini(x);
-    weft__tl_self.fini(y);
+    weft__tl_self.msg->fini(x);
+    weft__tl_self.msg->fini(y);
 }
 
 /* ---- UCX peer failure ---- */
@@ -594,12 +551,12 @@ static int child_main(int rfd, int wfd, const char *mode)
 {
     weft_tl_params_t prm = {.size = sizeof(prm), .self_id = 1, .num_peers = 2};
     weft_tl_t *tl;
-    if (weft__tl_ucx.init(&prm, &tl) != WEFT_OK) {
+    if (weft__tl_ucx.msg->init(&prm, &tl) != WEFT_OK) {
         return 91;
     }
     const void *addr;
     size_t len, plen;
-    weft__tl_ucx.address(tl, &addr, &len);
+    weft__tl_ucx.msg->address(tl, &addr, &len);
     write_all(wfd, &len, sizeof(len));
     write_all(wfd, addr, len);
     if (strcmp(mode, "send") == 0) {
@@ -611,22 +568,22 @@ static int child_main(int rfd, int wfd, const char *mode)
             return 93;
         }
         weft_tl_ep_t *ep;
-        if (weft__tl_ucx.connect(tl, 0, paddr, plen, &ep) != WEFT_OK) {
+        if (weft__tl_ucx.msg->connect(tl, 0, paddr, plen, &ep) != WEFT_OK) {
             return 94;
         }
         uint32_t hello = 0x5eed;
         void *rq = NULL;
-        weft_status_t st = weft__tl_ucx.isend(tl, ep, &hello, 4, 1, &rq);
+        weft_status_t st = weft__tl_ucx.msg->isend(tl, ep, &hello, 4, 1, &rq);
         while (st == WEFT_INPROGRESS) {
-            weft__tl_ucx.progress(tl);
-            st = weft__tl_ucx.test(tl, rq, &len);
+            weft__tl_ucx.msg->progress(tl);
+            st = weft__tl_ucx.msg->test(tl, rq, &len);
         }
     }
     /* Serve the connection until told to die. */
     fd_set fds;
     struct timeval tv;
     for (;;) {
-        weft__tl_ucx.progress(tl);
+        weft__tl_ucx.msg->progress(tl);
         FD_ZERO(&fds);
         FD_SET(rfd, &fds);
         tv.tv_sec = 0;
@@ -672,7 +629,7 @@ static weft_tl_ep_t *connect_child(pair_t *p, int from_child)
     char *caddr = malloc(clen);
     assert_int_equal(read_all(from_child, caddr, clen), 0);
     weft_tl_ep_t *ep = NULL;
-    assert_int_equal(weft__tl_ucx.connect(p->a, 1, caddr, clen, &ep), WEFT_OK);
+    assert_int_equal(weft__tl_ucx.msg->connect(p->a, 1, caddr, clen, &ep), WEFT_OK);
     free(caddr);
     return ep;
 }
@@ -682,24 +639,24 @@ static void test_ucx_peer_failure(void **state)
     (void)state;
     int to_child, from_child;
     pid_t pid = spawn_child("send", &to_child, &from_child);
-    pair_t p = {.ops = &weft__tl_ucx, .failed_peer = -1};
-    p.a = p.b = tl_new(&p, &weft__tl_ucx, 0);
+    pair_t p = {.ops = weft__tl_ucx.msg, .failed_peer = -1};
+    p.a = p.b = tl_new(&p, weft__tl_ucx.msg, 0);
     p.ab = connect_child(&p, from_child);
     const void *addr;
     size_t len;
-    weft__tl_ucx.address(p.a, &addr, &len);
+    weft__tl_ucx.msg->address(p.a, &addr, &len);
     write_all(to_child, &len, sizeof(len));
     write_all(to_child, addr, len);
     uint32_t hello = 0;
     void *rq = NULL;
     size_t got;
-    weft_status_t st = weft__tl_ucx.irecv(p.a, &hello, 4, 1, UINT64_MAX, &rq, &got);
+    weft_status_t st = weft__tl_ucx.msg->irecv(p.a, &hello, 4, 1, UINT64_MAX, &rq, &got);
     assert_int_equal(finish(&p, p.a, st, rq, &got), WEFT_OK);
     assert_int_equal(hello, 0x5eed);
 
     /* A receive from the child stays posted while it dies; the failure is reported. */
     uint32_t never = 0;
-    st = weft__tl_ucx.irecv(p.a, &never, 4, 2, UINT64_MAX, &rq, &got);
+    st = weft__tl_ucx.msg->irecv(p.a, &never, 4, 2, UINT64_MAX, &rq, &got);
     assert_int_equal(st, WEFT_INPROGRESS);
     write_all(to_child, "g", 1);
     int wst;
@@ -714,14 +671,14 @@ static void test_ucx_peer_failure(void **state)
             (double)(weft__now_ns() - t0) / 1e9);
     assert_int_equal(p.failed_peer, 1);
     assert_int_equal(p.failures, 1);
-    assert_int_equal(weft__tl_ucx.test(p.a, rq, &got), WEFT_INPROGRESS);
+    assert_int_equal(weft__tl_ucx.msg->test(p.a, rq, &got), WEFT_INPROGRESS);
     /* Sends to the dead peer fail at once. */
     void *sq = NULL;
-    assert_int_equal(weft__tl_ucx.isend(p.a, p.ab, &hello, 4, 3, &sq), WEFT_ERR_PEER_FAILED);
-    weft__tl_ucx.cancel(p.a, rq);
+    assert_int_equal(weft__tl_ucx.msg->isend(p.a, p.ab, &hello, 4, 3, &sq), WEFT_ERR_PEER_FAILED);
+    weft__tl_ucx.msg->cancel(p.a, rq);
     t0 = weft__now_ns();
-    weft__tl_ucx.disconnect(p.a, p.ab);
-    weft__tl_ucx.fini(p.a);
+    weft__tl_ucx.msg->disconnect(p.a, p.ab);
+    weft__tl_ucx.msg->fini(p.a);
     fprintf(stderr, "disconnect + fini took %.3f s\n", (double)(weft__now_ns() - t0) / 1e9);
     close(to_child);
     close(from_child);
@@ -733,8 +690,8 @@ static void test_ucx_fini_dead_peer(void **state)
     (void)state;
     int to_child, from_child;
     pid_t pid = spawn_child("idle", &to_child, &from_child);
-    pair_t p = {.ops = &weft__tl_ucx, .failed_peer = -1};
-    p.a = p.b = tl_new(&p, &weft__tl_ucx, 0);
+    pair_t p = {.ops = weft__tl_ucx.msg, .failed_peer = -1};
+    p.a = p.b = tl_new(&p, weft__tl_ucx.msg, 0);
     p.ab = connect_child(&p, from_child);
     write_all(to_child, "g", 1);
     int wst;
@@ -743,15 +700,15 @@ static void test_ucx_fini_dead_peer(void **state)
     uint32_t v = 1;
     void *sq = NULL;
     size_t n;
-    weft_status_t st = weft__tl_ucx.isend(p.a, p.ab, &v, 4, 1, &sq);
+    weft_status_t st = weft__tl_ucx.msg->isend(p.a, p.ab, &v, 4, 1, &sq);
     assert_true(st == WEFT_OK || st == WEFT_INPROGRESS || st == WEFT_ERR_PEER_FAILED);
     if (st == WEFT_INPROGRESS) {
         st = finish(&p, p.a, st, sq, &n);
         assert_true(st == WEFT_OK || st == WEFT_ERR_PEER_FAILED);
     }
     uint64_t t0 = weft__now_ns();
-    weft__tl_ucx.disconnect(p.a, p.ab);
-    weft__tl_ucx.fini(p.a);
+    weft__tl_ucx.msg->disconnect(p.a, p.ab);
+    weft__tl_ucx.msg->fini(p.a);
     fprintf(stderr, "fini with a dead peer took %.3f s\n", (double)(weft__now_ns() - t0) / 1e9);
     close(to_child);
     close(from_child);
@@ -766,7 +723,6 @@ static void test_ucx_fini_dead_peer(void **state)
         cmocka_unit_test_setup_teardown(test_cancel_recv, setup, teardown_pair),               \
         cmocka_unit_test_setup_teardown(test_cancel_send, setup, teardown_pair),               \
         cmocka_unit_test_setup_teardown(test_discard, setup, teardown_pair),                   \
-        cmocka_unit_test_setup_teardown(test_rma, setup, teardown_pair),                       \
         cmocka_unit_test_setup_teardown(test_outstanding, setup, teardown_pair)
 
 int main(int argc, char **argv)
