@@ -13,6 +13,7 @@
 #include "migrate/layout.h"
 #include "migrate/plan.h"
 #include "migrate/snapshot.h"
+#include "util/sized.h"
 #include "weft/group.h"
 
 weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *target,
@@ -489,18 +490,28 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
     if (st == WEFT_OK && (st = keep_blobs(snap, t, new_buf, got)) == WEFT_OK) {
         snap->restored = true;
         if (info != NULL) {
-            weft_plan_stats_t all;
+            weft_plan_stats_t all = {.size = sizeof(all)};
             weft_plan_stats(snap->restore_plan, -1, &all);
-            info->step = a.step;
-            info->bytes_moved = all.bytes_in;
-            info->bytes_local = all.bytes_local;
-            info->bytes_from_ssd = (size_t)total[0];
-            info->bytes_missing = all.bytes_missing - (size_t)total[0];
+            weft_snapshot_restored_t r = {
+                .size = sizeof(r),
+                .step = a.step,
+                .bytes_moved = all.bytes_in,
+                .bytes_local = all.bytes_local,
+                .bytes_from_ssd = (size_t)total[0],
+                .bytes_missing = all.bytes_missing - (size_t)total[0],
+            };
+            weft__sized_copy(info, &r, sizeof(r));
         }
     }
     free(got);
     weft_layout_free(t);
     return st;
+}
+
+/* Whether the caller's @p info (may be NULL) has every field of the struct. */
+static bool restored_size_ok(const weft_snapshot_restored_t *info)
+{
+    return info == NULL || info->size >= WEFT__SIZED_MIN(weft_snapshot_restored_t, bytes_from_ssd);
 }
 
 weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
@@ -516,6 +527,12 @@ weft_status_t weft_snapshot_restore_live(weft_snapshot_t *snap, const weft_layou
     WEFT_API_LOCK(snap != NULL ? snap->g->ctx : NULL);
     if (snap == NULL || target == NULL || new_buf == NULL) {
         return WEFT_ERR_INVALID_ARG;
+    }
+    if (!restored_size_ok(info)) {
+        return weft__error(snap->g->ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_snapshot_restore: info->size is %zu, set it to "
+                           "sizeof(weft_snapshot_restored_t)",
+                           info->size);
     }
     if (snap->plan == NULL) {
         return weft__error(snap->g->ctx, WEFT_ERR_INVALID_ARG,
@@ -540,6 +557,12 @@ weft_status_t weft_snapshot_restore_join(weft_group_t *g, const weft_layout_t *t
     WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || target == NULL || snap == NULL) {
         return WEFT_ERR_INVALID_ARG;
+    }
+    if (!restored_size_ok(info)) {
+        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_snapshot_restore_join: info->size is %zu, set it to "
+                           "sizeof(weft_snapshot_restored_t)",
+                           info->size);
     }
     weft_snapshot_t *s = calloc(1, sizeof(*s));
     if (s == NULL) {
