@@ -24,7 +24,7 @@ from .request import Request
 from .snapshot import GEN_START, GenChoice, Restored, Snapshot, choose_generation
 from .vocab import Microbatch, Vocab, VocabRange, shard_range
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 SUM, PROD, MAX, MIN = Op.SUM, Op.PROD, Op.MAX, Op.MIN
 F32, F64, F16, BF16, I32, I64, U8 = (DType.F32, DType.F64, DType.F16, DType.BF16, DType.I32,
