@@ -178,7 +178,8 @@ static weft_status_t restore_and_move(trainer_t *t, const weft_gen_choice_t *x, 
  * After every membership edit, and only then: the first operations of every epoch.
  * weft_elastic_choose_gen() chooses, on every member alike, the generation of snapshots
  * to restore from (weft/elastic.h); the members restore from it and move the state to
- * the members now, then make a new generation over them. Survivors whose live state is ahead take the restored one.
+ * the members now, then make a new generation over them. Survivors whose live state is
+ * ahead take the restored one.
  */
 static weft_status_t resynchronise(trainer_t *t)
 {

@@ -17,7 +17,8 @@ static bool gens_valid(const weft_snapshot_gen_t *gens, int n)
         return false;
     }
     for (int i = 0; i < n; i++) {
-        if (gens[i].id < WEFT_GEN_START || (gens[i].snap == NULL) != (gens[i].id == WEFT_GEN_START)) {
+        if (gens[i].id < WEFT_GEN_START ||
+            (gens[i].snap == NULL) != (gens[i].id == WEFT_GEN_START)) {
             return false;
         }
         for (int j = 0; j < i; j++) {
@@ -81,8 +82,7 @@ static int32_t choose(const int32_t *reports, int size)
 static weft_gen_choice_t describe(const int32_t *reports, int size, int rank,
                                   const weft_snapshot_gen_t *gens, int n)
 {
-    weft_gen_choice_t c = {.size = sizeof(c), .id = choose(reports, size), .index = -1,
-                           .root = -1};
+    weft_gen_choice_t c = {.size = sizeof(c), .id = choose(reports, size), .index = -1, .root = -1};
     if (c.id == WEFT_GEN_NONE) {
         return c;
     }

@@ -22,8 +22,7 @@ static inline void weft__sized_copy(void *out, const void *full, size_t full_siz
     size_t have;
     memcpy(&have, out, sizeof(have));
     size_t n = have < full_size ? have : full_size;
-    memcpy((char *)out + sizeof(size_t), (const char *)full + sizeof(size_t),
-           n - sizeof(size_t));
+    memcpy((char *)out + sizeof(size_t), (const char *)full + sizeof(size_t), n - sizeof(size_t));
     if (have > n) {
         memset((char *)out + n, 0, have - n);
     }

@@ -61,13 +61,13 @@ typedef struct weft_snapshot_gen {
 
 /** @brief The generation weft_elastic_choose_gen() chose. Set @c size before the call. */
 typedef struct weft_gen_choice {
-    size_t size;   /**< sizeof(weft_gen_choice_t), set by the caller. */
-    int32_t id;    /**< The generation to restore from, or WEFT_GEN_NONE. */
+    size_t size; /**< sizeof(weft_gen_choice_t), set by the caller. */
+    int32_t id;  /**< The generation to restore from, or WEFT_GEN_NONE. */
     /** Its index in this member's @c gens when this member holds it committed, else -1
      * (this member then receives its state from those that hold it). */
     int index;
-    int root;      /**< Lowest group rank holding it committed; -1 with WEFT_GEN_NONE. */
-    int holders;   /**< Members holding it committed; 0 with WEFT_GEN_NONE. */
+    int root;    /**< Lowest group rank holding it committed; -1 with WEFT_GEN_NONE. */
+    int holders; /**< Members holding it committed; 0 with WEFT_GEN_NONE. */
 } weft_gen_choice_t;
 
 /**
@@ -97,12 +97,12 @@ WEFT_API weft_status_t weft_elastic_choose_gen(weft_group_t *g, const weft_snaps
 /** @brief This member's share of a global batch (weft_batch_share()). Set @c size
  * before the call. */
 typedef struct weft_batch_share {
-    size_t size;             /**< sizeof(weft_batch_share_t), set by the caller. */
-    uint64_t first;          /**< Index of its first sample in the global batch. */
-    uint64_t samples;        /**< How many samples it processes. */
-    uint64_t micro_batches;  /**< How many micro-batches of at most max_micro samples. */
-    uint64_t micro_size;     /**< Samples in each micro-batch but perhaps the last. */
-    uint64_t last_micro;     /**< Samples in the last micro-batch. */
+    size_t size;            /**< sizeof(weft_batch_share_t), set by the caller. */
+    uint64_t first;         /**< Index of its first sample in the global batch. */
+    uint64_t samples;       /**< How many samples it processes. */
+    uint64_t micro_batches; /**< How many micro-batches of at most max_micro samples. */
+    uint64_t micro_size;    /**< Samples in each micro-batch but perhaps the last. */
+    uint64_t last_micro;    /**< Samples in the last micro-batch. */
     /** Multiply the sum of per-sample losses by this before the gradient allreduce
      * (1 / global batch): the sum over members is then the mean over the global batch,
      * whatever the width. */
@@ -122,7 +122,6 @@ typedef struct weft_batch_share {
  */
 WEFT_API weft_status_t weft_batch_share(uint64_t global, int width, int rank, uint64_t max_micro,
                                         weft_batch_share_t *share);
-
 
 #ifdef __cplusplus
 }

@@ -209,9 +209,9 @@ static void test_bad_arguments(void **state)
     int nbad[] = {2, 1, 1, WEFT_ELASTIC_MAX_GENS + 1};
     for (int k = 0; k < 4; k++) {
         int mine = me == n - 1;
-        assert_int_equal(weft_elastic_choose_gen(world, mine ? bad[k] : good, mine ? nbad[k] : 1,
-                                                 &c),
-                         WEFT_ERR_INVALID_ARG);
+        assert_int_equal(
+            weft_elastic_choose_gen(world, mine ? bad[k] : good, mine ? nbad[k] : 1, &c),
+            WEFT_ERR_INVALID_ARG);
     }
     assert_int_equal(weft_elastic_choose_gen(world, good, -1, &c), WEFT_ERR_INVALID_ARG);
     /* A choice without its size, or none, on one member. */
