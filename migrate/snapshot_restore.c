@@ -393,6 +393,12 @@ static weft_status_t keep_blobs(weft_snapshot_t *s, const weft_layout_t *t, cons
     return WEFT_OK;
 }
 
+/* Whether the caller's @p info (may be NULL) has every field of the struct. */
+static bool restored_size_ok(const weft_snapshot_restored_t *info)
+{
+    return info == NULL || info->size >= WEFT__SIZED_MIN(weft_snapshot_restored_t, bytes_from_ssd);
+}
+
 /* The restore, for a member holding the snapshot and for one that joined since
  * (snap->plan == NULL: it learns the plan from the lowest holder). */
 static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target, void *new_buf,
@@ -403,8 +409,15 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
     bool holder = snap->plan != NULL;
     int me = g->members[g->rank];
     weft_layout_t *t = NULL, *src = NULL;
-    weft_status_t st = WEFT_OK;
-    if (holder) {
+    /* Refused arguments of any member, this one included, fail the agreement below on
+     * every member: nobody is left waiting. */
+    weft_status_t st = restored_size_ok(info)
+                           ? WEFT_OK
+                           : weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                               "info->size is %zu, set it to "
+                                               "sizeof(weft_snapshot_restored_t)",
+                                               info->size);
+    if (holder && st == WEFT_OK) {
         weft_plan_free(snap->restore_plan);
         snap->restore_plan = NULL;
         st = weft__snap_target(snap, target, &t);
@@ -508,12 +521,6 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
     return st;
 }
 
-/* Whether the caller's @p info (may be NULL) has every field of the struct. */
-static bool restored_size_ok(const weft_snapshot_restored_t *info)
-{
-    return info == NULL || info->size >= WEFT__SIZED_MIN(weft_snapshot_restored_t, bytes_from_ssd);
-}
-
 weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
                                     void *new_buf, size_t new_bytes, weft_snapshot_restored_t *info)
 {
@@ -527,12 +534,6 @@ weft_status_t weft_snapshot_restore_live(weft_snapshot_t *snap, const weft_layou
     WEFT_API_LOCK(snap != NULL ? snap->g->ctx : NULL);
     if (snap == NULL || target == NULL || new_buf == NULL) {
         return WEFT_ERR_INVALID_ARG;
-    }
-    if (!restored_size_ok(info)) {
-        return weft__error(snap->g->ctx, WEFT_ERR_INVALID_ARG,
-                           "weft_snapshot_restore: info->size is %zu, set it to "
-                           "sizeof(weft_snapshot_restored_t)",
-                           info->size);
     }
     if (snap->plan == NULL) {
         return weft__error(snap->g->ctx, WEFT_ERR_INVALID_ARG,
@@ -557,12 +558,6 @@ weft_status_t weft_snapshot_restore_join(weft_group_t *g, const weft_layout_t *t
     WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     if (g == NULL || target == NULL || snap == NULL) {
         return WEFT_ERR_INVALID_ARG;
-    }
-    if (!restored_size_ok(info)) {
-        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
-                           "weft_snapshot_restore_join: info->size is %zu, set it to "
-                           "sizeof(weft_snapshot_restored_t)",
-                           info->size);
     }
     weft_snapshot_t *s = calloc(1, sizeof(*s));
     if (s == NULL) {

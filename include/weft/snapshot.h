@@ -181,11 +181,12 @@ WEFT_API weft_status_t weft_snapshot_stats(const weft_snapshot_t *snap,
  * weft_snapshot_restore_bytes() bytes. Parts of @p target that no surviving copy holds
  * (every holder died) are left untouched and counted in @c bytes_missing; list them
  * with weft_plan_missing() on weft_snapshot_restore_plan().
- * @param[in,out] info May be NULL; else its @c size set to sizeof(weft_snapshot_restored_t)
- *                     (checked before anything is done), and filled on success.
+ * @param[in,out] info May be NULL; else its @c size set to sizeof(weft_snapshot_restored_t),
+ *                     and filled on success.
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (no step committed by every survivor, a target
  *         with other tensors, a buffer too small, an @p info whose @c size is smaller than
- *         the struct, zero included), or a migration's errors.
+ *         the struct, zero included: on every member when one member's are refused), or
+ *         a migration's errors.
  */
 WEFT_API weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
                                              void *new_buf, size_t new_bytes,
