@@ -126,20 +126,15 @@ static int fail(trainer_t *t, const char *what, weft_status_t st)
  * (everyone): the first member holding it says how the restore went, over which
  * members the restored layout lies, and its step; a migration gives everyone its share.
  */
-static weft_status_t restore_and_move(trainer_t *t, int32_t x, const int32_t *reports,
-                                      state_t *next)
+static weft_status_t restore_and_move(trainer_t *t, const weft_gen_choice_t *x, state_t *next)
 {
-    int rank, size, root = -1;
+    int rank;
     weft_group_rank(t->world, &rank);
-    weft_group_size(t->world, &size);
-    for (int r = size - 1; r >= 0; r--) {
-        root = gens_holds(reports + (size_t)r * GEN_REPORT, x) ? r : root;
-    }
     int32_t head[3 + MAX_MEMBERS] = {RESTORED};
     restored_t got = {0};
     weft_status_t st = WEFT_OK;
-    if (gens_holds(reports + (size_t)rank * GEN_REPORT, x)) {
-        st = gens_restore(&t->gens, x, t->world, &got, &t->retired);
+    if (x->index >= 0) {
+        st = gens_restore(&t->gens, x->id, t->world, &got, &t->retired);
         if (peer_lost(st)) {
             return st; /* the others learn it from the revocations */
         }
@@ -151,13 +146,13 @@ static weft_status_t restore_and_move(trainer_t *t, int32_t x, const int32_t *re
         head[1] = got.step;
         head[2] = got.n_src;
         memcpy(head + 3, got.src, (size_t)got.n_src * sizeof(int));
-        if (rank == root && head[0] == RESTORED) {
+        if (rank == x->root && head[0] == RESTORED) {
             printf("step %d: restored step %d from the snapshots of generation %d: %zu bytes "
                    "moved, %zu copied locally\n",
-                   t->cur.step, got.step, x, got.moved, got.local);
+                   t->cur.step, got.step, x->id, got.moved, got.local);
         }
     }
-    st = weft_broadcast(t->world, head, 3 + MAX_MEMBERS, WEFT_I32, root);
+    st = weft_broadcast(t->world, head, 3 + MAX_MEMBERS, WEFT_I32, x->root);
     if (st == WEFT_OK && head[0] != RESTORED) {
         t->stop_together = head[0] == RESTORE_LOST ? STATE_LOST : NOT_RESTORED;
         st = head[0] == RESTORE_LOST ? WEFT_ERR_UNSUPPORTED : WEFT_ERR_PROTOCOL;
@@ -181,9 +176,10 @@ static weft_status_t restore_and_move(trainer_t *t, int32_t x, const int32_t *re
 
 /*
  * After every membership edit, and only then: the first operations of every epoch.
- * Members tell each other which generations of snapshots they hold (an allgather), all
- * choose the same one, restore from it and move the state to the members now, then make
- * a new generation over them. Survivors whose live state is ahead take the restored one.
+ * weft_elastic_choose_gen() chooses, on every member alike, the generation of snapshots
+ * to restore from (weft/elastic.h); the members restore from it and move the state to
+ * the members now, then make a new generation over them. Survivors whose live state is
+ * ahead take the restored one.
  */
 static weft_status_t resynchronise(trainer_t *t)
 {
@@ -195,26 +191,24 @@ static weft_status_t resynchronise(trainer_t *t)
         t->stop_together = TOO_WIDE; /* every member sees the same size */
         return WEFT_ERR_UNSUPPORTED;
     }
-    int32_t mine[GEN_REPORT], reports[GEN_REPORT * MAX_MEMBERS];
-    gens_report(&t->gens, mine);
-    weft_status_t st = weft_allgather(t->world, mine, reports, GEN_REPORT, WEFT_I32);
+    weft_gen_choice_t x = {.size = sizeof(x)};
+    weft_status_t st = gens_choose(&t->gens, t->world, &x);
     if (st != WEFT_OK) {
         return st;
     }
-    int32_t x = gens_choose(reports, size);
-    if (x == GEN_NONE) {
+    if (x.id == WEFT_GEN_NONE) {
         t->stop_together = STATE_LOST; /* only joiners are left */
         if (rank == 0) {
             fprintf(stderr, "trainer: no member holds the training state\n");
         }
         return WEFT_ERR_UNSUPPORTED;
     }
-    gens_drop_older(&t->gens, x);
+    gens_drop_older(&t->gens, x.id);
     state_t next;
-    if (x == GEN_START) {
+    if (x.id == WEFT_GEN_START) {
         st = state_alloc(&next, ids, size, ids[rank], 0); /* w = m = 0 */
     } else {
-        st = restore_and_move(t, x, reports, &next);
+        st = restore_and_move(t, &x, &next);
     }
     if (st == WEFT_OK && (st = gens_make(&t->gens, t->world, &next, &t->retired)) != WEFT_OK) {
         state_free(&next);
@@ -319,7 +313,7 @@ static weft_status_t admit_joiners(trainer_t *t)
  */
 static weft_status_t batch_gradient(trainer_t *t, int rank, int size)
 {
-    weft_batch_share_t share;
+    weft_batch_share_t share = {.size = sizeof(share)};
     weft_status_t st = weft_batch_share(BLOCKS, size, rank, 0, &share);
     if (st != WEFT_OK) {
         return st;

@@ -181,7 +181,7 @@ weft_status_t state_move(weft_group_t *g, const int *src, int n_src, const void 
     }
     if (st == WEFT_OK && rank == 0 &&
         (n_src != size || memcmp(src, now, (size_t)size * sizeof(int)) != 0)) {
-        weft_plan_stats_t ps;
+        weft_plan_stats_t ps = {.size = sizeof(ps)};
         weft_plan_stats(plan, -1, &ps);
         printf("step %d: state moved", step);
         print_ids(" from members", src, n_src);

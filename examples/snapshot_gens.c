@@ -14,13 +14,6 @@ typedef struct progress {
     uint64_t next_sample; /* the data position: the first sample of the next global batch */
 } progress_t;
 
-static int gen_committed(const gen_t *x)
-{
-    uint64_t step;
-    return x->id == GEN_START ||
-           (x->snap != NULL && weft_snapshot_committed(x->snap, &step) == WEFT_OK);
-}
-
 static void gen_free(gen_t *x)
 {
     weft_snapshot_free(x->snap);
@@ -28,7 +21,7 @@ static void gen_free(gen_t *x)
         weft_group_free(x->sub);
     }
     memset(x, 0, sizeof(*x));
-    x->id = GEN_NONE;
+    x->id = WEFT_GEN_NONE;
 }
 
 static gen_t *gen_find(gens_t *g, int32_t id)
@@ -55,65 +48,29 @@ static void gens_filter(gens_t *g, int (*keep_it)(const gens_t *, int, int32_t),
     }
     for (int i = k; i < g->n; i++) {
         memset(&g->held[i], 0, sizeof(g->held[i]));
-        g->held[i].id = GEN_NONE;
+        g->held[i].id = WEFT_GEN_NONE;
     }
     g->n = k;
     g->cur = cur;
 }
 
-void gens_report(const gens_t *g, int32_t rep[GEN_REPORT])
+weft_status_t gens_choose(const gens_t *g, weft_group_t *world, weft_gen_choice_t *choice)
 {
-    for (int i = 0; i < GEN_MAX; i++) {
-        rep[2 * i] = i < g->n ? g->held[i].id : GEN_NONE;
-        rep[2 * i + 1] = i < g->n && gen_committed(&g->held[i]);
+    weft_snapshot_gen_t held[GEN_MAX];
+    for (int i = 0; i < g->n; i++) {
+        held[i] = (weft_snapshot_gen_t){.id = g->held[i].id, .snap = g->held[i].snap};
     }
-}
-
-static int held_uncommitted(const int32_t *reports, int n, int32_t id)
-{
-    for (int m = 0; m < n; m++) {
-        for (int i = 0; i < GEN_MAX; i++) {
-            const int32_t *r = reports + (size_t)m * GEN_REPORT + 2 * i;
-            if (r[0] == id && !r[1]) {
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
-int32_t gens_choose(const int32_t *reports, int n)
-{
-    int32_t best = GEN_NONE;
-    for (int m = 0; m < n; m++) {
-        for (int i = 0; i < GEN_MAX; i++) {
-            const int32_t *r = reports + (size_t)m * GEN_REPORT + 2 * i;
-            if (r[0] != GEN_NONE && r[1] && r[0] > best && !held_uncommitted(reports, n, r[0])) {
-                best = r[0];
-            }
-        }
-    }
-    return best;
-}
-
-int gens_holds(const int32_t rep[GEN_REPORT], int32_t id)
-{
-    for (int i = 0; i < GEN_MAX; i++) {
-        if (rep[2 * i] == id && rep[2 * i + 1]) {
-            return 1;
-        }
-    }
-    return 0;
+    return weft_elastic_choose_gen(world, held, g->n, choice);
 }
 
 void gens_init(gens_t *g, int redundancy, int first)
 {
     memset(g, 0, sizeof(*g));
     for (int i = 0; i < GEN_MAX; i++) {
-        g->held[i].id = GEN_NONE;
+        g->held[i].id = WEFT_GEN_NONE;
     }
     if (first) {
-        g->held[0].id = GEN_START;
+        g->held[0].id = WEFT_GEN_START;
         g->n = 1;
     }
     g->cur = -1;
@@ -309,7 +266,7 @@ weft_status_t gens_restore(gens_t *g, int32_t id, weft_group_t *world, restored_
     }
     size_t bytes = weft_snapshot_restore_bytes(x->snap, target);
     out->buf = malloc(bytes);
-    weft_snapshot_restored_t info;
+    weft_snapshot_restored_t info = {.size = sizeof(info)};
     st = out->buf != NULL ? weft_snapshot_restore(x->snap, target, out->buf, bytes, &info)
                           : WEFT_ERR_NO_MEMORY;
     weft_layout_free(target);

@@ -10,14 +10,14 @@
  * in the current generation; at most one is in flight, and the next step waits for it.
  *
  * After a membership change the members restore from one generation, then make a new
- * one and take its first snapshot. Which generation: the newest that every member
- * holding it has committed. Its first snapshot is committed on every member at once,
- * except when the member that closes it dies then; so a member keeps the generations it
+ * one and take its first snapshot. Which generation: weft_elastic_choose_gen()
+ * (weft/elastic.h) chooses it, the newest that some member holds committed and none
+ * holds uncommitted. Its first snapshot is committed on every member at once, except
+ * when the member that closes it dies then; so a member keeps the generations it
  * restored from, and those it made since, until a step commits in its current one
- * (every member had committed that one before the step could run). A generation that
- * some member holds uncommitted is never chosen, and stays so while that member keeps
- * it. The initial state (step 0, all zeros) is generation GEN_START, which every first
- * member holds without a copy.
+ * (every member had committed that one before the step could run). The initial state
+ * (step 0, all zeros) is generation WEFT_GEN_START, which every first member holds
+ * without a copy.
  */
 #ifndef WEFT_EXAMPLE_SNAPSHOT_GENS_H
 #define WEFT_EXAMPLE_SNAPSHOT_GENS_H
@@ -28,14 +28,13 @@
 
 #include "sharded_state.h"
 
-#define GEN_NONE INT32_MIN /* no generation */
-#define GEN_START (-1)     /* the initial state, step 0 */
-#define GEN_MAX 16         /* generations a member may hold between two committed steps */
+/* Generations a member may hold between two committed steps. */
+#define GEN_MAX WEFT_ELASTIC_MAX_GENS
 
 typedef struct gen {
-    int32_t id;                  /* the world epoch when it was made, or GEN_START */
+    int32_t id;                  /* the world epoch when it was made, or WEFT_GEN_START */
     weft_group_t *sub;           /* its members, split off the world then */
-    weft_snapshot_t *snap;       /* NULL for GEN_START */
+    weft_snapshot_t *snap;       /* NULL for WEFT_GEN_START */
     int members[MAX_MEMBERS], n; /* at creation, in rank order */
 } gen_t;
 
@@ -49,20 +48,11 @@ typedef struct gens {
     int redundancy; /* buddies holding a copy of each shard */
 } gens_t;
 
-/* What a member tells the others at a recovery: (id, committed) of each generation it
- * holds, GEN_NONE past the last. */
-#define GEN_REPORT (2 * GEN_MAX)
-void gens_report(const gens_t *g, int32_t rep[GEN_REPORT]);
+/* Choose, with every member of @p world, the generation to restore from: the
+ * generations this member holds, to weft_elastic_choose_gen(). Collective over @p world. */
+weft_status_t gens_choose(const gens_t *g, weft_group_t *world, weft_gen_choice_t *choice);
 
-/* The generation to restore from, given every member's report (n of them): the newest
- * that some member holds committed and no member holds uncommitted; GEN_NONE if none.
- * Local. */
-int32_t gens_choose(const int32_t *reports, int n);
-
-/* Whether @p rep says its member holds generation @p id committed. */
-int gens_holds(const int32_t rep[GEN_REPORT], int32_t id);
-
-/* No generation yet; a member of the job from its start (@p first) holds GEN_START.
+/* No generation yet; a member of the job from its start (@p first) holds WEFT_GEN_START.
  * Local. */
 void gens_init(gens_t *g, int redundancy, int first);
 

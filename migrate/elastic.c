@@ -1,4 +1,5 @@
-/* After a membership change: what survivors hold, the flat re-cut, and batch shares. */
+/* After a membership change: what survivors hold, the flat re-cut, and batch shares
+ * (weft/elastic.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,6 +7,8 @@
 #include "migrate/box.h"
 #include "migrate/layout.h"
 #include "util/array.h"
+#include "util/sized.h"
+#include "weft/elastic.h"
 #include "weft/group.h"
 
 weft_status_t weft_layout_keep(const weft_layout_t *l, const int *members, int n,
@@ -219,7 +222,12 @@ weft_status_t weft_migrate_replan_flat(const weft_layout_t *old, const weft_grou
 weft_status_t weft_batch_share(uint64_t global, int width, int rank, uint64_t max_micro,
                                weft_batch_share_t *share)
 {
-    if (share == NULL || width < 1 || rank < 0 || rank >= width || global < (uint64_t)width) {
+    if (share == NULL || share->size < WEFT__SIZED_MIN(weft_batch_share_t, grad_scale)) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                 "weft_batch_share: share is NULL or its size is not "
+                                 "sizeof(weft_batch_share_t)");
+    }
+    if (width < 1 || rank < 0 || rank >= width || global < (uint64_t)width) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG,
                                  "weft_batch_share: a batch of %llu over %d members (rank %d): "
                                  "every member needs at least one sample",
@@ -227,13 +235,14 @@ weft_status_t weft_batch_share(uint64_t global, int width, int rank, uint64_t ma
     }
     uint64_t w = (uint64_t)width, r = (uint64_t)rank;
     uint64_t base = global / w, extra = global % w;
-    memset(share, 0, sizeof(*share));
-    share->samples = base + (r < extra);
-    share->first = r * base + (r < extra ? r : extra);
-    uint64_t m = max_micro == 0 || max_micro > share->samples ? share->samples : max_micro;
-    share->micro_size = m;
-    share->micro_batches = (share->samples + m - 1) / m;
-    share->last_micro = share->samples - (share->micro_batches - 1) * m;
-    share->grad_scale = 1.0 / (double)global;
+    weft_batch_share_t s = {.size = sizeof(s)};
+    s.samples = base + (r < extra);
+    s.first = r * base + (r < extra ? r : extra);
+    uint64_t m = max_micro == 0 || max_micro > s.samples ? s.samples : max_micro;
+    s.micro_size = m;
+    s.micro_batches = (s.samples + m - 1) / m;
+    s.last_micro = s.samples - (s.micro_batches - 1) * m;
+    s.grad_scale = 1.0 / (double)global;
+    weft__sized_copy(share, &s, sizeof(s));
     return WEFT_OK;
 }

@@ -8,6 +8,7 @@
 #include "migrate/layout.h"
 #include "migrate/plan.h"
 #include "migrate/xxh.h"
+#include "util/sized.h"
 
 /* The digest covers every field that decides what moves where. */
 static uint64_t digest(const weft_plan_t *plan)
@@ -110,12 +111,9 @@ weft_status_t weft_plan_transfer(const weft_plan_t *plan, size_t i, weft_transfe
     return WEFT_OK;
 }
 
-weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_stats_t *stats)
+/* The totals of weft_plan_stats(), into a whole struct. */
+static void plan_totals(const weft_plan_t *plan, int member, weft_plan_stats_t *stats)
 {
-    if (plan == NULL || stats == NULL) {
-        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_plan_stats: NULL argument");
-    }
-    memset(stats, 0, sizeof(*stats));
     /* Transfers are sorted by source: one pass finds every sender's total. */
     size_t run = 0;
     for (size_t i = 0; i < plan->nxfers; i++) {
@@ -149,6 +147,22 @@ weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_sta
         }
     }
     stats->bytes_lower_bound = plan->lower_bound;
+}
+
+weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_stats_t *stats)
+{
+    if (plan == NULL || stats == NULL) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_plan_stats: NULL argument");
+    }
+    if (stats->size < WEFT__SIZED_MIN(weft_plan_stats_t, bytes_missing)) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                 "weft_plan_stats: stats->size is %zu, set it to "
+                                 "sizeof(weft_plan_stats_t)",
+                                 stats->size);
+    }
+    weft_plan_stats_t all = {.size = sizeof(all)};
+    plan_totals(plan, member, &all);
+    weft__sized_copy(stats, &all, sizeof(all));
     return WEFT_OK;
 }
 
@@ -176,7 +190,7 @@ weft_status_t weft_plan_print(const weft_plan_t *plan, FILE *out)
     if (plan == NULL || out == NULL) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_plan_print: NULL argument");
     }
-    weft_plan_stats_t all;
+    weft_plan_stats_t all = {.size = sizeof(all)};
     weft_plan_stats(plan, -1, &all);
     fprintf(out, "# plan %016" PRIx64 ": %zu transfers, %zu B to move (lower bound %zu B), "
                  "%zu B copied locally, most sent by one member %zu B, %zu B held by nobody\n",
@@ -199,7 +213,7 @@ weft_status_t weft_plan_print(const weft_plan_t *plan, FILE *out)
         if (next < 0) {
             break;
         }
-        weft_plan_stats_t s;
+        weft_plan_stats_t s = {.size = sizeof(s)};
         weft_plan_stats(plan, next, &s);
         fprintf(out, "  %8d %14zu %14zu %14zu %8zu %8zu\n", next, s.bytes_out, s.bytes_in,
                 s.bytes_local, s.transfers_out, s.transfers_in);

@@ -17,6 +17,7 @@
 #include "migrate/ssd.h"
 #include "util/array.h"
 #include "util/bigmem.h"
+#include "util/sized.h"
 #include "weft/group.h"
 
 int weft__snap_index(const weft_snapshot_t *s, int id)
@@ -492,13 +493,13 @@ weft_status_t weft_snapshot_start(weft_snapshot_t *snap, uint64_t step, const vo
 
 weft_status_t weft_snapshot_stats(const weft_snapshot_t *snap, weft_snapshot_stats_t *stats)
 {
-    if (snap == NULL || stats == NULL || stats->size < sizeof(size_t)) {
-        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "weft_snapshot_stats: bad argument");
+    if (snap == NULL || stats == NULL ||
+        stats->size < WEFT__SIZED_MIN(weft_snapshot_stats_t, restore_in_place_bytes)) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                 "weft_snapshot_stats: NULL argument, or stats->size not set to "
+                                 "sizeof(weft_snapshot_stats_t)");
     }
-    size_t n = stats->size < sizeof(*stats) ? stats->size : sizeof(*stats);
-    weft_snapshot_stats_t full = snap->stats;
-    full.size = stats->size;
-    memcpy(stats, &full, n);
+    weft__sized_copy(stats, &snap->stats, sizeof(snap->stats));
     return WEFT_OK;
 }
 

@@ -14,6 +14,7 @@
 #include "migrate/layout.h"
 #include "migrate/plan.h"
 #include "migrate/snapshot.h"
+#include "util/sized.h"
 #include "weft/group.h"
 
 weft_status_t weft__snap_target(const weft_snapshot_t *s, const weft_layout_t *target,
@@ -393,6 +394,12 @@ static weft_status_t keep_blobs(weft_snapshot_t *s, const weft_layout_t *t, cons
     return WEFT_OK;
 }
 
+/* Whether the caller's @p info (may be NULL) has every field of the struct. */
+static bool restored_size_ok(const weft_snapshot_restored_t *info)
+{
+    return info == NULL || info->size >= WEFT__SIZED_MIN(weft_snapshot_restored_t, bytes_from_ssd);
+}
+
 /* The restore, for a member holding the snapshot and for one that joined since
  * (snap->plan == NULL: it learns the plan from the lowest holder). */
 static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target, void *new_buf,
@@ -403,8 +410,15 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
     bool holder = snap->plan != NULL;
     int me = weft__group_members(g)[weft__group_rank(g)];
     weft_layout_t *t = NULL, *src = NULL;
-    weft_status_t st = WEFT_OK;
-    if (holder) {
+    /* Refused arguments of any member, this one included, fail the agreement below on
+     * every member: nobody is left waiting. */
+    weft_status_t st = restored_size_ok(info)
+                           ? WEFT_OK
+                           : weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                               "info->size is %zu, set it to "
+                                               "sizeof(weft_snapshot_restored_t)",
+                                               info->size);
+    if (holder && st == WEFT_OK) {
         weft_plan_free(snap->restore_plan);
         snap->restore_plan = NULL;
         st = weft__snap_target(snap, target, &t);
@@ -490,13 +504,17 @@ static weft_status_t restore(weft_snapshot_t *snap, const weft_layout_t *target,
     if (st == WEFT_OK && (st = keep_blobs(snap, t, new_buf, got)) == WEFT_OK) {
         snap->restored = true;
         if (info != NULL) {
-            weft_plan_stats_t all;
+            weft_plan_stats_t all = {.size = sizeof(all)};
             weft_plan_stats(snap->restore_plan, -1, &all);
-            info->step = a.step;
-            info->bytes_moved = all.bytes_in;
-            info->bytes_local = all.bytes_local;
-            info->bytes_from_ssd = (size_t)total[0];
-            info->bytes_missing = all.bytes_missing - (size_t)total[0];
+            weft_snapshot_restored_t r = {
+                .size = sizeof(r),
+                .step = a.step,
+                .bytes_moved = all.bytes_in,
+                .bytes_local = all.bytes_local,
+                .bytes_from_ssd = (size_t)total[0],
+                .bytes_missing = all.bytes_missing - (size_t)total[0],
+            };
+            weft__sized_copy(info, &r, sizeof(r));
         }
     }
     free(got);

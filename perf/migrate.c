@@ -352,7 +352,7 @@ static int run_scenario(const mig_bench_t *b, scenario_t *s, result_t *res)
         fprintf(stderr, "weft-perf migrate: %s: %s\n", s->name, weft_last_error(NULL));
         return PERF_EXIT_ERROR;
     }
-    weft_plan_stats_t all;
+    weft_plan_stats_t all = {.size = sizeof(all)};
     weft_plan_stats(plan, -1, &all);
     res->moved = all.bytes_in;
     res->lower = all.bytes_lower_bound;

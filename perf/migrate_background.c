@@ -107,7 +107,7 @@ int mig_background_step(const mig_bench_t *b, FILE *out, bool json)
     }
     weft_plan_t *plan = f.plan;
     unsigned char *oldbuf = f.oldbuf, *newbuf = f.newbuf;
-    weft_plan_stats_t st;
+    weft_plan_stats_t st = {.size = sizeof(st)};
     weft_plan_stats(plan, -1, &st);
     double t0 = perf_now_us();
     weft_migrate(b->w.world, plan, oldbuf, newbuf, NULL); /* also touches the pages */

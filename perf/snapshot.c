@@ -506,7 +506,7 @@ static weft_status_t restore(snap_bench_t *b, snap_result_t *r, uint64_t *buf, s
                 weft_layout_packed_bytes(nl, left[rank]) == n * 8 && h0 == g0 && hn == n;
     /* Refused arguments must reach the restore's agreement, or the others would wait. */
     uint64_t none;
-    weft_snapshot_restored_t info = {0};
+    weft_snapshot_restored_t info = {.size = sizeof(info)};
     weft_status_t st = weft_snapshot_restore(b->snap, nl != NULL ? nl : b->layout,
                                              fits ? (void *)buf : &none, fits ? cap : 0, &info);
     *t_done = perf_now_us();

@@ -64,7 +64,7 @@ static weft_status_t restore_state(snap_bench_t *b, snap_result_t *r, bool live,
     weft_layout_t *nl = snap_live_target(b, left, k);
     bool fits = nl != NULL && weft_snapshot_restore_bytes(b->snap, nl) <= b->state_cap;
     uint64_t none;
-    weft_snapshot_restored_t info = {0};
+    weft_snapshot_restored_t info = {.size = sizeof(info)};
     const weft_layout_t *target = nl != NULL ? nl : b->layout;
     void *into = fits ? (void *)b->state : &none;
     size_t cap = fits ? b->state_cap : 0;

@@ -7,6 +7,7 @@
  * applying the decisions of later epochs in order. Survivors keep their connections; only
  * newcomers are looked up and connected, lazily, on first use.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +38,18 @@ static void info_begin(weft_edit_info_t *info, const weft_group_t *g)
     info->size = size;
     info->old_epoch = info->new_epoch = g->epoch;
     info->old_size = info->new_size = g->size;
-    for (int i = 0; i < g->size && i < 1024; i++) {
+    for (int i = 0; i < g->size && i < WEFT_EDIT_INFO_MAX_RANKS; i++) {
         info->rank_map[i] = i;
     }
+}
+
+/* Count @p id; list it while the list has room. */
+static void list_id(int list[WEFT_EDIT_INFO_MAX_LISTED], int *n, int id)
+{
+    if (*n < WEFT_EDIT_INFO_MAX_LISTED) {
+        list[*n] = id;
+    }
+    (*n)++;
 }
 
 /* Compose this step's old->new rank map onto what earlier steps produced. */
@@ -48,13 +58,13 @@ static void info_step(weft_edit_info_t *info, const weft_group_t *g, const weft_
     if (info == NULL) {
         return;
     }
-    for (int i = 0; i < info->old_size && i < 1024; i++) {
+    for (int i = 0; i < info->old_size && i < WEFT_EDIT_INFO_MAX_RANKS; i++) {
         int r = info->rank_map[i];
         info->rank_map[i] = r < 0 ? -1 : find_member(d->members, (int)d->n_members, g->members[r]);
     }
     for (int i = 0; i < g->size; i++) {
-        if (find_member(d->members, (int)d->n_members, g->members[i]) < 0 && info->n_removed < 64) {
-            info->removed[info->n_removed++] = g->members[i];
+        if (find_member(d->members, (int)d->n_members, g->members[i]) < 0) {
+            list_id(info->removed, &info->n_removed, g->members[i]);
         }
     }
     for (uint32_t i = 0; i < d->n_members; i++) {
@@ -62,8 +72,8 @@ static void info_step(weft_edit_info_t *info, const weft_group_t *g, const weft_
         for (int j = 0; j < g->size && !old; j++) {
             old = g->members[j] == d->members[i];
         }
-        if (!old && info->n_added < 64) {
-            info->added[info->n_added++] = d->members[i];
+        if (!old) {
+            list_id(info->added, &info->n_added, d->members[i]);
         }
     }
     info->new_epoch = d->new_epoch;
@@ -391,10 +401,19 @@ static void info_finish(const weft_group_t *g, weft_edit_info_t *tmp, weft_edit_
     info->size = n;
 }
 
-static weft_status_t check_editable(weft_group_t *g)
+/* The fields every caller's weft_edit_info_t has: the struct as ABI 2 made it. */
+#define EDIT_INFO_MIN_SIZE (offsetof(weft_edit_info_t, n_subgroups_revoked) + sizeof(int))
+
+static weft_status_t check_editable(weft_group_t *g, const weft_edit_info_t *info)
 {
     if (g == NULL) {
         return WEFT_ERR_INVALID_ARG;
+    }
+    if (info != NULL && info->size < EDIT_INFO_MIN_SIZE) {
+        return weft__error(g->ctx, WEFT_ERR_INVALID_ARG,
+                           "weft_edit_info_t.size is %zu, at least %zu expected (set it to "
+                           "sizeof(weft_edit_info_t))",
+                           info->size, (size_t)EDIT_INFO_MIN_SIZE);
     }
     if (g->ctx->store == NULL) {
         return weft__error(g->ctx, WEFT_ERR_UNSUPPORTED,
@@ -410,7 +429,7 @@ static weft_status_t check_editable(weft_group_t *g)
 weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info)
 {
     WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
-    weft_status_t st = check_editable(g);
+    weft_status_t st = check_editable(g, info);
     if (st != WEFT_OK) {
         return st;
     }
@@ -460,7 +479,7 @@ weft_status_t weft_group_grow(weft_group_t *g, int min_new, uint64_t timeout_ms,
 {
     WEFT_API_LOCK(g != NULL ? g->ctx : NULL);
     enum { SLICE_MS = 20 };
-    weft_status_t st = check_editable(g);
+    weft_status_t st = check_editable(g, info);
     if (st != WEFT_OK || min_new < 0) {
         return st != WEFT_OK ? st : WEFT_ERR_INVALID_ARG;
     }

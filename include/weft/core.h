@@ -23,8 +23,8 @@
 extern "C" {
 #endif
 
-#define WEFT_VERSION_MAJOR 0
-#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_MAJOR 1
+#define WEFT_VERSION_MINOR 0
 #define WEFT_VERSION_PATCH 0
 /** @brief Version as one integer: major * 10000 + minor * 100 + patch. */
 #define WEFT_VERSION_CODE                                                                      \
@@ -78,7 +78,7 @@ typedef struct weft_init_params {
 /**
  * @brief Library version.
  * @param[out] major,minor,patch Each may be NULL.
- * @return The version string, e.g. "0.1.0".
+ * @return The version string, e.g. "1.0.0".
  */
 WEFT_API const char *weft_version(int *major, int *minor, int *patch);
 

@@ -62,19 +62,34 @@ WEFT_API weft_status_t weft_group_member_id(const weft_group_t *g, int rank, int
  * not an active member. */
 WEFT_API weft_status_t weft_group_rank_of(const weft_group_t *g, int id, int *rank);
 
-/** @brief What an edit did. Zero-initialise, set @c size, pass to repair/grow. */
+/** @brief Most stable ids weft_edit_info_t lists in @c removed and in @c added. */
+#define WEFT_EDIT_INFO_MAX_LISTED 64
+/** @brief Most old group ranks weft_edit_info_t maps in @c rank_map. */
+#define WEFT_EDIT_INFO_MAX_RANKS 1024
+
+/**
+ * @brief What an edit did. Zero-initialise, set @c size, pass to repair/grow.
+ *
+ * Past the limits: @c n_removed and @c n_added count every member that left or was
+ * admitted, but only the first WEFT_EDIT_INFO_MAX_LISTED of each have their ids listed
+ * (read min(n, WEFT_EDIT_INFO_MAX_LISTED) entries); @c rank_map covers the first
+ * WEFT_EDIT_INFO_MAX_RANKS old ranks only (weft_group_rank_of() answers for the others).
+ */
 typedef struct weft_edit_info {
-    size_t size;          /**< sizeof(weft_edit_info_t). */
+    size_t size;          /**< sizeof(weft_edit_info_t), set by the caller. */
     uint32_t old_epoch;   /**< Epoch before the edit. */
     uint32_t new_epoch;   /**< Epoch after it. */
     int old_size;         /**< Members before. */
     int new_size;         /**< Members after. */
-    int n_removed;        /**< Members that left (failed). */
-    int removed[64];      /**< Their stable ids (the first 64). */
-    int n_added;          /**< Members admitted. */
-    int added[64];        /**< Their stable ids (the first 64). */
-    /** Old group rank -> new group rank (-1 if removed), for the first 1024 old ranks. */
-    int rank_map[1024];
+    int n_removed;        /**< Members that left (failed), all of them. */
+    /** Their stable ids, the first WEFT_EDIT_INFO_MAX_LISTED. */
+    int removed[WEFT_EDIT_INFO_MAX_LISTED];
+    int n_added;          /**< Members admitted, all of them. */
+    /** Their stable ids, the first WEFT_EDIT_INFO_MAX_LISTED. */
+    int added[WEFT_EDIT_INFO_MAX_LISTED];
+    /** Old group rank -> new group rank (-1 if removed), for the first
+     * WEFT_EDIT_INFO_MAX_RANKS old ranks. */
+    int rank_map[WEFT_EDIT_INFO_MAX_RANKS];
     int n_subgroups_revoked; /**< Subgroups left revoked because they lost a member. */
 } weft_edit_info_t;
 

@@ -177,8 +177,10 @@ typedef struct weft_transfer {
     size_t bytes;
 } weft_transfer_t;
 
-/** @brief What a plan moves, for one member or (member = -1) for all. */
+/** @brief What a plan moves, for one member or (member = -1) for all. Set @c size
+ * before weft_plan_stats(). */
 typedef struct weft_plan_stats {
+    size_t size;           /**< sizeof(weft_plan_stats_t), set by the caller. */
     size_t bytes_out;      /**< Sent to other members. */
     size_t bytes_in;       /**< Received from other members. */
     size_t bytes_local;    /**< Copied within a member. */
@@ -209,7 +211,13 @@ WEFT_API void weft_plan_free(weft_plan_t *plan);
 WEFT_API size_t weft_plan_num_transfers(const weft_plan_t *plan);
 /** @brief Transfer @p i, in the plan's order (by source, destination, tensor, box). */
 WEFT_API weft_status_t weft_plan_transfer(const weft_plan_t *plan, size_t i, weft_transfer_t *t);
-/** @brief Totals for @p member, or for the whole plan with @p member = -1. */
+/**
+ * @brief Totals for @p member, or for the whole plan with @p member = -1.
+ * @param[in,out] stats Its @c size set to sizeof(weft_plan_stats_t); the fields that fit
+ *                      in @c size are filled, @c size is left as it was.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG for a NULL argument or a @c size smaller than
+ *         this struct (zero included).
+ */
 WEFT_API weft_status_t weft_plan_stats(const weft_plan_t *plan, int member, weft_plan_stats_t *stats);
 /** @brief Number of pieces of the new layout that nobody holds (allow_missing plans). */
 WEFT_API size_t weft_plan_num_missing(const weft_plan_t *plan);
@@ -262,30 +270,6 @@ WEFT_API weft_status_t weft_layout_absorb(const weft_layout_t *layout, const int
  */
 WEFT_API weft_status_t weft_migrate_replan_flat(const weft_layout_t *old, const weft_group_t *g,
                                        weft_layout_t **new_layout, weft_plan_t **plan);
-
-/** @brief This member's share of a global batch (weft_batch_share()). */
-typedef struct weft_batch_share {
-    uint64_t first;          /**< Index of its first sample in the global batch. */
-    uint64_t samples;        /**< How many samples it processes. */
-    uint64_t micro_batches;  /**< How many micro-batches of at most max_micro samples. */
-    uint64_t micro_size;     /**< Samples in each micro-batch but perhaps the last. */
-    uint64_t last_micro;     /**< Samples in the last micro-batch. */
-    /** Multiply the sum of per-sample losses by this before the gradient allreduce
-     * (1 / global batch): the sum over members is then the mean over the global batch,
-     * whatever the width. */
-    double grad_scale;
-} weft_batch_share_t;
-
-/**
- * @brief Split a global batch of @p global samples over @p width data-parallel members:
- * member @p rank gets floor(global / width) samples, one more for the first
- * global % width members, contiguous and in rank order, cut into micro-batches of at
- * most @p max_micro (0: one micro-batch). The global batch and the gradient scale stay
- * exactly the same at every width.
- * @return WEFT_OK; WEFT_ERR_INVALID_ARG if global < width, width < 1 or rank out of range.
- */
-WEFT_API weft_status_t weft_batch_share(uint64_t global, int width, int rank, uint64_t max_micro,
-                               weft_batch_share_t *share);
 
 /** @} */
 

@@ -125,8 +125,10 @@ WEFT_API weft_status_t weft_snapshot_committed(const weft_snapshot_t *snap, uint
 WEFT_API size_t weft_snapshot_restore_bytes(const weft_snapshot_t *snap,
                                             const weft_layout_t *target);
 
-/** @brief What a restore did. */
+/** @brief What a restore did. Set @c size before passing it; a NULL pointer is allowed
+ * wherever one is taken. */
 typedef struct weft_snapshot_restored {
+    size_t size;           /**< sizeof(weft_snapshot_restored_t), set by the caller. */
     uint64_t step;         /**< The step restored: the newest every survivor committed. */
     size_t bytes_moved;    /**< Between members, all members together. */
     size_t bytes_local;    /**< Copied within members. */
@@ -159,7 +161,13 @@ typedef struct weft_snapshot_stats {
     uint64_t restore_in_place_bytes;
 } weft_snapshot_stats_t;
 
-/** @brief Fill @p stats (set its @c size first). */
+/**
+ * @brief Fill @p stats.
+ * @param[in,out] stats Its @c size set to sizeof(weft_snapshot_stats_t) first; the fields
+ *                      that fit are filled, @c size is left as it was.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG for a NULL argument or a @c size smaller than
+ *         the struct (zero included).
+ */
 WEFT_API weft_status_t weft_snapshot_stats(const weft_snapshot_t *snap,
                                            weft_snapshot_stats_t *stats);
 
@@ -173,8 +181,12 @@ WEFT_API weft_status_t weft_snapshot_stats(const weft_snapshot_t *snap,
  * weft_snapshot_restore_bytes() bytes. Parts of @p target that no surviving copy holds
  * (every holder died) are left untouched and counted in @c bytes_missing; list them
  * with weft_plan_missing() on weft_snapshot_restore_plan().
+ * @param[in,out] info May be NULL; else its @c size set to sizeof(weft_snapshot_restored_t),
+ *                     and filled on success.
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (no step committed by every survivor, a target
- *         with other tensors, a buffer too small), or a migration's errors.
+ *         with other tensors, a buffer too small, an @p info whose @c size is smaller than
+ *         the struct, zero included: on every member when one member's are refused), or
+ *         a migration's errors.
  */
 WEFT_API weft_status_t weft_snapshot_restore(weft_snapshot_t *snap, const weft_layout_t *target,
                                              void *new_buf, size_t new_bytes,

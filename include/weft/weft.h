@@ -15,5 +15,6 @@
 #include "weft/info.h"
 #include "weft/migrate.h"
 #include "weft/snapshot.h"
+#include "weft/elastic.h"
 
 #endif

@@ -21,10 +21,10 @@ from .migrate import (BatchShare, batch_share, migrate, migrate_resume, migrate_
                       replan_flat)
 from .plan import Plan, PlanStats, Transfer
 from .request import Request
-from .snapshot import Restored, Snapshot
+from .snapshot import GEN_START, GenChoice, Restored, Snapshot, choose_generation
 from .vocab import Microbatch, Vocab, VocabRange, shard_range
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 SUM, PROD, MAX, MIN = Op.SUM, Op.PROD, Op.MAX, Op.MIN
 F32, F64, F16, BF16, I32, I64, U8 = (DType.F32, DType.F64, DType.F16, DType.BF16, DType.I32,
@@ -53,6 +53,7 @@ __all__ = [
     "Group", "info_text", "memory_is_cuda", "version", "version_info", "Box", "Layout",
     "Region", "TensorInfo", "BatchShare", "batch_share", "migrate", "migrate_resume",
     "migrate_start", "replan_flat", "Plan", "PlanStats", "Transfer", "Request", "Restored",
-    "Snapshot", "Microbatch", "Vocab", "VocabRange", "shard_range", "SUM", "PROD", "MAX",
+    "Snapshot", "GEN_START", "GenChoice", "choose_generation", "Microbatch", "Vocab",
+    "VocabRange", "shard_range", "SUM", "PROD", "MAX",
     "MIN", "F32", "F64", "F16", "BF16", "I32", "I64", "U8", "world", "rank", "size",
 ]

@@ -13,7 +13,7 @@ import sys
 
 from . import _protos
 
-_NAMES = ("libweft.so", "libweft.so.0")
+_NAMES = ("libweft.so", "libweft.so.1")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -128,6 +128,7 @@ _SNAPSHOT = {
     "weft_snapshot_restore_plan": (P, [P]),
     "weft_snapshot_restore_join": (I, [P, P, P, SZ, PP, POINTER(S.SnapshotRestored)]),
     "weft_snapshot_stats": (I, [P, POINTER(S.SnapshotStats)]),
+    "weft_elastic_choose_gen": (I, [P, POINTER(S.SnapshotGen), I, POINTER(S.GenChoice)]),
 }
 
 _VOCAB = {

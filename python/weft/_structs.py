@@ -8,8 +8,11 @@ from ctypes import (Structure, POINTER, c_char_p, c_double, c_int, c_size_t, c_u
                     c_uint32, c_uint64, c_void_p)
 
 LAYOUT_MAX_DIMS = 8
-EDIT_MAX_IDS = 64
-EDIT_MAX_RANK_MAP = 1024
+EDIT_INFO_MAX_LISTED = 64   # WEFT_EDIT_INFO_MAX_LISTED
+EDIT_INFO_MAX_RANKS = 1024  # WEFT_EDIT_INFO_MAX_RANKS
+ELASTIC_MAX_GENS = 16       # WEFT_ELASTIC_MAX_GENS
+GEN_NONE = -2 ** 31         # WEFT_GEN_NONE
+GEN_START = -1              # WEFT_GEN_START
 
 
 def sized(cls):
@@ -31,8 +34,8 @@ class InfoParams(Structure):
 class EditInfo(Structure):
     _fields_ = [("size", c_size_t), ("old_epoch", c_uint32), ("new_epoch", c_uint32),
                 ("old_size", c_int), ("new_size", c_int), ("n_removed", c_int),
-                ("removed", c_int * EDIT_MAX_IDS), ("n_added", c_int),
-                ("added", c_int * EDIT_MAX_IDS), ("rank_map", c_int * EDIT_MAX_RANK_MAP),
+                ("removed", c_int * EDIT_INFO_MAX_LISTED), ("n_added", c_int),
+                ("added", c_int * EDIT_INFO_MAX_LISTED), ("rank_map", c_int * EDIT_INFO_MAX_RANKS),
                 ("n_subgroups_revoked", c_int)]
 
 
@@ -57,12 +60,12 @@ class Transfer(Structure):
 
 class PlanStats(Structure):
     _fields_ = [(n, c_size_t) for n in (
-        "bytes_out", "bytes_in", "bytes_local", "transfers_out", "transfers_in",
+        "size", "bytes_out", "bytes_in", "bytes_local", "transfers_out", "transfers_in",
         "bytes_lower_bound", "max_bytes_out", "bytes_missing")]
 
 
 class BatchShare(Structure):
-    _fields_ = [("first", c_uint64), ("samples", c_uint64), ("micro_batches", c_uint64),
+    _fields_ = [("size", c_size_t), ("first", c_uint64), ("samples", c_uint64), ("micro_batches", c_uint64),
                 ("micro_size", c_uint64), ("last_micro", c_uint64), ("grad_scale", c_double)]
 
 
@@ -77,7 +80,7 @@ class SnapshotParams(Structure):
 
 
 class SnapshotRestored(Structure):
-    _fields_ = [("step", c_uint64), ("bytes_moved", c_size_t), ("bytes_local", c_size_t),
+    _fields_ = [("size", c_size_t), ("step", c_uint64), ("bytes_moved", c_size_t), ("bytes_local", c_size_t),
                 ("bytes_missing", c_size_t), ("bytes_from_ssd", c_size_t)]
 
 
@@ -88,6 +91,15 @@ class SnapshotStats(Structure):
                 ("ssd_bytes_skipped", c_uint64), ("ssd_write_us", c_double),
                 ("spill_bytes", c_uint64), ("spill_read_bytes", c_uint64),
                 ("spill_read_failed", c_int), ("restore_in_place_bytes", c_uint64)]
+
+
+class SnapshotGen(Structure):
+    _fields_ = [("id", ctypes.c_int32), ("snap", c_void_p)]
+
+
+class GenChoice(Structure):
+    _fields_ = [("size", c_size_t), ("id", ctypes.c_int32), ("index", c_int), ("root", c_int),
+                ("holders", c_int)]
 
 
 class VocabRange(Structure):
@@ -122,7 +134,8 @@ C_NAMES = {
     "weft_plan_stats_t": PlanStats, "weft_batch_share_t": BatchShare,
     "weft_migrate_params_t": MigrateParams, "weft_vocab_range_t": VocabRange,
     "weft_snapshot_params_t": SnapshotParams, "weft_snapshot_restored_t": SnapshotRestored,
-    "weft_snapshot_stats_t": SnapshotStats,
+    "weft_snapshot_stats_t": SnapshotStats, "weft_snapshot_gen_t": SnapshotGen,
+    "weft_gen_choice_t": GenChoice,
     "weft_vocab_params_t": VocabParams, "weft_vocab_mb_params_t": VocabMbParams,
     "weft_vocab_mb_stats_t": VocabMbStats, "weft_vocab_mem_t": VocabMem,
 }

@@ -35,9 +35,9 @@ class EditInfo:
     @classmethod
     def _from_c(cls, e):
         return cls(e.old_epoch, e.new_epoch, e.old_size, e.new_size,
-                   list(e.removed[:min(e.n_removed, S.EDIT_MAX_IDS)]),
-                   list(e.added[:min(e.n_added, S.EDIT_MAX_IDS)]),
-                   list(e.rank_map[:min(max(e.old_size, 0), S.EDIT_MAX_RANK_MAP)]),
+                   list(e.removed[:min(e.n_removed, S.EDIT_INFO_MAX_LISTED)]),
+                   list(e.added[:min(e.n_added, S.EDIT_INFO_MAX_LISTED)]),
+                   list(e.rank_map[:min(max(e.old_size, 0), S.EDIT_INFO_MAX_RANKS)]),
                    e.n_subgroups_revoked)
 
 

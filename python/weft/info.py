@@ -12,7 +12,7 @@ INFO_SUMMARY, INFO_CONFIG, INFO_TOPOLOGY, INFO_TOPOLOGY_GPU = 1, 2, 4, 8
 
 
 def version():
-    """The library's version string, e.g. "0.1.0"."""
+    """The library's version string, e.g. "1.0.0"."""
     return lib.weft_version(None, None, None).decode()
 
 

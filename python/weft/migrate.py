@@ -147,7 +147,7 @@ def replan_flat(old, group):
 def batch_share(global_batch, width, rank, max_micro=0):
     """Member @p rank's share of a global batch over @p width data-parallel members:
     BatchShare(first, samples, micro_batches, micro_size, last_micro, grad_scale)."""
-    s = S.BatchShare()
+    s = S.sized(S.BatchShare)
     check(lib.weft_batch_share(global_batch, width, rank, max_micro, byref(s)))
     return BatchShare(s.first, s.samples, s.micro_batches, s.micro_size, s.last_micro,
                       s.grad_scale)

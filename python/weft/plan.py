@@ -13,7 +13,7 @@ from .layout import py_box
 Transfer = namedtuple("Transfer", "src dst tensor src_region dst_region box nbytes")
 Transfer.__doc__ = ("One transfer: member src sends box of tensor to member dst (src == dst: "
                     "a local copy; src -1: a missing piece dst must restore).")
-PlanStats = namedtuple("PlanStats", [f[0] for f in S.PlanStats._fields_])
+PlanStats = namedtuple("PlanStats", [f[0] for f in S.PlanStats._fields_ if f[0] != "size"])
 
 
 class Plan:
@@ -92,7 +92,7 @@ class Plan:
 
     def stats(self, member=-1):
         """PlanStats for @p member, or for the whole plan (-1)."""
-        s = S.PlanStats()
+        s = S.sized(S.PlanStats)
         check(lib.weft_plan_stats(self._h(), member, byref(s)))
         return PlanStats(*(getattr(s, f) for f in PlanStats._fields))
 

@@ -199,7 +199,7 @@ class Snapshot:
             raise invalid("restore: out has %d bytes, the target and the blobs need %d" %
                           (buf.nbytes, need))
         ctx = self.group._ctx
-        info = S.SnapshotRestored()
+        info = S.sized(S.SnapshotRestored)
         with ctx._lock:
             self._collect_pending()
             if self._pending is not None:
@@ -247,7 +247,7 @@ class Snapshot:
         if buf.nbytes < need:
             raise invalid("restore_join: out has %d bytes, the target needs %d" %
                           (buf.nbytes, need))
-        info = S.SnapshotRestored()
+        info = S.sized(S.SnapshotRestored)
         h = c_void_p()
         cls._call_noctx(group, lib.weft_snapshot_restore_join, group._h(), target.handle,
                         buf.ptr, buf.nbytes, byref(h), byref(info))
@@ -282,3 +282,40 @@ class Snapshot:
         if self._handle is None:
             return "<weft.Snapshot freed>"
         return "<weft.Snapshot committed %s, %d bytes>" % (self.committed, self.nbytes)
+
+
+GEN_START = S.GEN_START  # the initial state: a generation without a Snapshot, committed
+MAX_GENS = S.ELASTIC_MAX_GENS
+
+GenChoice = namedtuple("GenChoice", "id index root holders")
+GenChoice.__doc__ = ("What choose_generation() chose: id, the generation to restore from (None "
+                     "when no member holds one it may restore: the state is lost); index, its "
+                     "position in this member's list when this member holds it committed, "
+                     "else None; root, the lowest group rank holding it (None with id None); "
+                     "holders, how many members hold it committed.")
+
+
+def choose_generation(group, generations):
+    """weft_elastic_choose_gen() (include/weft/elastic.h): with every member of @p group,
+    choose the generation of snapshots to restore from after a membership change, the
+    newest that some member holds committed and no member holds uncommitted. Collective
+    over @p group; every member gets the same id, root and holders.
+
+    @p generations: what this member holds, a list of (id, Snapshot), ids >= 0 equal on
+    every member holding that generation and larger for newer ones, or (GEN_START, None)
+    for the initial state; at most MAX_GENS; [] for a member that holds none (a joiner).
+    The members holding the chosen one then restore() from its Snapshot (after repairing
+    its group), the others receive their state from them."""
+    gens = list(generations)
+    arr = (S.SnapshotGen * max(len(gens), 1))()
+    for i, (gid, snap) in enumerate(gens[:MAX_GENS]):
+        arr[i].id = int(gid)
+        if snap is not None:
+            snap._collect_pending()  # a first snapshot that completed is committed
+            arr[i].snap = snap._h()
+    choice = S.sized(S.GenChoice)
+    group._ctx._call(lib.weft_elastic_choose_gen, group._h(), arr, len(gens), byref(choice))
+    if choice.id == S.GEN_NONE:
+        return GenChoice(None, None, None, 0)
+    return GenChoice(choice.id, choice.index if choice.index >= 0 else None, choice.root,
+                     choice.holders)

@@ -3,10 +3,12 @@
  *   split   even/odd subgroups ordered by descending parent rank; reductions on both
  *           subgroups and the world outstanding at once, waited in reverse order
  *   revoke  rank 0 revokes the world while the others wait on a receive from it: they
- *           see WEFT_ERR_REVOKED; a repair raises the epoch and keeps every member
+ *           see WEFT_ERR_REVOKED; repair and grow refuse an edit info without its size;
+ *           a repair raises the epoch and keeps every member
  *   kill    the last rank dies: its subgroup is revoked, the other keeps working
  *           without repair; the world and the damaged subgroup repair
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +82,14 @@ static int scenario_revoke(weft_ctx_t *ctx, weft_group_t *w, int rank, int size)
     }
     if (st != WEFT_ERR_REVOKED) {
         return fail(rank, "expected WEFT_ERR_REVOKED, got", st, ctx);
+    }
+    /* An edit info without its size (or a short one) is refused before anything is done. */
+    weft_edit_info_t unsized = {.size = 0};
+    weft_edit_info_t short_info = {.size = offsetof(weft_edit_info_t, rank_map)};
+    if ((st = weft_group_repair(w, &unsized)) != WEFT_ERR_INVALID_ARG ||
+        (st = weft_group_grow(w, 0, 0, &short_info)) != WEFT_ERR_INVALID_ARG) {
+        return fail(rank, "an edit info without its size: expected WEFT_ERR_INVALID_ARG, got", st,
+                    ctx);
     }
     weft_edit_info_t info = {.size = sizeof(info)};
     st = fault_recover(w, &info);

@@ -7,7 +7,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # Defined dynamic symbols, without their version suffix; the version node itself (an
-# absolute symbol named after the node, e.g. WEFT_0.1) is not a function.
+# absolute symbol named after the node, e.g. WEFT_1.0) is not a function.
 nm -D --defined-only "$lib" | awk '$2 != "A" { sub(/@.*/, "", $3); print $3 }' |
     sort -u >"$tmp/exported"
 # WEFT_API declarations start on one line: WEFT_API <type> [*]weft_name(

@@ -14,6 +14,7 @@
 
 #include "migrate/box.h"
 #include "weft/core.h"
+#include "weft/elastic.h"
 #include "weft/migrate.h"
 
 static weft_layout_t *one_tensor(const char *name, int nd, const uint64_t *shape)
@@ -246,7 +247,7 @@ static void test_batch_share(void **state)
         for (int width = 1; width <= 9 && (uint64_t)width <= global; width++) {
             uint64_t next = 0, lo = UINT64_MAX, hi = 0;
             for (int r = 0; r < width; r++) {
-                weft_batch_share_t b;
+                weft_batch_share_t b = {.size = sizeof(b)};
                 uint64_t micro = (global + (uint64_t)r) % 5; /* 0: one micro-batch */
                 assert_int_equal(weft_batch_share(global, width, r, micro, &b), WEFT_OK);
                 assert_int_equal(b.first, next);
@@ -262,10 +263,28 @@ static void test_batch_share(void **state)
             assert_true(hi - lo <= 1);
         }
     }
-    weft_batch_share_t b;
+    weft_batch_share_t b = {.size = sizeof(b)};
     assert_int_equal(weft_batch_share(3, 4, 0, 0, &b), WEFT_ERR_INVALID_ARG);
     assert_int_equal(weft_batch_share(8, 4, 4, 0, &b), WEFT_ERR_INVALID_ARG);
     assert_int_equal(weft_batch_share(8, 0, 0, 0, &b), WEFT_ERR_INVALID_ARG);
+    /* The caller's size: zero or short is refused, untouched; a larger one is filled as
+     * far as this library knows, zeros beyond, its size kept. */
+    assert_int_equal(weft_batch_share(8, 4, 0, 0, NULL), WEFT_ERR_INVALID_ARG);
+    b.size = 0;
+    assert_int_equal(weft_batch_share(8, 4, 0, 0, &b), WEFT_ERR_INVALID_ARG);
+    b.size = offsetof(weft_batch_share_t, grad_scale);
+    assert_int_equal(weft_batch_share(8, 4, 0, 0, &b), WEFT_ERR_INVALID_ARG);
+    struct {
+        weft_batch_share_t b;
+        uint64_t later;
+    } big;
+    memset(&big, 0xff, sizeof(big));
+    big.b.size = sizeof(big);
+    assert_int_equal(weft_batch_share(8, 4, 1, 0, &big.b), WEFT_OK);
+    assert_int_equal(big.b.size, sizeof(big));
+    assert_int_equal(big.b.first, 2);
+    assert_int_equal(big.b.samples, 2);
+    assert_int_equal(big.later, 0);
 }
 
 /* How many of @p members hold each element of tensor @p t (row-major, up to 3 dims). */
@@ -377,7 +396,7 @@ static void test_absorb(void **state)
         /* Only the leavers' parts move: the plan's lower bound is exactly their bytes. */
         weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
         weft_plan_t *p = NULL;
-        weft_plan_stats_t ps;
+        weft_plan_stats_t ps = {.size = sizeof(ps)};
         assert_int_equal(weft_layout_keep(l, all, 4, &kept), WEFT_OK);
         assert_int_equal(weft_plan_create(kept, x, &pp, &p), WEFT_OK);
         assert_int_equal(weft_plan_stats(p, -1, &ps), WEFT_OK);

@@ -203,7 +203,7 @@ static void test_resume(void **state)
     for (int k = 0; k < 2; k++) {
         weft_plan_t *rp;
         assert_int_equal(weft_migrate_resume(world, req, old, targets[k], NULL, &rp), WEFT_OK);
-        weft_plan_stats_t all, fresh;
+        weft_plan_stats_t all = {.size = sizeof(all)}, fresh = {.size = sizeof(fresh)};
         assert_int_equal(weft_plan_stats(rp, -1, &all), WEFT_OK);
         assert_int_equal(all.bytes_missing, 0);
         if (k == 0) {

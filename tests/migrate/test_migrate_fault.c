@@ -135,7 +135,7 @@ int main(void)
         return 1;
     }
     /* What is missing is exactly what the victim held: as many bytes as its shard. */
-    weft_plan_stats_t all;
+    weft_plan_stats_t all = {.size = sizeof(all)};
     weft_plan_stats(replan, -1, &all);
     if (all.bytes_missing != weft_layout_packed_bytes(old, victim)) {
         printf("rank %d: %zu B missing, the victim held %zu B\n", me, all.bytes_missing,
@@ -149,7 +149,7 @@ int main(void)
         return 1;
     }
     weft_req_free(req);
-    weft_plan_stats_t rs;
+    weft_plan_stats_t rs = {.size = sizeof(rs)};
     weft_plan_stats(resumed, -1, &rs);
     /* What the survivors received from the victim is no longer missing (it moves now);
      * what they received from each other does not move again. */

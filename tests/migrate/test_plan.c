@@ -132,11 +132,17 @@ static void check_plan(const weft_layout_t *old, const weft_layout_t *new, const
             }
         }
     }
-    weft_plan_stats_t all;
+    weft_plan_stats_t all = {.size = sizeof(all)};
     assert_int_equal(weft_plan_stats(p, -1, &all), WEFT_OK);
     assert_int_equal(all.bytes_lower_bound, lower);
     assert_int_equal(all.bytes_in, lower);
     assert_int_equal(all.bytes_out, lower);
+    /* A size that is zero or short is refused; the struct is left as it was. */
+    weft_plan_stats_t bad = {.size = 0, .bytes_in = 7};
+    assert_int_equal(weft_plan_stats(p, -1, &bad), WEFT_ERR_INVALID_ARG);
+    bad.size = offsetof(weft_plan_stats_t, bytes_missing);
+    assert_int_equal(weft_plan_stats(p, -1, &bad), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(bad.bytes_in, 7);
     free(xs);
 }
 
@@ -247,7 +253,7 @@ static void test_balance_replicated(void **state)
         weft_plan_params_t pp = {.size = sizeof(pp), .balance_bytes = slab};
         weft_plan_t *p;
         assert_int_equal(weft_plan_create(old, new, &pp, &p), WEFT_OK);
-        weft_plan_stats_t all;
+        weft_plan_stats_t all = {.size = sizeof(all)};
         weft_plan_stats(p, -1, &all);
         size_t row = shape[1] * 4; /* a slab is at least one row of the outer dimension */
         size_t piece = slab > row ? slab : row;

@@ -116,7 +116,13 @@ static void test_restore_newest(void **state)
     weft_layout_t *target = reversed_model();
     size_t nb = weft_snapshot_restore_bytes(s, target);
     unsigned char *out = calloc(1, nb);
-    weft_snapshot_restored_t info;
+    /* An info without its size on one member: every member fails, nobody waits. */
+    weft_snapshot_restored_t unsized = {.size = 0}, sized = {.size = sizeof(sized)};
+    assert_int_equal(weft_snapshot_restore(s, target, out, nb, me == n - 1 ? &unsized : &sized),
+                     WEFT_ERR_INVALID_ARG);
+    weft_snapshot_stats_t no_stats = {.size = offsetof(weft_snapshot_stats_t, ssd_error)};
+    assert_int_equal(weft_snapshot_stats(s, &no_stats), WEFT_ERR_INVALID_ARG);
+    weft_snapshot_restored_t info = {.size = sizeof(info)};
     assert_int_equal(weft_snapshot_restore(s, target, out, nb, &info), WEFT_OK);
     assert_int_equal(info.step, 2);
     assert_int_equal(info.bytes_missing, 0);
@@ -311,7 +317,7 @@ static void test_budget(void **state)
     weft_layout_t *t = reversed_model();
     size_t nb = weft_snapshot_restore_bytes(s, t);
     unsigned char *nbuf = malloc(nb);
-    weft_snapshot_restored_t got;
+    weft_snapshot_restored_t got = {.size = sizeof(got)};
     assert_int_equal(weft_snapshot_restore(s, t, nbuf, nb, &got), WEFT_OK);
     assert_int_equal(got.step, 2);
     assert_int_equal(got.bytes_missing, 0);
@@ -354,7 +360,7 @@ static void test_restore_live(void **state)
     weft_snapshot_stats_t st = {.size = sizeof(st)};
     for (int pass = 0; pass < 2; pass++) { /* every member live; member 0 without */
         memset(nbuf, 0xa5, nb);
-        weft_snapshot_restored_t got;
+        weft_snapshot_restored_t got = {.size = sizeof(got)};
         const void *mine = pass == 1 && me == 0 ? NULL : live;
         assert_int_equal(weft_snapshot_restore_live(s, t, mine, nbuf, nb, &got), WEFT_OK);
         assert_int_equal(got.step, 2);
@@ -368,7 +374,7 @@ static void test_restore_live(void **state)
     /* The live buffer as the new one. */
     unsigned char *grown = malloc(nb > own ? nb : own);
     memcpy(grown, live, own);
-    weft_snapshot_restored_t got;
+    weft_snapshot_restored_t got = {.size = sizeof(got)};
     weft_status_t rc = weft_snapshot_restore_live(s, t, grown, grown, nb, &got);
     if (n == 1) { /* the reversed layout is the same: everything stays in place */
         assert_int_equal(rc, WEFT_OK);

@@ -198,7 +198,7 @@ int main(int argc, char **argv)
     }
     size_t nb = weft_snapshot_restore_bytes(snap, nl);
     unsigned char *nbuf = malloc(nb);
-    weft_snapshot_restored_t got;
+    weft_snapshot_restored_t got = {.size = sizeof(got)};
     if (live) { /* the live buffer, grown, is the new one: the own regions stay in place */
         memcpy(nbuf, buf, weft_layout_packed_bytes(l, id));
         free(buf);

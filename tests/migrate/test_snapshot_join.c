@@ -133,7 +133,7 @@ int main(void)
     int me, n, id;
     weft_layout_t *nl;
     weft_snapshot_t *snap = NULL;
-    weft_snapshot_restored_t got;
+    weft_snapshot_restored_t got = {.size = sizeof(got)};
     unsigned char *nbuf;
     weft_status_t st;
     if (joiner) {

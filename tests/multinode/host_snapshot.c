@@ -226,7 +226,7 @@ int main(void)
     weft_layout_t *nl = model(left, k);
     size_t nb = weft_snapshot_restore_bytes(snap, nl);
     unsigned char *nbuf = malloc(nb);
-    weft_snapshot_restored_t got;
+    weft_snapshot_restored_t got = {.size = sizeof(got)};
     if (k != n - nv || (st = weft_snapshot_restore(snap, nl, nbuf, nb, &got)) != WEFT_OK) {
         SURVIVOR_FAIL(me, k != n - nv ? "survivors" : weft_last_error(ctx));
         return 1;

@@ -56,6 +56,7 @@ int main(void)
     FIELD(weft_transfer_t, box);
     FIELD(weft_transfer_t, bytes);
     SIZE(weft_plan_stats_t);
+    FIELD(weft_plan_stats_t, size);
     FIELD(weft_plan_stats_t, bytes_out);
     FIELD(weft_plan_stats_t, bytes_in);
     FIELD(weft_plan_stats_t, bytes_local);
@@ -65,6 +66,7 @@ int main(void)
     FIELD(weft_plan_stats_t, max_bytes_out);
     FIELD(weft_plan_stats_t, bytes_missing);
     SIZE(weft_batch_share_t);
+    FIELD(weft_batch_share_t, size);
     FIELD(weft_batch_share_t, first);
     FIELD(weft_batch_share_t, samples);
     FIELD(weft_batch_share_t, micro_batches);
@@ -82,6 +84,7 @@ int main(void)
     FIELD(weft_snapshot_params_t, num_members);
     FIELD(weft_snapshot_params_t, ssd_dir);
     SIZE(weft_snapshot_restored_t);
+    FIELD(weft_snapshot_restored_t, size);
     FIELD(weft_snapshot_restored_t, step);
     FIELD(weft_snapshot_restored_t, bytes_moved);
     FIELD(weft_snapshot_restored_t, bytes_local);
@@ -97,6 +100,19 @@ int main(void)
     FIELD(weft_snapshot_stats_t, ssd_bytes_written);
     FIELD(weft_snapshot_stats_t, ssd_bytes_skipped);
     FIELD(weft_snapshot_stats_t, ssd_write_us);
+    FIELD(weft_snapshot_stats_t, spill_bytes);
+    FIELD(weft_snapshot_stats_t, spill_read_bytes);
+    FIELD(weft_snapshot_stats_t, spill_read_failed);
+    FIELD(weft_snapshot_stats_t, restore_in_place_bytes);
+    SIZE(weft_snapshot_gen_t);
+    FIELD(weft_snapshot_gen_t, id);
+    FIELD(weft_snapshot_gen_t, snap);
+    SIZE(weft_gen_choice_t);
+    FIELD(weft_gen_choice_t, size);
+    FIELD(weft_gen_choice_t, id);
+    FIELD(weft_gen_choice_t, index);
+    FIELD(weft_gen_choice_t, root);
+    FIELD(weft_gen_choice_t, holders);
     SIZE(weft_vocab_range_t);
     FIELD(weft_vocab_range_t, start);
     FIELD(weft_vocab_range_t, length);

@@ -102,6 +102,35 @@ def test_redundancy_and_torch_buffers(world):
     snap.free()
 
 
+def test_choose_generation_then_restore(world):
+    """weft.choose_generation(): the newest generation some member holds committed and
+    none uncommitted, the same on every member; a restore from it gives its step."""
+    ids, me = world.member_ids, world.member_id()
+    state = flat(ids)
+    a = weft.Snapshot(world, state, blob_bytes=64)
+    b = weft.Snapshot(world, state, blob_bytes=64)
+    fresh = weft.Snapshot(world, state, blob_bytes=64)  # never committed
+    c = weft.choose_generation(world, [(weft.GEN_START, None), (0, a)])
+    assert c == weft.GenChoice(weft.GEN_START, 0, 0, world.size)
+    take(world, a, state, [1, 2])
+    take(world, b, state, [3])
+    # The last member holds generation 7 uncommitted: 0 is chosen, and gives step 2.
+    last = me == ids[-1]
+    c = weft.choose_generation(world, [(0, a), (7, fresh if last else b)])
+    assert c == weft.GenChoice(0, 0, 0, world.size)
+    r = a.restore(mixed(ids))
+    assert r.step == 2
+    np.testing.assert_array_equal(r.state, mixed(ids).pack(me, model(2)))
+    # Only the last member holds anything: it is the root; nothing at all: None.
+    c = weft.choose_generation(world, [(7, b)] if last else [])
+    assert c == weft.GenChoice(7, 0 if last else None, world.size - 1, 1)
+    assert weft.choose_generation(world, []) == weft.GenChoice(None, None, None, 0)
+    with pytest.raises(weft.InvalidArgument, match="bad generations"):
+        weft.choose_generation(world, [(0, a), (0, b)] if last else [(0, a)])
+    for s in (a, b, fresh):
+        s.free()
+
+
 def test_refusals(world):
     ids, me = world.member_ids, world.member_id()
     state = flat(ids)
