@@ -3,7 +3,8 @@ Module.
 
 Forward: S (this rank's logits X W_iᵀ and statistics) and C1 (their merge over the
 group), waited for: the loss. Backward: T (∇W_i, and ∇X for "alg2"), then for "naive"
-and "alg1" C2 (the sum of ∇X over the group). Every rank of the group runs forward and
+and "alg1" C2 (the sum of ∇X over the group). (The passes are weft.Microbatch's logits,
+merge_start, grad and dx_reduce_start; the layer runs the blocking forward and backward.) Every rank of the group runs forward and
 backward (the collectives pair up across ranks). The computation is float32.
 """
 
