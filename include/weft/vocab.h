@@ -16,9 +16,13 @@
  *
  * | algorithm        | forward            | backward           | collectives |
  * |------------------|--------------------|--------------------|-------------|
- * | WEFT_VOCAB_NAIVE | S, C1 (max; sums)  | T, C2 (sum of ∇X)  | 3           |
- * | WEFT_VOCAB_ALG1  | S, C1 (one merge)  | T, C2 (sum of ∇X)  | 2           |
  * | WEFT_VOCAB_ALG2  | S, C1 (merge + D)  | T                  | 1           |
+ * | WEFT_VOCAB_ALG1  | S, C1 (one merge)  | T, C2 (sum of ∇X)  | 2           |
+ * | WEFT_VOCAB_NAIVE | S, C1 (max; sums)  | T, C2 (sum of ∇X)  | 3           |
+ *
+ * WEFT_VOCAB_ALG2, one collective per microbatch, is the recommended algorithm and the
+ * default: it is 0, so a zero-initialised weft_vocab_mb_params_t selects it, as the
+ * Python binding's default does. NAIVE is the baseline of the paper.
  *
  * The passes are separate calls so a pipeline schedule can place them (the paper's
  * letters in brackets):
@@ -156,13 +160,14 @@ WEFT_API weft_status_t weft_vocab_local_range(const weft_vocab_t *vocab, weft_vo
 
 /** @brief How the output layer communicates (see the table in the file comment). */
 typedef enum weft_vocab_algo {
-    WEFT_VOCAB_NAIVE = 0, /**< 3 collectives: max, (sum-exp, target), ∇X. */
+    WEFT_VOCAB_ALG2 = 0,  /**< 1 collective: merged statistics and ∇X direction. The
+                               default (zero-initialised) and recommended algorithm. */
     WEFT_VOCAB_ALG1 = 1,  /**< 2 collectives: merged statistics, ∇X. */
-    WEFT_VOCAB_ALG2 = 2,  /**< 1 collective: merged statistics and ∇X direction. */
+    WEFT_VOCAB_NAIVE = 2, /**< 3 collectives: max, (sum-exp, target), ∇X. The baseline. */
     WEFT_VOCAB_ALGO_COUNT
 } weft_vocab_algo_t;
 
-/** @brief Name of an algorithm ("naive", "alg1", "alg2"); "?" if invalid. */
+/** @brief Name of an algorithm ("alg2", "alg1", "naive"); "?" if invalid. */
 WEFT_API const char *weft_vocab_algo_name(weft_vocab_algo_t algo);
 
 /** @brief How per-token losses combine into the scalar loss. */
@@ -175,7 +180,7 @@ typedef enum weft_vocab_reduction {
 /** @brief Parameters of weft_vocab_mb_create(). Zero-initialise, then set @c size. */
 typedef struct weft_vocab_mb_params {
     size_t size;                      /**< sizeof(weft_vocab_mb_params_t). */
-    weft_vocab_algo_t algo;           /**< Zero-initialised: WEFT_VOCAB_NAIVE. */
+    weft_vocab_algo_t algo;           /**< Zero-initialised: WEFT_VOCAB_ALG2. */
     weft_vocab_reduction_t reduction; /**< Zero-initialised: WEFT_VOCAB_MEAN. */
     size_t max_tokens;                /**< Largest n of a microbatch, > 0. */
     int accumulate_dw;                /**< Nonzero: T adds into ∇W_i instead of writing. */

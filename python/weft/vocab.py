@@ -24,7 +24,9 @@ from .request import Request
 VocabRange = namedtuple("VocabRange", "start length padded_length")
 VocabMemory = namedtuple("VocabMemory", "s_to_c1 c1_to_t peak")
 MicrobatchStats = namedtuple("MicrobatchStats", "compute_ns comm_ns collectives comm_bytes")
-ALGOS = {"naive": 0, "alg1": 1, "alg2": 2}
+ALGOS = {"alg2": 0, "alg1": 1, "naive": 2}
+# The default algorithm: the one a zero-initialised weft_vocab_mb_params_t selects in C.
+DEFAULT_ALGO = "alg2"
 REDUCTIONS = {"mean": 0, "sum": 1, "none": 2}
 
 
@@ -113,8 +115,10 @@ class Vocab:
         """(padded_length, hidden): the shape of this rank's W_i / E_i buffer."""
         return (self.range.padded_length, self.hidden)
 
-    def microbatch(self, algo="alg2", reduction="mean", max_tokens=1, accumulate_dw=False):
-        """The state of one microbatch of the output layer (weft_vocab_mb_create)."""
+    def microbatch(self, algo=DEFAULT_ALGO, reduction="mean", max_tokens=1,
+                   accumulate_dw=False):
+        """The state of one microbatch of the output layer (weft_vocab_mb_create); algo
+        "alg2" (the default, as in C), "alg1" or "naive"."""
         return Microbatch(self, algo, reduction, max_tokens, accumulate_dw)
 
     def memory(self, algo, n):

@@ -141,3 +141,15 @@ def test_refusals(world):
     with pytest.raises(weft.InvalidArgument, match="C2 must follow"):
         mb.dx_reduce_start()
 
+
+def test_default_algo_is_the_c_default(world):
+    """A microbatch made without algo runs what a zero-initialised C parameter struct
+    selects: one collective per microbatch."""
+    W, X, labels = data(5)
+    vocab = weft.Vocab(world, V, H)
+    mb = vocab.microbatch(reduction="sum", max_tokens=N)
+    assert mb.algo == 0
+    mb.forward(X.astype(np.float32), my_shard(W, vocab), labels)
+    assert mb.stats().collectives == 1
+    mb.close()
+    vocab.close()

@@ -102,7 +102,8 @@ static void step_ok(fixture_t *f, weft_vocab_mb_t *mb, const char *what)
     free(lt);
 }
 
-/* Both pass requests, waited for, outlive their microbatch; ALG2 issues no C2 collective. */
+/* Both pass requests, waited for, outlive their microbatch; the default algorithm (a
+ * zero-initialised algo) issues no C2 collective. */
 static void test_completed_requests(void **state)
 {
     (void)state;
@@ -134,6 +135,8 @@ static void test_completed_requests(void **state)
         OK(weft_req_free(c1));
         OK(weft_req_free(c2));
     }
+    weft_vocab_mb_params_t zero = {.size = sizeof(zero), .max_tokens = 1};
+    assert_int_equal(zero.algo, WEFT_VOCAB_ALG2);
     fixture_fini(&f);
 }
 

@@ -13,7 +13,7 @@ import weakref
 import torch
 
 from ..errors import invalid
-from ..vocab import ALGOS, REDUCTIONS, Vocab
+from ..vocab import ALGOS, DEFAULT_ALGO, REDUCTIONS, Vocab
 
 _POOL_MAX = 4  # idle microbatch states kept for reuse
 
@@ -148,7 +148,8 @@ class VocabParallelCrossEntropy(torch.nn.Module):
     weight this rank's shard [padded_length, h] (weft.torch.shard_vocab) gives the loss
     that torch.nn.functional.cross_entropy(hidden @ W.T, labels, ...) gives, on every rank.
 
-    algo: "naive" (3 collectives), "alg1" (2) or "alg2" (1 per microbatch).
+    algo: "alg2" (1 collective per microbatch; the default, as in C), "alg1" (2) or
+    "naive" (3).
     ignore_index: labels equal to it have no loss and no gradient (the mean counts the
     others; with every token ignored the mean is 0, where PyTorch gives nan).
     reduction: "mean", "sum" or "none" (per-token losses, shaped like labels).
@@ -160,7 +161,7 @@ class VocabParallelCrossEntropy(torch.nn.Module):
     align: shard length multiple, as weft_vocab_shard_range's.
     Floating inputs are computed in float32; gradients come back in their dtype."""
 
-    def __init__(self, group, algo="alg2", ignore_index=-100, reduction="mean", *,
+    def __init__(self, group, algo=DEFAULT_ALGO, ignore_index=-100, reduction="mean", *,
                  vocab_size=None, align=0):
         super().__init__()
         if vocab_size is None and (group.size > 1 or align > 1):
