@@ -181,7 +181,7 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         return self._layer.vocab
 
     def close(self):
-        """Destroy the vocabulary and the microbatch states now (the next forward makes
+        """Free the vocabulary and the microbatch states now (the next forward makes
         them anew). Call it on every member before making vocabularies after a
         membership change, so that members and a replacement, which has none, register
         their reduction operators alike. The states of forwards whose backward has not
