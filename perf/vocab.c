@@ -354,7 +354,7 @@ static int run_algos(vocab_bench_t *b, algo_result_t *res)
             rc = finish_algo(b, (weft_vocab_algo_t)a,
                              samples + (size_t)a * (size_t)b->o.iters * T_COUNT, &res[a]);
         }
-        weft_vocab_mb_destroy(mb[a]);
+        weft_vocab_mb_free(mb[a]);
     }
     free(samples);
     return st != WEFT_OK ? -1 : rc;
@@ -479,7 +479,7 @@ int perf_vocab_main(int argc, char **argv)
             print_table(&b, res);
         }
     }
-    weft_vocab_destroy(b.vocab);
+    weft_vocab_free(b.vocab);
     bench_free(&b);
     perf_world_close(&b.w);
     return rc != PERF_EXIT_OK ? rc : wrong > 0 ? PERF_EXIT_WRONG : PERF_EXIT_OK;

@@ -32,12 +32,12 @@ weft_status_t weft_vocab_shard_range(size_t vocab_size, int nranks, size_t align
 const char *weft_vocab_algo_name(weft_vocab_algo_t algo)
 {
     switch (algo) {
-    case WEFT_VOCAB_NAIVE:
-        return "naive";
-    case WEFT_VOCAB_ALG1:
-        return "alg1";
     case WEFT_VOCAB_ALG2:
         return "alg2";
+    case WEFT_VOCAB_ALG1:
+        return "alg1";
+    case WEFT_VOCAB_NAIVE:
+        return "naive";
     default:
         return "?";
     }

@@ -71,7 +71,7 @@ err_free_v:
     return st;
 }
 
-weft_status_t weft_vocab_destroy(weft_vocab_t *vocab)
+weft_status_t weft_vocab_free(weft_vocab_t *vocab)
 {
     WEFT_API_LOCK(vocab != NULL ? vocab->ctx : NULL);
     if (vocab == NULL) {

@@ -133,10 +133,10 @@ int64_t weft__count_valid_labels(const int64_t *labels, size_t n, size_t vocab_s
 typedef enum weft__mb_state {
     WEFT__MB_IDLE = 0, /* no microbatch, or the last one finished */
     WEFT__MB_S_DONE,   /* S ran; C1 next */
-    WEFT__MB_C1,       /* C1 in flight */
+    WEFT__MB_C1,       /* C1 in flight (its request is pass_req) */
     WEFT__MB_C1_DONE,  /* loss known; T next */
     WEFT__MB_T_DONE,   /* T ran; C2 next */
-    WEFT__MB_C2,       /* C2 in flight */
+    WEFT__MB_C2,       /* C2 in flight (its request is pass_req) */
     WEFT__MB_FAILED,   /* a collective failed; S starts over */
 } weft__mb_state_t;
 
@@ -150,7 +150,8 @@ struct weft_vocab_mb {
     bool accumulate_dw;
     weft__mb_state_t state;
     int naive_stage; /* C1 of NAIVE: 1 = max in flight, 2 = sums in flight */
-    weft_req_t *req; /* the collective in flight, NULL if none or inline */
+    weft_req_t *req;      /* the collective in flight, NULL if none or inline */
+    weft_req_t *pass_req; /* the caller's request of the pass in flight (C1, C2), or NULL */
     /* The current microbatch. */
     const float *x, *w;
     const int64_t *labels; /* host view: the caller's, or labels_host */

@@ -1,6 +1,7 @@
 /*
- * The vocabulary-parallel output layer: microbatch states and the passes S, C1, T, C2
- * of the three algorithms, their progress, and the blocking wrappers.
+ * The vocabulary-parallel output layer: microbatch states and the passes S (logits),
+ * C1 (merge_start), T (grad) and C2 (dx_reduce_start) of the three algorithms, the
+ * requests of the communicating passes, and the blocking wrappers.
  *
  * The compute passes run here (CPU kernels in xent_cpu.c, device kernels behind
  * weft__vxd_*); the collectives always reduce host buffers of the microbatch, so the
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "comm/core.h"
+#include "util/assert.h"
 #include "vocab/vocab_impl.h"
 
 weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_params_t *params,
@@ -42,13 +44,15 @@ weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_para
     return WEFT_OK;
 }
 
-weft_status_t weft_vocab_mb_destroy(weft_vocab_mb_t *mb)
+static void pass_cancel(weft_vocab_mb_t *mb);
+
+weft_status_t weft_vocab_mb_free(weft_vocab_mb_t *mb)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_OK;
     }
-    weft_req_free(mb->req);
+    pass_cancel(mb);
 #ifdef WEFT_HAVE_CUDA
     weft__vxd_free(mb);
 #endif
@@ -142,8 +146,8 @@ static weft__xent_dims_t mb_dims(const weft_vocab_mb_t *mb)
     return d;
 }
 
-weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float *w,
-                                const int64_t *labels, size_t n)
+weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const float *w,
+                                     const int64_t *labels, size_t n)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
@@ -151,7 +155,7 @@ weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float
     }
     weft_ctx_t *ctx = mb->v->ctx;
     if (mb->state == WEFT__MB_C1 || mb->state == WEFT__MB_C2) {
-        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: S while a collective is in flight");
+        return weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: S while a pass request is in flight");
     }
     mb->state = WEFT__MB_IDLE; /* a failed S leaves nothing for C1: it refuses */
     if (n > mb->max_tokens || (n > 0 && (x == NULL || labels == NULL)) ||
@@ -269,38 +273,131 @@ static weft_status_t after_collective(weft_vocab_mb_t *mb)
     return finish_c1(mb);
 }
 
-weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb)
+/*
+ * The caller's request of a pass (C1, C2) is a compound request (comm/progress/req.c) over
+ * the collective in flight, mb->req: its progress advances that collective and, once it
+ * completed, runs what follows it (the loss after C1, the upload of ∇X after C2). It is
+ * not handed to the progress thread, so that work runs in the caller's weft_test() /
+ * weft_wait(), on the caller's thread (CUDA calls included). Its impl is the microbatch
+ * while the pass is in flight; NULL once the pass ended, or once the microbatch was freed.
+ * It belongs to no group (as the embedding's staged requests): the collective inside it
+ * does, and reports the group's failures and edits.
+ */
+static weft_status_t pass_progress(weft_req_t *req)
+{
+    weft_vocab_mb_t *mb = weft__req_impl(req);
+    if (mb == NULL) {
+        return weft__error_at(weft__req_ctx(req), WEFT_ERR_REVOKED, WEFT_LOG_INFO,
+                              "vocab: the microbatch of this pass request was freed in flight; "
+                              "its collective was abandoned");
+    }
+    weft_status_t st = weft__req_advance(mb->req);
+    if (st == WEFT_INPROGRESS) {
+        return st;
+    }
+    /* What follows starts no collective here: NAIVE's second one was started by
+     * weft_vocab_xent_merge_start, in program order on every rank. (A collective started
+     * here would also be younger than this request, which weft__req_free_all must free
+     * first.) */
+    st = request_done(mb, st);
+    WEFT_ASSERT(st != WEFT_INPROGRESS);
+    mb->pass_req = NULL;
+    weft__req_set_impl(req, NULL);
+    return st;
+}
+
+/* Stop the pass in flight on @p mb, if any: its collective is abandoned (the group's epoch
+ * revoked, comm/coll/common.c) and the microbatch starts again with S. */
+static void pass_cancel(weft_vocab_mb_t *mb)
+{
+    bool in_flight = mb->req != NULL;
+    weft_req_free(mb->req);
+    mb->req = NULL;
+    if (mb->pass_req != NULL) {
+        weft__req_set_impl(mb->pass_req, NULL);
+        mb->pass_req = NULL;
+    }
+    if (in_flight) {
+        mb->state = WEFT__MB_FAILED;
+    }
+}
+
+/* weft_req_free() of a pass request: one still in flight cancels its pass. */
+static void pass_cleanup(weft_req_t *req)
+{
+    weft_vocab_mb_t *mb = weft__req_impl(req);
+    if (mb != NULL) {
+        pass_cancel(mb);
+    }
+}
+
+/* The caller's side of a pass that @p st says is complete, failed or in flight. */
+static weft_status_t pass_request(weft_vocab_mb_t *mb, weft_status_t st, weft_req_t **req)
+{
+    if (st != WEFT_INPROGRESS) {
+        if (st == WEFT_OK) {
+            *req = NULL;
+        }
+        return st;
+    }
+    weft_req_t *r = weft__req_new(mb->v->ctx, NULL);
+    if (r == NULL) {
+        pass_cancel(mb);
+        return weft__error(mb->v->ctx, WEFT_ERR_NO_MEMORY, "vocab: no memory for a request");
+    }
+    weft__req_set_ops(r, pass_progress, pass_cleanup, mb);
+    mb->pass_req = r;
+    *req = r;
+    return WEFT_INPROGRESS;
+}
+
+/* A pass that this rank cannot run: it refuses the collective the others run. */
+static weft_status_t pass_refuse(weft_vocab_mb_t *mb, const char *pass, const char *why)
+{
+    weft__vocab_refuse(mb->v, false, false); /* the others are in the pass's collective */
+    return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG,
+                       "vocab: %s %s (refused: %s fails on every rank)", pass, why, pass);
+}
+
+weft_status_t weft_vocab_xent_merge_start(weft_vocab_mb_t *mb, weft_req_t **req)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
+    if (req == NULL) {
+        if (mb->state == WEFT__MB_S_DONE) {
+            mb->state = WEFT__MB_FAILED; /* this microbatch's C1 was the one refused */
+        }
+        return pass_refuse(mb, "C1", "without a request pointer");
+    }
     if (mb->state != WEFT__MB_S_DONE) {
-        weft__vocab_refuse(mb->v, false, false); /* the others are in C1 */
-        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG,
-                           "vocab: C1 must follow a completed S (refused: C1 fails on every rank)");
+        return pass_refuse(mb, "C1", "must follow a completed S");
     }
     mb->state = WEFT__MB_C1;
+    weft_status_t st;
     switch (mb->algo) {
-    case WEFT_VOCAB_NAIVE: {
+    case WEFT_VOCAB_NAIVE:
         /* The sums depend on the max, so the max is waited for here, in program order:
          * starting the sums later from progress would let ranks with several microbatches
          * in flight start their collectives in different orders. */
         mb->naive_stage = 1;
-        weft_status_t st = start_allreduce(mb, mb->rec, mb->n, WEFT_F32, WEFT_MAX);
+        st = start_allreduce(mb, mb->rec, mb->n, WEFT_F32, WEFT_MAX);
         if (st == WEFT_INPROGRESS && mb->naive_stage == 1) {
             st = request_done(mb, weft_wait(mb->req, WEFT_TIMEOUT_DEFAULT));
         }
-        return st;
-    }
+        break;
     case WEFT_VOCAB_ALG1:
-        return start_allreduce(mb, mb->rec, mb->n, WEFT_DTYPE_USER, mb->v->op_alg1);
+        st = start_allreduce(mb, mb->rec, mb->n, WEFT_DTYPE_USER, mb->v->op_alg1);
+        break;
     default:
-        return start_allreduce(mb, mb->rec, mb->n, WEFT_DTYPE_USER, mb->v->op_alg2);
+        st = start_allreduce(mb, mb->rec, mb->n, WEFT_DTYPE_USER, mb->v->op_alg2);
+        break;
     }
+    return pass_request(mb, st, req);
 }
 
-/* Handle the completion status @p st of the request in flight. */
+/* Handle the completion status @p st of the collective in flight. */
 static weft_status_t request_done(weft_vocab_mb_t *mb, weft_status_t st)
 {
     mb->stats.comm_ns += weft__now_ns() - mb->coll_start_ns;
@@ -313,47 +410,6 @@ static weft_status_t request_done(weft_vocab_mb_t *mb, weft_status_t st)
     return after_collective(mb);
 }
 
-weft_status_t weft_vocab_mb_test(weft_vocab_mb_t *mb)
-{
-    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
-    if (mb == NULL) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    if (mb->req == NULL) {
-        return WEFT_OK;
-    }
-    weft_status_t st = weft_test(mb->req);
-    if (st == WEFT_INPROGRESS) {
-        return st;
-    }
-    return request_done(mb, st);
-}
-
-weft_status_t weft_vocab_mb_wait(weft_vocab_mb_t *mb, uint64_t timeout_ns)
-{
-    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
-    if (mb == NULL) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    uint64_t start = weft__now_ns();
-    while (mb->req != NULL) {
-        uint64_t left = timeout_ns;
-        if (timeout_ns != WEFT_TIMEOUT_DEFAULT) {
-            uint64_t spent = weft__now_ns() - start;
-            left = spent >= timeout_ns ? 0 : timeout_ns - spent;
-        }
-        weft_status_t st = weft_wait(mb->req, left);
-        if (st == WEFT_ERR_TIMEOUT && weft__req_status(mb->req) == WEFT_INPROGRESS) {
-            return st; /* still in flight; may be waited on again */
-        }
-        st = request_done(mb, st);
-        if (st != WEFT_OK && st != WEFT_INPROGRESS) {
-            return st;
-        }
-    }
-    return WEFT_OK;
-}
-
 weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *loss_tok, float *loss)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
@@ -361,7 +417,8 @@ weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *loss_tok, f
         return WEFT_ERR_INVALID_ARG;
     }
     if (!mb->have_loss || mb->state == WEFT__MB_FAILED) {
-        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG, "vocab: loss before C1 completed");
+        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG,
+                           "vocab: loss before the C1 request completed");
     }
     if (loss_tok != NULL && mb->n > 0) {
         if (weft__vocab_is_device(loss_tok)) {
@@ -409,7 +466,7 @@ static weft_status_t t_token_weights(weft_vocab_mb_t *mb, const float *grad)
     return WEFT_OK;
 }
 
-weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw)
+weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
@@ -449,42 +506,46 @@ weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *d
     return WEFT_OK;
 }
 
-weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb)
+weft_status_t weft_vocab_xent_dx_reduce_start(weft_vocab_mb_t *mb, weft_req_t **req)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
-    if (mb->state != WEFT__MB_T_DONE) {
-        if (mb->algo != WEFT_VOCAB_ALG2) {
-            weft__vocab_refuse(mb->v, false, false); /* the others are in C2 */
+    if (mb->state != WEFT__MB_T_DONE || req == NULL) {
+        const char *why = req == NULL ? "without a request pointer" : "must follow a completed T";
+        if (mb->state == WEFT__MB_T_DONE) {
+            mb->state = WEFT__MB_FAILED; /* this microbatch's C2 was the one refused */
         }
-        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG,
-                           "vocab: C2 must follow a completed T (refused: C2 fails on every rank)");
+        if (mb->algo != WEFT_VOCAB_ALG2) {
+            return pass_refuse(mb, "C2", why);
+        }
+        return weft__error(mb->v->ctx, WEFT_ERR_INVALID_ARG, "vocab: C2 %s", why);
     }
     if (mb->algo == WEFT_VOCAB_ALG2) {
         mb->state = WEFT__MB_IDLE; /* ∇X is complete after T: nothing to communicate */
+        *req = NULL;
         return WEFT_OK;
     }
     mb->state = WEFT__MB_C2;
     float *buf = mb->on_device ? mb->dx_host : mb->dx;
-    return start_allreduce(mb, buf, mb->n * mb->v->hidden, WEFT_F32, WEFT_SUM);
+    weft_status_t st = start_allreduce(mb, buf, mb->n * mb->v->hidden, WEFT_F32, WEFT_SUM);
+    return pass_request(mb, st, req);
 }
 
 weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const float *w,
                                       const int64_t *labels, size_t n, float *loss_tok, float *loss)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
-    weft_status_t st = weft_vocab_xent_s(mb, x, w, labels, n);
+    weft_status_t st = weft_vocab_xent_logits(mb, x, w, labels, n);
     if (st != WEFT_OK && mb != NULL) {
         weft__vocab_refuse(mb->v, false, true); /* this rank's C1, which the others run */
         return st;
     }
     if (st == WEFT_OK) {
-        st = weft_vocab_xent_c1(mb);
-    }
-    if (st == WEFT_INPROGRESS) {
-        st = weft_vocab_mb_wait(mb, WEFT_TIMEOUT_DEFAULT);
+        weft_req_t *req = NULL;
+        st = weft_vocab_xent_merge_start(mb, &req);
+        st = weft__blocking(st, req);
     }
     if (st == WEFT_OK) {
         st = weft_vocab_xent_loss(mb, loss_tok, loss);
@@ -495,7 +556,7 @@ weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const
 weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
-    weft_status_t st = weft_vocab_xent_t(mb, grad, dx, dw);
+    weft_status_t st = weft_vocab_xent_grad(mb, grad, dx, dw);
     if (st != WEFT_OK && mb != NULL) {
         if (mb->algo != WEFT_VOCAB_ALG2) {
             weft__vocab_refuse(mb->v, false, true); /* this rank's C2, which the others run */
@@ -503,10 +564,9 @@ weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, f
         return st;
     }
     if (st == WEFT_OK) {
-        st = weft_vocab_xent_c2(mb);
-    }
-    if (st == WEFT_INPROGRESS) {
-        st = weft_vocab_mb_wait(mb, WEFT_TIMEOUT_DEFAULT);
+        weft_req_t *req = NULL;
+        st = weft_vocab_xent_dx_reduce_start(mb, &req);
+        st = weft__blocking(st, req);
     }
     return st;
 }

@@ -5,7 +5,16 @@
  * Lifecycle: weft_init() creates a context from the environment set by weftrun (or
  * mpirun/srun plus WEFT_STORE); weft_ctx_world() gives the group of all ranks;
  * weft_finalize() releases everything. Handles (context, group) live long and are
- * destroyed explicitly; requests are short-lived and freed with weft_req_free().
+ * freed explicitly; requests are short-lived and freed with weft_req_free().
+ *
+ * Naming: every nonblocking start returns a weft_req_t, finished by weft_test() /
+ * weft_wait() and released by weft_req_free(), which cancels one still in flight.
+ * A name with `i` before its verb (weft_iallreduce(), weft_vocab_iembed_forward()) is
+ * the nonblocking twin of the blocking call with the same name without the `i`
+ * (weft_allreduce(), weft_vocab_embed_forward()). A name ending in `_start`
+ * (weft_vocab_xent_merge_start(), weft_vocab_embed_grad_bcast_start()) is a nonblocking
+ * operation with no blocking twin. `_free` is the one cleanup verb of handles and requests
+ * (weft_req_free(), weft_vocab_free()); weft_finalize() is the twin of weft_init().
  *
  * Thread safety: a context and everything created from it may be used by one thread at
  * a time. Different contexts are independent.

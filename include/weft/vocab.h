@@ -16,14 +16,25 @@
  *
  * | algorithm        | forward            | backward           | collectives |
  * |------------------|--------------------|--------------------|-------------|
- * | WEFT_VOCAB_NAIVE | S, C1 (max; sums)  | T, C2 (sum of ∇X)  | 3           |
- * | WEFT_VOCAB_ALG1  | S, C1 (one merge)  | T, C2 (sum of ∇X)  | 2           |
  * | WEFT_VOCAB_ALG2  | S, C1 (merge + D)  | T                  | 1           |
+ * | WEFT_VOCAB_ALG1  | S, C1 (one merge)  | T, C2 (sum of ∇X)  | 2           |
+ * | WEFT_VOCAB_NAIVE | S, C1 (max; sums)  | T, C2 (sum of ∇X)  | 3           |
  *
- * The passes are separate calls so a pipeline schedule can place them: the compute
- * passes S and T run to completion in the call; the communication passes C1 and C2 are
- * started and then driven with weft_vocab_mb_test() / weft_vocab_mb_wait(). Blocking
- * wrappers weft_vocab_xent_forward() and weft_vocab_xent_backward() run them in order.
+ * WEFT_VOCAB_ALG2, one collective per microbatch, is the recommended algorithm and the
+ * default: it is 0, so a zero-initialised weft_vocab_mb_params_t selects it, as the
+ * Python binding's default does. NAIVE is the baseline of the paper.
+ *
+ * The passes are separate calls so a pipeline schedule can place them (the paper's
+ * letters in brackets):
+ * - weft_vocab_xent_logits() [S] and weft_vocab_xent_grad() [T] compute, with no
+ *   communication, and run to completion in the call;
+ * - weft_vocab_xent_merge_start() [C1] and weft_vocab_xent_dx_reduce_start() [C2]
+ *   start the pass's collective and return a request (weft_req_t), finished like every
+ *   other request with weft_test() / weft_wait() and released with weft_req_free()
+ *   (include/weft/core.h). What follows the collective (the loss after C1, the upload of
+ *   ∇X to the device after C2) runs in the weft_test() / weft_wait() that completes it.
+ * Blocking wrappers weft_vocab_xent_forward() (S, C1) and weft_vocab_xent_backward() (T,
+ * C2) run them in order and wait.
  *
  * Labels: a label in [0, V) is a target token; any negative label (e.g. -100, PyTorch's
  * default ignore_index) marks an ignored token, which has zero loss, contributes to no
@@ -34,8 +45,13 @@
  * every rank of the group gets WEFT_ERR_INVALID_ARG from it at once. The blocking
  * forward and backward do this themselves. With the passes called one by one, a rank
  * whose S (or T) failed must still call C1 (or C2), which then refuses and returns
- * WEFT_ERR_INVALID_ARG without waiting; skipping it leaves the others waiting for their
- * timeout. The embedding calls refuse their collective likewise.
+ * WEFT_ERR_INVALID_ARG without waiting (and without a request); skipping it leaves the
+ * others waiting for their timeout. The embedding calls refuse their collective likewise.
+ *
+ * Cancelling: weft_req_free() of a pass request still in flight cancels it as for other
+ * requests: the collective is abandoned, which revokes the group's epoch on every member
+ * (include/weft/group.h), and the microbatch must start again with S. Only one pass of a
+ * microbatch is in flight at a time.
  *
  * Buffers are row-major float32, contiguous. The tensors of one call must all be in host
  * memory or all in CUDA device memory (detected per call with weft_memory_is_cuda(), which
@@ -117,7 +133,7 @@ typedef struct weft_vocab_params {
  * Registers the statistics-merge reduction operators with weft_op_create() on the
  * group's context, so every rank of the job must create its weft_vocab_t handles (and
  * any other user operators) in the same order. No communication.
- * The handle must be destroyed before @p g.
+ * The handle must be freed before @p g.
  * @param[in]  g      The group whose ranks share the vocabulary (P = its size).
  * @param[in]  params Required.
  * @param[out] vocab  Set on success.
@@ -126,8 +142,12 @@ typedef struct weft_vocab_params {
 WEFT_API weft_status_t weft_vocab_create(weft_group_t *g, const weft_vocab_params_t *params,
                                          weft_vocab_t **vocab);
 
-/** @brief Destroy @p vocab (NULL: no-op). Its microbatch states must be destroyed first. */
-WEFT_API weft_status_t weft_vocab_destroy(weft_vocab_t *vocab);
+/**
+ * @brief Free @p vocab (NULL: no-op).
+ * @return WEFT_OK, or WEFT_ERR_INVALID_ARG while microbatch states made from it are
+ *         alive (weft_vocab_mb_free() them first; the handle is then kept).
+ */
+WEFT_API weft_status_t weft_vocab_free(weft_vocab_t *vocab);
 
 /** @brief This rank's shard of @p vocab. @return WEFT_OK or WEFT_ERR_INVALID_ARG. */
 WEFT_API weft_status_t weft_vocab_local_range(const weft_vocab_t *vocab, weft_vocab_range_t *range);
@@ -140,13 +160,14 @@ WEFT_API weft_status_t weft_vocab_local_range(const weft_vocab_t *vocab, weft_vo
 
 /** @brief How the output layer communicates (see the table in the file comment). */
 typedef enum weft_vocab_algo {
-    WEFT_VOCAB_NAIVE = 0, /**< 3 collectives: max, (sum-exp, target), ∇X. */
+    WEFT_VOCAB_ALG2 = 0,  /**< 1 collective: merged statistics and ∇X direction. The
+                               default (zero-initialised) and recommended algorithm. */
     WEFT_VOCAB_ALG1 = 1,  /**< 2 collectives: merged statistics, ∇X. */
-    WEFT_VOCAB_ALG2 = 2,  /**< 1 collective: merged statistics and ∇X direction. */
+    WEFT_VOCAB_NAIVE = 2, /**< 3 collectives: max, (sum-exp, target), ∇X. The baseline. */
     WEFT_VOCAB_ALGO_COUNT
 } weft_vocab_algo_t;
 
-/** @brief Name of an algorithm ("naive", "alg1", "alg2"); "?" if invalid. */
+/** @brief Name of an algorithm ("alg2", "alg1", "naive"); "?" if invalid. */
 WEFT_API const char *weft_vocab_algo_name(weft_vocab_algo_t algo);
 
 /** @brief How per-token losses combine into the scalar loss. */
@@ -159,7 +180,7 @@ typedef enum weft_vocab_reduction {
 /** @brief Parameters of weft_vocab_mb_create(). Zero-initialise, then set @c size. */
 typedef struct weft_vocab_mb_params {
     size_t size;                      /**< sizeof(weft_vocab_mb_params_t). */
-    weft_vocab_algo_t algo;           /**< Zero-initialised: WEFT_VOCAB_NAIVE. */
+    weft_vocab_algo_t algo;           /**< Zero-initialised: WEFT_VOCAB_ALG2. */
     weft_vocab_reduction_t reduction; /**< Zero-initialised: WEFT_VOCAB_MEAN. */
     size_t max_tokens;                /**< Largest n of a microbatch, > 0. */
     int accumulate_dw;                /**< Nonzero: T adds into ∇W_i instead of writing. */
@@ -170,22 +191,31 @@ typedef struct weft_vocab_mb_params {
  *
  * A pipeline schedule creates one per microbatch that can be between S and T at once;
  * a state is reused for the next microbatch once its last pass completed. Working
- * buffers are allocated at the first S on each memory type and kept until destroyed.
+ * buffers are allocated at the first S on each memory type and kept until freed.
  * @return WEFT_OK, WEFT_ERR_INVALID_ARG, WEFT_ERR_NO_MEMORY.
  */
 WEFT_API weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab,
                                             const weft_vocab_mb_params_t *params,
                                             weft_vocab_mb_t **mb);
 
-/** @brief Destroy @p mb (NULL: no-op); a collective still in flight is cancelled. */
-WEFT_API weft_status_t weft_vocab_mb_destroy(weft_vocab_mb_t *mb);
+/**
+ * @brief Free @p mb (NULL: no-op).
+ *
+ * A pass request still in flight is cancelled (its collective abandoned, the group's
+ * epoch revoked, see "Cancelling" above); that request then completes with
+ * WEFT_ERR_REVOKED and must still be released with weft_req_free(). A completed pass
+ * request that was not released yet stays valid.
+ * @return WEFT_OK.
+ */
+WEFT_API weft_status_t weft_vocab_mb_free(weft_vocab_mb_t *mb);
 
 /**
- * @brief Pass S: local logits Y_i = X W_iᵀ and local statistics (for ALG2 also A_i, B_i).
+ * @brief Local logits Y_i = X W_iᵀ and local statistics, for ALG2 also A_i, B_i (the
+ * paper's pass S).
  *
  * No communication. @p x, @p w and @p labels are kept by reference: they must stay
  * unchanged until T has completed. Starts a new microbatch: allowed when @p mb is idle,
- * after a completed or failed pass, not while a collective is in flight.
+ * after a completed or failed pass, not while a pass request is in flight.
  * @param[in] x      X [n, h].
  * @param[in] w      W_i [padded_length, h]; padding rows are not read.
  * @param[in] labels [n] target ids, negative for ignored tokens.
@@ -193,25 +223,30 @@ WEFT_API weft_status_t weft_vocab_mb_destroy(weft_vocab_mb_t *mb);
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (NULL, n too large, a label >= V, pass out of
  *         order, mixed memory types); WEFT_ERR_NO_MEMORY; WEFT_ERR_UNSUPPORTED.
  */
-WEFT_API weft_status_t weft_vocab_xent_s(weft_vocab_mb_t *mb, const float *x, const float *w,
-                                         const int64_t *labels, size_t n);
+WEFT_API weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const float *w,
+                                              const int64_t *labels, size_t n);
 
 /**
- * @brief Pass C1: start merging the statistics over the group (nonblocking).
+ * @brief Start merging the statistics over the group (the paper's pass C1); no blocking
+ * twin (weft_vocab_xent_forward() runs S and C1 and waits).
  *
  * ALG1/ALG2: one collective with the merge operator. NAIVE: a max, which this call waits
  * for (what follows depends on it; starting the next collective later from progress
  * would let ranks with several microbatches in flight start collectives in different
  * orders), then the sums, left in flight. Every rank of the group must call it, also a
- * rank whose S failed: its C1 refuses (see "Refusals" above).
- * @return WEFT_OK when already complete, WEFT_INPROGRESS (drive with
- *         weft_vocab_mb_test() / weft_vocab_mb_wait()), WEFT_ERR_INVALID_ARG when this
- *         rank or another refused, or an error of the collective.
+ * rank whose S failed: its C1 refuses (see "Refusals" above). The loss is known
+ * (weft_vocab_xent_loss()) once the request completed.
+ * @param[out] req The request of the pass, finished with weft_test() / weft_wait() and
+ *                 released with weft_req_free(); NULL when it completed inline (WEFT_OK).
+ *                 Not written on error.
+ * @return WEFT_OK (completed, *req = NULL), WEFT_INPROGRESS (*req set),
+ *         WEFT_ERR_INVALID_ARG when this rank refused (no request) or, from the request,
+ *         when another rank did, or an error of the collective.
  */
-WEFT_API weft_status_t weft_vocab_xent_c1(weft_vocab_mb_t *mb);
+WEFT_API weft_status_t weft_vocab_xent_merge_start(weft_vocab_mb_t *mb, weft_req_t **req);
 
 /**
- * @brief Per-token and reduced loss of a microbatch whose C1 completed.
+ * @brief Per-token and reduced loss of a microbatch whose C1 request completed.
  * @param[out] loss_tok [n] per-token loss (0 for ignored tokens), may be NULL; host or
  *                      device memory.
  * @param[out] loss     Reduced loss (per the reduction; the sum for NONE), may be NULL.
@@ -221,42 +256,39 @@ WEFT_API weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *lo
                                             float *loss);
 
 /**
- * @brief Pass T: ∇W_i, and ∇X (complete for ALG2, this rank's part for NAIVE/ALG1).
+ * @brief ∇W_i, and ∇X: complete for ALG2, this rank's part for NAIVE/ALG1 (the paper's
+ * pass T).
  *
- * No communication. Allowed once C1 has completed.
+ * No communication. Allowed once the C1 request has completed.
  * @param[in]  grad Upstream gradient: 1 float (dLoss for MEAN/SUM) or [n] floats (NONE);
  *                  host or device memory.
- * @param[out] dx   ∇X [n, h]. NAIVE/ALG1: holds this rank's partial sum until C2
- *                  completes.
+ * @param[out] dx   ∇X [n, h]. NAIVE/ALG1: holds this rank's partial sum until the C2
+ *                  request completes.
  * @param[out] dw   ∇W_i [padded_length, h]; padding rows are zero (left as they are
  *                  with accumulate_dw).
  * @return WEFT_OK, WEFT_ERR_INVALID_ARG (NULL, out of order, mixed memory types).
  */
-WEFT_API weft_status_t weft_vocab_xent_t(weft_vocab_mb_t *mb, const float *grad, float *dx,
-                                         float *dw);
+WEFT_API weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, float *dx,
+                                            float *dw);
 
 /**
- * @brief Pass C2: start the sum of ∇X over the group (NAIVE, ALG1). For ALG2 there is
- * nothing to communicate and it returns WEFT_OK at once, issuing no collective. A rank
- * whose T failed must still call it: it refuses (see "Refusals" above).
- * @return WEFT_OK when complete, WEFT_INPROGRESS, WEFT_ERR_INVALID_ARG when this rank or
- *         another refused, or an error of the collective.
+ * @brief Start the sum of ∇X over the group (the paper's pass C2; NAIVE, ALG1); no
+ * blocking twin (weft_vocab_xent_backward() runs T and C2 and waits).
+ *
+ * For ALG2 there is nothing to communicate: it returns WEFT_OK at once with *req = NULL,
+ * issuing no collective. A rank whose T failed must still call it: it refuses (see
+ * "Refusals" above). ∇X is complete in the buffer given to weft_vocab_xent_grad() once
+ * the request completed.
+ * @param[out] req As for weft_vocab_xent_merge_start().
+ * @return WEFT_OK (completed, *req = NULL), WEFT_INPROGRESS (*req set),
+ *         WEFT_ERR_INVALID_ARG when this rank refused (no request) or, from the request,
+ *         when another rank did, or an error of the collective.
  */
-WEFT_API weft_status_t weft_vocab_xent_c2(weft_vocab_mb_t *mb);
+WEFT_API weft_status_t weft_vocab_xent_dx_reduce_start(weft_vocab_mb_t *mb, weft_req_t **req);
 
 /**
- * @brief Drive the collective pass (C1, C2) in flight on @p mb without blocking.
- * @return WEFT_OK when none is in flight or it completed; WEFT_INPROGRESS; or the error
- *         it failed with (the microbatch must then be restarted with S).
- */
-WEFT_API weft_status_t weft_vocab_mb_test(weft_vocab_mb_t *mb);
-
-/** @brief Wait for the pass in flight, at most @p timeout_ns (or WEFT_TIMEOUT_DEFAULT).
- * @return As weft_vocab_mb_test(), or WEFT_ERR_TIMEOUT (still in flight). */
-WEFT_API weft_status_t weft_vocab_mb_wait(weft_vocab_mb_t *mb, uint64_t timeout_ns);
-
-/**
- * @brief Blocking forward: S, C1 and the wait for it.
+ * @brief Blocking forward: weft_vocab_xent_logits() [S], weft_vocab_xent_merge_start()
+ * [C1] and the wait for it. A wait that times out cancels the pass (see "Cancelling").
  * @param[out] loss_tok,loss As weft_vocab_xent_loss(); written only on success.
  * @return As the passes.
  */
@@ -264,7 +296,8 @@ WEFT_API weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float 
                                                const int64_t *labels, size_t n, float *loss_tok,
                                                float *loss);
 
-/** @brief Blocking backward: T, C2 and the wait for it. @return As the passes. */
+/** @brief Blocking backward: weft_vocab_xent_grad() [T], weft_vocab_xent_dx_reduce_start()
+ * [C2] and the wait for it. @return As the passes. */
 WEFT_API weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx,
                                                 float *dw);
 
@@ -280,7 +313,8 @@ typedef struct weft_vocab_mb_stats {
 } weft_vocab_mb_stats_t;
 
 /**
- * @brief Statistics of the current (or last) microbatch of @p mb, reset by S.
+ * @brief Statistics of the current (or last) microbatch of @p mb, reset by
+ * weft_vocab_xent_logits().
  * @param[in,out] stats Its @c size must be set; the other fields are written on success.
  * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
  */
@@ -330,15 +364,16 @@ WEFT_API weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float
                                                 const int64_t *ids, size_t n, float *out);
 
 /**
- * @brief Embedding backward, communication part (pass IB): broadcast ∇out from @p root,
- * which computed it, to every rank (nonblocking; one collective).
+ * @brief Embedding backward, communication part (pass IB): start the broadcast of ∇out
+ * from @p root, which computed it, to every rank (one collective); no blocking twin
+ * (weft_vocab_embed_backward() broadcasts and scatters).
  *
  * Not needed when every rank already holds ∇out: then call only
  * weft_vocab_embed_grad_scatter().
  * @param[in,out] grad_out [n, h]: input on @p root, output elsewhere.
  */
-WEFT_API weft_status_t weft_vocab_iembed_grad_bcast(weft_vocab_t *vocab, float *grad_out, size_t n,
-                                                    int root, weft_req_t **req);
+WEFT_API weft_status_t weft_vocab_embed_grad_bcast_start(weft_vocab_t *vocab, float *grad_out,
+                                                         size_t n, int root, weft_req_t **req);
 
 /**
  * @brief Embedding backward, local part: ∇E_i[ids[j] - start] += ∇out[j] for every id in

@@ -1,5 +1,7 @@
 """Vocabulary parallelism (include/weft/vocab.h) on NumPy arrays or tensors: the output
-layer's passes S, C1, T, C2 and the embedding. weft.torch builds autograd layers on it.
+layer's passes (the paper's S, C1, T, C2: logits, merge_start, grad, dx_reduce_start)
+and the embedding. weft.torch builds autograd layers on it. The passes that communicate
+return a weft.Request, finished like every other one (test, wait, cancel).
 
 Buffers are float32 (labels and ids int64), contiguous; X, W and the outputs all in host
 or all in CUDA memory (torch outputs have their version counters bumped once written).
@@ -15,15 +17,16 @@ import numpy as np
 from . import _structs as S
 from ._buffer import as_buffer, mark_written
 from ._lib import lib
-from .context import timeout_ns
 from .dtypes import DType
-from .errors import Status, check, invalid
+from .errors import check, invalid
 from .request import Request
 
 VocabRange = namedtuple("VocabRange", "start length padded_length")
 VocabMemory = namedtuple("VocabMemory", "s_to_c1 c1_to_t peak")
 MicrobatchStats = namedtuple("MicrobatchStats", "compute_ns comm_ns collectives comm_bytes")
-ALGOS = {"naive": 0, "alg1": 1, "alg2": 2}
+ALGOS = {"alg2": 0, "alg1": 1, "naive": 2}
+# The default algorithm: the one a zero-initialised weft_vocab_mb_params_t selects in C.
+DEFAULT_ALGO = "alg2"
 REDUCTIONS = {"mean": 0, "sum": 1, "none": 2}
 
 
@@ -86,16 +89,16 @@ class Vocab:
 
     def _h(self):
         if self._handle is None:
-            raise invalid("the vocabulary was destroyed")
+            raise invalid("the vocabulary was freed")
         return self._handle
 
     def _call(self, fn, *args):
         return self.group._ctx._call(fn, self._h(), *args)
 
     def close(self):
-        """weft_vocab_destroy() (microbatches made from it must be closed first)."""
+        """weft_vocab_free() (microbatches made from it must be closed first)."""
         if self._handle is not None and not self.group._ctx.closed:
-            self._call(lib.weft_vocab_destroy)
+            self._call(lib.weft_vocab_free)
         self._handle = None
 
     def _release(self, finalizing):
@@ -112,8 +115,10 @@ class Vocab:
         """(padded_length, hidden): the shape of this rank's W_i / E_i buffer."""
         return (self.range.padded_length, self.hidden)
 
-    def microbatch(self, algo="alg2", reduction="mean", max_tokens=1, accumulate_dw=False):
-        """The state of one microbatch of the output layer (weft_vocab_mb_create)."""
+    def microbatch(self, algo=DEFAULT_ALGO, reduction="mean", max_tokens=1,
+                   accumulate_dw=False):
+        """The state of one microbatch of the output layer (weft_vocab_mb_create); algo
+        "alg2" (the default, as in C), "alg1" or "naive"."""
         return Microbatch(self, algo, reduction, max_tokens, accumulate_dw)
 
     def memory(self, algo, n):
@@ -146,12 +151,12 @@ class Vocab:
         return Request(self.group._ctx, req.value, keep=(t, i, o), result=out,
                        group=self.group)
 
-    def iembed_grad_bcast(self, grad_out, n, root):
-        """Broadcast ∇out [n, h] from @p root (pass IB); returns a Request."""
+    def embed_grad_bcast_start(self, grad_out, n, root):
+        """Start the broadcast of ∇out [n, h] from @p root (pass IB); returns a Request."""
         g = _f32(grad_out, "embedding grad_out", n * self.hidden, writable=True)
         self.group._follow_torch_stream((g,))
         req = c_void_p()
-        self._call(lib.weft_vocab_iembed_grad_bcast, g.ptr, n, root, byref(req))
+        self._call(lib.weft_vocab_embed_grad_bcast_start, g.ptr, n, root, byref(req))
         mark_written(g)
         return Request(self.group._ctx, req.value, keep=(g,), result=grad_out,
                        group=self.group)
@@ -181,7 +186,8 @@ class Vocab:
 
 class Microbatch:
     """One microbatch of the vocabulary-parallel output layer between its passes. X, W
-    and the labels given to s() stay referenced until T completed; ∇X until C2 did."""
+    and the labels given to logits() stay referenced until grad() ran; ∇X until the
+    request of dx_reduce_start() completed (the request keeps it)."""
 
     def __init__(self, vocab, algo, reduction, max_tokens, accumulate_dw):
         p = S.sized(S.VocabMbParams)
@@ -194,8 +200,7 @@ class Microbatch:
         self._owner_group = vocab.group
         self.algo, self.reduction, self.max_tokens = p.algo, p.reduction, max_tokens
         self.n = 0
-        self._keep = ()
-        self._c2 = False
+        self._keep, self._dx = (), None
         vocab.group._ctx._track(self)
 
     def _call(self, fn, *args):
@@ -209,10 +214,10 @@ class Microbatch:
         return self._handle is None
 
     def close(self):
-        """weft_vocab_mb_destroy() (cancels a collective in flight)."""
+        """weft_vocab_mb_free() (cancels a pass in flight: its request then fails)."""
         if self._handle is not None and not self.vocab.group._ctx.closed:
-            self._call(lib.weft_vocab_mb_destroy)
-        self._handle, self._keep = None, ()
+            self._call(lib.weft_vocab_mb_free)
+        self._handle, self._keep, self._dx = None, (), None
 
     def _release(self, finalizing):
         self.close()
@@ -224,39 +229,33 @@ class Microbatch:
             pass
 
     # -- passes --------------------------------------------------------------------------
-    def s(self, x, w, labels):
-        """Pass S: local logits and statistics of X [n, h] against W_i [padded, h]."""
+    def logits(self, x, w, labels):
+        """Local logits and statistics of X [n, h] against W_i [padded, h] (pass S; no
+        communication)."""
         lab = _i64(labels, "labels")
         n, h = lab.count, self.vocab.hidden
         xb = _f32(x, "X", n * h)
         wb = _f32(w, "W", self.vocab.range.padded_length * h)
         self.vocab.group._follow_torch_stream((xb, wb))
         self._keep = (xb, wb, lab)
-        self._call(lib.weft_vocab_xent_s, xb.ptr, wb.ptr, lab.ptr, n)
+        self._call(lib.weft_vocab_xent_logits, xb.ptr, wb.ptr, lab.ptr, n)
         self.n = n
 
-    def c1(self):
-        """Pass C1: start merging the statistics; True when already complete."""
-        return self._call(lib.weft_vocab_xent_c1) == Status.OK
+    def _pass_request(self, fn, keep=(), result=None):
+        req = c_void_p()
+        self._call(fn, byref(req))
+        if not req.value:
+            mark_written(keep)  # completed inline
+        return Request(self.vocab.group._ctx, req.value, keep=keep, result=result,
+                       group=self.vocab.group)
 
-    def test(self):
-        """Drive the collective pass in flight: True when none is in flight any more."""
-        done = self._call(lib.weft_vocab_mb_test) == Status.OK
-        self._drop_after_c2(done)
-        return done
-
-    def wait(self, timeout=None):
-        """Wait for the pass in flight (weft.Timeout if still in flight after it)."""
-        self._call(lib.weft_vocab_mb_wait, timeout_ns(timeout))
-        self._drop_after_c2(True)
-
-    def _drop_after_c2(self, done):
-        if done and self._c2:
-            mark_written(self._keep)  # C2 completed ∇X
-            self._keep, self._c2 = (), False
+    def merge_start(self):
+        """Start merging the statistics over the group (pass C1): a Request; loss() once
+        it completed."""
+        return self._pass_request(lib.weft_vocab_xent_merge_start)
 
     def loss(self, loss_tok=None):
-        """The reduced loss (a float) once C1 completed; per-token losses into
+        """The reduced loss (a float) once the merge completed; per-token losses into
         @p loss_tok ([n] float32) if given."""
         lt = _f32(loss_tok, "loss_tok", self.n, writable=True) if loss_tok is not None else None
         out = c_float()
@@ -264,19 +263,20 @@ class Microbatch:
         mark_written(lt)
         return out.value
 
-    def t(self, grad, dx, dw):
-        """Pass T: ∇W_i into @p dw and ∇X (NAIVE/ALG1: this rank's part until C2)."""
+    def grad(self, grad, dx, dw):
+        """∇W_i into @p dw and ∇X (pass T; "naive"/"alg1": this rank's part until the
+        request of dx_reduce_start() completed). No communication."""
         g, dxb, dwb = self._t_args(grad, dx, dw)
-        self._call(lib.weft_vocab_xent_t, g.ptr, dxb.ptr, dwb.ptr)
+        self._call(lib.weft_vocab_xent_grad, g.ptr, dxb.ptr, dwb.ptr)
         mark_written(dxb, dwb)
         self._keep = (dxb,) if self.algo != ALGOS["alg2"] else ()
+        self._dx = dx
 
-    def c2(self):
-        """Pass C2: start the sum of ∇X (NAIVE, ALG1); True when already complete."""
-        done = self._call(lib.weft_vocab_xent_c2) == Status.OK
-        self._c2 = True
-        self._drop_after_c2(done)
-        return done
+    def dx_reduce_start(self):
+        """Start the sum of ∇X over the group (pass C2; "naive", "alg1"; "alg2" has
+        nothing to send): a Request whose wait() returns ∇X."""
+        keep, dx, self._keep, self._dx = self._keep, self._dx, (), None
+        return self._pass_request(lib.weft_vocab_xent_dx_reduce_start, keep, dx)
 
     def _t_args(self, grad, dx, dw):
         h = self.vocab.hidden
@@ -288,7 +288,8 @@ class Microbatch:
 
     # -- blocking ------------------------------------------------------------------------
     def forward(self, x, w, labels, loss_tok=None):
-        """S, C1 and the wait: returns the reduced loss (per-token into loss_tok)."""
+        """logits (S), the merge (C1) and its wait: returns the reduced loss (per-token
+        into loss_tok)."""
         lab = _i64(labels, "labels")
         n, h = lab.count, self.vocab.hidden
         xb = _f32(x, "X", n * h)
@@ -304,7 +305,7 @@ class Microbatch:
         return out.value
 
     def backward(self, grad, dx, dw):
-        """T, C2 and the wait: ∇X complete in @p dx, ∇W_i in @p dw."""
+        """grad (T), the sum of ∇X (C2) and its wait: ∇X complete in @p dx, ∇W_i in @p dw."""
         g, dxb, dwb = self._t_args(grad, dx, dw)
         self._call(lib.weft_vocab_xent_backward, g.ptr, dxb.ptr, dwb.ptr)
         mark_written(dxb, dwb)

@@ -30,8 +30,8 @@ static weft_status_t vocab_loss(weft_group_t *g, float *loss)
     if (st == WEFT_OK) {
         st = weft_vocab_xent_backward(mb, &grad, dx, dw);
     }
-    weft_vocab_mb_destroy(mb);
-    weft_vocab_destroy(v);
+    weft_vocab_mb_free(mb);
+    weft_vocab_free(v);
     return st;
 }
 

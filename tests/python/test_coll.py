@@ -227,7 +227,7 @@ def test_split(world):
     sub.free()
     with pytest.raises(weft.InvalidArgument):
         sub.allreduce(x)
-    with pytest.raises(weft.InvalidArgument, match="destroyed"):
+    with pytest.raises(weft.InvalidArgument, match="freed"):
         vocab.memory("alg2", 4)
     with pytest.raises(weft.InvalidArgument, match="closed"):
         mb.stats()

@@ -184,3 +184,27 @@ def test_shard_range():
     assert weft.shard_range(10, 3, 2, align=8) == weft.VocabRange(16, 0, 8)
     with pytest.raises(weft.InvalidArgument):
         weft.shard_range(10, 3, 3)
+
+
+def test_vocab_default_algo_matches_c():
+    """The Python default algorithm (Vocab.microbatch, VocabParallelCrossEntropy) is the
+    one a zero-initialised weft_vocab_mb_params_t selects in C, named by the library."""
+    import inspect
+
+    from weft import vocab
+    from weft._lib import lib
+    from weft._structs import VocabMbParams
+
+    c_default = VocabMbParams().algo  # ctypes zero-initialises, as C's {0}
+    assert c_default == 0
+    c_name = lib.weft_vocab_algo_name(c_default).decode()
+    assert c_name == vocab.DEFAULT_ALGO == "alg2"
+    assert all(lib.weft_vocab_algo_name(v).decode() == k for k, v in vocab.ALGOS.items())
+    default = inspect.signature(weft.Vocab.microbatch).parameters["algo"].default
+    assert vocab.ALGOS[default] == c_default
+    try:
+        from weft.torch import VocabParallelCrossEntropy
+    except ImportError:
+        return  # no torch here: the layer's default is checked where it is installed
+    default = inspect.signature(VocabParallelCrossEntropy).parameters["algo"].default
+    assert vocab.ALGOS[default] == c_default

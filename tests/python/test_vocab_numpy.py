@@ -1,5 +1,6 @@
-"""weft.Vocab and weft.Microbatch on NumPy arrays (no torch): the passes S, C1, T, C2 one
-by one, against a NumPy float64 softmax cross-entropy over the whole weight matrix."""
+"""weft.Vocab and weft.Microbatch on NumPy arrays (no torch): the passes (S, C1, T, C2:
+logits, merge_start, grad, dx_reduce_start) one by one, against a NumPy float64 softmax
+cross-entropy over the whole weight matrix."""
 
 import numpy as np
 import pytest
@@ -48,19 +49,22 @@ def test_passes_one_by_one(world, algo):
     assert r == weft.shard_range(V, world.size, world.rank)
     mb = vocab.microbatch(algo, "sum", max_tokens=N)
     x, w = X.astype(np.float32), my_shard(W, vocab)
-    mb.s(x, w, labels)
-    if not mb.c1():
-        mb.wait(timeout=30)
+    mb.logits(x, w, labels)
+    req = mb.merge_start()
+    assert isinstance(req, weft.Request)
+    assert req.wait(timeout=30) is None
     loss_tok = np.zeros(N, np.float32)
     loss = mb.loss(loss_tok)
     want, dx_want, dw_want = reference(W, X, labels, 0.5)
     assert loss == pytest.approx(want, rel=1e-5)
     assert loss_tok[1] == 0 and loss_tok.sum() == pytest.approx(want, rel=1e-5)
     dx, dw = np.zeros_like(x), np.zeros_like(w)
-    mb.t(0.5, dx, dw)
-    if not mb.c2():
-        while not mb.test():
-            pass
+    mb.grad(0.5, dx, dw)
+    req = mb.dx_reduce_start()
+    assert req.done or algo != "alg2"  # "alg2" has nothing to send
+    while not req.test():
+        pass
+    assert req.wait() is dx
     np.testing.assert_allclose(dx, dx_want, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(dw[:r.length], dw_want[r.start:r.start + r.length],
                                rtol=1e-4, atol=1e-6)
@@ -102,7 +106,7 @@ def test_embedding(world):
     np.testing.assert_array_equal(out2, out)
     grad = np.arange(12 * H, dtype=np.float32).reshape(12, H)
     mine = grad if world.rank == 0 else np.zeros_like(grad)
-    vocab.iembed_grad_bcast(mine, 12, root=0).wait(timeout=30)
+    vocab.embed_grad_bcast_start(mine, 12, root=0).wait(timeout=30)
     np.testing.assert_array_equal(mine, grad)
     gt = np.zeros_like(table)
     vocab.embed_grad_scatter(mine, ids, gt)
@@ -119,14 +123,33 @@ def test_refusals(world):
     w = np.zeros(vocab.table_shape, np.float32)
     labels = np.zeros(4, np.int64)
     with pytest.raises(weft.InvalidArgument, match="float32"):
-        mb.s(x.astype(np.float64), w, labels)
+        mb.logits(x.astype(np.float64), w, labels)
     with pytest.raises(weft.InvalidArgument, match="int64"):
-        mb.s(x, w, labels.astype(np.int32))
+        mb.logits(x, w, labels.astype(np.int32))
     with pytest.raises(weft.InvalidArgument, match="elements"):
-        mb.s(x, w[:-1], labels)
+        mb.logits(x, w[:-1], labels)
     with pytest.raises(weft.InvalidArgument):
-        mb.s(np.zeros((5, H), np.float32), w, np.zeros(5, np.int64))  # > max_tokens
+        mb.logits(np.zeros((5, H), np.float32), w, np.zeros(5, np.int64))  # > max_tokens
     with pytest.raises(weft.InvalidArgument, match="C1"):
         mb.loss()
     with pytest.raises(weft.InvalidArgument):
         vocab.microbatch("alg9")
+    # Passes out of order refuse on every rank alike (each rank refuses its own), and
+    # give no request.
+    with pytest.raises(weft.InvalidArgument, match="C1 must follow"):
+        mb.merge_start()
+    with pytest.raises(weft.InvalidArgument, match="C2 must follow"):
+        mb.dx_reduce_start()
+
+
+def test_default_algo_is_the_c_default(world):
+    """A microbatch made without algo runs what a zero-initialised C parameter struct
+    selects: one collective per microbatch."""
+    W, X, labels = data(5)
+    vocab = weft.Vocab(world, V, H)
+    mb = vocab.microbatch(reduction="sum", max_tokens=N)
+    assert mb.algo == 0
+    mb.forward(X.astype(np.float32), my_shard(W, vocab), labels)
+    assert mb.stats().collectives == 1
+    mb.close()
+    vocab.close()

@@ -138,7 +138,7 @@ def test_embedding_matches_torch(world, grad_root):
 
 
 def test_close_frees_operators_for_new_layers(world):
-    """close() destroys the vocabularies at once, so layers made afterwards register
+    """close() frees the vocabularies at once, so layers made afterwards register
     their reduction operators in the slots a new process would use."""
     W, X, labels = data((6,), -100)
     emb = wt.VocabParallelEmbedding(world, V, H)

@@ -76,7 +76,7 @@ static void run(weft_vocab_t *v, const xcase_t *c, const weft_vocab_range_t *r,
     OK(weft_vocab_mb_create(v, &mp, &mb));
     OK(weft_vocab_xent_forward(mb, x, wd, labels, n, lt, &o->loss));
     OK(weft_vocab_xent_backward(mb, g, dx, dw));
-    OK(weft_vocab_mb_destroy(mb));
+    OK(weft_vocab_mb_free(mb));
     if (dev) {
         from_dev(o->loss_tok, lt, n * sizeof(float));
         from_dev(o->dx, dx, n * h * sizeof(float));
@@ -156,7 +156,7 @@ static void compare_case(const xcase_t *c, bool with_ref)
         }
     }
     free(grad);
-    OK(weft_vocab_destroy(v));
+    OK(weft_vocab_free(v));
 }
 
 static void test_random(void **state)
@@ -255,7 +255,7 @@ static void test_embedding(void **state)
     free(shard);
     free(out);
     free(zero);
-    OK(weft_vocab_destroy(v));
+    OK(weft_vocab_free(v));
 }
 
 int main(void)

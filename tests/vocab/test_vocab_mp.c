@@ -33,7 +33,8 @@ static uint64_t coll_count(void)
 }
 
 /* Collectives of one microbatch: {forward, backward}. */
-static const uint64_t expected_colls[WEFT_VOCAB_ALGO_COUNT][2] = {{2, 1}, {1, 1}, {1, 0}};
+static const uint64_t expected_colls[WEFT_VOCAB_ALGO_COUNT][2] = {
+    [WEFT_VOCAB_NAIVE] = {2, 1}, [WEFT_VOCAB_ALG1] = {1, 1}, [WEFT_VOCAB_ALG2] = {1, 0}};
 
 static void make_grad(const xcase_t *c, weft_vocab_reduction_t red, float *grad)
 {
@@ -80,17 +81,18 @@ static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_re
         weft_vocab_mb_stats_t st = {.size = sizeof(st)};
         OK(weft_vocab_mb_stats(mb, &st));
         assert_int_equal(st.collectives, expected_colls[algo][0] + expected_colls[algo][1]);
-        size_t f = sizeof(float),
-               want_bytes[] = {3 * c->n * f + c->n * c->h * f, 3 * c->n * f + c->n * c->h * f,
-                               (3 + 2 * c->h) * c->n * f};
+        size_t f = sizeof(float), want_bytes[WEFT_VOCAB_ALGO_COUNT] = {
+                                      [WEFT_VOCAB_NAIVE] = 3 * c->n * f + c->n * c->h * f,
+                                      [WEFT_VOCAB_ALG1] = 3 * c->n * f + c->n * c->h * f,
+                                      [WEFT_VOCAB_ALG2] = (3 + 2 * c->h) * c->n * f};
         assert_int_equal(st.comm_bytes, want_bytes[algo]);
         char what[96];
         snprintf(what, sizeof(what), "%s red=%d align=%zu", weft_vocab_algo_name(algo), (int)red,
                  align);
         check_outputs(g_rank, g_size, c, &ref, &r, loss_tok, loss, dx, dw, what);
     }
-    OK(weft_vocab_mb_destroy(mb));
-    OK(weft_vocab_destroy(v));
+    OK(weft_vocab_mb_free(mb));
+    OK(weft_vocab_free(v));
     free(w);
     free(grad);
     free(loss_tok);
@@ -165,28 +167,34 @@ static void test_pipelined_nonblocking(void **state)
             xref_compute(&c[k], WEFT_VOCAB_SUM, &g, &ref[k]);
         }
         uint64_t c0 = coll_count();
+        weft_req_t *req[2];
         for (int k = 0; k < 2; k++) {
-            OK(weft_vocab_xent_s(mb[k], c[k].x, w[k], c[k].labels, c[k].n));
-            weft_status_t st = weft_vocab_xent_c1(mb[k]);
+            OK(weft_vocab_xent_logits(mb[k], c[k].x, w[k], c[k].labels, c[k].n));
+            weft_status_t st = weft_vocab_xent_merge_start(mb[k], &req[k]);
             assert_true(st == WEFT_OK || st == WEFT_INPROGRESS);
+            assert_true((st == WEFT_OK) == (req[k] == NULL));
         }
         /* Drive both by polling, the way a schedule overlaps them with other work; odd
          * ranks poll in the other order, so completions are seen in different orders. */
         weft_status_t st[2];
         int first = g_rank % 2;
         do {
-            st[first] = weft_vocab_mb_test(mb[first]);
-            st[1 - first] = weft_vocab_mb_test(mb[1 - first]);
+            st[first] = weft_test(req[first]);
+            st[1 - first] = weft_test(req[1 - first]);
             assert_true(st[0] == WEFT_OK || st[0] == WEFT_INPROGRESS);
             assert_true(st[1] == WEFT_OK || st[1] == WEFT_INPROGRESS);
         } while (st[0] == WEFT_INPROGRESS || st[1] == WEFT_INPROGRESS);
+        for (int k = 0; k < 2; k++) {
+            OK(weft_req_free(req[k]));
+        }
         for (int k = 1; k >= 0; k--) { /* T in the other order than S */
-            OK(weft_vocab_xent_t(mb[k], &g, dx[k], dw[k]));
-            weft_status_t st = weft_vocab_xent_c2(mb[k]);
+            OK(weft_vocab_xent_grad(mb[k], &g, dx[k], dw[k]));
+            weft_status_t st = weft_vocab_xent_dx_reduce_start(mb[k], &req[k]);
             assert_true(st == WEFT_OK || st == WEFT_INPROGRESS);
         }
         for (int k = 0; k < 2; k++) {
-            OK(weft_vocab_mb_wait(mb[k], WEFT_TIMEOUT_DEFAULT));
+            OK(weft_wait(req[k], WEFT_TIMEOUT_DEFAULT));
+            OK(weft_req_free(req[k]));
             float *lt = malloc(c[k].n * sizeof(float)), loss;
             OK(weft_vocab_xent_loss(mb[k], lt, &loss));
             check_outputs(g_rank, g_size, &c[k], &ref[k], &r, lt, loss, dx[k], dw[k], "pipelined");
@@ -195,14 +203,14 @@ static void test_pipelined_nonblocking(void **state)
         uint64_t per_mb = expected_colls[algo][0] + expected_colls[algo][1];
         assert_int_equal(coll_count() - c0, 2 * per_mb);
         for (int k = 0; k < 2; k++) {
-            OK(weft_vocab_mb_destroy(mb[k]));
+            OK(weft_vocab_mb_free(mb[k]));
             free(w[k]);
             free(dx[k]);
             free(dw[k]);
             xref_free(&ref[k]);
         }
     }
-    OK(weft_vocab_destroy(v));
+    OK(weft_vocab_free(v));
     xcase_free(&c[0]);
     xcase_free(&c[1]);
 }
@@ -243,8 +251,8 @@ static void test_accumulate_dw(void **state)
     for (size_t i = r.length * c.h; i < r.padded_length * c.h; i++) {
         assert_true(dw[i] == 0.5f);
     }
-    OK(weft_vocab_mb_destroy(mb));
-    OK(weft_vocab_destroy(v));
+    OK(weft_vocab_mb_free(mb));
+    OK(weft_vocab_free(v));
     free(w);
     free(dx);
     free(dw);
@@ -277,7 +285,7 @@ static void test_errors(void **state)
     badmp.algo = (weft_vocab_algo_t)7;
     assert_int_equal(weft_vocab_mb_create(v, &badmp, &mb), WEFT_ERR_INVALID_ARG);
     OK(weft_vocab_mb_create(v, &mp, &mb));
-    assert_int_equal(weft_vocab_destroy(v), WEFT_ERR_INVALID_ARG); /* mb still alive */
+    assert_int_equal(weft_vocab_free(v), WEFT_ERR_INVALID_ARG); /* mb still alive */
     float *w = shard_of(&c, &r), g = 1.0f, loss = 42.0f, lt[4] = {7, 7, 7, 7};
     float *dx = malloc(c.n * c.h * sizeof(float));
     float *dw = malloc(r.padded_length * c.h * sizeof(float) + 4);
@@ -287,18 +295,21 @@ static void test_errors(void **state)
                      WEFT_ERR_INVALID_ARG);
     assert_true(loss == 42.0f && lt[0] == 7.0f);
     assert_int_equal(weft_vocab_xent_loss(mb, lt, &loss), WEFT_ERR_INVALID_ARG);
-    assert_int_equal(weft_vocab_xent_t(mb, &g, dx, dw), WEFT_ERR_INVALID_ARG);
-    assert_int_equal(weft_vocab_xent_c1(mb), WEFT_ERR_INVALID_ARG);
-    assert_int_equal(weft_vocab_xent_c2(mb), WEFT_ERR_INVALID_ARG);
-    assert_int_equal(weft_vocab_xent_s(mb, c.x, w, c.labels, 5), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_vocab_xent_grad(mb, &g, dx, dw), WEFT_ERR_INVALID_ARG);
+    weft_req_t *req = NULL;
+    assert_int_equal(weft_vocab_xent_merge_start(mb, &req), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_vocab_xent_dx_reduce_start(mb, &req), WEFT_ERR_INVALID_ARG);
+    assert_null(req); /* a refused pass gives no request */
+    assert_int_equal(weft_vocab_xent_logits(mb, c.x, w, c.labels, 5), WEFT_ERR_INVALID_ARG);
     assert_int_equal(coll_count(), c0); /* nothing was communicated */
     c.labels[2] = 1;
     OK(weft_vocab_xent_forward(mb, c.x, w, c.labels, c.n, lt, &loss));
-    assert_int_equal(weft_vocab_xent_c1(mb), WEFT_ERR_INVALID_ARG); /* C1 twice */
+    assert_int_equal(weft_vocab_xent_merge_start(mb, &req), WEFT_ERR_INVALID_ARG); /* twice */
+    assert_null(req);
     OK(weft_vocab_xent_backward(mb, &g, dx, dw));
-    assert_int_equal(weft_vocab_xent_t(mb, &g, dx, dw), WEFT_ERR_INVALID_ARG); /* T twice */
-    OK(weft_vocab_mb_destroy(mb));
-    OK(weft_vocab_destroy(v));
+    assert_int_equal(weft_vocab_xent_grad(mb, &g, dx, dw), WEFT_ERR_INVALID_ARG); /* T twice */
+    OK(weft_vocab_mb_free(mb));
+    OK(weft_vocab_free(v));
     free(w);
     free(dx);
     free(dw);
@@ -333,9 +344,9 @@ static void test_zero_tokens(void **state)
             assert_true(dw[i] == 0.0f);
         }
         assert_int_equal(coll_count() - c0, expected_colls[algo][0] + expected_colls[algo][1]);
-        OK(weft_vocab_mb_destroy(mb));
+        OK(weft_vocab_mb_free(mb));
     }
-    OK(weft_vocab_destroy(v));
+    OK(weft_vocab_free(v));
 }
 
 /* The memory query against the sizes each algorithm must keep (independently listed). */
@@ -349,26 +360,26 @@ static void test_memory_query(void **state)
     weft_vocab_range_t r;
     OK(weft_vocab_local_range(v, &r));
     size_t logits = n * r.length * 4;
-    weft_vocab_mem_t m[3];
-    for (int a = 0; a < 3; a++) {
+    weft_vocab_mem_t m[WEFT_VOCAB_ALGO_COUNT];
+    for (int a = 0; a < WEFT_VOCAB_ALGO_COUNT; a++) {
         m[a] = (weft_vocab_mem_t){.size = sizeof(m[a])};
         OK(weft_vocab_xent_memory(v, (weft_vocab_algo_t)a, n, &m[a]));
     }
     /* NAIVE: logits + (max, sum, target); then exp + (loss, coef). */
-    assert_int_equal(m[0].s_to_c1, logits + 3 * n * 4);
-    assert_int_equal(m[0].c1_to_t, logits + 2 * n * 4);
+    assert_int_equal(m[WEFT_VOCAB_NAIVE].s_to_c1, logits + 3 * n * 4);
+    assert_int_equal(m[WEFT_VOCAB_NAIVE].c1_to_t, logits + 2 * n * 4);
     /* ALG1: exp + (m, s, t) records + local max. */
-    assert_int_equal(m[1].s_to_c1, logits + 4 * n * 4);
-    assert_int_equal(m[1].c1_to_t, logits + 2 * n * 4);
+    assert_int_equal(m[WEFT_VOCAB_ALG1].s_to_c1, logits + 4 * n * 4);
+    assert_int_equal(m[WEFT_VOCAB_ALG1].c1_to_t, logits + 2 * n * 4);
     /* ALG2: also A and B [n, h] each until C1, then D [n, h] until T. */
-    assert_int_equal(m[2].s_to_c1, logits + (3 + 2 * h) * n * 4 + n * 4);
-    assert_int_equal(m[2].c1_to_t, logits + 2 * n * 4 + n * h * 4);
-    for (int a = 0; a < 3; a++) {
+    assert_int_equal(m[WEFT_VOCAB_ALG2].s_to_c1, logits + (3 + 2 * h) * n * 4 + n * 4);
+    assert_int_equal(m[WEFT_VOCAB_ALG2].c1_to_t, logits + 2 * n * 4 + n * h * 4);
+    for (int a = 0; a < WEFT_VOCAB_ALGO_COUNT; a++) {
         assert_int_equal(m[a].peak, m[a].s_to_c1 > m[a].c1_to_t ? m[a].s_to_c1 : m[a].c1_to_t);
     }
     weft_vocab_mem_t bad = {.size = 0};
     assert_int_equal(weft_vocab_xent_memory(v, WEFT_VOCAB_ALG1, n, &bad), WEFT_ERR_INVALID_ARG);
-    OK(weft_vocab_destroy(v));
+    OK(weft_vocab_free(v));
 }
 
 static void test_embedding(void **state)
@@ -432,7 +443,7 @@ static void test_embedding(void **state)
     c0 = coll_count();
     assert_int_equal(weft_vocab_embed_forward(v, shard, ids, n, out), WEFT_ERR_INVALID_ARG);
     assert_int_equal(coll_count(), c0);
-    OK(weft_vocab_destroy(v));
+    OK(weft_vocab_free(v));
     free(table);
     free(grad);
     free(shard);

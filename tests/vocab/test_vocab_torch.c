@@ -101,9 +101,9 @@ static void run_case(const char *name)
         snprintf(what, sizeof(what), "torch %s %s", name,
                  weft_vocab_algo_name((weft_vocab_algo_t)algo));
         check_outputs(g_rank, g_size, c, &t.ref, &r, loss_tok, loss, dx, dw, what);
-        OK(weft_vocab_mb_destroy(mb));
+        OK(weft_vocab_mb_free(mb));
     }
-    OK(weft_vocab_destroy(v));
+    OK(weft_vocab_free(v));
     free(w);
     free(loss_tok);
     free(dx);

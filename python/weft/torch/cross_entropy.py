@@ -3,7 +3,8 @@ Module.
 
 Forward: S (this rank's logits X W_iᵀ and statistics) and C1 (their merge over the
 group), waited for: the loss. Backward: T (∇W_i, and ∇X for "alg2"), then for "naive"
-and "alg1" C2 (the sum of ∇X over the group). Every rank of the group runs forward and
+and "alg1" C2 (the sum of ∇X over the group). (The passes are weft.Microbatch's logits,
+merge_start, grad and dx_reduce_start; the layer runs the blocking forward and backward.) Every rank of the group runs forward and
 backward (the collectives pair up across ranks). The computation is float32.
 """
 
@@ -12,7 +13,7 @@ import weakref
 import torch
 
 from ..errors import invalid
-from ..vocab import ALGOS, REDUCTIONS, Vocab
+from ..vocab import ALGOS, DEFAULT_ALGO, REDUCTIONS, Vocab
 
 _POOL_MAX = 4  # idle microbatch states kept for reuse
 
@@ -147,7 +148,8 @@ class VocabParallelCrossEntropy(torch.nn.Module):
     weight this rank's shard [padded_length, h] (weft.torch.shard_vocab) gives the loss
     that torch.nn.functional.cross_entropy(hidden @ W.T, labels, ...) gives, on every rank.
 
-    algo: "naive" (3 collectives), "alg1" (2) or "alg2" (1 per microbatch).
+    algo: "alg2" (1 collective per microbatch; the default, as in C), "alg1" (2) or
+    "naive" (3).
     ignore_index: labels equal to it have no loss and no gradient (the mean counts the
     others; with every token ignored the mean is 0, where PyTorch gives nan).
     reduction: "mean", "sum" or "none" (per-token losses, shaped like labels).
@@ -159,7 +161,7 @@ class VocabParallelCrossEntropy(torch.nn.Module):
     align: shard length multiple, as weft_vocab_shard_range's.
     Floating inputs are computed in float32; gradients come back in their dtype."""
 
-    def __init__(self, group, algo="alg2", ignore_index=-100, reduction="mean", *,
+    def __init__(self, group, algo=DEFAULT_ALGO, ignore_index=-100, reduction="mean", *,
                  vocab_size=None, align=0):
         super().__init__()
         if vocab_size is None and (group.size > 1 or align > 1):
@@ -179,7 +181,7 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         return self._layer.vocab
 
     def close(self):
-        """Destroy the vocabulary and the microbatch states now (the next forward makes
+        """Free the vocabulary and the microbatch states now (the next forward makes
         them anew). Call it on every member before making vocabularies after a
         membership change, so that members and a replacement, which has none, register
         their reduction operators alike. The states of forwards whose backward has not

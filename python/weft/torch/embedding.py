@@ -64,7 +64,7 @@ class VocabParallelEmbedding(torch.nn.Module):
         return self.vocab.range
 
     def close(self):
-        """Destroy the vocabulary now (forward is refused afterwards). Call it on every
+        """Free the vocabulary now (forward is refused afterwards). Call it on every
         member before making vocabularies after a membership change, so that members and
         a replacement, which has none, register their reduction operators alike."""
         self.vocab.close()
