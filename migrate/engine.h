@@ -81,8 +81,8 @@ const weft_plan_t *weft__mig_plan(const weft_req_t *req);
 typedef bool (*weft__mig_piece_fn)(void *arg, const weft__xfer_t *x, const weft_box_t *box);
 bool weft__mig_received(const weft_req_t *req, weft__mig_piece_fn fn, void *arg);
 
-/* Test hooks: make every read of a sender's memory fail (as where process_vm_readv is not
- * permitted), and count the chunks read that way. */
+/* Test hooks: make every read of a sender's memory fail (as where the kernel does not
+ * permit the reads of transports/stream_cma.c), and count the chunks read that way. */
 extern bool weft__migrate_cma_refuse;
 extern _Atomic uint64_t weft__migrate_cma_reads;
 
