@@ -311,10 +311,7 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
         for (size_t w = 0; w < m->window; w++) {
             s->slots[w].chunk = -1;
         }
-        /* On one host, contiguous chunks are read by the receiver from the sender's
-         * memory (one copy, off the transport, outside the context's lock). */
-        weft_ctx_t *ctx = weft__group_ctx(m->g);
-        s->cma = weft__ctx_config(ctx)->migrate_cma && !m->any_dev && weft__peer_same_host(ctx, s->member);
+        weft__mig_stream_paths(m, s);
     }
     return WEFT_OK;
 }

@@ -15,6 +15,7 @@
 #include "comm/progress/job.h"
 #include "migrate/engine.h"
 #include "migrate/ring.h"
+#include "transports/select.h"
 
 /* In a verdict's count: the receiver could not read the sender's memory (CMA). */
 #define VERDICT_NO_CMA (1u << 31)
@@ -68,8 +69,12 @@ typedef struct stream {
     weft_req_t *vreq;
     int round, phase;
     int staged;      /* slots holding a staging buffer */
-    bool cma;        /* the peer is on this host: contiguous chunks are read from its memory */
     bool cma_failed; /* receiver: a read of the sender's memory failed (sent again by message) */
+    /* What this member knows of the peer (refused once a verdict says a read or a ring
+     * failed), and the stream's part of every question about a chunk's path
+     * (transports/select.h: weft__select_chunk_path decides). */
+    weft_tl_stream_peer_t peer;
+    weft_chunk_path_query_t paths;
     int ring_state;  /* RING_* */
     weft_mig_ring_t *ring; /* taken from the context's (migrate/ring_cache.c), or NULL */
     weft_mig_offer_t *offer; /* the ring's offer, sent or received (its own block) */
@@ -161,6 +166,9 @@ static inline bool src_dev(const mig_t *m, const weft__xfer_t *x)
 bool weft__mig_move_box(mig_t *m, bool dev, void *dst, const weft_box_t *dst_box, const void *src,
                         const weft_box_t *src_box, const weft_box_t *b, int nd, size_t elem);
 
+/* engine_stream.c: fill the facts of @p s that every question about its chunks' paths
+ * shares (s->peer, s->paths), once its chunks are cut. */
+void weft__mig_stream_paths(mig_t *m, stream_t *s);
 /* engine_stream.c: advance stream @p s (posting nothing below priority @p gate when the
  * migration is gated); WEFT_INPROGRESS, WEFT_OK once it is done, or an error. */
 weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate);

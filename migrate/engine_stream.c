@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "comm/coll/start.h"
@@ -20,6 +19,8 @@
 #include "migrate/device.h"
 #include "migrate/engine_impl.h"
 #include "migrate/xxh.h"
+#include "transports/select.h"
+#include "transports/stream.h"
 #include "util/clock.h"
 #include "util/assert.h"
 
@@ -43,20 +44,28 @@ bool weft__mig_move_box(mig_t *m, bool dev, void *dst, const weft_box_t *dst_box
     return true;
 }
 
-/* Where the chunk's bytes are sent from or received into: the user's packed buffer when
- * contiguous there (and host memory), else a staging buffer (NULL when the budget is used
- * up for now). *contiguous says which. */
-static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_chunk_t *c,
-                            bool *contiguous)
+/* Whether chunk @p c lies contiguous in the host buffer it is sent from (or received
+ * into), at *off of that buffer. */
+static bool chunk_contiguous(const mig_t *m, const stream_t *s, const weft_mig_chunk_t *c,
+                             size_t *off)
 {
     const weft__xfer_t *x = xfer_of(m, c);
-    size_t off;
-    bool dev = s->send ? src_dev(m, x) : m->new_dev;
-    *contiguous = !dev && s->send ? weft__mig_contiguous(&x->src_box, x->src_packed, &c->box,
-                                                         x->ndims, x->elem, &off)
-                                  : !dev && weft__mig_contiguous(&x->dst_box, x->dst_packed,
-                                                                 &c->box, x->ndims, x->elem, &off);
-    if (*contiguous) {
+    if (s->send) {
+        return !src_dev(m, x) && weft__mig_contiguous(&x->src_box, x->src_packed, &c->box,
+                                                      x->ndims, x->elem, off);
+    }
+    return !m->new_dev &&
+           weft__mig_contiguous(&x->dst_box, x->dst_packed, &c->box, x->ndims, x->elem, off);
+}
+
+/* Where the chunk's bytes are sent from or received into: the user's packed buffer when
+ * @p contiguous there (at @p off), else a staging buffer (NULL when the budget is used up
+ * for now). */
+static uint8_t *chunk_place(mig_t *m, stream_t *s, slot_t *sl, const weft_mig_chunk_t *c,
+                            bool contiguous, size_t off)
+{
+    const weft__xfer_t *x = xfer_of(m, c);
+    if (contiguous) {
         return s->send ? (uint8_t *)src_base(m, x) + off : dst_base(m, x) + off;
     }
     if (sl->ring_q != 0) {
@@ -87,28 +96,76 @@ static void drop_staging(mig_t *m, stream_t *s, slot_t *sl)
     }
 }
 
-/* Read @p len bytes at @p addr of process @p pid into @p dst; false if that fails. */
+/* The largest chunk of @p s: a ring's slot size (a chunk is at least one row, so it may
+ * exceed the chunk size). The same on both members. */
+static size_t max_chunk(const stream_t *s)
+{
+    size_t n = 0;
+    for (uint32_t k = 0; k < s->nchunks; k++) {
+        n = s->chunks[k].bytes > n ? s->chunks[k].bytes : n;
+    }
+    return n;
+}
+
+/* Read @p len bytes at @p addr of process @p pid into @p dst (transports/stream_cma.c);
+ * false if that fails or the test hook refuses it. */
 static bool cma_read(weft__faults_t *f, void *dst, uint64_t pid, uint64_t addr, size_t len)
 {
     if (f->cma_refuse) {
         errno = EPERM;
         return false;
     }
-    size_t got = 0;
-    while (got < len) {
-        struct iovec local = {(char *)dst + got, len - got};
-        struct iovec remote = {(void *)(uintptr_t)(addr + got), len - got};
-        ssize_t n = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR) {
-                continue;
-            }
-            return false;
-        }
-        got += (size_t)n;
+    if (weft__tl_stream_cma.read->read(pid, addr, dst, len) != WEFT_OK) {
+        return false;
     }
     atomic_fetch_add(&f->counts.cma_reads, 1);
     return true;
+}
+
+void weft__mig_stream_paths(mig_t *m, stream_t *s)
+{
+    weft_ctx_t *ctx = weft__group_ctx(m->g);
+    const weft_config_t *cfg = weft__ctx_config(ctx);
+    s->peer = (weft_tl_stream_peer_t){
+        .size = sizeof(weft_tl_stream_peer_t),
+        .same_host = weft__peer_same_host(ctx, s->member),
+        .pid = 0, /* the sender's comes with each chunk's header, the owner's with the offer */
+        .mem = m->any_dev ? WEFT_MEM_CUDA : WEFT_MEM_HOST,
+        .peer_mem = WEFT_MEM_HOST, /* not known: the receiver refuses what it cannot take */
+        .refused = false,
+    };
+    s->paths = (weft_chunk_path_query_t){
+        .size = sizeof(weft_chunk_path_query_t),
+        .receiver = !s->send,
+        .same_host = s->peer.same_host,
+        .migrate_shm = cfg->migrate_shm != 0,
+        .migrate_cma = cfg->migrate_cma != 0,
+        .oversubscribed = weft__ctx_oversubscribed(ctx),
+        .ring_fits = weft__ring_fits(max_chunk(s), s->nchunks),
+    };
+    weft__select_reach(&s->peer, &s->paths);
+}
+
+/* The verdict of a round says the receiver could not read this stream's chunks from the
+ * sender's memory or ring: what is sent again goes by message. */
+static void stream_refused(stream_t *s)
+{
+    s->peer.refused = true;
+    weft__select_reach(&s->peer, &s->paths);
+}
+
+/* Which path chunks of @p s take (transports/select.c decides), with the ring as
+ * @p ring says and the chunk @p contiguous in the sender's buffer. */
+static weft_tl_path_t chunk_path(const mig_t *m, const stream_t *s, weft_chunk_ring_t ring,
+                                 bool contiguous)
+{
+    weft_chunk_path_query_t q = s->paths;
+    q.nccl_round = m->nccl && s->round == 0;
+    q.ring = ring;
+    /* Test hooks: 1, senders cannot map the offered ring; 2, receivers cannot make one. */
+    q.ring_refused = m->faults->ring_refuse == (s->send ? 1 : 2);
+    q.contiguous = contiguous;
+    return weft__select_chunk_path(&q);
 }
 
 /* The data work of a slot, outside the context's lock (comm/progress/job.h). */
@@ -189,8 +246,15 @@ static void ring_busy(mig_t *m)
 static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
 {
     const weft_mig_chunk_t *c = &s->chunks[ci];
+    size_t off = 0;
+    bool contiguous = chunk_contiguous(m, s, c, &off);
+    weft_tl_path_t path = WEFT_TL_PATH_MSG; /* the receiver learns it from the header */
     sl->ring_q = 0;
-    if (s->send && s->ring_state == RING_ON) {
+    if (s->send) {
+        path = chunk_path(m, s, s->ring_state == RING_ON ? WEFT_CHUNK_RING_ON : WEFT_CHUNK_RING_OFF,
+                          contiguous);
+    }
+    if (path == WEFT_TL_PATH_RING) {
         if (!weft__ring_free_for(s->ring, s->ring_seq)) {
             /* The receiver has not emptied that slot yet: try on a later pass. */
             weft_ctx_t *ctx = weft__group_ctx(m->g);
@@ -199,8 +263,7 @@ static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
         ring_busy(m);
         sl->ring_q = s->ring_seq + 1;
     }
-    bool contiguous;
-    uint8_t *p = chunk_place(m, s, sl, c, &contiguous);
+    uint8_t *p = chunk_place(m, s, sl, c, contiguous, off);
     if (p == NULL) {
         return WEFT_OK; /* no staging memory now: try on a later call */
     }
@@ -213,7 +276,7 @@ static weft_status_t post_chunk(mig_t *m, stream_t *s, slot_t *sl, uint32_t ci)
     sl->job.run = slot_job;
     sl->copy_failed = sl->good = sl->cma_failed = false;
     if (s->send) {
-        sl->cma = s->cma && contiguous && sl->ring_q == 0;
+        sl->cma = path == WEFT_TL_PATH_CMA;
         sl->hdr_buf[1] = c->bytes;
         sl->hdr_buf[2] = sl->cma ? (uint64_t)getpid() : 0;
         sl->hdr_buf[3] = sl->cma ? (uint64_t)(uintptr_t)p : 0;
@@ -264,11 +327,14 @@ static weft_status_t slot_progress(mig_t *m, stream_t *s, slot_t *sl)
         /* Take it from the ring or read it from the sender's memory only where this
          * member agrees it may; where not, the chunk counts as bad and is sent again by
          * message. */
-        sl->ring_q = s->ring_state == RING_ON ? sl->hdr_buf[4] : 0;
+        bool in_ring = s->ring_state == RING_ON && sl->hdr_buf[4] != 0;
+        weft_tl_path_t path = chunk_path(m, s, in_ring ? WEFT_CHUNK_RING_ON : WEFT_CHUNK_RING_OFF,
+                                         sl->hdr_buf[3] != 0);
+        sl->ring_q = path == WEFT_TL_PATH_RING ? sl->hdr_buf[4] : 0;
         if (sl->ring_q != 0) {
             ring_busy(m);
         }
-        sl->cma = sl->ring_q == 0 && sl->hdr_buf[3] != 0 && s->cma;
+        sl->cma = path == WEFT_TL_PATH_CMA;
         if (sl->cma || sl->ring_q != 0) {
             submit(m, sl);
             return WEFT_INPROGRESS;
@@ -361,24 +427,11 @@ static weft_status_t end_round(mig_t *m, stream_t *s, uint32_t nbad, const uint3
     return WEFT_OK;
 }
 
-/* The largest chunk of @p s: a ring's slot size (a chunk is at least one row, so it may
- * exceed the chunk size). The same on both members. */
-static size_t max_chunk(const stream_t *s)
-{
-    size_t n = 0;
-    for (uint32_t k = 0; k < s->nchunks; k++) {
-        n = s->chunks[k].bytes > n ? s->chunks[k].bytes : n;
-    }
-    return n;
-}
-
 /*
- * Decide, alike on both members, whether stream @p s goes through a ring: when the
- * setting allows it, its peer is on this host, it is long enough (weft__ring_fits) and
- * the first round does not go through NCCL. Then the receiver makes the ring and
- * offers it (or offers none: when it cannot make one, its buffers are on a device or
- * its host runs more ranks than cores), and the sender maps it before it posts a chunk
- * (or goes without). WEFT_OK once decided.
+ * Set up stream @p s's ring as transports/select.c decides: whether the members exchange
+ * an offer (alike on both), then whether the receiver makes a ring to offer (or offers
+ * none) and whether the sender maps the ring offered before it posts a chunk (or goes
+ * without; so does a member that fails to make or map one). WEFT_OK once settled.
  */
 static weft_status_t ring_progress(mig_t *m, stream_t *s)
 {
@@ -386,8 +439,7 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
     if (s->ring_state == RING_UNDECIDED) {
         weft_ctx_t *ctx = weft__group_ctx(m->g);
         size_t slot = max_chunk(s);
-        if (!weft__ctx_config(ctx)->migrate_shm || m->nccl || !weft__ring_fits(slot, s->nchunks) ||
-            !weft__peer_same_host(ctx, s->member)) {
+        if (chunk_path(m, s, WEFT_CHUNK_RING_UNDECIDED, false) != WEFT_TL_PATH_RING) {
             s->ring_state = RING_NONE;
             return WEFT_OK;
         }
@@ -400,10 +452,10 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
             st = weft__irecv(m->g, s->rank, s->offer, sizeof(*s->offer), WEFT_TAG_MIGRATE, pl,
                              &s->offer_req);
         } else {
-            /* With more ranks than cores, a ring, which needs both members running at
-             * once, lost to CMA, which needs only the receiver: 8-rank restores on 2
-             * cores took 10-35% longer through rings. */
-            if (!m->any_dev && !weft__ctx_oversubscribed(ctx) && m->faults->ring_refuse != 2) {
+            /* Not with more ranks than cores (transports/select.c): a ring, which needs
+             * both members running at once, lost to CMA, which needs only the receiver:
+             * 8-rank restores on 2 cores took 10-35% longer through rings. */
+            if (chunk_path(m, s, WEFT_CHUNK_RING_OFFER, false) == WEFT_TL_PATH_RING) {
                 uint32_t slots = weft__ring_slots(slot, s->nchunks, m->window);
                 s->ring = weft__ring_take_owned(ctx, s->member, slot, slots, s->offer);
                 if (s->ring == NULL) {
@@ -423,7 +475,9 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
         if ((st = weft__coll_child_test(&s->offer_req, NULL)) != WEFT_OK) {
             return st;
         }
-        if (!m->any_dev && s->offer->slots != 0 && m->faults->ring_refuse != 1) {
+        weft_chunk_ring_t offered =
+            s->offer->slots != 0 ? WEFT_CHUNK_RING_OFFER : WEFT_CHUNK_RING_OFF;
+        if (chunk_path(m, s, offered, false) == WEFT_TL_PATH_RING) {
             s->ring = weft__ring_take_mapped(weft__group_ctx(m->g), s->member, s->offer, max_chunk(s));
             if (s->ring == NULL) {
                 WEFT_DEBUG(weft__ctx_logger(weft__group_ctx(m->g)), "migration: cannot map member %d's ring (%s)",
@@ -444,7 +498,7 @@ weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
         return st;
     }
     if (s->phase == ST_CHUNKS) {
-        if (m->nccl && s->round == 0) {
+        if (chunk_path(m, s, WEFT_CHUNK_RING_OFF, false) == WEFT_TL_PATH_NCCL) {
             /* The first round goes through NCCL (nccl_path.c), which fills ok[] and bad[]. */
             if (!m->nccl_done) {
                 return WEFT_INPROGRESS;
@@ -506,8 +560,7 @@ weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
         }
         if (s->send) {
             if (s->verdict[0] & VERDICT_NO_CMA) {
-                s->cma = false; /* the receiver cannot read this member's memory */
-                s->ring_state = s->ring_state == RING_ON ? RING_OFF : s->ring_state;
+                stream_refused(s); /* the receiver cannot read this member's memory */
             }
             uint32_t count = s->verdict[0] & ~VERDICT_NO_CMA;
             uint32_t nbad = count <= s->nchunks ? count : s->nchunks;
@@ -515,7 +568,7 @@ weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
             return end_round(m, s, nbad, s->bad);
         }
         if (s->cma_failed) {
-            s->cma = false; /* what is sent again comes by message */
+            stream_refused(s); /* what is sent again comes by message */
         }
         return end_round(m, s, s->nbad, s->bad);
     }

@@ -1,14 +1,15 @@
 /*
- * A same-host migration stream's shared-memory ring (internal). The receiver owns it: a
- * memfd of a header page and `slots` chunk-sized slots, allocated in full when made. It
- * offers the ring to the sender (its pid and the memfd's number, in one message); the
- * sender maps it through pidfd_getfd(2), which asks the same permission as
- * process_vm_readv. Chunk q of the stream (counted from 0 in the order the sender posts)
- * goes in slot q % slots. The sender checksums each piece of the chunk and copies it in
- * while it is in its cache; the receiver copies it out and checksums what it wrote, then
- * records slot q % slots free again: done[q % slots] = q / slots + 1. The sender writes
- * chunk q only once done[q % slots] >= q / slots, so it may run up to `slots` chunks ahead.
- * Counters only grow and only the receiver writes them, so no lock is taken.
+ * A same-host migration stream's shared-memory ring (internal). The receiver owns it:
+ * shared memory of a header page and `slots` chunk-sized slots, allocated in full when
+ * made, and offered to the sender in one message; the sender maps the offer. Both are
+ * done by the memfd stream mechanism (transports/stream_memfd.c, the same permission as
+ * the reads of transports/stream_cma.c); this file keeps the ring's protocol. Chunk q of
+ * the stream (counted from 0 in the order the sender posts) goes in slot q % slots. The
+ * sender checksums each piece of the chunk and copies it in while it is in its cache; the
+ * receiver copies it out and checksums what it wrote, then records slot q % slots free
+ * again: done[q % slots] = q / slots + 1. The sender writes chunk q only once
+ * done[q % slots] >= q / slots, so it may run up to `slots` chunks ahead. Counters only
+ * grow and only the receiver writes them, so no lock is taken.
  */
 #ifndef WEFT_MIGRATE_RING_H
 #define WEFT_MIGRATE_RING_H
@@ -17,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transports/stream.h"
 #include "util/assert.h"
 
 #define WEFT_RING_HDR 4096        /* the counters, a cache line each */
@@ -38,17 +40,19 @@
 struct weft_ctx;
 
 typedef struct weft_mig_ring {
-    uint8_t *base; /* NULL: none */
-    size_t len, chunk;
+    weft_tl_stream_region_t mem; /* base NULL: none; fd: the owner's, -1 on the sender */
+    weft_tl_stream_offer_t own;  /* the owner's offer of it; zero on the sender */
+    size_t chunk;
     uint32_t slots;
-    int fd; /* the owner's memfd; -1 on the sender */
     uint64_t id; /* its number in the owner process */
 } weft_mig_ring_t;
 
-/* The offer message: pid, memfd number, length, slots (0 when there is no ring), and the
- * ring's number in its owner (a sender that mapped that ring before maps it no more). */
+/* The offer message: the memory's offer (owner pid, its descriptor, length), slots (0
+ * when there is no ring), and the ring's number in its owner (a sender that mapped that
+ * ring before maps it no more). Five 64-bit words. */
 typedef struct weft_mig_offer {
-    uint64_t pid, fd, len, slots, id;
+    weft_tl_stream_offer_t mem;
+    uint64_t slots, id;
 } weft_mig_offer_t;
 
 /*
@@ -102,12 +106,12 @@ void weft__ring_give_back(struct weft_ctx *ctx, weft_mig_ring_t *r, bool keep);
 
 static inline uint8_t *weft__ring_slot(const weft_mig_ring_t *r, uint64_t q)
 {
-    WEFT_ASSERT(r->slots > 0 && r->base != NULL);
-    return r->base + WEFT_RING_HDR + (size_t)(q % r->slots) * r->chunk;
+    WEFT_ASSERT(r->slots > 0 && r->mem.base != NULL);
+    return (uint8_t *)r->mem.base + WEFT_RING_HDR + (size_t)(q % r->slots) * r->chunk;
 }
 static inline uint64_t *weft__ring_done(const weft_mig_ring_t *r, uint64_t q)
 {
-    return (uint64_t *)(r->base + (size_t)(q % r->slots) * 64);
+    return (uint64_t *)((uint8_t *)r->mem.base + (size_t)(q % r->slots) * 64);
 }
 /* The sender may write chunk q. */
 static inline bool weft__ring_free_for(const weft_mig_ring_t *r, uint64_t q)

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "comm/core.h"
 #include "migrate/ring.h"
@@ -27,7 +26,7 @@ struct weft_mig_rings {
 
 static void entry_free(struct weft_mig_rings *rs, ring_entry_t *e)
 {
-    rs->bytes[e->owner] -= e->ring.len;
+    rs->bytes[e->owner] -= e->ring.mem.len;
     weft__ring_free(&e->ring);
     free(e);
 }
@@ -95,7 +94,7 @@ static ring_entry_t *sweep(weft_ctx_t *ctx, struct weft_mig_rings *rs, int membe
             *pp = e->next;
             if (fits(e, arg)) {
                 found = e;
-                rs->bytes[owner] -= e->ring.len; /* counted again when linked */
+                rs->bytes[owner] -= e->ring.mem.len; /* counted again when linked */
             } else {
                 entry_free(rs, e); /* another geometry or ring: not used again */
             }
@@ -108,7 +107,7 @@ static ring_entry_t *sweep(weft_ctx_t *ctx, struct weft_mig_rings *rs, int membe
 
 static void link_busy(struct weft_mig_rings *rs, ring_entry_t *e, int member, bool owner)
 {
-    rs->bytes[owner] += e->ring.len;
+    rs->bytes[owner] += e->ring.mem.len;
     e->member = member;
     e->owner = owner;
     e->busy = true;
@@ -139,10 +138,8 @@ weft_mig_ring_t *weft__ring_take_owned(weft_ctx_t *ctx, int member, size_t chunk
     geometry_t g = {chunk, slots};
     ring_entry_t *e = sweep(ctx, rs, member, true, fits_geometry, &g);
     if (e != NULL) {
-        memset(e->ring.base, 0, WEFT_RING_HDR); /* counters from 0, as a new ring's */
-        offer->pid = (uint64_t)getpid();
-        offer->fd = (uint64_t)e->ring.fd;
-        offer->len = e->ring.len;
+        memset(e->ring.mem.base, 0, WEFT_RING_HDR); /* counters from 0, as a new ring's */
+        offer->mem = e->ring.own;
         offer->slots = e->ring.slots;
         offer->id = e->ring.id;
     } else {
@@ -168,7 +165,7 @@ weft_mig_ring_t *weft__ring_take_owned(weft_ctx_t *ctx, int member, size_t chunk
 static bool fits_offer(const ring_entry_t *e, const void *arg)
 {
     const weft_mig_offer_t *o = arg;
-    return e->pid == o->pid && e->ring.id == o->id && e->ring.len == o->len &&
+    return e->pid == o->mem.pid && e->ring.id == o->id && e->ring.mem.len == o->mem.len &&
            e->ring.slots == o->slots;
 }
 
@@ -187,7 +184,7 @@ weft_mig_ring_t *weft__ring_take_mapped(weft_ctx_t *ctx, int member, const weft_
         e = NULL;
     }
     if (e == NULL) {
-        if (!make_room(rs, false, offer->len)) {
+        if (!make_room(rs, false, offer->mem.len)) {
             errno = ENOBUFS;
             return NULL;
         }
@@ -201,7 +198,7 @@ weft_mig_ring_t *weft__ring_take_mapped(weft_ctx_t *ctx, int member, const weft_
             errno = err;
             return NULL;
         }
-        e->pid = offer->pid;
+        e->pid = offer->mem.pid;
     }
     link_busy(rs, e, member, false);
     return &e->ring;

@@ -453,3 +453,60 @@ weft_status_t weft__tsel_check_override(const weft_topo_summary_t *me, weft_tsel
     }
     return WEFT_ERR_UNSUPPORTED;
 }
+
+/* ---- the path of a migration chunk ---- */
+
+void weft__select_reach(const weft_tl_stream_peer_t *peer, weft_chunk_path_query_t *q)
+{
+    q->ring_reach = weft__tl_stream_memfd.can_reach(peer);
+    q->cma_reach = weft__tl_stream_cma.can_reach(peer);
+}
+
+/* Whether the question @p q asks about the stream's ring is answered yes. */
+static bool ring_path(const weft_chunk_path_query_t *q)
+{
+    switch (q->ring) {
+    case WEFT_CHUNK_RING_UNDECIDED:
+        return q->migrate_shm && q->ring_fits;
+    case WEFT_CHUNK_RING_OFFER:
+        return q->migrate_shm && q->ring_fits && q->ring_reach && !q->ring_refused &&
+               !(q->receiver && q->oversubscribed);
+    case WEFT_CHUNK_RING_ON:
+        return q->ring_reach;
+    case WEFT_CHUNK_RING_OFF:
+        break;
+    }
+    return false;
+}
+
+weft_tl_path_t weft__select_chunk_path(const weft_chunk_path_query_t *q)
+{
+    if (q->nccl_round) {
+        return WEFT_TL_PATH_NCCL;
+    }
+    if (!q->same_host) {
+        return WEFT_TL_PATH_MSG;
+    }
+    if (ring_path(q)) {
+        return WEFT_TL_PATH_RING;
+    }
+    if (q->migrate_cma && q->cma_reach && q->contiguous) {
+        return WEFT_TL_PATH_CMA;
+    }
+    return WEFT_TL_PATH_MSG;
+}
+
+const char *weft__tl_path_name(weft_tl_path_t p)
+{
+    switch (p) {
+    case WEFT_TL_PATH_MSG:
+        return "msg";
+    case WEFT_TL_PATH_CMA:
+        return "cma";
+    case WEFT_TL_PATH_RING:
+        return "ring";
+    case WEFT_TL_PATH_NCCL:
+        return "nccl";
+    }
+    return "?";
+}

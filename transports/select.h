@@ -12,15 +12,50 @@
  * function: it reads nothing but its arguments, so it is tested on XML topologies of
  * machines the tests do not run on. docs/transport-selection.md lists the rules.
  *
+ * select.c also decides which path each chunk of a migration stream takes
+ * (weft__select_chunk_path, below): the one place that picks between the message
+ * transport, NCCL and the same-host mechanisms of transports/stream.h. The migration
+ * engine (migrate/engine_stream.c) gathers the facts, asks, and runs the protocol of
+ * the path it is given. The rule:
+ *
+ *   NCCL  every chunk of the first round, when the group chose NCCL for the migration
+ *         (its members' chunks to and from each other all in device memory, and
+ *         weft__tsel_decide_group said NCCL: comm/device/, migrate/nccl_path.c). A chunk
+ *         sent again (the second round) takes the paths below.
+ *   MSG   a peer on another host: header and data as messages of the message transport.
+ *   RING  a peer on this host, through the stream's shared-memory ring
+ *         (transports/stream_memfd.c; migrate/ring.c runs its slots). A stream has one
+ *         when WEFT_MIGRATE_SHM is on and it is long enough (weft__ring_fits), the members
+ *         agreeing on that from facts they share; then the receiver makes one when its
+ *         buffers are in host memory, its host is not oversubscribed (a ring needs both
+ *         members running at once, a CMA read only the receiver) and memfd can reach the
+ *         peer, and offers it (or offers none); the sender maps an offered ring when its
+ *         buffers are in host memory. A ring that cannot be made or mapped leaves the
+ *         stream without one (the chunks take the paths below). Every chunk of a stream
+ *         whose ring is in use goes through it, contiguous or not.
+ *   CMA   a peer on this host, no ring: WEFT_MIGRATE_CMA on, host memory on both sides,
+ *         and the chunk contiguous in the sender's buffer: the header goes by message and
+ *         the receiver reads the data from the sender's memory (transports/stream_cma.c).
+ *         The sender cannot know the receiver's memory: it offers the read (the chunk's
+ *         header carries its address) and a receiver that cannot take it refuses.
+ *   MSG   everything else: device memory on a side, a chunk that is not contiguous,
+ *         the settings off.
+ * A read or ring the receiver refused or could not use (not permitted, device memory)
+ * counts its chunk as bad; the verdict of the round says so and both members mark the
+ * peer refused (weft_tl_stream_peer_t::refused): memfd and CMA then no longer reach it,
+ * and what is sent again goes by message.
+ *
  * Like every transport header, this one includes only public weft headers.
  */
 #ifndef WEFT_SELECT_H
 #define WEFT_SELECT_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transports/stream.h"
 #include "transports/transport.h"
 #include "weft/status.h"
 
@@ -188,5 +223,67 @@ weft_status_t weft__tsel_decide_group(const weft_topo_summary_t *const *members,
  */
 weft_status_t weft__tsel_check_override(const weft_topo_summary_t *me, weft_tsel_override_t ov,
                                         int ucx_available, char *why, size_t why_len);
+
+/* ---- the path of a migration chunk (the rule is in the comment at the top) ---- */
+
+typedef enum weft_tl_path {
+    WEFT_TL_PATH_MSG = 0,  /* header and data as messages of the message transport */
+    WEFT_TL_PATH_CMA = 1,  /* header by message; the receiver reads the sender's memory */
+    WEFT_TL_PATH_RING = 2, /* through the stream's shared-memory ring */
+    WEFT_TL_PATH_NCCL = 3, /* GPU to GPU, NCCL point-to-point */
+} weft_tl_path_t;
+
+/* A stream's ring as the asking member sees it. */
+typedef enum weft_chunk_ring {
+    /* Before the members exchange an offer: asks whether they do (RING: yes). Decided
+     * from facts both members share, so both ask alike. */
+    WEFT_CHUNK_RING_UNDECIDED = 0,
+    /* The offer: the receiver asks whether it makes a ring to offer, the sender whether
+     * it maps the ring offered (an offer of none is OFF). RING: yes. */
+    WEFT_CHUNK_RING_OFFER = 1,
+    /* The ring is in use: the sender mapped it; the receiver made it and the chunk's
+     * header names a slot of it. */
+    WEFT_CHUNK_RING_ON = 2,
+    WEFT_CHUNK_RING_OFF = 3, /* none, or not for this chunk */
+} weft_chunk_ring_t;
+
+/*
+ * The facts a member of a migration stream has about one of its chunks. The stream's
+ * part is filled once (weft__select_reach adds what the stream mechanisms reach); the
+ * chunk's part (nccl_round, ring, ring_refused, contiguous) at each question.
+ */
+typedef struct weft_chunk_path_query {
+    size_t size;          /* sizeof(weft_chunk_path_query_t) */
+    bool receiver;        /* asked by the receiving member (else the sender) */
+    bool same_host;       /* the peer runs on this host */
+    bool migrate_shm;     /* WEFT_MIGRATE_SHM (the members agreed on it) */
+    bool migrate_cma;     /* WEFT_MIGRATE_CMA */
+    bool oversubscribed;  /* this host runs more ranks than cores */
+    bool ring_fits;       /* the stream is long enough for a ring (weft__ring_fits) */
+    bool ring_reach;      /* weft__tl_stream_memfd can reach the peer */
+    bool cma_reach;       /* weft__tl_stream_cma can reach the peer */
+    bool nccl_round;      /* the group moves this round GPU to GPU through NCCL */
+    weft_chunk_ring_t ring;
+    bool ring_refused;    /* this side may not make (receiver) or map (sender) a ring */
+    /* The chunk lies contiguous in the sender's host buffer: the sender knows; the
+     * receiver knows it when the chunk's header offers its address for a read. */
+    bool contiguous;
+} weft_chunk_path_query_t;
+
+/*
+ * Fill q->ring_reach and q->cma_reach by asking each stream mechanism's can_reach()
+ * about @p peer. Once per stream, and again when the peer changes (it refused).
+ */
+void weft__select_reach(const weft_tl_stream_peer_t *peer, weft_chunk_path_query_t *q);
+
+/*
+ * The path of the chunk described by @p q, by the rule at the top of this header. Pure:
+ * it reads nothing but @p q, and makes no indirect call (it is on the per-chunk path).
+ * Asked with the ring UNDECIDED or OFFER, only whether the answer is RING matters.
+ */
+weft_tl_path_t weft__select_chunk_path(const weft_chunk_path_query_t *q);
+
+/* "msg", "cma", "ring", "nccl". */
+const char *weft__tl_path_name(weft_tl_path_t p);
 
 #endif

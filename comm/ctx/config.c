@@ -315,7 +315,8 @@ static const config_field_t config_table[] = {
           migrate_chunk, size),
     FIELD("WEFT_MIGRATE_CMA", "on",
           "on: between ranks on one host, a migration's receiver reads each chunk straight "
-          "from the sender's memory (process_vm_readv), outside the context's lock; where "
+          "from the sender's memory (cross-memory attach, transports/stream_cma.c), outside "
+          "the context's lock; where "
           "that is not permitted the chunk is sent again as a message. off: always messages.",
           migrate_cma, onoff),
     FIELD("WEFT_MIGRATE_SHM", "on",

@@ -33,7 +33,7 @@ typedef struct weft_config {
     int progress_idle;            /* 1: the progress thread runs under SCHED_IDLE */
     size_t migrate_chunk;         /* bytes: chunk of parameter migration */
     size_t migrate_window;        /* chunks in flight per pair of members */
-    int migrate_cma;              /* 1: same-host chunks read with process_vm_readv */
+    int migrate_cma;              /* 1: same-host chunks read by transports/stream_cma.c */
     int migrate_shm;              /* 1: long same-host streams go through a shared ring */
     int yield_spins;              /* progress polls before a wait starts yielding; -1: auto */
     char ns[32];                  /* prefix of this context's store keys */
