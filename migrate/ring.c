@@ -12,7 +12,6 @@
 
 #define PIECE (16u << 10) /* checksummed and copied while in the first-level cache */
 
-_Atomic uint64_t weft__ring_made = 0, weft__ring_mapped = 0;
 
 bool weft__ring_fits(size_t slot, uint32_t nchunks)
 {
@@ -56,7 +55,6 @@ bool weft__ring_make(weft_mig_ring_t *r, size_t chunk, uint32_t slots, weft_mig_
     offer->mem = r->own;
     offer->slots = slots;
     offer->id = r->id;
-    weft__ring_made++;
     return true;
 }
 
@@ -74,7 +72,6 @@ bool weft__ring_map(weft_mig_ring_t *r, const weft_mig_offer_t *offer, size_t ch
     r->chunk = chunk;
     r->slots = (uint32_t)offer->slots;
     r->id = offer->id;
-    weft__ring_mapped++;
     return true;
 }
 

@@ -79,10 +79,8 @@ bool weft__ring_make(weft_mig_ring_t *r, size_t chunk, uint32_t slots, weft_mig_
  * there is none or it cannot, and the stream goes without. */
 bool weft__ring_map(weft_mig_ring_t *r, const weft_mig_offer_t *offer, size_t chunk);
 void weft__ring_free(weft_mig_ring_t *r);
-/* Rings this process made and mapped (tests: a kept ring is not made again), and the
- * budget in force (WEFT_RING_BUDGET; tests lower it). */
-extern _Atomic uint64_t weft__ring_made, weft__ring_mapped;
-extern size_t weft__ring_budget;
+/* Rings made and mapped are counted, and the budget lowered by tests, in the context's
+ * fault table (comm/fault.h: counts.rings_made, rings_mapped; ring_budget). */
 
 /*
  * Rings kept between migrations, per context (migrate/ring_cache.c; the context's lock

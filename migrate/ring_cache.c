@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm/core.h"
+#include "comm/fault.h"
 #include "migrate/ring.h"
 
 typedef struct ring_entry {
@@ -31,13 +32,18 @@ static void entry_free(struct weft_mig_rings *rs, ring_entry_t *e)
     free(e);
 }
 
-size_t weft__ring_budget = WEFT_RING_BUDGET;
-
-/* Room for a ring of @p len bytes in direction @p owner within weft__ring_budget, made by
- * freeing idle rings (of any peer) where needed; false when the busy ones fill it. */
-static bool make_room(struct weft_mig_rings *rs, bool owner, size_t len)
+/* The bytes of rings kept per direction: WEFT_RING_BUDGET, unless a test lowered it. */
+static size_t ring_budget(weft_ctx_t *ctx)
 {
-    for (ring_entry_t **pp = &rs->head; *pp != NULL && rs->bytes[owner] + len > weft__ring_budget;) {
+    size_t b = weft__ctx_faults(ctx)->ring_budget;
+    return b != 0 ? b : WEFT_RING_BUDGET;
+}
+
+/* Room for a ring of @p len bytes in direction @p owner within @p budget, made by freeing
+ * idle rings (of any peer) where needed; false when the busy ones fill it. */
+static bool make_room(struct weft_mig_rings *rs, bool owner, size_t len, size_t budget)
+{
+    for (ring_entry_t **pp = &rs->head; *pp != NULL && rs->bytes[owner] + len > budget;) {
         ring_entry_t *e = *pp;
         if (!e->busy && e->owner == owner) {
             *pp = e->next;
@@ -46,7 +52,7 @@ static bool make_room(struct weft_mig_rings *rs, bool owner, size_t len)
         }
         pp = &e->next;
     }
-    return rs->bytes[owner] + len <= weft__ring_budget;
+    return rs->bytes[owner] + len <= budget;
 }
 
 /* The key of the context's ring cache (weft__ctx_ext). */
@@ -143,7 +149,7 @@ weft_mig_ring_t *weft__ring_take_owned(weft_ctx_t *ctx, int member, size_t chunk
         offer->slots = e->ring.slots;
         offer->id = e->ring.id;
     } else {
-        if (!make_room(rs, true, WEFT_RING_HDR + (size_t)slots * chunk)) {
+        if (!make_room(rs, true, WEFT_RING_HDR + (size_t)slots * chunk, ring_budget(ctx))) {
             errno = ENOBUFS; /* rings of streams in flight fill the budget */
             return NULL;
         }
@@ -157,6 +163,7 @@ weft_mig_ring_t *weft__ring_take_owned(weft_ctx_t *ctx, int member, size_t chunk
             errno = err;
             return NULL;
         }
+        atomic_fetch_add(&weft__ctx_faults(ctx)->counts.rings_made, 1);
     }
     link_busy(rs, e, member, true);
     return &e->ring;
@@ -184,7 +191,7 @@ weft_mig_ring_t *weft__ring_take_mapped(weft_ctx_t *ctx, int member, const weft_
         e = NULL;
     }
     if (e == NULL) {
-        if (!make_room(rs, false, offer->mem.len)) {
+        if (!make_room(rs, false, offer->mem.len, ring_budget(ctx))) {
             errno = ENOBUFS;
             return NULL;
         }
@@ -199,6 +206,7 @@ weft_mig_ring_t *weft__ring_take_mapped(weft_ctx_t *ctx, int member, const weft_
             return NULL;
         }
         e->pid = offer->mem.pid;
+        atomic_fetch_add(&weft__ctx_faults(ctx)->counts.rings_mapped, 1);
     }
     link_busy(rs, e, member, false);
     return &e->ring;

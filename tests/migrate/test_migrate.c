@@ -423,21 +423,22 @@ static void test_ring_kept(void **state)
     weft_layout_t *old, *new;
     rotation_of(&old, &new, 512 * (uint64_t)n, 50, 0);
     ctx->cfg.migrate_chunk = 800; /* 4 rows: 128 chunks; a geometry no other test uses */
-    uint64_t made = weft__ring_made, mapped = weft__ring_mapped;
+    weft__faults_t *f = weft__ctx_faults(ctx);
+    uint64_t made = f->counts.rings_made, mapped = f->counts.rings_mapped;
     assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
-    assert_int_equal(weft__ring_made - made, in);     /* as the receiver */
-    assert_int_equal(weft__ring_mapped - mapped, out); /* as the sender */
+    assert_int_equal(f->counts.rings_made - made, in);     /* as the receiver */
+    assert_int_equal(f->counts.rings_mapped - mapped, out); /* as the sender */
     assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
-    assert_int_equal(weft__ring_made - made, in);
-    assert_int_equal(weft__ring_mapped - mapped, out);
+    assert_int_equal(f->counts.rings_made - made, in);
+    assert_int_equal(f->counts.rings_mapped - mapped, out);
     faults->recv_hook = flip;
     corrupt_rounds = 2;
     ring_run(old, new, WEFT_ERR_TRANSPORT);
     faults->recv_hook = NULL;
-    assert_int_equal(weft__ring_made - made, in);
+    assert_int_equal(f->counts.rings_made - made, in);
     assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
-    assert_int_equal(weft__ring_made - made, 2 * in); /* the failed stream's ring went */
-    assert_int_equal(weft__ring_mapped - mapped, 2 * out);
+    assert_int_equal(f->counts.rings_made - made, 2 * in); /* the failed stream's ring went */
+    assert_int_equal(f->counts.rings_mapped - mapped, 2 * out);
     /* Two at once: the second cannot take the first's ring. */
     weft_plan_t *plan;
     assert_int_equal(weft_plan_create(old, new, NULL, &plan), WEFT_OK);
@@ -445,25 +446,25 @@ static void test_ring_kept(void **state)
     unsigned char *obuf = malloc(ob), *nb1 = calloc(1, nb), *nb2 = calloc(1, nb);
     gen_fill(old, my_id, obuf);
     two_at_once(plan, new, obuf, nb1, nb2, nb);
-    assert_int_equal(weft__ring_made - made, 3 * in);
+    assert_int_equal(f->counts.rings_made - made, 3 * in);
     assert_int_equal(ring_run(old, new, WEFT_OK), 128 * in);
-    assert_int_equal(weft__ring_made - made, 3 * in); /* one of the two was kept */
+    assert_int_equal(f->counts.rings_made - made, 3 * in); /* one of the two was kept */
     /* A budget of one ring: the second of two at once goes without (by CMA), and the
      * idle ring is freed to make room when another geometry needs one. */
-    weft__ring_budget = WEFT_RING_HDR + 8 * 800; /* 128 chunks: 8 slots */
+    f->ring_budget = WEFT_RING_HDR + 8 * 800; /* 128 chunks: 8 slots */
     uint64_t got = atomic_load(&faults->counts.ring_chunks);
     two_at_once(plan, new, obuf, nb1, nb2, nb);
     assert_int_equal(atomic_load(&faults->counts.ring_chunks) - got, 128 * in);
-    assert_int_equal(weft__ring_made - made, 3 * in);
-    weft__ring_budget = WEFT_RING_HDR + 8 * 1200;
+    assert_int_equal(f->counts.rings_made - made, 3 * in);
+    f->ring_budget = WEFT_RING_HDR + 8 * 1200;
     ctx->cfg.migrate_chunk = 1200; /* 6 rows: 128 chunks, a geometry no ring kept has */
     weft_layout_t *o2, *n2;
     rotation_of(&o2, &n2, 768 * (uint64_t)n, 50, 0);
     assert_int_equal(ring_run(o2, n2, WEFT_OK), 128 * in);
-    assert_int_equal(weft__ring_made - made, 4 * in);
+    assert_int_equal(f->counts.rings_made - made, 4 * in);
     weft_layout_free(o2);
     weft_layout_free(n2);
-    weft__ring_budget = WEFT_RING_BUDGET;
+    f->ring_budget = 0;
     free(obuf);
     free(nb1);
     free(nb2);
