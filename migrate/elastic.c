@@ -144,8 +144,8 @@ weft_status_t weft_layout_absorb(const weft_layout_t *l, const int *members, int
     }
     pieces_t orphans = {0};
     weft_layout_t *k = NULL;
-    weft_status_t st = orphans_of(l, members, n, &orphans) ? weft_layout_create(&k)
-                                                           : WEFT_ERR_NO_MEMORY;
+    weft_status_t st =
+        orphans_of(l, members, n, &orphans) ? weft_layout_create(&k) : WEFT_ERR_NO_MEMORY;
     for (int t = 0; t < l->ntensors && st == WEFT_OK; t++) {
         const weft__ltensor_t *x = &l->tensors[t];
         st = weft_layout_add_tensor(k, x->name, x->dtype, x->ndims, x->shape, NULL);
@@ -153,8 +153,8 @@ weft_status_t weft_layout_absorb(const weft_layout_t *l, const int *members, int
     for (int m = 0; m < n && st == WEFT_OK; m++) {
         for (int i = 0; i < l->nregions && st == WEFT_OK; i++) { /* its own, in its order */
             if (l->regions[i].member == members[m]) {
-                st = weft_layout_add_region(k, members[m], l->regions[i].tensor,
-                                            &l->regions[i].box);
+                st =
+                    weft_layout_add_region(k, members[m], l->regions[i].tensor, &l->regions[i].box);
             }
         }
         for (size_t i = 0; i < orphans.n && st == WEFT_OK; i++) { /* its n-th, by rows */
@@ -199,7 +199,8 @@ weft_status_t weft_migrate_replan_flat(const weft_layout_t *old, const weft_grou
         st = weft_layout_keep(old, NULL, 0, &nl);
     }
     if (st == WEFT_OK) {
-        st = weft_layout_flat(nl, tensors, old->ntensors, weft__group_members(g), weft__group_size(g));
+        st = weft_layout_flat(nl, tensors, old->ntensors, weft__group_members(g),
+                              weft__group_size(g));
     }
     weft_plan_params_t pp = {.size = sizeof(pp), .allow_missing = 1};
     weft_plan_t *p = NULL;

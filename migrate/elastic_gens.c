@@ -130,7 +130,8 @@ weft_status_t weft_elastic_choose_gen(weft_group_t *g, const weft_snapshot_gen_t
     int32_t mine[REPORT_INTS];
     int32_t *reports = malloc((size_t)size * sizeof(mine));
     if (reports == NULL) {
-        return weft__error(weft__group_ctx(g), WEFT_ERR_NO_MEMORY, "weft_elastic_choose_gen: out of memory");
+        return weft__error(weft__group_ctx(g), WEFT_ERR_NO_MEMORY,
+                           "weft_elastic_choose_gen: out of memory");
     }
     make_report(gens, n, refused, mine);
     st = weft_allgather(g, mine, reports, REPORT_INTS, WEFT_I32);

@@ -46,8 +46,9 @@ static weft_status_t prepare_nccl(mig_t *m)
         return st;
     }
     if ((st = weft__mig_nccl_init(m)) != WEFT_OK) {
-        return st == WEFT_ERR_NO_MEMORY ? weft__error(weft__group_ctx(m->g), st, "weft_migrate: out of memory")
-                                        : st;
+        return st == WEFT_ERR_NO_MEMORY
+                   ? weft__error(weft__group_ctx(m->g), st, "weft_migrate: out of memory")
+                   : st;
     }
     m->nccl = true;
     return WEFT_OK;
@@ -76,7 +77,7 @@ static weft_status_t mig_progress(weft_req_t *req)
             return st;
         }
         if (m->bad_args) {
-            return weft__error(ctx, WEFT_ERR_INVALID_ARG, "weft_migrate_start: %s", m->why);
+            return weft__error(ctx, WEFT_ERR_INVALID_ARG, "weft_imigrate: %s", m->why);
         }
         if (m->agree[7] != 0) {
             return weft__error(ctx, WEFT_ERR_INVALID_ARG,
@@ -272,7 +273,8 @@ static weft_status_t build_streams(mig_t *m, const weft_migrate_params_t *p, int
         int other = send ? x->t.dst : x->t.src, rank;
         if (weft_group_rank_of(m->g, other, &rank) != WEFT_OK) {
             return refuse(m, "the plan %s member %d, which is not in group %u epoch %u",
-                          send ? "sends to" : "receives from", other, weft__group_id(m->g), weft__group_epoch(m->g));
+                          send ? "sends to" : "receives from", other, weft__group_id(m->g),
+                          weft__group_epoch(m->g));
         }
         stream_t *s = stream_for(m, other, rank, send);
         if (s == NULL ||
@@ -344,9 +346,8 @@ static uint64_t agreement_key(const mig_t *m, const weft_migrate_params_t *p)
     return h;
 }
 
-weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
-                                 void *new_buf, const weft_migrate_params_t *params,
-                                 weft_req_t **req)
+weft_status_t weft_imigrate(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
+                            void *new_buf, const weft_migrate_params_t *params, weft_req_t **req)
 {
     return weft__migrate_start_keyed(g, plan, old_buf, new_buf, params, 0, req);
 }
@@ -371,8 +372,8 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
     weft_ctx_t *ctx = weft__group_ctx(g);
     weft_status_t st = weft__group_status(g);
     if (st != WEFT_OK) {
-        return weft__error(ctx, st, "weft_migrate_start: group %u epoch %u is revoked", weft__group_id(g),
-                           weft__group_epoch(g));
+        return weft__error(ctx, st, "weft_imigrate: group %u epoch %u is revoked",
+                           weft__group_id(g), weft__group_epoch(g));
     }
     weft_migrate_params_t p;
     memset(&p, 0, sizeof(p));
@@ -389,7 +390,7 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
     int me = weft__group_members(g)[weft__group_rank(g)];
     mig_t *m = calloc(1, sizeof(*m));
     if (m == NULL) {
-        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate_start: out of memory");
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_imigrate: out of memory");
     }
     m->g = g;
     m->faults = weft__ctx_faults(ctx);
@@ -409,13 +410,12 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
     m->any_dev = m->old_dev || m->resume_dev || m->new_dev;
 #ifdef WEFT_HAVE_CUDA
     if (m->any_dev) {
-        m->cuda_dev = weft__mig_dev_of(m->new_dev   ? new_buf
-                                       : m->old_dev ? old_buf
-                                                    : p.resume_buf);
+        m->cuda_dev = weft__mig_dev_of(m->new_dev ? new_buf : m->old_dev ? old_buf : p.resume_buf);
     }
 #endif
     m->chunk = weft__ctx_config(ctx)->migrate_chunk > 0 ? weft__ctx_config(ctx)->migrate_chunk : 1;
-    m->window = weft__ctx_config(ctx)->migrate_window > 0 ? weft__ctx_config(ctx)->migrate_window : 1;
+    m->window =
+        weft__ctx_config(ctx)->migrate_window > 0 ? weft__ctx_config(ctx)->migrate_window : 1;
     m->max_staged = p.max_staged_bytes != 0 ? p.max_staged_bytes : DEFAULT_MAX_STAGED;
     m->gated = p.priority != NULL;
     m->tag_id = weft__group_coll_seq(g) & 0xf;
@@ -435,7 +435,7 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
     }
     if (!m->bad_args && (st = build_streams(m, &p, me)) == WEFT_ERR_NO_MEMORY) {
         mig_free(m);
-        return weft__error(ctx, st, "weft_migrate_start: out of memory");
+        return weft__error(ctx, st, "weft_imigrate: out of memory");
     }
     if (m->bad_args) { /* nothing moves; the agreement tells the others */
         for (int i = 0; i < m->nstreams; i++) {
@@ -452,7 +452,7 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
     weft_req_t *r = weft__req_new(ctx, g);
     if (r == NULL) {
         mig_free(m);
-        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_migrate_start: out of memory");
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "weft_imigrate: out of memory");
     }
     weft__req_set_ops(r, mig_progress, mig_cleanup, m);
     weft__req_set_runs_jobs(r, true);
@@ -471,7 +471,7 @@ weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void 
 {
     WEFT_API_LOCK(g != NULL ? weft__group_ctx(g) : NULL);
     weft_req_t *req = NULL;
-    weft_status_t st = weft_migrate_start(g, plan, old_buf, new_buf, params, &req);
+    weft_status_t st = weft_imigrate(g, plan, old_buf, new_buf, params, &req);
     return weft__blocking(st, req);
 }
 

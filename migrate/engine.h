@@ -41,7 +41,7 @@ void weft__mig_sort(weft_mig_chunk_t *c, uint32_t n);
 bool weft__mig_contiguous(const weft_box_t *region, size_t packed, const weft_box_t *b, int nd,
                           size_t elem, size_t *offset);
 
-/* weft_migrate_start() whose agreement also covers @p extra_key: members that pass
+/* weft_imigrate() whose agreement also covers @p extra_key: members that pass
  * different keys all fail with WEFT_ERR_MISMATCH (a snapshot's step, say). */
 weft_status_t weft__migrate_start_keyed(weft_group_t *g, const weft_plan_t *plan,
                                         const void *old_buf, void *new_buf,
@@ -70,7 +70,7 @@ weft_status_t weft__migrate_start_ext(weft_group_t *g, const weft_plan_t *plan, 
                                       uint64_t extra_key, const weft__mig_ext_t *ext,
                                       weft_req_t **req);
 
-/* A migration request (weft_migrate_start) that has not been freed. */
+/* A migration request (weft_imigrate) that has not been freed. */
 bool weft__mig_is(const weft_req_t *req);
 /* Its plan. */
 const weft_plan_t *weft__mig_plan(const weft_req_t *req);

@@ -28,7 +28,8 @@ weft_status_t weft__mig_start_close(mig_t *m)
     m->close_reqs = calloc((size_t)p, sizeof(*m->close_reqs));
     m->close_vals = calloc((size_t)p, sizeof(*m->close_vals));
     if (m->close_reqs == NULL || m->close_vals == NULL) {
-        return weft__error(weft__group_ctx(m->g), WEFT_ERR_NO_MEMORY, "weft_migrate: out of memory");
+        return weft__error(weft__group_ctx(m->g), WEFT_ERR_NO_MEMORY,
+                           "weft_migrate: out of memory");
     }
     uint32_t up = payload(m, 0, true, WEFT_MIG_CLOSE), down = payload(m, 1, true, WEFT_MIG_CLOSE);
     weft_status_t st = WEFT_OK;

@@ -51,8 +51,8 @@ static bool chunk_contiguous(const mig_t *m, const stream_t *s, const weft_mig_c
 {
     const weft__xfer_t *x = xfer_of(m, c);
     if (s->send) {
-        return !src_dev(m, x) && weft__mig_contiguous(&x->src_box, x->src_packed, &c->box,
-                                                      x->ndims, x->elem, off);
+        return !src_dev(m, x) &&
+               weft__mig_contiguous(&x->src_box, x->src_packed, &c->box, x->ndims, x->elem, off);
     }
     return !m->new_dev &&
            weft__mig_contiguous(&x->dst_box, x->dst_packed, &c->box, x->ndims, x->elem, off);
@@ -197,8 +197,8 @@ static void slot_job(weft_job_t *job)
         uint64_t q = sl->ring_q - 1;
         uint8_t *src = weft__ring_slot(s->ring, q);
         if (m->faults->recv_hook != NULL) { /* in transit: the ring holds it */
-            m->faults->recv_hook(m->faults->recv_hook_arg, s->member, (uint32_t)sl->chunk,
-                                 s->round, src, c->bytes);
+            m->faults->recv_hook(m->faults->recv_hook_arg, s->member, (uint32_t)sl->chunk, s->round,
+                                 src, c->bytes);
         }
         h = weft__hash_copy(sl->ptr, src, c->bytes, true);
         weft__ring_release(s->ring, q);
@@ -213,8 +213,8 @@ static void slot_job(weft_job_t *job)
             }
         }
         if (m->faults->recv_hook != NULL) {
-            m->faults->recv_hook(m->faults->recv_hook_arg, s->member, (uint32_t)sl->chunk,
-                                 s->round, sl->ptr, c->bytes);
+            m->faults->recv_hook(m->faults->recv_hook_arg, s->member, (uint32_t)sl->chunk, s->round,
+                                 sl->ptr, c->bytes);
         }
     }
     if (sl->recvd != c->bytes || sl->hdr_buf[1] != c->bytes ||
@@ -478,10 +478,12 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
         weft_chunk_ring_t offered =
             s->offer->slots != 0 ? WEFT_CHUNK_RING_OFFER : WEFT_CHUNK_RING_OFF;
         if (chunk_path(m, s, offered, false) == WEFT_TL_PATH_RING) {
-            s->ring = weft__ring_take_mapped(weft__group_ctx(m->g), s->member, s->offer, max_chunk(s));
+            s->ring =
+                weft__ring_take_mapped(weft__group_ctx(m->g), s->member, s->offer, max_chunk(s));
             if (s->ring == NULL) {
-                WEFT_DEBUG(weft__ctx_logger(weft__group_ctx(m->g)), "migration: cannot map member %d's ring (%s)",
-                           s->member, strerror(errno));
+                WEFT_DEBUG(weft__ctx_logger(weft__group_ctx(m->g)),
+                           "migration: cannot map member %d's ring (%s)", s->member,
+                           strerror(errno));
             }
         }
         s->ring_state = s->ring != NULL ? RING_ON : RING_OFF;
@@ -492,8 +494,7 @@ static weft_status_t ring_progress(mig_t *m, stream_t *s)
 weft_status_t weft__mig_stream_progress(mig_t *m, stream_t *s, int gate)
 {
     weft_status_t st;
-    if (s->phase == ST_CHUNKS &&
-        (s->ring_state == RING_UNDECIDED || s->ring_state == RING_WAIT) &&
+    if (s->phase == ST_CHUNKS && (s->ring_state == RING_UNDECIDED || s->ring_state == RING_WAIT) &&
         (st = ring_progress(m, s)) != WEFT_OK) {
         return st;
     }

@@ -89,8 +89,8 @@ weft_status_t weft__mig_on_device(mig_t *m, weft_status_t (*fn)(mig_t *m))
     if (cudaGetDevice(&prev) != cudaSuccess ||
         (prev != m->cuda_dev && cudaSetDevice(m->cuda_dev) != cudaSuccess)) {
         (void)cudaGetLastError();
-        return weft__error(weft__group_ctx(m->g), WEFT_ERR_TRANSPORT, "weft_migrate: cannot use CUDA device %d",
-                           m->cuda_dev);
+        return weft__error(weft__group_ctx(m->g), WEFT_ERR_TRANSPORT,
+                           "weft_migrate: cannot use CUDA device %d", m->cuda_dev);
     }
     weft_status_t st = fn(m);
     if (prev != m->cuda_dev) {

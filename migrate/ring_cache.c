@@ -15,8 +15,8 @@ typedef struct ring_entry {
     weft_mig_ring_t ring; /* first: a stream's pointer is the entry's */
     struct ring_entry *next;
     int member;
-    bool owner; /* made here (this member receives), or mapped (it sends) */
-    bool busy;  /* a stream has it */
+    bool owner;   /* made here (this member receives), or mapped (it sends) */
+    bool busy;    /* a stream has it */
     uint64_t pid; /* mapped: the owner's */
 } ring_entry_t;
 

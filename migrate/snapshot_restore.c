@@ -191,12 +191,14 @@ static weft_status_t read_spilled(weft_snapshot_t *s, const agreed_t *a, uint8_t
     weft_group_t *g = s->g;
     int *flags = calloc(2 * (size_t)weft__group_size(g), sizeof(int));
     if (flags == NULL) {
-        return weft__error(weft__group_ctx(g), WEFT_ERR_NO_MEMORY, "weft_snapshot_restore: out of memory");
+        return weft__error(weft__group_ctx(g), WEFT_ERR_NO_MEMORY,
+                           "weft_snapshot_restore: out of memory");
     }
     if (s->plan != NULL && s->spill_mode) {
         flags[weft__group_rank(g)] = !weft__snap_ssd_read_spill(s, a->step, spill);
     }
-    weft_status_t st = weft_allreduce(g, flags, flags + weft__group_size(g), weft__group_size(g), WEFT_I32, WEFT_MAX);
+    weft_status_t st = weft_allreduce(g, flags, flags + weft__group_size(g), weft__group_size(g),
+                                      WEFT_I32, WEFT_MAX);
     bool any = false;
     for (int r = 0; r < weft__group_size(g) && st == WEFT_OK; r++) {
         any |= flags[weft__group_size(g) + r] != 0;
@@ -562,7 +564,8 @@ weft_status_t weft_snapshot_restore_join(weft_group_t *g, const weft_layout_t *t
     }
     weft_snapshot_t *s = calloc(1, sizeof(*s));
     if (s == NULL) {
-        return weft__error(weft__group_ctx(g), WEFT_ERR_NO_MEMORY, "weft_snapshot_restore_join: out of memory");
+        return weft__error(weft__group_ctx(g), WEFT_ERR_NO_MEMORY,
+                           "weft_snapshot_restore_join: out of memory");
     }
     s->g = g;
     s->nstate = target->ntensors;

@@ -77,7 +77,8 @@ static void finish(weft_snapshot_t *s, weft_status_t st)
         s->stats.ssd_error[0] = '\0';
     } else {
         snprintf(s->stats.ssd_error, sizeof(s->stats.ssd_error), "%s", s->ssd_why);
-        WEFT_WARN(weft__ctx_logger(weft__group_ctx(s->g)), "snapshot of step %llu: the SSD write failed (%s); %s",
+        WEFT_WARN(weft__ctx_logger(weft__group_ctx(s->g)),
+                  "snapshot of step %llu: the SSD write failed (%s); %s",
                   (unsigned long long)s->ssd_step, s->ssd_why,
                   s->spill_bytes > 0 ? "its spilled copies are not durable: the step does "
                                        "not commit"
@@ -144,8 +145,9 @@ weft_status_t weft__snap_ssd_before_close(void *arg)
         return weft__error_noctx(WEFT_ERR_IO,
                                  "snapshot of step %llu: member %d could not write the %zu "
                                  "bytes of buddies' copies it keeps on SSD only (%s)",
-                                 (unsigned long long)s->pending_step, weft__group_members(s->g)[weft__group_rank(s->g)],
-                                 s->spill_bytes, s->stats.ssd_error);
+                                 (unsigned long long)s->pending_step,
+                                 weft__group_members(s->g)[weft__group_rank(s->g)], s->spill_bytes,
+                                 s->stats.ssd_error);
     }
     return WEFT_OK;
 }

@@ -116,7 +116,7 @@ int mig_background_step(const mig_bench_t *b, FILE *out, bool json)
     for (int r = 0; r < runs; r++) {
         weft_barrier(b->w.world);
         weft_req_t *req = NULL;
-        weft_status_t rc = weft_migrate_start(b->w.world, plan, oldbuf, newbuf, NULL, &req);
+        weft_status_t rc = weft_imigrate(b->w.world, plan, oldbuf, newbuf, NULL, &req);
         compute(b->step_ms * 1000);
         rc = rc == WEFT_OK ? WEFT_OK : weft_test(req);
         int mine = rc == WEFT_OK;
@@ -192,7 +192,7 @@ int mig_overlap(const mig_bench_t *b, FILE *out, bool json)
             weft_req_t *mig = NULL;
             while (n < (round + 1) * (k / 4)) {
                 if (mig == NULL &&
-                    weft_migrate_start(b->w.world, plan, oldbuf, newbuf, NULL, &mig) == WEFT_OK) {
+                    weft_imigrate(b->w.world, plan, oldbuf, newbuf, NULL, &mig) == WEFT_OK) {
                     continue; /* done inline */
                 }
                 compute(b->gap_us);

@@ -57,7 +57,7 @@ def violations(decls):
                                "blocking twin nor <name>_start")
         if (has_twin or starts) and not takes_req:
             yield header, fn, "a nonblocking start that hands back no weft_req_t *"
-        if starts and has_twin:
+        if starts and fn[: -len("_start")] in decls:
             yield header, fn, "has a blocking twin: name it weft_i<name>"
         if re.search(r"_(test|wait)(_[a-z]+)?$", fn) and fn not in COMPLETION:
             yield header, fn, "completion is weft_test / weft_wait on a weft_req_t"

@@ -5,7 +5,7 @@
  * context's lock while they run (WEFT_API_LOCK), so the thread and the caller never run
  * weft at the same time: the thread works only while the caller is outside weft. It
  * drives the transports and advances every request a public call returned (published
- * requests: weft_i*, weft_migrate_start, the vocabulary passes) until each completes,
+ * requests: weft_i*, weft_imigrate, the vocabulary passes) until each completes,
  * releasing the lock between passes and ending a pass early when a public call is
  * waiting for the lock. With nothing published in flight and no job queued it sleeps on a
  * condition variable, woken when a public call returns leaving one or when a job is

@@ -277,7 +277,7 @@ WEFT_API weft_status_t weft_migrate_replan_flat(const weft_layout_t *old, const 
 /** @name Running a plan */
 /** @{ */
 
-/** @brief Optional parameters of weft_migrate_start(). Zero-initialise, then set @c size. */
+/** @brief Optional parameters of weft_imigrate(). Zero-initialise, then set @c size. */
 typedef struct weft_migrate_params {
     size_t size;           /**< sizeof(weft_migrate_params_t). */
     /** Priority of each tensor (by index), higher moves first; NULL: all equal. Must be
@@ -333,9 +333,9 @@ typedef struct weft_migrate_params {
  *         chunk sizes or priorities), WEFT_ERR_TRANSPORT if a chunk arrived corrupted
  *         twice, WEFT_ERR_PEER_FAILED / WEFT_ERR_REVOKED if a member failed.
  */
-WEFT_API weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
-                                 void *new_buf, const weft_migrate_params_t *params,
-                                 weft_req_t **req);
+WEFT_API weft_status_t weft_imigrate(weft_group_t *g, const weft_plan_t *plan,
+                                     const void *old_buf, void *new_buf,
+                                     const weft_migrate_params_t *params, weft_req_t **req);
 
 /**
  * @brief After migration @p failed failed and @p g was repaired: the plan that takes the
@@ -347,7 +347,7 @@ WEFT_API weft_status_t weft_migrate_start(weft_group_t *g, const weft_plan_t *pl
  * the same plan. Parts of @p target that no survivor holds are listed by
  * weft_plan_missing() (the plan is made with allow_missing).
  *
- * Run it with weft_migrate_start(g, plan, old_buf, target_buf, params) and
+ * Run it with weft_imigrate(g, plan, old_buf, target_buf, params) and
  * params->resume_buf = the failed migration's new buffer; the target buffer must overlap
  * neither. In the plan's transfers, @c src_region counts the source's regions of @p old
  * first, then the pieces it received, in the order the exchange lists them.
@@ -365,7 +365,7 @@ WEFT_API weft_status_t weft_migrate_resume(weft_group_t *g, weft_req_t *failed,
                                            const weft_layout_t *target,
                                            const weft_plan_params_t *params, weft_plan_t **plan);
 
-/** @brief weft_migrate_start() and wait for it (the context's default timeout). */
+/** @brief weft_imigrate() and wait for it (the context's default timeout). */
 WEFT_API weft_status_t weft_migrate(weft_group_t *g, const weft_plan_t *plan, const void *old_buf,
                            void *new_buf, const weft_migrate_params_t *params);
 

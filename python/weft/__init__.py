@@ -17,7 +17,7 @@ from .group import EditInfo, Group
 from .info import info_text, memory_is_cuda, version, version_info
 from . import memory
 from .layout import Box, Layout, Region, TensorInfo
-from .migrate import (BatchShare, batch_share, migrate, migrate_resume, migrate_start,
+from .migrate import (BatchShare, batch_share, migrate, migrate_resume, imigrate,
                       replan_flat)
 from .plan import Plan, PlanStats, Transfer
 from .request import Request
@@ -52,7 +52,7 @@ __all__ = [
     "PeerError", "PeerFailed", "Revoked", "Status", "Timeout", "status_str", "EditInfo",
     "Group", "info_text", "memory_is_cuda", "version", "version_info", "Box", "Layout",
     "Region", "TensorInfo", "BatchShare", "batch_share", "migrate", "migrate_resume",
-    "migrate_start", "replan_flat", "Plan", "PlanStats", "Transfer", "Request", "Restored",
+    "imigrate", "replan_flat", "Plan", "PlanStats", "Transfer", "Request", "Restored",
     "Snapshot", "GEN_START", "GenChoice", "choose_generation", "Microbatch", "Vocab",
     "VocabRange", "shard_range", "SUM", "PROD", "MAX",
     "MIN", "F32", "F64", "F16", "BF16", "I32", "I64", "U8", "world", "rank", "size",

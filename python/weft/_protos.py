@@ -110,7 +110,7 @@ _MIGRATE = {
     "weft_layout_absorb": (I, [P, PI, I, PP]),
     "weft_migrate_replan_flat": (I, [P, P, PP, PP]),
     "weft_batch_share": (I, [c_uint64, I, I, c_uint64, POINTER(S.BatchShare)]),
-    "weft_migrate_start": (I, [P, P, P, P, POINTER(S.MigrateParams), PP]),
+    "weft_imigrate": (I, [P, P, P, P, POINTER(S.MigrateParams), PP]),
     "weft_migrate": (I, [P, P, P, P, POINTER(S.MigrateParams)]),
     "weft_migrate_resume": (I, [P, P, P, P, POINTER(S.PlanParams), PP]),
 }

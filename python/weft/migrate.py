@@ -1,4 +1,4 @@
-"""Running a plan (weft_migrate_start / weft_migrate), replanning after a membership
+"""Running a plan (weft_imigrate / weft_migrate), replanning after a membership
 change (weft_migrate_replan_flat), resuming a failed migration (weft_migrate_resume) and
 sharing a global batch (weft_batch_share)."""
 
@@ -57,7 +57,7 @@ def _buffers(group, plan, old_buf, new_buf, resume_buf=None):
     return old, new, resume
 
 
-def migrate_start(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0,
+def imigrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0,
                   resume_buf=None):
     """Start running @p plan on @p group (collective): this member sends what it holds
     of the old layout from its packed buffer @p old_buf and receives its packed buffer of
@@ -73,7 +73,7 @@ def migrate_start(group, plan, old_buf, new_buf, priority=None, max_staged_bytes
     params, prio = _params(plan, priority, max_staged_bytes, resume)
     group._ctx._reap_orphans()
     req = c_void_p()
-    group._call(lib.weft_migrate_start, plan.handle, old.ptr if old else None,
+    group._call(lib.weft_imigrate, plan.handle, old.ptr if old else None,
                 new.ptr if new else None, byref(params), byref(req))
     mark_written(new)  # again when the request completes
     return Request(group._ctx, req.value, keep=(old, new, resume, prio, plan), result=new_buf,
@@ -82,9 +82,9 @@ def migrate_start(group, plan, old_buf, new_buf, priority=None, max_staged_bytes
 
 def migrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0,
             resume_buf=None):
-    """migrate_start() and wait for it (the context's default timeout). Returns new_buf.
+    """imigrate() and wait for it (the context's default timeout). Returns new_buf.
     A migration run this way cannot be resumed (its request is gone): use
-    migrate_start() for that."""
+    imigrate() for that."""
     old, new, resume = _buffers(group, plan, old_buf, new_buf, resume_buf)
     params, _prio = _params(plan, priority, max_staged_bytes, resume)
     try:
@@ -102,14 +102,14 @@ def migrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0,
 def migrate_resume(group, failed, old, target, host_of=None, balance_bytes=0):
     """weft_migrate_resume(): after a repair of @p group, the plan from what the
     survivors hold to @p target, counting the chunks the failed migration (@p failed, the
-    weft.Request of a migrate_start() that raised weft.PeerFailed or weft.Revoked) had
+    weft.Request of a imigrate() that raised weft.PeerFailed or weft.Revoked) had
     already delivered. @p old is the failed plan's old layout. Collective over @p group;
     every survivor passes its own failed request. Pieces nobody holds any more are in
     plan.missing. Run the plan with migrate(..., old_buf, new target buffer,
     resume_buf=failed.result): the failed migration's new buffer is a source."""
     from .request import Request
     if not isinstance(failed, Request):
-        raise invalid("migrate_resume: failed must be the weft.Request of a migrate_start(), "
+        raise invalid("migrate_resume: failed must be the weft.Request of a imigrate(), "
                       "not %s" % type(failed).__name__)
     if failed._failed is None:
         if not failed.done:

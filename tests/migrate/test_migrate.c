@@ -195,7 +195,7 @@ static void test_resume(void **state)
     faults->recv_hook = flip;
     corrupt_rounds = 2;
     weft_req_t *req = NULL;
-    weft_status_t st = weft_migrate_start(world, plan, obuf, failed_buf, NULL, &req);
+    weft_status_t st = weft_imigrate(world, plan, obuf, failed_buf, NULL, &req);
     assert_true(st == WEFT_INPROGRESS || st == WEFT_OK);
     assert_int_equal(weft_wait(req, WEFT_TIMEOUT_DEFAULT), WEFT_ERR_TRANSPORT);
     faults->recv_hook = NULL;
@@ -396,8 +396,8 @@ static void two_at_once(const weft_plan_t *plan, const weft_layout_t *new, const
     memset(nb1, 0, nb);
     memset(nb2, 0, nb);
     weft_req_t *r1 = NULL, *r2 = NULL;
-    assert_int_equal(weft_migrate_start(world, plan, obuf, nb1, NULL, &r1), WEFT_INPROGRESS);
-    assert_int_equal(weft_migrate_start(world, plan, obuf, nb2, NULL, &r2), WEFT_INPROGRESS);
+    assert_int_equal(weft_imigrate(world, plan, obuf, nb1, NULL, &r1), WEFT_INPROGRESS);
+    assert_int_equal(weft_imigrate(world, plan, obuf, nb2, NULL, &r2), WEFT_INPROGRESS);
     assert_int_equal(weft_wait(r1, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
     assert_int_equal(weft_wait(r2, WEFT_TIMEOUT_DEFAULT), WEFT_OK);
     weft_req_free(r1);
@@ -520,7 +520,7 @@ static void test_background(void **state)
     gen_fill(old, my_id, obuf);
     ctx->cfg.migrate_chunk = 1024; /* many chunks: many steps the thread must take */
     weft_req_t *req = NULL;
-    weft_status_t st = weft_migrate_start(world, plan, obuf, nbuf, NULL, &req);
+    weft_status_t st = weft_imigrate(world, plan, obuf, nbuf, NULL, &req);
     assert_true(st == WEFT_INPROGRESS || st == WEFT_OK);
     /* Every byte must arrive while this thread makes no weft call at all (it only looks
      * at its buffer); a loaded machine may take a while, so the wait is generous. Then

@@ -114,7 +114,7 @@ int main(void)
         weft__ctx_faults(ctx)->recv_hook = die_midway;
     }
     weft_req_t *req = NULL;
-    weft_status_t st = weft_migrate_start(world, plan, obuf, nbuf, NULL, &req);
+    weft_status_t st = weft_imigrate(world, plan, obuf, nbuf, NULL, &req);
     if (st == WEFT_INPROGRESS) {
         st = weft_wait(req, WEFT_TIMEOUT_DEFAULT);
     }

@@ -115,7 +115,7 @@ def resume_mode(ctx, g, victim):
     rotated = weft.Layout.from_tensors(full).flat(ids[1:] + ids[:1])
     nbuf = np.zeros(rotated.packed_bytes(me), np.uint8)
     obuf = old.pack(me, full)
-    req = weft.migrate_start(g, weft.Plan(old, rotated), obuf, nbuf)
+    req = weft.imigrate(g, weft.Plan(old, rotated), obuf, nbuf)
     try:
         if me == victim:
             until = time.monotonic() + 0.002

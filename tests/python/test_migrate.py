@@ -57,7 +57,7 @@ def test_nonblocking_with_priorities(world):
     me = world.member_id()
     plan = weft.Plan(old, new)
     new_buf = np.zeros(new.packed_bytes(me), np.uint8)
-    req = weft.migrate_start(world, plan, old.pack(me, full), new_buf,
+    req = weft.imigrate(world, plan, old.pack(me, full), new_buf,
                              priority={"step": 3, "embed": 1}, max_staged_bytes=4096)
     assert req.wait(timeout=60) is new_buf
     np.testing.assert_array_equal(new_buf, new.pack(me, full))

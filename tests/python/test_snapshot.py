@@ -169,7 +169,7 @@ def test_resume_refuses_what_did_not_fail(world):
     old, new = flat(ids), flat(ids[::-1])
     full = model(0)
     buf = np.zeros(new.packed_bytes(me), np.uint8)
-    req = weft.migrate_start(world, weft.Plan(old, new), old.pack(me, full), buf)
+    req = weft.imigrate(world, weft.Plan(old, new), old.pack(me, full), buf)
     req.wait(timeout=60)
     with pytest.raises(weft.InvalidArgument, match="succeeded"):
         weft.migrate_resume(world, req, old, new)
