@@ -49,12 +49,12 @@ typedef struct weft__path_counts {
     /* Chunks whose read of the sender's memory failed (refused, or cma_refuse): they came
      * again by message. */
     _Atomic uint64_t cma_fallbacks;
-    /* Chunks received through a same-host shared-memory ring (migrate/ring.h). */
+    /* Chunks received through a same-host shared-memory ring (migrate/engine/ring.h). */
     _Atomic uint64_t ring_chunks;
     /* Same-host rings this process made as a receiver and mapped as a sender
-     * (migrate/ring_cache.c): tests see a ring kept between migrations. */
+     * (migrate/engine/ring_cache.c): tests see a ring kept between migrations. */
     _Atomic uint64_t rings_made, rings_mapped;
-    /* Chunks sent or received GPU to GPU through NCCL point-to-point (migrate/nccl_path.c;
+    /* Chunks sent or received GPU to GPU through NCCL point-to-point (migrate/engine/nccl_path.c;
      * stays 0 without NCCL). */
     _Atomic uint64_t nccl_chunks;
 } weft__path_counts_t;
@@ -66,9 +66,9 @@ typedef struct weft__faults {
      * one (they offer none); 0, neither. */
     int ring_refuse;
     /* The lowest holder's share of a restore plan with newcomers fails as if out of
-     * memory (migrate/snapshot_restore.c). */
+     * memory (migrate/snapshot/snapshot_restore.c). */
     bool snap_share_fail;
-    /* Bytes of rings kept per direction (migrate/ring.h, WEFT_RING_BUDGET when 0): tests
+    /* Bytes of rings kept per direction (migrate/engine/ring.h, WEFT_RING_BUDGET when 0): tests
      * make it small to see idle rings freed for new ones. */
     size_t ring_budget;
     /* Sees every received chunk before its checksum is checked; NULL: none. */

@@ -15,16 +15,16 @@
  * select.c also decides which path each chunk of a migration stream takes
  * (weft__select_chunk_path, below): the one place that picks between the message
  * transport, NCCL and the same-host mechanisms of transports/stream.h. The migration
- * engine (migrate/engine_stream.c) gathers the facts, asks, and runs the protocol of
+ * engine (migrate/engine/engine_stream.c) gathers the facts, asks, and runs the protocol of
  * the path it is given. The rule:
  *
  *   NCCL  every chunk of the first round, when the group chose NCCL for the migration
  *         (its members' chunks to and from each other all in device memory, and
- *         weft__tsel_decide_group said NCCL: comm/device/, migrate/nccl_path.c). A chunk
+ *         weft__tsel_decide_group said NCCL: comm/device/, migrate/engine/nccl_path.c). A chunk
  *         sent again (the second round) takes the paths below.
  *   MSG   a peer on another host: header and data as messages of the message transport.
  *   RING  a peer on this host, through the stream's shared-memory ring
- *         (transports/stream_memfd.c; migrate/ring.c runs its slots). A stream has one
+ *         (transports/stream_memfd.c; migrate/engine/ring.c runs its slots). A stream has one
  *         when WEFT_MIGRATE_SHM is on and it is long enough (weft__ring_fits), the members
  *         agreeing on that from facts they share; then the receiver makes one when its
  *         buffers are in host memory, its host is not oversubscribed (a ring needs both

@@ -23,7 +23,7 @@
 #include "comm/device/memtype.h"
 #include "comm/fault.h"
 #include "gpu_common.h"
-#include "migrate/engine.h"
+#include "migrate/engine/engine.h"
 #include "migrate/layout_gen.h"
 #include "weft/weft.h"
 

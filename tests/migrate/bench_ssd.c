@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "migrate/ssd.h"
+#include "migrate/ssd/ssd.h"
 #include "util/clock.h"
 #include "weft/core.h"
 

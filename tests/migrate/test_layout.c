@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "migrate/box.h"
+#include "migrate/layout/box.h"
 #include "weft/core.h"
 #include "weft/elastic.h"
 #include "weft/migrate.h"

@@ -26,8 +26,8 @@
 #include "comm/core_impl.h"
 #include "comm/fault.h"
 #include "layout_gen.h"
-#include "migrate/engine.h"
-#include "migrate/ring.h"
+#include "migrate/engine/engine.h"
+#include "migrate/engine/ring.h"
 #include "weft/weft.h"
 
 static weft_ctx_t *ctx;

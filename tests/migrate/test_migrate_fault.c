@@ -18,8 +18,8 @@
 #include "comm/core_impl.h"
 #include "comm/fault.h"
 #include "layout_gen.h"
-#include "migrate/box.h"
-#include "migrate/engine.h"
+#include "migrate/layout/box.h"
+#include "migrate/engine/engine.h"
 #include "weft/weft.h"
 
 static int victim;

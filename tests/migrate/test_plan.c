@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "layout_gen.h"
-#include "migrate/box.h"
+#include "migrate/layout/box.h"
 #include "weft/migrate.h"
 
 #define MAXM 16 /* member ids are below this */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
-#include "migrate/ssd.h"
+#include "migrate/ssd/ssd.h"
 #include "snap_common.h"
 #include "weft/weft.h"
 

@@ -22,7 +22,7 @@
 
 #include "../groups/fault_common.h"
 #include "comm/fault.h"
-#include "migrate/snapshot.h"
+#include "migrate/snapshot/snapshot.h"
 #include "snap_common.h"
 #include "weft/weft.h"
 

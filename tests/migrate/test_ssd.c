@@ -25,9 +25,9 @@
 
 #include <cmocka.h>
 
-#include "migrate/ssd.h"
-#include "migrate/ssd_format.h"
-#include "migrate/xxh.h"
+#include "migrate/ssd/ssd.h"
+#include "migrate/ssd/ssd_format.h"
+#include "migrate/engine/xxh.h"
 #include "weft/core.h"
 #include "weft/migrate.h"
 

@@ -1,5 +1,5 @@
 /*
- * XXH3 as weft takes it (migrate/xxh.h: libxxhash's runtime dispatch where the build found
+ * XXH3 as weft takes it (migrate/engine/xxh.h: libxxhash's runtime dispatch where the build found
  * it) gives the values of the library's plain XXH3-64 and XXH3-128, whatever the length
  * and alignment: members built against other libxxhash builds, or running on CPUs with
  * other vector units, agree on chunk checksums and SSD content addresses.

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "../groups/fault_common.h"
-#include "migrate/snapshot.h"
+#include "migrate/snapshot/snapshot.h"
 #include "../migrate/snap_common.h"
 #include "weft/weft.h"
 

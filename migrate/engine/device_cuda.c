@@ -2,8 +2,8 @@
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 
-#include "migrate/box.h"
-#include "migrate/device.h"
+#include "migrate/layout/box.h"
+#include "migrate/engine/device.h"
 
 typedef struct dev_copy {
     cudaError_t err;

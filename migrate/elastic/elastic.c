@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "comm/core.h"
-#include "migrate/box.h"
-#include "migrate/layout.h"
+#include "migrate/layout/box.h"
+#include "migrate/layout/layout.h"
 #include "util/array.h"
 #include "util/sized.h"
 #include "weft/elastic.h"

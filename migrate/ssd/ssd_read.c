@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "comm/core.h"
-#include "migrate/box.h"
-#include "migrate/ssd_impl.h"
-#include "migrate/xxh.h"
+#include "migrate/layout/box.h"
+#include "migrate/ssd/ssd_impl.h"
+#include "migrate/engine/xxh.h"
 #include "util/array.h"
 
 #define MAX_TILES (2 * WEFT_LAYOUT_MAX_DIMS - 1)

@@ -3,7 +3,7 @@
  * so adding never grows them. */
 #include <stdlib.h>
 
-#include "migrate/ssd_impl.h"
+#include "migrate/ssd/ssd_impl.h"
 
 bool weft__ssd_hset_init(weft__ssd_hset_t *h, size_t expect)
 {

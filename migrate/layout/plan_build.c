@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "comm/core.h"
-#include "migrate/box.h"
-#include "migrate/layout.h"
-#include "migrate/plan.h"
+#include "migrate/layout/box.h"
+#include "migrate/layout/layout.h"
+#include "migrate/layout/plan.h"
 #include "util/array.h"
 
 #define DEFAULT_BALANCE_BYTES (1u << 20)

@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "comm/fault.h"
-#include "migrate/engine.h"
-#include "migrate/layout.h"
-#include "migrate/plan.h"
-#include "migrate/snapshot.h"
+#include "migrate/engine/engine.h"
+#include "migrate/layout/layout.h"
+#include "migrate/layout/plan.h"
+#include "migrate/snapshot/snapshot.h"
 #include "util/sized.h"
 #include "weft/group.h"
 

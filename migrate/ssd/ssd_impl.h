@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "migrate/ssd.h"
-#include "migrate/ssd_format.h"
+#include "migrate/ssd/ssd.h"
+#include "migrate/ssd/ssd_format.h"
 
 /* What a slot's request in flight is. */
 typedef enum weft__ssd_stage {

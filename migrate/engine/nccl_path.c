@@ -30,9 +30,9 @@
 #include "comm/coll/start.h"
 #include "comm/ctx/log.h"
 #include "comm/device/nccl_comm.h"
-#include "migrate/device.h"
-#include "migrate/engine_impl.h"
-#include "migrate/xxh.h"
+#include "migrate/engine/device.h"
+#include "migrate/engine/engine_impl.h"
+#include "migrate/engine/xxh.h"
 
 enum { LEG_IDLE, LEG_COPY, LEG_HDR, LEG_DONE };
 

@@ -1,5 +1,5 @@
 /*
- * Same-host migration rings (migrate/ring.h): shared memory made and offered by the
+ * Same-host migration rings (migrate/engine/ring.h): shared memory made and offered by the
  * receiver, mapped by the sender, both through transports/stream_memfd.c.
  */
 #include <errno.h>
@@ -7,8 +7,8 @@
 
 /* The streaming state's layout (stable since xxHash 0.8.0), for a state on the stack. */
 #define XXH_STATIC_LINKING_ONLY
-#include "migrate/ring.h"
-#include "migrate/xxh.h"
+#include "migrate/engine/ring.h"
+#include "migrate/engine/xxh.h"
 
 #define PIECE (16u << 10) /* checksummed and copied while in the first-level cache */
 

@@ -1,7 +1,7 @@
 /* Cutting transfers into chunks, and finding a chunk in a packed buffer. */
 #include <stdlib.h>
 
-#include "migrate/engine.h"
+#include "migrate/engine/engine.h"
 #include "util/array.h"
 
 static bool push(weft_mig_chunk_t **arr, uint32_t *n, size_t *cap, const weft_mig_chunk_t *c)

@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "comm/core.h"
-#include "migrate/box.h"
-#include "migrate/engine.h"
-#include "migrate/layout.h"
-#include "migrate/plan.h"
+#include "migrate/layout/box.h"
+#include "migrate/engine/engine.h"
+#include "migrate/layout/layout.h"
+#include "migrate/layout/plan.h"
 #include "util/array.h"
 #include "weft/group.h"
 

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "migrate/ssd_format.h"
-#include "migrate/xxh.h"
+#include "migrate/ssd/ssd_format.h"
+#include "migrate/engine/xxh.h"
 
 #define CHUNK_MAGIC "WEFTCHNK"
 #define MANIFEST_MAGIC "WEFTMANI"

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "comm/core.h"
-#include "migrate/box.h"
-#include "migrate/ssd_impl.h"
+#include "migrate/layout/box.h"
+#include "migrate/ssd/ssd_impl.h"
 #include "util/clock.h"
 
 #define DEFAULT_CHUNK (1u << 20)

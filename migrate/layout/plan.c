@@ -4,10 +4,10 @@
 #include <string.h>
 
 #include "comm/core.h"
-#include "migrate/box.h"
-#include "migrate/layout.h"
-#include "migrate/plan.h"
-#include "migrate/xxh.h"
+#include "migrate/layout/box.h"
+#include "migrate/layout/layout.h"
+#include "migrate/layout/plan.h"
+#include "migrate/engine/xxh.h"
 #include "util/sized.h"
 
 /* The digest covers every field that decides what moves where. */

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "comm/core.h"
-#include "migrate/ssd_impl.h"
+#include "migrate/ssd/ssd_impl.h"
 #include "util/array.h"
 
 #define MAX_MANIFEST_BYTES (1ull << 32)

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "comm/core.h"
-#include "migrate/plan.h"
+#include "migrate/layout/plan.h"
 
 /* Chunks per stream are numbered in 20 bits of the tag; the last two numbers are the
  * verdict and the close. */

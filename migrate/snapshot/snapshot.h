@@ -28,7 +28,7 @@
 #include "comm/progress/job.h"
 #include "weft/snapshot.h"
 
-struct weft__lregion; /* migrate/layout.h */
+struct weft__lregion; /* migrate/layout/layout.h */
 
 #define WEFT_SNAP_BLOB_PREFIX "weft.blob."
 

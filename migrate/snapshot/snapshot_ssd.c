@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "migrate/layout.h"
-#include "migrate/snapshot.h"
-#include "migrate/ssd.h"
+#include "migrate/layout/layout.h"
+#include "migrate/snapshot/snapshot.h"
+#include "migrate/ssd/ssd.h"
 #include "util/clock.h"
 #include "weft/group.h"
 

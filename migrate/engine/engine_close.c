@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "comm/coll/start.h"
-#include "migrate/engine_impl.h"
+#include "migrate/engine/engine_impl.h"
 
 /*
  * The close: every member's worst stream status goes to group rank 0, which sends the

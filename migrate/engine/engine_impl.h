@@ -13,8 +13,8 @@
 #include "comm/core.h"
 #include "comm/fault.h"
 #include "comm/progress/job.h"
-#include "migrate/engine.h"
-#include "migrate/ring.h"
+#include "migrate/engine/engine.h"
+#include "migrate/engine/ring.h"
 #include "transports/select.h"
 
 /* In a verdict's count: the receiver could not read the sender's memory (CMA). */
@@ -29,7 +29,7 @@ enum { STAGE_AGREE, STAGE_MOVE, STAGE_CLOSE };
  * comes and the job checks it; the job also scatters a staged chunk. */
 enum { SL_FREE, SL_JOB, SL_SENDING, SL_HDR, SL_DATA };
 
-/* A stream's shared-memory ring (migrate/ring.h): not decided yet (the first pass of
+/* A stream's shared-memory ring (migrate/engine/ring.h): not decided yet (the first pass of
  * round 0 decides, alike on both members); not for this stream; the sender waits for
  * the offer; in use; offered and answered, but there is none. */
 enum { RING_UNDECIDED, RING_NONE, RING_WAIT, RING_ON, RING_OFF };
@@ -76,7 +76,7 @@ typedef struct stream {
     weft_tl_stream_peer_t peer;
     weft_chunk_path_query_t paths;
     int ring_state;  /* RING_* */
-    weft_mig_ring_t *ring; /* taken from the context's (migrate/ring_cache.c), or NULL */
+    weft_mig_ring_t *ring; /* taken from the context's (migrate/engine/ring_cache.c), or NULL */
     weft_mig_offer_t *offer; /* the ring's offer, sent or received (its own block) */
     weft_req_t *offer_req;
     uint64_t ring_seq; /* sender: chunks put in the ring so far */

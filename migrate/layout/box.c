@@ -1,5 +1,5 @@
 /* Box arithmetic for layouts and plans (see box.h). */
-#include "migrate/box.h"
+#include "migrate/layout/box.h"
 
 #include <stdio.h>
 #include <string.h>

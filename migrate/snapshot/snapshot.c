@@ -10,11 +10,11 @@
 #include <string.h>
 
 #include "comm/coll/start.h"
-#include "migrate/box.h"
-#include "migrate/engine.h"
-#include "migrate/layout.h"
-#include "migrate/snapshot.h"
-#include "migrate/ssd.h"
+#include "migrate/layout/box.h"
+#include "migrate/engine/engine.h"
+#include "migrate/layout/layout.h"
+#include "migrate/snapshot/snapshot.h"
+#include "migrate/ssd/ssd.h"
 #include "util/array.h"
 #include "util/bigmem.h"
 #include "util/sized.h"

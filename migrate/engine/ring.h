@@ -83,7 +83,7 @@ void weft__ring_free(weft_mig_ring_t *r);
  * fault table (comm/fault.h: counts.rings_made, rings_mapped; ring_budget). */
 
 /*
- * Rings kept between migrations, per context (migrate/ring_cache.c; the context's lock
+ * Rings kept between migrations, per context (migrate/engine/ring_cache.c; the context's lock
  * held). A 4 MiB ring costs about 4 ms to make, map and free (as much as
  * moving 40 MiB), so each member keeps one idle ring per same-host peer and direction:
  *  - the receiver takes its idle ring for @p member when the geometry fits (its counters

@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include "comm/core.h"
-#include "migrate/box.h"
-#include "migrate/ssd_impl.h"
-#include "migrate/xxh.h"
+#include "migrate/layout/box.h"
+#include "migrate/ssd/ssd_impl.h"
+#include "migrate/engine/xxh.h"
 
 static bool name_ok(const char *name)
 {

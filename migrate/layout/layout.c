@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "comm/core.h"
-#include "migrate/box.h"
-#include "migrate/layout.h"
+#include "migrate/layout/box.h"
+#include "migrate/layout/layout.h"
 #include "util/array.h"
 
 #define BOX_TEXT 256

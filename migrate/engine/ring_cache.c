@@ -1,5 +1,5 @@
 /*
- * Same-host migration rings kept between migrations (migrate/ring.h): one list per
+ * Same-host migration rings kept between migrations (migrate/engine/ring.h): one list per
  * context, under its lock, with at most one idle ring per peer and direction, and at
  * most WEFT_RING_BUDGET bytes of rings made here (and as many mapped).
  */
@@ -9,7 +9,7 @@
 
 #include "comm/core.h"
 #include "comm/fault.h"
-#include "migrate/ring.h"
+#include "migrate/engine/ring.h"
 
 typedef struct ring_entry {
     weft_mig_ring_t ring; /* first: a stream's pointer is the entry's */

@@ -21,9 +21,9 @@
 
 #include "comm/coll/start.h"
 #include "comm/device/nccl_comm.h"
-#include "migrate/device.h"
-#include "migrate/engine_impl.h"
-#include "migrate/xxh.h"
+#include "migrate/engine/device.h"
+#include "migrate/engine/engine_impl.h"
+#include "migrate/engine/xxh.h"
 #include "weft/group.h"
 
 #define DEFAULT_MAX_STAGED (64u << 20)
