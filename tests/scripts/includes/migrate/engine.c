@@ -1,3 +1,3 @@
 #include "comm/core.h"
 #include "comm/core_impl.h"
-#include "migrate/engine/engine.h"
+#include "migrate/engine.h"
