@@ -20,9 +20,9 @@
  * leave what they are blocked in (revoking the world group and the snapshots'
  * subgroups), repairs the world group in place (which also admits processes waiting to
  * join: weftrun --elastic --replace starts them), may wait for replacements, and
- * resynchronises: the members agree on a generation of snapshots, its members restore
- * the state of its newest committed step over the survivors (weft_snapshot_restore),
- * a migration gives newcomers their share, a new generation is made over the new
+ * resynchronises: the members agree on a generation of snapshots
+ * (weft_elastic_choose_gen), its members restore the state of its newest committed step
+ * over the survivors (weft_elastic_restore_gen), a migration gives newcomers their share, a new generation is made over the new
  * membership, and training goes back to the restored step and computes the steps after
  * it again. When a shard and all its copies died together, the restore reports the
  * missing bytes: the trainer says what was lost and every member stops with

@@ -176,7 +176,9 @@ typedef weft_status_t (*weft_elastic_target_fn)(void *arg, const int *members, i
  *         edited (a member died or was admitted since the generation was chosen: start
  *         the recovery over, repair @p world and choose again), or on this member when
  *         the others declared it failed; WEFT_ERR_NO_MEMORY on every member when one
- *         could not allocate; an error @p target returned, on every member;
+ *         could not allocate the buffer (on this member alone when it could not allocate
+ *         the few bytes it needs before the repair); an error @p target returned, on
+ *         every member;
  *         WEFT_ERR_PEER_FAILED, WEFT_ERR_TIMEOUT, WEFT_ERR_IO as for a repair or a
  *         collective, and a migration's errors (WEFT_ERR_MISMATCH, ...) from the restore:
  *         start the recovery over.
