@@ -16,7 +16,9 @@
  * chosen step's state, checked element by element against the state computed
  * independently, and every member's blob. One member's bad arguments (NULL pointers, an
  * info without its size, a target that fails or gives no layout, a layout the restore
- * refuses) fail it on every member, and none waits; a good call works after them.
+ * refuses) fail it on every member, and none waits; a good call works after them. The
+ * world edited between the choice and the restore fails it on every member with
+ * WEFT_ERR_REVOKED; after the world's repair it works.
  *
  * With --kill (run by run_fault.sh), the last member dies in the middle of a step: the
  * survivors repair the world, choose the generation and restore it through
@@ -463,6 +465,48 @@ static void test_restore_gen_refused(void **state)
     free_sub_gen(&x);
 }
 
+/* The world is edited between the choice and the restore (member 0 revokes it, as a
+ * member that left an operation on a failure does): WEFT_ERR_REVOKED on every member,
+ * whether it saw the edit itself or learnt it in the agreement; after the recovery loop's
+ * repair of the world, the restore works. */
+static void test_restore_gen_world_edited(void **state)
+{
+    (void)state;
+    sub_gen_t x;
+    make_sub_gen(&x, n, 2);
+    weft_group_t *order; /* orders the revocations after every member's last operation */
+    assert_int_equal(weft_group_split(world, 0, me, &order), WEFT_OK);
+    weft_snapshot_gen_t gens[1] = {{GEN_A, x.snap}};
+    assert_int_equal(choose(gens, 1).id, GEN_A);    /* every member is past its snapshots */
+    assert_int_equal(weft_barrier(order), WEFT_OK); /* ... and past the choice */
+    uint32_t before, after;
+    weft_group_epoch(world, &before);
+    if (me == 0) {
+        assert_int_equal(weft_group_revoke(world), WEFT_OK);
+    }
+    target_arg_t a = {0};
+    void *buf = NULL;
+    size_t bytes = 0;
+    weft_status_t st =
+        weft_elastic_restore_gen(x.snap, x.sub, world, reversed_target, &a, &buf, &bytes, NULL);
+    assert_int_equal(st, WEFT_ERR_REVOKED);
+    assert_null(buf);
+    assert_int_equal(weft_group_repair(world, NULL), WEFT_OK); /* the recovery loop's */
+    weft_group_epoch(world, &after);
+    assert_true(after > before);
+    assert_int_equal(weft_barrier(world), WEFT_OK);
+    a.calls = 0;
+    assert_int_equal(
+        weft_elastic_restore_gen(x.snap, x.sub, world, reversed_target, &a, &buf, &bytes, NULL),
+        WEFT_OK);
+    assert_int_equal(a.calls, 1);
+    check_restored(x.snap, ids, n, buf, bytes, 2);
+    weft_mem_free(buf, bytes);
+    assert_int_equal(weft_barrier(world), WEFT_OK);
+    weft_group_free(order);
+    free_sub_gen(&x);
+}
+
 #define KILL_STEPS 8
 #define KILL_STEP 5
 
@@ -590,6 +634,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_bad_arguments, after_test),
         cmocka_unit_test_teardown(test_restore_gen, after_test),
         cmocka_unit_test_teardown(test_restore_gen_refused, after_test),
+        cmocka_unit_test_teardown(test_restore_gen_world_edited, after_test),
     };
     char name[40];
     snprintf(name, sizeof(name), "elastic gens rank %d of %d", me, n);
