@@ -116,10 +116,11 @@ typedef weft_status_t (*weft_elastic_target_fn)(void *arg, const int *members, i
  * @brief Restore the generation weft_elastic_choose_gen() chose, on a member holding it
  * committed: what every elastic trainer does with its snapshot object after a
  * membership change. Collective over @p gen_group (the members of the generation that
- * are alive); blocking. Members admitted since do not call it: they take part in the
- * restore with weft_snapshot_restore_join() on @p gen_group only if it admitted them,
- * or, as in examples/snapshot_gens.c, receive their state afterwards from the restored
- * members.
+ * are alive); blocking. Members admitted to the world since do not call it: they receive
+ * their state afterwards from the restored members (as in examples/snapshot_gens.c).
+ * @p gen_group must therefore be a group no process joins, a subgroup made by
+ * weft_group_split() when the generation was made: a repair of the world may admit
+ * processes waiting to join, which would not take part.
  *
  * In order, on every member of @p gen_group: revoke and repair @p gen_group (every member
  * starts from a fresh epoch there, without the members that died); check that @p world
@@ -153,12 +154,12 @@ typedef weft_status_t (*weft_elastic_target_fn)(void *arg, const int *members, i
  * @p snap must then be restored again or freed, as after a failed weft_snapshot_restore().
  *
  * @param[in]  snap      The generation's snapshot object, made on @p gen_group; this
- *                       member holds a step committed in it. No snapshot in flight.
- * @param[in]  gen_group The group @p snap was made on (e.g. split off the world when the
- *                       generation was made); revoked and repaired here.
+ *                       member holds a step committed in it. The request of its last
+ *                       snapshot freed (see WEFT_ERR_INVALID_ARG below).
+ * @param[in]  gen_group The group @p snap was made on, split off the world when the
+ *                       generation was made; revoked and repaired here.
  * @param[in]  world     The group the members are in now, on which the generation was
  *                       chosen; only repaired (a no-op when healthy) to see its epoch.
- *                       May be @p gen_group itself (then only its repair is checked).
  * @param[in]  target    Builds the target layout over the surviving members.
  * @param[in]  arg       Passed to @p target.
  * @param[out] buf       Set on success: the buffer restored into (see above).
@@ -171,17 +172,19 @@ typedef weft_status_t (*weft_elastic_target_fn)(void *arg, const int *members, i
  *         NULL @p snap, @p world, @p target, @p buf or @p bytes, an @p info whose @c size
  *         is smaller than the struct (zero included), or a @p target that gave no layout,
  *         or when weft_snapshot_restore() refuses (no step committed by every survivor,
- *         a layout of other tensors, a snapshot in flight); on this member only when
- *         @p gen_group is NULL; WEFT_ERR_REVOKED on every member when one saw @p world
+ *         a layout of other tensors); on this member only when @p gen_group is NULL, or
+ *         when the request of a snapshot of @p snap is not freed yet
+ *         (weft_snapshot_restore() refuses that before its agreement: the other members
+ *         then wait in the restore until WEFT_ERR_TIMEOUT, so free that request first, as
+ *         the recovery does); WEFT_ERR_REVOKED on every member when one saw @p world
  *         edited (a member died or was admitted since the generation was chosen: start
  *         the recovery over, repair @p world and choose again), or on this member when
  *         the others declared it failed; WEFT_ERR_NO_MEMORY on every member when one
  *         could not allocate the buffer (on this member alone when it could not allocate
  *         the few bytes it needs before the repair); an error @p target returned, on
- *         every member;
- *         WEFT_ERR_PEER_FAILED, WEFT_ERR_TIMEOUT, WEFT_ERR_IO as for a repair or a
- *         collective, and a migration's errors (WEFT_ERR_MISMATCH, ...) from the restore:
- *         start the recovery over.
+ *         every member; WEFT_ERR_PEER_FAILED, WEFT_ERR_TIMEOUT, WEFT_ERR_IO as for a
+ *         repair or a collective, and a migration's errors (WEFT_ERR_MISMATCH, ...) from
+ *         the restore: start the recovery over.
  */
 WEFT_API weft_status_t weft_elastic_restore_gen(weft_snapshot_t *snap, weft_group_t *gen_group,
                                                 weft_group_t *world, weft_elastic_target_fn target,
