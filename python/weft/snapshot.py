@@ -233,8 +233,10 @@ class Snapshot:
         (weft.memory), freed when the last view of it is gone. Returns a Restored, as
         restore() does. One member's error (bad arguments, an exception in @p target, a
         layout the restore refuses) fails it on every member; an exception raised by
-        @p target is raised again on its member. Call it again only after an operation
-        every member takes part in on another group (the world's repair, say)."""
+        @p target is raised again on its member. A snapshot still in flight is refused on
+        this member alone (the others wait until the timeout): wait for it first. Call it
+        again only after an operation every member takes part in on another group (the
+        world's repair, say)."""
         ctx = self.group._ctx
         got = {}
 
