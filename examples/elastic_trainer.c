@@ -20,9 +20,9 @@
  * leave what they are blocked in (revoking the world group and the snapshots'
  * subgroups), repairs the world group in place (which also admits processes waiting to
  * join: weftrun --elastic --replace starts them), may wait for replacements, and
- * resynchronises: the members agree on a generation of snapshots, its members restore
- * the state of its newest committed step over the survivors (weft_snapshot_restore),
- * a migration gives newcomers their share, a new generation is made over the new
+ * resynchronises: the members agree on a generation of snapshots
+ * (weft_elastic_choose_gen), its members restore the state of its newest committed step
+ * over the survivors (weft_elastic_restore_gen), a migration gives newcomers their share, a new generation is made over the new
  * membership, and training goes back to the restored step and computes the steps after
  * it again. When a shard and all its copies died together, the restore reports the
  * missing bytes: the trainer says what was lost and every member stops with
@@ -134,7 +134,7 @@ static weft_status_t restore_and_move(trainer_t *t, const weft_gen_choice_t *x, 
     restored_t got = {0};
     weft_status_t st = WEFT_OK;
     if (x->index >= 0) {
-        st = gens_restore(&t->gens, x->id, t->world, &got, &t->retired);
+        st = gens_restore(&t->gens, x->id, t->world, &got);
         if (peer_lost(st)) {
             return st; /* the others learn it from the revocations */
         }
@@ -167,9 +167,9 @@ static weft_status_t restore_and_move(trainer_t *t, const weft_gen_choice_t *x, 
         st = state_move(t->world, head + 3, head[2], got.buf, head[1], next, &t->retired);
     }
     if (st == WEFT_OK) {
-        free(got.buf);
+        weft_mem_free(got.buf, got.bytes);
     } else {
-        retire(&t->retired, got.buf); /* a failed migration may still read it */
+        retire_mem(&t->retired, got.buf, got.bytes); /* a failed migration may still read it */
     }
     return st;
 }
@@ -230,7 +230,7 @@ static weft_status_t resynchronise(trainer_t *t)
 static void leave_operations(trainer_t *t)
 {
     gens_cancel(&t->gens, &t->cur, &t->retired);
-    (void)weft_group_revoke(t->world); /* first: see gens_restore */
+    (void)weft_group_revoke(t->world); /* first: the restore checks the world */
     gens_revoke(&t->gens);
 }
 

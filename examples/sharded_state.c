@@ -5,29 +5,43 @@
 
 #include "sharded_state.h"
 
-void retire(retired_t *r, void *p)
+static void keep(retired_t *r, void *p, size_t mem_bytes, int mem)
 {
     if (p == NULL) {
         return;
     }
     if (r->n == r->cap) {
         int cap = r->cap > 0 ? 2 * r->cap : 16;
-        void **ptrs = realloc(r->ptrs, (size_t)cap * sizeof(void *));
-        if (ptrs == NULL) {
+        retired_buf_t *bufs = realloc(r->bufs, (size_t)cap * sizeof(*bufs));
+        if (bufs == NULL) {
             return; /* kept for ever: what retiring is for anyway */
         }
-        r->ptrs = ptrs;
+        r->bufs = bufs;
         r->cap = cap;
     }
-    r->ptrs[r->n++] = p;
+    r->bufs[r->n++] = (retired_buf_t){.p = p, .mem_bytes = mem_bytes, .mem = mem};
+}
+
+void retire(retired_t *r, void *p)
+{
+    keep(r, p, 0, 0);
+}
+
+void retire_mem(retired_t *r, void *p, size_t bytes)
+{
+    keep(r, p, bytes, 1);
 }
 
 void retired_free(retired_t *r)
 {
     for (int i = 0; i < r->n; i++) {
-        free(r->ptrs[i]);
+        if (r->bufs[i].mem) {
+            weft_mem_free(r->bufs[i].p, r->bufs[i].mem_bytes);
+        } else {
+            free(r->bufs[i].p);
+        }
     }
-    free(r->ptrs);
+    free(r->bufs);
     memset(r, 0, sizeof(*r));
 }
 

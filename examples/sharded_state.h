@@ -12,6 +12,7 @@
 #ifndef WEFT_EXAMPLE_SHARDED_STATE_H
 #define WEFT_EXAMPLE_SHARDED_STATE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <weft/weft.h>
@@ -31,13 +32,23 @@ typedef struct state {
     float *shard;             /* its packed buffer: w[lo, lo + len), then momentum[lo, ...) */
 } state_t;
 
+/* A buffer that a failed operation may still read. */
+typedef struct retired_buf {
+    void *p;
+    size_t mem_bytes; /* from weft_mem_alloc, of that many bytes, when mem is set */
+    int mem;
+} retired_buf_t;
+
 /* Buffers that a failed operation may still read: freed at the very end. */
 typedef struct retired {
-    void **ptrs;
+    retired_buf_t *bufs;
     int n, cap;
 } retired_t;
 
+/* Keep @p p, from malloc, until retired_free. */
 void retire(retired_t *r, void *p);
+/* Keep @p p, from weft_mem_alloc (@p bytes), until retired_free. */
+void retire_mem(retired_t *r, void *p, size_t bytes);
 void retired_free(retired_t *r);
 
 /* The state layout over @p members (ids in group rank order). */

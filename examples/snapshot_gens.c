@@ -241,40 +241,31 @@ static weft_status_t check_blobs(const gen_t *x, int32_t step)
     return WEFT_OK;
 }
 
-weft_status_t gens_restore(gens_t *g, int32_t id, weft_group_t *world, restored_t *out,
-                           retired_t *r)
+/* The caller's part of the library's restore: the state layout over the survivors. */
+static weft_status_t restore_target(void *arg, const int *members, int n, weft_layout_t **target)
+{
+    (void)arg;
+    return state_layout(members, n, target);
+}
+
+weft_status_t gens_restore(gens_t *g, int32_t id, weft_group_t *world, restored_t *out)
 {
     memset(out, 0, sizeof(*out));
     gen_t *x = gen_find(g, id);
     if (x == NULL || x->snap == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
-    weft_status_t st = weft_group_revoke(x->sub);
-    if (st == WEFT_OK) {
-        st = weft_group_repair(x->sub, NULL);
-    }
-    if (st == WEFT_OK) {
-        st = world_unchanged(world);
-    }
-    if (st != WEFT_OK) {
-        return st;
-    }
-    out->n_src = group_members(x->sub, out->src);
-    weft_layout_t *target;
-    if ((st = state_layout(out->src, out->n_src, &target)) != WEFT_OK) {
-        return st;
-    }
-    size_t bytes = weft_snapshot_restore_bytes(x->snap, target);
-    out->buf = malloc(bytes);
     weft_snapshot_restored_t info = {.size = sizeof(info)};
-    st = out->buf != NULL ? weft_snapshot_restore(x->snap, target, out->buf, bytes, &info)
-                          : WEFT_ERR_NO_MEMORY;
-    weft_layout_free(target);
+    void *buf;
+    size_t bytes;
+    weft_status_t st =
+        weft_elastic_restore_gen(x->snap, x->sub, world, restore_target, NULL, &buf, &bytes, &info);
     if (st != WEFT_OK) {
-        retire(r, out->buf); /* a failed restore may still write into it */
-        out->buf = NULL;
-        return st;
+        return st; /* the library keeps a buffer a failed restore may still write into */
     }
+    out->buf = buf;
+    out->bytes = bytes;
+    out->n_src = group_members(x->sub, out->src);
     out->step = (int32_t)info.step;
     out->moved = info.bytes_moved;
     out->local = info.bytes_local;

@@ -89,22 +89,25 @@ void gens_revoke(gens_t *g);
 typedef struct restored {
     int32_t step;
     int src[MAX_MEMBERS], n_src; /* the survivors; buf is laid out over them */
-    void *buf;                   /* this member's packed buffer of that layout, then blobs */
-    size_t moved, local;         /* bytes, all members together */
-    size_t missing;              /* bytes of the state that no surviving copy held */
+    void *buf;    /* this member's packed buffer of that layout, then blobs (weft_mem_alloc) */
+    size_t bytes; /* of buf: weft_mem_free(buf, bytes) */
+    size_t moved, local; /* bytes, all members together */
+    size_t missing;      /* bytes of the state that no surviving copy held */
 } restored_t;
 
 /*
- * Restore from generation @p id, which this member holds committed: revoke and repair
- * its subgroup (every member of it then starts from a fresh epoch), check that @p world
- * was not revoked meanwhile (WEFT_ERR_REVOKED: start the recovery over), then
- * weft_snapshot_restore to the state layout over the survivors, and check the blob.
- * Parts whose every copy died are counted in out->missing, and the subgroup's rank 0
- * says which. Collective over the subgroup. out->buf is the caller's to free (or to
- * retire, if a migration from it fails); on failure it is NULL.
+ * Restore from generation @p id, which this member holds committed, through
+ * weft_elastic_restore_gen (weft/elastic.h): it revokes and repairs the generation's
+ * subgroup (every member of it then starts from a fresh epoch), checks that @p world was
+ * not edited meanwhile (WEFT_ERR_REVOKED: start the recovery over), and restores to the
+ * state layout over the survivors (state_layout, the part this trainer gives it); then
+ * the blobs are checked. Parts whose every copy died are counted in out->missing, and the
+ * subgroup's rank 0 says which. Collective over the subgroup. out->buf (weft_mem_alloc,
+ * out->bytes) is the caller's to free with weft_mem_free (or to retire_mem, if a
+ * migration from it fails); on failure it is NULL, and the library keeps the buffer a
+ * failed restore may still write into.
  */
-weft_status_t gens_restore(gens_t *g, int32_t id, weft_group_t *world, restored_t *out,
-                           retired_t *r);
+weft_status_t gens_restore(gens_t *g, int32_t id, weft_group_t *world, restored_t *out);
 
 /*
  * Make a new generation over the members of @p world (split, create) and take its

@@ -129,6 +129,8 @@ _SNAPSHOT = {
     "weft_snapshot_restore_join": (I, [P, P, P, SZ, PP, POINTER(S.SnapshotRestored)]),
     "weft_snapshot_stats": (I, [P, POINTER(S.SnapshotStats)]),
     "weft_elastic_choose_gen": (I, [P, POINTER(S.SnapshotGen), I, POINTER(S.GenChoice)]),
+    "weft_elastic_restore_gen": (I, [P, P, P, S.ElasticTargetFn, P, PP, PSZ,
+                                     POINTER(S.SnapshotRestored)]),
 }
 
 _VOCAB = {

@@ -102,6 +102,10 @@ class GenChoice(Structure):
                 ("holders", c_int)]
 
 
+# weft_elastic_target_fn: (arg, members, n, &layout) -> status.
+ElasticTargetFn = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_int), c_int, POINTER(c_void_p))
+
+
 class VocabRange(Structure):
     _fields_ = [("start", c_size_t), ("length", c_size_t), ("padded_length", c_size_t)]
 

@@ -9,6 +9,8 @@
     blob = snap.blob(dead_member_id)                     # of the newest step all committed
 """
 
+import ctypes
+import weakref
 from collections import namedtuple
 from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
 
@@ -19,6 +21,7 @@ from ._buffer import as_buffer, mark_written
 from ._lib import lib
 from .dtypes import is_tensor
 from .errors import Error, Status, error_for, invalid, last_error
+from .layout import Layout
 from .plan import Plan
 from .request import Request
 
@@ -215,6 +218,67 @@ class Snapshot:
         mark_written(buf)
         self._target = target
         state = _byte_prefix(out, target.packed_bytes(self.group.member_id()))
+        return Restored(info.step, info.bytes_moved, info.bytes_local, info.bytes_missing, out,
+                        state)
+
+    def restore_generation(self, world, target):
+        """weft_elastic_restore_gen() (include/weft/elastic.h): restore this snapshot, the
+        generation weft.choose_generation() chose, which this member holds committed.
+        Collective over the snapshot's group (the generation's members that are alive);
+        blocking. It revokes and repairs that group, checks that @p world (the group the
+        generation was chosen on) was not edited meanwhile (weft.Revoked on every member:
+        start the recovery over), calls @p target(members), the stable ids of the
+        surviving members in group rank order, which returns a weft.Layout of the same
+        tensors over them, and restores it into a new buffer of weft memory
+        (weft.memory), freed when the last view of it is gone. Returns a Restored, as
+        restore() does. One member's error (bad arguments, an exception in @p target, a
+        layout the restore refuses) fails it on every member; an exception raised by
+        @p target is raised again on its member. A snapshot still in flight is refused on
+        this member alone (the others wait until the timeout): wait for it first. Call it
+        again only after an operation every member takes part in on another group (the
+        world's repair, say)."""
+        ctx = self.group._ctx
+        got = {}
+
+        def call_target(arg, members, n, out):
+            try:
+                ids = [members[i] for i in range(n)]
+                layout = target(ids)
+                if not isinstance(layout, Layout):
+                    raise invalid("restore_generation: target returned %r, not a weft.Layout"
+                                  % (layout,))
+                copy = c_void_p()  # the library frees the one it gets
+                st = lib.weft_layout_keep(layout.handle, (c_int * max(n, 1))(*ids), n,
+                                          byref(copy))
+                if st == Status.OK:
+                    out[0] = copy.value
+                    got["layout"] = layout
+                return st
+            except BaseException as e:  # never across the C frames
+                got["error"] = e
+                return Status.ERR_INVALID_ARG
+
+        fn = S.ElasticTargetFn(call_target)
+        buf, nbytes = c_void_p(), c_size_t()
+        info = S.sized(S.SnapshotRestored)
+        with ctx._lock:
+            self._collect_pending()
+            if self._pending is not None:
+                raise invalid("restore_generation: the snapshot of step %d is still in flight "
+                              "(wait for its request first)" % self._pending.result)
+            self._restores += 1
+            try:
+                ctx._call(lib.weft_elastic_restore_gen, self._h(), self.group._h(),
+                          world._h(), fn, None, byref(buf), byref(nbytes), byref(info))
+            except Error as e:
+                if "error" in got:
+                    raise got["error"] from e
+                raise
+        raw = (ctypes.c_uint8 * max(nbytes.value, 1)).from_address(buf.value)
+        weakref.finalize(raw, lib.weft_mem_free, buf.value, nbytes.value)
+        out = np.frombuffer(raw, dtype=np.uint8, count=nbytes.value)
+        self._target = got["layout"]
+        state = _byte_prefix(out, self._target.packed_bytes(self.group.member_id()))
         return Restored(info.step, info.bytes_moved, info.bytes_local, info.bytes_missing, out,
                         state)
 
