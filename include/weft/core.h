@@ -223,7 +223,11 @@ WEFT_API weft_status_t weft_req_free(weft_req_t *req);
  */
 WEFT_API weft_status_t weft_mem_alloc(size_t bytes, void **ptr);
 
-/** @brief Free memory of weft_mem_alloc; @p bytes as allocated. NULL is a no-op. */
+/**
+ * @brief Free memory of weft_mem_alloc; @p bytes as allocated. NULL is a no-op.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG, with nothing freed, when @p ptr is not a buffer
+ *         weft_mem_alloc handed out (or was freed already) or @p bytes is not its size.
+ */
 WEFT_API weft_status_t weft_mem_free(void *ptr, size_t bytes);
 
 /** @brief Description of one WEFT_* setting, for listings such as `weft-info --config`. */

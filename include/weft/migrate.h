@@ -114,7 +114,9 @@ WEFT_API weft_status_t weft_layout_replicate(weft_layout_t *layout, int tensor, 
  * bytes from @p src, which holds @p src_box row-major, into @p dst, which holds
  * @p dst_box; @p box must lie inside both (e.g. to restore a missing piece of a plan into
  * a packed buffer: @p dst = the buffer plus the region's packed offset).
- * @return WEFT_OK; WEFT_ERR_INVALID_ARG for NULL pointers or a box outside either.
+ * @return WEFT_OK; WEFT_ERR_INVALID_ARG for NULL pointers, a box outside either, or a
+ *         box whose bytes (volume times @p elem) or whose end in some dimension do not
+ *         fit in 64 bits.
  */
 WEFT_API weft_status_t weft_box_copy(void *dst, const weft_box_t *dst_box, const void *src,
                    const weft_box_t *src_box, const weft_box_t *box, int ndims, size_t elem);

@@ -251,13 +251,30 @@ bool weft__box_copy_with(void *dst, const weft_box_t *dst_box, const void *src,
     }
 }
 
+/* Whether the bytes of @p b (@p elem each, row-major) and its end in every dimension fit
+ * in 64 bits: the caller's boxes come from outside, and the copy's strides and offsets are
+ * products and sums of them. */
+static bool box_addressable(const weft_box_t *b, int nd, size_t elem)
+{
+    uint64_t bytes = elem, end;
+    for (int d = 0; d < nd; d++) {
+        if (__builtin_add_overflow(b->offset[d], b->extent[d], &end) ||
+            __builtin_mul_overflow(bytes, b->extent[d], &bytes)) {
+            return false;
+        }
+    }
+    return bytes <= SIZE_MAX;
+}
+
 weft_status_t weft_box_copy(void *dst, const weft_box_t *dst_box, const void *src,
                             const weft_box_t *src_box, const weft_box_t *box, int ndims,
                             size_t elem)
 {
     if (dst == NULL || dst_box == NULL || src == NULL || src_box == NULL || box == NULL ||
         ndims < 1 || ndims > WEFT_LAYOUT_MAX_DIMS || elem == 0 ||
-        !weft__box_contains(dst_box, box, ndims) || !weft__box_contains(src_box, box, ndims)) {
+        !box_addressable(dst_box, ndims, elem) || !box_addressable(src_box, ndims, elem) ||
+        !box_addressable(box, ndims, elem) || !weft__box_contains(dst_box, box, ndims) ||
+        !weft__box_contains(src_box, box, ndims)) {
         return WEFT_ERR_INVALID_ARG;
     }
     weft__box_copy(dst, dst_box, src, src_box, box, ndims, elem);

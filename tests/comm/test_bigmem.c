@@ -113,12 +113,36 @@ static void test_public(void **state)
     assert_int_equal(weft_mem_free(NULL, 123), WEFT_OK);
 }
 
+/* weft_mem_free refuses what weft_mem_alloc did not hand out as it says: another size,
+ * a pointer freed already, one of malloc, one inside a buffer. The buffer stays usable
+ * after a refused free, and is freed by the right call. */
+static void test_free_checked(void **state)
+{
+    (void)state;
+    size_t n = 6u << 20;
+    uint8_t *p = NULL;
+    assert_int_equal(weft_mem_alloc(n, (void **)&p), WEFT_OK);
+    assert_int_equal(weft_mem_free(p, n + (2u << 20)), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "allocated with"));
+    assert_int_equal(weft_mem_free(p, n / 2), WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_mem_free(p + 4096, n - 4096), WEFT_ERR_INVALID_ARG);
+    void *m = malloc(64);
+    assert_int_equal(weft_mem_free(m, 64), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(weft_last_error(NULL), "not memory of weft_mem_alloc"));
+    free(m);
+    memset(p, 1, n); /* still mapped, all of it */
+    assert_int_equal(weft_mem_free(p, n), WEFT_OK);
+    assert_int_equal(weft_mem_free(p, n), WEFT_ERR_INVALID_ARG); /* twice */
+    assert_non_null(strstr(weft_last_error(NULL), "freed already"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_huge_pages),
         cmocka_unit_test(test_public),
+        cmocka_unit_test(test_free_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

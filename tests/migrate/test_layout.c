@@ -174,6 +174,36 @@ static void test_bad_input(void **state)
 }
 
 /* a \ b, checked on every element of a small grid. */
+/* weft_box_copy refuses boxes whose byte count or end overflows, rather than copying
+ * with wrapped strides: a box whose volume times the element size wraps to a small
+ * number, and one whose offset plus extent wraps, both inside the other box by the
+ * wrapped arithmetic. */
+static void test_box_copy_overflow(void **state)
+{
+    (void)state;
+    float src[4] = {1, 2, 3, 4}, dst[4] = {0};
+    /* Rows of 2^62 + 1 floats: a row's stride, 2^64 + 4 bytes, wraps to 4, so row 1
+     * would be read from src + 4 bytes (wrong data, or far outside src). */
+    weft_box_t huge = {.offset = {0, 0}, .extent = {2, (UINT64_C(1) << 62) + 1}};
+    weft_box_t row1 = {.offset = {1, 0}, .extent = {1, 1}};
+    assert_int_equal(weft_box_copy(dst, &row1, src, &huge, &row1, 2, sizeof(float)),
+                     WEFT_ERR_INVALID_ARG);
+    assert_int_equal(weft_box_copy(dst, &huge, src, &row1, &row1, 2, sizeof(float)),
+                     WEFT_ERR_INVALID_ARG);
+    weft_box_t one = {.offset = {0, 0}, .extent = {1, 4}};
+    /* An end past 2^64: offset + extent wraps below the offset. */
+    weft_box_t wrap = {.offset = {UINT64_MAX - 1, 0}, .extent = {4, 1}};
+    weft_box_t inner = {.offset = {UINT64_MAX - 1, 0}, .extent = {1, 1}};
+    assert_int_equal(weft_box_copy(dst, &wrap, src, &wrap, &inner, 2, sizeof(float)),
+                     WEFT_ERR_INVALID_ARG);
+    for (int i = 0; i < 4; i++) {
+        assert_true(dst[i] == 0.0f); /* nothing written */
+    }
+    /* The same call on sane boxes copies. */
+    assert_int_equal(weft_box_copy(dst, &one, src, &one, &one, 2, sizeof(float)), WEFT_OK);
+    assert_memory_equal(dst, src, sizeof(src));
+}
+
 static void test_box_subtract(void **state)
 {
     (void)state;
@@ -421,6 +451,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shard_rule),
+        cmocka_unit_test(test_box_copy_overflow),
         cmocka_unit_test(test_flat_is_packed_range),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_box_subtract),
