@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "launcher/weftrun.h"
+#include "launcher/weftrun_stopmsg.h"
 #include "util/array.h"
 #include "util/parse.h"
 
@@ -194,24 +195,22 @@ static void on_end(weftrun_job_t *job, const char *rest, const char *val, bool l
 /* @p live: this node's ranks still run (else it is the serving node's final wait). */
 static void on_stop(weftrun_job_t *job, const char *val, bool live)
 {
-    int64_t code, node;
-    char num[2][16];
-    if (sscanf(val, "%15s %15s", num[0], num[1]) != 2 || !weft__parse_i64(num[0], 0, 255, &code) ||
-        !weft__parse_i64(num[1], 0, INT32_MAX, &node) || node == job->opts->node_rank ||
-        job->stop_reason != WEFTRUN_STOP_NONE || job->nodes->late_stop_code != 0) {
+    int code, node;
+    char why[256];
+    if (!weftrun_stop_parse(val, &code, &node, why, sizeof(why)) ||
+        node == job->opts->node_rank || job->stop_reason != WEFTRUN_STOP_NONE ||
+        job->nodes->late_stop_code != 0) {
         return;
     }
-    const char *why = strchr(strchr(val, ' ') + 1, ' ');
-    why = why != NULL ? why + 1 : "no reason given";
     if (!live) {
         /* This node's ranks are done, but the job they belonged to failed. */
-        WEFT_ERROR(job->lg, "node %d stopped the job (%s) after this node's ranks ended", (int)node,
+        WEFT_ERROR(job->lg, "node %d stopped the job (%s) after this node's ranks ended", node,
                    why);
-        job->nodes->late_stop_code = code != 0 ? (int)code : WEFTRUN_EXIT_FAILED;
+        job->nodes->late_stop_code = code != 0 ? code : WEFTRUN_EXIT_FAILED;
         return;
     }
-    WEFT_ERROR(job->lg, "node %d stopped the job (%s); stopping this node's ranks", (int)node, why);
-    weftrun_begin_stop(job, WEFTRUN_STOP_REMOTE, (int)code, SIGTERM);
+    WEFT_ERROR(job->lg, "node %d stopped the job (%s); stopping this node's ranks", node, why);
+    weftrun_begin_stop(job, WEFTRUN_STOP_REMOTE, code, SIGTERM);
 }
 
 /* One event; @p live: the ranks are still supervised (not in the final wait). */
