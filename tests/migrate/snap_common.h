@@ -88,6 +88,33 @@ static inline void snap_reference(int t, uint64_t i, weft_dtype_t dt, uint64_t s
     }
 }
 
+/* snap_each callback: the state after *@p arg (uint64_t) steps. */
+static inline void snap_set_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
+{
+    snap_reference(t, i, dt, *(uint64_t *)arg, elem);
+}
+
+/* The toy model of the snapshot tests: tensor 0 "a", F32 [@p rows, @p cols], and tensor 1
+ * "b", F64 [@p len], cut flat over @p members[0..k) (weft_layout_flat). NULL when it
+ * cannot be made. */
+static inline weft_layout_t *snap_model(const int *members, int k, uint64_t rows, uint64_t cols,
+                                        uint64_t len)
+{
+    uint64_t a[2] = {rows, cols}, b[1] = {len};
+    int t[2] = {0, 1};
+    weft_layout_t *l;
+    if (weft_layout_create(&l) != WEFT_OK) {
+        return NULL;
+    }
+    if (weft_layout_add_tensor(l, "a", WEFT_F32, 2, a, NULL) != WEFT_OK ||
+        weft_layout_add_tensor(l, "b", WEFT_F64, 1, b, NULL) != WEFT_OK ||
+        weft_layout_flat(l, t, 2, members, k) != WEFT_OK) {
+        weft_layout_free(l);
+        return NULL;
+    }
+    return l;
+}
+
 /* snap_each callbacks: the initial value; one training step (@p arg: the step number). */
 static inline void snap_init_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
 {

@@ -50,20 +50,9 @@ enum { GEN_A = 0, GEN_B = 5, GEN_U = 9 };
 
 static weft_layout_t *model(const int *members, int k)
 {
-    uint64_t a[2] = {120, 7}, b[1] = {2001};
-    weft_layout_t *l;
-    weft_layout_create(&l);
-    weft_layout_add_tensor(l, "a", WEFT_F32, 2, a, NULL);
-    weft_layout_add_tensor(l, "b", WEFT_F64, 1, b, NULL);
-    int t[2] = {0, 1};
-    assert_int_equal(weft_layout_flat(l, t, 2, members, k), WEFT_OK);
+    weft_layout_t *l = snap_model(members, k, 120, 7, 2001);
+    assert_non_null(l);
     return l;
-}
-
-/* The state after @p step steps, written into this member's packed buffer of @p l. */
-static void set_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
-{
-    snap_reference(t, i, dt, *(uint64_t *)arg, elem);
 }
 
 static weft_gen_choice_t choose(const weft_snapshot_gen_t *gens, int k)
@@ -112,7 +101,7 @@ static void free_fixture(fixture_t *f)
 /* Take the snapshot of @p step of the state after @p step steps in @p s. */
 static void take(weft_snapshot_t *s, const fixture_t *f, uint64_t step)
 {
-    snap_each(f->l, my_id, f->live, set_elem, &step);
+    snap_each(f->l, my_id, f->live, snap_set_elem, &step);
     assert_int_equal(snap_take(s, step, f->live), WEFT_OK);
 }
 
@@ -170,7 +159,7 @@ static void test_uncommitted_passed_over(void **state)
     take(f.a, &f, 2);
     take(f.b, &f, 3);
     uint64_t later = 4;
-    snap_each(f.l, my_id, f.live, set_elem, &later); /* the live state moves on */
+    snap_each(f.l, my_id, f.live, snap_set_elem, &later); /* the live state moves on */
     weft_snapshot_gen_t gens[2] = {{GEN_A, f.a}, {GEN_B, me == n - 1 ? f.u : f.b}};
     weft_gen_choice_t c = choose(gens, 2);
     assert_int_equal(c.id, GEN_A);
@@ -337,11 +326,11 @@ static void make_sub_gen(sub_gen_t *x, int k, uint64_t steps)
                      WEFT_OK);
     x->live = malloc(weft_layout_packed_bytes(x->l, my_id) + 1);
     for (uint64_t s = 1; s <= steps; s++) {
-        snap_each(x->l, my_id, x->live, set_elem, &s);
+        snap_each(x->l, my_id, x->live, snap_set_elem, &s);
         assert_int_equal(snap_take(x->snap, s, x->live), WEFT_OK);
     }
     uint64_t later = steps + 1;
-    snap_each(x->l, my_id, x->live, set_elem, &later); /* the live state moves on */
+    snap_each(x->l, my_id, x->live, snap_set_elem, &later); /* the live state moves on */
 }
 
 static void free_sub_gen(sub_gen_t *x)

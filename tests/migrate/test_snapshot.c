@@ -34,19 +34,9 @@ static int ids[64];
 
 static weft_layout_t *model(const int *members, int k)
 {
-    uint64_t a[2] = {300, 17}, b[1] = {5001};
-    weft_layout_t *l;
-    weft_layout_create(&l);
-    weft_layout_add_tensor(l, "a", WEFT_F32, 2, a, NULL);
-    weft_layout_add_tensor(l, "b", WEFT_F64, 1, b, NULL);
-    int t[2] = {0, 1};
-    assert_int_equal(weft_layout_flat(l, t, 2, members, k), WEFT_OK);
+    weft_layout_t *l = snap_model(members, k, 300, 17, 5001);
+    assert_non_null(l);
     return l;
-}
-
-static void set_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
-{
-    snap_reference(t, i, dt, *(uint64_t *)arg, elem);
 }
 
 typedef struct check {
@@ -76,11 +66,11 @@ static weft_status_t snapshot(weft_snapshot_t *s, uint64_t step, const void *sta
 }
 
 /* Snapshots of steps 1 and 2 of the state (@p live, this member's packed buffer of @p l,
- * written by set_elem), each committed on return. */
+ * written by snap_set_elem), each committed on return. */
 static void snapshot_steps_1_2(weft_snapshot_t *s, const weft_layout_t *l, unsigned char *live)
 {
     for (uint64_t step = 1; step <= 2; step++) {
-        snap_each(l, my_id, live, set_elem, &step);
+        snap_each(l, my_id, live, snap_set_elem, &step);
         assert_int_equal(snapshot(s, step, live), WEFT_OK);
         uint64_t c;
         assert_int_equal(weft_snapshot_committed(s, &c), WEFT_OK);
@@ -112,7 +102,7 @@ static void test_restore_newest(void **state)
     assert_int_equal(weft_snapshot_restore(s, l, small, sizeof(small), NULL), WEFT_ERR_INVALID_ARG);
     snapshot_steps_1_2(s, l, live);
     uint64_t later = 3;
-    snap_each(l, my_id, live, set_elem, &later); /* the live state moves on */
+    snap_each(l, my_id, live, snap_set_elem, &later); /* the live state moves on */
     weft_layout_t *target = reversed_model();
     size_t nb = weft_snapshot_restore_bytes(s, target);
     unsigned char *out = calloc(1, nb);
@@ -216,7 +206,7 @@ static void test_ssd_tier(void **state)
     assert_int_equal(weft_snapshot_create(world, l, 64, &sp, &s), WEFT_OK);
     unsigned char *live = malloc(weft_layout_packed_bytes(l, my_id) + 1);
     uint64_t one = 1;
-    snap_each(l, my_id, live, set_elem, &one);
+    snap_each(l, my_id, live, snap_set_elem, &one);
     weft_snapshot_stats_t st1 = {.size = sizeof(st1)}, st2 = {.size = sizeof(st2)};
     assert_int_equal(snapshot(s, 1, live), WEFT_OK);
     assert_int_equal(weft_snapshot_stats(s, &st1), WEFT_OK);
@@ -302,7 +292,7 @@ static void test_budget(void **state)
         }
         assert_int_equal(weft_barrier(world), WEFT_OK);
         uint64_t three = 3;
-        snap_each(l, my_id, live, set_elem, &three);
+        snap_each(l, my_id, live, snap_set_elem, &three);
         assert_int_equal(snapshot(s, 3, live), WEFT_ERR_IO);
         uint64_t committed = 0;
         assert_int_equal(weft_snapshot_committed(s, &committed), WEFT_OK);
@@ -313,7 +303,7 @@ static void test_budget(void **state)
         }
     }
     uint64_t three = 3;
-    snap_each(l, my_id, live, set_elem, &three); /* the live state moves on */
+    snap_each(l, my_id, live, snap_set_elem, &three); /* the live state moves on */
     weft_layout_t *t = reversed_model();
     size_t nb = weft_snapshot_restore_bytes(s, t);
     unsigned char *nbuf = malloc(nb);

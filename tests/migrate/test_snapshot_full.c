@@ -26,11 +26,6 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-static void set_elem(int t, uint64_t i, void *elem, weft_dtype_t dt, void *arg)
-{
-    snap_reference(t, i, dt, *(uint64_t *)arg, elem);
-}
-
 static weft_status_t snapshot(weft_snapshot_t *s, uint64_t step, const void *state)
 {
     weft_req_t *req = NULL;
@@ -89,7 +84,7 @@ int main(int argc, char **argv)
     unsigned char *live = malloc(bytes), *step2 = malloc(bytes), *back = malloc(bytes);
     weft_snapshot_stats_t st = {.size = sizeof(st)};
     for (uint64_t step = 1; step <= 3; step++) {
-        snap_each(l, id, live, set_elem, &step);
+        snap_each(l, id, live, snap_set_elem, &step);
         if (step == 2) {
             memcpy(step2, live, bytes);
         }
