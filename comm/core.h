@@ -25,8 +25,6 @@
 #include "weft/core.h"
 
 /* ---- the context ---- */
-/* This process's stable member id (its world rank). */
-int weft__ctx_rank(const weft_ctx_t *ctx);
 /* The settings read at weft_init (comm/ctx/config.h). */
 const weft_config_t *weft__ctx_config(const weft_ctx_t *ctx);
 /* The logger, for WEFT_LOG and its level macros (comm/ctx/log.h). */

@@ -2,11 +2,6 @@
  * the context, its groups and requests, and the per-context extension slots. */
 #include "comm/core_impl.h"
 
-int weft__ctx_rank(const weft_ctx_t *ctx)
-{
-    return ctx->rank;
-}
-
 const weft_config_t *weft__ctx_config(const weft_ctx_t *ctx)
 {
     return &ctx->cfg;
