@@ -64,6 +64,7 @@ struct weft_ctx {
     int local_rank, local_size;
     char launcher[16];          /* "weftrun", "mpirun", "srun", "singleton" */
     char store_addr[256];
+    struct weft_pmix *pmix;     /* bootstrapped through PMIx (comm/ctx/boot_pmix.h) */
     char token[128];
     char host_id[WEFT__HOST_ID_LEN]; /* util/host_id.h: peers with the same share memory */
     weft_shm_job_t shm_job;     /* names of its shared-memory segments, the job lock */

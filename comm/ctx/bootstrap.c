@@ -6,6 +6,7 @@
 
 #include <openssl/crypto.h>
 
+#include "comm/ctx/boot_pmix.h"
 #include "comm/ctx/bootstrap.h"
 #include "util/parse.h"
 
@@ -158,13 +159,17 @@ static weft_status_t refuse_without_store(const weft_logger_t *lg, const env_sou
                             ? " (MASTER_ADDR and MASTER_PORT are torch's store, which weft "
                               "does not use)"
                             : "";
+    /* srun without --mpi=pmix starts no PMIx server: say that it would have sufficed. */
+    const char *srun = strcmp(src->launcher, "srun") == 0
+                           ? ", or with srun --mpi=pmix, which weft bootstraps from"
+                           : "";
     return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
                 "%s=%d %s=%d set by %s but no WEFT_STORE, so this process would run alone as "
-                "rank 0 of 1. Start the job with weftrun (weftrun -n %d -- PROGRAM), or keep "
+                "rank 0 of 1. Start the job with weftrun (weftrun -n %d -- PROGRAM)%s, or keep "
                 "%s and give every rank a store: run 'weftrun --store-only' once and export "
                 "the WEFT_STORE and WEFT_JOB_TOKEN it prints%s",
-                src->rank, b->rank, src->size, b->size, src->launcher, b->size, src->launcher,
-                torch);
+                src->rank, b->rank, src->size, b->size, src->launcher, b->size, srun,
+                src->launcher, torch);
 }
 
 weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot, char *why, size_t why_len)
@@ -179,6 +184,15 @@ weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot, char *
             return st;
         }
         goto store;
+    }
+    const char *given = getenv("WEFT_STORE");
+    if ((given == NULL || *given == '\0') && weft__pmix_present()) {
+        /* A PMIx server started this process: it says who the process is, and the store
+         * comes through it (comm/ctx/boot_pmix.c). */
+        b.via_pmix = true;
+        snprintf(b.launcher, sizeof(b.launcher), "pmix");
+        *boot = b;
+        return WEFT_OK;
     }
     for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]) && src == NULL; i++) {
         if (env_int(sources[i].rank) != -1) {

@@ -13,6 +13,7 @@ typedef struct weft_boot {
     char store[256];     /* host:port, "" for a singleton without store */
     char token[128];
     bool joining;        /* WEFT_JOIN=1: a new member of a running job; rank may be -1 */
+    bool via_pmix;       /* no WEFT_STORE but a PMIx server: comm/ctx/boot_pmix.c goes on */
 } weft_boot_t;
 
 /*
@@ -25,6 +26,9 @@ typedef struct weft_boot {
  * the first): a source of more than one rank without WEFT_STORE is an error that names
  * the variables seen and how to launch, never a silent rank 0 of 1. No source at all: a
  * singleton of size 1.
+ * A process that a PMIx server started (PMIX_RANK and PMIX_NAMESPACE, as srun --mpi=pmix
+ * and Open MPI's mpirun set them) without WEFT_STORE is not refused: via_pmix is set and
+ * weft__pmix_boot (comm/ctx/boot_pmix.h) learns the rest from PMIx.
  * WEFT_JOIN=1 marks a process that joins a running job: its WEFT_RANK is a member id
  * beyond the original world (or absent: the store assigns one) and a store is required.
  * On failure the reason is logged as an error and, when @p why is not NULL, copied there.

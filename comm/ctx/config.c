@@ -3,6 +3,7 @@
  * line of documentation, where it lands in weft_config_t and how it is parsed. This table
  * is the only place a setting is defined: weft-info --config lists it as is.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -212,6 +213,22 @@ static weft_status_t parse_path(const char *text, void *field)
 }
 #define print_path print_string
 
+/* An IPv4 or IPv6 address literal (no host names: nothing to resolve at start-up). */
+static weft_status_t parse_ip(const char *text, void *field)
+{
+    unsigned char bin[sizeof(struct in6_addr)];
+    size_t n = strlen(text);
+    if (n >= sizeof(((weft_config_t *)0)->boot_addr)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (n > 0 && inet_pton(AF_INET, text, bin) != 1 && inet_pton(AF_INET6, text, bin) != 1) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    memcpy(field, text, n + 1);
+    return WEFT_OK;
+}
+#define print_ip print_string
+
 /* WEFT_DEBUG_FAULTS (comm/fault.h): checked where weft_init uses it (builds without
  * NDEBUG), kept as text everywhere (weft_init warns that it is ignored). */
 static weft_status_t parse_faults(const char *text, void *field)
@@ -348,6 +365,16 @@ static const config_field_t config_table[] = {
           "is searched like any shared library, a path is used as is. Not found: NCCL is "
           "unavailable and CUDA collectives say so. Read once per process.",
           nccl_library, path),
+    FIELD("WEFT_PMIX_LIBRARY", "libpmix.so.2",
+          "PMIx library opened (dlopen) when srun --mpi=pmix or mpirun started the process "
+          "without WEFT_STORE: a name is searched like any shared library, a path is used as "
+          "is. Read once per process.",
+          pmix_library, path),
+    FIELD("WEFT_BOOT_ADDR", "",
+          "IP address on which rank 0 of a job started through PMIx serves the job's store; "
+          "empty: the loopback when the job holds one host, else the first IPv4 address of "
+          "an interface that is up.",
+          boot_addr, ip),
     FIELD("WEFT_DEBUG_FAULTS", "",
           "Debug and sanitizer builds only (builds with NDEBUG ignore it, with a warning): "
           "test faults switched on at weft_init, a comma-separated list of cma_refuse "

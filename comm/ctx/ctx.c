@@ -9,6 +9,7 @@
 
 #include <openssl/crypto.h>
 
+#include "comm/ctx/boot_pmix.h"
 #include "comm/ctx/bootstrap.h"
 #include "comm/core_impl.h"
 #include "comm/device/memtype.h"
@@ -495,6 +496,10 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     ctx->logger.level = ctx->cfg.log_level;
     apply_debug_faults(ctx);
     st = weft__bootstrap(&ctx->logger, &boot, ctx->last_error, sizeof(ctx->last_error));
+    if (st == WEFT_OK && boot.via_pmix) {
+        st = weft__pmix_boot(&ctx->cfg, &ctx->logger, &boot, &ctx->pmix, ctx->last_error,
+                             sizeof(ctx->last_error));
+    }
     if (st != WEFT_OK) {
         goto err_free;
     }
@@ -656,6 +661,8 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     }
     free(ctx->retired);
     weft__store_close(ctx->store); /* ctx->watch is the same connection */
+    /* Rank 0 of a PMIx job serves the store: it waits for the others to leave it. */
+    weft__pmix_fini(ctx->pmix, ctx->cfg.finalize_timeout_ms, &ctx->logger);
     free(ctx->peers);
     free(ctx->user_ops);
     pthread_mutex_destroy(&ctx->job_lock);

@@ -481,6 +481,17 @@ bool weft__store_server_has(weft_store_server_t *s, const char *key)
     return has;
 }
 
+size_t weft__store_server_conns(weft_store_server_t *s)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->nconns; i++) {
+        n += s->conns[i]->state == CONN_READY && !s->conns[i]->dead;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
 void weft__store_server_stop(weft_store_server_t *s)
 {
     if (s == NULL) {

@@ -148,6 +148,8 @@ weft_status_t weft__store_server_set(weft_store_server_t *s, const char *key, co
                                      size_t len);
 /* Whether @p key is set (thread-safe). */
 bool weft__store_server_has(weft_store_server_t *s, const char *key);
+/* Connections that proved they hold the token and are still open (thread-safe). */
+size_t weft__store_server_conns(weft_store_server_t *s);
 void weft__store_server_stop(weft_store_server_t *s);
 
 struct weft_store_buf; /* comm/store/proto.h */

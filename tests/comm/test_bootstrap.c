@@ -26,6 +26,8 @@ static const char *const all_vars[] = {
     "SLURM_LOCALID",
     "SLURM_NTASKS_PER_NODE",
     "PMIX_RANK",
+    "PMIX_NAMESPACE",
+    "WEFT_PMIX_LIBRARY",
     "WEFT_JOIN",
     "PMI_RANK",
     "PMI_SIZE",
@@ -258,7 +260,8 @@ static void test_no_store_refused(void **state)
         snprintf(want, sizeof(want), "%s=3 %s=8 set by %s but no WEFT_STORE", envs[i].rank,
                  envs[i].size, envs[i].launcher);
         if (strstr(why, want) == NULL || strstr(why, "weftrun --store-only") == NULL ||
-            strstr(why, "weftrun -n 8") == NULL) {
+            strstr(why, "weftrun -n 8") == NULL ||
+            (strcmp(envs[i].launcher, "srun") == 0) != (strstr(why, "srun --mpi=pmix") != NULL)) {
             fail_msg("%s: '%s'", envs[i].launcher, why);
         }
         assert_null(strstr(why, "MASTER_ADDR"));
@@ -279,6 +282,54 @@ static void test_no_store_refused(void **state)
     char why[512] = "";
     assert_int_equal(weft__bootstrap(&lg, &b, why, sizeof(why)), WEFT_ERR_INVALID_ARG);
     assert_non_null(strstr(why, "MASTER_ADDR and MASTER_PORT are torch's store"));
+}
+
+/* A PMIx server started the process (srun --mpi=pmix, mpirun) and no store is given: not
+ * refused, PMIx takes over; a store, when given, still wins, and a joiner needs one. */
+static void test_pmix_without_store(void **state)
+{
+    (void)state;
+    weft_boot_t b;
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("PMIX_RANK", "1", 1);
+    setenv("PMIX_NAMESPACE", "job.7", 1);
+    char why[512] = "";
+    assert_int_equal(weft__bootstrap(&lg, &b, why, sizeof(why)), WEFT_OK);
+    assert_true(b.via_pmix);
+    assert_string_equal(b.store, "");
+    setenv("WEFT_STORE", "h:1", 1);
+    setenv("WEFT_JOB_TOKEN", "t", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_OK);
+    assert_false(b.via_pmix);
+    assert_string_equal(b.store, "h:1");
+    unsetenv("WEFT_STORE");
+    setenv("WEFT_JOIN", "1", 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_ERR_INVALID_ARG);
+    unsetenv("WEFT_JOIN");
+    /* Half a PMIx environment is no PMIx server: refused as before. */
+    unsetenv("PMIX_NAMESPACE");
+    assert_int_equal(weft__bootstrap(&lg, &b, why, sizeof(why)), WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(why, "no WEFT_STORE"));
+}
+
+/* PMIx that cannot be loaded: weft_init fails, naming the library and the ways out. */
+static void test_pmix_library_absent(void **state)
+{
+    (void)state;
+    setenv("PMIX_RANK", "0", 1);
+    setenv("PMIX_NAMESPACE", "job.7", 1);
+    setenv("WEFT_PMIX_LIBRARY", "libweft-no-such-pmix.so", 1);
+    weft_init_params_t p = {.size = sizeof(p), .log_fn = quiet};
+    weft_ctx_t *ctx = NULL;
+    weft_status_t st = weft_init(&p, &ctx);
+    assert_null(ctx);
+    const char *why = weft_last_error(NULL);
+    if (strstr(why, "built without PMIx") == NULL) { /* else: no pmix.h at build time */
+        assert_int_equal(st, WEFT_ERR_UNSUPPORTED);
+        assert_non_null(strstr(why, "libweft-no-such-pmix.so"));
+        assert_non_null(strstr(why, "WEFT_PMIX_LIBRARY"));
+    }
 }
 
 /* The token leaves the environment (children of the program do not inherit it); later
@@ -346,6 +397,8 @@ int main(void)
         cmocka_unit_test_setup(test_bad_environment, setup),
         cmocka_unit_test_setup(test_token_taken_from_environment, setup),
         cmocka_unit_test_setup(test_store_absent_one_error, setup),
+        cmocka_unit_test_setup(test_pmix_without_store, setup),
+        cmocka_unit_test_setup(test_pmix_library_absent, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,7 +37,7 @@ static void clear_env(void)
 {
     const char *vars[] = {"WEFT_LOG_LEVEL", "WEFT_TIMEOUT_MS", "WEFT_COLL_SMALL_MAX",
                           "WEFT_TRANSPORT", "WEFT_YIELD_SPINS", "WEFT_BOGUS_SETTING",
-                          "WEFT_DEBUG_FAULTS"};
+                          "WEFT_DEBUG_FAULTS", "WEFT_BOOT_ADDR"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         unsetenv(vars[i]);
     }
@@ -75,7 +75,9 @@ static void test_env_overrides_and_suffixes(void **state)
     setenv("WEFT_TIMEOUT_MS", "1500", 1);
     setenv("WEFT_COLL_SMALL_MAX", "3M", 1);
     setenv("WEFT_TRANSPORT", "ucx", 1);
+    setenv("WEFT_BOOT_ADDR", "fd00::7", 1);
     assert_int_equal(weft__config_load(&cfg, &lg), WEFT_OK);
+    assert_string_equal(cfg.boot_addr, "fd00::7");
     assert_int_equal(cfg.log_level, WEFT_LOG_DEBUG);
     assert_int_equal(cfg.timeout_ms, 1500);
     assert_int_equal(cfg.coll_small_max, 3u << 20);
@@ -91,6 +93,8 @@ static void test_bad_values(void **state)
         {"WEFT_TIMEOUT_MS", ""},    {"WEFT_LOG_LEVEL", "loud"},
         {"WEFT_TRANSPORT", "tcp"},  {"WEFT_COLL_SMALL_MAX", "99999999999999999999"},
         {"WEFT_YIELD_SPINS", "5G"}, {"WEFT_COLL_SMALL_MAX", "17179869184G"},
+        {"WEFT_BOOT_ADDR", "node7"}, {"WEFT_BOOT_ADDR", "10.0.0.1:80"},
+        {"WEFT_BOOT_ADDR", "1.2.3.4.5"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         captured_t c;
