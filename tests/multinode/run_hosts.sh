@@ -24,6 +24,10 @@
 #                last, fresh host: its ranks join the job. Every weftrun but the killed
 #                one exits 0 and node 0 says "on WORLD ranks" (the job's width: the
 #                replacement's ranks joined) last (as the example trainer does)
+#   pmix         no weftrun: Open MPI's mpirun, on the last host, starts PROGRAM ARGS
+#                on PER_HOST slots of each other host (its launch agent enters them);
+#                weft bootstraps through PMIx, rank 0 serving the store on its host's
+#                address. Passes when mpirun exits 0 (skipped without mpirun)
 #
 # Passes when every weftrun that should exits 0 and each rank reported success.
 set -u
@@ -31,7 +35,8 @@ scenario=$1 bin=$2
 shift 2
 hosts=$NSH_HOSTS per=${PER_HOST:-1}
 nodes=$hosts # hosts running a weftrun of the job
-[ "$scenario" = grow ] || [ "$scenario" = replace_host ] && nodes=$((hosts - 1))
+[ "$scenario" = grow ] || [ "$scenario" = replace_host ] || [ "$scenario" = pmix ] &&
+    nodes=$((hosts - 1))
 world=$((nodes * per))
 out=$NSH_DIR/out
 mkdir -p "$out"
@@ -189,6 +194,27 @@ replace_host)
         fail "the replacement reported its own earlier start as a new loss"
     tail -n 3 "$out/node0" | grep -q " on $world ranks" ||
         fail "the job did not end on $world ranks"
+    ;;
+pmix)
+    command -v mpirun >/dev/null || { echo "run_hosts: no mpirun; skipped"; exit 77; }
+    for i in $(seq 0 $((nodes - 1))); do
+        printf '%s slots=%d\n' "$("$NSH_BED" addr "$i")" "$per"
+    done >"$NSH_DIR/hostfile"
+    # Open MPI's launch agent, "agent [options] HOST command": runs it on that host.
+    cat >"$NSH_DIR/agent" <<EOF
+#!/bin/bash
+while [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1
+shift
+exec "$NSH_BED" exec \$((\${host##*.} - 1)) /bin/sh -c "\$*"
+EOF
+    chmod +x "$NSH_DIR/agent"
+    # mpirun in the last host's network only: the agent enters the hosts from outside.
+    ip netns exec "${NSH_PREFIX}h$nodes" mpirun --allow-run-as-root -n "$world" \
+        --hostfile "$NSH_DIR/hostfile" --mca plm_rsh_agent "$NSH_DIR/agent" \
+        --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+        -x WEFT_YIELD_SPINS=0 "$@" >"$out/mpirun" 2>&1 ||
+        fail "mpirun exited $?"
     ;;
 *)
     echo "run_hosts: unknown scenario $scenario" >&2
