@@ -16,7 +16,8 @@
 # cores: SlurmdParameters=config_overrides keeps slurmd from draining a node that claims
 # more CPUs than it has. No cgroups (proctrack/linuxproc, task/none): a container has
 # none to give. Every process the bed starts, and every process of its jobs, carries
-# WEFT_SLURM_BED=STATE_DIR in its environment: slurmstepd outlives a killed slurmd, and
+# SLURM_TEST_BED=STATE_DIR in its environment (not WEFT_*: the ranks
+# would warn about an unknown setting): slurmstepd outlives a killed slurmd, and
 # this is how the bed finds it, and what a bed killed outright left behind, to end it.
 set -euo pipefail
 
@@ -44,7 +45,7 @@ if [ -e "$state" ] && [ -n "$(ls -A "$state")" ] && [ ! -e "$state/.slurm_bed" ]
 fi
 mkdir -p "$state"
 state=$(cd "$state" && pwd -P)
-marker="WEFT_SLURM_BED=$state"
+marker="SLURM_TEST_BED=$state"
 
 # The processes whose environment carries this bed's marker.
 bed_pids() {
