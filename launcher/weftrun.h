@@ -33,7 +33,7 @@
 
 #define WEFTRUN_DEFAULT_GRACE_MS 3000
 #define WEFTRUN_DEFAULT_BIND "127.0.0.1"
-#define WEFTRUN_TOKEN_MIN 16 /* characters of a token given by the user */
+#define WEFTRUN_TOKEN_MIN 32 /* characters of a token given by the user: 128 bits in hex */
 #define WEFTRUN_TOKEN_MAX 64
 #define WEFTRUN_DEFAULT_MAX_RESTARTS 16
 /* Member ids from here up are handed out by the store to processes that join without a
@@ -62,6 +62,7 @@ typedef struct weftrun_opts {
     bool external_store;   /* --external-store: no node serves it */
     const char *token;     /* --token, --token-file or WEFT_JOB_TOKEN; NULL: a random one */
     char token_buf[72];    /* what --token-file held */
+    const char *token_file; /* --token-file, or NULL */
     char bind_buf[256];    /* the host of --store, to bind to */
     int verbose;           /* -v, repeatable */
     char **argv;           /* the program and its arguments (NULL-terminated) */

@@ -399,7 +399,7 @@ static const config_field_t config_table[] = {
  * WEFT_LIBRARY, where the Python binding looks for libweft.so first. */
 const char *const weft__env_known[] = {
     "WEFT_RANK",      "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
-    "WEFT_JOB_TOKEN", "WEFT_JOIN",       "WEFT_LIBRARY",    NULL,
+    "WEFT_JOB_TOKEN", "WEFT_JOB_TOKEN_FILE", "WEFT_JOIN", "WEFT_LIBRARY", NULL,
 };
 
 static int is_known(const char *name, size_t len)
