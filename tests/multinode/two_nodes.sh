@@ -12,7 +12,8 @@
 #   lost0     node 0's weftrun (and the store with it) is SIGKILLed: node 1 stops its
 #             ranks and exits 1
 #   wait      node 0's ranks end first: node 0 keeps the store until node 1 has ended
-#   usage     options refused: no --store, no token, a short token, --node-rank too
+#   usage     options refused: no --store, no token, a short token, a token file others
+#             can read, --node-rank too
 #             large, a node started twice, a node started again without --elastic
 #   rejoin    --elastic: node 1 is lost, then started again with the same command: its
 #             ranks join as replacements (WEFT_JOIN=1, ids from N x PER_NODE up)
@@ -129,6 +130,19 @@ usage)
     done
     env -u WEFT_JOB_TOKEN "$w" --nnodes 2 --store "$store" -n 1 -- true >"$dir/out" 2>&1
     [ $? -eq 2 ] && grep -q "job token" "$dir/out" || fail "a job without a token was not refused"
+    # A token file that others can read is refused, naming the fix; a private one works.
+    echo "$WEFT_JOB_TOKEN" >"$dir/token" && chmod 644 "$dir/token"
+    env -u WEFT_JOB_TOKEN "$w" --nnodes 2 --store "$store" --token-file "$dir/token" -n 1 \
+        -- true >"$dir/out" 2>&1
+    [ $? -eq 2 ] && grep -q "mode 0644): chmod 600" "$dir/out" ||
+        fail "a token file others can read was not refused: $(cat "$dir/out")"
+    # --token is wiped from weftrun's command line (others read it in /proc) and warned of.
+    # shellcheck disable=SC2016  # expanded by the rank's shell
+    env -u WEFT_JOB_TOKEN "$w" --token "$WEFT_JOB_TOKEN" -n 1 -- \
+        sh -c 'tr "\0" " " </proc/$PPID/cmdline' >"$dir/out" 2>&1
+    grep -q -- "--token \*\*\*\*" "$dir/out" && ! grep -qF "$WEFT_JOB_TOKEN" "$dir/out" &&
+        grep -q "warning: --token puts the job token on the command line" "$dir/out" ||
+        fail "--token stayed in weftrun's command line: $(cat "$dir/out")"
     node 0 2 -n 1 -v -- sleep 30
     node 1 2 -n 1 -- sleep 30
     wait_for "$dir/node0" "node 1 is up"
