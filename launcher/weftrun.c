@@ -323,6 +323,9 @@ int main(int argc, char **argv)
     if (!opts.store_only && !read_settings(&job)) {
         return WEFTRUN_EXIT_USAGE;
     }
+    /* Deaths are published, and leases lapse, under the ranks' key namespace. */
+    snprintf(job.failed_prefix, sizeof(job.failed_prefix), WEFTRUN_FAILED_FMT,
+             job.cfg.ns[0] != '\0' ? job.cfg.ns : "weft");
     if (!opts.store_only && weftrun_resolve_program(opts.argv[0], &lg, &job.prog_path) != WEFT_OK) {
         return WEFTRUN_EXIT_NOT_FOUND;
     }

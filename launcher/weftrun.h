@@ -39,8 +39,9 @@
 /* Member ids from here up are handed out by the store to processes that join without a
  * launcher (comm/ctx/ctx.c): the ids of weftrun's ranks and replacements stay below. */
 #define WEFTRUN_MAX_MEMBER_IDS ((int)(WEFT_TAG_MAX_MEMBERS / 2))
-/* The key prefix under which an abnormal exit of rank N is published. */
-#define WEFTRUN_FAILED_PREFIX "weft/failed/"
+/* The key prefix under which an abnormal exit of rank N is published, and the ranks'
+ * leases lapse: "<WEFT_NAMESPACE>/failed/" (weftrun_job_t.failed_prefix). */
+#define WEFTRUN_FAILED_FMT "%s/failed/"
 
 typedef struct weftrun_opts {
     int nranks;            /* -n */
@@ -106,7 +107,7 @@ typedef struct weftrun_slot {
     int exec_errno; /* why the exec failed, 0 if it did not */
     bool fenced;    /* declared failed by its lapsed lease while running, then killed */
     bool fenced_early; /* ... before the job began to finish: no member at its end */
-    /* Reported failed by a member (weft/failed/<id> set) before the job began to finish:
+    /* Reported failed by a member (<ns>/failed/<id> set) before the job began to finish:
      * the members had repaired around it, so its end, however late it is reaped, does
      * not fail the finishing job. */
     bool reported_early;
@@ -117,7 +118,7 @@ typedef struct weftrun_slot {
 /* How a process ended abnormally: for the messages, the store notice and the exit code. */
 typedef struct weftrun_death {
     int code;      /* its exit code, or 128 + the signal number */
-    char what[32]; /* the value of weft/failed/<id>: "exit N" or "signal N" */
+    char what[32]; /* the value of <ns>/failed/<id>: "exit N" or "signal N" */
     char text[64]; /* "exited with status N" or "was killed by signal N (Name)" */
 } weftrun_death_t;
 
@@ -143,6 +144,7 @@ typedef struct weftrun_job {
     weftrun_nodes_t *nodes; /* the other nodes (weftrun_nodes.c); NULL in a one-node job */
     const weft_logger_t *lg;
     weft_config_t cfg; /* the WEFT_* settings of weftrun's environment, the ranks' too */
+    char failed_prefix[48]; /* WEFTRUN_FAILED_FMT under the ranks' WEFT_NAMESPACE */
     weft_store_server_t *server;
     char store_addr[300]; /* host:port the ranks connect to */
     char token[65];

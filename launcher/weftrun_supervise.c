@@ -80,7 +80,7 @@ static void kill_now(weftrun_job_t *job)
 static void publish_failure(weftrun_job_t *job, const weftrun_slot_t *s, const char *what)
 {
     char key[64];
-    snprintf(key, sizeof(key), WEFTRUN_FAILED_PREFIX "%d", s->rank);
+    snprintf(key, sizeof(key), "%s%d", job->failed_prefix, s->rank);
     weft_status_t st = weftrun_store_set(job, key, what);
     if (st != WEFT_OK) {
         WEFT_WARN(job->lg, "cannot publish %s in the store: %s", key, weft_status_str(st));

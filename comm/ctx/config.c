@@ -354,7 +354,8 @@ static const config_field_t config_table[] = {
           yield_spins, spins),
     FIELD("WEFT_NAMESPACE", "weft",
           "Prefix of this context's keys in the store; contexts with different namespaces "
-          "can share one store (failure notices of weftrun use the default).",
+          "can share one store (weftrun publishes deaths, and fences lapsed leases, under the "
+          "namespace of its own environment, the ranks').",
           ns, ns),
     FIELD("WEFT_TOPO_XML", "",
           "hwloc XML file used as this host's topology instead of discovering it (tests, "

@@ -19,6 +19,7 @@
 #             ranks join as replacements (WEFT_JOIN=1, ids from N x PER_NODE up)
 #   fence     --elastic, real ranks: a rank of node 1 is stopped (SIGSTOP); its lease
 #             lapses in node 0's store, and node 1's weftrun kills it; the others repair
+#   fence_ns  the same with WEFT_NAMESPACE set: weftrun fences under the job's namespace
 #   jobfailed --elastic: a rank of node 1 exits 86 (WEFT_EXIT_JOB_FAILED): not a death to
 #             go on without, the job failed: both nodes stop and exit 86
 #   jobfailed_late  the same once node 0's ranks have ended 0 (node 0 waits for node 1):
@@ -166,10 +167,12 @@ rejoin)
     done
     grep -q "join the job as replacements" "$dir/node1" || fail "node 1 did not say it rejoined"
     ;;
-fence)
+fence | fence_ns)
     # The ranks' leases lapse after 0.5 s; weftrun itself would fence a stopped rank
     # only after 30 s (its own WEFT_FAILURE_TIMEOUT_MS): node 0's store must tell.
+    # fence_ns: the same under a key namespace of the job's own (WEFT_NAMESPACE).
     export WEFT_FAILURE_TIMEOUT_MS=30000
+    [ "$what" = fence_ns ] && export WEFT_NAMESPACE=job7
     rank='echo $$ >"$0/pid.$WEFT_RANK"; WEFT_FAILURE_TIMEOUT_MS=500 exec "$1" loss 3'
     node 0 2 -n 2 --elastic -- sh -c "$rank" "$dir" "$bin/host_job"
     node 1 2 -n 2 --elastic -- sh -c "$rank" "$dir" "$bin/host_job"
