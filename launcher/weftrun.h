@@ -103,6 +103,9 @@ typedef struct weftrun_slot {
     int replaces;   /* member id of the dead process this one replaces; -1 for the first N */
     weftrun_slot_state_t state;
     pid_t pid;      /* also the process group of the rank and its descendants */
+    /* Its process group was seen empty after it was reaped: the id may belong to a new,
+     * unrelated group by now, so weftrun never signals it again. */
+    bool group_gone;
     int wstatus;    /* from waitpid(), valid once reaped */
     int exec_errno; /* why the exec failed, 0 if it did not */
     bool fenced;    /* declared failed by its lapsed lease while running, then killed */
@@ -251,7 +254,7 @@ weft_status_t weftrun_start_slot(weftrun_job_t *job, int id, int local_rank, int
 weft_status_t weftrun_new_member_id(weftrun_job_t *job, int *id);
 
 /* Signal @p s's process group (its process alone if it has none yet, while it runs). */
-void weftrun_signal_slot(const weftrun_slot_t *s, int sig);
+void weftrun_signal_slot(weftrun_slot_t *s, int sig);
 
 /* Stop every process: @p sig now, SIGKILL after the grace period. The first reason wins. */
 void weftrun_begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int exit_code, int sig);
