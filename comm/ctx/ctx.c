@@ -16,6 +16,7 @@
 #include "comm/shm/shm.h"
 #include "util/assert.h"
 #include "util/bigmem.h"
+#include "util/log_escape.h"
 #include "util/parse.h"
 
 #define ADDR_KEY_FMT "addr/%d"
@@ -727,8 +728,9 @@ static void apply_revoke_notice(weft_ctx_t *ctx, const char *what)
 static void declared_failed(weft_ctx_t *ctx, const void *why, size_t len)
 {
     ctx->declared_failed = true;
-    snprintf(ctx->declared_failed_why, sizeof(ctx->declared_failed_why), "%.*s",
-             (int)strnlen(why, len), (const char *)why);
+    /* Written by whoever reported it: escaped before it reaches a log or an error. */
+    weft__log_escape(why, strnlen(why, len), ctx->declared_failed_why,
+                     sizeof(ctx->declared_failed_why));
     WEFT_WARN(&ctx->logger, "this member was declared failed (%s): its groups are revoked",
               ctx->declared_failed_why);
     for (weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
@@ -758,8 +760,9 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
         } else if (what[0] == 'g') {
             apply_revoke_notice(ctx, what);
         } else if (weft__parse_i64(what, 0, WEFT_TAG_MAX_MEMBERS - 1, &id)) {
-            WEFT_INFO(&ctx->logger, "member %d failed (%.*s)", (int)id, (int)len,
-                      (const char *)val);
+            char text[160];
+            WEFT_INFO(&ctx->logger, "member %d failed (%s)", (int)id,
+                      weft__log_escape(val, len, text, sizeof(text)));
             if (id == ctx->rank && !ctx->declared_failed) {
                 declared_failed(ctx, val, len);
             }
