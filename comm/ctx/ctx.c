@@ -393,11 +393,12 @@ static weft_status_t addresses_read(weft_ctx_t *ctx, const char *prefix, weft_st
 
 /*
  * Reads the address of every member of the world with one scan of addr/, which waits in
- * the store until they are all there, and its further pages (about 2,000 UCX addresses to
- * a page). While it waits, the failure notices are read every SLICE_MS, as they were
- * between the slices of the per-member GETs before: a member that dies before publishing
- * is marked failed, and the scan is asked again for one address fewer (WEFT_INPROGRESS),
- * so that the others start without it. *seen: the keys of the last pages read.
+ * the store until they are all there, and its further pages (3,280 addresses of 300 bytes
+ * to a page: docs/store-protocol.md, "Scans"). While it waits, the failure notices are
+ * read every SLICE_MS, as they were between the slices of the per-member GETs before: a
+ * member that dies before publishing is marked failed, and the scan is asked again for
+ * one address fewer (WEFT_INPROGRESS), so that the others start without it. *seen: the
+ * keys of the last pages read.
  */
 static weft_status_t addresses_scan(weft_ctx_t *ctx, const char *prefix, uint64_t end,
                                     uint32_t *seen, bool *reported)

@@ -7,7 +7,10 @@
  * answers, or queues an event, and wakes the others; when its own answer has come, another
  * waiter takes over the reading. Every wait is bounded by a deadline. A failure in the
  * middle of an exchange leaves the byte stream out of step, so the client is then marked
- * broken and later calls fail with WEFT_ERR_IO. Connections that share a health record
+ * broken and later calls fail with WEFT_ERR_IO. A scan is a request whose answer its caller
+ * collects later (weft__store_scan_start, _wait), in slices if it likes, doing other work
+ * between them (weft_init reads the failure notices), or gives up on: its answer is then
+ * dropped like any other nobody waits for. Connections that share a health record
  * are broken together when one of them loses the store. At process exit a connection is
  * fenced (weft__store_fence) before OpenSSL's own exit handler runs: no frame is sealed
  * or checked on it after that, whichever thread still calls it.
