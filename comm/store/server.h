@@ -168,7 +168,7 @@ struct weft_store_server {
         char prefix[WEFT_STORE_MAX_KEY + 1];
     } sorted;
     weft_store_buf_t page;  /* where a page is built */
-    bool scans_more;        /* due SCANs were left for the next turn */
+    bool scans_more;        /* due SCANs may be served: the next turn comes at once */
     uint64_t leases_due_ms; /* no lease lapses before this */
     size_t queued; /* output bytes queued to all connections */
     uint64_t accept_resume_ms;

@@ -97,6 +97,7 @@ static void make_due(weft_store_server_t *s, store_scan_t *q)
         }
     }
     list_append(&s->due_head, &s->due_tail, q);
+    s->scans_more = true; /* a key set at a turn's very end: served at the next, at once */
 }
 
 /* Takes @p q out of its group or the due queue and of its connection, and frees it. */

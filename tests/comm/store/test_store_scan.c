@@ -2,8 +2,9 @@
  * Scans of the rendezvous store end to end (an in-process server, real clients): every key
  * under a prefix in byte order and only those, pages cut by the byte budget and resumed
  * after their last key, a scan that waits for a count of keys (released by the set that
- * makes it, or answered WEFT_ERR_TIMEOUT), one such wait per connection, scans given up
- * by their caller, and the count of requests a connection sent.
+ * makes it, a lease that fires among them, or answered WEFT_ERR_TIMEOUT), one such wait
+ * per connection, scans given up by their caller, and the count of requests a connection
+ * sent.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -241,6 +242,27 @@ static void test_scan_many_waiters(void **state)
     weft__store_close(c);
 }
 
+/* A lease that fires (its holder's connection closed) sets its key like any set: a scan
+ * waiting for it is answered, with the notice. */
+static void test_scan_released_by_lease(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *holder = client(f), *w = client(f);
+    assert_int_equal(weft__store_lease(holder, "dead/1", "gone", 4, 60000), WEFT_OK);
+    weft_store_scan_t *q;
+    weft_store_page_t page;
+    weft_store_scan_args_t a = {.prefix = "dead/", .min_count = 1, .timeout_ms = 30000};
+    assert_int_equal(weft__store_scan_start(w, &a, &q), WEFT_OK);
+    assert_int_equal(weft__store_scan_wait(q, 20, &page), WEFT_INPROGRESS);
+    weft__store_close(holder);
+    assert_int_equal(weft__store_scan_wait(q, 10000, &page), WEFT_OK);
+    assert_int_equal(page.n, 1);
+    assert_string_equal(page.kv[0].key, "dead/1");
+    assert_string_equal(page.kv[0].val, "gone");
+    weft__store_page_free(&page);
+    weft__store_close(w);
+}
+
 /* One scan waits per connection: a second that waits answers the first WEFT_ERR_TIMEOUT at
  * once; a scan given up by its caller leaves the connection in step, its late answer
  * dropped. */
@@ -373,6 +395,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_scan_large_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scan_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scan_many_waiters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scan_released_by_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scan_replaced_and_cancelled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scan_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requests_counted, setup, teardown),
