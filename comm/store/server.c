@@ -7,8 +7,10 @@
  * A turn costs what happened in it, not the number of connections: what a turn changes
  * about a connection (output queued, input paused, death) puts it on the touched list,
  * which the end of the turn flushes, re-arms and reaps; GETs waiting for a key sit in a
- * table by key, watchers on a list of their own, and the timers of waits and leases are
- * scanned only once the earliest of them is due (a renewal only moves a deadline later).
+ * table by key, SCANs waiting for keys in groups by prefix, watchers on a list of their
+ * own, and the timers of waits and leases are scanned only once the earliest of them is
+ * due (a renewal only moves a deadline later). The end of a turn also builds a share of
+ * the pages of due SCANs (server_scan.c), within a cap on the output queued to all.
  *
  * Each connection reads one frame at a time into a buffer of at most one frame (and its
  * tag), stops reading while its pending output is large, and is closed when its pending
@@ -132,6 +134,9 @@ static int run_timers(weft_store_server_t *s)
         }
     }
     next = min_u64(next, s->leases_due_ms);
+    if (s->scans_more) {
+        next = now; /* pages are due: the next turn builds more once requests are read */
+    }
     if (s->accept_resume_ms > now) {
         next = min_u64(next, s->accept_resume_ms);
     } else if (s->nunauth >= WEFT__STORE_MAX_UNAUTH && s->unauth_head != NULL) {
@@ -177,11 +182,11 @@ static void listener_rearm(weft_store_server_t *s)
 }
 
 /*
- * The end of a turn: flush what the touched connections were sent and arm epoll for
- * them, then close the dead, their leases firing first (watchers may be among the
- * survivors of this very turn, and are sent the notices with the next flush).
+ * Flush what the touched connections were sent and arm epoll for them, then close the
+ * dead, their leases firing first (watchers may be among the survivors of this very turn,
+ * and are sent the notices with the next flush).
  */
-static void turn_end(weft_store_server_t *s)
+static void reap(weft_store_server_t *s)
 {
     while (s->touched != NULL) {
         store_conn_t *list = s->touched, *dead = NULL;
@@ -219,6 +224,15 @@ static void turn_end(weft_store_server_t *s)
             weft__store_srv_free(s, c);
         }
     }
+}
+
+/* The end of a turn: what the turn changed is flushed and reaped, then a share of the due
+ * SCANs is answered (server_scan.c) and flushed in turn. */
+static void turn_end(weft_store_server_t *s)
+{
+    reap(s);
+    s->scans_more = weft__store_srv_scans_serve(s);
+    reap(s);
     listener_rearm(s);
 }
 
@@ -340,6 +354,7 @@ static void server_free(weft_store_server_t *s)
     free(s->buckets);
     weft__store_srv_dirs_free(s);
     free(s->waits);
+    weft__store_srv_scans_free(s);
     if (s->epfd >= 0) {
         close(s->epfd);
     }
@@ -570,6 +585,8 @@ bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size
         /* As the loop does: read while it wants input, answer, flush, expire, reap. */
         while (weft__store_srv_wants_input(c) && (s->feed_len > 0 || s->feed_eof)) {
             weft__store_srv_read(s, c);
+        }
+        while (weft__store_srv_scans_serve(s)) {
         }
         taken = n - s->feed_len;
         s->feed = NULL;

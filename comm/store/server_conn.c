@@ -356,6 +356,7 @@ void weft__store_srv_free(weft_store_server_t *s, store_conn_t *c)
     while (c->waits != NULL) {
         weft__store_srv_wait_free(s, c->waits);
     }
+    weft__store_srv_scans_drop(s, c);
     weft__store_srv_lease_clear(s, c);
     s->queued -= weft__store_srv_pending(c);
     if (c->fd >= 0) {

@@ -56,6 +56,7 @@ void weft__store_srv_remove(weft_store_server_t *s, store_entry_t **slot)
 {
     store_entry_t *e = *slot;
     *slot = e->next;
+    weft__store_srv_scan_key_removed(s, e);
     weft__store_srv_dir_unlink(s, e);
     s->data_bytes -= e->klen + e->vlen + ENTRY_OVERHEAD;
     s->nentries--;
@@ -94,7 +95,7 @@ static void wait_park(weft_store_server_t *s, store_conn_t *c, const char *key, 
                       uint32_t timeout_ms)
 {
     if (c->nwaits >= WEFT__STORE_MAX_WAITS) {
-        WEFT_WARN(s->lg, "store: refused a GET of %.*s by %s: %d of its GETs wait already",
+        WEFT_WARN(s->lg, "store: refused a GET of %.*s by %s: %d of its requests wait already",
                   (int)klen, key, c->peer, WEFT__STORE_MAX_WAITS);
         weft__store_srv_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
         return;
@@ -131,7 +132,7 @@ static void wait_park(weft_store_server_t *s, store_conn_t *c, const char *key, 
 
 uint64_t weft__store_srv_waits_expire(weft_store_server_t *s, uint64_t now)
 {
-    uint64_t next = UINT64_MAX;
+    uint64_t next = weft__store_srv_scans_expire(s, now);
     for (size_t i = 0; i < s->nwait_buckets; i++) {
         for (store_wait_t *w = s->waits[i], *n; w != NULL; w = n) {
             n = w->next;
@@ -181,7 +182,8 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
     if (vlen > 0) {
         memcpy(copy, val, vlen);
     }
-    if (e == NULL) {
+    bool created = e == NULL;
+    if (created) {
         e = malloc(sizeof(*e) + klen + 1);
         if (e == NULL) {
             free(copy);
@@ -207,6 +209,9 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
     e->val = copy;
     e->vlen = vlen;
     publish(s, e);
+    if (created) {
+        weft__store_srv_scan_key_added(s, e);
+    }
     if (s->nentries > s->nbuckets) {
         map_grow(s);
     }
@@ -488,7 +493,8 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c)
     const uint8_t *rest;
     size_t klen, rlen;
     if ((c->in_type < WEFT__STORE_SET || c->in_type > WEFT__STORE_WATCH) &&
-        c->in_type != WEFT__STORE_SET_NX && c->in_type != WEFT__STORE_LEASE) {
+        c->in_type != WEFT__STORE_SET_NX && c->in_type != WEFT__STORE_LEASE &&
+        c->in_type != WEFT__STORE_SCAN) {
         conn_protocol_error(s, c, "unexpected message type");
         return;
     }
@@ -496,11 +502,14 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c)
         conn_protocol_error(s, c, "malformed request body");
         return;
     }
-    if (klen == 0 && c->in_type != WEFT__STORE_WATCH) {
+    /* Reads take a prefix, which may be empty; writes a key. */
+    bool read = c->in_type == WEFT__STORE_GET || c->in_type == WEFT__STORE_WATCH ||
+                c->in_type == WEFT__STORE_SCAN;
+    if (klen == 0 && c->in_type != WEFT__STORE_WATCH && c->in_type != WEFT__STORE_SCAN) {
         weft__store_srv_resp(s, c, WEFT_ERR_INVALID_ARG, NULL, 0);
         return;
     }
-    if (c->in_type != WEFT__STORE_GET && c->in_type != WEFT__STORE_WATCH) {
+    if (!read) {
         const char *why = refusal(c, c->in_type, key, klen, rest, rlen);
         if (why != NULL) {
             WEFT_WARN(s->lg, "store: refused a write of %.*s by %s: %s", (int)klen, key, c->peer,
@@ -551,6 +560,11 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c)
     case WEFT__STORE_LEASE:
         if (rlen >= 4 && rlen - 4 <= WEFT__STORE_MAX_VALUE) {
             handle_lease(s, c, key, klen, rest, rlen);
+            return;
+        }
+        break;
+    case WEFT__STORE_SCAN:
+        if (weft__store_srv_scan(s, c, key, klen, rest, rlen)) {
             return;
         }
         break;
