@@ -40,6 +40,7 @@
 
 #include "comm/store/server.h"
 #include "util/clock.h"
+#include "util/log_escape.h"
 #include "util/parse.h"
 #define ACCEPT_PAUSE_MS 100 /* after accept() ran out of descriptors */
 #define EPOLL_BATCH 256
@@ -205,7 +206,10 @@ static void reap(weft_store_server_t *s)
         }
         for (store_conn_t *c = dead; c != NULL; c = c->touch_next) {
             if (c->lease_key != NULL) {
-                WEFT_DEBUG(s->lg, "store: lease of %s fires: %s", c->peer, c->lease_key);
+                char text[WEFT_STORE_MAX_KEY + 16];
+                WEFT_DEBUG(s->lg, "store: lease of %s fires: %s", c->peer,
+                           weft__log_escape(c->lease_key, strlen(c->lease_key), text,
+                                            sizeof(text)));
                 /* Its charge goes before the notice is stored: a full store still takes it. */
                 char *key = c->lease_key;
                 uint8_t *val = c->lease_val;
@@ -596,6 +600,7 @@ bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size
             weft__store_buf_put(out, c->out.data + c->out_off, weft__store_srv_pending(c)) == WEFT_OK) {
             s->queued -= weft__store_srv_pending(c);
             c->out_off = c->out.len;
+            weft__store_srv_flush(s, c); /* sent: compacted as after a real send */
         }
         (void)run_timers(s);
     }

@@ -96,7 +96,7 @@ struct store_conn {
     store_conn_t *touch_next;
     uint32_t ev; /* epoll events registered */
     char peer[64];
-    char host[64]; /* the peer's address without its port: the unit of the per-address cap */
+    char host[64]; /* the unit of the per-address cap: weft__store_srv_addr_unit() */
     uint64_t opened_ms;
     store_conn_t *unauth_prev, *unauth_next; /* s->unauth, oldest first, while CONN_AUTH */
     uint8_t nonce[WEFT__STORE_NONCE_LEN];
@@ -274,5 +274,8 @@ uint64_t weft__store_srv_scans_expire(weft_store_server_t *s, uint64_t now);
 void weft__store_srv_scans_drop(weft_store_server_t *s, store_conn_t *c);
 /* Frees the sorted view and the page buffer (the server stops; its connections are gone). */
 void weft__store_srv_scans_free(weft_store_server_t *s);
+
+/* The unit of the per-address cap on handshakes for a peer at @p host (server_conn.c). */
+void weft__store_srv_addr_unit(const char *host, char *out, size_t len);
 
 #endif

@@ -13,6 +13,7 @@
 #include "comm/store/server.h"
 #include "util/clock.h"
 #include "util/hash.h"
+#include "util/log_escape.h"
 #include "util/parse.h"
 
 /* ---- the map ---- */
@@ -512,8 +513,9 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c)
     if (!read) {
         const char *why = refusal(c, c->in_type, key, klen, rest, rlen);
         if (why != NULL) {
-            WEFT_WARN(s->lg, "store: refused a write of %.*s by %s: %s", (int)klen, key, c->peer,
-                      why);
+            char text[WEFT_STORE_MAX_KEY + 16]; /* the member chose the key: escaped */
+            WEFT_WARN(s->lg, "store: refused a write of %s by %s: %s",
+                      weft__log_escape(key, klen, text, sizeof(text)), c->peer, why);
             weft__store_srv_resp(s, c, WEFT_ERR_AUTH, NULL, 0);
             return;
         }

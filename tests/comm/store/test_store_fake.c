@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -394,10 +395,45 @@ static void test_scan_waits_capped(void **state)
     weft__store_server_stop(s);
 }
 
+/* A connection's output buffer is given back once it has sent a large answer: idle
+ * watchers and readers do not keep their peak (the server's own memory, apart from the
+ * data cap). */
+static void test_output_shrinks(void **state)
+{
+    (void)state;
+    weft_store_server_t *s;
+    assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
+    int a = weft__store_server_fake_open(s, true);
+    weft_store_buf_t out = {0};
+    size_t big = 512 * 1024;
+    uint8_t *val = calloc(1, big), timeout[4] = {0};
+    assert_non_null(val);
+    assert_true(feed_kv(s, a, WEFT__STORE_SET, "big", val, big, &out));
+    assert_true(feed_kv(s, a, WEFT__STORE_GET, "big", timeout, sizeof(timeout), &out));
+    size_t off = 0;
+    skip_hello(&out, &off);
+    expect_resp(&out, &off, WEFT_OK, "");
+    const uint8_t *body;
+    uint32_t len;
+    assert_int_equal(next_frame(&out, &off, &body, &len), WEFT__STORE_RESP);
+    assert_true(len > big);
+    /* The answer went out: the connection holds no buffer near its size any more. */
+    store_conn_t *c = s->conns[0];
+    assert_true(c->out.cap <= 64 * 1024);
+    assert_true(c->in_cap <= 64 * 1024);
+    /* And it still serves. */
+    assert_true(feed_kv(s, a, WEFT__STORE_SET, "k", "v", 1, &out));
+    expect_resp(&out, &off, WEFT_OK, "");
+    free(val);
+    weft__store_buf_free(&out);
+    weft__store_server_stop(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requests),
+        cmocka_unit_test(test_output_shrinks),
         cmocka_unit_test(test_parked_and_lease),
         cmocka_unit_test(test_waits_capped),
         cmocka_unit_test(test_scan_parked),

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "comm/store/proto.h"
+#include "comm/store/server.h" /* weft__store_srv_addr_unit */
 #include "server_fixture.h"
 #include "store_raw.h"
 
@@ -492,15 +493,35 @@ static void test_member_identity_bound(void **state)
 
 /* ---- denial of service ---- */
 
-/* Sockets that connect and never authenticate, more than the pool for them holds, all
- * from the job's own address: a client of the job still gets in, at once. */
-static void test_unauthenticated_flood(void **state)
+/* A socket to the store from source address 127.0.0.@p last (0: the kernel's choice). */
+static int connect_from(int port, int last)
 {
-    fixture_t *f = *state;
+    if (last == 0) {
+        return raw_connect_port(port);
+    }
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + (uint32_t)last - 1);
+    assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/*
+ * Sockets that connect and never authenticate, more than the pool for them holds: a
+ * client of the job still gets in, at once. @p spread: each from another address of
+ * 127.0.0.0/8, which reaches this host all the same; the whole range is one address's
+ * share, so the flood is held to it as from one address.
+ */
+static void flood(fixture_t *f, bool spread)
+{
     enum { FLOOD = WEFT__STORE_MAX_UNAUTH + 72 };
     int fds[FLOOD];
     for (int i = 0; i < FLOOD; i++) {
-        fds[i] = raw_connect_port(f->port);
+        fds[i] = connect_from(f->port, spread ? 2 + i : 0);
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -510,7 +531,7 @@ static void test_unauthenticated_flood(void **state)
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     /* Well before the strangers' deadline would have freed their slots. */
     assert_true(ms < WEFT__STORE_AUTH_TIMEOUT_MS / 2);
-    assert_true(log_has(WEFT_LOG_WARN, "dropping 127.0.0.1:", "not authenticated"));
+    assert_true(log_has(WEFT_LOG_WARN, "dropping 127.0.0.", "not authenticated"));
     /* The oldest strangers were dropped, told the store was busy; at most the pool's
      * share of one address is still waiting. */
     int dropped = 0;
@@ -528,6 +549,39 @@ static void test_unauthenticated_flood(void **state)
     }
     assert_true(dropped >= FLOOD - WEFT__STORE_MAX_UNAUTH_PER_ADDR);
     weft__store_close(m);
+}
+
+static void test_unauthenticated_flood(void **state)
+{
+    flood(*state, false);
+}
+
+static void test_unauthenticated_flood_many_addresses(void **state)
+{
+    flood(*state, true);
+}
+
+/* The unit of the per-address share. */
+static void test_addr_unit(void **state)
+{
+    (void)state;
+    char u[64];
+    weft__store_srv_addr_unit("127.0.0.1", u, sizeof(u));
+    assert_string_equal(u, "127.0.0.0/8");
+    weft__store_srv_addr_unit("127.45.6.7", u, sizeof(u));
+    assert_string_equal(u, "127.0.0.0/8");
+    weft__store_srv_addr_unit("::ffff:127.9.9.9", u, sizeof(u));
+    assert_string_equal(u, "127.0.0.0/8");
+    weft__store_srv_addr_unit("10.77.0.2", u, sizeof(u));
+    assert_string_equal(u, "10.77.0.2");
+    weft__store_srv_addr_unit("::ffff:10.77.0.2", u, sizeof(u));
+    assert_string_equal(u, "10.77.0.2");
+    weft__store_srv_addr_unit("fd00:1:2:3:4:5:6:7", u, sizeof(u));
+    assert_string_equal(u, "fd00:0001:0002:0003::/64");
+    weft__store_srv_addr_unit("fd00:1:2:3:ffff::1", u, sizeof(u));
+    assert_string_equal(u, "fd00:0001:0002:0003::/64");
+    weft__store_srv_addr_unit("fake connection 3", u, sizeof(u));
+    assert_string_equal(u, "fake connection 3");
 }
 
 /* ---- memory ---- */
@@ -573,6 +627,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_member_cannot_fence_another, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_identity_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unauthenticated_flood, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unauthenticated_flood_many_addresses, setup,
+                                        teardown),
+        cmocka_unit_test(test_addr_unit),
         cmocka_unit_test_setup_teardown(test_lease_counts_against_cap, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
