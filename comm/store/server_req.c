@@ -335,6 +335,32 @@ static bool key_names_member(const char *key, size_t klen, const char *kind, int
  * member's claim, address or topology, or write another's failure notice but as a
  * report signed with its own id.
  */
+/* Whether @p key, after some namespace (a prefix ending in '/'), has one of the @p n
+ * shapes ('#': a decimal number of 1 to 10 digits). */
+static bool key_shaped(const char *key, size_t klen, const char *const *shapes, size_t n)
+{
+    for (size_t at = 1; at < klen; at++) {
+        if (key[at - 1] != '/') {
+            continue;
+        }
+        for (size_t p = 0; p < n; p++) {
+            size_t i = at;
+            bool match = true;
+            for (const char *f = shapes[p]; *f != '\0' && match; f++) {
+                size_t from = i;
+                while (*f == '#' && i < klen && i - from < 10 && key[i] >= '0' && key[i] <= '9') {
+                    i++;
+                }
+                match = *f == '#' ? i > from : i < klen && key[i++] == *f;
+            }
+            if (match && i == klen) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const char *key,
                            size_t klen, const uint8_t *val, size_t vlen)
 {
@@ -357,28 +383,18 @@ static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const c
          * notices, counters and everything else stay. */
         static const char *const finished[] = {"g/#/#/next",  "g/#/#/applied", "g/#/join/#",
                                                "g/#/admit/#", "split/#/#/#",   "failed/g#.#"};
-        for (size_t at = 1; at < klen; at++) {
-            if (key[at - 1] != '/') {
-                continue;
-            }
-            for (size_t p = 0; p < sizeof(finished) / sizeof(finished[0]); p++) {
-                size_t i = at;
-                bool match = true;
-                for (const char *f = finished[p]; *f != '\0' && match; f++) {
-                    size_t from = i;
-                    while (*f == '#' && i < klen && i - from < 10 && key[i] >= '0' &&
-                           key[i] <= '9') {
-                        i++;
-                    }
-                    match = *f == '#' ? i > from : i < klen && key[i++] == *f;
-                }
-                if (match && i == klen) {
-                    return NULL;
-                }
-            }
-        }
-        return "a member deletes only the agreement keys of finished epochs (decisions and "
-               "their counts, split records, revocation notices, join slots, admissions)";
+        return key_shaped(key, klen, finished, sizeof(finished) / sizeof(finished[0]))
+                   ? NULL
+                   : "a member deletes only the agreement keys of finished epochs (decisions "
+                     "and their counts, split records, revocation notices, join slots, "
+                     "admissions)";
+    }
+    /* What members agree on is created once, by SET_NX, whose answer is the value that
+     * won: a plain SET would replace an agreed decision (or a join slot's occupant) under
+     * the members that read it. */
+    static const char *const once[] = {"g/#/#/next", "g/#/join/#"};
+    if (type == WEFT__STORE_SET && key_shaped(key, klen, once, sizeof(once) / sizeof(once[0]))) {
+        return "a decision or a join slot is created once, with SET_NX";
     }
     if (notice && id != c->id) {
         char sign[48];

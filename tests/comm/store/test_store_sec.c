@@ -60,17 +60,17 @@ static void test_injected_frame(void **state)
 {
     fixture_t *f = *state;
     raw_session_t r = raw_auth_as(f->port, f->token, WEFT__STORE_ROLE_MEMBER, 3);
-    raw_request(&r, WEFT__STORE_SET, "weft/g/0/0/next", "honest", 6);
+    raw_request(&r, WEFT__STORE_SET, "weft/g/0/finished", "honest", 6);
     assert_int_equal(raw_response(&r), WEFT_OK);
     /* What someone on the path would add: a well-formed SET without a tag... */
     weft_store_buf_t b = {0};
-    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, "weft/g/0/0/next", 15, "forged", 6),
+    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, "weft/g/0/finished", 17, "forged", 6),
                      WEFT_OK);
     raw_send(r.fd, b.data, b.len);
     raw_send(r.fd, b.data, WEFT__STORE_TAG_LEN); /* bytes where the tag would be */
     raw_expect_closed(r.fd);
     assert_true(log_has(WEFT_LOG_ERROR, "(member 3)", "failed its integrity check"));
-    char *v = value_of(f, "weft/g/0/0/next");
+    char *v = value_of(f, "weft/g/0/finished");
     assert_string_equal(v, "honest");
     free(v);
 
@@ -79,12 +79,12 @@ static void test_injected_frame(void **state)
     weft_store_dir_t made_up = {.seq = 0};
     assert_int_equal(weft__store_random(made_up.key, sizeof(made_up.key)), WEFT_OK);
     b.len = 0;
-    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, "weft/g/0/0/next", 15, "forged", 6),
+    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, "weft/g/0/finished", 17, "forged", 6),
                      WEFT_OK);
     assert_int_equal(weft__store_seal(&b, 0, &made_up), WEFT_OK);
     raw_send(r.fd, b.data, b.len);
     raw_expect_closed(r.fd);
-    v = value_of(f, "weft/g/0/0/next");
+    v = value_of(f, "weft/g/0/finished");
     assert_string_equal(v, "honest");
     free(v);
     weft__store_buf_free(&b);
@@ -348,6 +348,16 @@ static void test_member_writes_only_its_own(void **state)
     expect_refused(weft__store_delete(m3, "weft/addr/3"));
     expect_refused(weft__store_lease(m3, "weft/failed/4", "x", 1, 100000));
     expect_refused(weft__store_lease(m3, "weft/addr/3", "x", 1, 100000));
+    /* An agreed decision and a join slot are created once: a plain SET that would replace
+     * them (or make them first, racing SET_NX) is refused; SET_NX keeps the winner. */
+    expect_refused(weft__store_set(m3, "weft/g/0/0/next", "other", 5));
+    expect_refused(weft__store_set(m3, "weft/g/2/7/next", "first", 5));
+    expect_refused(weft__store_set(m3, "weft/g/0/join/1", "6", 1));
+    assert_int_equal(weft__store_set_nx(m3, "weft/g/0/0/next", "other", 5, &won, &wlen, NULL),
+                     WEFT_OK);
+    assert_int_equal(wlen, 1);
+    assert_memory_equal(won, "d", 1);
+    free(won);
     assert_true(log_has(WEFT_LOG_WARN, "weft/addr/4 by 127.0.0.1:", "(member 3)"));
     /* The connection still serves after a refusal. */
     char *v = value_of(f, "weft/addr/4");
