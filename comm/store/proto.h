@@ -84,6 +84,7 @@
 #define WEFT__STORE_MAX_UNAUTH 128         /* connections still authenticating */
 #define WEFT__STORE_MAX_UNAUTH_PER_ADDR 64 /* of them from one address */
 #define WEFT__STORE_MAX_DATA (64u << 20)   /* stored bytes: keys, values and leases */
+#define WEFT__STORE_MEMBER_SHARE (WEFT__STORE_MAX_DATA / 16) /* of them, one member's */
 #define WEFT__STORE_MAX_OUT (WEFT__STORE_MAX_DATA + 2 * WEFT_STORE_MAX_FRAME) /* per conn */
 #define WEFT__STORE_MAX_QUEUED (4 * WEFT__STORE_MAX_OUT) /* output queued to all conns */
 /* Pages of SCANs are built only while the output queued to all connections is below this

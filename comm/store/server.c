@@ -215,9 +215,12 @@ static void reap(weft_store_server_t *s)
                 uint8_t *val = c->lease_val;
                 size_t klen = c->lease_klen, vlen = c->lease_vlen;
                 s->data_bytes -= klen + vlen + ENTRY_OVERHEAD;
+                weft__store_srv_share_sub(s, weft__store_srv_owner(c), klen + vlen + ENTRY_OVERHEAD);
                 c->lease_key = NULL;
                 c->lease_val = NULL;
+                s->writer = weft__store_srv_owner(c); /* its own notice, in its own share */
                 (void)weft__store_srv_put(s, key, klen, val, vlen);
+                s->writer = -1;
                 free(key);
                 free(val);
             }
@@ -359,6 +362,7 @@ static void server_free(weft_store_server_t *s)
     weft__store_srv_dirs_free(s);
     free(s->waits);
     weft__store_srv_scans_free(s);
+    weft__store_srv_shares_free(s);
     if (s->epfd >= 0) {
         close(s->epfd);
     }
@@ -385,6 +389,7 @@ static weft_status_t server_init(weft_store_server_t *s, const char *token,
     s->lg = lg;
     s->epfd = s->listen_fd = s->wake_rd = s->wake_wr = -1;
     s->waits_due_ms = s->leases_due_ms = UINT64_MAX;
+    s->writer = -1;
     s->nbuckets = 64;
     s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
     s->nwait_buckets = 1024;

@@ -24,8 +24,16 @@ typedef struct store_entry {
     store_dir_t *dir; /* server_index.c */
     uint8_t *val;
     size_t vlen, klen;
+    int64_t owner; /* member id charged for it (server_quota.c); -1: nobody's share */
     char key[]; /* klen bytes and a NUL */
 } store_entry_t;
+
+/* A member's share of the store's memory in use (server_quota.c). */
+typedef struct store_share {
+    uint32_t id;
+    bool used;
+    size_t bytes;
+} store_share_t;
 
 /* The keys of one directory: the part of a key up to and including its last '/'. */
 struct store_dir {
@@ -143,6 +151,11 @@ struct weft_store_server {
     void *on_lapse_arg;
     store_entry_t **buckets;
     size_t nbuckets, nentries, data_bytes;
+    struct {
+        store_share_t *v; /* open addressing by member id */
+        size_t cap, n;
+    } shares;
+    int64_t writer; /* member id the request being served writes for; -1: nobody's share */
     store_conn_t **conns; /* every connection, each at its slot */
     size_t nconns, cap_conns;
     size_t nauth;   /* authenticated ones, not dead */
@@ -277,5 +290,21 @@ void weft__store_srv_scans_free(weft_store_server_t *s);
 
 /* The unit of the per-address cap on handshakes for a peer at @p host (server_conn.c). */
 void weft__store_srv_addr_unit(const char *host, char *out, size_t len);
+
+/* ---- members' shares of the store (server_quota.c) ---- */
+/* What a connection's writes are charged to: its member id (joiners without one share
+ * one), or -1 for a launcher. */
+static inline int64_t weft__store_srv_owner(const store_conn_t *c)
+{
+    return c->role == WEFT__STORE_ROLE_MEMBER ? (int64_t)c->id : -1;
+}
+size_t weft__store_srv_share_of(const weft_store_server_t *s, int64_t owner);
+/* Whether @p owner may hold @p take bytes more once @p give_back of its own are freed. */
+bool weft__store_srv_share_fits(const weft_store_server_t *s, int64_t owner, size_t give_back,
+                                size_t take);
+/* Charge (false: no memory for the table) or refund @p owner; -1 is charged nothing. */
+bool weft__store_srv_share_add(weft_store_server_t *s, int64_t owner, size_t bytes);
+void weft__store_srv_share_sub(weft_store_server_t *s, int64_t owner, size_t bytes);
+void weft__store_srv_shares_free(weft_store_server_t *s);
 
 #endif

@@ -184,6 +184,8 @@ void weft__store_srv_lease_clear(weft_store_server_t *s, store_conn_t *c)
 {
     if (c->lease_key != NULL) {
         s->data_bytes -= c->lease_klen + c->lease_vlen + ENTRY_OVERHEAD;
+        weft__store_srv_share_sub(s, weft__store_srv_owner(c),
+                                  c->lease_klen + c->lease_vlen + ENTRY_OVERHEAD);
     }
     free(c->lease_key);
     free(c->lease_val);
@@ -317,7 +319,9 @@ void weft__store_srv_read(weft_store_server_t *s, store_conn_t *c)
         if (c->state == CONN_AUTH) {
             weft__store_srv_auth(s, c);
         } else {
+            s->writer = weft__store_srv_owner(c); /* whose share its writes take */
             weft__store_srv_request(s, c);
+            s->writer = -1;
         }
         if (c->in_cap > 65536) { /* keep one big SET from pinning a megabyte per client */
             free(c->in);

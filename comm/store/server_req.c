@@ -60,6 +60,7 @@ void weft__store_srv_remove(weft_store_server_t *s, store_entry_t **slot)
     weft__store_srv_scan_key_removed(s, e);
     weft__store_srv_dir_unlink(s, e);
     s->data_bytes -= e->klen + e->vlen + ENTRY_OVERHEAD;
+    weft__store_srv_share_sub(s, e->owner, e->klen + e->vlen + ENTRY_OVERHEAD);
     s->nentries--;
     free(e->val);
     free(e);
@@ -176,6 +177,22 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
                   key);
         return WEFT_ERR_NO_MEMORY;
     }
+    /* The writer's share: what it held of this key before is given back first. */
+    size_t old_size = e != NULL ? e->klen + e->vlen + ENTRY_OVERHEAD : 0;
+    size_t new_size = klen + vlen + ENTRY_OVERHEAD;
+    int64_t w = s->writer;
+    if (!weft__store_srv_share_fits(s, w, e != NULL && e->owner == w ? old_size : 0, new_size)) {
+        char text[WEFT_STORE_MAX_KEY + 16];
+        WEFT_WARN(s->lg,
+                  "store: member %lld's share of the store is full (%zu of %u bytes), refusing "
+                  "to set %s",
+                  (long long)w, weft__store_srv_share_of(s, w), WEFT__STORE_MEMBER_SHARE,
+                  weft__log_escape(key, klen, text, sizeof(text)));
+        return WEFT_ERR_NO_MEMORY;
+    }
+    if (!weft__store_srv_share_add(s, w, 0)) { /* its slot in the table, before any change */
+        return WEFT_ERR_NO_MEMORY;
+    }
     uint8_t *copy = malloc(vlen > 0 ? vlen : 1);
     if (copy == NULL) {
         return WEFT_ERR_NO_MEMORY;
@@ -196,6 +213,7 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
         e->vlen = 0;
         e->val = NULL;
         e->next = NULL;
+        e->owner = -1;
         if (weft__store_srv_dir_link(s, e) != WEFT_OK) {
             free(e);
             free(copy);
@@ -206,6 +224,9 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
         s->data_bytes += klen + ENTRY_OVERHEAD;
     }
     s->data_bytes = s->data_bytes - e->vlen + vlen;
+    weft__store_srv_share_sub(s, e->owner, created ? 0 : old_size);
+    (void)weft__store_srv_share_add(s, w, new_size); /* its slot exists: cannot fail */
+    e->owner = w;
     free(e->val);
     e->val = copy;
     e->vlen = vlen;
@@ -476,6 +497,12 @@ static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *ke
     weft__store_srv_lease_clear(s, c);
     if (ttl > 0) {
         size_t charge = klen + rlen - 4 + ENTRY_OVERHEAD;
+        if (!weft__store_srv_share_fits(s, weft__store_srv_owner(c), 0, charge) ||
+            !weft__store_srv_share_add(s, weft__store_srv_owner(c), 0)) {
+            WEFT_WARN(s->lg, "store: the share of %s is full, refusing its lease", c->peer);
+            weft__store_srv_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
+            return;
+        }
         if (s->data_bytes + charge > WEFT__STORE_MAX_DATA) {
             WEFT_WARN(s->lg, "store: full (%zu bytes), refusing a lease on %.*s", s->data_bytes,
                       (int)klen, key);
@@ -493,6 +520,7 @@ static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *ke
             return;
         }
         s->data_bytes += charge;
+        (void)weft__store_srv_share_add(s, weft__store_srv_owner(c), charge);
         memcpy(c->lease_key, key, klen);
         c->lease_key[klen] = '\0';
         c->lease_klen = klen;

@@ -594,6 +594,44 @@ static void test_addr_unit(void **state)
     assert_string_equal(u, "fake connection 3");
 }
 
+/* ---- members' shares ---- */
+
+/* One member cannot fill the store: past its share its writes are refused, and the others
+ * still publish their addresses and count; replacing its own key takes no more room; a
+ * launcher is held to the store's cap alone. */
+static void test_member_share(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *m3 = member(f, 3), *m4 = member(f, 4), *boss = launcher(f);
+    static char big[60 * 1024];
+    char key[64];
+    weft_status_t st = WEFT_OK;
+    int i;
+    for (i = 0; i < 400 && st == WEFT_OK; i++) {
+        snprintf(key, sizeof(key), "weft/fill/%d", i);
+        st = weft__store_set(m3, key, big, sizeof(big));
+    }
+    assert_int_equal(st, WEFT_ERR_NO_MEMORY);
+    int fitted = i - 1;
+    assert_true((size_t)fitted * sizeof(big) <= WEFT__STORE_MEMBER_SHARE);
+    assert_true((size_t)(fitted + 2) * sizeof(big) > WEFT__STORE_MEMBER_SHARE);
+    assert_true(log_has(WEFT_LOG_WARN, "member 3's share of the store is full", "weft/fill/"));
+    assert_int_equal(weft__store_set(m3, "weft/fill/0", big, sizeof(big)), WEFT_OK);
+    assert_int_equal(weft__store_set(m3, "weft/fill/0", big, 10), WEFT_OK); /* smaller */
+    int64_t n;
+    assert_int_equal(weft__store_set(m4, "weft/addr/4", "a4", 2), WEFT_OK);
+    assert_int_equal(weft__store_add(m4, "weft/joiner_ids", 1, &n), WEFT_OK);
+    assert_int_equal(weft__store_lease(m4, "weft/failed/4", "x", 1, 100000), WEFT_OK);
+    for (int j = 0; j < fitted + 8; j++) {
+        snprintf(key, sizeof(key), "boss/fill/%d", j);
+        assert_int_equal(weft__store_set(boss, key, big, sizeof(big)), WEFT_OK);
+    }
+    assert_int_equal(weft__store_lease(m4, "weft/failed/4", "x", 1, 0), WEFT_OK);
+    weft__store_close(m3);
+    weft__store_close(m4);
+    weft__store_close(boss);
+}
+
 /* ---- memory ---- */
 
 /* Leases count against the store's cap on what it holds. */
@@ -640,6 +678,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unauthenticated_flood_many_addresses, setup,
                                         teardown),
         cmocka_unit_test(test_addr_unit),
+        cmocka_unit_test_setup_teardown(test_member_share, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_counts_against_cap, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
