@@ -138,7 +138,7 @@ uint64_t weft__ssd_chunk_elems(const weft__ssd_entry_t *e, uint64_t chunk_bytes)
 uint64_t weft__ssd_nchunks(uint64_t elems, size_t elem, uint64_t chunk_bytes)
 {
     uint64_t per = chunk_bytes / elem;
-    return per == 0 ? 0 : (elems + per - 1) / per;
+    return per == 0 ? 0 : elems / per + (elems % per != 0); /* no overflow near UINT64_MAX */
 }
 
 void weft__ssd_chunk_name(const weft__ssd_hash_t *h, char *buf)
