@@ -78,7 +78,9 @@ static weft_status_t list_steps(const weft__ssd_t *s, step_list_t *l)
         free(l->steps);
         return weft__error_noctx(WEFT_ERR_NO_MEMORY, "ssd: out of memory listing %s", s->dir);
     }
-    qsort(l->steps, l->n, sizeof(*l->steps), newest_first);
+    if (l->n > 1) { /* none: steps is NULL, which qsort may not be given */
+        qsort(l->steps, l->n, sizeof(*l->steps), newest_first);
+    }
     return WEFT_OK;
 }
 
