@@ -295,8 +295,8 @@ size_t weft__ssd_manifest_size(const weft__ssd_manifest_t *m)
     return n;
 }
 
-bool weft__ssd_manifest_encode(const weft__ssd_manifest_t *m, const uint8_t key[WEFT__SSD_KEY_BYTES],
-                               uint8_t *out)
+bool weft__ssd_manifest_encode(const weft__ssd_manifest_t *m,
+                               const uint8_t key[WEFT__SSD_KEY_BYTES], uint8_t *out)
 {
     memcpy(out, MANIFEST_MAGIC, 8);
     uint8_t *p = put32(out + 8, WEFT__SSD_VERSION);

@@ -102,8 +102,8 @@ bool weft__ssd_chunk_mac_ok(const uint8_t key[WEFT__SSD_KEY_BYTES], uint8_t *buf
 /* Bytes of the encoded manifest, and the encoding (ends with an XXH3-64 of the rest,
  * then the HMAC-SHA256 under @p key of all before it); false if OpenSSL fails. */
 size_t weft__ssd_manifest_size(const weft__ssd_manifest_t *m);
-bool weft__ssd_manifest_encode(const weft__ssd_manifest_t *m, const uint8_t key[WEFT__SSD_KEY_BYTES],
-                               uint8_t *out);
+bool weft__ssd_manifest_encode(const weft__ssd_manifest_t *m,
+                               const uint8_t key[WEFT__SSD_KEY_BYTES], uint8_t *out);
 /* Check (checksum, then MAC under @p key: a manifest that fails it is refused before any
  * field is read) and decode @p len bytes into @p m (allocated; free with
  * weft__ssd_manifest_free). On failure *why says what is wrong and @p m holds nothing. */
@@ -112,8 +112,7 @@ bool weft__ssd_manifest_decode(const uint8_t *in, size_t len,
                                const char **why);
 /* What a directory's "key-check" file holds: HMAC-SHA256 under @p key of a fixed label,
  * which tells whether its files were written under the same key without revealing it. */
-bool weft__ssd_key_check(const uint8_t key[WEFT__SSD_KEY_BYTES],
-                         uint8_t out[WEFT__SSD_MAC_BYTES]);
+bool weft__ssd_key_check(const uint8_t key[WEFT__SSD_KEY_BYTES], uint8_t out[WEFT__SSD_MAC_BYTES]);
 void weft__ssd_manifest_free(weft__ssd_manifest_t *m);
 
 #endif

@@ -80,9 +80,9 @@ struct weft__ssd {
     bool read_only; /* opened without the lock, for reading a dead owner's steps */
     int (*open_fn)(int dirfd, const char *name, int flags, mode_t mode);
     uint8_t key[WEFT__SSD_KEY_BYTES]; /* of the MACs */
-    uint8_t *bufs;           /* queue_depth slot buffers */
-    weft__ssd_slot_t *slots; /* queue_depth chunk slots, then the control slot */
-    int inflight;            /* requests submitted and not yet completed */
+    uint8_t *bufs;                    /* queue_depth slot buffers */
+    weft__ssd_slot_t *slots;          /* queue_depth chunk slots, then the control slot */
+    int inflight;                     /* requests submitted and not yet completed */
 
     weft__ssd_op_t op;
     weft_status_t status; /* the operation's first error */

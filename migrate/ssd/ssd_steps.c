@@ -400,9 +400,8 @@ static int write_key_check(weft__ssd_t *s, const uint8_t check[WEFT__SSD_MAC_BYT
     if (fd < 0) {
         return -1;
     }
-    int rc = pwrite(fd, check, WEFT__SSD_MAC_BYTES, 0) == WEFT__SSD_MAC_BYTES && fsync(fd) == 0
-                 ? 0
-                 : -1;
+    int rc =
+        pwrite(fd, check, WEFT__SSD_MAC_BYTES, 0) == WEFT__SSD_MAC_BYTES && fsync(fd) == 0 ? 0 : -1;
     int err = rc == 0 ? 0 : errno != 0 ? errno : EIO;
     close(fd);
     if (rc == 0 && renameat(s->dirfd, tmp, s->dirfd, KEY_CHECK) != 0) {
@@ -439,8 +438,9 @@ weft_status_t weft__ssd_adopt_key(weft__ssd_t *s)
         c.err = c.err != 0 ? c.err : errno;
     }
     if (c.err != 0) {
-        return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot remove the steps of another key from "
-                                              "%s: %s",
+        return weft__error_noctx(WEFT_ERR_IO,
+                                 "ssd: cannot remove the steps of another key from "
+                                 "%s: %s",
                                  s->dir, strerror(c.err));
     }
     if (write_key_check(s, check) != 0) {

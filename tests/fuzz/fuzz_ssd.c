@@ -77,7 +77,8 @@ static void fuzz_chunk(const uint8_t *data, size_t size)
     if (!weft__ssd_chunk_seal(fuzz_ssd_key, again, payload)) {
         abort();
     }
-    if (ok != (memcmp(file, again, len) == 0) || !weft__ssd_chunk_mac_ok(fuzz_ssd_key, again, payload)) {
+    if (ok != (memcmp(file, again, len) == 0) ||
+        !weft__ssd_chunk_mac_ok(fuzz_ssd_key, again, payload)) {
         abort();
     }
     free(file);
@@ -97,10 +98,10 @@ static void check_manifest(const weft__ssd_manifest_t *m)
         if (len == 0 || len > WEFT_LAYOUT_NAME_MAX || e->first_chunk != next) {
             abort();
         }
-        if (e->kind == WEFT__SSD_BLOB ? e->ndims != 0
-                                      : e->kind != WEFT__SSD_REGION || e->ndims < 1 ||
-                                            e->ndims > WEFT_LAYOUT_MAX_DIMS ||
-                                            weft_dtype_size(e->dtype) == 0) {
+        if (e->kind == WEFT__SSD_BLOB
+                ? e->ndims != 0
+                : e->kind != WEFT__SSD_REGION || e->ndims < 1 || e->ndims > WEFT_LAYOUT_MAX_DIMS ||
+                      weft_dtype_size(e->dtype) == 0) {
             abort();
         }
         for (int d = 0; d < e->ndims; d++) {

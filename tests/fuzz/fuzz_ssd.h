@@ -12,10 +12,10 @@
 static const uint8_t fuzz_ssd_key[WEFT__SSD_KEY_BYTES] = "weft fuzz_ssd key, not a secret";
 
 enum fuzz_ssd_mode {
-    FUZZ_SSD_HEADER = 0,       /* a chunk header as read (zero-padded to 4 KiB) */
-    FUZZ_SSD_HEADER_FIXED = 1, /* the same, its checksum made right: the fields are read */
-    FUZZ_SSD_CHUNK = 2,        /* a chunk file: header, then payload; its MAC checked */
-    FUZZ_SSD_MANIFEST = 3,     /* a manifest file as read */
+    FUZZ_SSD_HEADER = 0,        /* a chunk header as read (zero-padded to 4 KiB) */
+    FUZZ_SSD_HEADER_FIXED = 1,  /* the same, its checksum made right: the fields are read */
+    FUZZ_SSD_CHUNK = 2,         /* a chunk file: header, then payload; its MAC checked */
+    FUZZ_SSD_MANIFEST = 3,      /* a manifest file as read */
     FUZZ_SSD_MANIFEST_BODY = 4, /* a manifest without checksum and MAC, which are added */
     FUZZ_SSD_NAME = 5,          /* a file name of the directory */
     FUZZ_SSD_MODES = 6,
