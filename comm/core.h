@@ -46,6 +46,18 @@ bool weft__ctx_caller_waiting(weft_ctx_t *ctx);
  * nobody. Safe without the lock. */
 void weft__ctx_spin_until(weft_ctx_t *ctx, uint64_t until_ns);
 
+/* Keys for what a layer keeps outside the process (the SSD tier's MACs): 32 bytes of
+ * HMAC-SHA256(job token, "weft-ctx-key-v1:" || @p label), the same on every member of the
+ * job, replacements and joiners included, and different for every @p label. A context
+ * without a token (a singleton: no store) and a NULL @p ctx take this process's own
+ * secret instead, 32 random bytes drawn once per process: what is keyed with it can be
+ * checked by this process (and its forks) only. Safe without the lock.
+ * WEFT_ERR_INVALID_ARG for a NULL @p label or @p out; WEFT_ERR_IO when the OS gives no
+ * random bytes. */
+#define WEFT__CTX_KEY_BYTES 32
+weft_status_t weft__ctx_derive_key(const weft_ctx_t *ctx, const char *label,
+                                   uint8_t out[WEFT__CTX_KEY_BYTES]);
+
 /* ---- per-context extensions ---- */
 /* A layer above the core keeps state per context under a key of its own (the address of
  * a static object of that layer): weft__ctx_ext returns it (NULL when none is set), and

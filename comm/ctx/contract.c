@@ -1,6 +1,14 @@
 /* The accessors of the core's contract (comm/core.h): what the layers above may read of
- * the context, its groups and requests, and the per-context extension slots. */
+ * the context, its groups and requests, keys derived from the job token, and the
+ * per-context extension slots. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
 #include "comm/core_impl.h"
+#include "comm/store/proto.h"
 
 const weft_config_t *weft__ctx_config(const weft_ctx_t *ctx)
 {
@@ -35,6 +43,45 @@ bool weft__ctx_caller_waiting(weft_ctx_t *ctx)
 void weft__ctx_spin_until(weft_ctx_t *ctx, uint64_t until_ns)
 {
     atomic_store(&ctx->spin_until_ns, until_ns);
+}
+
+/* The secret of a process without a job token: drawn once, kept until it exits (the one
+ * thing of this file that is not the context's: it outlives every context, so that what
+ * one context of a singleton keyed, the next one can read). */
+static pthread_once_t process_secret_once = PTHREAD_ONCE_INIT;
+static uint8_t process_secret[WEFT__CTX_KEY_BYTES];
+static bool process_secret_ok;
+
+static void draw_process_secret(void)
+{
+    process_secret_ok = weft__store_random(process_secret, sizeof(process_secret)) == WEFT_OK;
+}
+
+weft_status_t weft__ctx_derive_key(const weft_ctx_t *ctx, const char *label,
+                                   uint8_t out[WEFT__CTX_KEY_BYTES])
+{
+    static const char prefix[] = "weft-ctx-key-v1:";
+    char msg[256];
+    if (label == NULL || out == NULL || strlen(label) >= sizeof(msg) - sizeof(prefix)) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG, "derive key: no label, no output, or "
+                                                       "a label too long");
+    }
+    size_t len = (size_t)snprintf(msg, sizeof(msg), "%s%s", prefix, label);
+    weft_status_t st;
+    if (ctx != NULL && ctx->token[0] != '\0') {
+        st = weft__store_hmac_sha256(ctx->token, strlen(ctx->token), msg, len, out);
+    } else {
+        pthread_once(&process_secret_once, draw_process_secret);
+        if (!process_secret_ok) {
+            return weft__error_noctx(WEFT_ERR_IO, "derive key: the OS gives no random bytes");
+        }
+        st = weft__store_hmac_sha256(process_secret, sizeof(process_secret), msg, len, out);
+    }
+    if (st != WEFT_OK) {
+        OPENSSL_cleanse(out, WEFT__CTX_KEY_BYTES);
+        return weft__error_noctx(st, "derive key: HMAC-SHA256 failed");
+    }
+    return WEFT_OK;
 }
 
 void *weft__ctx_ext(const weft_ctx_t *ctx, const void *key)

@@ -65,7 +65,12 @@ typedef struct weft_snapshot_params {
      * completes when that write ends. A restore reads from these directories what no
      * surviving memory copy holds (one host, or a shared filesystem). A failed write does
      * not fail the snapshot (its memory copies are committed): weft_snapshot_stats()
-     * tells it. */
+     * tells it. Each member directory is created 0700 (ssd_dir too, if missing); one that
+     * exists must be a real directory of the calling user's with no permission for group
+     * or others, else weft_snapshot_create() fails with WEFT_ERR_INVALID_ARG saying why.
+     * Files are 0600, never reached through a symbolic link, and carry a MAC under a key
+     * derived from the job token: only members of the same job restore them (a job
+     * without a store: only the same process). */
     const char *ssd_dir;
     /** Bytes of buddies' copies this member keeps in memory, its two copy buffers
      * together (0: no limit). A buddy's region that does not fit whole is *spilled*: this
@@ -86,8 +91,9 @@ typedef struct weft_snapshot_params {
  * no communication, but every member must pass equal arguments (the first snapshot
  * checks). Allocates this member's two copy buffers (weft_snapshot_bytes()).
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (a layout naming members outside @p g, leaving a
- *         tensor partly unheld, a tensor named "weft.blob.*", or a buddy_mem_bytes without
- *         ssd_dir); WEFT_ERR_NO_MEMORY.
+ *         tensor partly unheld, a tensor named "weft.blob.*", a buddy_mem_bytes without
+ *         ssd_dir, or a member directory of ssd_dir that is not the caller's alone);
+ *         WEFT_ERR_IO (ssd_dir cannot be created or opened); WEFT_ERR_NO_MEMORY.
  */
 WEFT_API weft_status_t weft_snapshot_create(weft_group_t *g, const weft_layout_t *state,
                                             size_t blob_bytes, const weft_snapshot_params_t *params,

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <openssl/crypto.h>
+
 #include "migrate/layout/layout.h"
 #include "migrate/snapshot/snapshot.h"
 #include "migrate/ssd/ssd.h"
@@ -21,6 +23,21 @@
 static bool member_dir(const char *root, int id, char *out, size_t len)
 {
     return (size_t)snprintf(out, len, "%s/member-%d", root, id) < len;
+}
+
+/* Opens a member's directory with the job's key (from the token: every member of the job
+ * restores what another wrote, and nobody else can forge it); the key is wiped after. */
+static weft_status_t open_member_dir(const weft_snapshot_t *s, const char *dir, bool read_only,
+                                     weft__ssd_t **out)
+{
+    uint8_t key[WEFT__CTX_KEY_BYTES];
+    weft_status_t st = weft__ctx_derive_key(weft__group_ctx(s->g), WEFT__SSD_KEY_LABEL, key);
+    if (st == WEFT_OK) {
+        weft__ssd_params_t p = {.read_only = read_only, .key = key};
+        st = weft__ssd_open(dir, &p, out);
+    }
+    OPENSSL_cleanse(key, sizeof(key));
+    return st;
 }
 
 weft_status_t weft__snap_ssd_open(weft_snapshot_t *s, const char *root)
@@ -38,7 +55,7 @@ weft_status_t weft__snap_ssd_open(weft_snapshot_t *s, const char *root)
     if (!member_dir(root, me, dir, sizeof(dir)) || (s->ssd_root = strdup(root)) == NULL) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG, "snapshot SSD tier: bad directory %s", root);
     }
-    return weft__ssd_open(dir, NULL, &s->ssd);
+    return open_member_dir(s, dir, false, &s->ssd);
 }
 
 void weft__snap_ssd_close(weft_snapshot_t *s)
@@ -169,11 +186,10 @@ bool weft__snap_ssd_read_spill(weft_snapshot_t *s, uint64_t step, uint8_t **out)
             continue; /* in memory, or a living member's shard: it holds that itself */
         }
         if (h == NULL) {
-            weft__ssd_params_t p = {.read_only = true}; /* this member's own handle may be
-                                                         * busy with an abandoned write */
+            /* Read only: this member's own handle may be busy with an abandoned write. */
             ok = (*out = malloc(s->spill_bytes)) != NULL &&
                  member_dir(s->ssd_root, me, dir, sizeof(dir)) &&
-                 weft__ssd_open(dir, &p, &h) == WEFT_OK;
+                 open_member_dir(s, dir, true, &h) == WEFT_OK;
         }
         if (ok) {
             ok = weft__ssd_read(h, step, s->copies->tensors[reg->tensor].name, &reg->box,
@@ -225,8 +241,7 @@ static bool read_piece(const weft_snapshot_t *s, int id, uint64_t step, const ch
         return false;
     }
     weft__ssd_t *h = NULL;
-    weft__ssd_params_t p = {.read_only = true}; /* its owner is gone: no lock to take */
-    if (weft__ssd_open(dir, &p, &h) != WEFT_OK) {
+    if (open_member_dir(s, dir, true, &h) != WEFT_OK) { /* its owner is gone: no lock */
         return false;
     }
     bool ok = weft__ssd_read(h, step, tensor, box, tmp) == WEFT_OK;

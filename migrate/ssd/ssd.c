@@ -1,6 +1,7 @@
 /*
- * The SSD tier's handle: the per-rank directory (created, locked, cleared of what a crash
- * left), the io_uring ring and its slots, and driving whichever operation runs.
+ * The SSD tier's handle: the per-rank directory (created 0700, checked to be its owner's
+ * alone, locked, cleared of what a crash left and of steps of another key), the io_uring
+ * ring and its slots, and driving whichever operation runs.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -11,8 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
 
 #include "comm/core.h"
 #include "migrate/layout/box.h"
@@ -25,7 +29,7 @@
 #define MAX_QUEUE_DEPTH 256
 #define DEFAULT_KEEP 2
 
-/* mkdir -p: every missing component of @p dir. */
+/* mkdir -p: every missing component of @p dir, 0700. */
 static int make_dirs(const char *dir)
 {
     char path[PATH_MAX];
@@ -38,7 +42,7 @@ static int make_dirs(const char *dir)
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+            if (mkdir(path, 0700) != 0 && errno != EEXIST) {
                 return -1;
             }
             *p = c;
@@ -90,25 +94,51 @@ static weft_status_t check_params(const weft__ssd_params_t *p)
     return WEFT_OK;
 }
 
+/* The directory opened as @p fd is a directory of the effective user's that gives group
+ * and others no permission: checked on what was opened, so nothing can swap it after. */
+static weft_status_t check_dir(int fd, const char *dir)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot stat %s: %s", dir, strerror(errno));
+    }
+    uid_t me = geteuid();
+    if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 077) != 0) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                 "ssd: directory %s is owned by uid %u / mode %04o: the SSD "
+                                 "tier keeps parameters and optimizer state, it must be 0700 "
+                                 "and yours (uid %u)",
+                                 dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+                                 (unsigned)me);
+    }
+    return WEFT_OK;
+}
+
 static weft_status_t open_dir(weft__ssd_t *s, const char *dir)
 {
-    if (s->read_only) {
-        s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        return s->dirfd >= 0 ? WEFT_OK
-                             : weft__error_noctx(WEFT_ERR_IO, "ssd: cannot open %s: %s", dir,
-                                                 strerror(errno));
-    }
-    if (make_dirs(dir) != 0) {
+    if (!s->read_only && make_dirs(dir) != 0) {
         return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot create %s: %s", dir, strerror(errno));
     }
-    s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (s->dirfd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                 "ssd: %s is a symbolic link or not a directory: the SSD tier "
+                                 "keeps parameters and optimizer state in a directory of its "
+                                 "own, 0700 and yours",
+                                 dir);
+    }
     if (s->dirfd < 0) {
         return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot open %s: %s", dir, strerror(errno));
     }
-    s->lockfd = openat(s->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (s->lockfd < 0) {
+    weft_status_t status = check_dir(s->dirfd, dir);
+    if (status != WEFT_OK || s->read_only) {
+        return status;
+    }
+    struct stat st;
+    s->lockfd = openat(s->dirfd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (s->lockfd < 0 || fstat(s->lockfd, &st) != 0 || !S_ISREG(st.st_mode)) {
         return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot create %s/lock: %s", dir,
-                                 strerror(errno));
+                                 s->lockfd < 0 ? strerror(errno) : "not a regular file");
     }
     if (flock(s->lockfd, LOCK_EX | LOCK_NB) != 0) {
         return weft__error_noctx(errno == EWOULDBLOCK ? WEFT_ERR_INVALID_ARG : WEFT_ERR_IO,
@@ -119,7 +149,7 @@ static weft_status_t open_dir(weft__ssd_t *s, const char *dir)
         return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot clear temporary files of %s: %s", dir,
                                  strerror(errno));
     }
-    return WEFT_OK;
+    return weft__ssd_adopt_key(s);
 }
 
 weft_status_t weft__ssd_open(const char *dir, const weft__ssd_params_t *params, weft__ssd_t **out)
@@ -145,6 +175,11 @@ weft_status_t weft__ssd_open(const char *dir, const weft__ssd_params_t *params, 
     s->direct = p.direct == WEFT__SSD_DIRECT_AUTO;
     s->open_fn = p.open_fn;
     s->read_only = p.read_only;
+    if (p.key != NULL) {
+        memcpy(s->key, p.key, sizeof(s->key));
+    } else if ((status = weft__ctx_derive_key(NULL, WEFT__SSD_KEY_LABEL, s->key)) != WEFT_OK) {
+        goto err_close;
+    }
     if ((status = open_dir(s, dir)) != WEFT_OK) {
         goto err_close;
     }
@@ -174,6 +209,7 @@ weft_status_t weft__ssd_open(const char *dir, const weft__ssd_params_t *params, 
     return WEFT_OK;
 
 err_close:
+    OPENSSL_cleanse(s->key, sizeof(s->key));
     if (s->lockfd >= 0) {
         close(s->lockfd);
     }
@@ -251,8 +287,11 @@ void weft__ssd_close(weft__ssd_t *s)
     if (s->cached) {
         weft__ssd_manifest_free(&s->cache);
     }
-    close(s->lockfd);
+    if (s->lockfd >= 0) {
+        close(s->lockfd);
+    }
     close(s->dirfd);
+    OPENSSL_cleanse(s->key, sizeof(s->key));
     free(s->bufs);
     free(s->slots);
     free(s->dir);
@@ -352,21 +391,43 @@ void weft__ssd_path(const weft__ssd_t *s, const char *name, char *buf)
 
 int weft__ssd_open_file(weft__ssd_t *s, const char *name, int flags, bool try_direct)
 {
-    char path[PATH_MAX];
-    weft__ssd_path(s, name, path);
-    flags |= O_CLOEXEC;
+    flags |= O_NOFOLLOW | O_CLOEXEC;
     for (;;) {
         bool direct = try_direct && s->direct;
-        int fd = s->open_fn ? s->open_fn(path, flags | (direct ? O_DIRECT : 0), 0644)
-                            : open(path, flags | (direct ? O_DIRECT : 0), 0644);
+        int f = flags | (direct ? O_DIRECT : 0);
+        int fd = s->open_fn ? s->open_fn(s->dirfd, name, f, 0600) : openat(s->dirfd, name, f, 0600);
         if (fd >= 0) {
             return fd;
         }
         if (!(direct && errno == EINVAL)) {
             return -errno;
         }
+        if (flags & O_CREAT) {
+            /* The kernel refuses O_DIRECT after creating the file: its (random) name is
+             * ours, and O_EXCL would refuse it again. */
+            unlinkat(s->dirfd, name, 0);
+        }
         s->direct = false; /* this filesystem refuses O_DIRECT: buffered + fdatasync */
     }
+}
+
+bool weft__ssd_tmp_name(const char *final, char *tmp)
+{
+    uint64_t r;
+    if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+        return false;
+    }
+    return (size_t)snprintf(tmp, WEFT__SSD_NAME_MAX, "%s.%016llx.tmp", final,
+                            (unsigned long long)r) < WEFT__SSD_NAME_MAX;
+}
+
+int weft__ssd_create_tmp(weft__ssd_t *s, const char *final, char *tmp, bool try_direct)
+{
+    if (!weft__ssd_tmp_name(final, tmp)) {
+        tmp[0] = '\0';
+        return -EIO;
+    }
+    return weft__ssd_open_file(s, tmp, O_WRONLY | O_CREAT | O_EXCL, try_direct);
 }
 
 void weft__ssd_queue_rw(weft__ssd_t *s, weft__ssd_slot_t *slot, bool write)

@@ -10,10 +10,25 @@
  * A handle is used by one thread at a time. Errors are recorded for weft_last_error(NULL)
  * of the calling thread, naming the file, step, tensor and region.
  *
- * Status codes: WEFT_ERR_INVALID_ARG for bad arguments, a handle already busy, and a step,
- * tensor or blob the directory does not hold (the code weft_layout_find() gives for an
- * unknown name); WEFT_ERR_IO when a system call fails or a file is missing, torn or
- * corrupted (the caller falls back to another copy or an older step);
+ * The directory holds parameters and optimizer state, and another user must neither read
+ * them nor make a rank write or restore anything else: it is created 0700, and when it
+ * exists it must be a directory (not a symbolic link) owned by the effective user with
+ * no permission for group or others, checked with fstat on the handle opened (so what is
+ * checked is what is used). Every file is opened relative to that handle with
+ * O_NOFOLLOW, and created 0600 with O_CREAT|O_EXCL under a name with 16 random hex
+ * digits, then renamed into place. Every chunk file and manifest carries a MAC
+ * (HMAC-SHA256) under the handle's key, checked before its contents are used; the
+ * snapshot layer passes a key derived from the job token (WEFT__SSD_KEY_LABEL, with
+ * weft__ctx_derive_key), so every member of a job, and only they, can restore what
+ * another wrote. A directory whose "key-check" file shows another key (another job's
+ * steps) has its steps removed when opened for writing, since this key cannot restore
+ * them.
+ *
+ * Status codes: WEFT_ERR_INVALID_ARG for bad arguments, a directory refused by the rules
+ * above, a handle already busy, and a step, tensor or blob the directory does not hold
+ * (the code weft_layout_find() gives for an unknown name); WEFT_ERR_IO when a system call
+ * fails or a file is missing, torn, corrupted or fails its MAC (the caller falls back to
+ * another copy or an older step);
  * WEFT_ERR_UNSUPPORTED when io_uring cannot be set up; WEFT_ERR_TIMEOUT from
  * weft__ssd_wait(); WEFT_ERR_NO_MEMORY.
  */
@@ -29,6 +44,9 @@
 
 typedef struct weft__ssd weft__ssd_t;
 
+/* The label of the SSD tier's key: weft__ctx_derive_key(ctx, WEFT__SSD_KEY_LABEL, key). */
+#define WEFT__SSD_KEY_LABEL "ssd-tier"
+
 /* Whether chunk files are opened with O_DIRECT. */
 typedef enum weft__ssd_direct {
     WEFT__SSD_DIRECT_AUTO = 0, /* O_DIRECT; buffered + fdatasync where the fs refuses it */
@@ -41,10 +59,14 @@ typedef struct weft__ssd_params {
     int queue_depth;    /* chunk writes or reads in flight, 1..256 (0: 8) */
     int keep_steps;     /* committed steps garbage collection keeps (0: 2) */
     weft__ssd_direct_t direct;
-    /* Replaces open(2) for chunk files and manifests (NULL: open; the directory and its
-     * lock file are opened with open(2)). For tests: a filesystem that refuses O_DIRECT,
-     * a crash at a chosen file. */
-    int (*open_fn)(const char *path, int flags, mode_t mode);
+    /* Replaces openat(2) for chunk files and manifests, called with the directory's
+     * handle, a name in it, and flags that include O_NOFOLLOW (NULL: openat; the
+     * directory, its lock and key-check files are opened with openat(2)). For tests: a
+     * filesystem that refuses O_DIRECT, a crash at a chosen file. */
+    int (*open_fn)(int dirfd, const char *name, int flags, mode_t mode);
+    /* WEFT__SSD_KEY_BYTES bytes: the key of the MACs (NULL: this process's own key,
+     * weft__ctx_derive_key(NULL, ...): what it writes no other process can restore). */
+    const uint8_t *key;
     /* Read only: the directory must exist; it is neither locked nor cleaned, and nothing
      * is written (for reading what the process that owned it, now dead, left there). */
     bool read_only;
@@ -79,9 +101,12 @@ typedef struct weft__ssd_stats {
     uint64_t files_removed; /* by the garbage collection that followed a commit */
 } weft__ssd_stats_t;
 
-/* Open (creating it if missing) the directory @p dir for this rank and lock it: a
- * second handle on it fails while this one is open. Temporary files a crash left are
- * removed. @p params may be NULL. */
+/* Open (creating it if missing, 0700, with any missing parent) the directory @p dir for
+ * this rank and lock it: a second handle on it fails while this one is open. Temporary
+ * files a crash left are removed, and so are steps written under another key. A
+ * directory that is a symbolic link, is not the effective user's, or gives group or
+ * others any permission is refused with WEFT_ERR_INVALID_ARG, saying which. @p params
+ * may be NULL. */
 weft_status_t weft__ssd_open(const char *dir, const weft__ssd_params_t *params, weft__ssd_t **out);
 /* Close @p s (NULL: no-op). An operation in flight is abandoned: what the kernel still
  * holds is waited for, and a snapshot that had not committed leaves no step behind. */

@@ -5,17 +5,27 @@
  *   0 "WEFTCHNK", 8 version u32, 12 header bytes u32, 16 hash lo u64, 24 hash hi u64,
  *   32 step u64, 40 payload bytes u64, 48 chunk index u64, 56 region offset u64,
  *   64 kind u32, 68 dtype i32, 72 ndims u32, 76 name length u32, 80 offset[8] u64,
- *   144 extent[8] u64, 208 name[128], 336 XXH3-64 of bytes 0..335; zeros after.
+ *   144 extent[8] u64, 208 name[128], 336 XXH3-64 of bytes 0..335, 344 MAC[32]; zeros
+ *   after. The MAC is HMAC-SHA256 under the key of the 4096 header bytes (the MAC field
+ *   as zeros) followed by the payload (not its padding).
  * Manifest:
  *   "WEFTMANI", version u32, 0 u32, step u64, chunk bytes u64, entries u64, hashes u64;
  *   per entry: kind u32, dtype i32, ndims u32, name length u32, name, (offset u64,
  *   extent u64) per dimension, bytes u64, chunks u64; then every hash (lo u64, hi u64) in
- *   entry order; then XXH3-64 of everything before.
+ *   entry order; then XXH3-64 of everything before; then HMAC-SHA256 under the key of
+ *   everything before.
+ * The checksums tell damage (a torn write, a flipped bit) from forgery: they come first,
+ * so damage is reported as such; anyone can recompute them, so only the MAC tells that a
+ * holder of the key wrote the file.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "migrate/ssd/ssd_format.h"
 #include "migrate/engine/xxh.h"
@@ -23,7 +33,10 @@
 #define CHUNK_MAGIC "WEFTCHNK"
 #define MANIFEST_MAGIC "WEFTMANI"
 #define HDR_CHECKED 336 /* bytes of the chunk header its checksum covers */
+#define HDR_MAC 344     /* where the chunk header's MAC is */
 #define MANIFEST_HEAD 48
+#define MANIFEST_TAIL (8 + WEFT__SSD_MAC_BYTES) /* checksum, MAC */
+#define KEY_CHECK_LABEL "weft-ssd-key-check-v1"
 #define ENTRY_MIN 33 /* fixed fields, a one-character name, the two counts */
 
 static uint8_t *put32(uint8_t *p, uint32_t v)
@@ -58,6 +71,15 @@ static uint64_t load64(const uint8_t *p)
         v = (v << 8) | p[i];
     }
     return v;
+}
+
+/* HMAC-SHA256 under @p key of @p len bytes at @p data into @p out. */
+static bool mac(const uint8_t key[WEFT__SSD_KEY_BYTES], const uint8_t *data, size_t len,
+                uint8_t out[WEFT__SSD_MAC_BYTES])
+{
+    unsigned int n = 0;
+    return HMAC(EVP_sha256(), key, WEFT__SSD_KEY_BYTES, data, len, out, &n) != NULL &&
+           n == WEFT__SSD_MAC_BYTES;
 }
 
 /* A bounds-checked cursor over bytes being decoded: reading past the end sets !ok. */
@@ -116,7 +138,7 @@ uint64_t weft__ssd_chunk_elems(const weft__ssd_entry_t *e, uint64_t chunk_bytes)
 uint64_t weft__ssd_nchunks(uint64_t elems, size_t elem, uint64_t chunk_bytes)
 {
     uint64_t per = chunk_bytes / elem;
-    return per == 0 ? 0 : (elems + per - 1) / per;
+    return per == 0 ? 0 : elems / per + (elems % per != 0); /* no overflow near UINT64_MAX */
 }
 
 void weft__ssd_chunk_name(const weft__ssd_hash_t *h, char *buf)
@@ -194,6 +216,35 @@ void weft__ssd_chunk_hdr_encode(const weft__ssd_chunk_hdr_t *h, uint8_t *out)
     put64(out + HDR_CHECKED, XXH3_64bits(out, HDR_CHECKED));
 }
 
+bool weft__ssd_chunk_seal(const uint8_t key[WEFT__SSD_KEY_BYTES], uint8_t *buf,
+                          uint64_t payload_bytes)
+{
+    uint8_t m[WEFT__SSD_MAC_BYTES];
+    memset(buf + HDR_MAC, 0, WEFT__SSD_MAC_BYTES);
+    if (!mac(key, buf, WEFT__SSD_HEADER_BYTES + (size_t)payload_bytes, m)) {
+        return false;
+    }
+    memcpy(buf + HDR_MAC, m, sizeof(m));
+    return true;
+}
+
+bool weft__ssd_chunk_mac_ok(const uint8_t key[WEFT__SSD_KEY_BYTES], uint8_t *buf,
+                            uint64_t payload_bytes)
+{
+    uint8_t got[WEFT__SSD_MAC_BYTES], want[WEFT__SSD_MAC_BYTES];
+    memcpy(got, buf + HDR_MAC, sizeof(got));
+    memset(buf + HDR_MAC, 0, sizeof(got));
+    bool ok = mac(key, buf, WEFT__SSD_HEADER_BYTES + (size_t)payload_bytes, want) &&
+              CRYPTO_memcmp(got, want, sizeof(got)) == 0;
+    memcpy(buf + HDR_MAC, got, sizeof(got));
+    return ok;
+}
+
+bool weft__ssd_key_check(const uint8_t key[WEFT__SSD_KEY_BYTES], uint8_t out[WEFT__SSD_MAC_BYTES])
+{
+    return mac(key, (const uint8_t *)KEY_CHECK_LABEL, strlen(KEY_CHECK_LABEL), out);
+}
+
 bool weft__ssd_chunk_hdr_decode(const uint8_t *in, weft__ssd_chunk_hdr_t *h, const char **why)
 {
     *why = NULL;
@@ -236,7 +287,7 @@ bool weft__ssd_chunk_hdr_decode(const uint8_t *in, weft__ssd_chunk_hdr_t *h, con
 
 size_t weft__ssd_manifest_size(const weft__ssd_manifest_t *m)
 {
-    size_t n = MANIFEST_HEAD + 16 * m->nhashes + 8;
+    size_t n = MANIFEST_HEAD + 16 * m->nhashes + MANIFEST_TAIL;
     for (size_t i = 0; i < m->nentries; i++) {
         const weft__ssd_entry_t *e = &m->entries[i];
         n += 16 + strlen(e->name) + 16 * (size_t)e->ndims + 16;
@@ -244,7 +295,8 @@ size_t weft__ssd_manifest_size(const weft__ssd_manifest_t *m)
     return n;
 }
 
-void weft__ssd_manifest_encode(const weft__ssd_manifest_t *m, uint8_t *out)
+bool weft__ssd_manifest_encode(const weft__ssd_manifest_t *m,
+                               const uint8_t key[WEFT__SSD_KEY_BYTES], uint8_t *out)
 {
     memcpy(out, MANIFEST_MAGIC, 8);
     uint8_t *p = put32(out + 8, WEFT__SSD_VERSION);
@@ -273,7 +325,8 @@ void weft__ssd_manifest_encode(const weft__ssd_manifest_t *m, uint8_t *out)
         p = put64(p, m->hashes[i].lo);
         p = put64(p, m->hashes[i].hi);
     }
-    put64(p, XXH3_64bits(out, (size_t)(p - out)));
+    p = put64(p, XXH3_64bits(out, (size_t)(p - out)));
+    return mac(key, out, (size_t)(p - out), p);
 }
 
 /* One entry at @p r; NULL when it is well formed, else what is wrong. */
@@ -320,27 +373,37 @@ static const char *decode_entry(reader_t *r, uint64_t chunk_bytes, weft__ssd_ent
     return NULL;
 }
 
-bool weft__ssd_manifest_decode(const uint8_t *in, size_t len, weft__ssd_manifest_t *m,
+bool weft__ssd_manifest_decode(const uint8_t *in, size_t len,
+                               const uint8_t key[WEFT__SSD_KEY_BYTES], weft__ssd_manifest_t *m,
                                const char **why)
 {
     memset(m, 0, sizeof(*m));
-    if (len < MANIFEST_HEAD + 8 || memcmp(in, MANIFEST_MAGIC, 8) != 0) {
+    if (len < MANIFEST_HEAD + MANIFEST_TAIL || memcmp(in, MANIFEST_MAGIC, 8) != 0) {
         *why = "not a manifest (bad magic or too short)";
         return false;
     }
-    if (load64(in + len - 8) != XXH3_64bits(in, len - 8)) {
+    size_t body = len - MANIFEST_TAIL;
+    if (load64(in + body) != XXH3_64bits(in, body)) {
         *why = "manifest checksum mismatch";
         return false;
     }
-    reader_t r = {in + 8, len - 8 - 8, true};
+    uint8_t want[WEFT__SSD_MAC_BYTES];
+    if (!mac(key, in, body + 8, want) ||
+        CRYPTO_memcmp(want, in + body + 8, WEFT__SSD_MAC_BYTES) != 0) {
+        *why = "MAC mismatch: written under another key, or modified";
+        return false;
+    }
+    reader_t r = {in + 8, body - 8, true};
     uint32_t version = get32(&r);
-    get32(&r);
+    uint32_t reserved = get32(&r);
     m->step = get64(&r);
     m->chunk_bytes = get64(&r);
     uint64_t nentries = get64(&r), nhashes = get64(&r);
     *why = NULL;
     if (version != WEFT__SSD_VERSION) {
         *why = "unknown format version";
+    } else if (reserved != 0) {
+        *why = "reserved field not zero";
     } else if (m->chunk_bytes == 0 || m->chunk_bytes % WEFT__SSD_ALIGN != 0) {
         *why = "bad chunk size";
     } else if (nentries > r.left / ENTRY_MIN || nhashes > r.left / 16) {

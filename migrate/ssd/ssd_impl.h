@@ -34,6 +34,7 @@ typedef struct weft__ssd_slot {
     uint64_t chunk;   /* inside the entry */
     uint64_t payload; /* bytes */
     weft__ssd_hash_t hash;
+    char tmp[WEFT__SSD_NAME_MAX]; /* the temporary name of the file being written */
 } weft__ssd_slot_t;
 
 /* A snapshot after its chunks: each phase is one request on the control slot. */
@@ -77,10 +78,11 @@ struct weft__ssd {
     uint64_t pin;
     bool direct;
     bool read_only; /* opened without the lock, for reading a dead owner's steps */
-    int (*open_fn)(const char *path, int flags, mode_t mode);
-    uint8_t *bufs;           /* queue_depth slot buffers */
-    weft__ssd_slot_t *slots; /* queue_depth chunk slots, then the control slot */
-    int inflight;            /* requests submitted and not yet completed */
+    int (*open_fn)(int dirfd, const char *name, int flags, mode_t mode);
+    uint8_t key[WEFT__SSD_KEY_BYTES]; /* of the MACs */
+    uint8_t *bufs;                    /* queue_depth slot buffers */
+    weft__ssd_slot_t *slots;          /* queue_depth chunk slots, then the control slot */
+    int inflight;                     /* requests submitted and not yet completed */
 
     weft__ssd_op_t op;
     weft_status_t status; /* the operation's first error */
@@ -117,9 +119,16 @@ struct weft__ssd {
 void weft__ssd_kick(weft__ssd_t *s);
 /* "<dir>/<name>" into @p buf of PATH_MAX bytes. */
 void weft__ssd_path(const weft__ssd_t *s, const char *name, char *buf);
-/* Open @p name in the directory with @p flags, adding O_DIRECT while the handle uses it
- * and dropping it for good when the filesystem refuses it (EINVAL). -errno on failure. */
+/* Open @p name in the directory (relative to its handle, O_NOFOLLOW, new files 0600)
+ * with @p flags, adding O_DIRECT while the handle uses it and dropping it for good when
+ * the filesystem refuses it (EINVAL). -errno on failure. */
 int weft__ssd_open_file(weft__ssd_t *s, const char *name, int flags, bool try_direct);
+/* "<final>.<16 random hex digits>.tmp" into @p tmp (WEFT__SSD_NAME_MAX bytes); false
+ * when the OS gives no random bytes. */
+bool weft__ssd_tmp_name(const char *final, char *tmp);
+/* Create a new temporary file for @p final, write only, with O_CREAT|O_EXCL: its name
+ * into @p tmp. -errno on failure. */
+int weft__ssd_create_tmp(weft__ssd_t *s, const char *final, char *tmp, bool try_direct);
 /* Queue @p slot's read or write of slot->io_bytes at offset 0, or its fdatasync. */
 void weft__ssd_queue_rw(weft__ssd_t *s, weft__ssd_slot_t *slot, bool write);
 void weft__ssd_queue_fsync(weft__ssd_t *s, weft__ssd_slot_t *slot, int fd, bool datasync);
@@ -135,6 +144,10 @@ weft_status_t weft__ssd_manifest_get(weft__ssd_t *s, uint64_t step, const weft__
 void weft__ssd_manifest_forget(weft__ssd_t *s, uint64_t step);
 /* Garbage collection without the idle check (a commit runs it). */
 weft_status_t weft__ssd_gc_run(weft__ssd_t *s);
+/* Make the directory this key's (opened for writing): unless its "key-check" file shows
+ * this key, remove its steps (manifests first, then chunk files), which it could not
+ * restore, and write the key-check file. */
+weft_status_t weft__ssd_adopt_key(weft__ssd_t *s);
 /* "tensor w, region [0:4, 0:8], chunk 3" or "blob rng, chunk 0", for messages. */
 void weft__ssd_describe(const weft__ssd_entry_t *e, uint64_t chunk, char *buf, size_t len);
 

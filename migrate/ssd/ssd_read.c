@@ -2,7 +2,8 @@
  * Reading from the SSD tier. A region read finds the stored regions of the tensor that
  * meet the box asked for and, in each, the chunks that hold some of its elements; each
  * chunk file is read whole (header and payload, O_DIRECT where allowed), queue_depth at a
- * time, checked (header checksum, the hash it names, length, payload hash), and the
+ * time, checked (header checksum, the hash it names, length, payload hash, then its MAC
+ * under the handle's key: integrity first, so that damage is called damage), and the
  * elements it holds are cut into the caller's buffer. A chunk is a flat range of its
  * region, which weft__box_tile_range turns into at most 2d-1 boxes, each contiguous.
  */
@@ -253,7 +254,8 @@ static void read_chunk(weft__ssd_t *s, weft__ssd_slot_t *slot, const weft__ssd_w
 }
 
 /* Check the chunk in @p slot (@p got bytes read); NULL if it is sound, else why not. */
-static const char *check_chunk(const weft__ssd_slot_t *slot, int got, char *why, size_t len)
+static const char *check_chunk(const weft__ssd_t *s, weft__ssd_slot_t *slot, int got, char *why,
+                               size_t len)
 {
     weft__ssd_chunk_hdr_t h;
     const char *bad;
@@ -274,6 +276,8 @@ static const char *check_chunk(const weft__ssd_slot_t *slot, int got, char *why,
         XXH128_hash_t x = XXH3_128bits(slot->buf + WEFT__SSD_HEADER_BYTES, slot->payload);
         if (x.low64 != slot->hash.lo || x.high64 != slot->hash.hi) {
             snprintf(why, len, "fails its payload checksum");
+        } else if (!weft__ssd_chunk_mac_ok(s->key, slot->buf, slot->payload)) {
+            snprintf(why, len, "fails its MAC: written under another key, or modified");
         } else {
             return NULL;
         }
@@ -328,7 +332,7 @@ void weft__ssd_read_done(weft__ssd_t *s, weft__ssd_slot_t *slot, int res)
     char why[160];
     if (res < 0) {
         read_fail(s, slot, "cannot be read: ", strerror(-res));
-    } else if (check_chunk(slot, res, why, sizeof(why)) != NULL) {
+    } else if (check_chunk(s, slot, res, why, sizeof(why)) != NULL) {
         read_fail(s, slot, why, "");
     } else {
         place_chunk(s, slot);

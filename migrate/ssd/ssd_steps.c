@@ -1,6 +1,7 @@
 /*
- * The SSD tier's committed steps: listing them, reading their manifests, and garbage
- * collection (keep the newest steps and the chunk files they reference, nothing else).
+ * The SSD tier's committed steps: listing them, reading their manifests (checked by their
+ * MAC), garbage collection (keep the newest steps and the chunk files they reference,
+ * nothing else), and removing the steps of another key when a directory is opened.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -10,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
 
 #include "comm/core.h"
 #include "migrate/ssd/ssd_impl.h"
@@ -75,7 +78,9 @@ static weft_status_t list_steps(const weft__ssd_t *s, step_list_t *l)
         free(l->steps);
         return weft__error_noctx(WEFT_ERR_NO_MEMORY, "ssd: out of memory listing %s", s->dir);
     }
-    qsort(l->steps, l->n, sizeof(*l->steps), newest_first);
+    if (l->n > 1) { /* none: steps is NULL, which qsort may not be given */
+        qsort(l->steps, l->n, sizeof(*l->steps), newest_first);
+    }
     return WEFT_OK;
 }
 
@@ -115,7 +120,8 @@ static weft_status_t load_manifest(weft__ssd_t *s, uint64_t step, weft__ssd_mani
     weft_status_t status = WEFT_OK;
     struct stat st;
     uint8_t *buf = NULL;
-    if (fstat(fd, &st) != 0 || st.st_size <= 0 || (uint64_t)st.st_size > MAX_MANIFEST_BYTES) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (uint64_t)st.st_size > MAX_MANIFEST_BYTES) {
         status = weft__error_noctx(WEFT_ERR_IO,
                                    "ssd: step %llu: manifest %s is empty, "
                                    "unreadable or too large",
@@ -139,7 +145,7 @@ static weft_status_t load_manifest(weft__ssd_t *s, uint64_t step, weft__ssd_mani
         got += (size_t)n;
     }
     const char *why;
-    if (!weft__ssd_manifest_decode(buf, len, m, &why)) {
+    if (!weft__ssd_manifest_decode(buf, len, s->key, m, &why)) {
         status = weft__error_noctx(WEFT_ERR_IO, "ssd: step %llu: manifest %s is corrupted: %s",
                                    (unsigned long long)step, path, why);
     } else if (m->step != step) {
@@ -340,4 +346,106 @@ weft_status_t weft__ssd_gc(weft__ssd_t *s)
     }
     s->stats.files_removed = 0;
     return weft__ssd_gc_run(s);
+}
+
+/* ---- the directory's key ---- */
+
+#define KEY_CHECK "key-check"
+
+typedef struct clear {
+    const weft__ssd_t *s;
+    bool manifests; /* this pass removes manifests, the next one chunk files */
+    int err;
+} clear_t;
+
+static void clear_name(const char *name, void *arg)
+{
+    clear_t *c = arg;
+    weft__ssd_hash_t h;
+    uint64_t step;
+    bool match = c->manifests ? weft__ssd_parse_manifest_name(name, &step)
+                              : weft__ssd_parse_chunk_name(name, &h);
+    if (!match) {
+        return;
+    }
+    if (unlinkat(c->s->dirfd, name, 0) != 0 && errno != ENOENT && c->err == 0) {
+        c->err = errno;
+    }
+}
+
+/* Whether the key-check file holds @p want; -1 (errno set) when it cannot be read. */
+static int key_matches(const weft__ssd_t *s, const uint8_t want[WEFT__SSD_MAC_BYTES])
+{
+    uint8_t got[WEFT__SSD_MAC_BYTES + 1];
+    struct stat st;
+    int fd = openat(s->dirfd, KEY_CHECK, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT ? 0 : -1;
+    }
+    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, got, sizeof(got), 0) : 0;
+    close(fd);
+    return n == WEFT__SSD_MAC_BYTES && CRYPTO_memcmp(got, want, WEFT__SSD_MAC_BYTES) == 0;
+}
+
+/* Write @p check as the key-check file: a new temporary file, synced, renamed, and the
+ * directory synced. */
+static int write_key_check(weft__ssd_t *s, const uint8_t check[WEFT__SSD_MAC_BYTES])
+{
+    char tmp[WEFT__SSD_NAME_MAX];
+    if (!weft__ssd_tmp_name(KEY_CHECK, tmp)) {
+        errno = EIO;
+        return -1;
+    }
+    int fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        return -1;
+    }
+    int rc =
+        pwrite(fd, check, WEFT__SSD_MAC_BYTES, 0) == WEFT__SSD_MAC_BYTES && fsync(fd) == 0 ? 0 : -1;
+    int err = rc == 0 ? 0 : errno != 0 ? errno : EIO;
+    close(fd);
+    if (rc == 0 && renameat(s->dirfd, tmp, s->dirfd, KEY_CHECK) != 0) {
+        rc = -1;
+        err = errno;
+    }
+    if (rc != 0) {
+        unlinkat(s->dirfd, tmp, 0);
+        errno = err;
+        return -1;
+    }
+    return fsync(s->dirfd);
+}
+
+weft_status_t weft__ssd_adopt_key(weft__ssd_t *s)
+{
+    uint8_t check[WEFT__SSD_MAC_BYTES];
+    if (!weft__ssd_key_check(s->key, check)) {
+        return weft__error_noctx(WEFT_ERR_IO, "ssd: %s: cannot compute the key check", s->dir);
+    }
+    int match = key_matches(s, check);
+    if (match < 0) {
+        return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot read %s/%s: %s", s->dir, KEY_CHECK,
+                                 strerror(errno));
+    }
+    if (match) {
+        return WEFT_OK;
+    }
+    /* Steps of another key (another job's, or those of an older format): this key cannot
+     * restore them. Manifests first, as garbage collection does. */
+    clear_t c = {.s = s, .manifests = true};
+    if (each_name(s, clear_name, &c) != 0 ||
+        (c.manifests = false, each_name(s, clear_name, &c)) != 0) {
+        c.err = c.err != 0 ? c.err : errno;
+    }
+    if (c.err != 0) {
+        return weft__error_noctx(WEFT_ERR_IO,
+                                 "ssd: cannot remove the steps of another key from "
+                                 "%s: %s",
+                                 s->dir, strerror(c.err));
+    }
+    if (write_key_check(s, check) != 0) {
+        return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot write %s/%s: %s", s->dir, KEY_CHECK,
+                                 strerror(errno));
+    }
+    return WEFT_OK;
 }

@@ -1,8 +1,9 @@
 /*
  * Snapshots to the SSD tier. Each region and blob is cut into chunks; a chunk is hashed
  * (XXH3-128) and, unless a file of that name exists, copied behind its header into an
- * aligned slot buffer and written to "<hash>.chunk.tmp" (O_DIRECT where allowed), synced
- * and renamed, queue_depth chunks in flight. Then the directory is synced, the manifest
+ * aligned slot buffer, sealed with its MAC and written to a new temporary file
+ * ("<hash>.chunk.<random>.tmp", O_CREAT|O_EXCL, O_DIRECT where allowed), synced and
+ * renamed, queue_depth chunks in flight. Then the directory is synced, the manifest
  * written to a temporary file, synced, renamed into place, and the directory synced
  * again: the step is committed, and garbage collection follows.
  */
@@ -203,7 +204,7 @@ static bool chunk_present(const weft__ssd_t *s, const weft__ssd_hash_t *h, uint6
     char name[WEFT__SSD_NAME_MAX];
     struct stat st;
     weft__ssd_chunk_name(h, name);
-    return fstatat(s->dirfd, name, &st, 0) == 0 && S_ISREG(st.st_mode) &&
+    return fstatat(s->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
            (uint64_t)st.st_size >= WEFT__SSD_HEADER_BYTES + payload;
 }
 
@@ -234,17 +235,17 @@ static void chunk_fail(weft__ssd_t *s, const weft__ssd_slot_t *slot, const char 
     char where[384], name[WEFT__SSD_NAME_MAX];
     weft__ssd_describe(&s->w.m.entries[slot->entry], slot->chunk, where, sizeof(where));
     weft__ssd_chunk_name(&slot->hash, name);
-    weft__ssd_fail(s, WEFT_ERR_IO, "ssd: step %llu, %s: %s %s/%s.tmp: %s",
-                   (unsigned long long)s->w.m.step, where, what, s->dir, name,
-                   err ? strerror(err) : "short write");
+    weft__ssd_fail(s, WEFT_ERR_IO, "ssd: step %llu, %s: %s %s/%s: %s",
+                   (unsigned long long)s->w.m.step, where, what, s->dir,
+                   slot->tmp[0] != '\0' ? slot->tmp : name, err ? strerror(err) : "short write");
 }
 
-static int open_chunk_tmp(weft__ssd_t *s, const weft__ssd_hash_t *h)
+/* A new temporary file for the chunk in @p slot (its name in slot->tmp). */
+static int open_chunk_tmp(weft__ssd_t *s, weft__ssd_slot_t *slot)
 {
-    char name[WEFT__SSD_NAME_MAX + 4];
-    weft__ssd_chunk_name(h, name);
-    strcat(name, ".tmp");
-    return weft__ssd_open_file(s, name, O_WRONLY | O_CREAT | O_TRUNC, true);
+    char name[WEFT__SSD_NAME_MAX];
+    weft__ssd_chunk_name(&slot->hash, name);
+    return weft__ssd_create_tmp(s, name, slot->tmp, true);
 }
 
 /* Header and payload of chunk @p k of entry @p i into @p slot, and its write queued. */
@@ -270,7 +271,16 @@ static void write_chunk(weft__ssd_t *s, weft__ssd_slot_t *slot, size_t i, uint64
     slot->payload = len;
     slot->stage = WEFT__SSD_WRITE;
     slot->io_bytes = WEFT__SSD_HEADER_BYTES + WEFT__SSD_ROUND_UP(len);
-    slot->fd = open_chunk_tmp(s, &h.hash);
+    slot->tmp[0] = '\0';
+    weft__ssd_chunk_hdr_encode(&h, slot->buf);
+    memcpy(slot->buf + WEFT__SSD_HEADER_BYTES, data, len);
+    memset(slot->buf + WEFT__SSD_HEADER_BYTES + len, 0,
+           slot->io_bytes - WEFT__SSD_HEADER_BYTES - len);
+    if (!weft__ssd_chunk_seal(s->key, slot->buf, len)) {
+        chunk_fail(s, slot, "cannot compute the MAC of", 0);
+        return;
+    }
+    slot->fd = open_chunk_tmp(s, slot);
     slot->direct = s->direct;
     if (slot->fd < 0) {
         int err = -slot->fd;
@@ -278,10 +288,6 @@ static void write_chunk(weft__ssd_t *s, weft__ssd_slot_t *slot, size_t i, uint64
         chunk_fail(s, slot, "cannot create", err);
         return;
     }
-    weft__ssd_chunk_hdr_encode(&h, slot->buf);
-    memcpy(slot->buf + WEFT__SSD_HEADER_BYTES, data, len);
-    memset(slot->buf + WEFT__SSD_HEADER_BYTES + len, 0,
-           slot->io_bytes - WEFT__SSD_HEADER_BYTES - len);
     weft__ssd_queue_rw(s, slot, true);
 }
 
@@ -334,7 +340,7 @@ static void manifest_fail(weft__ssd_t *s, const char *what, int err)
 /* Write the manifest to its temporary file (buffered: it is small). */
 static void queue_manifest(weft__ssd_t *s, weft__ssd_slot_t *ctl)
 {
-    char name[WEFT__SSD_NAME_MAX + 4];
+    char name[WEFT__SSD_NAME_MAX];
     s->w.man_len = weft__ssd_manifest_size(&s->w.m);
     s->w.man_buf = malloc(s->w.man_len);
     if (s->w.man_buf == NULL) {
@@ -342,10 +348,12 @@ static void queue_manifest(weft__ssd_t *s, weft__ssd_slot_t *ctl)
                        (unsigned long long)s->w.m.step);
         return;
     }
-    weft__ssd_manifest_encode(&s->w.m, s->w.man_buf);
+    if (!weft__ssd_manifest_encode(&s->w.m, s->key, s->w.man_buf)) {
+        manifest_fail(s, "cannot compute the MAC of", 0);
+        return;
+    }
     weft__ssd_manifest_name(s->w.m.step, name);
-    strcat(name, ".tmp");
-    ctl->fd = weft__ssd_open_file(s, name, O_WRONLY | O_CREAT | O_TRUNC, false);
+    ctl->fd = weft__ssd_create_tmp(s, name, ctl->tmp, false);
     if (ctl->fd < 0) {
         int err = -ctl->fd;
         ctl->fd = -1;
@@ -365,10 +373,8 @@ static void control_done(weft__ssd_t *s, weft__ssd_slot_t *ctl, int res)
     if (s->status != WEFT_OK) {
         return;
     }
-    char tmp[WEFT__SSD_NAME_MAX + 4], name[WEFT__SSD_NAME_MAX];
+    char name[WEFT__SSD_NAME_MAX];
     weft__ssd_manifest_name(s->w.m.step, name);
-    strcpy(tmp, name);
-    strcat(tmp, ".tmp");
     switch (s->w.phase) {
     case WEFT__SSD_DIRSYNC:
         if (res < 0) {
@@ -396,10 +402,12 @@ static void control_done(weft__ssd_t *s, weft__ssd_slot_t *ctl, int res)
         close(ctl->fd);
         ctl->fd = -1;
         weft__ssd_manifest_forget(s, s->w.m.step);
-        if (renameat(s->dirfd, tmp, s->dirfd, name) != 0) {
+        if (renameat(s->dirfd, ctl->tmp, s->dirfd, name) != 0) {
             manifest_fail(s, "cannot rename into place", errno);
+            unlinkat(s->dirfd, ctl->tmp, 0);
             return;
         }
+        ctl->tmp[0] = '\0';
         s->w.phase = WEFT__SSD_COMMIT;
         weft__ssd_queue_fsync(s, ctl, s->dirfd, false);
         return;
@@ -423,10 +431,12 @@ void weft__ssd_write_done(weft__ssd_t *s, weft__ssd_slot_t *slot, int res)
         return;
     }
     if (s->status == WEFT_OK && slot->stage == WEFT__SSD_WRITE && res == -EINVAL && slot->direct) {
-        /* Opened with O_DIRECT, refused at the write: buffered from now on. */
+        /* Opened with O_DIRECT, refused at the write: buffered from now on, in a file
+         * created anew (O_EXCL), the other one removed. */
         s->direct = false;
         close(slot->fd);
-        slot->fd = open_chunk_tmp(s, &slot->hash);
+        unlinkat(s->dirfd, slot->tmp, 0);
+        slot->fd = open_chunk_tmp(s, slot);
         slot->direct = false;
         if (slot->fd >= 0) {
             weft__ssd_queue_rw(s, slot, true);
@@ -447,18 +457,16 @@ void weft__ssd_write_done(weft__ssd_t *s, weft__ssd_slot_t *slot, int res)
             return;
         }
     } else if (s->status == WEFT_OK && slot->stage == WEFT__SSD_SYNC) {
-        char tmp[WEFT__SSD_NAME_MAX + 4], name[WEFT__SSD_NAME_MAX];
+        char name[WEFT__SSD_NAME_MAX];
         weft__ssd_chunk_name(&slot->hash, name);
-        strcpy(tmp, name);
-        strcat(tmp, ".tmp");
         if (res < 0) {
             chunk_fail(s, slot, "syncing", -res);
         } else {
             close(slot->fd);
             slot->fd = -1;
-            if (renameat(s->dirfd, tmp, s->dirfd, name) != 0) {
+            if (renameat(s->dirfd, slot->tmp, s->dirfd, name) != 0) {
                 chunk_fail(s, slot, "cannot rename", errno);
-                unlinkat(s->dirfd, tmp, 0);
+                unlinkat(s->dirfd, slot->tmp, 0);
             } else {
                 s->stats.bytes_written += slot->payload;
                 s->stats.chunks_written++;
@@ -467,13 +475,11 @@ void weft__ssd_write_done(weft__ssd_t *s, weft__ssd_slot_t *slot, int res)
     }
     /* Done with the slot, or failed: a file left half written is removed. */
     if (slot->fd >= 0) {
-        char tmp[WEFT__SSD_NAME_MAX + 4];
-        weft__ssd_chunk_name(&slot->hash, tmp);
-        strcat(tmp, ".tmp");
         close(slot->fd);
         slot->fd = -1;
-        unlinkat(s->dirfd, tmp, 0);
+        unlinkat(s->dirfd, slot->tmp, 0);
     }
+    slot->tmp[0] = '\0';
     slot->busy = false;
 }
 
@@ -498,13 +504,11 @@ void weft__ssd_write_end(weft__ssd_t *s)
 {
     weft__ssd_slot_t *ctl = &s->slots[s->queue_depth];
     if (ctl->fd >= 0) {
-        char tmp[WEFT__SSD_NAME_MAX + 4];
-        weft__ssd_manifest_name(s->w.m.step, tmp);
-        strcat(tmp, ".tmp");
         close(ctl->fd);
         ctl->fd = -1;
-        unlinkat(s->dirfd, tmp, 0);
+        unlinkat(s->dirfd, ctl->tmp, 0);
     }
+    ctl->tmp[0] = '\0';
     ctl->buf = NULL;
     weft__ssd_manifest_free(&s->w.m);
     free(s->w.src);

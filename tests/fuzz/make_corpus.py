@@ -6,7 +6,9 @@
 DIR is the corpus folder (default: the one beside this script). Seeds are named
 seed-<what>; inputs a campaign found (crashes, by their libFuzzer names) sit beside them
 and are kept. The script formats are those in the comments of fuzz_store.c and
-fuzz_decision.c; frames follow comm/store/proto.h.
+fuzz_decision.c; frames follow comm/store/proto.h. The seeds of fuzz_ssd are files the SSD
+tier wrote, sealed under the fuzzer's key: build/bin/ssd_seeds tests/fuzz/corpus/ssd
+(tests/fuzz/ssd_seeds.c) writes them.
 """
 import os
 import struct

@@ -3,8 +3,9 @@
 #
 #     tests/fuzz/run.sh TARGET SECONDS [libFuzzer options...]
 #
-# TARGET is store (the store's frame reader and request handling) or decision (the
-# membership-decision decoder). Builds weft with clang, libFuzzer and ASan+UBSan into
+# TARGET is store (the store's frame reader and request handling), decision (the
+# membership-decision decoder) or ssd (the SSD tier's chunk headers, chunk MACs, manifests
+# and file names; its seeds are real files, written by build/bin/ssd_seeds DIR). Builds weft with clang, libFuzzer and ASan+UBSan into
 # build-fuzz/, then fuzzes from the seed corpus tests/fuzz/corpus/TARGET (read only) and
 # the campaign's own corpus build-fuzz/corpus/TARGET (kept from run to run). An input
 # that fails is written to build-fuzz/crashes/TARGET/ and the script exits non-zero.
@@ -13,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ $# -lt 2 ] || [ ! -f "tests/fuzz/fuzz_$1.c" ]; then
-    echo "usage: $0 store|decision SECONDS [libFuzzer options...]" >&2
+    echo "usage: $0 store|decision|ssd SECONDS [libFuzzer options...]" >&2
     exit 2
 fi
 target=$1
@@ -27,6 +28,10 @@ cmake --build build-fuzz --target "fuzz_$target"
 mkdir -p "build-fuzz/corpus/$target" "build-fuzz/crashes/$target"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-exec "build-fuzz/bin/fuzz_$target" -max_total_time="$seconds" -max_len=8192 -timeout=10 \
+max_len=8192
+if [ "$target" = ssd ]; then
+    max_len=16384 # a chunk file of 4 KiB of payload after its 4 KiB header
+fi
+exec "build-fuzz/bin/fuzz_$target" -max_total_time="$seconds" -max_len=$max_len -timeout=10 \
      -print_final_stats=1 -artifact_prefix="build-fuzz/crashes/$target/" "$@" \
      "build-fuzz/corpus/$target" "tests/fuzz/corpus/$target"

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "comm/core.h"
 #include "migrate/ssd/ssd.h"
 #include "snap_common.h"
 #include "weft/weft.h"
@@ -109,7 +110,10 @@ int main(int argc, char **argv)
     char mine[512];
     snprintf(mine, sizeof(mine), "%s/member-%d", dir, id);
     weft__ssd_t *h = NULL;
-    weft__ssd_params_t rp = {.read_only = true};
+    uint8_t key[WEFT__CTX_KEY_BYTES]; /* the job's, as the snapshot layer derives it */
+    CHECK(weft__ctx_derive_key(ctx, WEFT__SSD_KEY_LABEL, key) == WEFT_OK, "derive key: %s",
+          weft_last_error(NULL));
+    weft__ssd_params_t rp = {.read_only = true, .key = key};
     uint64_t newest[4] = {0};
     size_t count = 0;
     weft_box_t box;

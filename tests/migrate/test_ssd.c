@@ -72,7 +72,7 @@ static int teardown(void **state)
     return nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static weft__ssd_t *open_tier(int keep, int (*open_fn)(const char *, int, mode_t))
+static weft__ssd_t *open_tier(int keep, int (*open_fn)(int, const char *, int, mode_t))
 {
     weft__ssd_params_t p = {
         .chunk_bytes = CHUNK, .queue_depth = 4, .keep_steps = keep, .open_fn = open_fn};
@@ -463,20 +463,21 @@ static void test_corrupt_manifest(void **state)
 
 static int crash_at; /* 0: at the manifest; n > 0: at the n-th chunk file */
 
-/* open(2) for a child that dies half way through a file, as a crash would leave it. */
-static int crashing_open(const char *path, int flags, mode_t mode)
+/* openat(2) for a child that dies half way through a file, as a crash would leave it. */
+static int crashing_open(int dirfd, const char *name, int flags, mode_t mode)
 {
     static int chunks;
-    bool manifest = strstr(path, ".manifest.tmp") != NULL;
-    bool chunk = strstr(path, ".chunk.tmp") != NULL;
+    bool tmp = strstr(name, ".tmp") != NULL;
+    bool manifest = tmp && strstr(name, ".manifest.") != NULL;
+    bool chunk = tmp && strstr(name, ".chunk.") != NULL;
     if ((manifest && crash_at == 0) || (chunk && ++chunks == crash_at)) {
-        int fd = open(path, (flags & ~O_DIRECT), mode);
+        int fd = openat(dirfd, name, (flags & ~O_DIRECT), mode);
         if (fd >= 0) {
             (void)!write(fd, "half", 4);
         }
         _exit(0);
     }
-    return open(path, flags, mode);
+    return openat(dirfd, name, flags, mode);
 }
 
 static size_t count_names(const char *suffix)
@@ -664,23 +665,23 @@ static void test_gc_pin(void **state)
 
 /* ---- O_DIRECT refused ---- */
 
-static int refuse_direct(const char *path, int flags, mode_t mode)
+static int refuse_direct(int dirfd, const char *name, int flags, mode_t mode)
 {
     if (flags & O_DIRECT) {
         errno = EINVAL;
         return -1;
     }
-    return open(path, flags, mode);
+    return openat(dirfd, name, flags, mode);
 }
 
 /* A filesystem that takes O_DIRECT at open and refuses it at the write: an eventfd
  * answers a write of more than 8 bytes with EINVAL. */
-static int refuse_direct_writes(const char *path, int flags, mode_t mode)
+static int refuse_direct_writes(int dirfd, const char *name, int flags, mode_t mode)
 {
     if ((flags & O_DIRECT) && (flags & O_WRONLY)) {
         return eventfd(0, EFD_CLOEXEC);
     }
-    return open(path, flags, mode);
+    return openat(dirfd, name, flags, mode);
 }
 
 /* Whether io_uring refuses a write to an eventfd with EINVAL, as on Linux 6.x, where an
@@ -774,13 +775,13 @@ static void test_nonblocking(void **state)
 }
 
 /* Chunk files cannot be created: the disk is full. */
-static int full_disk(const char *path, int flags, mode_t mode)
+static int full_disk(int dirfd, const char *name, int flags, mode_t mode)
 {
-    if ((flags & O_CREAT) != 0 && strstr(path, ".chunk") != NULL) {
+    if ((flags & O_CREAT) != 0 && strstr(name, ".chunk") != NULL) {
         errno = ENOSPC;
         return -1;
     }
-    return open(path, flags, mode);
+    return openat(dirfd, name, flags, mode);
 }
 
 typedef struct {
