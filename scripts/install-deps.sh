@@ -6,11 +6,13 @@ set -euo pipefail
 # binutils (nm, readelf), util-linux (unshare) and libudev-dev (hwloc's static link, in
 # pkg-config --static) serve the packaging tests. NumPy, pytest and PyTorch serve the
 # Python binding's tests (python/, tests/python), pip and setuptools its install test,
-# matplotlib the PyTorch demo's loss plot (examples/run_torch_demo.sh).
+# matplotlib the PyTorch demo's loss plot (examples/run_torch_demo.sh). etcd-server,
+# etcd-client and libcurl4 (opened at run time, no headers needed) serve the store's etcd
+# backend and its tests (tests/comm/store/etcd_store.sh).
 pkgs=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils libhwloc-dev hwloc
       libcmocka-dev libopenblas-dev libssl-dev libxxhash-dev liburing-dev python3 binutils
       util-linux libudev-dev python3-numpy python3-pytest python3-torch python3-pip
-      python3-setuptools python3-matplotlib)
+      python3-setuptools python3-matplotlib etcd-server etcd-client libcurl4)
 if [[ "${1:-}" == "--peers" ]]; then
     pkgs+=(openmpi-bin libopenmpi-dev)
 fi

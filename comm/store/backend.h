@@ -19,11 +19,10 @@ typedef struct weft_store_ops {
     weft_status_t (*set)(weft_store_client_t *c, const char *key, const void *val, size_t len);
     weft_status_t (*get)(weft_store_client_t *c, const char *key, int timeout_ms, void **val,
                          size_t *len);
-    weft_status_t (*add)(weft_store_client_t *c, const char *key, int64_t delta,
-                         int64_t *result);
+    weft_status_t (*add)(weft_store_client_t *c, const char *key, int64_t delta, int64_t *result);
     weft_status_t (*del)(weft_store_client_t *c, const char *key);
-    weft_status_t (*set_nx)(weft_store_client_t *c, const char *key, const void *val,
-                            size_t len, void **winner, size_t *winner_len, int *created);
+    weft_status_t (*set_nx)(weft_store_client_t *c, const char *key, const void *val, size_t len,
+                            void **winner, size_t *winner_len, int *created);
     weft_status_t (*lease)(weft_store_client_t *c, const char *key, const void *val, size_t len,
                            uint32_t ttl_ms);
     weft_status_t (*watch)(weft_store_client_t *c, const char *prefix);
@@ -47,8 +46,8 @@ struct weft_store_client {
 #define WEFT__STORE_ETCD_SCHEME "etcd://"
 
 weft_status_t weft__store_native_connect(const char *hostport, const char *token, int member,
-                                         bool launcher, int timeout_ms,
-                                         const weft_logger_t *lg, weft_store_client_t **client);
+                                         bool launcher, int timeout_ms, const weft_logger_t *lg,
+                                         weft_store_client_t **client);
 weft_status_t weft__store_etcd_connect(const char *url, const char *token, int member,
                                        bool launcher, int timeout_ms, const weft_logger_t *lg,
                                        weft_store_client_t **client);

@@ -33,8 +33,7 @@ weft_status_t weft__store_connect_member(const char *hostport, const char *token
 {
     return is_etcd(hostport)
                ? weft__store_etcd_connect(hostport, token, member, false, timeout_ms, lg, client)
-               : weft__store_native_connect(hostport, token, member, false, timeout_ms, lg,
-                                            client);
+               : weft__store_native_connect(hostport, token, member, false, timeout_ms, lg, client);
 }
 
 /* Common checks of a request call. */
@@ -127,7 +126,8 @@ weft_status_t weft__store_delete(weft_store_client_t *c, const char *key)
 
 weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix)
 {
-    if (c == NULL || prefix == NULL || strnlen(prefix, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY) {
+    if (c == NULL || prefix == NULL ||
+        strnlen(prefix, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY) {
         return WEFT_ERR_INVALID_ARG;
     }
     return c->ops->watch(c, prefix);

@@ -45,12 +45,12 @@
 #include "util/clock.h"
 
 #define ETCD_MAX_ENDPOINTS 8
-#define ETCD_POOL 4                 /* idle curl handles kept for requests */
-#define ETCD_MAX_ANSWER (8u << 20)  /* bytes of one answer (or one watch message) */
-#define ETCD_REQ_TIMEOUT_MS 5000    /* one try at one endpoint, beyond a get's own wait */
+#define ETCD_POOL 4                /* idle curl handles kept for requests */
+#define ETCD_MAX_ANSWER (8u << 20) /* bytes of one answer (or one watch message) */
+#define ETCD_REQ_TIMEOUT_MS 5000   /* one try at one endpoint, beyond a get's own wait */
 #define ETCD_CONNECT_TIMEOUT_MS 1000
-#define ETCD_RETRY_MS 20000         /* trying the endpoints in turn before the store is lost */
-#define ETCD_ROOT_LEN 22            /* "weft/" 16 hex "/" */
+#define ETCD_RETRY_MS 20000 /* trying the endpoints in turn before the store is lost */
+#define ETCD_ROOT_LEN 22    /* "weft/" 16 hex "/" */
 #define ETCD_MAX_SUPPRESS 64
 
 typedef struct etcd_event {
@@ -151,8 +151,8 @@ static void give_handle(etcd_client_t *c, CURL *h)
 }
 
 /* Sets up @p h for a POST of @p body to @p path at endpoint @p e. */
-static void setup(etcd_client_t *c, CURL *h, int e, const char *path, const char *body,
-                  size_t blen, long timeout_ms, answer_t *a, char *url, size_t url_len)
+static void setup(etcd_client_t *c, CURL *h, int e, const char *path, const char *body, size_t blen,
+                  long timeout_ms, answer_t *a, char *url, size_t url_len)
 {
     const weft_curl_t *cu = c->curl;
     snprintf(url, url_len, "http://%s%s", c->endpoints[e], path);
@@ -173,8 +173,9 @@ static void setup(etcd_client_t *c, CURL *h, int e, const char *path, const char
 
 static void nap_ms(uint64_t ms)
 {
-    nanosleep(&(struct timespec){.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000},
-              NULL);
+    nanosleep(
+        &(struct timespec){.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000},
+        NULL);
 }
 
 static bool usable(etcd_client_t *c)
@@ -229,8 +230,8 @@ static weft_status_t post(etcd_client_t *c, const char *path, const char *body, 
         if (rc == WEFT__CURLE_OK && code == 200 && a->p != NULL) {
             st = weft__json_parse(doc, a->p, a->len);
             if (st != WEFT_OK) {
-                WEFT_ERROR(c->base.lg, "store %s: %s answered %s with malformed JSON",
-                           c->base.addr, c->endpoints[e], path);
+                WEFT_ERROR(c->base.lg, "store %s: %s answered %s with malformed JSON", c->base.addr,
+                           c->endpoints[e], path);
             }
             break;
         }
@@ -346,14 +347,13 @@ static void done(answer_t *a, weft_json_t *doc)
 
 /* ---- key calls ---- */
 
-static weft_status_t etcd_set(weft_store_client_t *bc, const char *key, const void *val,
-                              size_t len)
+static weft_status_t etcd_set(weft_store_client_t *bc, const char *key, const void *val, size_t len)
 {
     etcd_client_t *c = etcd(bc);
     char *k = b64_key(c, "k/", key), *v = b64_val(val, len);
     size_t blen = 0;
-    char *body = k != NULL && v != NULL ? fmt(&blen, "{\"key\":\"%s\",\"value\":\"%s\"}", k, v)
-                                        : NULL;
+    char *body =
+        k != NULL && v != NULL ? fmt(&blen, "{\"key\":\"%s\",\"value\":\"%s\"}", k, v) : NULL;
     free(k);
     free(v);
     answer_t a;
@@ -522,10 +522,10 @@ static weft_status_t watch_key(etcd_client_t *c, const char *key, int64_t rev, u
 {
     char *k = b64_key(c, "k/", key);
     size_t blen = 0;
-    char *body = k != NULL ? fmt(&blen,
-                                 "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%lld\"}}",
-                                 k, (long long)rev)
-                           : NULL;
+    char *body =
+        k != NULL ? fmt(&blen, "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%lld\"}}",
+                        k, (long long)rev)
+                  : NULL;
     free(k);
     CURL *h = body != NULL ? take_handle(c) : NULL;
     if (h == NULL) {
@@ -564,8 +564,8 @@ static weft_status_t watch_key(etcd_client_t *c, const char *key, int64_t rev, u
     return WEFT_INPROGRESS;
 }
 
-static weft_status_t etcd_get(weft_store_client_t *bc, const char *key, int timeout_ms,
-                              void **val, size_t *len)
+static weft_status_t etcd_get(weft_store_client_t *bc, const char *key, int timeout_ms, void **val,
+                              size_t *len)
 {
     etcd_client_t *c = etcd(bc);
     uint64_t deadline = weft__now_ms() + (uint64_t)timeout_ms;
@@ -622,8 +622,8 @@ static weft_status_t txn(etcd_client_t *c, const char *key, int64_t mod_rev, con
                            "\"failure\":[{\"request_range\":{\"key\":\"%s\"}},"
                            "{\"request_range\":{\"key\":\"%s\"}}]}",
                            mod_rev > 0 ? "MOD" : "CREATE", k,
-                           mod_rev > 0 ? "mod_revision" : "create_revision", (long long)mod_rev,
-                           k, v, m, ms, k, m)
+                           mod_rev > 0 ? "mod_revision" : "create_revision", (long long)mod_rev, k,
+                           v, m, ms, k, m)
                      : NULL;
     free(k);
     free(v);
@@ -863,7 +863,8 @@ static weft_status_t etcd_lease(weft_store_client_t *bc, const char *key, const 
         pthread_mutex_unlock(&c->lease_lock);
         return st;
     }
-    bool same_val = same_key && c->lease_vlen == len && (len == 0 || memcmp(c->lease_val, val, len) == 0);
+    bool same_val =
+        same_key && c->lease_vlen == len && (len == 0 || memcmp(c->lease_val, val, len) == 0);
     if (!same_val) {
         uint8_t *v = malloc(len + 1);
         char *k = same_key ? c->lease_key : strdup(key);
@@ -1138,15 +1139,14 @@ static void stream_once(etcd_watch_t *w, bool *malformed)
     char *k = b64_key(c, "k/", w->prefix), *end = b64_prefix_end(c, "k/", w->prefix);
     char *nk = b64_key(c, "n/", w->prefix), *nend = b64_prefix_end(c, "n/", w->prefix);
     size_t blen = 0;
-    char *body =
-        k != NULL && end != NULL && nk != NULL && nend != NULL
-            ? fmt(&blen,
-                  "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
-                  "\"start_revision\":\"%lld\"}}\n"
-                  "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
-                  "\"start_revision\":\"%lld\",\"prev_kv\":true}}\n",
-                  k, end, (long long)w->next_rev, nk, nend, (long long)w->next_rev)
-            : NULL;
+    char *body = k != NULL && end != NULL && nk != NULL && nend != NULL
+                     ? fmt(&blen,
+                           "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
+                           "\"start_revision\":\"%lld\"}}\n"
+                           "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
+                           "\"start_revision\":\"%lld\",\"prev_kv\":true}}\n",
+                           k, end, (long long)w->next_rev, nk, nend, (long long)w->next_rev)
+                     : NULL;
     free(k);
     free(end);
     free(nk);

@@ -46,7 +46,7 @@ static void load(void)
     *(void **)&curl.multi_add_handle = sym(lib, "curl_multi_add_handle", &ok);
     *(void **)&curl.multi_remove_handle = sym(lib, "curl_multi_remove_handle", &ok);
     *(void **)&curl.multi_perform = sym(lib, "curl_multi_perform", &ok);
-    *(void **)&curl.multi_poll = sym(lib, "curl_multi_poll", &ok); /* 7.66 */
+    *(void **)&curl.multi_poll = sym(lib, "curl_multi_poll", &ok);     /* 7.66 */
     *(void **)&curl.multi_wakeup = sym(lib, "curl_multi_wakeup", &ok); /* 7.68 */
     *(void **)&curl.multi_info_read = sym(lib, "curl_multi_info_read", &ok);
     *(void **)&curl.multi_cleanup = sym(lib, "curl_multi_cleanup", &ok);

@@ -2,8 +2,8 @@
  * The part of libcurl the etcd backend uses, opened with dlopen at the first etcd
  * connection (WEFT_CURL_LIBRARY, default libcurl.so.4), so that libweft loads and runs
  * with its own store where libcurl is absent and the build needs no curl headers. The
- * declarations below are libcurl's stable ABI (curl.h, multi.h: option numbers, the
- * CURLMsg and curl_waitfd layouts), declared here rather than included.
+ * declarations below are libcurl's stable ABI (its option numbers, the CURLMsg and
+ * curl_waitfd layouts of its headers), declared here rather than included.
  */
 #ifndef WEFT_STORE_ETCD_CURL_H
 #define WEFT_STORE_ETCD_CURL_H

@@ -225,7 +225,8 @@ int weft__json_item(const weft_json_t *j, int arr, size_t k)
 
 bool weft__json_i64(const weft_json_t *j, int t, int64_t *out)
 {
-    if (!valid(j, t) || (j->tok[t].type != WEFT__JSON_STRING && j->tok[t].type != WEFT__JSON_PRIM)) {
+    if (!valid(j, t) ||
+        (j->tok[t].type != WEFT__JSON_STRING && j->tok[t].type != WEFT__JSON_PRIM)) {
         return false;
     }
     const char *s = j->text + j->tok[t].start;
@@ -252,7 +253,8 @@ bool weft__json_i64(const weft_json_t *j, int t, int64_t *out)
 bool weft__json_true(const weft_json_t *j, int t)
 {
     return valid(j, t) && j->tok[t].type == WEFT__JSON_PRIM &&
-           j->tok[t].end - j->tok[t].start == 4 && memcmp(j->text + j->tok[t].start, "true", 4) == 0;
+           j->tok[t].end - j->tok[t].start == 4 &&
+           memcmp(j->text + j->tok[t].start, "true", 4) == 0;
 }
 
 bool weft__json_str_is(const weft_json_t *j, int t, const char *s)

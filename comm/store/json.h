@@ -17,7 +17,12 @@
 #define WEFT__JSON_MAX_DEPTH 32
 #define WEFT__JSON_MAX_TOKENS (1 << 20)
 
-typedef enum { WEFT__JSON_OBJECT, WEFT__JSON_ARRAY, WEFT__JSON_STRING, WEFT__JSON_PRIM } weft_json_type_t;
+typedef enum {
+    WEFT__JSON_OBJECT,
+    WEFT__JSON_ARRAY,
+    WEFT__JSON_STRING,
+    WEFT__JSON_PRIM
+} weft_json_type_t;
 
 typedef struct weft_json_tok {
     weft_json_type_t type;
@@ -47,8 +52,7 @@ bool weft__json_true(const weft_json_t *j, int t);
 bool weft__json_str_is(const weft_json_t *j, int t, const char *s);
 /* Decodes string @p t as base64 (strict: canonical length and padding, no escapes) into a
  * malloc'ed buffer, NUL-terminated, of at most @p max bytes. */
-weft_status_t weft__json_b64(const weft_json_t *j, int t, size_t max, uint8_t **out,
-                             size_t *len);
+weft_status_t weft__json_b64(const weft_json_t *j, int t, size_t max, uint8_t **out, size_t *len);
 
 /* Base64 of @p n bytes into @p out, which holds WEFT__B64_LEN(n) + 1 bytes; NUL-terminated. */
 #define WEFT__B64_LEN(n) (((n) + 2) / 3 * 4)

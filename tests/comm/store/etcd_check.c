@@ -6,7 +6,8 @@
  *   basic ADDR TOKEN               set, get, get-wait with a concurrent setter, get
  *                                  timeout, delete, set_nx raced by two threads, watch of
  *                                  a prefix (existing keys and later ones, each once)
- *   add ADDR TOKEN KEY N           N increments of KEY by 1 (each new value seen once)
+ *   add ADDR TOKEN KEY N [MS]      N increments of KEY by 1, each value above the last
+ *                                  (MS: a pause after each)
  *   get ADDR TOKEN KEY             prints KEY's value
  *   hold ADDR TOKEN KEY VAL TTL    holds a lease on KEY (renewed every 100 ms) until killed
  *   lapse ADDR TOKEN PREFIX KEY VAL SECONDS
@@ -40,7 +41,8 @@ static weft_logger_t lg = {.level = WEFT_LOG_WARN};
 
 static void nap(int ms)
 {
-    nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000}, NULL);
+    nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000},
+              NULL);
 }
 
 static weft_store_client_t *conn(const char *addr, const char *token)
@@ -165,8 +167,7 @@ static int basic(const char *addr, const char *token)
     }
     CHECK(r[0].created + r[1].created == 1, "set_nx: %d and %d created", r[0].created,
           r[1].created);
-    CHECK(strcmp(r[0].winner, r[1].winner) == 0, "set_nx winners %s, %s", r[0].winner,
-          r[1].winner);
+    CHECK(strcmp(r[0].winner, r[1].winner) == 0, "set_nx winners %s, %s", r[0].winner, r[1].winner);
     CHECK(strcmp(r[0].winner, r[r[0].created ? 0 : 1].val) == 0, "the winner's value");
     printf("set_nx race: ok (%s won)\n", r[0].winner);
 
@@ -194,7 +195,7 @@ static int basic(const char *addr, const char *token)
     return 0;
 }
 
-static int add_n(const char *addr, const char *token, const char *key, int n)
+static int add_n(const char *addr, const char *token, const char *key, int n, int pause_ms)
 {
     weft_store_client_t *c = conn(addr, token);
     int64_t last = 0;
@@ -204,6 +205,9 @@ static int add_n(const char *addr, const char *token, const char *key, int n)
         CHECK(st == WEFT_OK, "add %d: %s", i, weft_status_str(st));
         CHECK(v > last, "add went from %" PRId64 " to %" PRId64, last, v);
         last = v;
+        if (pause_ms > 0) {
+            nap(pause_ms);
+        }
     }
     weft__store_close(c);
     return 0;
@@ -337,8 +341,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "basic") == 0) {
         return basic(addr, token);
     }
-    if (strcmp(cmd, "add") == 0 && argc == 6) {
-        return add_n(addr, token, argv[4], atoi(argv[5]));
+    if (strcmp(cmd, "add") == 0 && (argc == 6 || argc == 7)) {
+        return add_n(addr, token, argv[4], atoi(argv[5]), argc == 7 ? atoi(argv[6]) : 0);
     }
     if (strcmp(cmd, "get") == 0 && argc == 5) {
         weft_store_client_t *c = conn(addr, token);
