@@ -4,6 +4,8 @@
  * in weftrun_args.c, the process management in weftrun_spawn.c, weftrun_output.c and
  * weftrun_supervise.c.
  */
+#include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -214,9 +216,9 @@ static bool read_settings(weftrun_job_t *job)
     return false;
 }
 
-static int serve_store_only(weftrun_job_t *job)
+static int serve_store_only_on(weftrun_job_t *job, const char *token_file)
 {
-    printf("WEFT_STORE=%s\nWEFT_JOB_TOKEN=%s\n", job->store_addr, job->token);
+    printf("WEFT_STORE=%s\nWEFT_JOB_TOKEN_FILE=%s\n", job->store_addr, token_file);
     if (fflush(stdout) != 0) {
         WEFT_ERROR(job->lg, "cannot write the store address to stdout: %m");
         return WEFTRUN_EXIT_FAILED;
@@ -228,6 +230,64 @@ static int serve_store_only(weftrun_job_t *job)
         return WEFTRUN_EXIT_TIMEOUT;
     }
     return 0;
+}
+
+/*
+ * Where the ranks that others start read the token: never stdout, which ends up in logs
+ * and terminals. The --token-file when there is one; else a new file, 0600 in a 0700
+ * folder of its own (mkdtemp, under TMPDIR), which @p made names for its removal.
+ */
+static bool token_file_for_ranks(weftrun_job_t *job, char *path, size_t len, char *made,
+                                 size_t made_len)
+{
+    made[0] = '\0';
+    if (job->opts->token_file != NULL) {
+        if (realpath(job->opts->token_file, path) == NULL) { /* path holds PATH_MAX */
+            WEFT_ERROR(job->lg, "cannot resolve the token file %s: %m", job->opts->token_file);
+            return false;
+        }
+        return true;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(made, made_len, "%s/weft-store-XXXXXX", tmp != NULL && tmp[0] == '/' ? tmp : "/tmp");
+    if (mkdtemp(made) == NULL) {
+        WEFT_ERROR(job->lg, "cannot make a folder for the token file in %s: %m", made);
+        made[0] = '\0';
+        return false;
+    }
+    snprintf(path, len, "%s/token", made);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    size_t n = strlen(job->token);
+    bool ok = fd >= 0 && write(fd, job->token, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
+    if (fd >= 0 && close(fd) != 0) {
+        ok = false;
+    }
+    if (!ok) {
+        WEFT_ERROR(job->lg, "cannot write the token file %s: %m", path);
+    }
+    return ok;
+}
+
+static void remove_token_file(const char *made)
+{
+    if (made[0] != '\0') {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof(path), "%s/token", made);
+        unlink(path);
+        rmdir(made);
+    }
+}
+
+static int serve_store_only(weftrun_job_t *job)
+{
+    char path[PATH_MAX + 16], made[PATH_MAX];
+    if (!token_file_for_ranks(job, path, sizeof(path), made, sizeof(made))) {
+        remove_token_file(made);
+        return WEFTRUN_EXIT_FAILED;
+    }
+    int rc = serve_store_only_on(job, path);
+    remove_token_file(made);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -263,6 +323,9 @@ int main(int argc, char **argv)
     if (!opts.store_only && !read_settings(&job)) {
         return WEFTRUN_EXIT_USAGE;
     }
+    /* Deaths are published, and leases lapse, under the ranks' key namespace. */
+    snprintf(job.failed_prefix, sizeof(job.failed_prefix), WEFTRUN_FAILED_FMT,
+             job.cfg.ns[0] != '\0' ? job.cfg.ns : "weft");
     if (!opts.store_only && weftrun_resolve_program(opts.argv[0], &lg, &job.prog_path) != WEFT_OK) {
         return WEFTRUN_EXIT_NOT_FOUND;
     }

@@ -33,14 +33,15 @@
 
 #define WEFTRUN_DEFAULT_GRACE_MS 3000
 #define WEFTRUN_DEFAULT_BIND "127.0.0.1"
-#define WEFTRUN_TOKEN_MIN 16 /* characters of a token given by the user */
+#define WEFTRUN_TOKEN_MIN 32 /* characters of a token given by the user: 128 bits in hex */
 #define WEFTRUN_TOKEN_MAX 64
 #define WEFTRUN_DEFAULT_MAX_RESTARTS 16
 /* Member ids from here up are handed out by the store to processes that join without a
  * launcher (comm/ctx/ctx.c): the ids of weftrun's ranks and replacements stay below. */
 #define WEFTRUN_MAX_MEMBER_IDS ((int)(WEFT_TAG_MAX_MEMBERS / 2))
-/* The key prefix under which an abnormal exit of rank N is published. */
-#define WEFTRUN_FAILED_PREFIX "weft/failed/"
+/* The key prefix under which an abnormal exit of rank N is published, and the ranks'
+ * leases lapse: "<WEFT_NAMESPACE>/failed/" (weftrun_job_t.failed_prefix). */
+#define WEFTRUN_FAILED_FMT "%s/failed/"
 
 typedef struct weftrun_opts {
     int nranks;            /* -n */
@@ -62,6 +63,7 @@ typedef struct weftrun_opts {
     bool external_store;   /* --external-store: no node serves it */
     const char *token;     /* --token, --token-file or WEFT_JOB_TOKEN; NULL: a random one */
     char token_buf[72];    /* what --token-file held */
+    const char *token_file; /* --token-file, or NULL */
     char bind_buf[256];    /* the host of --store, to bind to */
     int verbose;           /* -v, repeatable */
     char **argv;           /* the program and its arguments (NULL-terminated) */
@@ -101,11 +103,14 @@ typedef struct weftrun_slot {
     int replaces;   /* member id of the dead process this one replaces; -1 for the first N */
     weftrun_slot_state_t state;
     pid_t pid;      /* also the process group of the rank and its descendants */
+    /* Its process group was seen empty after it was reaped: the id may belong to a new,
+     * unrelated group by now, so weftrun never signals it again. */
+    bool group_gone;
     int wstatus;    /* from waitpid(), valid once reaped */
     int exec_errno; /* why the exec failed, 0 if it did not */
     bool fenced;    /* declared failed by its lapsed lease while running, then killed */
     bool fenced_early; /* ... before the job began to finish: no member at its end */
-    /* Reported failed by a member (weft/failed/<id> set) before the job began to finish:
+    /* Reported failed by a member (<ns>/failed/<id> set) before the job began to finish:
      * the members had repaired around it, so its end, however late it is reaped, does
      * not fail the finishing job. */
     bool reported_early;
@@ -116,7 +121,7 @@ typedef struct weftrun_slot {
 /* How a process ended abnormally: for the messages, the store notice and the exit code. */
 typedef struct weftrun_death {
     int code;      /* its exit code, or 128 + the signal number */
-    char what[32]; /* the value of weft/failed/<id>: "exit N" or "signal N" */
+    char what[32]; /* the value of <ns>/failed/<id>: "exit N" or "signal N" */
     char text[64]; /* "exited with status N" or "was killed by signal N (Name)" */
 } weftrun_death_t;
 
@@ -142,6 +147,7 @@ typedef struct weftrun_job {
     weftrun_nodes_t *nodes; /* the other nodes (weftrun_nodes.c); NULL in a one-node job */
     const weft_logger_t *lg;
     weft_config_t cfg; /* the WEFT_* settings of weftrun's environment, the ranks' too */
+    char failed_prefix[48]; /* WEFTRUN_FAILED_FMT under the ranks' WEFT_NAMESPACE */
     weft_store_server_t *server;
     char store_addr[300]; /* host:port the ranks connect to */
     char token[65];
@@ -248,7 +254,7 @@ weft_status_t weftrun_start_slot(weftrun_job_t *job, int id, int local_rank, int
 weft_status_t weftrun_new_member_id(weftrun_job_t *job, int *id);
 
 /* Signal @p s's process group (its process alone if it has none yet, while it runs). */
-void weftrun_signal_slot(const weftrun_slot_t *s, int sig);
+void weftrun_signal_slot(weftrun_slot_t *s, int sig);
 
 /* Stop every process: @p sig now, SIGKILL after the grace period. The first reason wins. */
 void weftrun_begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int exit_code, int sig);

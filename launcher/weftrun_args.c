@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "comm/ctx/tag.h"
 #include "launcher/weftrun.h"
 #include "util/parse.h"
+#include "util/secret_file.h"
 #include "weft/core.h"
 
 #define WEFTRUN_MAX_RANKS 65536
@@ -69,7 +71,9 @@ static const char usage_text[] =
     "                      host's address or 0.0.0.0 when ranks on other hosts join\n"
     "      --port PORT     port of the store (default 0: any free port)\n"
     "      --store-only    start no ranks: print WEFT_STORE=host:port and\n"
-    "                      WEFT_JOB_TOKEN=token lines (for `export`) and serve the\n"
+    "                      WEFT_JOB_TOKEN_FILE=path lines (for `export`; the token is\n"
+    "                      in that file, readable by you only: the --token-file, or a\n"
+    "                      new one removed when the store stops) and serve the\n"
     "                      store until SIGINT or SIGTERM (or --timeout); for jobs\n"
     "                      started by mpirun or srun. With a wildcard --bind the\n"
     "                      printed host is this host's name\n"
@@ -82,11 +86,13 @@ static const char usage_text[] =
     "                      otherwise, and the other nodes connect to it (required\n"
     "                      with --nnodes above 1; the same on every node). With\n"
     "                      --store-only: where to serve it\n"
-    "      --token TOKEN   the job token, the same on every node: 16 to 64\n"
+    "      --token TOKEN   the job token, the same on every node: 32 to 64\n"
     "                      printable characters without spaces (weftrun --new-token\n"
-    "                      makes one). Others on the host can read it in ps: prefer\n"
+    "                      makes one). Others on the host can read it in ps until\n"
+    "                      weftrun hides it: prefer\n"
     "      --token-file FILE\n"
-    "                      the job token from the first line of FILE. Without\n"
+    "                      the job token from the first line of FILE, a file of yours\n"
+    "                      that only you can read (mode 0600). Without\n"
     "                      either, WEFT_JOB_TOKEN from the environment when --store is\n"
     "                      given; otherwise weftrun makes one\n"
     "      --external-store\n"
@@ -115,8 +121,8 @@ static const char usage_text[] =
     "other than 0, 1 and 2 are not passed on to the ranks.\n"
     "\n"
     "When a rank exits with a non-zero status or is killed by a signal, weftrun first\n"
-    "sets the store key weft/failed/<rank> to \"exit <code>\" or \"signal <number>\"\n"
-    "(ranks watch that prefix), then, unless --keep-going, sends SIGTERM to the other\n"
+    "sets the store key <ns>/failed/<rank> to \"exit <code>\" or \"signal <number>\"\n"
+    "(ns: WEFT_NAMESPACE, default weft; ranks watch that prefix), then, unless --keep-going, sends SIGTERM to the other\n"
     "ranks, SIGKILL after the grace period, and exits with the rank's exit code, or\n"
     "128 + the signal number.\n"
     "A rank that exits 86 (WEFT_EXIT_JOB_FAILED, weft/core.h; Python: sys.exit(86))\n"
@@ -134,7 +140,7 @@ static const char usage_text[] =
     "on; --store-only ignores them.\n"
     "\n"
     "Elastic mode (--elastic): a rank's number is its member id, never reused. When\n"
-    "a process dies (non-zero exit or signal), weftrun sets weft/failed/<id> as above\n"
+    "a process dies (non-zero exit or signal), weftrun sets <ns>/failed/<id> as above\n"
     "and lets the others run. With --replace it starts the same command again with\n"
     "WEFT_JOIN=1 and WEFT_RANK set to the next unused id (N, N+1, ... in the order\n"
     "of the replacements), WEFT_WORLD_SIZE still N and the WEFT_LOCAL_RANK of the\n"
@@ -144,7 +150,7 @@ static const char usage_text[] =
     "all. When a death leaves fewer than --min processes running, the job is stopped\n"
     "as above and weftrun exits with that death's status. Once a process has exited\n"
     "0 the job is finishing: a death after that is not replaced and fails the job,\n"
-    "unless a member had reported that rank failed (weft/failed/<id>) before.\n"
+    "unless a member had reported that rank failed (<ns>/failed/<id>) before.\n"
     "A rank that stops renewing its liveness lease (hung or stopped for longer than\n"
     "WEFT_FAILURE_TIMEOUT_MS) is declared failed by the store, and weftrun kills it:\n"
     "it is no member any more. Its end is then handled as a death, except that it\n"
@@ -242,11 +248,14 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static void usage_error(const char *fmt, const char *arg)
+__attribute__((format(printf, 1, 2))) static void usage_error(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fputs("weftrun: ", stderr);
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
     fputs("\nTry 'weftrun --help' for more information.\n", stderr);
+    va_end(ap);
 }
 
 /* A whole decimal number in [min, max] (util/parse.h). */
@@ -317,34 +326,51 @@ static bool token_ok(const char *t, const char *from)
         }
     }
     if (n < WEFTRUN_TOKEN_MIN || n > WEFTRUN_TOKEN_MAX) {
-        usage_error("the token from %s must have 16 to 64 characters (weftrun --new-token "
+        usage_error("the token from %s must have %d to %d characters (weftrun --new-token "
                     "makes one)",
-                    from);
+                    from, WEFTRUN_TOKEN_MIN, WEFTRUN_TOKEN_MAX);
         return false;
     }
     return true;
 }
 
-/* The first line of @p path into o->token_buf, without its line end. */
+/* The first line of @p path into o->token_buf (util/secret_file.h: a file only this user
+ * can read). */
 static bool read_token_file(const char *path, weftrun_opts_t *o)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        fprintf(stderr, "weftrun: cannot read the token file %s: %s\n", path, strerror(errno));
+    char why[512];
+    if (!weft__read_secret_file(path, o->token_buf, sizeof(o->token_buf), why, sizeof(why))) {
+        usage_error("--token-file: %s", why);
         return false;
     }
-    char *line = fgets(o->token_buf, sizeof(o->token_buf), f);
-    fclose(f);
-    if (line == NULL) {
-        o->token_buf[0] = '\0';
-    }
-    o->token_buf[strcspn(o->token_buf, "\r\n")] = '\0';
     o->token = o->token_buf;
+    o->token_file = path;
     return token_ok(o->token, "--token-file");
 }
 
+/*
+ * --token TOKEN: the command line is readable by every local user (ps, /proc/PID/cmdline).
+ * Kept for scripts, but the token is copied and wiped from argv at once, and weftrun says
+ * that it was visible until then.
+ */
+static bool take_token_arg(char *arg, weftrun_opts_t *o)
+{
+    size_t n = strlen(arg);
+    if (n >= sizeof(o->token_buf)) {
+        n = sizeof(o->token_buf) - 1;
+    }
+    memcpy(o->token_buf, arg, n);
+    o->token_buf[n] = '\0';
+    memset(arg, '*', strlen(arg));
+    o->token = o->token_buf;
+    fprintf(stderr, "weftrun: warning: --token puts the job token on the command line, where "
+                    "every user of this host can read it until weftrun hides it; prefer "
+                    "--token-file FILE (mode 0600) or WEFT_JOB_TOKEN\n");
+    return token_ok(o->token, "--token");
+}
+
 /* The options of multi-node jobs; returns -1 when fine, else the exit code. */
-static int parse_node_opt(int c, const char *arg, weftrun_opts_t *o)
+static int parse_node_opt(int c, char *arg, weftrun_opts_t *o)
 {
     switch (c) {
     case OPT_NNODES:
@@ -370,8 +396,7 @@ static int parse_node_opt(int c, const char *arg, weftrun_opts_t *o)
         return -1;
     }
     case OPT_TOKEN:
-        o->token = arg;
-        return token_ok(arg, "--token") ? -1 : WEFTRUN_EXIT_USAGE;
+        return take_token_arg(arg, o) ? -1 : WEFTRUN_EXIT_USAGE;
     case OPT_TOKEN_FILE:
         return read_token_file(arg, o) ? -1 : WEFTRUN_EXIT_USAGE;
     case OPT_EXTERNAL_STORE:

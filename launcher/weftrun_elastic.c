@@ -38,7 +38,7 @@ void weftrun_elastic_finishing(weftrun_job_t *job, const char *why)
     for (int i = 0; i < job->nslots; i++) {
         weftrun_slot_t *o = &job->slots[i];
         char key[64];
-        snprintf(key, sizeof(key), WEFTRUN_FAILED_PREFIX "%d", o->rank);
+        snprintf(key, sizeof(key), "%s%d", job->failed_prefix, o->rank);
         o->reported_early = o->state == WEFTRUN_SLOT_RUNNING && weftrun_store_has(job, key);
     }
     WEFT_INFO(job->lg,

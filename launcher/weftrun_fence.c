@@ -50,8 +50,8 @@ void weftrun_fence_close(weftrun_job_t *job)
 void weftrun_fence_on_lapse(void *arg, const char *key)
 {
     weftrun_job_t *job = arg;
-    size_t plen = strlen(WEFTRUN_FAILED_PREFIX);
-    if (strncmp(key, WEFTRUN_FAILED_PREFIX, plen) != 0) {
+    size_t plen = strlen(job->failed_prefix);
+    if (strncmp(key, job->failed_prefix, plen) != 0) {
         return; /* a lease of some other namespace: not a process of this job */
     }
     int64_t id;

@@ -36,6 +36,7 @@
 #include "launcher/weftrun.h"
 #include "launcher/weftrun_stopmsg.h"
 #include "util/array.h"
+#include "util/log_escape.h"
 #include "util/parse.h"
 
 #define KEY_PREFIX "weftrun/"
@@ -178,7 +179,9 @@ static void on_end(weftrun_job_t *job, const char *rest, const char *val, bool l
         return; /* an earlier start of this node: said at start ("lost before") */
     }
     if (strcmp(val, "lost") != 0) {
-        WEFT_INFO(job->lg, "node %d ended (%s)", node, val);
+        char text[96]; /* any token holder may write it */
+        WEFT_INFO(job->lg, "node %d ended (%s)", node,
+                  weft__log_escape(val, strlen(val), text, sizeof(text)));
         return;
     }
     bool stop = live && !job->opts->elastic && !job->opts->keep_going &&
@@ -224,7 +227,9 @@ static void on_event(weftrun_job_t *job, const char *key, const char *val, bool 
         int node, start;
         if (parse_inc(k + 3, &node, &start) && node != job->opts->node_rank &&
             inc_of(job->nodes, node, start) != NULL) {
-            WEFT_INFO(job->lg, "node %d is up (%s)", node, val);
+            char text[96];
+            WEFT_INFO(job->lg, "node %d is up (%s)", node,
+                      weft__log_escape(val, strlen(val), text, sizeof(text)));
         }
     } else if (strcmp(k, "stop") == 0) {
         on_stop(job, val, live);

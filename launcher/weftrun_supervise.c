@@ -20,10 +20,17 @@
 #include "launcher/weftrun.h"
 #include "weft/core.h"
 
-void weftrun_signal_slot(const weftrun_slot_t *s, int sig)
+void weftrun_signal_slot(weftrun_slot_t *s, int sig)
 {
-    if (kill(-s->pid, sig) != 0 && s->state == WEFTRUN_SLOT_RUNNING) {
-        kill(s->pid, sig);
+    if (s->group_gone) {
+        return;
+    }
+    if (kill(-s->pid, sig) != 0) {
+        if (s->state == WEFTRUN_SLOT_RUNNING) {
+            kill(s->pid, sig);
+        } else if (errno == ESRCH) {
+            s->group_gone = true; /* reaped and no member left: its id is free for reuse */
+        }
     }
 }
 
@@ -31,7 +38,7 @@ void weftrun_signal_slot(const weftrun_slot_t *s, int sig)
 static void signal_ranks(weftrun_job_t *job, int sig, bool running_only)
 {
     for (int i = 0; i < job->nslots; i++) {
-        const weftrun_slot_t *s = &job->slots[i];
+        weftrun_slot_t *s = &job->slots[i];
         if (s->state == WEFTRUN_SLOT_EMPTY || (running_only && s->state != WEFTRUN_SLOT_RUNNING)) {
             continue;
         }
@@ -80,7 +87,7 @@ static void kill_now(weftrun_job_t *job)
 static void publish_failure(weftrun_job_t *job, const weftrun_slot_t *s, const char *what)
 {
     char key[64];
-    snprintf(key, sizeof(key), WEFTRUN_FAILED_PREFIX "%d", s->rank);
+    snprintf(key, sizeof(key), "%s%d", job->failed_prefix, s->rank);
     weft_status_t st = weftrun_store_set(job, key, what);
     if (st != WEFT_OK) {
         WEFT_WARN(job->lg, "cannot publish %s in the store: %s", key, weft_status_str(st));
@@ -197,6 +204,9 @@ static void reap_ranks(weftrun_job_t *job)
         } else if (s != NULL && WIFCONTINUED(wstatus)) {
             s->stopped_since_ms = 0;
         } else if (s != NULL) {
+            /* Just reaped: a group with no member left frees its id, which the kernel may
+             * give to an unrelated process (a group leader) from now on. */
+            s->group_gone = kill(-pid, 0) != 0 && errno == ESRCH;
             ended[nended].slot = s;
             ended[nended++].wstatus = wstatus;
         }

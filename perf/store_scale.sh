@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # store_scale.sh [-n LIST] [-r ROUNDS] [-p PROCS] [-t TIMEOUT_S] [-b BINDIR] [--json]
+# store_scale.sh --init [-n LIST] [-T THREADS] [-a BYTES] [-b BINDIR] [--json]
 #
 # The rendezvous store under many lightweight clients (weft-store-scale, built with the
 # tests: it builds nothing). For each client count of LIST (comma-separated, default
@@ -9,10 +10,18 @@
 # retried and the store's memory (VmRSS after the fan-out, VmHWM), or with --json one
 # JSON document. A failed run ends the runs of its count and is reported; the script then
 # exits 1. TIMEOUT_S bounds each phase (default 60).
+#
+# With --init: weft_init's traffic with the store (weft-store-init-scale, built with the
+# tests too) for each rank count of LIST, the old way (a GET of each peer's address)
+# against the new (one SCAN): requests per rank and time, and their ratio. THREADS threads
+# (default 4) drive the emulated ranks, a connection each; addresses are BYTES long
+# (default 300). Up to 1,000 ranks, every rank reads; above, enough of them for a million
+# GETs the old way (100 at 10,000), and the time of all is scaled from theirs (marked *);
+# the new way is then run again with every rank reading, measured in full.
 set -euo pipefail
-list=1000,10000 rounds=3 procs=2 timeout=60 json=0
+list=1000,10000 rounds=3 procs=2 timeout=60 json=0 init=0 threads=4 bytes=300
 bin="$(cd "$(dirname "$0")/.." && pwd)/build/bin"
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     -n) list=${2:?}; shift 2 ;;
@@ -20,14 +29,70 @@ while [ $# -gt 0 ]; do
     -p) procs=${2:?}; shift 2 ;;
     -t) timeout=${2:?}; shift 2 ;;
     -b) bin=${2:?}; shift 2 ;;
+    -T) threads=${2:?}; shift 2 ;;
+    -a) bytes=${2:?}; shift 2 ;;
+    --init) init=1; shift ;;
     --json) json=1; shift ;;
     *) usage ;;
     esac
 done
-tool="$bin/weft-store-scale"
-[ -x "$tool" ] || { echo "store_scale.sh: no $tool (build weft first: scripts/build.sh)" >&2; exit 2; }
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
+
+if [ "$init" = 1 ]; then
+    tool="$bin/weft-store-init-scale"
+    [ -x "$tool" ] || { echo "store_scale.sh: no $tool (build weft first: scripts/build.sh)" >&2; exit 2; }
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    for n in ${list//,/ }; do
+        readers=$n
+        if [ "$n" -gt 1000 ]; then
+            readers=$((1000000 / n > 100 ? 1000000 / n : 100))
+        fi
+        [ "$json" = 1 ] || echo "# $n ranks: old and new, $readers of them reading" >&2
+        "$tool" -n "$n" -r "$readers" -t "$threads" -a "$bytes" --json >"$tmp/$n.json"
+        if [ "$readers" -lt "$n" ]; then
+            [ "$json" = 1 ] || echo "# $n ranks: new, all of them reading" >&2
+            "$tool" -n "$n" -m new -t "$threads" -a "$bytes" --json >"$tmp/$n.all.json"
+        fi
+    done
+    "$py" - "$tmp" "$list" "$json" <<'EOF'
+import json, os, sys
+
+tmp, counts, as_json = sys.argv[1], sys.argv[2].split(","), sys.argv[3] == "1"
+runs = []
+for n in counts:
+    for name in (f"{n}.json", f"{n}.all.json"):
+        path = os.path.join(tmp, name)
+        if os.path.exists(path):
+            runs.append(json.load(open(path)))
+if as_json:
+    print(json.dumps({"tool": "weft-store-init-scale", "runs": runs}, indent=2))
+    sys.exit(0)
+first = runs[0]
+print(f"# weft_init's store traffic (weft-store-init-scale): emulated ranks, one store "
+      f"connection each, on {first['threads']} threads, {first['addr_bytes']}-byte addresses")
+print(f"{'ranks':>6} {'way':>4} {'requests/rank':>14} {'publish ms':>11} {'readers':>8} "
+      f"{'read ms':>9} {'total ms':>10} {'store CPU ms':>13}")
+for r in runs:
+    for w in r["ways"]:
+        mark = "*" if r["scaled"] else " "
+        print(f"{r['ranks']:>6} {w['way']:>4} {w['requests_per_rank']:>14.1f} "
+              f"{w['publish_ms']:>11.0f} {r['readers']:>8} {w['read_ms']:>9.0f} "
+              f"{w['total_ms']:>9.0f}{mark} {w['store_cpu_ms']:>12.0f}{mark}")
+print("* scaled from the readers to every rank (ranks / readers)")
+for r in runs:
+    ways = {w["way"]: w for w in r["ways"]}
+    if "old" in ways and "new" in ways:
+        o, n = ways["old"], ways["new"]
+        print(f"{r['ranks']} ranks, old/new: {o['requests_per_rank'] / n['requests_per_rank']:.0f}x "
+              f"the requests per rank, {o['total_ms'] / n['total_ms']:.1f}x the time, "
+              f"{o['store_cpu_ms'] / n['store_cpu_ms']:.1f}x the store's CPU")
+EOF
+    exit
+fi
+tool="$bin/weft-store-scale"
+[ -x "$tool" ] || { echo "store_scale.sh: no $tool (build weft first: scripts/build.sh)" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -98,6 +98,12 @@ static weft_status_t memfd_map(const weft_tl_stream_offer_t *offer,
     int err;
     if (fstat(fd, &sb) != 0) {
         err = errno;
+    } else if (!S_ISREG(sb.st_mode) || sb.st_nlink != 0 || sb.st_uid != geteuid() ||
+               fcntl(fd, F_GET_SEALS) < 0) {
+        /* The peer names a descriptor of its own: only an anonymous memory file (memfd,
+         * no name on any file system, this user's) is memory it may have us write into,
+         * not a file it holds open. */
+        err = EPERM;
     } else if ((uint64_t)sb.st_size < offer->len) {
         err = EINVAL; /* not the memory offered: mapping past its end would fault */
     } else {

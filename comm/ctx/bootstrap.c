@@ -9,6 +9,7 @@
 #include "comm/ctx/boot_pmix.h"
 #include "comm/ctx/bootstrap.h"
 #include "util/parse.h"
+#include "util/secret_file.h"
 
 typedef struct env_source {
     const char *launcher;
@@ -43,17 +44,30 @@ static pthread_mutex_t token_lock = PTHREAD_MUTEX_INITIALIZER;
 #define TOKEN_COPY_LEN (sizeof(((weft_boot_t *)0)->token) + 1)
 static char token_kept[TOKEN_COPY_LEN];
 
-/* The job token into @p out ("" when there is none). */
-static void take_token(char out[TOKEN_COPY_LEN])
+/*
+ * The job token into @p out ("" when there is none): WEFT_JOB_TOKEN, else the first line
+ * of WEFT_JOB_TOKEN_FILE (a file only this user can read: util/secret_file.h; weftrun
+ * --store-only names one), else the copy kept by an earlier context. False, with the
+ * reason in @p why, when the file is refused.
+ */
+static bool take_token(char out[TOKEN_COPY_LEN], char *why, size_t why_len)
 {
+    bool ok = true;
     pthread_mutex_lock(&token_lock);
-    const char *env = getenv("WEFT_JOB_TOKEN");
+    const char *env = getenv("WEFT_JOB_TOKEN"), *file = getenv("WEFT_JOB_TOKEN_FILE");
     if (env != NULL) {
         snprintf(token_kept, sizeof(token_kept), "%s", env);
         unsetenv("WEFT_JOB_TOKEN");
+    } else if (file != NULL && file[0] != '\0') {
+        char reason[512];
+        ok = weft__read_secret_file(file, token_kept, sizeof(token_kept), reason, sizeof(reason));
+        if (!ok) {
+            snprintf(why, why_len, "WEFT_JOB_TOKEN_FILE: %s", reason);
+        }
     }
     memcpy(out, token_kept, TOKEN_COPY_LEN);
     pthread_mutex_unlock(&token_lock);
+    return ok;
 }
 
 void weft__bootstrap_forget_token(void)
@@ -219,8 +233,11 @@ store:;
                         "WEFT_STORE='%.300s' is not host:port", store);
         }
         snprintf(b.store, sizeof(b.store), "%s", store);
-        char token[TOKEN_COPY_LEN];
-        take_token(token);
+        char token[TOKEN_COPY_LEN], refused[640];
+        if (!take_token(token, refused, sizeof(refused))) {
+            OPENSSL_cleanse(token, sizeof(token));
+            return fail(lg, why, why_len, WEFT_ERR_AUTH, "%s", refused);
+        }
         bool fits = token[0] != '\0' && strlen(token) < sizeof(b.token);
         if (fits) {
             memcpy(b.token, token, strlen(token) + 1); /* fits: checked above */
@@ -228,8 +245,8 @@ store:;
         OPENSSL_cleanse(token, sizeof(token));
         if (!fits) {
             return fail(lg, why, why_len, WEFT_ERR_AUTH,
-                        "WEFT_STORE is set but WEFT_JOB_TOKEN is missing or too long: the "
-                        "store refuses clients without the job token");
+                        "WEFT_STORE is set but WEFT_JOB_TOKEN (or WEFT_JOB_TOKEN_FILE) is missing "
+                        "or too long: the store refuses clients without the job token");
         }
     } else if (b.size > 1 || b.joining) {
         return refuse_without_store(lg, b.joining ? NULL : src, &b, why, why_len);

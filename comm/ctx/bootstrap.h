@@ -21,7 +21,8 @@ typedef struct weft_boot {
  * innermost comes first): WEFT_RANK / WEFT_WORLD_SIZE (weftrun), OMPI_COMM_WORLD_*
  * (Open MPI's mpirun), PMI_RANK / PMI_SIZE (MPICH's and Intel MPI's Hydra), RANK /
  * WORLD_SIZE (torchrun), SLURM_PROCID / SLURM_NTASKS (srun), PMIX_RANK + WEFT_WORLD_SIZE.
- * The store address and token always come from WEFT_STORE and WEFT_JOB_TOKEN (the token
+ * The store address and token always come from WEFT_STORE and WEFT_JOB_TOKEN, or
+ * WEFT_JOB_TOKEN_FILE naming a file only this user can read (util/secret_file.h) (the token
  * is then removed from the environment; later calls in the process use the copy kept by
  * the first): a source of more than one rank without WEFT_STORE is an error that names
  * the variables seen and how to launch, never a silent rank 0 of 1. No source at all: a

@@ -354,7 +354,8 @@ static const config_field_t config_table[] = {
           yield_spins, spins),
     FIELD("WEFT_NAMESPACE", "weft",
           "Prefix of this context's keys in the store; contexts with different namespaces "
-          "can share one store (failure notices of weftrun use the default).",
+          "can share one store (weftrun publishes deaths, and fences lapsed leases, under the "
+          "namespace of its own environment, the ranks').",
           ns, ns),
     FIELD("WEFT_TOPO_XML", "",
           "hwloc XML file used as this host's topology instead of discovering it (tests, "
@@ -404,7 +405,7 @@ static const config_field_t config_table[] = {
  * WEFT_LIBRARY, where the Python binding looks for libweft.so first. */
 const char *const weft__env_known[] = {
     "WEFT_RANK",      "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
-    "WEFT_JOB_TOKEN", "WEFT_JOIN",       "WEFT_LIBRARY",    NULL,
+    "WEFT_JOB_TOKEN", "WEFT_JOB_TOKEN_FILE", "WEFT_JOIN", "WEFT_LIBRARY", NULL,
 };
 
 static int is_known(const char *name, size_t len)

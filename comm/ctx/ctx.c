@@ -16,9 +16,11 @@
 #include "comm/shm/shm.h"
 #include "util/assert.h"
 #include "util/bigmem.h"
+#include "util/log_escape.h"
 #include "util/parse.h"
 
-#define ADDR_KEY_FMT "addr/%d"
+#define ADDR_DIR "addr/"
+#define ADDR_KEY_FMT ADDR_DIR "%d"
 #define CLAIM_KEY_FMT "claim/%d"
 #define FAILED_DIR "failed/"
 /* A published address: world size (int32), host name (ADDR_HOST_MAX, for people reading
@@ -271,11 +273,43 @@ static weft_status_t wait_address(weft_ctx_t *ctx, int id, int timeout_ms, void 
     }
 }
 
+/* Member @p id's published address (@p len bytes at @p val): its world size checked
+ * against @p expect_size (0: any), then its transport address and host id kept. */
+static weft_status_t address_apply(weft_ctx_t *ctx, int id, const void *val, size_t len,
+                                   int expect_size)
+{
+    int32_t wsize = -1;
+    if (len > ADDR_HEADER) {
+        memcpy(&wsize, val, sizeof(wsize));
+    }
+    if (len <= ADDR_HEADER || (expect_size > 0 && wsize != expect_size)) {
+        return weft__error_at(ctx, WEFT_ERR_MISMATCH, WEFT_LOG_ERROR,
+                              "member %d was started with world size %d, this one with %d: "
+                              "two launches disagree (a second job on this store, or a "
+                              "different -n or world size per node)",
+                              id, (int)wsize, expect_size);
+    }
+    weft_peer_t *p = &ctx->peers[id];
+    free(p->addr);
+    p->addr_len = len - ADDR_HEADER;
+    p->addr = malloc(p->addr_len);
+    if (p->addr == NULL) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for addresses");
+    }
+    memcpy(p->addr, (const char *)val + ADDR_HEADER, p->addr_len);
+    /* Not the host name: namespaces and containers of one machine may differ in nothing
+     * else, and machines of a cluster may share one (util/host_id.h). */
+    const char *host_id = (const char *)val + ADDR_HOST_ID_OFF;
+    p->same_host = memcmp(ctx->host_id, host_id, WEFT__HOST_ID_LEN) == 0;
+    memcpy(p->host_id, host_id, WEFT__HOST_ID_LEN);
+    p->host_id[WEFT__HOST_ID_LEN - 1] = '\0';
+    return WEFT_OK;
+}
+
 weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int expect_size)
 {
     void *pv;
     size_t plen;
-    int32_t wsize = -1;
 
     if (ctx->store == NULL) {
         return weft__error(ctx, WEFT_ERR_INVALID_ARG, "no store to look member %d up in", id);
@@ -285,36 +319,113 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
         return st;
     }
     st = wait_address(ctx, id, timeout_ms, &pv, &plen);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    if (plen > ADDR_HEADER) {
-        memcpy(&wsize, pv, sizeof(wsize));
-    }
-    if (plen <= ADDR_HEADER || (expect_size > 0 && wsize != expect_size)) {
+    if (st == WEFT_OK) {
+        st = address_apply(ctx, id, pv, plen, expect_size);
         free(pv);
-        return weft__error_at(ctx, WEFT_ERR_MISMATCH, WEFT_LOG_ERROR,
-                              "member %d was started with world size %d, this one with %d: "
-                              "two launches disagree (a second job on this store, or a "
-                              "different -n or world size per node)",
-                              id, (int)wsize, expect_size);
     }
-    weft_peer_t *p = &ctx->peers[id];
-    free(p->addr);
-    p->addr_len = plen - ADDR_HEADER;
-    p->addr = malloc(p->addr_len);
-    if (p->addr == NULL) {
-        free(pv);
-        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "no memory for addresses");
+    return st;
+}
+
+/* ---- reading every address at start-up (docs/store-protocol.md, "Scans") ---- */
+
+/* The members of the world whose address this rank still waits for: not read yet, and
+ * not failed. */
+static int addresses_missing(const weft_ctx_t *ctx, int *first)
+{
+    int n = 0;
+    *first = -1;
+    for (int i = 0; i < ctx->size; i++) {
+        if (i != ctx->rank && ctx->peers[i].addr == NULL && ctx->peers[i].failed == WEFT_OK) {
+            *first = n++ == 0 ? i : *first;
+        }
     }
-    memcpy(p->addr, (char *)pv + ADDR_HEADER, p->addr_len);
-    /* Not the host name: namespaces and containers of one machine may differ in nothing
-     * else, and machines of a cluster may share one (util/host_id.h). */
-    p->same_host = memcmp(ctx->host_id, (char *)pv + ADDR_HOST_ID_OFF, WEFT__HOST_ID_LEN) == 0;
-    memcpy(p->host_id, (char *)pv + ADDR_HOST_ID_OFF, WEFT__HOST_ID_LEN);
-    p->host_id[WEFT__HOST_ID_LEN - 1] = '\0';
-    free(pv);
-    return WEFT_OK;
+    return n;
+}
+
+/* How many keys addr/ must hold for every address this rank waits for to be there: one per
+ * member but those that failed before publishing; after pages of @p seen keys that lacked
+ * some (the keys of joiners count too), one more per member still missing. */
+static uint32_t addresses_due(const weft_ctx_t *ctx, uint32_t seen)
+{
+    int first, missing = addresses_missing(ctx, &first);
+    uint32_t due = 0;
+    for (int i = 0; i < ctx->size; i++) {
+        due += i == ctx->rank || ctx->peers[i].addr != NULL || ctx->peers[i].failed == WEFT_OK;
+    }
+    return seen + (uint32_t)missing > due ? seen + (uint32_t)missing : due;
+}
+
+/* Applies the addresses of a scan of addr/, @p first the first page: every page after it is
+ * read at once. Keys other than addr/<a member of the world> are counted, not read. An
+ * address that cannot be applied fails it with its own error, reported (*reported). */
+static weft_status_t addresses_read(weft_ctx_t *ctx, const char *prefix, weft_store_page_t *first,
+                                    uint32_t *seen, bool *reported)
+{
+    weft_store_page_t page = *first;
+    char after[WEFT_STORE_MAX_KEY + 1];
+    size_t plen = strlen(prefix);
+    weft_status_t st = WEFT_OK;
+    *seen = 0;
+    for (;;) {
+        for (size_t i = 0; i < page.n && st == WEFT_OK; i++) {
+            int64_t id;
+            const weft_store_kv_t *kv = &page.kv[i];
+            if (weft__parse_i64(kv->key + plen, 0, ctx->size - 1, &id) && id != ctx->rank &&
+                ctx->peers[id].addr == NULL) {
+                st = address_apply(ctx, (int)id, kv->val, kv->len, ctx->size);
+                *reported = st != WEFT_OK;
+            }
+        }
+        *seen += (uint32_t)page.n;
+        bool more = page.more && page.n > 0 && st == WEFT_OK;
+        if (more) {
+            snprintf(after, sizeof(after), "%s", page.kv[page.n - 1].key);
+        }
+        weft__store_page_free(&page);
+        if (!more) {
+            return st;
+        }
+        weft_store_scan_args_t next = {.prefix = prefix, .after = after};
+        st = weft__store_scan(ctx->store, &next, &page);
+        if (st != WEFT_OK) {
+            return st;
+        }
+    }
+}
+
+/*
+ * Reads the address of every member of the world with one scan of addr/, which waits in
+ * the store until they are all there, and its further pages (3,280 addresses of 300 bytes
+ * to a page: docs/store-protocol.md, "Scans"). While it waits, the failure notices are
+ * read every SLICE_MS, as they were between the slices of the per-member GETs before: a
+ * member that dies before publishing is marked failed, and the scan is asked again for
+ * one address fewer (WEFT_INPROGRESS), so that the others start without it. *seen: the
+ * keys of the last pages read.
+ */
+static weft_status_t addresses_scan(weft_ctx_t *ctx, const char *prefix, uint64_t end,
+                                    uint32_t *seen, bool *reported)
+{
+    enum { SLICE_MS = 50 };
+    uint32_t want = addresses_due(ctx, *seen);
+    uint64_t now = weft__now_ns();
+    weft_store_scan_args_t args = {
+        .prefix = prefix,
+        .min_count = want,
+        .timeout_ms = now >= end ? 0 : (int)((end - now + 999999) / 1000000),
+    };
+    weft_store_scan_t *scan;
+    weft_store_page_t page;
+    weft_status_t st = weft__store_scan_start(ctx->store, &args, &scan);
+    while (st == WEFT_OK &&
+           (st = weft__store_scan_wait(scan, SLICE_MS, &page)) == WEFT_INPROGRESS) {
+        weft__poll_failure_notices(ctx);
+        if (addresses_due(ctx, *seen) < want) {
+            weft__store_scan_cancel(scan); /* the store drops it for the next one */
+            return WEFT_INPROGRESS;
+        }
+        st = WEFT_OK;
+    }
+    return st == WEFT_OK ? addresses_read(ctx, prefix, &page, seen, reported) : st;
 }
 
 /* Publish this rank's address and read every other's. A rank that dies during start-up
@@ -323,16 +434,43 @@ weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int e
  * weftrun --elastic --replace, is admitted then). */
 static weft_status_t exchange_addresses(weft_ctx_t *ctx)
 {
+    char prefix[64];
+    weft__key(ctx, prefix, sizeof(prefix), ADDR_DIR);
     weft_status_t st = publish_address(ctx);
-    for (int i = 0; i < ctx->size && st == WEFT_OK; i++) {
-        if (i != ctx->rank) {
-            st = weft__fetch_address(ctx, i, (int)ctx->cfg.connect_timeout_ms, ctx->size);
-            if (st == WEFT_ERR_PEER_FAILED && ctx->peers[i].failed != WEFT_OK) {
-                st = WEFT_OK;
-            }
+    uint64_t start = weft__now_ns();
+    uint64_t end = start + weft__ms_to_ns(ctx->cfg.connect_timeout_ms);
+    uint32_t seen = 0;
+    bool reported = st != WEFT_OK;
+    int first;
+    while (st == WEFT_OK && addresses_missing(ctx, &first) > 0) {
+        st = addresses_scan(ctx, prefix, end, &seen, &reported);
+        if (st == WEFT_INPROGRESS) {
+            st = WEFT_OK; /* a member failed: ask again for fewer */
+        } else if (st == WEFT_OK && addresses_missing(ctx, &first) > 0 && weft__now_ns() >= end) {
+            st = WEFT_ERR_TIMEOUT;
+        } else if (st == WEFT_ERR_TIMEOUT) {
+            /* Which ones are missing: what is there now (one more request, on failure only). */
+            weft_store_scan_args_t all = {.prefix = prefix};
+            weft_store_page_t page;
+            st = weft__store_scan(ctx->store, &all, &page);
+            st = st == WEFT_OK ? addresses_read(ctx, prefix, &page, &seen, &reported) : st;
+            st = st == WEFT_OK && addresses_missing(ctx, &first) > 0 ? WEFT_ERR_TIMEOUT : st;
         }
     }
-    return st;
+    if (st == WEFT_OK || reported) {
+        return st;
+    }
+    int missing = addresses_missing(ctx, &first);
+    unsigned long long waited = (weft__now_ns() - start) / 1000000;
+    if (missing == 0) {
+        return weft__error(ctx, st, "cannot read the members' addresses (after %llu ms)", waited);
+    }
+    if (st == WEFT_ERR_TIMEOUT) {
+        return weft__error(ctx, st, "member %d did not arrive (waited %llu ms)%s", first, waited,
+                           missing > 1 ? ", nor did others" : "");
+    }
+    return weft__error(ctx, st, "cannot read the address of member %d (after %llu ms)", first,
+                       waited);
 }
 
 static weft_status_t watch_failures(weft_ctx_t *ctx);
@@ -727,8 +865,9 @@ static void apply_revoke_notice(weft_ctx_t *ctx, const char *what)
 static void declared_failed(weft_ctx_t *ctx, const void *why, size_t len)
 {
     ctx->declared_failed = true;
-    snprintf(ctx->declared_failed_why, sizeof(ctx->declared_failed_why), "%.*s",
-             (int)strnlen(why, len), (const char *)why);
+    /* Written by whoever reported it: escaped before it reaches a log or an error. */
+    weft__log_escape(why, strnlen(why, len), ctx->declared_failed_why,
+                     sizeof(ctx->declared_failed_why));
     WEFT_WARN(&ctx->logger, "this member was declared failed (%s): its groups are revoked",
               ctx->declared_failed_why);
     for (weft_group_t *g = ctx->groups; g != NULL; g = g->next) {
@@ -758,8 +897,9 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
         } else if (what[0] == 'g') {
             apply_revoke_notice(ctx, what);
         } else if (weft__parse_i64(what, 0, WEFT_TAG_MAX_MEMBERS - 1, &id)) {
-            WEFT_INFO(&ctx->logger, "member %d failed (%.*s)", (int)id, (int)len,
-                      (const char *)val);
+            char text[160];
+            WEFT_INFO(&ctx->logger, "member %d failed (%s)", (int)id,
+                      weft__log_escape(val, len, text, sizeof(text)));
             if (id == ctx->rank && !ctx->declared_failed) {
                 declared_failed(ctx, val, len);
             }

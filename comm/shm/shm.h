@@ -156,4 +156,12 @@ weft_status_t weft__shm_ctx_init(struct weft_ctx *ctx);
  * on this host to do so removes the job's names. */
 void weft__shm_ctx_fini(struct weft_ctx *ctx);
 
+/*
+ * Whether the segment open on @p fd is this user's alone: a regular file owned by the
+ * effective user that nobody else may read or write. Another local user who guessed a
+ * segment's name and made it first would otherwise be handed the collectives' data (and
+ * could write into it). False with the reason in @p why (may be NULL).
+ */
+bool weft__shm_fd_private(int fd, char *why, size_t why_len);
+
 #endif

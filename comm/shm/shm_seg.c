@@ -183,6 +183,28 @@ static weft_status_t attach_wait(weft_group_t *g, const weft_shm_region_t *r)
     return WEFT_OK;
 }
 
+bool weft__shm_fd_private(int fd, char *why, size_t why_len)
+{
+    struct stat sb;
+    char dummy[8];
+    if (why == NULL) {
+        why = dummy;
+        why_len = sizeof(dummy);
+    }
+    if (fstat(fd, &sb) != 0) {
+        snprintf(why, why_len, "%s", strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 077) != 0) {
+        snprintf(why, why_len,
+                 "it is owned by uid %u with mode %04o, not this user's alone (another user "
+                 "made it first?)",
+                 (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777));
+        return false;
+    }
+    return true;
+}
+
 /* The others: wait for the creator to size the file, map it once, wait for the header
  * (one mapping: every munmap costs a TLB shootdown). */
 static weft_status_t region_attach(weft_group_t *g, weft_shm_region_t *r, int fd, size_t need)
@@ -264,6 +286,13 @@ static weft_status_t region_open(weft_group_t *g, weft_shm_region_t *r, const ch
         return weft__error(ctx, WEFT_ERR_IO,
                            "shared memory %s: %s (WEFT_COLL_SHM=off on every rank avoids it)",
                            r->name, strerror(errno));
+    }
+    char why[160];
+    if (!creator && !weft__shm_fd_private(fd, why, sizeof(why))) {
+        close(fd);
+        r->unlinked = true; /* not ours to remove */
+        return weft__error_at(ctx, WEFT_ERR_IO, WEFT_LOG_ERROR,
+                              "shared memory %s: refused: %s", r->name, why);
     }
     weft_status_t st = creator ? region_create(g, r, fd, len, param) : region_attach(g, r, fd, len);
     close(fd);
@@ -374,7 +403,8 @@ static void spare_prepare(weft_group_t *g, weft_shm_t *s)
     if (s->rank != 0 || lost) {
         int fd = shm_open(r->name, O_RDWR, 0600);
         struct stat sb;
-        if (fd >= 0 && fstat(fd, &sb) == 0 && (size_t)sb.st_size == len) {
+        if (fd >= 0 && weft__shm_fd_private(fd, NULL, 0) && fstat(fd, &sb) == 0 &&
+            (size_t)sb.st_size == len) {
             p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
         }
         if (fd >= 0) {

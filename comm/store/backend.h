@@ -5,7 +5,10 @@
  * connects, by the address: "etcd://h1:2379,h2:2379" is an etcd cluster
  * (comm/store/etcd_client.c), anything else ("host:port") weft's own store
  * (comm/store/client.c). A backend's calls get arguments the dispatch checked already
- * (non-NULL client; for the key calls a key of 1 to WEFT_STORE_MAX_KEY bytes).
+ * (non-NULL client; for the key calls a key of 1 to WEFT_STORE_MAX_KEY bytes; for a scan a
+ * prefix and a resume key of at most WEFT_STORE_MAX_KEY bytes, a timeout >= 0). Calls added
+ * after the first go at the end of the table: the dispatch checks the table's size before
+ * it uses one (WEFT_ERR_UNSUPPORTED for a table without it).
  */
 #ifndef WEFT_STORE_BACKEND_H
 #define WEFT_STORE_BACKEND_H
@@ -33,6 +36,14 @@ typedef struct weft_store_ops {
     bool (*fenced)(weft_store_client_t *c);
     void (*close)(weft_store_client_t *c);
     void (*share_health)(weft_store_client_t *c, weft_store_health_t *h);
+    /* Scans (store.h): scan_start returns a scan whose head is a weft_store_scan_t;
+     * scan_wait (wait_ms >= 0) and scan_cancel finish and free it as store.h says. */
+    weft_status_t (*scan_start)(weft_store_client_t *c, const weft_store_scan_args_t *args,
+                                weft_store_scan_t **scan);
+    weft_status_t (*scan_wait)(weft_store_scan_t *scan, int wait_ms, weft_store_page_t *page);
+    void (*scan_cancel)(weft_store_scan_t *scan);
+    /* Requests sent since the client connected (weft__store_requests). */
+    uint64_t (*requests)(const weft_store_client_t *c);
 } weft_store_ops_t;
 
 /* The head of every backend's client struct (its first member). */
@@ -40,6 +51,11 @@ struct weft_store_client {
     const weft_store_ops_t *ops;
     const weft_logger_t *lg;
     char addr[128]; /* as given to connect, for messages */
+};
+
+/* The head of every backend's scan (its first member): the client it runs on. */
+struct weft_store_scan {
+    weft_store_client_t *c;
 };
 
 /* The address names an etcd cluster. */

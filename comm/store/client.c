@@ -8,7 +8,10 @@
  * answers, or queues an event, and wakes the others; when its own answer has come, another
  * waiter takes over the reading. Every wait is bounded by a deadline. A failure in the
  * middle of an exchange leaves the byte stream out of step, so the client is then marked
- * broken and later calls fail with WEFT_ERR_IO. Connections that share a health record
+ * broken and later calls fail with WEFT_ERR_IO. A scan is a request whose answer its caller
+ * collects later (weft__store_scan_start, _wait), in slices if it likes, doing other work
+ * between them (weft_init reads the failure notices), or gives up on: its answer is then
+ * dropped like any other nobody waits for. Connections that share a health record
  * are broken together when one of them loses the store. At process exit a connection is
  * fenced (weft__store_fence) before OpenSSL's own exit handler runs: no frame is sealed
  * or checked on it after that, whichever thread still calls it.
@@ -58,14 +61,14 @@ typedef struct native_client {
     weft_store_client_t base; /* first: the ops table, logger and address */
     int fd;
     pthread_mutex_t wlock; /* sending: frames leave whole, in the order of their tags */
-    pthread_mutex_t lock; /* everything below; the reader drops it while in poll/recv */
-    pthread_cond_t cv;    /* an answer or event came, or the reader left */
-    bool reading;         /* a thread is reading the socket */
+    pthread_mutex_t lock;  /* everything below; the reader drops it while in poll/recv */
+    pthread_cond_t cv;     /* an answer or event came, or the reader left */
+    bool reading;          /* a thread is reading the socket */
     bool broken;
     bool watching;
-    int err; /* errno of the last failed socket call; 0: the server closed */
+    int err;                     /* errno of the last failed socket call; 0: the server closed */
     weft_store_health_t *health; /* shared with the process's other connections, or NULL */
-    uint8_t *rbuf; /* received bytes not yet consumed (the reader's) */
+    uint8_t *rbuf;               /* received bytes not yet consumed (the reader's) */
     size_t rlen, rcap;
     size_t frame; /* bytes of the frame last returned by read_frame() */
     weft_store_buf_t wbuf;
@@ -80,7 +83,18 @@ typedef struct native_client {
      * so no tag is made or checked any more. Set with both locks held where they could be
      * taken; read with one of them: seals under wlock, tag checks under lock. */
     atomic_bool fenced;
+    _Atomic uint64_t requests; /* sent (weft__store_requests) */
 } native_client_t;
+
+/* A scan under way: its call stays on the connection's list until it is finished. */
+typedef struct native_scan {
+    weft_store_scan_t base; /* first: the client it was sent on */
+    store_call_t call;
+    uint64_t give_up_ms; /* the store's wait, plus WEFT__STORE_IO_TIMEOUT_MS */
+    size_t plen, alen;
+    char text[]; /* the prefix and a NUL, the key to resume after and a NUL: the page's
+                  * keys are checked against them */
+} native_scan_t;
 
 /* Waits for @p events; WEFT_INPROGRESS once the deadline has passed. */
 static weft_status_t wait_fd(native_client_t *c, short events, uint64_t deadline)
@@ -103,8 +117,7 @@ static weft_status_t wait_fd(native_client_t *c, short events, uint64_t deadline
     }
 }
 
-static weft_status_t send_all(native_client_t *c, const uint8_t *p, size_t len,
-                              uint64_t deadline)
+static weft_status_t send_all(native_client_t *c, const uint8_t *p, size_t len, uint64_t deadline)
 {
     while (len > 0) {
         ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -381,25 +394,23 @@ static weft_status_t await(native_client_t *c, store_call_t *me, uint64_t deadli
 }
 
 /*
- * One request and its RESP. The server answers within @p wait_ms (a GET's own wait)
- * plus WEFT__STORE_IO_TIMEOUT_MS, or the call fails with WEFT_ERR_TIMEOUT. On WEFT_OK,
- * *status is the server's answer and *data (malloc'ed, NUL-terminated, the caller's) its
- * data.
+ * Sends one request, whose answer @p me (registered on the connection before it is sent,
+ * as the answer may come at once) then awaits: call_wait, and call_end to unregister it.
+ * On failure nothing stays registered.
  */
-static weft_status_t call(native_client_t *c, weft_store_msg_t type, const char *key,
-                          const void *rest, size_t rest_len, uint32_t wait_ms,
-                          weft_status_t *status, uint8_t **data, size_t *dlen)
+static weft_status_t call_begin(native_client_t *c, weft_store_msg_t type, const char *key,
+                                const void *rest, size_t rest_len, store_call_t *me)
 {
-    store_call_t me = {0};
+    memset(me, 0, sizeof(*me));
     pthread_mutex_lock(&c->lock);
     if (!usable(c)) {
         pthread_mutex_unlock(&c->lock);
         return WEFT_ERR_IO;
     }
     c->next_id = c->next_id % WEFT__STORE_MAX_ID + 1;
-    me.id = c->next_id;
-    me.next = c->calls;
-    c->calls = &me; /* before it is sent: the answer may come at once */
+    me->id = c->next_id;
+    me->next = c->calls;
+    c->calls = me;
     pthread_mutex_unlock(&c->lock);
 
     uint64_t deadline = weft__now_ms() + WEFT__STORE_IO_TIMEOUT_MS;
@@ -410,30 +421,77 @@ static weft_status_t call(native_client_t *c, weft_store_msg_t type, const char 
     if (st == WEFT_OK && atomic_load(&c->fenced)) {
         st = WEFT_ERR_IO; /* unsent: nothing to report, the process is exiting */
     } else if (st == WEFT_OK) {
-        weft__store_frame_set_id(&c->wbuf, 0, me.id);
+        weft__store_frame_set_id(&c->wbuf, 0, me->id);
         st = weft__store_seal(&c->wbuf, 0, &c->tx);
     }
     if (st == WEFT_OK) {
         sent = true;
+        atomic_fetch_add(&c->requests, 1);
         st = send_all(c, c->wbuf.data, c->wbuf.len, deadline);
     }
     pthread_mutex_unlock(&c->wlock);
-
+    if (st == WEFT_OK) {
+        return WEFT_OK;
+    }
     pthread_mutex_lock(&c->lock);
-    if (st != WEFT_OK && sent) {
+    if (sent) {
         st = client_fail(c, st, "sending a request failed");
-    } else if (st == WEFT_OK) {
-        st = await(c, &me, deadline + wait_ms);
-        if (st == WEFT_INPROGRESS) {
-            st = client_fail(c, WEFT_ERR_TIMEOUT, "no answer");
-        }
     }
     store_call_t **p = &c->calls;
-    while (*p != &me) {
+    while (*p != me) {
         p = &(*p)->next;
     }
-    *p = me.next;
+    *p = me->next;
     pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+/*
+ * Waits for @p me's answer until @p until. WEFT_INPROGRESS: not come by then, but
+ * @p give_up has not passed either; past @p give_up the store is lost (WEFT_ERR_TIMEOUT).
+ */
+static weft_status_t call_wait(native_client_t *c, store_call_t *me, uint64_t until,
+                               uint64_t give_up)
+{
+    pthread_mutex_lock(&c->lock);
+    weft_status_t st = await(c, me, until < give_up ? until : give_up);
+    if (st == WEFT_INPROGRESS && weft__now_ms() >= give_up) {
+        st = client_fail(c, WEFT_ERR_TIMEOUT, "no answer");
+    }
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+/* Unregisters @p me; its answer, if it comes later, is dropped. */
+static void call_end(native_client_t *c, store_call_t *me)
+{
+    pthread_mutex_lock(&c->lock);
+    store_call_t **p = &c->calls;
+    while (*p != me) {
+        p = &(*p)->next;
+    }
+    *p = me->next;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/*
+ * One request and its RESP. The server answers within @p wait_ms (a GET's own wait)
+ * plus WEFT__STORE_IO_TIMEOUT_MS, or the call fails with WEFT_ERR_TIMEOUT. On WEFT_OK,
+ * *status is the server's answer and *data (malloc'ed, NUL-terminated, the caller's) its
+ * data.
+ */
+static weft_status_t call(native_client_t *c, weft_store_msg_t type, const char *key,
+                          const void *rest, size_t rest_len, uint32_t wait_ms,
+                          weft_status_t *status, uint8_t **data, size_t *dlen)
+{
+    store_call_t me;
+    weft_status_t st = call_begin(c, type, key, rest, rest_len, &me);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    uint64_t give_up = weft__now_ms() + WEFT__STORE_IO_TIMEOUT_MS + wait_ms;
+    st = call_wait(c, &me, give_up, give_up);
+    call_end(c, &me);
     if (st != WEFT_OK) {
         free(me.data);
         return st;
@@ -590,6 +648,127 @@ static weft_status_t native_watch(weft_store_client_t *bc, const char *prefix)
     return st;
 }
 
+/* ---- scans ---- */
+
+static weft_status_t native_scan_start(weft_store_client_t *bc, const weft_store_scan_args_t *args,
+                                       weft_store_scan_t **scan)
+{
+    native_client_t *c = native(bc);
+    const char *after = args->after != NULL ? args->after : "";
+    size_t plen = strlen(args->prefix);
+    size_t alen = strlen(after);
+    native_scan_t *q = malloc(sizeof(*q) + plen + alen + 2);
+    if (q == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    q->base.c = bc;
+    q->plen = plen;
+    q->alen = alen;
+    memcpy(q->text, args->prefix, plen + 1);
+    memcpy(q->text + plen + 1, after, alen + 1);
+    uint8_t rest[WEFT__STORE_SCAN_ARGS_LEN + WEFT_STORE_MAX_KEY];
+    uint32_t words[3] = {(uint32_t)args->timeout_ms, args->min_count, args->max_bytes};
+    for (int w = 0; w < 3; w++) {
+        for (int k = 0; k < 4; k++) {
+            rest[4 * w + k] = (uint8_t)(words[w] >> (24 - 8 * k));
+        }
+    }
+    memcpy(rest + WEFT__STORE_SCAN_ARGS_LEN, after, alen);
+    weft_status_t st =
+        call_begin(c, WEFT__STORE_SCAN, q->text, rest, WEFT__STORE_SCAN_ARGS_LEN + alen, &q->call);
+    if (st != WEFT_OK) {
+        free(q);
+        return st;
+    }
+    q->give_up_ms = weft__now_ms() + (uint64_t)args->timeout_ms + WEFT__STORE_IO_TIMEOUT_MS;
+    *scan = &q->base;
+    return WEFT_OK;
+}
+
+/*
+ * The page in @p data (malloc'ed, NUL-terminated, @p dlen bytes), checked against @p q:
+ * every key under its prefix, after its resume key and after the one before. The keys
+ * and values are NUL-terminated where they lie (each one's end is the next one's length,
+ * read by then), so the page owns @p data.
+ */
+static weft_status_t page_take(const native_scan_t *q, uint8_t *data, size_t dlen,
+                               weft_store_page_t *page)
+{
+    bool more;
+    uint32_t count;
+    const uint8_t *p;
+    size_t left;
+    if (weft__store_page_decode(data, dlen, &more, &count, &p, &left) != WEFT_OK ||
+        count > left / WEFT__STORE_PAGE_ENTRY_LEN) {
+        return WEFT_ERR_PROTOCOL;
+    }
+    weft_store_kv_t *kv = malloc(sizeof(*kv) * (count > 0 ? count : 1));
+    if (kv == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    const char *prev = q->text + q->plen + 1;
+    size_t prev_len = q->alen;
+    for (uint32_t i = 0; i < count; i++) {
+        const char *key;
+        const uint8_t *val;
+        size_t klen, vlen;
+        if (weft__store_page_entry(&p, &left, &key, &klen, &val, &vlen) != WEFT_OK ||
+            klen < q->plen || memcmp(key, q->text, q->plen) != 0 ||
+            ((i > 0 || prev_len > 0) && weft__store_key_cmp(prev, prev_len, key, klen) >= 0)) {
+            free(kv);
+            return WEFT_ERR_PROTOCOL;
+        }
+        kv[i] = (weft_store_kv_t){.key = key, .val = val, .len = vlen};
+        prev = key;
+        prev_len = klen;
+    }
+    if (left != 0 || (count == 0 && more)) {
+        free(kv);
+        return WEFT_ERR_PROTOCOL;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        uint8_t *val = (uint8_t *)kv[i].val;
+        val[-4] = '\0'; /* the key ends where its value's length begins */
+        val[kv[i].len] = '\0';
+    }
+    *page = (weft_store_page_t){.kv = kv, .n = count, .more = more, .mem = data};
+    return WEFT_OK;
+}
+
+static weft_status_t native_scan_wait(weft_store_scan_t *bq, int wait_ms, weft_store_page_t *page)
+{
+    native_scan_t *q = (native_scan_t *)bq;
+    native_client_t *c = native(bq->c);
+    weft_status_t st = call_wait(c, &q->call, weft__now_ms() + (uint64_t)wait_ms, q->give_up_ms);
+    if (st == WEFT_INPROGRESS) {
+        return st;
+    }
+    call_end(c, &q->call);
+    uint8_t *data = q->call.data;
+    if (st == WEFT_OK) {
+        st = q->call.status;
+    }
+    if (st == WEFT_OK) {
+        st = page_take(q, data, q->call.dlen, page);
+        data = st == WEFT_OK ? NULL : data; /* the page's now */
+        if (st == WEFT_ERR_PROTOCOL) {
+            st = malformed(c, data, "malformed scan page");
+            data = NULL;
+        }
+    }
+    free(data);
+    free(q);
+    return st;
+}
+
+static void native_scan_cancel(weft_store_scan_t *bq)
+{
+    native_scan_t *q = (native_scan_t *)bq;
+    call_end(native(bq->c), &q->call);
+    free(q->call.data); /* when it came meanwhile */
+    free(q);
+}
+
 static weft_status_t native_next_event(weft_store_client_t *bc, int timeout_ms, char **key,
                                        void **val, size_t *len)
 {
@@ -669,8 +848,7 @@ static bool split_hostport(const char *hp, char host[256], char port[16])
 }
 
 /* One TCP connection attempt, bounded by the deadline; c->err says why it failed. */
-static weft_status_t try_connect(native_client_t *c, const struct addrinfo *ai,
-                                 uint64_t deadline)
+static weft_status_t try_connect(native_client_t *c, const struct addrinfo *ai, uint64_t deadline)
 {
     c->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (c->fd < 0) {
@@ -723,7 +901,8 @@ static weft_status_t tcp_connect(native_client_t *c, const char *host, const cha
             }
             freeaddrinfo(res);
         } else if (rc != EAI_AGAIN) {
-            WEFT_ERROR(c->base.lg, "store %s: cannot resolve %s: %s", c->base.addr, host, gai_strerror(rc));
+            WEFT_ERROR(c->base.lg, "store %s: cannot resolve %s: %s", c->base.addr, host,
+                       gai_strerror(rc));
             return WEFT_ERR_INVALID_ARG;
         }
         uint64_t now = weft__now_ms();
@@ -736,9 +915,10 @@ static weft_status_t tcp_connect(native_client_t *c, const char *host, const cha
         if (!told && now - begin >= STORE_WAIT_NOTICE_MS) {
             /* A store that never comes would otherwise mean a silent wait of up to
              * WEFT_CONNECT_TIMEOUT_MS: say once what this process waits for, and until when. */
-            WEFT_WARN(c->base.lg, "store %s: not reachable yet (%s); still trying for %llu ms "
-                      "(WEFT_CONNECT_TIMEOUT_MS)", c->base.addr,
-                      rc != 0 ? gai_strerror(rc) : strerror(c->err),
+            WEFT_WARN(c->base.lg,
+                      "store %s: not reachable yet (%s); still trying for %llu ms "
+                      "(WEFT_CONNECT_TIMEOUT_MS)",
+                      c->base.addr, rc != 0 ? gai_strerror(rc) : strerror(c->err),
                       (unsigned long long)(deadline - now));
             told = true;
         }
@@ -945,6 +1125,11 @@ static bool native_fenced(weft_store_client_t *bc)
     return atomic_load(&native(bc)->fenced);
 }
 
+static uint64_t native_requests(const weft_store_client_t *bc)
+{
+    return atomic_load(&((native_client_t *)bc)->requests);
+}
+
 static int native_fd(const weft_store_client_t *bc)
 {
     return ((const native_client_t *)bc)->fd;
@@ -987,6 +1172,10 @@ static const weft_store_ops_t native_ops = {
     .lease = native_lease,
     .watch = native_watch,
     .next_event = native_next_event,
+    .scan_start = native_scan_start,
+    .scan_wait = native_scan_wait,
+    .scan_cancel = native_scan_cancel,
+    .requests = native_requests,
     .fd = native_fd,
     .fence = native_fence,
     .fenced = native_fenced,
@@ -995,8 +1184,8 @@ static const weft_store_ops_t native_ops = {
 };
 
 weft_status_t weft__store_native_connect(const char *hostport, const char *token, int member,
-                                         bool launcher, int timeout_ms,
-                                         const weft_logger_t *lg, weft_store_client_t **client)
+                                         bool launcher, int timeout_ms, const weft_logger_t *lg,
+                                         weft_store_client_t **client)
 {
     uint32_t id = launcher ? 0 : member >= 0 ? (uint32_t)member : WEFT__STORE_NO_ID;
     return connect_as(hostport, token,

@@ -4,6 +4,8 @@
  * connections share is the same for every backend.
  */
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +142,68 @@ weft_status_t weft__store_next_event(weft_store_client_t *c, int timeout_ms, cha
         return WEFT_ERR_INVALID_ARG;
     }
     return c->ops->next_event(c, timeout_ms, key, val, len);
+}
+
+/* Whether @p c's table holds @p op (a call added after the first: backend.h). */
+#define HAS_OP(c, op)                                                                              \
+    ((c)->ops->size >= offsetof(weft_store_ops_t, op) + sizeof((c)->ops->op) &&                    \
+     (c)->ops->op != NULL)
+
+weft_status_t weft__store_scan_start(weft_store_client_t *c, const weft_store_scan_args_t *args,
+                                     weft_store_scan_t **scan)
+{
+    if (c == NULL || args == NULL || args->prefix == NULL || args->timeout_ms < 0 || scan == NULL ||
+        strnlen(args->prefix, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY ||
+        (args->after != NULL &&
+         strnlen(args->after, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY)) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    if (!HAS_OP(c, scan_start) || !HAS_OP(c, scan_wait) || !HAS_OP(c, scan_cancel)) {
+        return WEFT_ERR_UNSUPPORTED;
+    }
+    return c->ops->scan_start(c, args, scan);
+}
+
+weft_status_t weft__store_scan_wait(weft_store_scan_t *scan, int wait_ms, weft_store_page_t *page)
+{
+    if (scan == NULL || wait_ms < 0 || page == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    return scan->c->ops->scan_wait(scan, wait_ms, page);
+}
+
+void weft__store_scan_cancel(weft_store_scan_t *scan)
+{
+    if (scan != NULL) {
+        scan->c->ops->scan_cancel(scan);
+    }
+}
+
+weft_status_t weft__store_scan(weft_store_client_t *c, const weft_store_scan_args_t *args,
+                               weft_store_page_t *page)
+{
+    weft_store_scan_t *q;
+    if (page == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    weft_status_t st = weft__store_scan_start(c, args, &q);
+    /* Past the scan's own bound the backend gives up: never WEFT_INPROGRESS. */
+    return st != WEFT_OK ? st : weft__store_scan_wait(q, INT32_MAX, page);
+}
+
+void weft__store_page_free(weft_store_page_t *page)
+{
+    if (page == NULL) {
+        return;
+    }
+    free(page->kv);
+    free(page->mem);
+    *page = (weft_store_page_t){0};
+}
+
+uint64_t weft__store_requests(const weft_store_client_t *c)
+{
+    return c != NULL && HAS_OP(c, requests) ? c->ops->requests(c) : 0;
 }
 
 int weft__store_fd(const weft_store_client_t *c)

@@ -16,6 +16,8 @@
  *   n/<key> = val is bound; a watcher of a prefix also watches the notices under it, and
  *   when one is deleted with its lease (the lease lapsed) delivers key = val and writes
  *   it unless the key exists.
+ * - scan is a range from after the resume key to the prefix's end, cut at the page's
+ *   bytes; its min_count wait polls a count_only range every ETCD_SCAN_POLL_MS.
  * - A watch runs on a thread of its own (a curl multi handle: a range, then one streamed
  *   POST /v3/watch with two watches, the prefix's and its notices'), queuing events and
  *   writing a byte to a pipe whose read end is weft__store_fd().
@@ -76,6 +78,7 @@ typedef struct etcd_client {
     int npool;
     weft_store_health_t *health;
     atomic_bool broken, fenced;
+    atomic_uint_fast64_t requests; /* HTTP requests sent (weft__store_requests) */
     /* The lease: one per client, as a native connection holds one. */
     pthread_mutex_t lease_lock;
     int64_t lease_id; /* 0: none */
@@ -205,8 +208,8 @@ static weft_status_t lost(etcd_client_t *c, const char *what, const char *why)
  * *uncertain (may be NULL) is set when a try may have been applied without our learning
  * its answer (anything but a refused connection).
  */
-static weft_status_t post(etcd_client_t *c, const char *path, const char *body, size_t blen,
-                          answer_t *a, weft_json_t *doc, bool *uncertain)
+static weft_status_t post_quiet(etcd_client_t *c, const char *path, const char *body, size_t blen,
+                                answer_t *a, weft_json_t *doc, bool *uncertain, bool quiet_big)
 {
     *a = (answer_t){0};
     if (!usable(c)) {
@@ -224,6 +227,7 @@ static weft_status_t post(etcd_client_t *c, const char *path, const char *body, 
         a->len = 0;
         a->too_big = false;
         setup(c, h, e, path, body, blen, ETCD_REQ_TIMEOUT_MS, a, url, sizeof(url));
+        atomic_fetch_add(&c->requests, 1);
         CURLcode rc = c->curl->easy_perform(h);
         long code = 0;
         c->curl->easy_getinfo(h, WEFT__CURLINFO_RESPONSE_CODE, &code);
@@ -233,6 +237,10 @@ static weft_status_t post(etcd_client_t *c, const char *path, const char *body, 
                 WEFT_ERROR(c->base.lg, "store %s: %s answered %s with malformed JSON", c->base.addr,
                            c->endpoints[e], path);
             }
+            break;
+        }
+        if (a->too_big && quiet_big) {
+            st = WEFT_ERR_NO_MEMORY; /* the caller asks for less */
             break;
         }
         if (a->too_big || (rc == WEFT__CURLE_OK && code >= 400 && code < 500)) {
@@ -266,6 +274,12 @@ static weft_status_t post(etcd_client_t *c, const char *path, const char *body, 
         a->p = NULL;
     }
     return st;
+}
+
+static weft_status_t post(etcd_client_t *c, const char *path, const char *body, size_t blen,
+                          answer_t *a, weft_json_t *doc, bool *uncertain)
+{
+    return post_quiet(c, path, body, blen, a, doc, uncertain, false);
 }
 
 /* ---- bodies ---- */
@@ -541,6 +555,7 @@ static weft_status_t watch_key(etcd_client_t *c, const char *key, int64_t rev, u
           url, sizeof(url));
     c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEFUNCTION, on_stream);
     c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEDATA, &s);
+    atomic_fetch_add(&c->requests, 1);
     CURLcode rc = c->curl->easy_perform(h);
     give_handle(c, h);
     free(body);
@@ -1163,6 +1178,7 @@ static void stream_once(etcd_watch_t *w, bool *malformed)
     setup(c, h, e, "/v3/watch", body, blen, 0L, &s.buf, url, sizeof(url));
     c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEFUNCTION, on_stream);
     c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEDATA, &s);
+    atomic_fetch_add(&c->requests, 1);
     c->curl->multi_add_handle(w->multi, h);
     int running = 1;
     while (running > 0 && !atomic_load(&w->stop)) {
@@ -1321,6 +1337,325 @@ static weft_status_t etcd_next_event(weft_store_client_t *bc, int timeout_ms, ch
     }
 }
 
+/* ---- scans ---- */
+
+#define ETCD_SCAN_POLL_MS 20 /* between the counts of a scan waiting for its min_count */
+#define ETCD_SCAN_LIMIT 256  /* keys asked for by a page's first range request */
+#define ETCD_SCAN_MAX_LIMIT 8192
+
+/*
+ * A scan: the count of keys under the prefix is polled (a count_only range) every
+ * ETCD_SCAN_POLL_MS until it reaches min_count or the timeout passes; then one page is
+ * read with range requests from the resume key on, at one revision, until the page's
+ * bytes are spent or no key is left. Nothing runs between the calls: scan_wait makes the
+ * requests, so a scan in flight holds no request of its own.
+ */
+typedef struct etcd_scan {
+    weft_store_scan_t base; /* first: the client */
+    uint32_t min_count, max_bytes;
+    uint64_t deadline_ms; /* of the wait for min_count */
+    char *prefix, *after;
+    char text[]; /* the prefix and a NUL, the resume key and a NUL */
+} etcd_scan_t;
+
+static weft_status_t etcd_scan_start(weft_store_client_t *bc, const weft_store_scan_args_t *args,
+                                     weft_store_scan_t **scan)
+{
+    etcd_client_t *c = etcd(bc);
+    if (!usable(c)) {
+        return WEFT_ERR_IO;
+    }
+    const char *after = args->after != NULL ? args->after : "";
+    size_t plen = strlen(args->prefix), alen = strlen(after);
+    etcd_scan_t *q = malloc(sizeof(*q) + plen + alen + 2);
+    if (q == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    q->base.c = bc;
+    q->min_count = args->min_count;
+    q->max_bytes = args->max_bytes;
+    q->deadline_ms = weft__now_ms() + (uint64_t)args->timeout_ms;
+    q->prefix = q->text;
+    q->after = q->text + plen + 1;
+    memcpy(q->prefix, args->prefix, plen + 1);
+    memcpy(q->after, after, alen + 1);
+    *scan = &q->base;
+    return WEFT_OK;
+}
+
+/* How many keys are under @p prefix now (a count_only range). */
+static weft_status_t count_under(etcd_client_t *c, const char *prefix, int64_t *count)
+{
+    char *k = b64_key(c, "k/", prefix), *end = b64_prefix_end(c, "k/", prefix);
+    size_t blen = 0;
+    char *body =
+        k != NULL && end != NULL
+            ? fmt(&blen, "{\"key\":\"%s\",\"range_end\":\"%s\",\"count_only\":true}", k, end)
+            : NULL;
+    free(k);
+    free(end);
+    answer_t a;
+    weft_json_t doc;
+    weft_status_t st = post_owned(c, "/v3/kv/range", body, blen, &a, &doc, NULL);
+    if (st != WEFT_OK) {
+        return st;
+    }
+    int t = weft__json_get(&doc, 0, "count");
+    *count = 0; /* a count of 0 is left out */
+    if (t >= 0 && (!weft__json_i64(&doc, t, count) || *count < 0)) {
+        WEFT_ERROR(c->base.lg, "store %s: a malformed count of %s", c->base.addr, prefix);
+        st = WEFT_ERR_PROTOCOL;
+    }
+    done(&a, &doc);
+    return st;
+}
+
+/* The entries of a page being read. */
+typedef struct scan_acc {
+    char **keys;
+    uint8_t **vals;
+    size_t *lens;
+    size_t n, cap;
+    size_t used; /* bytes as store.h counts them */
+} scan_acc_t;
+
+static void acc_free(scan_acc_t *acc)
+{
+    for (size_t i = 0; i < acc->n; i++) {
+        free(acc->keys[i]);
+        free(acc->vals[i]);
+    }
+    free(acc->keys);
+    free(acc->vals);
+    free(acc->lens);
+}
+
+static bool acc_push(scan_acc_t *acc, char *key, uint8_t *val, size_t len)
+{
+    if (acc->n == acc->cap) {
+        size_t cap = acc->cap > 0 ? acc->cap * 2 : 64;
+        char **k = realloc(acc->keys, cap * sizeof(*k));
+        if (k == NULL) {
+            return false;
+        }
+        acc->keys = k;
+        uint8_t **v = realloc(acc->vals, cap * sizeof(*v));
+        if (v == NULL) {
+            return false;
+        }
+        acc->vals = v;
+        size_t *l = realloc(acc->lens, cap * sizeof(*l));
+        if (l == NULL) {
+            return false;
+        }
+        acc->lens = l;
+        acc->cap = cap;
+    }
+    acc->keys[acc->n] = key;
+    acc->vals[acc->n] = val;
+    acc->lens[acc->n] = len;
+    acc->n++;
+    return true;
+}
+
+/* The page in @p acc as store.h hands it out: the keys and values in one block. */
+static weft_status_t acc_page(const scan_acc_t *acc, bool more, weft_store_page_t *page)
+{
+    size_t total = 1;
+    for (size_t i = 0; i < acc->n; i++) {
+        total += strlen(acc->keys[i]) + 1 + acc->lens[i] + 1;
+    }
+    weft_store_kv_t *kv = malloc(sizeof(*kv) * (acc->n > 0 ? acc->n : 1));
+    char *mem = malloc(total);
+    if (kv == NULL || mem == NULL) {
+        free(kv);
+        free(mem);
+        return WEFT_ERR_NO_MEMORY;
+    }
+    char *p = mem;
+    for (size_t i = 0; i < acc->n; i++) {
+        size_t kl = strlen(acc->keys[i]);
+        memcpy(p, acc->keys[i], kl + 1);
+        kv[i].key = p;
+        p += kl + 1;
+        memcpy(p, acc->vals[i], acc->lens[i]);
+        p[acc->lens[i]] = '\0';
+        kv[i].val = p;
+        kv[i].len = acc->lens[i];
+        p += acc->lens[i] + 1;
+    }
+    *page = (weft_store_page_t){.kv = kv, .n = acc->n, .more = more, .mem = mem};
+    return WEFT_OK;
+}
+
+/*
+ * One page of @p q: range requests from just after the resume key (the key and a NUL) to
+ * the prefix's range end, in etcd's order (ascending bytes of the key, which is the
+ * store's), each with a limit (halved when an answer was too large, then sized by the
+ * answers so far), at the revision of the first, until the page's bytes are spent (more)
+ * or etcd has no more.
+ */
+static weft_status_t scan_page(etcd_client_t *c, const etcd_scan_t *q, weft_store_page_t *page)
+{
+    size_t budget = q->max_bytes > 0 && q->max_bytes < WEFT__STORE_MAX_PAGE ? q->max_bytes
+                                                                            : WEFT__STORE_MAX_PAGE;
+    size_t plen = strlen(q->prefix), rl = strlen(c->root);
+    /* The first etcd key to read: root "k/" and the prefix, or the resume key and a NUL. */
+    char from[ETCD_ROOT_LEN + 2 + WEFT_STORE_MAX_KEY + 2];
+    size_t flen = rl + 2;
+    memcpy(from, c->root, rl);
+    memcpy(from + rl, "k/", 2);
+    if (q->after[0] != '\0' && strcmp(q->after, q->prefix) >= 0) {
+        size_t alen = strlen(q->after);
+        memcpy(from + flen, q->after, alen);
+        flen += alen;
+        from[flen++] = '\0';
+    } else {
+        memcpy(from + flen, q->prefix, plen);
+        flen += plen;
+    }
+    char *end = b64_prefix_end(c, "k/", q->prefix);
+    if (end == NULL) {
+        return WEFT_ERR_NO_MEMORY;
+    }
+    scan_acc_t acc = {0};
+    int64_t rev = 0;
+    size_t limit = ETCD_SCAN_LIMIT;
+    bool more = false, finished = false;
+    weft_status_t st = WEFT_OK;
+    while (st == WEFT_OK && !finished) {
+        char k[WEFT__B64_LEN(sizeof(from)) + 1];
+        weft__b64_encode(from, flen, k);
+        char revs[48] = "";
+        if (rev > 0) {
+            snprintf(revs, sizeof(revs), ",\"revision\":\"%lld\"", (long long)rev);
+        }
+        size_t blen = 0;
+        char *body = fmt(&blen, "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"%zu\"%s}", k, end,
+                         limit, revs);
+        answer_t a;
+        weft_json_t doc;
+        if (body == NULL) {
+            st = WEFT_ERR_NO_MEMORY;
+            break;
+        }
+        st = post_quiet(c, "/v3/kv/range", body, blen, &a, &doc, NULL, true);
+        free(body);
+        if (st == WEFT_ERR_NO_MEMORY && a.too_big && limit > 1) {
+            limit /= 2;
+            st = WEFT_OK;
+            continue;
+        }
+        if (st != WEFT_OK) {
+            break;
+        }
+        if (rev == 0 &&
+            !weft__json_i64(
+                &doc, weft__json_get(&doc, weft__json_get(&doc, 0, "header"), "revision"), &rev)) {
+            st = WEFT_ERR_PROTOCOL;
+        }
+        int kvs = weft__json_get(&doc, 0, "kvs"), kv;
+        size_t got = 0;
+        for (; st == WEFT_OK && (kv = weft__json_item(&doc, kvs, got)) >= 0; got++) {
+            char *key = user_key(c, &doc, weft__json_get(&doc, kv, "key"), "k/");
+            uint8_t *val = NULL;
+            size_t len = 0, klen = key != NULL ? strlen(key) : 0;
+            const char *prev = acc.n > 0 ? acc.keys[acc.n - 1] : q->after;
+            if (key == NULL || klen < plen || memcmp(key, q->prefix, plen) != 0 ||
+                (prev[0] != '\0' && strcmp(prev, key) >= 0) || !kv_value(&doc, kv, &val, &len)) {
+                free(key);
+                st = WEFT_ERR_PROTOCOL;
+                break;
+            }
+            size_t cost = WEFT__STORE_PAGE_ENTRY_LEN + klen + len;
+            if (acc.n > 0 && acc.used + cost > budget) {
+                free(key);
+                free(val);
+                more = finished = true;
+                break;
+            }
+            if (cost > WEFT__STORE_MAX_PAGE || !acc_push(&acc, key, val, len)) {
+                free(key); /* the first entry, which no page holds: read it with a get */
+                free(val);
+                st = WEFT_ERR_NO_MEMORY;
+                break;
+            }
+            acc.used += cost;
+        }
+        if (st == WEFT_OK && !finished) {
+            if (got == 0 || !weft__json_true(&doc, weft__json_get(&doc, 0, "more"))) {
+                finished = true; /* the prefix is read to its end */
+            } else {
+                const char *last = acc.keys[acc.n - 1];
+                size_t llen = strlen(last);
+                flen = rl + 2;
+                memcpy(from + flen, last, llen);
+                flen += llen;
+                from[flen++] = '\0';
+                /* As many keys as fit in half an answer's bound and in what is left of the
+                 * page, by the sizes seen so far. */
+                size_t by_answer = ETCD_MAX_ANSWER / 2 / (a.len / got + 1);
+                size_t by_page = (budget - acc.used) / (acc.used / acc.n + 1) + 1;
+                limit = by_answer < by_page ? by_answer : by_page;
+                limit = limit < 1 ? 1 : limit > ETCD_SCAN_MAX_LIMIT ? ETCD_SCAN_MAX_LIMIT : limit;
+            }
+        }
+        if (st == WEFT_ERR_PROTOCOL) {
+            WEFT_ERROR(c->base.lg, "store %s: a malformed range answer in a scan of '%s'",
+                       c->base.addr, q->prefix);
+        }
+        done(&a, &doc);
+    }
+    free(end);
+    if (st == WEFT_OK) {
+        st = acc_page(&acc, more, page);
+    }
+    acc_free(&acc);
+    return st;
+}
+
+static weft_status_t etcd_scan_wait(weft_store_scan_t *bq, int wait_ms, weft_store_page_t *page)
+{
+    etcd_scan_t *q = (etcd_scan_t *)bq;
+    etcd_client_t *c = etcd(bq->c);
+    uint64_t until = weft__now_ms() + (uint64_t)wait_ms;
+    weft_status_t st = WEFT_OK;
+    while (q->min_count > 0) {
+        int64_t n;
+        st = count_under(c, q->prefix, &n);
+        if (st != WEFT_OK || n >= (int64_t)q->min_count) {
+            break;
+        }
+        uint64_t now = weft__now_ms();
+        if (now >= q->deadline_ms) {
+            st = WEFT_ERR_TIMEOUT;
+            break;
+        }
+        if (now >= until) {
+            return WEFT_INPROGRESS;
+        }
+        uint64_t nap = ETCD_SCAN_POLL_MS;
+        nap = q->deadline_ms - now < nap ? q->deadline_ms - now : nap;
+        nap = until - now < nap ? until - now : nap;
+        nap_ms(nap);
+    }
+    if (st == WEFT_OK) {
+        st = scan_page(c, q, page);
+    }
+    free(q);
+    return st;
+}
+
+static void etcd_scan_cancel(weft_store_scan_t *bq)
+{
+    free(bq); /* nothing of it is in flight */
+}
+
+static uint64_t etcd_requests(const weft_store_client_t *bc)
+{
+    return atomic_load(&((const etcd_client_t *)bc)->requests);
+}
+
 /* ---- the handle ---- */
 
 static int etcd_fd(const weft_store_client_t *bc)
@@ -1391,6 +1726,10 @@ static const weft_store_ops_t etcd_ops = {
     .lease = etcd_lease,
     .watch = etcd_watch,
     .next_event = etcd_next_event,
+    .scan_start = etcd_scan_start,
+    .scan_wait = etcd_scan_wait,
+    .scan_cancel = etcd_scan_cancel,
+    .requests = etcd_requests,
     .fd = etcd_fd,
     .fence = etcd_fence,
     .fenced = etcd_fenced,

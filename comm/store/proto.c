@@ -390,3 +390,66 @@ weft_status_t weft__store_make_token(char out[65])
     out[2 * sizeof(raw)] = '\0';
     return WEFT_OK;
 }
+
+weft_status_t weft__store_scan_decode(const uint8_t *rest, size_t len, weft_store_scan_wire_t *out)
+{
+    if (len < WEFT__STORE_SCAN_ARGS_LEN) {
+        return WEFT_ERR_PROTOCOL;
+    }
+    const char *after = (const char *)rest + WEFT__STORE_SCAN_ARGS_LEN;
+    size_t alen = len - WEFT__STORE_SCAN_ARGS_LEN;
+    if (alen > WEFT_STORE_MAX_KEY || memchr(after, '\0', alen) != NULL) {
+        return WEFT_ERR_PROTOCOL;
+    }
+    out->timeout_ms = weft__store_get_u32(rest);
+    out->min_count = weft__store_get_u32(rest + 4);
+    out->max_bytes = weft__store_get_u32(rest + 8);
+    out->after = after;
+    out->alen = alen;
+    return WEFT_OK;
+}
+
+weft_status_t weft__store_page_decode(const uint8_t *p, size_t len, bool *more, uint32_t *count,
+                                      const uint8_t **entries, size_t *elen)
+{
+    if (len < WEFT__STORE_PAGE_HDR_LEN || p[0] > 1) {
+        return WEFT_ERR_PROTOCOL;
+    }
+    *more = p[0] == 1;
+    *count = weft__store_get_u32(p + 1);
+    *entries = p + WEFT__STORE_PAGE_HDR_LEN;
+    *elen = len - WEFT__STORE_PAGE_HDR_LEN;
+    return WEFT_OK;
+}
+
+weft_status_t weft__store_page_entry(const uint8_t **p, size_t *left, const char **key,
+                                     size_t *klen, const uint8_t **val, size_t *vlen)
+{
+    const uint8_t *q = *p;
+    size_t n = *left;
+    if (n < WEFT__STORE_PAGE_ENTRY_LEN) {
+        return WEFT_ERR_PROTOCOL;
+    }
+    size_t kl = ((size_t)q[0] << 8) | q[1];
+    if (kl == 0 || kl > WEFT_STORE_MAX_KEY || kl > n - WEFT__STORE_PAGE_ENTRY_LEN ||
+        memchr(q + 2, '\0', kl) != NULL) {
+        return WEFT_ERR_PROTOCOL;
+    }
+    size_t vl = weft__store_get_u32(q + 2 + kl);
+    if (vl > n - WEFT__STORE_PAGE_ENTRY_LEN - kl) {
+        return WEFT_ERR_PROTOCOL;
+    }
+    *key = (const char *)q + 2;
+    *klen = kl;
+    *val = q + WEFT__STORE_PAGE_ENTRY_LEN + kl;
+    *vlen = vl;
+    *p = q + WEFT__STORE_PAGE_ENTRY_LEN + kl + vl;
+    *left = n - WEFT__STORE_PAGE_ENTRY_LEN - kl - vl;
+    return WEFT_OK;
+}
+
+int weft__store_key_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    return c != 0 ? c : (alen > blen) - (alen < blen);
+}

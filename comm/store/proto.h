@@ -31,6 +31,16 @@
  *   WATCH  key = prefix (may be empty)     RESP data: none; then EVENT frames (kv bodies)
  *          for the keys under the prefix, and for every later set of one; a second
  *          WATCH replaces the prefix. The connection goes on serving requests.
+ *   SCAN   key = prefix (may be empty); rest = u32 timeout (ms), u32 min_count,
+ *          u32 max_bytes, then the key to resume after (empty: from the first)
+ *          RESP data: a page (below), once at least min_count keys are under the prefix
+ *          (status TIMEOUT if they are not within the timeout). The page lists, in byte
+ *          order, the keys under the prefix that come after the resume key, as many as
+ *          fit in max_bytes (0, or more than WEFT__STORE_MAX_PAGE: that), and at least one:
+ *            u8 more (keys follow the last one listed), u32 count,
+ *            count x (u16 key length, key, u32 value length, value)
+ *          A connection has one SCAN waiting for its count at most: a later one that
+ *          waits answers the earlier with TIMEOUT. docs/store-protocol.md, "Scans".
  */
 #ifndef WEFT_STORE_PROTO_H
 #define WEFT_STORE_PROTO_H
@@ -42,7 +52,7 @@
 #include "comm/store/store.h"
 #include "weft/status.h"
 
-#define WEFT__STORE_VERSION 3
+#define WEFT__STORE_VERSION 4
 #define WEFT__STORE_HDR_LEN 8
 #define WEFT__STORE_NONCE_LEN 32
 #define WEFT__STORE_PROOF_LEN 32 /* SHA-256 output */
@@ -57,14 +67,30 @@
 
 #define WEFT__STORE_MAX_ID 0xffffffu /* request ids are 24 bits; 0 is not one */
 
+/* SCAN: its arguments after the prefix (without the resume key), a page's header (more,
+ * count) and what an entry holds besides its key and value (the two lengths). */
+#define WEFT__STORE_SCAN_ARGS_LEN 12
+#define WEFT__STORE_PAGE_HDR_LEN 5
+#define WEFT__STORE_PAGE_ENTRY_LEN 6
+/* The entries of one page: what a RESP frame holds after its status and the page header.
+ * An entry larger than that (only a key of 252 bytes or more with a value within a few
+ * bytes of WEFT__STORE_MAX_VALUE) cannot be listed: a SCAN that reaches it answers
+ * WEFT_ERR_NO_MEMORY (read that key with GET). */
+#define WEFT__STORE_MAX_PAGE (WEFT_STORE_MAX_FRAME - 4 - WEFT__STORE_PAGE_HDR_LEN)
+
 /* Server limits: what any one client (and all of them) can make the server hold. */
 #define WEFT__STORE_MAX_CONNS 65536        /* authenticated connections */
-#define WEFT__STORE_MAX_WAITS 64           /* GETs of one connection waiting for their key */
+#define WEFT__STORE_MAX_WAITS 64 /* GETs and SCANs of one connection waiting to be answered */
 #define WEFT__STORE_MAX_UNAUTH 128         /* connections still authenticating */
 #define WEFT__STORE_MAX_UNAUTH_PER_ADDR 64 /* of them from one address */
 #define WEFT__STORE_MAX_DATA (64u << 20)   /* stored bytes: keys, values and leases */
+#define WEFT__STORE_MEMBER_SHARE (WEFT__STORE_MAX_DATA / 16) /* of them, one member's */
 #define WEFT__STORE_MAX_OUT (WEFT__STORE_MAX_DATA + 2 * WEFT_STORE_MAX_FRAME) /* per conn */
 #define WEFT__STORE_MAX_QUEUED (4 * WEFT__STORE_MAX_OUT) /* output queued to all conns */
+/* Pages of SCANs are built only while the output queued to all connections is below this
+ * (the rest wait their turn): thousands of ranks answered at once stay within
+ * WEFT__STORE_MAX_QUEUED rather than have the largest readers closed. */
+#define WEFT__STORE_SCAN_QUEUED (WEFT__STORE_MAX_QUEUED / 2)
 #define WEFT__STORE_AUTH_TIMEOUT_MS 5000
 /* Client: bound on waiting for the server's answer beyond the request's own timeout. */
 #define WEFT__STORE_IO_TIMEOUT_MS 30000
@@ -99,7 +125,8 @@ typedef enum weft_store_msg {
     WEFT__STORE_EVENT = 9,
     WEFT__STORE_SET_NX = 10, /* kv; RESP data: created (1 byte) then the value that won */
     WEFT__STORE_LEASE = 11,  /* kv: notice key; rest: ttl_ms (u32), notice value */
-    WEFT__STORE_MSG_MAX = WEFT__STORE_LEASE,
+    WEFT__STORE_SCAN = 12,   /* kv: prefix; rest: see above. RESP data: a page */
+    WEFT__STORE_MSG_MAX = WEFT__STORE_SCAN,
 } weft_store_msg_t;
 
 /* A growable byte buffer for building frames. */
@@ -151,6 +178,25 @@ weft_status_t weft__store_kv_decode(const uint8_t *p, size_t len, const char **k
 /* Split a RESP body; WEFT_ERR_PROTOCOL for a short body or a status the store never sends. */
 weft_status_t weft__store_resp_decode(const uint8_t *p, size_t len, weft_status_t *status,
                                       const uint8_t **data, size_t *dlen);
+
+/* The arguments of a SCAN (the rest of its kv body); *after points into @p p and is not
+ * NUL-terminated. WEFT_ERR_PROTOCOL when the rest is short, or the resume key is longer
+ * than WEFT_STORE_MAX_KEY or holds a NUL. */
+typedef struct weft_store_scan_wire {
+    uint32_t timeout_ms, min_count, max_bytes;
+    const char *after;
+    size_t alen;
+} weft_store_scan_wire_t;
+weft_status_t weft__store_scan_decode(const uint8_t *rest, size_t len, weft_store_scan_wire_t *out);
+/* A page's header: WEFT_ERR_PROTOCOL when short or when more is neither 0 nor 1. */
+weft_status_t weft__store_page_decode(const uint8_t *p, size_t len, bool *more, uint32_t *count,
+                                      const uint8_t **entries, size_t *elen);
+/* The entry at *p of a page, *p and *left then past it. WEFT_ERR_PROTOCOL when it runs past
+ * the end, or its key is empty, longer than WEFT_STORE_MAX_KEY or holds a NUL. */
+weft_status_t weft__store_page_entry(const uint8_t **p, size_t *left, const char **key,
+                                     size_t *klen, const uint8_t **val, size_t *vlen);
+/* Byte order of keys (the order of a page): <0, 0, >0 as memcmp, a prefix first. */
+int weft__store_key_cmp(const char *a, size_t alen, const char *b, size_t blen);
 
 uint32_t weft__store_get_u32(const uint8_t *p);
 uint64_t weft__store_get_u64(const uint8_t *p);

@@ -7,8 +7,10 @@
  * A turn costs what happened in it, not the number of connections: what a turn changes
  * about a connection (output queued, input paused, death) puts it on the touched list,
  * which the end of the turn flushes, re-arms and reaps; GETs waiting for a key sit in a
- * table by key, watchers on a list of their own, and the timers of waits and leases are
- * scanned only once the earliest of them is due (a renewal only moves a deadline later).
+ * table by key, SCANs waiting for keys in groups by prefix, watchers on a list of their
+ * own, and the timers of waits and leases are scanned only once the earliest of them is
+ * due (a renewal only moves a deadline later). The end of a turn also builds a share of
+ * the pages of due SCANs (server_scan.c), within a cap on the output queued to all.
  *
  * Each connection reads one frame at a time into a buffer of at most one frame (and its
  * tag), stops reading while its pending output is large, and is closed when its pending
@@ -38,6 +40,7 @@
 
 #include "comm/store/server.h"
 #include "util/clock.h"
+#include "util/log_escape.h"
 #include "util/parse.h"
 #define ACCEPT_PAUSE_MS 100 /* after accept() ran out of descriptors */
 #define EPOLL_BATCH 256
@@ -132,6 +135,9 @@ static int run_timers(weft_store_server_t *s)
         }
     }
     next = min_u64(next, s->leases_due_ms);
+    if (s->scans_more) {
+        next = now; /* pages are due: the next turn builds more once requests are read */
+    }
     if (s->accept_resume_ms > now) {
         next = min_u64(next, s->accept_resume_ms);
     } else if (s->nunauth >= WEFT__STORE_MAX_UNAUTH && s->unauth_head != NULL) {
@@ -177,11 +183,11 @@ static void listener_rearm(weft_store_server_t *s)
 }
 
 /*
- * The end of a turn: flush what the touched connections were sent and arm epoll for
- * them, then close the dead, their leases firing first (watchers may be among the
- * survivors of this very turn, and are sent the notices with the next flush).
+ * Flush what the touched connections were sent and arm epoll for them, then close the
+ * dead, their leases firing first (watchers may be among the survivors of this very turn,
+ * and are sent the notices with the next flush).
  */
-static void turn_end(weft_store_server_t *s)
+static void reap(weft_store_server_t *s)
 {
     while (s->touched != NULL) {
         store_conn_t *list = s->touched, *dead = NULL;
@@ -200,15 +206,21 @@ static void turn_end(weft_store_server_t *s)
         }
         for (store_conn_t *c = dead; c != NULL; c = c->touch_next) {
             if (c->lease_key != NULL) {
-                WEFT_DEBUG(s->lg, "store: lease of %s fires: %s", c->peer, c->lease_key);
+                char text[WEFT_STORE_MAX_KEY + 16];
+                WEFT_DEBUG(s->lg, "store: lease of %s fires: %s", c->peer,
+                           weft__log_escape(c->lease_key, strlen(c->lease_key), text,
+                                            sizeof(text)));
                 /* Its charge goes before the notice is stored: a full store still takes it. */
                 char *key = c->lease_key;
                 uint8_t *val = c->lease_val;
                 size_t klen = c->lease_klen, vlen = c->lease_vlen;
                 s->data_bytes -= klen + vlen + ENTRY_OVERHEAD;
+                weft__store_srv_share_sub(s, weft__store_srv_owner(c), klen + vlen + ENTRY_OVERHEAD);
                 c->lease_key = NULL;
                 c->lease_val = NULL;
+                s->writer = weft__store_srv_owner(c); /* its own notice, in its own share */
                 (void)weft__store_srv_put(s, key, klen, val, vlen);
+                s->writer = -1;
                 free(key);
                 free(val);
             }
@@ -219,6 +231,15 @@ static void turn_end(weft_store_server_t *s)
             weft__store_srv_free(s, c);
         }
     }
+}
+
+/* The end of a turn: what the turn changed is flushed and reaped, then a share of the due
+ * SCANs is answered (server_scan.c) and flushed in turn. */
+static void turn_end(weft_store_server_t *s)
+{
+    reap(s);
+    s->scans_more = weft__store_srv_scans_serve(s);
+    reap(s);
     listener_rearm(s);
 }
 
@@ -340,6 +361,8 @@ static void server_free(weft_store_server_t *s)
     free(s->buckets);
     weft__store_srv_dirs_free(s);
     free(s->waits);
+    weft__store_srv_scans_free(s);
+    weft__store_srv_shares_free(s);
     if (s->epfd >= 0) {
         close(s->epfd);
     }
@@ -366,6 +389,7 @@ static weft_status_t server_init(weft_store_server_t *s, const char *token,
     s->lg = lg;
     s->epfd = s->listen_fd = s->wake_rd = s->wake_wr = -1;
     s->waits_due_ms = s->leases_due_ms = UINT64_MAX;
+    s->writer = -1;
     s->nbuckets = 64;
     s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
     s->nwait_buckets = 1024;
@@ -571,6 +595,8 @@ bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size
         while (weft__store_srv_wants_input(c) && (s->feed_len > 0 || s->feed_eof)) {
             weft__store_srv_read(s, c);
         }
+        while (weft__store_srv_scans_serve(s)) {
+        }
         taken = n - s->feed_len;
         s->feed = NULL;
         s->feed_len = 0;
@@ -579,6 +605,7 @@ bool weft__store_server_feed(weft_store_server_t *s, int id, const void *p, size
             weft__store_buf_put(out, c->out.data + c->out_off, weft__store_srv_pending(c)) == WEFT_OK) {
             s->queued -= weft__store_srv_pending(c);
             c->out_off = c->out.len;
+            weft__store_srv_flush(s, c); /* sent: compacted as after a real send */
         }
         (void)run_timers(s);
     }

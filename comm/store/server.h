@@ -1,9 +1,9 @@
 /*
  * Inside the store server, shared by its files: server.c (the epoll loop, its timers, the
  * public calls), server_conn.c (connections: their input, output, opening and closing),
- * server_req.c (the map, the requests, the handshake and what each connection may write)
- * and server_index.c (keys by directory, watchers by prefix). Everything here runs with
- * the server's mutex held.
+ * server_req.c (the map, the requests, the handshake and what each connection may write),
+ * server_index.c (keys by directory, watchers by prefix) and server_scan.c (SCANs: their
+ * waits and their pages). Everything here runs with the server's mutex held.
  */
 #ifndef WEFT_STORE_SERVER_H
 #define WEFT_STORE_SERVER_H
@@ -24,8 +24,16 @@ typedef struct store_entry {
     store_dir_t *dir; /* server_index.c */
     uint8_t *val;
     size_t vlen, klen;
+    int64_t owner; /* member id charged for it (server_quota.c); -1: nobody's share */
     char key[]; /* klen bytes and a NUL */
 } store_entry_t;
+
+/* A member's share of the store's memory in use (server_quota.c). */
+typedef struct store_share {
+    uint32_t id;
+    bool used;
+    size_t bytes;
+} store_share_t;
 
 /* The keys of one directory: the part of a key up to and including its last '/'. */
 struct store_dir {
@@ -36,6 +44,33 @@ struct store_dir {
 };
 
 typedef struct store_conn store_conn_t;
+typedef struct store_scan_group store_scan_group_t;
+
+/*
+ * A SCAN not answered yet: parked in its group until enough keys are under its prefix (or
+ * its deadline passes), then due: on the server's queue of pages to build, which are built
+ * while the output queued to all connections has room (server_scan.c).
+ */
+typedef struct store_scan {
+    struct store_scan *prev, *next; /* in its group (by min_count), or on s->due */
+    struct store_scan *conn_next;   /* in its connection's list */
+    store_scan_group_t *group;      /* NULL once due */
+    store_conn_t *conn;
+    uint32_t id; /* of the SCAN, for its RESP */
+    uint32_t min_count, max_bytes;
+    uint64_t deadline_ms;
+    size_t plen, alen;
+    char text[]; /* the prefix and a NUL, the key to resume after and a NUL */
+} store_scan_t;
+
+/* The parked SCANs of one prefix, and how many keys are under it now. */
+struct store_scan_group {
+    store_scan_group_t *next;
+    store_scan_t *head, *tail; /* by min_count, smallest first */
+    size_t count;
+    size_t plen;
+    char prefix[]; /* plen bytes and a NUL */
+};
 
 /* The connections that watch one prefix. */
 typedef struct store_watch_group {
@@ -69,7 +104,7 @@ struct store_conn {
     store_conn_t *touch_next;
     uint32_t ev; /* epoll events registered */
     char peer[64];
-    char host[64]; /* the peer's address without its port: the unit of the per-address cap */
+    char host[64]; /* the unit of the per-address cap: weft__store_srv_addr_unit() */
     uint64_t opened_ms;
     store_conn_t *unauth_prev, *unauth_next; /* s->unauth, oldest first, while CONN_AUTH */
     uint8_t nonce[WEFT__STORE_NONCE_LEN];
@@ -90,7 +125,9 @@ struct store_conn {
     weft_store_buf_t out;
     size_t out_off;
     store_wait_t *waits; /* its GETs waiting for their keys */
-    unsigned nwaits;
+    store_scan_t *scans; /* its SCANs not answered yet */
+    store_scan_t *parked; /* of them, the one waiting for its count; NULL if none */
+    unsigned nwaits;      /* GETs and SCANs */
     /* The group of the prefix it watches, NULL if none. */
     store_watch_group_t *wgroup;
     store_conn_t *watch_prev, *watch_next;
@@ -114,6 +151,11 @@ struct weft_store_server {
     void *on_lapse_arg;
     store_entry_t **buckets;
     size_t nbuckets, nentries, data_bytes;
+    struct {
+        store_share_t *v; /* open addressing by member id */
+        size_t cap, n;
+    } shares;
+    int64_t writer; /* member id the request being served writes for; -1: nobody's share */
     store_conn_t **conns; /* every connection, each at its slot */
     size_t nconns, cap_conns;
     size_t nauth;   /* authenticated ones, not dead */
@@ -125,7 +167,21 @@ struct weft_store_server {
     store_conn_t *touched;
     store_wait_t **waits; /* by key */
     size_t nwait_buckets, nwaits;
-    uint64_t waits_due_ms;  /* no wait expires before this */
+    uint64_t waits_due_ms; /* no wait (GET or SCAN) expires before this */
+    store_scan_group_t *scan_groups;
+    store_scan_t *due_head, *due_tail; /* SCANs whose page is to be built */
+    uint64_t keys_gen; /* counts keys created and removed: the sorted view below is stale
+                        * once it has moved */
+    struct {
+        const store_entry_t **v; /* the keys under prefix, in byte order */
+        size_t n, cap;
+        uint64_t gen;
+        bool valid;
+        size_t plen;
+        char prefix[WEFT_STORE_MAX_KEY + 1];
+    } sorted;
+    weft_store_buf_t page;  /* where a page is built */
+    bool scans_more;        /* due SCANs may be served: the next turn comes at once */
     uint64_t leases_due_ms; /* no lease lapses before this */
     size_t queued; /* output bytes queued to all connections */
     uint64_t accept_resume_ms;
@@ -209,5 +265,46 @@ weft_status_t weft__store_srv_watch(weft_store_server_t *s, store_conn_t *c, con
 void weft__store_srv_unwatch(weft_store_server_t *s, store_conn_t *c);
 /* Sends the watchers of @p e's prefixes its event. */
 void weft__store_srv_notify(weft_store_server_t *s, const store_entry_t *e);
+
+/* ---- server_scan.c ---- */
+
+/* The SCAN in c->in, its prefix and the rest of its body: parked, queued or answered.
+ * False when its arguments are malformed (the caller closes the connection). */
+bool weft__store_srv_scan(weft_store_server_t *s, store_conn_t *c, const char *prefix, size_t plen,
+                          const uint8_t *rest, size_t rlen);
+/* A key was created, or is about to be removed: the counts of the parked SCANs whose prefix
+ * it has, and the sorted view of keys. */
+void weft__store_srv_scan_key_added(weft_store_server_t *s, const store_entry_t *e);
+void weft__store_srv_scan_key_removed(weft_store_server_t *s, const store_entry_t *e);
+/* Builds the pages of due SCANs while the output queued to all connections is below
+ * WEFT__STORE_SCAN_QUEUED; those of a connection whose own output piles up wait. Whether
+ * one was answered. */
+bool weft__store_srv_scans_serve(weft_store_server_t *s);
+/* Answers the parked SCANs due by @p now with WEFT_ERR_TIMEOUT; the next deadline of one
+ * (UINT64_MAX: none). */
+uint64_t weft__store_srv_scans_expire(weft_store_server_t *s, uint64_t now);
+/* Drops every SCAN of @p c (it closes). */
+void weft__store_srv_scans_drop(weft_store_server_t *s, store_conn_t *c);
+/* Frees the sorted view and the page buffer (the server stops; its connections are gone). */
+void weft__store_srv_scans_free(weft_store_server_t *s);
+
+/* The unit of the per-address cap on handshakes for a peer at @p host (server_conn.c). */
+void weft__store_srv_addr_unit(const char *host, char *out, size_t len);
+
+/* ---- members' shares of the store (server_quota.c) ---- */
+/* What a connection's writes are charged to: its member id (joiners without one share
+ * one), or -1 for a launcher. */
+static inline int64_t weft__store_srv_owner(const store_conn_t *c)
+{
+    return c->role == WEFT__STORE_ROLE_MEMBER ? (int64_t)c->id : -1;
+}
+size_t weft__store_srv_share_of(const weft_store_server_t *s, int64_t owner);
+/* Whether @p owner may hold @p take bytes more once @p give_back of its own are freed. */
+bool weft__store_srv_share_fits(const weft_store_server_t *s, int64_t owner, size_t give_back,
+                                size_t take);
+/* Charge (false: no memory for the table) or refund @p owner; -1 is charged nothing. */
+bool weft__store_srv_share_add(weft_store_server_t *s, int64_t owner, size_t bytes);
+void weft__store_srv_share_sub(weft_store_server_t *s, int64_t owner, size_t bytes);
+void weft__store_srv_shares_free(weft_store_server_t *s);
 
 #endif

@@ -5,6 +5,7 @@
  * authenticate (weft__store_srv_open). Called from the loop of server.c with the
  * server's mutex held.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -53,10 +54,18 @@ size_t weft__store_srv_pending(const store_conn_t *c)
     return c->out.len - c->out_off;
 }
 
+/* Output buffers larger than this are given back once emptied: a burst of events (a
+ * watcher's first pass over the keys, a large GET) would otherwise pin its peak for the
+ * connection's life (six idle watchers held some 200 MB). */
+#define OUT_KEEP (64u * 1024)
+
 static void conn_compact(store_conn_t *c)
 {
     if (c->out_off == c->out.len) {
         c->out.len = c->out_off = 0;
+        if (c->out.cap > OUT_KEEP) {
+            weft__store_buf_free(&c->out);
+        }
     } else if (c->out_off > c->out.len / 2) {
         memmove(c->out.data, c->out.data + c->out_off, weft__store_srv_pending(c));
         c->out.len -= c->out_off;
@@ -175,6 +184,8 @@ void weft__store_srv_lease_clear(weft_store_server_t *s, store_conn_t *c)
 {
     if (c->lease_key != NULL) {
         s->data_bytes -= c->lease_klen + c->lease_vlen + ENTRY_OVERHEAD;
+        weft__store_srv_share_sub(s, weft__store_srv_owner(c),
+                                  c->lease_klen + c->lease_vlen + ENTRY_OVERHEAD);
     }
     free(c->lease_key);
     free(c->lease_val);
@@ -308,7 +319,9 @@ void weft__store_srv_read(weft_store_server_t *s, store_conn_t *c)
         if (c->state == CONN_AUTH) {
             weft__store_srv_auth(s, c);
         } else {
+            s->writer = weft__store_srv_owner(c); /* whose share its writes take */
             weft__store_srv_request(s, c);
+            s->writer = -1;
         }
         if (c->in_cap > 65536) { /* keep one big SET from pinning a megabyte per client */
             free(c->in);
@@ -356,6 +369,7 @@ void weft__store_srv_free(weft_store_server_t *s, store_conn_t *c)
     while (c->waits != NULL) {
         weft__store_srv_wait_free(s, c->waits);
     }
+    weft__store_srv_scans_drop(s, c);
     weft__store_srv_lease_clear(s, c);
     s->queued -= weft__store_srv_pending(c);
     if (c->fd >= 0) {
@@ -456,6 +470,34 @@ static bool unauth_admit(weft_store_server_t *s, store_conn_t *c)
     return true;
 }
 
+/*
+ * The unit of the per-address cap for a peer at @p host: the address, but all of
+ * 127.0.0.0/8 as one (every one of its 16 million addresses reaches this host, so a
+ * local flood could otherwise take a share per address) and an IPv6 address's /64 (what
+ * one machine is given). An IPv4 address in IPv6 form counts as the IPv4 one.
+ */
+void weft__store_srv_addr_unit(const char *host, char *out, size_t len)
+{
+    unsigned char a[16];
+    if (inet_pton(AF_INET6, host, a) == 1) {
+        static const unsigned char v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (memcmp(a, v4mapped, sizeof(v4mapped)) != 0) {
+            snprintf(out, len, "%02x%02x:%02x%02x:%02x%02x:%02x%02x::/64", a[0], a[1], a[2], a[3],
+                     a[4], a[5], a[6], a[7]);
+            return;
+        }
+        memmove(a, a + 12, 4);
+    } else if (inet_pton(AF_INET, host, a) != 1) {
+        snprintf(out, len, "%s", host); /* not an address (a test's fake peer): itself */
+        return;
+    }
+    if (a[0] == 127) {
+        snprintf(out, len, "127.0.0.0/8");
+    } else {
+        snprintf(out, len, "%u.%u.%u.%u", a[0], a[1], a[2], a[3]);
+    }
+}
+
 /* A new connection: greet it with the nonce it must prove the token against. */
 void weft__store_srv_open(weft_store_server_t *s, int fd, const char *peer, const char *host)
 {
@@ -471,7 +513,7 @@ void weft__store_srv_open(weft_store_server_t *s, int fd, const char *peer, cons
     }
     c->fd = fd;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
-    snprintf(c->host, sizeof(c->host), "%s", host);
+    weft__store_srv_addr_unit(host, c->host, sizeof(c->host));
     c->opened_ms = weft__now_ms();
     c->state = CONN_AUTH;
     c->deadline_ms = c->opened_ms + WEFT__STORE_AUTH_TIMEOUT_MS;

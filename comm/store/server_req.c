@@ -13,6 +13,7 @@
 #include "comm/store/server.h"
 #include "util/clock.h"
 #include "util/hash.h"
+#include "util/log_escape.h"
 #include "util/parse.h"
 
 /* ---- the map ---- */
@@ -56,8 +57,10 @@ void weft__store_srv_remove(weft_store_server_t *s, store_entry_t **slot)
 {
     store_entry_t *e = *slot;
     *slot = e->next;
+    weft__store_srv_scan_key_removed(s, e);
     weft__store_srv_dir_unlink(s, e);
     s->data_bytes -= e->klen + e->vlen + ENTRY_OVERHEAD;
+    weft__store_srv_share_sub(s, e->owner, e->klen + e->vlen + ENTRY_OVERHEAD);
     s->nentries--;
     free(e->val);
     free(e);
@@ -94,7 +97,7 @@ static void wait_park(weft_store_server_t *s, store_conn_t *c, const char *key, 
                       uint32_t timeout_ms)
 {
     if (c->nwaits >= WEFT__STORE_MAX_WAITS) {
-        WEFT_WARN(s->lg, "store: refused a GET of %.*s by %s: %d of its GETs wait already",
+        WEFT_WARN(s->lg, "store: refused a GET of %.*s by %s: %d of its requests wait already",
                   (int)klen, key, c->peer, WEFT__STORE_MAX_WAITS);
         weft__store_srv_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
         return;
@@ -131,7 +134,7 @@ static void wait_park(weft_store_server_t *s, store_conn_t *c, const char *key, 
 
 uint64_t weft__store_srv_waits_expire(weft_store_server_t *s, uint64_t now)
 {
-    uint64_t next = UINT64_MAX;
+    uint64_t next = weft__store_srv_scans_expire(s, now);
     for (size_t i = 0; i < s->nwait_buckets; i++) {
         for (store_wait_t *w = s->waits[i], *n; w != NULL; w = n) {
             n = w->next;
@@ -174,6 +177,22 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
                   key);
         return WEFT_ERR_NO_MEMORY;
     }
+    /* The writer's share: what it held of this key before is given back first. */
+    size_t old_size = e != NULL ? e->klen + e->vlen + ENTRY_OVERHEAD : 0;
+    size_t new_size = klen + vlen + ENTRY_OVERHEAD;
+    int64_t w = s->writer;
+    if (!weft__store_srv_share_fits(s, w, e != NULL && e->owner == w ? old_size : 0, new_size)) {
+        char text[WEFT_STORE_MAX_KEY + 16];
+        WEFT_WARN(s->lg,
+                  "store: member %lld's share of the store is full (%zu of %u bytes), refusing "
+                  "to set %s",
+                  (long long)w, weft__store_srv_share_of(s, w), WEFT__STORE_MEMBER_SHARE,
+                  weft__log_escape(key, klen, text, sizeof(text)));
+        return WEFT_ERR_NO_MEMORY;
+    }
+    if (!weft__store_srv_share_add(s, w, 0)) { /* its slot in the table, before any change */
+        return WEFT_ERR_NO_MEMORY;
+    }
     uint8_t *copy = malloc(vlen > 0 ? vlen : 1);
     if (copy == NULL) {
         return WEFT_ERR_NO_MEMORY;
@@ -181,7 +200,8 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
     if (vlen > 0) {
         memcpy(copy, val, vlen);
     }
-    if (e == NULL) {
+    bool created = e == NULL;
+    if (created) {
         e = malloc(sizeof(*e) + klen + 1);
         if (e == NULL) {
             free(copy);
@@ -193,6 +213,7 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
         e->vlen = 0;
         e->val = NULL;
         e->next = NULL;
+        e->owner = -1;
         if (weft__store_srv_dir_link(s, e) != WEFT_OK) {
             free(e);
             free(copy);
@@ -203,10 +224,16 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
         s->data_bytes += klen + ENTRY_OVERHEAD;
     }
     s->data_bytes = s->data_bytes - e->vlen + vlen;
+    weft__store_srv_share_sub(s, e->owner, created ? 0 : old_size);
+    (void)weft__store_srv_share_add(s, w, new_size); /* its slot exists: cannot fail */
+    e->owner = w;
     free(e->val);
     e->val = copy;
     e->vlen = vlen;
     publish(s, e);
+    if (created) {
+        weft__store_srv_scan_key_added(s, e);
+    }
     if (s->nentries > s->nbuckets) {
         map_grow(s);
     }
@@ -329,6 +356,32 @@ static bool key_names_member(const char *key, size_t klen, const char *kind, int
  * member's claim, address or topology, or write another's failure notice but as a
  * report signed with its own id.
  */
+/* Whether @p key, after some namespace (a prefix ending in '/'), has one of the @p n
+ * shapes ('#': a decimal number of 1 to 10 digits). */
+static bool key_shaped(const char *key, size_t klen, const char *const *shapes, size_t n)
+{
+    for (size_t at = 1; at < klen; at++) {
+        if (key[at - 1] != '/') {
+            continue;
+        }
+        for (size_t p = 0; p < n; p++) {
+            size_t i = at;
+            bool match = true;
+            for (const char *f = shapes[p]; *f != '\0' && match; f++) {
+                size_t from = i;
+                while (*f == '#' && i < klen && i - from < 10 && key[i] >= '0' && key[i] <= '9') {
+                    i++;
+                }
+                match = *f == '#' ? i > from : i < klen && key[i++] == *f;
+            }
+            if (match && i == klen) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const char *key,
                            size_t klen, const uint8_t *val, size_t vlen)
 {
@@ -351,28 +404,18 @@ static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const c
          * notices, counters and everything else stay. */
         static const char *const finished[] = {"g/#/#/next",  "g/#/#/applied", "g/#/join/#",
                                                "g/#/admit/#", "split/#/#/#",   "failed/g#.#"};
-        for (size_t at = 1; at < klen; at++) {
-            if (key[at - 1] != '/') {
-                continue;
-            }
-            for (size_t p = 0; p < sizeof(finished) / sizeof(finished[0]); p++) {
-                size_t i = at;
-                bool match = true;
-                for (const char *f = finished[p]; *f != '\0' && match; f++) {
-                    size_t from = i;
-                    while (*f == '#' && i < klen && i - from < 10 && key[i] >= '0' &&
-                           key[i] <= '9') {
-                        i++;
-                    }
-                    match = *f == '#' ? i > from : i < klen && key[i++] == *f;
-                }
-                if (match && i == klen) {
-                    return NULL;
-                }
-            }
-        }
-        return "a member deletes only the agreement keys of finished epochs (decisions and "
-               "their counts, split records, revocation notices, join slots, admissions)";
+        return key_shaped(key, klen, finished, sizeof(finished) / sizeof(finished[0]))
+                   ? NULL
+                   : "a member deletes only the agreement keys of finished epochs (decisions "
+                     "and their counts, split records, revocation notices, join slots, "
+                     "admissions)";
+    }
+    /* What members agree on is created once, by SET_NX, whose answer is the value that
+     * won: a plain SET would replace an agreed decision (or a join slot's occupant) under
+     * the members that read it. */
+    static const char *const once[] = {"g/#/#/next", "g/#/join/#"};
+    if (type == WEFT__STORE_SET && key_shaped(key, klen, once, sizeof(once) / sizeof(once[0]))) {
+        return "a decision or a join slot is created once, with SET_NX";
     }
     if (notice && id != c->id) {
         char sign[48];
@@ -454,6 +497,12 @@ static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *ke
     weft__store_srv_lease_clear(s, c);
     if (ttl > 0) {
         size_t charge = klen + rlen - 4 + ENTRY_OVERHEAD;
+        if (!weft__store_srv_share_fits(s, weft__store_srv_owner(c), 0, charge) ||
+            !weft__store_srv_share_add(s, weft__store_srv_owner(c), 0)) {
+            WEFT_WARN(s->lg, "store: the share of %s is full, refusing its lease", c->peer);
+            weft__store_srv_resp(s, c, WEFT_ERR_NO_MEMORY, NULL, 0);
+            return;
+        }
         if (s->data_bytes + charge > WEFT__STORE_MAX_DATA) {
             WEFT_WARN(s->lg, "store: full (%zu bytes), refusing a lease on %.*s", s->data_bytes,
                       (int)klen, key);
@@ -471,6 +520,7 @@ static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *ke
             return;
         }
         s->data_bytes += charge;
+        (void)weft__store_srv_share_add(s, weft__store_srv_owner(c), charge);
         memcpy(c->lease_key, key, klen);
         c->lease_key[klen] = '\0';
         c->lease_klen = klen;
@@ -488,7 +538,8 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c)
     const uint8_t *rest;
     size_t klen, rlen;
     if ((c->in_type < WEFT__STORE_SET || c->in_type > WEFT__STORE_WATCH) &&
-        c->in_type != WEFT__STORE_SET_NX && c->in_type != WEFT__STORE_LEASE) {
+        c->in_type != WEFT__STORE_SET_NX && c->in_type != WEFT__STORE_LEASE &&
+        c->in_type != WEFT__STORE_SCAN) {
         conn_protocol_error(s, c, "unexpected message type");
         return;
     }
@@ -496,15 +547,19 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c)
         conn_protocol_error(s, c, "malformed request body");
         return;
     }
-    if (klen == 0 && c->in_type != WEFT__STORE_WATCH) {
+    /* Reads take a prefix, which may be empty; writes a key. */
+    bool read = c->in_type == WEFT__STORE_GET || c->in_type == WEFT__STORE_WATCH ||
+                c->in_type == WEFT__STORE_SCAN;
+    if (klen == 0 && c->in_type != WEFT__STORE_WATCH && c->in_type != WEFT__STORE_SCAN) {
         weft__store_srv_resp(s, c, WEFT_ERR_INVALID_ARG, NULL, 0);
         return;
     }
-    if (c->in_type != WEFT__STORE_GET && c->in_type != WEFT__STORE_WATCH) {
+    if (!read) {
         const char *why = refusal(c, c->in_type, key, klen, rest, rlen);
         if (why != NULL) {
-            WEFT_WARN(s->lg, "store: refused a write of %.*s by %s: %s", (int)klen, key, c->peer,
-                      why);
+            char text[WEFT_STORE_MAX_KEY + 16]; /* the member chose the key: escaped */
+            WEFT_WARN(s->lg, "store: refused a write of %s by %s: %s",
+                      weft__log_escape(key, klen, text, sizeof(text)), c->peer, why);
             weft__store_srv_resp(s, c, WEFT_ERR_AUTH, NULL, 0);
             return;
         }
@@ -551,6 +606,11 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c)
     case WEFT__STORE_LEASE:
         if (rlen >= 4 && rlen - 4 <= WEFT__STORE_MAX_VALUE) {
             handle_lease(s, c, key, klen, rest, rlen);
+            return;
+        }
+        break;
+    case WEFT__STORE_SCAN:
+        if (weft__store_srv_scan(s, c, key, klen, rest, rlen)) {
             return;
         }
         break;

@@ -1,9 +1,9 @@
 /*
  * The rendezvous store: a small TCP key-value service (set / get-wait / add / delete /
- * watch-a-prefix). The server runs in weftrun (or any process) on its own thread; ranks
- * talk to it through the client. Every connection starts with a challenge-response in
- * which each side proves it holds the job token (HMAC-SHA256 keyed by the token), and
- * every later frame carries a MAC under a key of that session (comm/store/proto.h).
+ * watch-a-prefix / scan-a-prefix). The server runs in weftrun (or any process) on its own thread;
+ * ranks talk to it through the client. Every connection starts with a challenge-response in which
+ * each side proves it holds the job token (HMAC-SHA256 keyed by the token), and every later frame
+ * carries a MAC under a key of that session (comm/store/proto.h).
  *
  * Frames are length-prefixed with a hard cap (WEFT_STORE_MAX_FRAME); a malformed,
  * oversized or truncated frame closes that connection with a logged error.
@@ -106,6 +106,74 @@ weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix);
  */
 weft_status_t weft__store_next_event(weft_store_client_t *c, int timeout_ms, char **key,
                                      void **val, size_t *len);
+
+/*
+ * Scans: every key under a prefix and its value, in pages, in byte order of the keys (the
+ * order and the paging of etcd's range requests, which a store on etcd would use). A scan
+ * may first wait until at least a number of keys are under the prefix: weft_init reads
+ * the addresses of all members with one request (docs/store-protocol.md, "Scans").
+ */
+typedef struct weft_store_scan_args {
+    const char *prefix; /* "" scans every key */
+    const char *after;  /* list the keys after this one; NULL or "": from the first */
+    uint32_t min_count; /* wait until this many keys are under the prefix (0: none) */
+    int timeout_ms;     /* for them, then WEFT_ERR_TIMEOUT */
+    uint32_t max_bytes; /* of a page's entries (6 bytes each besides key and value); 0:
+                         * the most a frame holds. A page holds at least one entry. */
+} weft_store_scan_args_t;
+
+/* One key of a page and its value; both NUL-terminated, the value @p len bytes before. */
+typedef struct weft_store_kv {
+    const char *key;
+    const void *val;
+    size_t len;
+} weft_store_kv_t;
+
+/* A page of a scan: @p n keys in byte order; @p more when keys under the prefix follow the
+ * last of them (scan again after it). weft__store_page_free releases it. */
+typedef struct weft_store_page {
+    weft_store_kv_t *kv;
+    size_t n;
+    bool more;
+    void *mem;
+} weft_store_page_t;
+
+void weft__store_page_free(weft_store_page_t *page);
+
+/* A scan under way (weft__store_scan_start): finished by weft__store_scan_wait or
+ * weft__store_scan_cancel, by one thread. */
+typedef struct weft_store_scan weft_store_scan_t;
+
+/*
+ * Sends the scan and returns at once; its answer is collected with weft__store_scan_wait.
+ * A connection has one scan waiting for its min_count in the store at most: the store
+ * answers an earlier one WEFT_ERR_TIMEOUT when a later one waits. Returns WEFT_OK,
+ * WEFT_ERR_INVALID_ARG (a prefix or resume key longer than WEFT_STORE_MAX_KEY, a negative
+ * timeout), WEFT_ERR_NO_MEMORY, or WEFT_ERR_IO (the store is lost); *scan is set on
+ * WEFT_OK only.
+ */
+weft_status_t weft__store_scan_start(weft_store_client_t *c, const weft_store_scan_args_t *args,
+                                     weft_store_scan_t **scan);
+/*
+ * Waits up to @p wait_ms for the answer of @p scan. WEFT_INPROGRESS: not come yet, call
+ * again (or cancel). Anything else finishes the scan, which is freed: WEFT_OK with *page
+ * filled, WEFT_ERR_TIMEOUT (fewer than min_count keys within the timeout),
+ * WEFT_ERR_NO_MEMORY (the store's memory, or a value too large for a page: read that key
+ * with weft__store_get), or the errors of a lost or broken connection (WEFT_ERR_IO,
+ * WEFT_ERR_PROTOCOL for a malformed page). The store's own wait is not cut short by this
+ * one: the answer comes at the latest WEFT__STORE_IO_TIMEOUT_MS after the scan's timeout.
+ */
+weft_status_t weft__store_scan_wait(weft_store_scan_t *scan, int wait_ms, weft_store_page_t *page);
+/* Gives up on @p scan and frees it; its answer, if it comes, is dropped. */
+void weft__store_scan_cancel(weft_store_scan_t *scan);
+/* weft__store_scan_start, then weft__store_scan_wait until the answer comes. */
+weft_status_t weft__store_scan(weft_store_client_t *c, const weft_store_scan_args_t *args,
+                               weft_store_page_t *page);
+/* Requests sent on @p c since it connected, the handshake not counted (0 for NULL):
+ * one per set, get, add, delete, set_nx, lease, watch and scan (one per page); events
+ * and answers are not requests. Thread-safe. */
+uint64_t weft__store_requests(const weft_store_client_t *c);
+
 int weft__store_fd(const weft_store_client_t *c);
 /*
  * For an exit handler, before OpenSSL's own runs: from now on no thread seals or checks a

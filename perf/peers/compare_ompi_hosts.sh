@@ -45,7 +45,7 @@ bin=$build/bin
 ranks=$((hosts * per))
 tmp=$NSH_DIR/cmp
 mkdir -p "$tmp"
-"$bin/weftrun" --new-token >"$tmp/token"
+(umask 077 && "$bin/weftrun" --new-token >"$tmp/token") # --token-file wants it private
 store="$("$NSH_BED" addr 0):29500"
 for ((i = 0; i < hosts; i++)); do
     printf '%s slots=%d\n' "$("$NSH_BED" addr $i)" "$per"

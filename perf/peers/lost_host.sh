@@ -32,7 +32,7 @@ bin=$build/bin
 hosts=$NSH_HOSTS
 tmp=$NSH_DIR/lost
 mkdir -p "$tmp"
-"$bin/weftrun" --new-token >"$tmp/token"
+(umask 077 && "$bin/weftrun" --new-token >"$tmp/token") # --token-file wants it private
 store="$("$NSH_BED" addr 0):29500"
 yield=()
 if [ $((hosts * per)) -gt "$(nproc)" ]; then

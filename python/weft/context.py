@@ -245,9 +245,9 @@ def _namespace(ns):
 
 
 def init(settings=None):
-    """weft_init(): create a context from the launcher's environment (weftrun; mpirun,
-    Hydra's mpiexec, torchrun or srun with WEFT_STORE from weftrun --store-only; a single
-    rank without one). Collective over the job. On failure the exception's detail says
+    """weft_init(): create a context from the launcher's environment (weftrun; srun
+    --mpi=pmix or mpirun through PMIx; Hydra's mpiexec, torchrun or srun with WEFT_STORE
+    and WEFT_JOB_TOKEN_FILE from weftrun --store-only; a single rank without one). Collective over the job. On failure the exception's detail says
     why (weft_last_error of the failed weft_init: a bad WEFT_* setting names the variable
     and its value).
 

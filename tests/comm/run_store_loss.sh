@@ -39,10 +39,10 @@ await() {
 
 "$weftrun" --store-only --timeout 100 >"$dir/store.out" 2>"$dir/store.err" &
 store_pid=$!
-await 'grep -q WEFT_JOB_TOKEN "$dir/store.out"' 20 || fail "the store did not start"
-export WEFT_STORE WEFT_JOB_TOKEN
+await 'grep -q WEFT_JOB_TOKEN_FILE "$dir/store.out"' 20 || fail "the store did not start"
+export WEFT_STORE WEFT_JOB_TOKEN_FILE
 WEFT_STORE=$(sed -n 's/^WEFT_STORE=//p' "$dir/store.out")
-WEFT_JOB_TOKEN=$(sed -n 's/^WEFT_JOB_TOKEN=//p' "$dir/store.out")
+WEFT_JOB_TOKEN_FILE=$(sed -n 's/^WEFT_JOB_TOKEN_FILE=//p' "$dir/store.out")
 # WEFT_FAILURE_TIMEOUT_MS stays at its default (2000 ms). Without the bound on waits a
 # blocked collective would end after WEFT_TIMEOUT_MS, set short so as not to hang ctest.
 export WEFT_TIMEOUT_MS=20000

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -17,6 +19,7 @@ static const char *const all_vars[] = {
     "WEFT_LOCAL_SIZE",
     "WEFT_STORE",
     "WEFT_JOB_TOKEN",
+    "WEFT_JOB_TOKEN_FILE",
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -284,6 +287,35 @@ static void test_no_store_refused(void **state)
     assert_non_null(strstr(why, "MASTER_ADDR and MASTER_PORT are torch's store"));
 }
 
+/* WEFT_JOB_TOKEN_FILE: the token from a file only this user can read; a file that others
+ * can read, or one that is not there, fails with the reason instead. */
+static void test_token_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/weft-test-token-XXXXXX";
+    int fd = mkstemp(path); /* 0600 */
+    assert_true(fd >= 0);
+    const char *tok = "00112233445566778899aabbccddeeff\n";
+    assert_int_equal(write(fd, tok, strlen(tok)), (ssize_t)strlen(tok));
+    close(fd);
+    weft_boot_t b;
+    char why[640] = "";
+    setenv("WEFT_RANK", "0", 1);
+    setenv("WEFT_WORLD_SIZE", "2", 1);
+    setenv("WEFT_STORE", "h:1", 1);
+    setenv("WEFT_JOB_TOKEN_FILE", path, 1);
+    assert_int_equal(weft__bootstrap(&lg, &b, why, sizeof(why)), WEFT_OK);
+    assert_string_equal(b.token, "00112233445566778899aabbccddeeff");
+    weft__bootstrap_forget_token();
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(weft__bootstrap(&lg, &b, why, sizeof(why)), WEFT_ERR_AUTH);
+    assert_non_null(strstr(why, "WEFT_JOB_TOKEN_FILE"));
+    assert_non_null(strstr(why, "mode 0644"));
+    unlink(path);
+    assert_int_equal(weft__bootstrap(&lg, &b, why, sizeof(why)), WEFT_ERR_AUTH);
+    assert_non_null(strstr(why, "cannot read"));
+}
+
 /* A PMIx server started the process (srun --mpi=pmix, mpirun) and no store is given: not
  * refused, PMIx takes over; a store, when given, still wins, and a joiner needs one. */
 static void test_pmix_without_store(void **state)
@@ -398,6 +430,7 @@ int main(void)
         cmocka_unit_test_setup(test_token_taken_from_environment, setup),
         cmocka_unit_test_setup(test_store_absent_one_error, setup),
         cmocka_unit_test_setup(test_pmix_without_store, setup),
+        cmocka_unit_test_setup(test_token_file, setup),
         cmocka_unit_test_setup(test_pmix_library_absent, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

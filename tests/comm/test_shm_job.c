@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "comm/shm/shm.h"
 #include "comm/shm/shm_job.h"
 
 #define TOKEN "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -218,10 +220,33 @@ static void test_lock_file_again(void **state)
     assert_false(exists(seg(&a, "ctl")));
 }
 
+/* A segment another user made first, or one others may read, is not attached to. */
+static void test_segment_owner(void **state)
+{
+    (void)state;
+    char name[64], why[200] = "";
+    snprintf(name, sizeof(name), "/weft-test-owner-%d", (int)getpid());
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert_true(fd >= 0);
+    assert_true(weft__shm_fd_private(fd, why, sizeof(why)));
+    assert_int_equal(fchmod(fd, 0666), 0); /* anyone may read and write it */
+    assert_false(weft__shm_fd_private(fd, why, sizeof(why)));
+    assert_non_null(strstr(why, "mode 0666"));
+    assert_int_equal(fchmod(fd, 0600), 0);
+    if (geteuid() == 0) { /* root can make it another user's, as that user would have */
+        assert_int_equal(fchown(fd, 65534, 65534), 0);
+        assert_false(weft__shm_fd_private(fd, why, sizeof(why)));
+        assert_non_null(strstr(why, "uid 65534"));
+    }
+    close(fd);
+    shm_unlink(name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_segment_owner),
         cmocka_unit_test_setup_teardown(test_dead_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_live_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_lock_file, setup, teardown),

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "comm/store/store.h"
+#include "util/secret_file.h"
 #include "weft/weft.h"
 
 #define ITERS 500
@@ -128,8 +129,10 @@ static int await_address(void)
     weft_store_client_t *c;
     void *val;
     size_t len;
-    if (weft__store_connect(getenv("WEFT_STORE"), getenv("WEFT_JOB_TOKEN"), 10000, NULL, &c) !=
-        WEFT_OK) {
+    char token[80]; /* weftrun --store-only hands it out in a file */
+    const char *file = getenv("WEFT_JOB_TOKEN_FILE");
+    if (file == NULL || !weft__read_secret_file(file, token, sizeof(token), NULL, 0) ||
+        weft__store_connect(getenv("WEFT_STORE"), token, 10000, NULL, &c) != WEFT_OK) {
         return 1;
     }
     weft_status_t st = weft__store_get(c, "weft/addr/0", LOSS_WAIT_MS, &val, &len);

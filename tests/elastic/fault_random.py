@@ -658,7 +658,9 @@ def calibrate(bindir, jobs):
     """Microseconds per step of a 3-rank and of an 8-rank job, with `jobs` such jobs at
     once (the difference between a short and a long run, so start-up does not count)."""
     def timed(n, steps):
-        cmd = [os.path.join(bindir, "weftrun"), "-n", str(n), "--timeout", "60", "--",
+        # --timeout far above what the runs take anywhere: a busy machine makes them slow,
+        # not wrong (the step counts below keep them to seconds at about 80 steps/s).
+        cmd = [os.path.join(bindir, "weftrun"), "-n", str(n), "--timeout", "180", "--",
                os.path.join(bindir, "weft-example-trainer"), "--steps", str(steps)]
         t0 = time.monotonic()
         procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -670,8 +672,8 @@ def calibrate(bindir, jobs):
                          f"{p.returncode}): {' '.join(cmd)}\n{err.decode(errors='replace')}")
         return time.monotonic() - t0
     costs = []
-    for n, steps in ((3, 6000), (8, 3000)):
-        short, long_ = timed(n, 300), timed(n, 300 + steps)
+    for n, steps in ((3, 1200), (8, 600)):
+        short, long_ = timed(n, 100), timed(n, 100 + steps)
         costs.append(max((long_ - short) / steps * 1e6, 5.0))
     costs[1] = max(costs[1], costs[0] * 1.01)  # the model needs 8 ranks to cost more
     return tuple(costs)

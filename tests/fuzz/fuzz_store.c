@@ -6,7 +6,7 @@
  * size (so frames arrive split anywhere), closed, polled, or have keys set under them by
  * the hosting process. What the server sends back must be well-formed frames, a HELLO
  * only first; a crash, a leak or a sanitizer report is a finding too. The frame decoders
- * also read the raw input as a stream of frames.
+ * (SCAN arguments and pages among them) also read the raw input as a stream of frames.
  *
  * Script: byte 0 = connections - 1 (bits 0-1) and which are authenticated (bits 2-5);
  * then records of an op byte (bits 0-1 connection, 2-3 kind, 4-7 piece size, 0 = whole):
@@ -83,6 +83,25 @@ static void check_sent(const weft_store_buf_t *b, bool *greeted)
     }
 }
 
+/* A page's decoders on @p n bytes: every entry they take lies within them. */
+static void decode_page(const uint8_t *data, size_t n)
+{
+    bool more;
+    uint32_t count;
+    const uint8_t *p, *val;
+    const char *key;
+    size_t left, klen, vlen;
+    if (weft__store_page_decode(data, n, &more, &count, &p, &left) != WEFT_OK) {
+        return;
+    }
+    while (count-- > 0 && weft__store_page_entry(&p, &left, &key, &klen, &val, &vlen) == WEFT_OK) {
+        if (klen == 0 || klen > WEFT_STORE_MAX_KEY || memchr(key, 0, klen) || val + vlen != p ||
+            p + left != data + n) {
+            abort();
+        }
+    }
+}
+
 /* The decoders on the raw input, read as frames. */
 static void decode_raw(const uint8_t *data, size_t size)
 {
@@ -107,6 +126,13 @@ static void decode_raw(const uint8_t *data, size_t size)
             rest + rlen != data + n) {
             abort();
         }
+        weft_store_scan_wire_t scan;
+        if (weft__store_scan_decode(data, n, &scan) == WEFT_OK &&
+            (scan.alen > WEFT_STORE_MAX_KEY || scan.after + scan.alen != (const char *)data + n ||
+             memchr(scan.after, 0, scan.alen))) {
+            abort();
+        }
+        decode_page(data, n);
         data += n;
         size -= n;
     }

@@ -12,7 +12,7 @@ import os
 import struct
 import sys
 
-HELLO, AUTH, SET, GET, ADD, DELETE, WATCH, RESP, EVENT, SET_NX, LEASE = range(1, 12)
+HELLO, AUTH, SET, GET, ADD, DELETE, WATCH, RESP, EVENT, SET_NX, LEASE, SCAN = range(1, 13)
 
 
 def frame(kind, body, length=None, rid=0):
@@ -90,6 +90,29 @@ def store_seeds():
     yield "four-conns", script(
         4, 15, feed(0, kv(SET, b"a", b"1")), feed(1, kv(WATCH, b"a")), feed(2, kv(GET, b"b", u32(100))),
         feed(3, kv(SET, b"b", b"2")), close(1), poll(2))
+    scan = lambda timeout, count, budget, after=b"": u32(timeout) + u32(count) + u32(budget) + after
+    yield "scan", script(
+        1, 1, feed(0, kv(SET, b"s/1", b"a") + kv(SET, b"s/10", b"b") + kv(SET, b"s/2", b"c")
+                   + kv(SCAN, b"s/", scan(0, 0, 0), rid=1) + kv(SCAN, b"", scan(0, 0, 0), rid=2)))
+    yield "scan-pages", script(
+        1, 1, feed(0, b"".join(kv(SET, b"p/%d" % i, b"v" * i) for i in range(12))
+                   + kv(SCAN, b"p/", scan(0, 0, 20), rid=1) + kv(SCAN, b"p/", scan(0, 0, 1, b"p/3"), rid=2)
+                   + kv(SCAN, b"p/", scan(0, 0, 0, b"p/99"), rid=3)))
+    yield "scan-parked", script(
+        2, 3, feed(0, kv(SCAN, b"w/", scan(60000, 2, 0), rid=1) + kv(SCAN, b"w/", scan(60000, 3, 0), rid=2)),
+        feed(1, kv(SET, b"w/a", b"1") + kv(SET, b"w/a", b"2") + kv(SET, b"w/b", b"3")
+             + kv(DELETE, b"w/a") + kv(SET, b"w/c", b"4") + kv(SET, b"w/d", b"5")), poll(0))
+    yield "scan-host-set", script(
+        2, 3, feed(0, kv(SCAN, b"h/", scan(60000, 1, 0), rid=7)), host_set(b"h/1", b"v"), poll(0),
+        feed(1, kv(SCAN, b"h/", scan(60000, 5, 0), rid=8)), close(1), host_set(b"h/2", b"v"))
+    yield "scan-expires", script(1, 1, feed(0, kv(SCAN, b"e/", scan(1, 1, 0), rid=1)), poll(0), poll(0))
+    yield "scan-many", script(
+        2, 3, feed(0, b"".join(kv(SCAN, b"m/", scan(0, 0, 0), rid=i + 1) for i in range(70))),
+        feed(1, kv(SET, b"m/1", b"x")), poll(0), close(0))
+    yield "scan-short-args", script(1, 1, feed(0, kv(SCAN, b"s/", u32(0) + u32(0))))
+    yield "scan-after-nul", script(1, 1, feed(0, kv(SCAN, b"s/", scan(0, 0, 0, b"a\0b"))))
+    yield "scan-after-long", script(1, 1, feed(0, kv(SCAN, b"s/", scan(0, 0, 0, b"k" * 257))))
+    yield "scan-before-auth", script(1, 0, feed(0, kv(SCAN, b"", scan(0, 0, 0))))
 
 
 def decision(kind, epoch, join_hi, members, n=None, magic=0x77656674):

@@ -31,6 +31,7 @@ show() {
 }
 
 for v in WEFT_RANK WEFT_WORLD_SIZE WEFT_LOCAL_RANK WEFT_LOCAL_SIZE WEFT_STORE WEFT_JOB_TOKEN \
+    WEFT_JOB_TOKEN_FILE PMIX_RANK PMIX_NAMESPACE \
     WEFT_JOIN WEFT_NAMESPACE RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR \
     MASTER_PORT PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS OMPI_COMM_WORLD_RANK \
     OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE SLURM_PROCID \
@@ -71,17 +72,17 @@ done
 "$weftrun" --store-only --timeout 100 >"$tmp/store" 2>&1 &
 store_pid=$!
 for _ in $(seq 200); do
-    grep -q '^WEFT_JOB_TOKEN=' "$tmp/store" && break
+    grep -q '^WEFT_JOB_TOKEN_FILE=' "$tmp/store" && break
     sleep 0.05
 done
 store=$(sed -n 's/^WEFT_STORE=//p' "$tmp/store")
-token=$(sed -n 's/^WEFT_JOB_TOKEN=//p' "$tmp/store")
+token=$(sed -n 's/^WEFT_JOB_TOKEN_FILE=//p' "$tmp/store")
 [ -n "$store" ] && [ -n "$token" ] || {
     show "$tmp/store"
     echo "FAILED: weftrun --store-only printed no store"
     exit 1
 }
-export WEFT_STORE=$store WEFT_JOB_TOKEN=$token
+export WEFT_STORE=$store WEFT_JOB_TOKEN_FILE=$token
 
 # job NAME NAMESPACE RANKVAR SIZEVAR: ranks 0 and 1 at once; their exit codes in
 # $tmp/NAME.rc.R, outputs in $tmp/NAME.out.R.

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "comm/shm/shm_job.h"
+#include "util/secret_file.h"
 #include "weft/weft.h"
 
 #define WAIT_S 100
@@ -121,8 +122,13 @@ int main(int argc, char **argv)
     }
     weft_ctx_t *ctx;
     weft_group_t *world;
-    const char *token = getenv("WEFT_JOB_TOKEN");
+    /* The token names the job's segments: from the variable, or the file weftrun
+     * --store-only hands out. */
+    const char *token = getenv("WEFT_JOB_TOKEN"), *file = getenv("WEFT_JOB_TOKEN_FILE");
     snprintf(job_token, sizeof(job_token), "%s", token != NULL ? token : "");
+    if (token == NULL && file != NULL) {
+        (void)weft__read_secret_file(file, job_token, sizeof(job_token), NULL, 0);
+    }
     weft_status_t st = weft_init(NULL, &ctx);
     if (st != WEFT_OK) {
         die("init", st);

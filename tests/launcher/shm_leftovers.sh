@@ -123,15 +123,15 @@ store_only)
     "$weftrun" --store-only --timeout 100 >"$tmp/env" 2>"$tmp/store.err" &
     store_pid=$!
     i=0
-    until grep -q '^WEFT_JOB_TOKEN=' "$tmp/env"; do
+    until grep -q '^WEFT_JOB_TOKEN_FILE=' "$tmp/env"; do
         i=$((i + 1))
         [ $i -le 600 ] || fail "weftrun --store-only printed no token: $(cat "$tmp/store.err")"
         sleep 0.05
     done
     WEFT_STORE=$(sed -n 's/^WEFT_STORE=//p' "$tmp/env")
-    WEFT_JOB_TOKEN=$(sed -n 's/^WEFT_JOB_TOKEN=//p' "$tmp/env")
-    [ -n "$WEFT_STORE" ] && [ -n "$WEFT_JOB_TOKEN" ] || fail "no store: $(cat "$tmp/store.err")"
-    export WEFT_STORE WEFT_JOB_TOKEN WEFT_WORLD_SIZE=2 WEFT_LOCAL_SIZE=2
+    WEFT_JOB_TOKEN_FILE=$(sed -n 's/^WEFT_JOB_TOKEN_FILE=//p' "$tmp/env")
+    [ -n "$WEFT_STORE" ] && [ -n "$WEFT_JOB_TOKEN_FILE" ] || fail "no store: $(cat "$tmp/store.err")"
+    export WEFT_STORE WEFT_JOB_TOKEN_FILE WEFT_WORLD_SIZE=2 WEFT_LOCAL_SIZE=2
     make_stale # after weftrun's own sweep: only the ranks can remove these
     d=$tmp/b
     mkdir -p "$d"
@@ -145,7 +145,7 @@ store_only)
     kill -9 "$(cat "$d/pid.0")" "$(cat "$d/pid.1")"
     sleep 0.2
     check_still_there "$job"
-    unset WEFT_STORE WEFT_JOB_TOKEN WEFT_WORLD_SIZE WEFT_LOCAL_SIZE
+    unset WEFT_STORE WEFT_JOB_TOKEN_FILE WEFT_WORLD_SIZE WEFT_LOCAL_SIZE
     "$weftrun" -n 1 -- true || fail "weftrun -n 1 true failed"
     check_gone "$job" "names of ranks that all died, after the next job"
     kill -TERM "$store_pid"

@@ -102,7 +102,7 @@ static void test_help_and_version(void **state)
         "--timeout",       "--bind",          "--port",          "--store-only",
         "--verbose",       "--help",          "--version",       "WEFT_RANK",
         "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
-        "WEFT_JOB_TOKEN",  "weft/failed/",    "--elastic",       "--replace",
+        "WEFT_JOB_TOKEN",  "<ns>/failed/",    "--elastic",       "--replace",
         "--min",           "--max-restarts",  "WEFT_JOIN",       "WEFT_EXIT_JOB_FAILED"};
     for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++) {
         if (strstr(r.out, must[i]) == NULL) {

@@ -16,12 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "comm/store/store.h"
+#include "util/secret_file.h"
 #include "launcher/harness.h"
 
 #define SH(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -438,17 +440,27 @@ static void test_store_only(void **state)
     (void)state;
     pid_t pid = wr_start(SH("--store-only", "--bind", "127.0.0.1"), NULL);
     assert_true(pid > 0);
-    char store[300] = "", token[80] = "";
+    char store[300] = "", token_file[4200] = "", token[80] = "";
     for (int i = 0; i < WR_LIMIT_MS / 5; i++) {
         char *out = wr_read_file("_stdout");
         bool done = out != NULL && find_var(out, "WEFT_STORE", store, sizeof(store)) &&
-                    find_var(out, "WEFT_JOB_TOKEN", token, sizeof(token));
+                    find_var(out, "WEFT_JOB_TOKEN_FILE", token_file, sizeof(token_file));
         free(out);
         if (done) {
             break;
         }
         sleep_ms(5);
     }
+    /* The token is in a file only this user can read, never on stdout. */
+    struct stat st;
+    assert_int_equal(stat(token_file, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(st.st_uid, geteuid());
+    assert_true(weft__read_secret_file(token_file, token, sizeof(token), NULL, 0));
+    char *printed = wr_read_file("_stdout");
+    assert_non_null(printed);
+    assert_null(strstr(printed, token));
+    free(printed);
     assert_non_null(strstr(store, "127.0.0.1:"));
     assert_int_equal(strlen(token), 32);
 
@@ -477,11 +489,13 @@ static void test_store_only(void **state)
     wr_wait(pid, WR_LIMIT_MS, &r);
     assert_int_equal(r.code, 0);
     wr_result_free(&r);
+    assert_int_not_equal(access(token_file, F_OK), 0); /* a file it made goes with it */
 
     /* With --timeout the store does not outlive a forgotten job. */
     wr_run(SH("--store-only", "--timeout", "0.2"), &r);
     assert_int_equal(r.code, 124);
-    assert_non_null(strstr(r.out, "WEFT_JOB_TOKEN="));
+    assert_non_null(strstr(r.out, "WEFT_JOB_TOKEN_FILE="));
+    assert_null(strstr(r.out, "WEFT_JOB_TOKEN="));
     assert_non_null(strstr(r.err, "timed out"));
     wr_result_free(&r);
 }

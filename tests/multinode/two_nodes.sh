@@ -12,12 +12,14 @@
 #   lost0     node 0's weftrun (and the store with it) is SIGKILLed: node 1 stops its
 #             ranks and exits 1
 #   wait      node 0's ranks end first: node 0 keeps the store until node 1 has ended
-#   usage     options refused: no --store, no token, a short token, --node-rank too
+#   usage     options refused: no --store, no token, a short token, a token file others
+#             can read, --node-rank too
 #             large, a node started twice, a node started again without --elastic
 #   rejoin    --elastic: node 1 is lost, then started again with the same command: its
 #             ranks join as replacements (WEFT_JOIN=1, ids from N x PER_NODE up)
 #   fence     --elastic, real ranks: a rank of node 1 is stopped (SIGSTOP); its lease
 #             lapses in node 0's store, and node 1's weftrun kills it; the others repair
+#   fence_ns  the same with WEFT_NAMESPACE set: weftrun fences under the job's namespace
 #   jobfailed --elastic: a rank of node 1 exits 86 (WEFT_EXIT_JOB_FAILED): not a death to
 #             go on without, the job failed: both nodes stop and exit 86
 #   jobfailed_late  the same once node 0's ranks have ended 0 (node 0 waits for node 1):
@@ -129,6 +131,19 @@ usage)
     done
     env -u WEFT_JOB_TOKEN "$w" --nnodes 2 --store "$store" -n 1 -- true >"$dir/out" 2>&1
     [ $? -eq 2 ] && grep -q "job token" "$dir/out" || fail "a job without a token was not refused"
+    # A token file that others can read is refused, naming the fix; a private one works.
+    echo "$WEFT_JOB_TOKEN" >"$dir/token" && chmod 644 "$dir/token"
+    env -u WEFT_JOB_TOKEN "$w" --nnodes 2 --store "$store" --token-file "$dir/token" -n 1 \
+        -- true >"$dir/out" 2>&1
+    [ $? -eq 2 ] && grep -q "mode 0644): chmod 600" "$dir/out" ||
+        fail "a token file others can read was not refused: $(cat "$dir/out")"
+    # --token is wiped from weftrun's command line (others read it in /proc) and warned of.
+    # shellcheck disable=SC2016  # expanded by the rank's shell
+    env -u WEFT_JOB_TOKEN "$w" --token "$WEFT_JOB_TOKEN" -n 1 -- \
+        sh -c 'tr "\0" " " </proc/$PPID/cmdline' >"$dir/out" 2>&1
+    grep -q -- "--token \*\*\*\*" "$dir/out" && ! grep -qF "$WEFT_JOB_TOKEN" "$dir/out" &&
+        grep -q "warning: --token puts the job token on the command line" "$dir/out" ||
+        fail "--token stayed in weftrun's command line: $(cat "$dir/out")"
     node 0 2 -n 1 -v -- sleep 30
     node 1 2 -n 1 -- sleep 30
     wait_for "$dir/node0" "node 1 is up"
@@ -152,10 +167,12 @@ rejoin)
     done
     grep -q "join the job as replacements" "$dir/node1" || fail "node 1 did not say it rejoined"
     ;;
-fence)
+fence | fence_ns)
     # The ranks' leases lapse after 0.5 s; weftrun itself would fence a stopped rank
     # only after 30 s (its own WEFT_FAILURE_TIMEOUT_MS): node 0's store must tell.
+    # fence_ns: the same under a key namespace of the job's own (WEFT_NAMESPACE).
     export WEFT_FAILURE_TIMEOUT_MS=30000
+    [ "$what" = fence_ns ] && export WEFT_NAMESPACE=job7
     rank='echo $$ >"$0/pid.$WEFT_RANK"; WEFT_FAILURE_TIMEOUT_MS=500 exec "$1" loss 3'
     node 0 2 -n 2 --elastic -- sh -c "$rank" "$dir" "$bin/host_job"
     node 1 2 -n 2 --elastic -- sh -c "$rank" "$dir" "$bin/host_job"

@@ -188,6 +188,22 @@ static void test_memfd_self(void **state)
     assert_int_equal(errno, EBADF);
     shm->unmap(&none); /* nothing there: a no-op */
     assert_int_equal(shm->create(0, &made, &offer), WEFT_ERR_INVALID_ARG);
+
+    /* An offer naming a descriptor that is no anonymous memory (a file the peer holds
+     * open, here one of ours on a file system, as large as asked) is refused: the ring
+     * would write into that file. */
+    char path[] = "/tmp/weft-test-stream-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)len), 0);
+    bad = offer;
+    bad.handle = (uint64_t)fd;
+    errno = 0;
+    assert_int_not_equal(shm->map(&bad, &none), WEFT_OK);
+    assert_int_equal(errno, EPERM);
+    assert_null(none.base);
+    close(fd);
+    unlink(path);
 }
 
 int main(void)

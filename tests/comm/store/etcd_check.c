@@ -191,6 +191,75 @@ static int basic(const char *addr, const char *token)
           "watch saw w/old %d, w/new %d, wx %d, wy %d times", seen[0], seen[1], seen[2], seen[3]);
     printf("watch of a prefix: ok (existing and later keys, each once)\n");
     weft__store_close(w);
+
+    /* Scans: order, pages by bytes, the resume key, the wait for a count in slices. */
+    for (int i = 9; i >= 0; i--) {
+        char k[16], v[16];
+        snprintf(k, sizeof(k), "s/%d", i);
+        snprintf(v, sizeof(v), "v%d", i);
+        CHECK(weft__store_set(c, k, v, strlen(v)) == WEFT_OK, "set %s", k);
+    }
+    CHECK(weft__store_set(c, "s", "x", 1) == WEFT_OK &&
+              weft__store_set(c, "t/0", "x", 1) == WEFT_OK,
+          "set s, t/0");
+    uint64_t r0 = weft__store_requests(c);
+    weft_store_page_t pg;
+    weft_store_scan_args_t sa = {.prefix = "s/"};
+    CHECK(weft__store_scan(c, &sa, &pg) == WEFT_OK, "scan s/");
+    CHECK(pg.n == 10 && !pg.more, "scan s/: %zu keys, more %d", pg.n, pg.more);
+    for (size_t i = 0; i < pg.n; i++) {
+        char k[32], v[32];
+        snprintf(k, sizeof(k), "s/%zu", i);
+        snprintf(v, sizeof(v), "v%zu", i);
+        CHECK(strcmp(pg.kv[i].key, k) == 0 && pg.kv[i].len == strlen(v) &&
+                  strcmp(pg.kv[i].val, v) == 0,
+              "scan entry %zu: %s = %s", i, pg.kv[i].key, (const char *)pg.kv[i].val);
+    }
+    weft__store_page_free(&pg);
+    CHECK(weft__store_requests(c) > r0, "requests counted");
+    char after[WEFT_STORE_MAX_KEY + 1] = "";
+    int pages = 0, keys_read = 0;
+    for (bool more = true; more; pages++) {
+        weft_store_scan_args_t pa = {.prefix = "s/", .after = after, .max_bytes = 25};
+        CHECK(weft__store_scan(c, &pa, &pg) == WEFT_OK, "scan page %d", pages);
+        CHECK(pg.n >= 1 && pg.n <= 2, "page %d holds %zu keys", pages, pg.n);
+        for (size_t i = 0; i < pg.n; i++, keys_read++) {
+            char k[16];
+            snprintf(k, sizeof(k), "s/%d", keys_read);
+            CHECK(strcmp(pg.kv[i].key, k) == 0, "paged scan: %s for %s", pg.kv[i].key, k);
+        }
+        more = pg.more;
+        snprintf(after, sizeof(after), "%s", pg.kv[pg.n - 1].key);
+        weft__store_page_free(&pg);
+    }
+    CHECK(keys_read == 10 && pages == 5, "paged scan: %d keys in %d pages", keys_read, pages);
+    weft_store_scan_args_t wa = {.prefix = "s/", .min_count = 11, .timeout_ms = 10000};
+    weft_store_scan_t *q;
+    late_t l2 = {addr, token, "s/late", "L", 400};
+    pthread_create(&t, NULL, set_late, &l2);
+    CHECK(weft__store_scan_start(c, &wa, &q) == WEFT_OK, "scan_start");
+    int slices = 0;
+    weft_status_t st;
+    while ((st = weft__store_scan_wait(q, 50, &pg)) == WEFT_INPROGRESS) {
+        slices++;
+    }
+    pthread_join(t, NULL);
+    CHECK(st == WEFT_OK && pg.n == 11 && slices >= 2, "scan waited for 11: %s, %zu keys, %d slices",
+          weft_status_str(st), pg.n, slices);
+    CHECK(strcmp(pg.kv[10].key, "s/late") == 0, "the late key last");
+    weft__store_page_free(&pg);
+    weft_store_scan_args_t ta = {.prefix = "s/", .min_count = 100, .timeout_ms = 200};
+    t0 = weft__now_ms();
+    CHECK(weft__store_scan(c, &ta, &pg) == WEFT_ERR_TIMEOUT, "scan for 100 keys times out");
+    CHECK(weft__now_ms() - t0 >= 190, "scan waited its timeout");
+    CHECK(weft__store_scan_start(c, &ta, &q) == WEFT_OK, "scan_start to cancel");
+    weft__store_scan_cancel(q);
+    weft_store_scan_args_t ea = {.prefix = "nothing/"};
+    CHECK(weft__store_scan(c, &ea, &pg) == WEFT_OK && pg.n == 0 && !pg.more, "empty scan");
+    weft__store_page_free(&pg);
+    printf("scan: ok (order, pages of a byte budget, resume key, count wait in %d slices, "
+           "timeout, cancel)\n",
+           slices);
     weft__store_close(c);
     return 0;
 }

@@ -9,7 +9,8 @@
  * as ranks per host. Each phase is timed from the "go" this process sends every worker
  * until every worker has reported done (store_scale.h):
  *   connect     every client connects and authenticates (the store drops handshakes
- *               beyond its pool for them as busy: those try again after a pause);
+ *               beyond its pool for them, and beyond one address's share of it, which
+ *               all of 127.0.0.0/8 shares, as busy: those try again after a pause);
  *   rendezvous  every client SETs bench/addr/<id>, ADDs 1 to bench/arrived and parks a
  *               GET on bench/go, which the client whose ADD returned CLIENTS sets;
  *   fanout      every client WATCHes bench/failed/ (untimed), then a launcher connection
@@ -517,10 +518,10 @@ static void usage(FILE *f)
             "[--json]\n"
             "  -n  clients (default 1000)      -p  worker processes (default 2)\n"
             "  -t  timeout of each phase, s (default 60)\n"
-            "  -w  handshakes in flight per worker (default: the store's pool for them,\n"
-            "      %d, shared out; 0: no limit)\n"
+            "  -w  handshakes in flight per worker (default: one address's share of the\n"
+            "      store's pool for them, %d, shared out; 0: no limit)\n"
             "  --json  one JSON object instead of the table\n",
-            WEFT__STORE_MAX_UNAUTH);
+            WEFT__STORE_MAX_UNAUTH_PER_ADDR);
 }
 
 static bool parse_args(run_t *r, int argc, char **argv)
@@ -566,10 +567,11 @@ static bool parse_args(run_t *r, int argc, char **argv)
         return false;
     }
     r->o.timeout_ms = (int)timeout_s * 1000;
-    r->o.window =
-        window >= 0
-            ? (int)window
-            : (WEFT__STORE_MAX_UNAUTH / r->o.procs > 0 ? WEFT__STORE_MAX_UNAUTH / r->o.procs : 1);
+    /* The store counts all of 127.0.0.0/8 as one address: the clients share its share. */
+    r->o.window = window >= 0 ? (int)window
+                              : (WEFT__STORE_MAX_UNAUTH_PER_ADDR / r->o.procs > 0
+                                     ? WEFT__STORE_MAX_UNAUTH_PER_ADDR / r->o.procs
+                                     : 1);
     r->o.token = r->token;
     return true;
 }

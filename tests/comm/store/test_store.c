@@ -720,7 +720,7 @@ static void test_unexpected_types(void **state)
 {
     fixture_t *f = *state;
     const uint8_t types[] = {
-        0, 12, 77, 255, WEFT__STORE_HELLO, WEFT__STORE_AUTH, WEFT__STORE_RESP, WEFT__STORE_EVENT};
+        0, 13, 77, 255, WEFT__STORE_HELLO, WEFT__STORE_AUTH, WEFT__STORE_RESP, WEFT__STORE_EVENT};
     for (size_t i = 0; i < sizeof(types); i++) {
         raw_session_t r;
         int fd = raw_auth_session(f, &r);
@@ -740,7 +740,8 @@ static void test_unexpected_types(void **state)
     } bad[] = {{WEFT__STORE_GET, 3},
                {WEFT__STORE_ADD, 4},
                {WEFT__STORE_DELETE, 1},
-               {WEFT__STORE_WATCH, 2}};
+               {WEFT__STORE_WATCH, 2},
+               {WEFT__STORE_SCAN, 8}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         raw_session_t r;
         int fd = raw_auth_session(f, &r);

@@ -2,17 +2,21 @@
  * The store server's request path on fake connections (weft__store_server_fake and
  * _feed: no sockets, no thread), which the fuzz target drives: requests answered as on a
  * socket, frames split anywhere, a parked GET that stops the reading, a lease fired to a
- * watcher when its connection ends, and a closed connection reported.
+ * watcher when its connection ends, a closed connection reported, and SCANs: parked,
+ * released, their pages built within the cap on the output queued to all connections.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
-#include "comm/store/proto.h"
+#include "comm/store/server.h" /* s->queued, to check the cap on it */
 
 /* Append a request frame to @p b. */
 static void put_kv(weft_store_buf_t *b, weft_store_msg_t type, const char *key, const void *rest,
@@ -205,12 +209,236 @@ static void test_waits_capped(void **state)
     weft__store_server_stop(s);
 }
 
+/* The rest of a SCAN's body. */
+static size_t scan_rest(uint8_t *rest, uint32_t timeout_ms, uint32_t min_count, uint32_t max_bytes,
+                        const char *after)
+{
+    uint32_t w[3] = {timeout_ms, min_count, max_bytes};
+    for (int i = 0; i < 12; i++) {
+        rest[i] = (uint8_t)(w[i / 4] >> (24 - 8 * (i % 4)));
+    }
+    memcpy(rest + 12, after, strlen(after));
+    return 12 + strlen(after);
+}
+
+/* The next frame is a RESP with a page of @p count entries, @p more after them, the first
+ * of them @p first (not checked when NULL). */
+static void expect_page(const weft_store_buf_t *b, size_t *off, uint32_t count, bool more,
+                        const char *first)
+{
+    const uint8_t *body, *data, *p, *val;
+    const char *key;
+    uint32_t len, n;
+    size_t dlen, left, klen, vlen;
+    weft_status_t st;
+    bool m;
+    assert_int_equal(next_frame(b, off, &body, &len), WEFT__STORE_RESP);
+    assert_int_equal(weft__store_resp_decode(body, len, &st, &data, &dlen), WEFT_OK);
+    assert_int_equal(st, WEFT_OK);
+    assert_int_equal(weft__store_page_decode(data, dlen, &m, &n, &p, &left), WEFT_OK);
+    assert_int_equal(n, count);
+    assert_int_equal(m, more);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(weft__store_page_entry(&p, &left, &key, &klen, &val, &vlen), WEFT_OK);
+        if (i == 0 && first != NULL) {
+            assert_int_equal(klen, strlen(first));
+            assert_memory_equal(key, first, klen);
+        }
+    }
+    assert_int_equal(left, 0);
+}
+
+/* Parked until the count is there (a value changed does not count, a key deleted uncounts),
+ * then answered by its id; a second parked SCAN of the connection answers the first
+ * WEFT_ERR_TIMEOUT; the timer answers one WEFT_ERR_TIMEOUT; the connection reads on. */
+static void test_scan_parked(void **state)
+{
+    (void)state;
+    weft_store_server_t *s;
+    assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
+    int a = weft__store_server_fake_open(s, true);
+    int b = weft__store_server_fake_open(s, true);
+    weft_store_buf_t in = {0}, out = {0};
+    uint8_t rest[12 + WEFT_STORE_MAX_KEY];
+    size_t start = in.len;
+    put_kv(&in, WEFT__STORE_SCAN, "k/", rest, scan_rest(rest, 60000, 9, 0, ""));
+    weft__store_frame_set_id(&in, start, 5);
+    start = in.len;
+    put_kv(&in, WEFT__STORE_SCAN, "k/", rest, scan_rest(rest, 60000, 3, 0, ""));
+    weft__store_frame_set_id(&in, start, 6);
+    start = in.len;
+    put_kv(&in, WEFT__STORE_SET, "other", "x", 1);
+    weft__store_frame_set_id(&in, start, 7);
+    assert_true(weft__store_server_feed(s, a, in.data, in.len, false, &out, NULL));
+    size_t off = 0;
+    skip_hello(&out, &off);
+    assert_int_equal(weft__store_hdr_id(out.data + off), 5);
+    expect_resp(&out, &off, WEFT_ERR_TIMEOUT, ""); /* given way to 6 */
+    assert_int_equal(weft__store_hdr_id(out.data + off), 7);
+    expect_resp(&out, &off, WEFT_OK, "");
+    assert_int_equal(off, out.len);
+
+    assert_true(feed_kv(s, b, WEFT__STORE_SET, "k/1", "1", 1, NULL));
+    assert_true(feed_kv(s, b, WEFT__STORE_SET, "k/1", "one", 3, NULL));
+    assert_true(feed_kv(s, b, WEFT__STORE_SET, "k/0", "0", 1, NULL));
+    assert_true(feed_kv(s, b, WEFT__STORE_DELETE, "k/0", NULL, 0, NULL));
+    out.len = 0;
+    assert_true(weft__store_server_feed(s, a, NULL, 0, false, &out, NULL));
+    assert_true(feed_kv(s, b, WEFT__STORE_SET, "k/2", "2", 1, NULL));
+    assert_true(weft__store_server_feed(s, a, NULL, 0, false, &out, NULL));
+    assert_int_equal(out.len, 0); /* two keys under k/: k/0 came and went */
+    assert_true(feed_kv(s, b, WEFT__STORE_SET, "k/3", "3", 1, NULL));
+    assert_true(weft__store_server_feed(s, a, NULL, 0, false, &out, NULL));
+    off = 0;
+    assert_int_equal(weft__store_hdr_id(out.data + off), 6);
+    expect_page(&out, &off, 3, false, "k/1");
+    assert_int_equal(off, out.len);
+
+    /* Expiry: a 1 ms wait, run out by the timers of a later feed (which run after it took
+     * the connection's output: the answer comes with the feed after). */
+    out.len = 0;
+    assert_true(feed_kv(s, a, WEFT__STORE_SCAN, "none/", rest, scan_rest(rest, 1, 1, 0, ""), &out));
+    struct timespec ms2 = {0, 2000000};
+    nanosleep(&ms2, NULL);
+    assert_true(weft__store_server_feed(s, a, NULL, 0, false, &out, NULL));
+    assert_true(weft__store_server_feed(s, a, NULL, 0, false, &out, NULL));
+    off = 0;
+    expect_resp(&out, &off, WEFT_ERR_TIMEOUT, "");
+    /* A connection that ends with SCANs parked and due: dropped with it. */
+    in.len = 0;
+    put_kv(&in, WEFT__STORE_SCAN, "k/", rest, scan_rest(rest, 60000, 9, 0, ""));
+    put_kv(&in, WEFT__STORE_SCAN, "k/", rest, scan_rest(rest, 0, 0, 0, ""));
+    assert_false(weft__store_server_feed(s, a, in.data, in.len, true, NULL, NULL));
+    assert_true(feed_kv(s, b, WEFT__STORE_SET, "k/4", "4", 1, NULL));
+    weft__store_buf_free(&in);
+    weft__store_buf_free(&out);
+    weft__store_server_stop(s);
+}
+
+/*
+ * Many connections whose pages are due at once (released by one set): the pages are built
+ * while the output queued to all stays below WEFT__STORE_SCAN_QUEUED, by a page at most;
+ * the others wait until output is taken (fake connections keep theirs until fed), and
+ * each connection gets its whole page once.
+ */
+static void test_scan_queue_capped(void **state)
+{
+    (void)state;
+    enum { CONNS = 150, KEYS = 1000, VLEN = 1000 };
+    weft_store_server_t *s;
+    assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
+    int setter = weft__store_server_fake_open(s, true), id[CONNS];
+    char key[32];
+    static char val[VLEN];
+    memset(val, 'v', sizeof(val));
+    for (int k = 0; k < KEYS - 1; k++) {
+        snprintf(key, sizeof(key), "big/%04d", k);
+        assert_true(feed_kv(s, setter, WEFT__STORE_SET, key, val, VLEN, NULL));
+    }
+    uint8_t rest[12];
+    weft_store_buf_t out = {0};
+    for (int i = 0; i < CONNS; i++) {
+        id[i] = weft__store_server_fake_open(s, true);
+        assert_true(id[i] >= 0);
+        assert_true(feed_kv(s, id[i], WEFT__STORE_SCAN, "big/", rest,
+                            scan_rest(rest, 60000, KEYS, 0, ""), NULL));
+    }
+    assert_true(feed_kv(s, setter, WEFT__STORE_SET, "big/9999", val, VLEN, NULL));
+    size_t page = WEFT__STORE_PAGE_HDR_LEN + KEYS * (WEFT__STORE_PAGE_ENTRY_LEN + 8 + VLEN);
+    assert_true(s->queued >= WEFT__STORE_SCAN_QUEUED);
+    assert_true(s->queued < WEFT__STORE_SCAN_QUEUED + page + 4096);
+    bool got[CONNS] = {false};
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < CONNS; i++) {
+            out.len = 0;
+            assert_true(weft__store_server_feed(s, id[i], NULL, 0, false, &out, NULL));
+            assert_true(s->queued < WEFT__STORE_SCAN_QUEUED + page + 4096);
+            size_t off = 0;
+            if (round == 0) {
+                skip_hello(&out, &off);
+            }
+            if (off < out.len) {
+                assert_false(got[i]);
+                got[i] = true;
+                expect_page(&out, &off, KEYS, false, "big/0000");
+            }
+            assert_int_equal(off, out.len);
+        }
+    }
+    for (int i = 0; i < CONNS; i++) {
+        assert_true(got[i]);
+    }
+    weft__store_buf_free(&out);
+    weft__store_server_stop(s);
+}
+
+/* GETs and SCANs of one connection share its WEFT__STORE_MAX_WAITS. */
+static void test_scan_waits_capped(void **state)
+{
+    (void)state;
+    weft_store_server_t *s;
+    assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
+    int c = weft__store_server_fake_open(s, true);
+    weft_store_buf_t in = {0}, out = {0};
+    uint8_t wait[4] = {0, 0, 0xea, 0x60}, rest[12];
+    for (uint32_t i = 0; i < WEFT__STORE_MAX_WAITS; i++) {
+        put_kv(&in, WEFT__STORE_GET, "later", wait, 4);
+    }
+    put_kv(&in, WEFT__STORE_SCAN, "p/", rest, scan_rest(rest, 60000, 1, 0, ""));
+    assert_true(weft__store_server_feed(s, c, in.data, in.len, false, &out, NULL));
+    size_t off = 0;
+    skip_hello(&out, &off);
+    expect_resp(&out, &off, WEFT_ERR_NO_MEMORY, "");
+    assert_int_equal(off, out.len);
+    weft__store_buf_free(&in);
+    weft__store_buf_free(&out);
+    weft__store_server_stop(s);
+}
+
+/* A connection's output buffer is given back once it has sent a large answer: idle
+ * watchers and readers do not keep their peak (the server's own memory, apart from the
+ * data cap). */
+static void test_output_shrinks(void **state)
+{
+    (void)state;
+    weft_store_server_t *s;
+    assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
+    int a = weft__store_server_fake_open(s, true);
+    weft_store_buf_t out = {0};
+    size_t big = 512 * 1024;
+    uint8_t *val = calloc(1, big), timeout[4] = {0};
+    assert_non_null(val);
+    assert_true(feed_kv(s, a, WEFT__STORE_SET, "big", val, big, &out));
+    assert_true(feed_kv(s, a, WEFT__STORE_GET, "big", timeout, sizeof(timeout), &out));
+    size_t off = 0;
+    skip_hello(&out, &off);
+    expect_resp(&out, &off, WEFT_OK, "");
+    const uint8_t *body;
+    uint32_t len;
+    assert_int_equal(next_frame(&out, &off, &body, &len), WEFT__STORE_RESP);
+    assert_true(len > big);
+    /* The answer went out: the connection holds no buffer near its size any more. */
+    store_conn_t *c = s->conns[0];
+    assert_true(c->out.cap <= 64 * 1024);
+    assert_true(c->in_cap <= 64 * 1024);
+    /* And it still serves. */
+    assert_true(feed_kv(s, a, WEFT__STORE_SET, "k", "v", 1, &out));
+    expect_resp(&out, &off, WEFT_OK, "");
+    free(val);
+    weft__store_buf_free(&out);
+    weft__store_server_stop(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requests),
+        cmocka_unit_test(test_output_shrinks),
         cmocka_unit_test(test_parked_and_lease),
         cmocka_unit_test(test_waits_capped),
+        cmocka_unit_test(test_scan_parked),
+        cmocka_unit_test(test_scan_queue_capped),
+        cmocka_unit_test(test_scan_waits_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -358,6 +358,89 @@ static void test_make_token(void **state)
     assert_string_not_equal(a, b); /* 2^-128 chance of a false failure */
 }
 
+/* SCAN arguments: three big-endian words, then a resume key within the key's limits. */
+static void test_scan_decode(void **state)
+{
+    (void)state;
+    uint8_t rest[WEFT__STORE_SCAN_ARGS_LEN + WEFT_STORE_MAX_KEY + 1] = {
+        0, 0, 0x27, 0x10, 0, 0, 0, 3, 0, 1, 0, 0, 'a', '/', '7'};
+    weft_store_scan_wire_t a;
+    assert_int_equal(weft__store_scan_decode(rest, WEFT__STORE_SCAN_ARGS_LEN + 3, &a), WEFT_OK);
+    assert_int_equal(a.timeout_ms, 10000);
+    assert_int_equal(a.min_count, 3);
+    assert_int_equal(a.max_bytes, 65536);
+    assert_int_equal(a.alen, 3);
+    assert_memory_equal(a.after, "a/7", 3);
+    assert_int_equal(weft__store_scan_decode(rest, WEFT__STORE_SCAN_ARGS_LEN, &a), WEFT_OK);
+    assert_int_equal(a.alen, 0);
+    assert_int_equal(weft__store_scan_decode(rest, WEFT__STORE_SCAN_ARGS_LEN - 1, &a),
+                     WEFT_ERR_PROTOCOL);
+    memset(rest + WEFT__STORE_SCAN_ARGS_LEN, 'k', WEFT_STORE_MAX_KEY + 1);
+    assert_int_equal(weft__store_scan_decode(rest, sizeof(rest) - 1, &a), WEFT_OK);
+    assert_int_equal(weft__store_scan_decode(rest, sizeof(rest), &a), WEFT_ERR_PROTOCOL);
+    rest[WEFT__STORE_SCAN_ARGS_LEN + 5] = '\0';
+    assert_int_equal(weft__store_scan_decode(rest, WEFT__STORE_SCAN_ARGS_LEN + 9, &a),
+                     WEFT_ERR_PROTOCOL);
+}
+
+/* A page: its header, then entries that each stay within what is left of it. */
+static void test_page_decode(void **state)
+{
+    (void)state;
+    const uint8_t page[] = {1, 0, 0, 0, 2,                     /* more, two entries */
+                            0, 2, 'k', '1', 0, 0, 0, 1, 'v',   /* k1 = v */
+                            0, 2, 'k', '2', 0, 0, 0, 0};       /* k2 = "" */
+    bool more = false;
+    uint32_t count = 0;
+    const uint8_t *p, *val;
+    const char *key;
+    size_t left, klen, vlen;
+    assert_int_equal(weft__store_page_decode(page, sizeof(page), &more, &count, &p, &left),
+                     WEFT_OK);
+    assert_true(more);
+    assert_int_equal(count, 2);
+    assert_int_equal(weft__store_page_entry(&p, &left, &key, &klen, &val, &vlen), WEFT_OK);
+    assert_int_equal(klen, 2);
+    assert_memory_equal(key, "k1", 2);
+    assert_int_equal(vlen, 1);
+    assert_int_equal(val[0], 'v');
+    assert_int_equal(weft__store_page_entry(&p, &left, &key, &klen, &val, &vlen), WEFT_OK);
+    assert_int_equal(vlen, 0);
+    assert_int_equal(left, 0);
+    assert_int_equal(weft__store_page_entry(&p, &left, &key, &klen, &val, &vlen),
+                     WEFT_ERR_PROTOCOL);
+    assert_int_equal(weft__store_page_decode(page, 4, &more, &count, &p, &left), WEFT_ERR_PROTOCOL);
+    const uint8_t bad_more[] = {2, 0, 0, 0, 0};
+    assert_int_equal(weft__store_page_decode(bad_more, 5, &more, &count, &p, &left),
+                     WEFT_ERR_PROTOCOL);
+    /* Entries that lie: a value past the end, an empty key, a key with a NUL, a key past
+     * the end, a key over the limit. */
+    const uint8_t *bad[] = {
+        (const uint8_t[]){0, 1, 'k', 0, 0, 0, 2, 'v'},
+        (const uint8_t[]){0, 0, 0, 0, 0, 0, 0, 0},
+        (const uint8_t[]){0, 2, 'k', 0, 0, 0, 0, 0},
+        (const uint8_t[]){0, 9, 'k', 0, 0, 0, 0, 0},
+        (const uint8_t[]){1, 1, 'k', 0, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        p = bad[i];
+        left = 8;
+        assert_int_equal(weft__store_page_entry(&p, &left, &key, &klen, &val, &vlen),
+                         WEFT_ERR_PROTOCOL);
+        assert_ptr_equal(p, bad[i]);
+    }
+}
+
+static void test_key_order(void **state)
+{
+    (void)state;
+    assert_true(weft__store_key_cmp("a/10", 4, "a/2", 3) < 0);
+    assert_true(weft__store_key_cmp("a", 1, "a/", 2) < 0);
+    assert_true(weft__store_key_cmp("a/", 2, "a", 1) > 0);
+    assert_int_equal(weft__store_key_cmp("ab", 2, "ab", 2), 0);
+    assert_true(weft__store_key_cmp("\xff", 1, "a", 1) > 0); /* bytes, unsigned */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -373,6 +456,9 @@ int main(void)
         cmocka_unit_test(test_session_derivation),
         cmocka_unit_test(test_frame_tags),
         cmocka_unit_test(test_make_token),
+        cmocka_unit_test(test_scan_decode),
+        cmocka_unit_test(test_page_decode),
+        cmocka_unit_test(test_key_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

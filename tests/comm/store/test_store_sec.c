@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "comm/store/proto.h"
+#include "comm/store/server.h" /* weft__store_srv_addr_unit */
 #include "server_fixture.h"
 #include "store_raw.h"
 
@@ -59,17 +60,17 @@ static void test_injected_frame(void **state)
 {
     fixture_t *f = *state;
     raw_session_t r = raw_auth_as(f->port, f->token, WEFT__STORE_ROLE_MEMBER, 3);
-    raw_request(&r, WEFT__STORE_SET, "weft/g/0/0/next", "honest", 6);
+    raw_request(&r, WEFT__STORE_SET, "weft/g/0/finished", "honest", 6);
     assert_int_equal(raw_response(&r), WEFT_OK);
     /* What someone on the path would add: a well-formed SET without a tag... */
     weft_store_buf_t b = {0};
-    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, "weft/g/0/0/next", 15, "forged", 6),
+    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, "weft/g/0/finished", 17, "forged", 6),
                      WEFT_OK);
     raw_send(r.fd, b.data, b.len);
     raw_send(r.fd, b.data, WEFT__STORE_TAG_LEN); /* bytes where the tag would be */
     raw_expect_closed(r.fd);
     assert_true(log_has(WEFT_LOG_ERROR, "(member 3)", "failed its integrity check"));
-    char *v = value_of(f, "weft/g/0/0/next");
+    char *v = value_of(f, "weft/g/0/finished");
     assert_string_equal(v, "honest");
     free(v);
 
@@ -78,12 +79,12 @@ static void test_injected_frame(void **state)
     weft_store_dir_t made_up = {.seq = 0};
     assert_int_equal(weft__store_random(made_up.key, sizeof(made_up.key)), WEFT_OK);
     b.len = 0;
-    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, "weft/g/0/0/next", 15, "forged", 6),
+    assert_int_equal(weft__store_frame_kv(&b, WEFT__STORE_SET, "weft/g/0/finished", 17, "forged", 6),
                      WEFT_OK);
     assert_int_equal(weft__store_seal(&b, 0, &made_up), WEFT_OK);
     raw_send(r.fd, b.data, b.len);
     raw_expect_closed(r.fd);
-    v = value_of(f, "weft/g/0/0/next");
+    v = value_of(f, "weft/g/0/finished");
     assert_string_equal(v, "honest");
     free(v);
     weft__store_buf_free(&b);
@@ -347,6 +348,16 @@ static void test_member_writes_only_its_own(void **state)
     expect_refused(weft__store_delete(m3, "weft/addr/3"));
     expect_refused(weft__store_lease(m3, "weft/failed/4", "x", 1, 100000));
     expect_refused(weft__store_lease(m3, "weft/addr/3", "x", 1, 100000));
+    /* An agreed decision and a join slot are created once: a plain SET that would replace
+     * them (or make them first, racing SET_NX) is refused; SET_NX keeps the winner. */
+    expect_refused(weft__store_set(m3, "weft/g/0/0/next", "other", 5));
+    expect_refused(weft__store_set(m3, "weft/g/2/7/next", "first", 5));
+    expect_refused(weft__store_set(m3, "weft/g/0/join/1", "6", 1));
+    assert_int_equal(weft__store_set_nx(m3, "weft/g/0/0/next", "other", 5, &won, &wlen, NULL),
+                     WEFT_OK);
+    assert_int_equal(wlen, 1);
+    assert_memory_equal(won, "d", 1);
+    free(won);
     assert_true(log_has(WEFT_LOG_WARN, "weft/addr/4 by 127.0.0.1:", "(member 3)"));
     /* The connection still serves after a refusal. */
     char *v = value_of(f, "weft/addr/4");
@@ -492,15 +503,35 @@ static void test_member_identity_bound(void **state)
 
 /* ---- denial of service ---- */
 
-/* Sockets that connect and never authenticate, more than the pool for them holds, all
- * from the job's own address: a client of the job still gets in, at once. */
-static void test_unauthenticated_flood(void **state)
+/* A socket to the store from source address 127.0.0.@p last (0: the kernel's choice). */
+static int connect_from(int port, int last)
 {
-    fixture_t *f = *state;
+    if (last == 0) {
+        return raw_connect_port(port);
+    }
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + (uint32_t)last - 1);
+    assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/*
+ * Sockets that connect and never authenticate, more than the pool for them holds: a
+ * client of the job still gets in, at once. @p spread: each from another address of
+ * 127.0.0.0/8, which reaches this host all the same; the whole range is one address's
+ * share, so the flood is held to it as from one address.
+ */
+static void flood(fixture_t *f, bool spread)
+{
     enum { FLOOD = WEFT__STORE_MAX_UNAUTH + 72 };
     int fds[FLOOD];
     for (int i = 0; i < FLOOD; i++) {
-        fds[i] = raw_connect_port(f->port);
+        fds[i] = connect_from(f->port, spread ? 2 + i : 0);
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -510,7 +541,7 @@ static void test_unauthenticated_flood(void **state)
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     /* Well before the strangers' deadline would have freed their slots. */
     assert_true(ms < WEFT__STORE_AUTH_TIMEOUT_MS / 2);
-    assert_true(log_has(WEFT_LOG_WARN, "dropping 127.0.0.1:", "not authenticated"));
+    assert_true(log_has(WEFT_LOG_WARN, "dropping 127.0.0.", "not authenticated"));
     /* The oldest strangers were dropped, told the store was busy; at most the pool's
      * share of one address is still waiting. */
     int dropped = 0;
@@ -528,6 +559,77 @@ static void test_unauthenticated_flood(void **state)
     }
     assert_true(dropped >= FLOOD - WEFT__STORE_MAX_UNAUTH_PER_ADDR);
     weft__store_close(m);
+}
+
+static void test_unauthenticated_flood(void **state)
+{
+    flood(*state, false);
+}
+
+static void test_unauthenticated_flood_many_addresses(void **state)
+{
+    flood(*state, true);
+}
+
+/* The unit of the per-address share. */
+static void test_addr_unit(void **state)
+{
+    (void)state;
+    char u[64];
+    weft__store_srv_addr_unit("127.0.0.1", u, sizeof(u));
+    assert_string_equal(u, "127.0.0.0/8");
+    weft__store_srv_addr_unit("127.45.6.7", u, sizeof(u));
+    assert_string_equal(u, "127.0.0.0/8");
+    weft__store_srv_addr_unit("::ffff:127.9.9.9", u, sizeof(u));
+    assert_string_equal(u, "127.0.0.0/8");
+    weft__store_srv_addr_unit("10.77.0.2", u, sizeof(u));
+    assert_string_equal(u, "10.77.0.2");
+    weft__store_srv_addr_unit("::ffff:10.77.0.2", u, sizeof(u));
+    assert_string_equal(u, "10.77.0.2");
+    weft__store_srv_addr_unit("fd00:1:2:3:4:5:6:7", u, sizeof(u));
+    assert_string_equal(u, "fd00:0001:0002:0003::/64");
+    weft__store_srv_addr_unit("fd00:1:2:3:ffff::1", u, sizeof(u));
+    assert_string_equal(u, "fd00:0001:0002:0003::/64");
+    weft__store_srv_addr_unit("fake connection 3", u, sizeof(u));
+    assert_string_equal(u, "fake connection 3");
+}
+
+/* ---- members' shares ---- */
+
+/* One member cannot fill the store: past its share its writes are refused, and the others
+ * still publish their addresses and count; replacing its own key takes no more room; a
+ * launcher is held to the store's cap alone. */
+static void test_member_share(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *m3 = member(f, 3), *m4 = member(f, 4), *boss = launcher(f);
+    static char big[60 * 1024];
+    char key[64];
+    weft_status_t st = WEFT_OK;
+    int i;
+    for (i = 0; i < 400 && st == WEFT_OK; i++) {
+        snprintf(key, sizeof(key), "weft/fill/%d", i);
+        st = weft__store_set(m3, key, big, sizeof(big));
+    }
+    assert_int_equal(st, WEFT_ERR_NO_MEMORY);
+    int fitted = i - 1;
+    assert_true((size_t)fitted * sizeof(big) <= WEFT__STORE_MEMBER_SHARE);
+    assert_true((size_t)(fitted + 2) * sizeof(big) > WEFT__STORE_MEMBER_SHARE);
+    assert_true(log_has(WEFT_LOG_WARN, "member 3's share of the store is full", "weft/fill/"));
+    assert_int_equal(weft__store_set(m3, "weft/fill/0", big, sizeof(big)), WEFT_OK);
+    assert_int_equal(weft__store_set(m3, "weft/fill/0", big, 10), WEFT_OK); /* smaller */
+    int64_t n;
+    assert_int_equal(weft__store_set(m4, "weft/addr/4", "a4", 2), WEFT_OK);
+    assert_int_equal(weft__store_add(m4, "weft/joiner_ids", 1, &n), WEFT_OK);
+    assert_int_equal(weft__store_lease(m4, "weft/failed/4", "x", 1, 100000), WEFT_OK);
+    for (int j = 0; j < fitted + 8; j++) {
+        snprintf(key, sizeof(key), "boss/fill/%d", j);
+        assert_int_equal(weft__store_set(boss, key, big, sizeof(big)), WEFT_OK);
+    }
+    assert_int_equal(weft__store_lease(m4, "weft/failed/4", "x", 1, 0), WEFT_OK);
+    weft__store_close(m3);
+    weft__store_close(m4);
+    weft__store_close(boss);
 }
 
 /* ---- memory ---- */
@@ -573,6 +675,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_member_cannot_fence_another, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_identity_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unauthenticated_flood, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unauthenticated_flood_many_addresses, setup,
+                                        teardown),
+        cmocka_unit_test(test_addr_unit),
+        cmocka_unit_test_setup_teardown(test_member_share, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_counts_against_cap, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
