@@ -97,7 +97,8 @@ static const char usage_text[] =
     "                      given; otherwise weftrun makes one\n"
     "      --external-store\n"
     "                      no node serves the store: it runs apart, under\n"
-    "                      weftrun --store-only --store HOST:PORT with the same token\n"
+    "                      weftrun --store-only --store HOST:PORT with the same token,\n"
+    "                      or is an etcd cluster: --store etcd://H1:P1,H2:P2,...\n"
     "      --new-token     print a new random token and exit\n"
     "  -v, --verbose       say more (repeat for debug output)\n"
     "  -h, --help          print this help and exit\n"
@@ -428,6 +429,8 @@ static int check_node_opts(weftrun_opts_t *o, bool bind_given, bool port_given)
     } else if (o->store_only && (o->nnodes > 1 || o->node_rank > 0 || o->external_store)) {
         why = "--store-only serves the store alone: give it no --nnodes, --node-rank or "
               "--external-store%s";
+    } else if (serves && o->store != NULL && strncmp(o->store, "etcd://", 7) == 0) {
+        why = "an etcd store is served by etcd, not by weftrun: add --external-store%s";
     } else if (o->external_store && o->store == NULL) {
         why = "--external-store needs --store HOST:PORT%s";
     } else if ((bind_given || port_given) && !serves) {

@@ -11,11 +11,13 @@ set -euo pipefail
 # pmix2/lib/libpmix.so, which is in libpmix-dev, not libpmix2. openmpi-bin's mpirun is the
 # other PMIx launcher the tests use. In a container without an init system the Slurm and
 # munge packages install without starting their services (invoke-rc.d finds no runlevel).
+# etcd-server, etcd-client and libcurl4 (opened at run time, no headers needed) serve the
+# store's etcd backend and its tests (tests/comm/store/etcd_store.sh).
 pkgs=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils libhwloc-dev hwloc
       libcmocka-dev libopenblas-dev libssl-dev libxxhash-dev liburing-dev python3 binutils
       util-linux libudev-dev python3-numpy python3-pytest python3-torch python3-pip
       python3-setuptools python3-matplotlib slurm-wlm munge libpmix2 libpmix-dev
-      openmpi-bin)
+      openmpi-bin etcd-server etcd-client libcurl4)
 if [[ "${1:-}" == "--peers" ]]; then
     pkgs+=(libopenmpi-dev)
 fi

@@ -371,6 +371,11 @@ static const config_field_t config_table[] = {
           "without WEFT_STORE: a name is searched like any shared library, a path is used as "
           "is. Read once per process.",
           pmix_library, path),
+    FIELD("WEFT_CURL_LIBRARY", "libcurl.so.4",
+          "libcurl opened (dlopen) at the first connection to an etcd store "
+          "(WEFT_STORE=etcd://...): a name is searched like any shared library, a path is "
+          "used as is. Read once per process, by the store client itself.",
+          curl_library, path),
     FIELD("WEFT_BOOT_ADDR", "",
           "IP address on which rank 0 of a job started through PMIx serves the job's store; "
           "empty: the loopback when the job holds one host, else the first IPv4 address of "

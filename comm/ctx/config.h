@@ -41,6 +41,7 @@ typedef struct weft_config {
     char topo_xml[512];           /* hwloc XML file standing for this host; "" discovers */
     char nccl_library[512];       /* NCCL opened on first use (read by transports/nccl_lib.c) */
     char pmix_library[512];       /* PMIx opened by a PMIx bootstrap (comm/ctx/boot_pmix.c) */
+    char curl_library[512];       /* listed only: the store's etcd backend reads it itself */
     char boot_addr[64];           /* IP literal rank 0 serves the store on under PMIx; "" auto */
     char debug_faults[128];       /* test faults (comm/fault.h); used without NDEBUG only */
 } weft_config_t;

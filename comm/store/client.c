@@ -1,6 +1,7 @@
 /*
- * The rendezvous store client. A connection multiplexes: any number of threads may call
- * it at once (the heartbeat renews its lease while a member waits in a GET), and watch
+ * The client of weft's own store (the native backend of store.h, see backend.h). A
+ * connection multiplexes: any number of threads may call it at once (the heartbeat
+ * renews its lease while a member waits in a GET), and watch
  * events arrive between the answers. Each request carries an id the answer echoes
  * (proto.h). The socket is read by one thread at a time, whichever is waiting for an
  * answer or an event (leader and followers): it hands each frame to the request it
@@ -31,6 +32,7 @@
 
 #include <openssl/crypto.h>
 
+#include "comm/store/backend.h"
 #include "comm/store/proto.h"
 #include "util/clock.h"
 #include "util/parse.h"
@@ -55,19 +57,18 @@ typedef struct store_event {
     size_t vlen;
 } store_event_t;
 
-struct weft_store_client {
+typedef struct native_client {
+    weft_store_client_t base; /* first: the ops table, logger and address */
     int fd;
     pthread_mutex_t wlock; /* sending: frames leave whole, in the order of their tags */
-    pthread_mutex_t lock; /* everything below; the reader drops it while in poll/recv */
-    pthread_cond_t cv;    /* an answer or event came, or the reader left */
-    bool reading;         /* a thread is reading the socket */
+    pthread_mutex_t lock;  /* everything below; the reader drops it while in poll/recv */
+    pthread_cond_t cv;     /* an answer or event came, or the reader left */
+    bool reading;          /* a thread is reading the socket */
     bool broken;
     bool watching;
-    int err; /* errno of the last failed socket call; 0: the server closed */
-    const weft_logger_t *lg;
+    int err;                     /* errno of the last failed socket call; 0: the server closed */
     weft_store_health_t *health; /* shared with the process's other connections, or NULL */
-    char addr[128];
-    uint8_t *rbuf; /* received bytes not yet consumed (the reader's) */
+    uint8_t *rbuf;               /* received bytes not yet consumed (the reader's) */
     size_t rlen, rcap;
     size_t frame; /* bytes of the frame last returned by read_frame() */
     weft_store_buf_t wbuf;
@@ -83,20 +84,20 @@ struct weft_store_client {
      * taken; read with one of them: seals under wlock, tag checks under lock. */
     atomic_bool fenced;
     _Atomic uint64_t requests; /* sent (weft__store_requests) */
-};
+} native_client_t;
 
 /* A scan under way: its call stays on the connection's list until it is finished. */
-struct weft_store_scan {
-    weft_store_client_t *c;
+typedef struct native_scan {
+    weft_store_scan_t base; /* first: the client it was sent on */
     store_call_t call;
     uint64_t give_up_ms; /* the store's wait, plus WEFT__STORE_IO_TIMEOUT_MS */
     size_t plen, alen;
     char text[]; /* the prefix and a NUL, the key to resume after and a NUL: the page's
                   * keys are checked against them */
-};
+} native_scan_t;
 
 /* Waits for @p events; WEFT_INPROGRESS once the deadline has passed. */
-static weft_status_t wait_fd(weft_store_client_t *c, short events, uint64_t deadline)
+static weft_status_t wait_fd(native_client_t *c, short events, uint64_t deadline)
 {
     for (;;) {
         uint64_t now = weft__now_ms();
@@ -116,8 +117,7 @@ static weft_status_t wait_fd(weft_store_client_t *c, short events, uint64_t dead
     }
 }
 
-static weft_status_t send_all(weft_store_client_t *c, const uint8_t *p, size_t len,
-                              uint64_t deadline)
+static weft_status_t send_all(native_client_t *c, const uint8_t *p, size_t len, uint64_t deadline)
 {
     while (len > 0) {
         ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -138,7 +138,7 @@ static weft_status_t send_all(weft_store_client_t *c, const uint8_t *p, size_t l
 }
 
 /* One nonblocking recv() into rbuf, making room for @p need bytes in all. */
-static weft_status_t recv_some(weft_store_client_t *c, size_t need)
+static weft_status_t recv_some(native_client_t *c, size_t need)
 {
     need = need > RBUF_MIN ? need : RBUF_MIN;
     if (c->rcap < need) {
@@ -165,7 +165,7 @@ static weft_status_t recv_some(weft_store_client_t *c, size_t need)
 }
 
 /* Drops the frame last returned by frame_ready() or read_frame(). */
-static void consume(weft_store_client_t *c)
+static void consume(native_client_t *c)
 {
     memmove(c->rbuf, c->rbuf + c->frame, c->rlen - c->frame);
     c->rlen -= c->frame;
@@ -173,7 +173,7 @@ static void consume(weft_store_client_t *c)
 }
 
 /* Bytes rbuf must hold for the frame at its start: its header, then all of it. */
-static size_t frame_need(const weft_store_client_t *c)
+static size_t frame_need(const native_client_t *c)
 {
     uint32_t len;
     weft_store_msg_t type;
@@ -187,7 +187,7 @@ static size_t frame_need(const weft_store_client_t *c)
  * The whole frame at the start of rbuf, its tag checked; *p points into rbuf until
  * consume(). WEFT_INPROGRESS while it has not all arrived.
  */
-static weft_status_t frame_ready(weft_store_client_t *c, weft_store_msg_t *type, const uint8_t **p,
+static weft_status_t frame_ready(native_client_t *c, weft_store_msg_t *type, const uint8_t **p,
                                  uint32_t *len)
 {
     if (c->rlen < WEFT__STORE_HDR_LEN || atomic_load(&c->fenced)) {
@@ -212,7 +212,7 @@ static weft_status_t frame_ready(weft_store_client_t *c, weft_store_msg_t *type,
 
 /* Receives what has arrived, waiting for some until the deadline (WEFT_INPROGRESS once
  * it has passed; a deadline already passed: one nonblocking try). */
-static weft_status_t recv_wait(weft_store_client_t *c, uint64_t deadline)
+static weft_status_t recv_wait(native_client_t *c, uint64_t deadline)
 {
     for (;;) {
         weft_status_t st = recv_some(c, frame_need(c));
@@ -227,7 +227,7 @@ static weft_status_t recv_wait(weft_store_client_t *c, uint64_t deadline)
 }
 
 /* The next whole frame, read without other threads (the handshake). */
-static weft_status_t read_frame(weft_store_client_t *c, uint64_t deadline, weft_store_msg_t *type,
+static weft_status_t read_frame(native_client_t *c, uint64_t deadline, weft_store_msg_t *type,
                                 const uint8_t **p, uint32_t *len)
 {
     for (;;) {
@@ -255,7 +255,7 @@ static uint8_t *copy_z(const void *p, size_t n)
 
 /* Hands each whole frame received to the call it answers, or queues it as an event. An
  * answer nobody waits for any more (its caller gave up) is dropped. Lock held. */
-static weft_status_t dispatch(weft_store_client_t *c)
+static weft_status_t dispatch(native_client_t *c)
 {
     for (;;) {
         weft_store_msg_t type;
@@ -315,7 +315,7 @@ static weft_status_t dispatch(weft_store_client_t *c)
  * passes, with the lock dropped meanwhile, then hands out what came. Lock held, and no
  * other thread reading. WEFT_INPROGRESS: nothing came by the deadline.
  */
-static weft_status_t read_turn(weft_store_client_t *c, uint64_t deadline)
+static weft_status_t read_turn(native_client_t *c, uint64_t deadline)
 {
     c->reading = true;
     pthread_mutex_unlock(&c->lock);
@@ -330,57 +330,17 @@ static weft_status_t read_turn(weft_store_client_t *c, uint64_t deadline)
 }
 
 /* Sleeps on the condition until woken or the deadline passes. Lock held. */
-static void cv_wait(weft_store_client_t *c, uint64_t deadline_ms)
+static void cv_wait(native_client_t *c, uint64_t deadline_ms)
 {
     struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000),
                           .tv_nsec = (long)(deadline_ms % 1000) * 1000000};
     pthread_cond_timedwait(&c->cv, &c->lock, &ts);
 }
 
-void weft__store_share_health(weft_store_client_t *c, weft_store_health_t *h)
-{
-    if (c == NULL || h == NULL) {
-        return;
-    }
-    if (h->addr[0] == '\0') {
-        snprintf(h->addr, sizeof(h->addr), "%s", c->addr);
-    }
-    c->health = h;
-}
-
-uint64_t weft__store_lost_ns(const weft_store_health_t *h)
-{
-    return h != NULL ? atomic_load_explicit(&h->lost_ns, memory_order_acquire) : 0;
-}
-
-const char *weft__store_lost_cause(const weft_store_health_t *h)
-{
-    return weft__store_lost_ns(h) != 0 ? h->cause : "";
-}
-
-bool weft__store_claim_report(weft_store_health_t *h)
-{
-    return weft__store_lost_ns(h) != 0 && atomic_exchange(&h->reported, 1) == 0;
-}
-
-/* The store is lost to every connection sharing @p h: the first to see it says why. */
-static void health_lost(weft_store_health_t *h, const char *what, const char *why)
-{
-    if (atomic_exchange(&h->recording, 1) != 0) {
-        while (weft__store_lost_ns(h) == 0) {
-            /* another thread is writing the cause: a few instructions away */
-        }
-        return;
-    }
-    snprintf(h->cause, sizeof(h->cause), "%s: %s", what, why);
-    uint64_t now = weft__now_ns();
-    atomic_store_explicit(&h->lost_ns, now != 0 ? now : 1, memory_order_release);
-}
-
 /* Marks the connection unusable. A lost connection (the store closed it, a socket call
  * failed, no answer in time) loses the store for every connection sharing its health,
  * whose owner reports it; anything else, and a connection of its own, is logged here. */
-static weft_status_t client_fail(weft_store_client_t *c, weft_status_t st, const char *what)
+static weft_status_t client_fail(native_client_t *c, weft_status_t st, const char *what)
 {
     const char *why = st == WEFT_ERR_IO && c->err == 0 ? "the store closed the connection"
                       : st == WEFT_ERR_IO              ? strerror(c->err)
@@ -388,9 +348,9 @@ static weft_status_t client_fail(weft_store_client_t *c, weft_status_t st, const
                                     "replayed or reordered on the way)"
                                   : weft_status_str(st);
     if (c->health != NULL && (st == WEFT_ERR_IO || st == WEFT_ERR_TIMEOUT)) {
-        health_lost(c->health, what, why);
+        weft__store_health_lost(c->health, what, why);
     } else {
-        WEFT_ERROR(c->lg, "store %s: %s: %s", c->addr, what, why);
+        WEFT_ERROR(c->base.lg, "store %s: %s: %s", c->base.addr, what, why);
     }
     c->broken = true;
     pthread_cond_broadcast(&c->cv);
@@ -399,7 +359,7 @@ static weft_status_t client_fail(weft_store_client_t *c, weft_status_t st, const
 
 /* Whether @p c may still be used: not broken, its store not lost by another, and the
  * process not exiting (a fenced connection fails its calls quietly). */
-static bool usable(weft_store_client_t *c)
+static bool usable(native_client_t *c)
 {
     if (!c->broken && weft__store_lost_ns(c->health) != 0) {
         c->broken = true;
@@ -412,7 +372,7 @@ static bool usable(weft_store_client_t *c)
  * does. Lock held. WEFT_INPROGRESS: no answer by the deadline; WEFT_ERR_IO: the
  * connection broke in another thread (which said why).
  */
-static weft_status_t await(weft_store_client_t *c, store_call_t *me, uint64_t deadline)
+static weft_status_t await(native_client_t *c, store_call_t *me, uint64_t deadline)
 {
     while (!me->done) {
         if (!usable(c)) {
@@ -438,7 +398,7 @@ static weft_status_t await(weft_store_client_t *c, store_call_t *me, uint64_t de
  * as the answer may come at once) then awaits: call_wait, and call_end to unregister it.
  * On failure nothing stays registered.
  */
-static weft_status_t call_begin(weft_store_client_t *c, weft_store_msg_t type, const char *key,
+static weft_status_t call_begin(native_client_t *c, weft_store_msg_t type, const char *key,
                                 const void *rest, size_t rest_len, store_call_t *me)
 {
     memset(me, 0, sizeof(*me));
@@ -490,7 +450,7 @@ static weft_status_t call_begin(weft_store_client_t *c, weft_store_msg_t type, c
  * Waits for @p me's answer until @p until. WEFT_INPROGRESS: not come by then, but
  * @p give_up has not passed either; past @p give_up the store is lost (WEFT_ERR_TIMEOUT).
  */
-static weft_status_t call_wait(weft_store_client_t *c, store_call_t *me, uint64_t until,
+static weft_status_t call_wait(native_client_t *c, store_call_t *me, uint64_t until,
                                uint64_t give_up)
 {
     pthread_mutex_lock(&c->lock);
@@ -503,7 +463,7 @@ static weft_status_t call_wait(weft_store_client_t *c, store_call_t *me, uint64_
 }
 
 /* Unregisters @p me; its answer, if it comes later, is dropped. */
-static void call_end(weft_store_client_t *c, store_call_t *me)
+static void call_end(native_client_t *c, store_call_t *me)
 {
     pthread_mutex_lock(&c->lock);
     store_call_t **p = &c->calls;
@@ -520,7 +480,7 @@ static void call_end(weft_store_client_t *c, store_call_t *me)
  * *status is the server's answer and *data (malloc'ed, NUL-terminated, the caller's) its
  * data.
  */
-static weft_status_t call(weft_store_client_t *c, weft_store_msg_t type, const char *key,
+static weft_status_t call(native_client_t *c, weft_store_msg_t type, const char *key,
                           const void *rest, size_t rest_len, uint32_t wait_ms,
                           weft_status_t *status, uint8_t **data, size_t *dlen)
 {
@@ -542,18 +502,8 @@ static weft_status_t call(weft_store_client_t *c, weft_store_msg_t type, const c
     return WEFT_OK;
 }
 
-/* Common checks of a request call. */
-static weft_status_t check_request(weft_store_client_t *c, const char *key)
-{
-    if (c == NULL || key == NULL || key[0] == '\0' ||
-        strnlen(key, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    return WEFT_OK;
-}
-
 /* A request whose answer carries no data: the store's status. */
-static weft_status_t call_status(weft_store_client_t *c, weft_store_msg_t type, const char *key,
+static weft_status_t call_status(native_client_t *c, weft_store_msg_t type, const char *key,
                                  const void *rest, size_t rest_len)
 {
     weft_status_t status;
@@ -567,28 +517,29 @@ static weft_status_t call_status(weft_store_client_t *c, weft_store_msg_t type, 
     return status;
 }
 
-weft_status_t weft__store_set(weft_store_client_t *c, const char *key, const void *val, size_t len)
+/* The native client behind a generic one (backend.h). */
+static native_client_t *native(weft_store_client_t *c)
 {
-    weft_status_t st = check_request(c, key);
-    if (st == WEFT_OK && ((val == NULL && len > 0) || len > WEFT__STORE_MAX_VALUE)) {
-        st = WEFT_ERR_INVALID_ARG;
-    }
-    return st != WEFT_OK ? st : call_status(c, WEFT__STORE_SET, key, val, len);
+    return (native_client_t *)c;
 }
 
-weft_status_t weft__store_get(weft_store_client_t *c, const char *key, int timeout_ms, void **val,
-                              size_t *len)
+static weft_status_t native_set(weft_store_client_t *bc, const char *key, const void *val,
+                                size_t len)
 {
-    weft_status_t st = check_request(c, key), status;
+    return call_status(native(bc), WEFT__STORE_SET, key, val, len);
+}
+
+static weft_status_t native_get(weft_store_client_t *bc, const char *key, int timeout_ms,
+                                void **val, size_t *len)
+{
+    native_client_t *c = native(bc);
+    weft_status_t status;
     uint8_t *data;
     size_t dlen;
-    if (st != WEFT_OK || timeout_ms < 0 || val == NULL || len == NULL) {
-        return st != WEFT_OK ? st : WEFT_ERR_INVALID_ARG;
-    }
     uint8_t wait[4] = {(uint8_t)(timeout_ms >> 24), (uint8_t)(timeout_ms >> 16),
                        (uint8_t)(timeout_ms >> 8), (uint8_t)timeout_ms};
-    st = call(c, WEFT__STORE_GET, key, wait, sizeof(wait), (uint32_t)timeout_ms, &status, &data,
-              &dlen);
+    weft_status_t st = call(c, WEFT__STORE_GET, key, wait, sizeof(wait), (uint32_t)timeout_ms,
+                            &status, &data, &dlen);
     if (st != WEFT_OK) {
         return st;
     }
@@ -601,29 +552,8 @@ weft_status_t weft__store_get(weft_store_client_t *c, const char *key, int timeo
     return status;
 }
 
-weft_status_t weft__store_get_i64(weft_store_client_t *c, const char *key, int timeout_ms,
-                                  int64_t *out)
-{
-    void *val;
-    size_t len;
-    weft_status_t st = weft__store_get(c, key, timeout_ms, &val, &len);
-    if (st != WEFT_OK) {
-        return st;
-    }
-    int64_t v;
-    /* values arrive NUL-terminated; one with a NUL inside is no number either */
-    bool ok = strlen(val) == len && weft__parse_i64(val, INT64_MIN, INT64_MAX, &v);
-    free(val);
-    if (!ok) {
-        WEFT_ERROR(c->lg, "store %s: %s does not hold an integer", c->addr, key);
-        return WEFT_ERR_PROTOCOL;
-    }
-    *out = v;
-    return WEFT_OK;
-}
-
 /* The connection broke the protocol in an answer: no later frame can be trusted. */
-static weft_status_t malformed(weft_store_client_t *c, uint8_t *data, const char *what)
+static weft_status_t malformed(native_client_t *c, uint8_t *data, const char *what)
 {
     free(data);
     pthread_mutex_lock(&c->lock);
@@ -632,18 +562,16 @@ static weft_status_t malformed(weft_store_client_t *c, uint8_t *data, const char
     return st;
 }
 
-weft_status_t weft__store_add(weft_store_client_t *c, const char *key, int64_t delta,
-                              int64_t *result)
+static weft_status_t native_add(weft_store_client_t *bc, const char *key, int64_t delta,
+                                int64_t *result)
 {
-    weft_status_t st = check_request(c, key), status;
+    native_client_t *c = native(bc);
+    weft_status_t status;
     uint8_t *data;
     size_t dlen;
-    if (st != WEFT_OK) {
-        return st;
-    }
     uint8_t be[8];
     weft__store_set_u64(be, (uint64_t)delta);
-    st = call(c, WEFT__STORE_ADD, key, be, sizeof(be), 0, &status, &data, &dlen);
+    weft_status_t st = call(c, WEFT__STORE_ADD, key, be, sizeof(be), 0, &status, &data, &dlen);
     if (st != WEFT_OK) {
         return st;
     }
@@ -657,19 +585,14 @@ weft_status_t weft__store_add(weft_store_client_t *c, const char *key, int64_t d
     return status;
 }
 
-weft_status_t weft__store_set_nx(weft_store_client_t *c, const char *key, const void *val,
-                                 size_t len, void **winner, size_t *winner_len, int *created)
+static weft_status_t native_set_nx(weft_store_client_t *bc, const char *key, const void *val,
+                                   size_t len, void **winner, size_t *winner_len, int *created)
 {
-    weft_status_t st = check_request(c, key), status;
+    native_client_t *c = native(bc);
+    weft_status_t status;
     uint8_t *data;
     size_t dlen;
-    if (st == WEFT_OK && ((val == NULL && len > 0) || len > WEFT__STORE_MAX_VALUE ||
-                          winner == NULL || winner_len == NULL)) {
-        st = WEFT_ERR_INVALID_ARG;
-    }
-    if (st == WEFT_OK) {
-        st = call(c, WEFT__STORE_SET_NX, key, val, len, 0, &status, &data, &dlen);
-    }
+    weft_status_t st = call(c, WEFT__STORE_SET_NX, key, val, len, 0, &status, &data, &dlen);
     if (st != WEFT_OK) {
         return st;
     }
@@ -689,42 +612,33 @@ weft_status_t weft__store_set_nx(weft_store_client_t *c, const char *key, const 
     return status;
 }
 
-weft_status_t weft__store_lease(weft_store_client_t *c, const char *key, const void *val,
-                                size_t len, uint32_t ttl_ms)
+static weft_status_t native_lease(weft_store_client_t *bc, const char *key, const void *val,
+                                  size_t len, uint32_t ttl_ms)
 {
-    weft_status_t st = check_request(c, key);
-    if (st == WEFT_OK && ((val == NULL && len > 0) || len > WEFT__STORE_MAX_VALUE)) {
-        st = WEFT_ERR_INVALID_ARG;
+    uint8_t *rest = malloc(4 + len);
+    if (rest == NULL) {
+        return WEFT_ERR_NO_MEMORY;
     }
-    uint8_t *rest = st == WEFT_OK ? malloc(4 + len) : NULL;
-    if (st == WEFT_OK && rest == NULL) {
-        st = WEFT_ERR_NO_MEMORY;
+    rest[0] = (uint8_t)(ttl_ms >> 24);
+    rest[1] = (uint8_t)(ttl_ms >> 16);
+    rest[2] = (uint8_t)(ttl_ms >> 8);
+    rest[3] = (uint8_t)ttl_ms;
+    if (len > 0) {
+        memcpy(rest + 4, val, len);
     }
-    if (st == WEFT_OK) {
-        rest[0] = (uint8_t)(ttl_ms >> 24);
-        rest[1] = (uint8_t)(ttl_ms >> 16);
-        rest[2] = (uint8_t)(ttl_ms >> 8);
-        rest[3] = (uint8_t)ttl_ms;
-        if (len > 0) {
-            memcpy(rest + 4, val, len);
-        }
-        st = call_status(c, WEFT__STORE_LEASE, key, rest, 4 + len);
-    }
+    weft_status_t st = call_status(native(bc), WEFT__STORE_LEASE, key, rest, 4 + len);
     free(rest);
     return st;
 }
 
-weft_status_t weft__store_delete(weft_store_client_t *c, const char *key)
+static weft_status_t native_delete(weft_store_client_t *bc, const char *key)
 {
-    weft_status_t st = check_request(c, key);
-    return st != WEFT_OK ? st : call_status(c, WEFT__STORE_DELETE, key, NULL, 0);
+    return call_status(native(bc), WEFT__STORE_DELETE, key, NULL, 0);
 }
 
-weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix)
+static weft_status_t native_watch(weft_store_client_t *bc, const char *prefix)
 {
-    if (c == NULL || prefix == NULL || strnlen(prefix, WEFT_STORE_MAX_KEY + 1) > WEFT_STORE_MAX_KEY) {
-        return WEFT_ERR_INVALID_ARG;
-    }
+    native_client_t *c = native(bc);
     weft_status_t st = call_status(c, WEFT__STORE_WATCH, prefix, NULL, 0);
     if (st == WEFT_OK) {
         pthread_mutex_lock(&c->lock);
@@ -736,23 +650,18 @@ weft_status_t weft__store_watch(weft_store_client_t *c, const char *prefix)
 
 /* ---- scans ---- */
 
-weft_status_t weft__store_scan_start(weft_store_client_t *c, const weft_store_scan_args_t *args,
-                                     weft_store_scan_t **scan)
+static weft_status_t native_scan_start(weft_store_client_t *bc, const weft_store_scan_args_t *args,
+                                       weft_store_scan_t **scan)
 {
-    if (c == NULL || args == NULL || args->prefix == NULL || args->timeout_ms < 0 || scan == NULL) {
-        return WEFT_ERR_INVALID_ARG;
-    }
+    native_client_t *c = native(bc);
     const char *after = args->after != NULL ? args->after : "";
-    size_t plen = strnlen(args->prefix, WEFT_STORE_MAX_KEY + 1);
-    size_t alen = strnlen(after, WEFT_STORE_MAX_KEY + 1);
-    if (plen > WEFT_STORE_MAX_KEY || alen > WEFT_STORE_MAX_KEY) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    weft_store_scan_t *q = malloc(sizeof(*q) + plen + alen + 2);
+    size_t plen = strlen(args->prefix);
+    size_t alen = strlen(after);
+    native_scan_t *q = malloc(sizeof(*q) + plen + alen + 2);
     if (q == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
-    q->c = c;
+    q->base.c = bc;
     q->plen = plen;
     q->alen = alen;
     memcpy(q->text, args->prefix, plen + 1);
@@ -772,7 +681,7 @@ weft_status_t weft__store_scan_start(weft_store_client_t *c, const weft_store_sc
         return st;
     }
     q->give_up_ms = weft__now_ms() + (uint64_t)args->timeout_ms + WEFT__STORE_IO_TIMEOUT_MS;
-    *scan = q;
+    *scan = &q->base;
     return WEFT_OK;
 }
 
@@ -782,7 +691,7 @@ weft_status_t weft__store_scan_start(weft_store_client_t *c, const weft_store_sc
  * and values are NUL-terminated where they lie (each one's end is the next one's length,
  * read by then), so the page owns @p data.
  */
-static weft_status_t page_take(const weft_store_scan_t *q, uint8_t *data, size_t dlen,
+static weft_status_t page_take(const native_scan_t *q, uint8_t *data, size_t dlen,
                                weft_store_page_t *page)
 {
     bool more;
@@ -826,12 +735,10 @@ static weft_status_t page_take(const weft_store_scan_t *q, uint8_t *data, size_t
     return WEFT_OK;
 }
 
-weft_status_t weft__store_scan_wait(weft_store_scan_t *q, int wait_ms, weft_store_page_t *page)
+static weft_status_t native_scan_wait(weft_store_scan_t *bq, int wait_ms, weft_store_page_t *page)
 {
-    if (q == NULL || wait_ms < 0 || page == NULL) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    weft_store_client_t *c = q->c;
+    native_scan_t *q = (native_scan_t *)bq;
+    native_client_t *c = native(bq->c);
     weft_status_t st = call_wait(c, &q->call, weft__now_ms() + (uint64_t)wait_ms, q->give_up_ms);
     if (st == WEFT_INPROGRESS) {
         return st;
@@ -854,44 +761,18 @@ weft_status_t weft__store_scan_wait(weft_store_scan_t *q, int wait_ms, weft_stor
     return st;
 }
 
-void weft__store_scan_cancel(weft_store_scan_t *q)
+static void native_scan_cancel(weft_store_scan_t *bq)
 {
-    if (q == NULL) {
-        return;
-    }
-    call_end(q->c, &q->call);
+    native_scan_t *q = (native_scan_t *)bq;
+    call_end(native(bq->c), &q->call);
     free(q->call.data); /* when it came meanwhile */
     free(q);
 }
 
-weft_status_t weft__store_scan(weft_store_client_t *c, const weft_store_scan_args_t *args,
-                               weft_store_page_t *page)
+static weft_status_t native_next_event(weft_store_client_t *bc, int timeout_ms, char **key,
+                                       void **val, size_t *len)
 {
-    weft_store_scan_t *q;
-    if (page == NULL) {
-        return WEFT_ERR_INVALID_ARG;
-    }
-    weft_status_t st = weft__store_scan_start(c, args, &q);
-    /* Past the scan's own bound the connection gives up: never WEFT_INPROGRESS. */
-    return st != WEFT_OK ? st : weft__store_scan_wait(q, INT32_MAX, page);
-}
-
-void weft__store_page_free(weft_store_page_t *page)
-{
-    if (page == NULL) {
-        return;
-    }
-    free(page->kv);
-    free(page->mem);
-    *page = (weft_store_page_t){0};
-}
-
-weft_status_t weft__store_next_event(weft_store_client_t *c, int timeout_ms, char **key, void **val,
-                                     size_t *len)
-{
-    if (c == NULL || timeout_ms < 0 || key == NULL || val == NULL || len == NULL) {
-        return WEFT_ERR_INVALID_ARG;
-    }
+    native_client_t *c = native(bc);
     pthread_mutex_lock(&c->lock);
     if (!c->watching) {
         pthread_mutex_unlock(&c->lock);
@@ -967,8 +848,7 @@ static bool split_hostport(const char *hp, char host[256], char port[16])
 }
 
 /* One TCP connection attempt, bounded by the deadline; c->err says why it failed. */
-static weft_status_t try_connect(weft_store_client_t *c, const struct addrinfo *ai,
-                                 uint64_t deadline)
+static weft_status_t try_connect(native_client_t *c, const struct addrinfo *ai, uint64_t deadline)
 {
     c->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (c->fd < 0) {
@@ -1001,7 +881,7 @@ static weft_status_t try_connect(weft_store_client_t *c, const struct addrinfo *
 #define STORE_WAIT_NOTICE_MS 1000
 
 /* Connects, retrying with a growing pause until the deadline: the server may start late. */
-static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const char *port,
+static weft_status_t tcp_connect(native_client_t *c, const char *host, const char *port,
                                  int timeout_ms, uint64_t deadline)
 {
     struct addrinfo hints = {
@@ -1021,12 +901,13 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
             }
             freeaddrinfo(res);
         } else if (rc != EAI_AGAIN) {
-            WEFT_ERROR(c->lg, "store %s: cannot resolve %s: %s", c->addr, host, gai_strerror(rc));
+            WEFT_ERROR(c->base.lg, "store %s: cannot resolve %s: %s", c->base.addr, host,
+                       gai_strerror(rc));
             return WEFT_ERR_INVALID_ARG;
         }
         uint64_t now = weft__now_ms();
         if (now >= deadline) {
-            WEFT_ERROR(c->lg, "store %s: cannot connect, tried for %llu ms: %s", c->addr,
+            WEFT_ERROR(c->base.lg, "store %s: cannot connect, tried for %llu ms: %s", c->base.addr,
                        (unsigned long long)(now - (deadline - (uint64_t)timeout_ms)),
                        rc != 0 ? gai_strerror(rc) : strerror(c->err));
             return WEFT_ERR_TIMEOUT;
@@ -1034,9 +915,10 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
         if (!told && now - begin >= STORE_WAIT_NOTICE_MS) {
             /* A store that never comes would otherwise mean a silent wait of up to
              * WEFT_CONNECT_TIMEOUT_MS: say once what this process waits for, and until when. */
-            WEFT_WARN(c->lg, "store %s: not reachable yet (%s); still trying for %llu ms "
-                      "(WEFT_CONNECT_TIMEOUT_MS)", c->addr,
-                      rc != 0 ? gai_strerror(rc) : strerror(c->err),
+            WEFT_WARN(c->base.lg,
+                      "store %s: not reachable yet (%s); still trying for %llu ms "
+                      "(WEFT_CONNECT_TIMEOUT_MS)",
+                      c->base.addr, rc != 0 ? gai_strerror(rc) : strerror(c->err),
                       (unsigned long long)(deadline - now));
             told = true;
         }
@@ -1054,7 +936,7 @@ static weft_status_t tcp_connect(weft_store_client_t *c, const char *host, const
  * WEFT_INPROGRESS: the server was busy with other handshakes (it said so, or closed the
  * connection before answering); try again.
  */
-static weft_status_t handshake(weft_store_client_t *c, const char *token, weft_store_role_t role,
+static weft_status_t handshake(native_client_t *c, const char *token, weft_store_role_t role,
                                uint32_t id, uint64_t deadline)
 {
     weft_store_msg_t type;
@@ -1114,14 +996,14 @@ static weft_status_t handshake(weft_store_client_t *c, const char *token, weft_s
         if (st == WEFT_OK &&
             !weft__store_proof_check(secret, WEFT__STORE_SERVER_PROOF, t, data, dlen)) {
             st = WEFT_ERR_AUTH;
-            WEFT_ERROR(c->lg,
+            WEFT_ERROR(c->base.lg,
                        "store %s: refusing the store: it could not prove that it holds the job "
                        "token (not the job's store, or one in the middle)",
-                       c->addr);
+                       c->base.addr);
             c->broken = true;
             status = WEFT_ERR_AUTH;
         } else if (st == WEFT_ERR_AUTH) {
-            WEFT_ERROR(c->lg, "store %s: the store refused our job token", c->addr);
+            WEFT_ERROR(c->base.lg, "store %s: the store refused our job token", c->base.addr);
             c->broken = true;
         }
         consume(c);
@@ -1151,6 +1033,9 @@ static weft_status_t handshake(weft_store_client_t *c, const char *token, weft_s
     return st;
 }
 
+static const weft_store_ops_t native_ops;
+static void native_close(weft_store_client_t *bc);
+
 static weft_status_t connect_as(const char *hostport, const char *token, weft_store_role_t role,
                                 uint32_t id, int timeout_ms, const weft_logger_t *lg,
                                 weft_store_client_t **client)
@@ -1163,7 +1048,7 @@ static weft_status_t connect_as(const char *hostport, const char *token, weft_st
         WEFT_ERROR(lg, "store: address '%s' is not host:port", hostport);
         return WEFT_ERR_INVALID_ARG;
     }
-    weft_store_client_t *c = calloc(1, sizeof(*c));
+    native_client_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
@@ -1174,8 +1059,9 @@ static weft_status_t connect_as(const char *hostport, const char *token, weft_st
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->wlock, NULL);
-    c->lg = lg;
-    snprintf(c->addr, sizeof(c->addr), "%s", hostport);
+    c->base.ops = &native_ops;
+    c->base.lg = lg;
+    snprintf(c->base.addr, sizeof(c->base.addr), "%s", hostport);
     uint64_t begin = weft__now_ms(), deadline = begin + (uint64_t)timeout_ms;
     weft_status_t st;
     for (unsigned pause_ms = 10;; pause_ms = pause_ms < 200 ? pause_ms * 2 : 200) {
@@ -1197,7 +1083,7 @@ static weft_status_t connect_as(const char *hostport, const char *token, weft_st
             WEFT_ERROR(lg,
                        "store %s: the store dropped our handshake each time (busy with "
                        "connections that have not authenticated), tried for %llu ms",
-                       c->addr, (unsigned long long)(now - begin));
+                       c->base.addr, (unsigned long long)(now - begin));
             st = WEFT_ERR_TIMEOUT;
             c->fd = -1;
             break;
@@ -1208,32 +1094,16 @@ static weft_status_t connect_as(const char *hostport, const char *token, weft_st
                   NULL);
     }
     if (st != WEFT_OK) {
-        weft__store_close(c);
+        native_close(&c->base);
         return st;
     }
-    *client = c;
+    *client = &c->base;
     return WEFT_OK;
 }
 
-weft_status_t weft__store_connect(const char *hostport, const char *token, int timeout_ms,
-                                  const weft_logger_t *lg, weft_store_client_t **client)
+static void native_fence(weft_store_client_t *bc, const struct timespec *deadline)
 {
-    return connect_as(hostport, token, WEFT__STORE_ROLE_LAUNCHER, 0, timeout_ms, lg, client);
-}
-
-weft_status_t weft__store_connect_member(const char *hostport, const char *token, int member,
-                                         int timeout_ms, const weft_logger_t *lg,
-                                         weft_store_client_t **client)
-{
-    uint32_t id = member >= 0 ? (uint32_t)member : WEFT__STORE_NO_ID;
-    return connect_as(hostport, token, WEFT__STORE_ROLE_MEMBER, id, timeout_ms, lg, client);
-}
-
-void weft__store_fence(weft_store_client_t *c, const struct timespec *deadline)
-{
-    if (c == NULL) {
-        return;
-    }
+    native_client_t *c = native(bc);
     /* With both locks, no thread is sealing or checking a frame when the flag is set.
      * Neither is held for long but by a thread blocked in send() (wlock, its frame
      * sealed already): if one is not had by the deadline, the flag still keeps that
@@ -1250,26 +1120,24 @@ void weft__store_fence(weft_store_client_t *c, const struct timespec *deadline)
     }
 }
 
-bool weft__store_fenced(weft_store_client_t *c)
+static bool native_fenced(weft_store_client_t *bc)
 {
-    return c != NULL && atomic_load(&c->fenced);
+    return atomic_load(&native(bc)->fenced);
 }
 
-uint64_t weft__store_requests(const weft_store_client_t *c)
+static uint64_t native_requests(const weft_store_client_t *bc)
 {
-    return c != NULL ? atomic_load(&((weft_store_client_t *)c)->requests) : 0;
+    return atomic_load(&((native_client_t *)bc)->requests);
 }
 
-int weft__store_fd(const weft_store_client_t *c)
+static int native_fd(const weft_store_client_t *bc)
 {
-    return c != NULL ? c->fd : -1;
+    return ((const native_client_t *)bc)->fd;
 }
 
-void weft__store_close(weft_store_client_t *c)
+static void native_close(weft_store_client_t *bc)
 {
-    if (c == NULL) {
-        return;
-    }
+    native_client_t *c = native(bc);
     if (c->fd >= 0) {
         close(c->fd);
     }
@@ -1287,4 +1155,40 @@ void weft__store_close(weft_store_client_t *c)
     pthread_mutex_destroy(&c->wlock);
     OPENSSL_cleanse(c, sizeof(*c)); /* the session's keys */
     free(c);
+}
+
+static void native_share_health(weft_store_client_t *bc, weft_store_health_t *h)
+{
+    native(bc)->health = h;
+}
+
+static const weft_store_ops_t native_ops = {
+    .size = sizeof(weft_store_ops_t),
+    .set = native_set,
+    .get = native_get,
+    .add = native_add,
+    .del = native_delete,
+    .set_nx = native_set_nx,
+    .lease = native_lease,
+    .watch = native_watch,
+    .next_event = native_next_event,
+    .scan_start = native_scan_start,
+    .scan_wait = native_scan_wait,
+    .scan_cancel = native_scan_cancel,
+    .requests = native_requests,
+    .fd = native_fd,
+    .fence = native_fence,
+    .fenced = native_fenced,
+    .close = native_close,
+    .share_health = native_share_health,
+};
+
+weft_status_t weft__store_native_connect(const char *hostport, const char *token, int member,
+                                         bool launcher, int timeout_ms, const weft_logger_t *lg,
+                                         weft_store_client_t **client)
+{
+    uint32_t id = launcher ? 0 : member >= 0 ? (uint32_t)member : WEFT__STORE_NO_ID;
+    return connect_as(hostport, token,
+                      launcher ? WEFT__STORE_ROLE_LAUNCHER : WEFT__STORE_ROLE_MEMBER, id,
+                      timeout_ms, lg, client);
 }
