@@ -82,6 +82,10 @@ def test_errors_from_the_library_on_the_short_path(world):
     x = torch.ones(3)
     sub.allreduce(x)
     assert torch.equal(x, torch.full((3,), float(world.size)))
+    # Every rank is out of that allreduce before one revokes the subgroup: a revocation
+    # may fail an operation still under way on another rank (rank 0 of a loaded machine
+    # was still in it when rank 1's revocation came).
+    world.barrier()
     sub.revoke()
     with pytest.raises(weft.Revoked) as e:
         sub.allreduce(x)
