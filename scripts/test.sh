@@ -34,4 +34,4 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # fault campaign (the example trainer's fault tests run here all the same), and the jobs
 # in the private Slurm (the PMIx bootstrap they go through runs here under mpirun), and
 # the etcd cluster's failover (the etcd client's code runs here against one member).
-run_suite build-asan 'multinode|_refuse(_msg)?_n[34]$|elastic_fault_random|^slurm_'
+run_suite build-asan 'multinode|_refuse(_msg)?_n[34]$|elastic_fault_random|^slurm_|^etcd_store_cluster$'
