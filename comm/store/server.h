@@ -2,8 +2,9 @@
  * Inside the store server, shared by its files: server.c (the epoll loop, its timers, the
  * public calls), server_conn.c (connections: their input, output, opening and closing),
  * server_req.c (the map, the requests, the handshake and what each connection may write),
- * server_index.c (keys by directory, watchers by prefix) and server_scan.c (SCANs: their
- * waits and their pages). Everything here runs with the server's mutex held.
+ * server_index.c (keys by directory, watchers by prefix), server_scan.c (SCANs: their
+ * waits and their pages) and server_quota.c (each member's share of the store's memory).
+ * Everything here runs with the server's mutex held.
  */
 #ifndef WEFT_STORE_SERVER_H
 #define WEFT_STORE_SERVER_H
