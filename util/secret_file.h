@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/private.h"
+
 /*
  * The first line of @p path, without its line end, into @p out (@p len bytes, NUL
  * included; a longer line fails). On failure @p why (may be NULL) says what is wrong and
@@ -38,7 +40,7 @@ static inline bool weft__read_secret_file(const char *path, char *out, size_t le
         }
         return false;
     }
-    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+    if (!weft__stat_private(&st, S_IFREG)) {
         snprintf(why, why_len,
                  "%s must be a regular file of yours that only you can read (it is %s, owned "
                  "by uid %u, mode %04o): chmod 600 it, or make one with (umask 077 && weftrun "

@@ -25,6 +25,7 @@
 #include "comm/shm/shm.h"
 #include "comm/shm/shm_job.h"
 #include "util/assert.h"
+#include "util/private.h"
 
 #define SHM_MAGIC UINT64_C(0x77656674736d3033) /* "weftsm03" */
 #define ATTACH_WAIT_MS 10000                   /* for a creator to publish the geometry */
@@ -195,7 +196,7 @@ bool weft__shm_fd_private(int fd, char *why, size_t why_len)
         snprintf(why, why_len, "%s", strerror(errno));
         return false;
     }
-    if (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 077) != 0) {
+    if (!weft__stat_private(&sb, S_IFREG)) {
         snprintf(why, why_len,
                  "it is owned by uid %u with mode %04o, not this user's alone (another user "
                  "made it first?)",

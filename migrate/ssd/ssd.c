@@ -22,6 +22,7 @@
 #include "migrate/layout/box.h"
 #include "migrate/ssd/ssd_impl.h"
 #include "util/clock.h"
+#include "util/private.h"
 
 #define DEFAULT_CHUNK (1u << 20)
 #define MAX_CHUNK (1u << 30)
@@ -103,7 +104,7 @@ static weft_status_t check_dir(int fd, const char *dir)
         return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot stat %s: %s", dir, strerror(errno));
     }
     uid_t me = geteuid();
-    if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 077) != 0) {
+    if (!weft__stat_private(&st, S_IFDIR)) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG,
                                  "ssd: directory %s is owned by uid %u / mode %04o: the SSD "
                                  "tier keeps parameters and optimizer state, it must be 0700 "
