@@ -2,7 +2,6 @@
  * Bootstrap through PMIx (comm/ctx/boot_pmix.h). Built where pmix.h was found
  * (WEFT_HAVE_PMIX); libpmix itself is opened with dlopen on first use, never linked.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +22,11 @@ weft_status_t weft__pmix_boot(const weft_config_t *cfg, const weft_logger_t *lg,
     (void)cfg;
     (void)b;
     *out = NULL;
-    snprintf(why, why_len,
-             "PMIX_RANK and PMIX_NAMESPACE are set (a PMIx launcher started this process) but "
-             "this weft was built without PMIx (pmix.h was absent): rebuild it with libpmix-dev "
-             "installed, or start the job with weftrun");
-    WEFT_ERROR(lg, "%s", why);
-    return WEFT_ERR_UNSUPPORTED;
+    return weft__boot_fail(lg, why, why_len, WEFT_ERR_UNSUPPORTED,
+                           "PMIX_RANK and PMIX_NAMESPACE are set (a PMIx launcher started this "
+                           "process) but this weft was built without PMIx (pmix.h was absent): "
+                           "rebuild it with libpmix-dev installed, or start the job with "
+                           "weftrun");
 }
 
 void weft__pmix_fini(weft_pmix_t *p, uint64_t wait_ms, const weft_logger_t *lg)
@@ -52,6 +50,7 @@ void weft__pmix_fini(weft_pmix_t *p, uint64_t wait_ms, const weft_logger_t *lg)
 #include <pmix.h>
 
 #include "comm/store/store.h"
+#include "util/clock.h"
 
 /* The few PMIx calls weft makes, resolved once per process. */
 static struct {
@@ -238,17 +237,6 @@ static bool pick_addr(const weft_config_t *cfg, bool one_host, char *out, size_t
     return found;
 }
 
-__attribute__((format(printf, 5, 6))) static weft_status_t
-fail(const weft_logger_t *lg, char *why, size_t why_len, weft_status_t st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
-    WEFT_ERROR(lg, "%s", why);
-    return st;
-}
-
 /* Rank 0: start the store here and publish where it is and its token. */
 static weft_status_t serve_store(const weft_config_t *cfg, const weft_logger_t *lg,
                                  weft_pmix_t *p, bool one_host, unsigned seq, weft_boot_t *b,
@@ -256,20 +244,20 @@ static weft_status_t serve_store(const weft_config_t *cfg, const weft_logger_t *
 {
     char host[64], token[65], key[64];
     if (!pick_addr(cfg, one_host, host, sizeof(host))) {
-        return fail(lg, why, why_len, WEFT_ERR_UNSUPPORTED,
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_UNSUPPORTED,
                     "PMIx bootstrap: this host has no IPv4 address the other hosts could reach "
                     "the job's store on; name one in WEFT_BOOT_ADDR");
     }
     weft_status_t st = weft__store_make_token(token);
     if (st != WEFT_OK) {
-        return fail(lg, why, why_len, st, "PMIx bootstrap: cannot make a job token");
+        return weft__boot_fail(lg, why, why_len, st, "PMIx bootstrap: cannot make a job token");
     }
     weft_store_server_params_t sp = {
         .size = sizeof(sp), .bind_addr = host, .port = 0, .token = token, .logger = lg};
     st = weft__store_server_start(&sp, &p->server);
     if (st != WEFT_OK) {
         OPENSSL_cleanse(token, sizeof(token));
-        return fail(lg, why, why_len, st, "PMIx bootstrap: cannot serve the job's store on %s",
+        return weft__boot_fail(lg, why, why_len, st, "PMIx bootstrap: cannot serve the job's store on %s",
                     host);
     }
     int port = weft__store_server_port(p->server);
@@ -283,7 +271,7 @@ static weft_status_t serve_store(const weft_config_t *cfg, const weft_logger_t *
     }
     OPENSSL_cleanse(token, sizeof(token));
     if (rc != PMIX_SUCCESS) {
-        return fail(lg, why, why_len, WEFT_ERR_IO, "PMIx bootstrap: PMIx_Put failed: %s",
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_IO, "PMIx bootstrap: PMIx_Put failed: %s",
                     perr(rc));
     }
     return WEFT_OK;
@@ -295,7 +283,7 @@ static weft_status_t exchange(const weft_config_t *cfg, const weft_logger_t *lg,
 {
     pmix_status_t rc = lib.commit();
     if (rc != PMIX_SUCCESS) {
-        return fail(lg, why, why_len, WEFT_ERR_IO, "PMIx bootstrap: PMIx_Commit failed: %s",
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_IO, "PMIx bootstrap: PMIx_Commit failed: %s",
                     perr(rc));
     }
     pmix_proc_t all = p->me;
@@ -311,7 +299,7 @@ static weft_status_t exchange(const weft_config_t *cfg, const weft_logger_t *lg,
     info[1].value.data.integer = secs > 0 && secs < 86400 ? (int)secs : 86400;
     rc = lib.fence(&all, 1, info, 2);
     if (rc != PMIX_SUCCESS) {
-        return fail(lg, why, why_len, rc == PMIX_ERR_TIMEOUT ? WEFT_ERR_TIMEOUT : WEFT_ERR_IO,
+        return weft__boot_fail(lg, why, why_len, rc == PMIX_ERR_TIMEOUT ? WEFT_ERR_TIMEOUT : WEFT_ERR_IO,
                     "PMIx bootstrap: the fence of the job's ranks failed: %s (a rank did not "
                     "arrive within WEFT_CONNECT_TIMEOUT_MS, or one died)",
                     perr(rc));
@@ -333,7 +321,7 @@ static weft_status_t exchange(const weft_config_t *cfg, const weft_logger_t *lg,
     }
     OPENSSL_cleanse(token, sizeof(token));
     if (rc != PMIX_SUCCESS || strchr(b->store, ':') == NULL || b->token[0] == '\0') {
-        return fail(lg, why, why_len, WEFT_ERR_PROTOCOL,
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_PROTOCOL,
                     "PMIx bootstrap: rank 0 published no usable store address or token (%s)",
                     rc != PMIX_SUCCESS ? perr(rc) : "malformed");
     }
@@ -355,7 +343,7 @@ weft_status_t weft__pmix_boot(const weft_config_t *cfg, const weft_logger_t *lg,
     }
     pthread_once(&lib_once, lib_load);
     if (!lib.ok) {
-        return fail(lg, why, why_len, WEFT_ERR_UNSUPPORTED,
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_UNSUPPORTED,
                     "PMIX_RANK and PMIX_NAMESPACE are set (a PMIx launcher started this "
                     "process) but PMIx is unusable: %s. Install libpmix2, name the library in "
                     "WEFT_PMIX_LIBRARY, or start the job with weftrun",
@@ -363,7 +351,7 @@ weft_status_t weft__pmix_boot(const weft_config_t *cfg, const weft_logger_t *lg,
     }
     pthread_once(&join_once, join_job);
     if (joined != PMIX_SUCCESS) {
-        return fail(lg, why, why_len, WEFT_ERR_IO,
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_IO,
                     "PMIx_Init failed: %s. The PMIx server that set PMIX_RANK is not reachable "
                     "(under Slurm, start the job with srun --mpi=pmix; or with weftrun)",
                     perr(joined));
@@ -380,7 +368,7 @@ weft_status_t weft__pmix_boot(const weft_config_t *cfg, const weft_logger_t *lg,
         p->me.rank >= size) {
         unsigned rank = (unsigned)p->me.rank;
         free(p);
-        return fail(lg, why, why_len, WEFT_ERR_PROTOCOL,
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_PROTOCOL,
                     "PMIx bootstrap: the job's size is missing or inconsistent with rank %u",
                     rank);
     }
@@ -420,13 +408,10 @@ void weft__pmix_fini(weft_pmix_t *p, uint64_t wait_ms, const weft_logger_t *lg)
     }
     if (p->server != NULL) {
         /* The others reach the job through this store until they leave: wait for them. */
-        struct timespec t0, now;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        uint64_t t0 = weft__now_ms();
         size_t left;
         while ((left = weft__store_server_conns(p->server)) > 0) {
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            uint64_t ms = (uint64_t)(now.tv_sec - t0.tv_sec) * 1000u +
-                          (uint64_t)((now.tv_nsec - t0.tv_nsec) / 1000000);
+            uint64_t ms = weft__now_ms() - t0;
             if (ms >= wait_ms) {
                 WEFT_WARN(lg,
                           "finalize: the job's store stops now, %zu process(es) still "

@@ -99,9 +99,8 @@ static int env_int(const char *name)
     return weft__parse_i64(num, 0, 1 << 30, &v) ? (int)v : -2;
 }
 
-/* Log the reason of a failure as an error and keep its text for weft_last_error. */
-__attribute__((format(printf, 5, 6))) static weft_status_t
-fail(const weft_logger_t *lg, char *why, size_t why_len, weft_status_t st, const char *fmt, ...)
+weft_status_t weft__boot_fail(const weft_logger_t *lg, char *why, size_t why_len,
+                              weft_status_t st, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -120,11 +119,11 @@ static weft_status_t read_source(const weft_logger_t *lg, const env_source_t *sr
 {
     int rank = env_int(src->rank), size = env_int(src->size);
     if (rank == -2 || size == -2) {
-        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG, "%s or %s is not a number", src->rank,
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_INVALID_ARG, "%s or %s is not a number", src->rank,
                     src->size);
     }
     if (size < 1 || rank >= size) {
-        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG, "%s=%d and %s=%d are inconsistent",
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_INVALID_ARG, "%s=%d and %s=%d are inconsistent",
                     src->rank, rank, src->size, size);
     }
     int lrank = env_int(src->local_rank), lsize = env_int(src->local_size);
@@ -141,7 +140,7 @@ static weft_status_t bootstrap_joiner(const weft_logger_t *lg, weft_boot_t *b, c
 {
     int rank = env_int("WEFT_RANK"), size = env_int("WEFT_WORLD_SIZE");
     if (rank == -2 || size == -2) {
-        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
                     "WEFT_RANK or WEFT_WORLD_SIZE is not a number");
     }
     b->joining = true;
@@ -165,7 +164,7 @@ static weft_status_t refuse_without_store(const weft_logger_t *lg, const env_sou
                                           const weft_boot_t *b, char *why, size_t why_len)
 {
     if (src == NULL) {
-        return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+        return weft__boot_fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
                     "WEFT_JOIN=1 (a process joining a running job) but no WEFT_STORE: a "
                     "joiner needs the job's store (WEFT_STORE and WEFT_JOB_TOKEN)");
     }
@@ -177,7 +176,7 @@ static weft_status_t refuse_without_store(const weft_logger_t *lg, const env_sou
     const char *srun = strcmp(src->launcher, "srun") == 0
                            ? ", or with srun --mpi=pmix, which weft bootstraps from"
                            : "";
-    return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+    return weft__boot_fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
                 "%s=%d %s=%d set by %s but no WEFT_STORE, so this process would run alone as "
                 "rank 0 of 1. Start the job with weftrun (weftrun -n %d -- PROGRAM)%s, or keep "
                 "%s and give every rank a store: run 'weftrun --store-only' once and export "
@@ -229,14 +228,14 @@ store:;
     const char *store = getenv("WEFT_STORE");
     if (store != NULL && *store != '\0') {
         if (strlen(store) >= sizeof(b.store) || strchr(store, ':') == NULL) {
-            return fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+            return weft__boot_fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
                         "WEFT_STORE='%.300s' is not host:port", store);
         }
         snprintf(b.store, sizeof(b.store), "%s", store);
         char token[TOKEN_COPY_LEN], refused[640];
         if (!take_token(token, refused, sizeof(refused))) {
             OPENSSL_cleanse(token, sizeof(token));
-            return fail(lg, why, why_len, WEFT_ERR_AUTH, "%s", refused);
+            return weft__boot_fail(lg, why, why_len, WEFT_ERR_AUTH, "%s", refused);
         }
         bool fits = token[0] != '\0' && strlen(token) < sizeof(b.token);
         if (fits) {
@@ -244,7 +243,7 @@ store:;
         }
         OPENSSL_cleanse(token, sizeof(token));
         if (!fits) {
-            return fail(lg, why, why_len, WEFT_ERR_AUTH,
+            return weft__boot_fail(lg, why, why_len, WEFT_ERR_AUTH,
                         "WEFT_STORE is set but WEFT_JOB_TOKEN (or WEFT_JOB_TOKEN_FILE) is missing "
                         "or too long: the store refuses clients without the job token");
         }

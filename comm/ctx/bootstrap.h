@@ -36,6 +36,11 @@ typedef struct weft_boot {
  */
 weft_status_t weft__bootstrap(const weft_logger_t *lg, weft_boot_t *boot, char *why,
                               size_t why_len);
+/* Log the reason of a failure as an error, copy it to @p why (may be NULL) for
+ * weft_last_error, and return @p st: every refusal of the bootstrap, PMIx's included. */
+__attribute__((format(printf, 5, 6))) weft_status_t
+weft__boot_fail(const weft_logger_t *lg, char *why, size_t why_len, weft_status_t st,
+                const char *fmt, ...);
 /* Forgets the token kept from the environment, as if no context had been made (tests). */
 void weft__bootstrap_forget_token(void);
 
