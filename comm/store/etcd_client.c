@@ -361,6 +361,18 @@ static void done(answer_t *a, weft_json_t *doc)
 
 /* ---- key calls ---- */
 
+/* A request whose answer says nothing but that it was done: @p body is consumed. */
+static weft_status_t simple(etcd_client_t *c, const char *path, char *body, size_t blen)
+{
+    answer_t a;
+    weft_json_t doc;
+    weft_status_t st = post_owned(c, path, body, blen, &a, &doc, NULL);
+    if (st == WEFT_OK) {
+        done(&a, &doc);
+    }
+    return st;
+}
+
 static weft_status_t etcd_set(weft_store_client_t *bc, const char *key, const void *val, size_t len)
 {
     etcd_client_t *c = etcd(bc);
@@ -370,13 +382,7 @@ static weft_status_t etcd_set(weft_store_client_t *bc, const char *key, const vo
         k != NULL && v != NULL ? fmt(&blen, "{\"key\":\"%s\",\"value\":\"%s\"}", k, v) : NULL;
     free(k);
     free(v);
-    answer_t a;
-    weft_json_t doc;
-    weft_status_t st = post_owned(c, "/v3/kv/put", body, blen, &a, &doc, NULL);
-    if (st == WEFT_OK) {
-        done(&a, &doc);
-    }
-    return st;
+    return simple(c, "/v3/kv/put", body, blen);
 }
 
 static weft_status_t etcd_delete(weft_store_client_t *bc, const char *key)
@@ -386,13 +392,7 @@ static weft_status_t etcd_delete(weft_store_client_t *bc, const char *key)
     size_t blen = 0;
     char *body = k != NULL ? fmt(&blen, "{\"key\":\"%s\"}", k) : NULL;
     free(k);
-    answer_t a;
-    weft_json_t doc;
-    weft_status_t st = post_owned(c, "/v3/kv/deleterange", body, blen, &a, &doc, NULL);
-    if (st == WEFT_OK) {
-        done(&a, &doc);
-    }
-    return st;
+    return simple(c, "/v3/kv/deleterange", body, blen);
 }
 
 /* The value of the first kv of range answer @p r (an object with "kvs"), if any:
@@ -763,17 +763,6 @@ static weft_status_t etcd_add(weft_store_client_t *bc, const char *key, int64_t 
 }
 
 /* ---- leases ---- */
-
-static weft_status_t simple(etcd_client_t *c, const char *path, char *body, size_t blen)
-{
-    answer_t a;
-    weft_json_t doc;
-    weft_status_t st = post_owned(c, path, body, blen, &a, &doc, NULL);
-    if (st == WEFT_OK) {
-        done(&a, &doc);
-    }
-    return st;
-}
 
 /* Puts the notice of the lease's key, bound to lease @p id (0: to none). */
 static weft_status_t put_notice(etcd_client_t *c, int64_t id)
