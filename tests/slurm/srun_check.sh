@@ -4,27 +4,14 @@
 # one-task step runs. Exits 77 when Slurm's pmix plug-in is absent or cannot load PMIx
 # (scripts/install-deps.sh installs what it needs), 1 on a wrong answer.
 set -euo pipefail
+# shellcheck source=tests/slurm/pmix_probe.sh
+. "$(dirname "$0")/pmix_probe.sh"
 
 # Every srun is bounded: a step that cannot start would otherwise wait for resources
 # forever.
 step() { timeout 60 srun "$@"; }
 
-skip() {
-    echo "srun_check: skipped: $*"
-    exit 77
-}
-timeout 30 srun --mpi=list 2>&1 | grep -qw pmix || skip "srun --mpi=list has no pmix"
-# --mpi=list names the plug-ins it finds without loading them. Debian's loads PMIx from
-# pmix2/lib/libpmix.so, which libpmix-dev installs, not libpmix2: without it, every
-# --mpi=pmix step fails with "can not load PMIx library".
-if ! probe=$(step --mpi=pmix -n 1 true 2>&1); then
-    echo "$probe"
-    if echo "$probe" | grep -q "can not load PMIx library\|plugin name for mpi/pmix"; then
-        skip "Slurm's pmix plug-in cannot load libpmix (Debian: install libpmix-dev)"
-    fi
-    echo "srun_check: srun --mpi=pmix -n 1 true failed"
-    exit 1
-fi
+require_pmix_step srun_check
 
 # The two variables of each task, in one line per task.
 # shellcheck disable=SC2016  # expanded by each task's shell

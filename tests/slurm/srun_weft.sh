@@ -8,8 +8,12 @@
 #       docs/launch.md ("Under Slurm") shows it: member 3 kills itself at step 20, weftrun
 #       replaces it, and the job ends with the state bitwise equal to a run without
 #       failures (check_trainer.sh ok).
-# Exits 77 when Slurm's pmix plug-in cannot load libpmix (perf only), 1 on a failure.
+# Exits 77 when Slurm's pmix plug-in cannot load libpmix (perf only: pmix_probe.sh), 1 on
+# a failure.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/slurm/pmix_probe.sh
+. "$here/pmix_probe.sh"
 mode=$1
 shift
 case $mode in
@@ -17,13 +21,7 @@ perf)
     perf=$1
     out=$(mktemp)
     trap 'rm -f "$out"' EXIT
-    if ! timeout 60 srun --mpi=pmix -n 1 true >"$out" 2>&1; then
-        cat "$out"
-        grep -q "can not load PMIx library\|plugin name for mpi/pmix" "$out" &&
-            { echo "srun_weft: Slurm's pmix plug-in cannot load libpmix; skipped"; exit 77; }
-        echo "srun_weft: srun --mpi=pmix -n 1 true failed"
-        exit 1
-    fi
+    require_pmix_step srun_weft
     # Each rank reads its store through PMIx, not through a variable left over by a caller.
     unset WEFT_STORE WEFT_JOB_TOKEN
     set +e
@@ -32,11 +30,7 @@ perf)
     set -e
     cat "$out"
     [[ $rc -eq 0 ]] || { echo "FAIL: srun --mpi=pmix -n 4 weft-perf exited $rc"; exit 1; }
-    grep -q "^# weft-perf allreduce: 4 ranks" "$out" || { echo "FAIL: not one job of 4"; exit 1; }
-    rows=$(awk '$1 ~ /^[0-9]+$/' "$out" | wc -l)
-    wrong=$(awk '$1 ~ /^[0-9]+$/ && $8 != 0' "$out" | wc -l)
-    [[ $rows -eq 20 && $wrong -eq 0 ]] ||
-        { echo "FAIL: $rows sizes measured (20 expected), $wrong wrong"; exit 1; }
+    "$here/../launcher/perf_table_ok.sh" "$out" 4 20
     echo "srun_weft: 4 ranks started by srun --mpi=pmix, allreduce correct at 20 sizes"
     ;;
 trainer)
