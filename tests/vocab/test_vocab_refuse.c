@@ -5,7 +5,8 @@
  * once, not after WEFT_TIMEOUT_MS (60 s here), and the group stays in step.
  *
  *   forward      a label >= V on one rank, every algorithm; the blocking forward, and S
- *                then C1 with the refuser away for 3 s after its C1
+ *                then C1 with the refuser away after its C1 until the others say they
+ *                are done (tests/away.h): had they waited for it, it would never return
  *   backward     a NULL ∇X on one rank (NAIVE and ALG1, whose C2 communicates)
  *   embedding    an id >= V in the forward lookup; a root without ∇out in the backward
  */
@@ -22,15 +23,17 @@
 
 #include <cmocka.h>
 
+#include "away.h"
 #include "weft/weft.h"
 
-enum { V = 50, H = 8, N = 6, AWAY_S = 3 };
+enum { V = 50, H = 8, N = 6 };
 #define PROMPT_S 10.0 /* far below the 60 s timeout */
-#define AWAY_LIMIT_S 2.0
+#define AWAY_LIMIT_S 30.0 /* how long the absent rank waits for the others */
 
 static weft_ctx_t *ctx;
 static weft_group_t *world;
 static int me, nranks;
+static away_t absent; /* the markers of the refuser's absences */
 static float x[N * H], w[V * H], dx[N * H], dw[V * H], loss_tok[N], grad[1] = {1.0f};
 static int64_t labels[N], bad_labels[N];
 
@@ -121,14 +124,15 @@ static void test_passes_away(void **state)
         weft_vocab_mb_t *mb = make_mb(v, (weft_vocab_algo_t)algo);
         const char *what = weft_vocab_algo_name((weft_vocab_algo_t)algo);
         assert_int_equal(weft_barrier(world), WEFT_OK);
-        double t0 = now_s();
         if (me == refuser) {
             expect(weft_vocab_xent_logits(mb, x, w, bad_labels, N), WEFT_ERR_INVALID_ARG, what,
                    refuser);
             weft_req_t *req = NULL;
             expect(weft_vocab_xent_merge_start(mb, &req), WEFT_ERR_INVALID_ARG, what, refuser);
             assert_null(req); /* a refused pass gives no request */
-            sleep(AWAY_S);
+            if (!away_wait(&absent, me, nranks, AWAY_LIMIT_S)) {
+                fail_msg("rank %d: the others' %s C1 did not finish while it was away", me, what);
+            }
         } else {
             assert_int_equal(weft_vocab_xent_logits(mb, x, w, labels, N), WEFT_OK);
             weft_req_t *req = NULL;
@@ -138,7 +142,7 @@ static void test_passes_away(void **state)
                 assert_int_equal(weft_req_free(req), WEFT_OK);
             }
             expect(st, WEFT_ERR_INVALID_ARG, what, refuser);
-            expect_prompt(t0, AWAY_LIMIT_S, what, refuser);
+            away_done(&absent, me);
         }
         check_in_step(what, refuser);
         assert_int_equal(weft_vocab_mb_free(mb), WEFT_OK);
@@ -224,7 +228,12 @@ int main(void)
         cmocka_unit_test(test_backward),
         cmocka_unit_test(test_embedding),
     };
+    if (!away_init(world, me, &absent)) {
+        fprintf(stderr, "test_vocab_refuse: cannot make the markers' directory\n");
+        return 1;
+    }
     int rc = nranks < 2 ? 0 : cmocka_run_group_tests(tests, NULL, NULL);
+    away_fini(world, me, &absent);
     weft_finalize(ctx);
     return rc;
 }

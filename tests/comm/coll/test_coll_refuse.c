@@ -6,8 +6,9 @@
  * so a rank left waiting for the refuser would show:
  *
  *   each kind    blocking and nonblocking, refused by the first, a middle or the last rank
- *   away         a nonblocking refusal, after which the refuser stays out of weft for 3 s:
- *                the others must not wait for it to come back
+ *   away         a nonblocking refusal, after which the refuser stays out of weft until the
+ *                others say they are done (tests/away.h): had they waited for it to come
+ *                back, it never would
  *   queued       refused while an earlier collective is still outstanding (through shared
  *                memory the refusal waits for its turn), the refuser away as well
  */
@@ -24,15 +25,17 @@
 
 #include <cmocka.h>
 
+#include "away.h"
 #include "weft/weft.h"
 
 static weft_ctx_t *ctx;
 static weft_group_t *world;
 static int me, nranks;
+static away_t absent; /* the markers of the refuser's absences */
 
-enum { BIG = 200000, AWAY_S = 3 };
+enum { BIG = 200000 };
 #define PROMPT_S 10.0 /* far below the 60 s timeout: nobody waited for one */
-#define AWAY_LIMIT_S 2.0
+#define AWAY_LIMIT_S 30.0 /* how long the absent rank waits for the others */
 
 static float *in, *out;
 static size_t counts[8], displs[8];
@@ -132,7 +135,8 @@ static void check_in_step(const char *what, int refuser)
 
 /*
  * One collective that @p refuser rejects: nonblocking when @p nb; with @p away the refuser
- * stays out of weft for AWAY_S after its refusal. The others must be done in time.
+ * stays out of weft after its refusal until the others are done (never, if they waited for
+ * it). The others must be done in time.
  */
 static void refused_once(coll_fn fn, const char *what, int refuser, bool nb, bool away)
 {
@@ -143,8 +147,8 @@ static void refused_once(coll_fn fn, const char *what, int refuser, bool nb, boo
     if (me == refuser) {
         expect(st, WEFT_ERR_INVALID_ARG, what, refuser);
         assert_null(req);
-        if (away) {
-            sleep(AWAY_S);
+        if (away && !away_wait(&absent, me, nranks, AWAY_LIMIT_S)) {
+            fail_msg("rank %d: the others did not finish a %s while it was away", me, what);
         }
     } else {
         if (st == WEFT_INPROGRESS) {
@@ -152,8 +156,9 @@ static void refused_once(coll_fn fn, const char *what, int refuser, bool nb, boo
             weft_req_free(req);
         }
         expect(st, WEFT_ERR_MISMATCH, what, refuser);
-        double limit = away ? AWAY_LIMIT_S : PROMPT_S;
-        if (now_s() - t0 > limit) {
+        if (away) {
+            away_done(&absent, me);
+        } else if (now_s() - t0 > PROMPT_S) {
             fail_msg("rank %d: %s refused by rank %d took %.1f s", me, what, refuser, now_s() - t0);
         }
     }
@@ -209,14 +214,15 @@ static void queued_once(int refuser, bool away)
     if (me == refuser) {
         st = away ? allreduce_small(true, refuser, &req) : allreduce_small(true, refuser, NULL);
         expect(st, WEFT_ERR_INVALID_ARG, "queued allreduce", refuser);
-        if (away) {
-            sleep(AWAY_S);
+        if (away && !away_wait(&absent, me, nranks, AWAY_LIMIT_S)) {
+            fail_msg("rank %d: the others did not finish a queued refusal while it was away", me);
         }
     } else {
         expect(allreduce_small(false, refuser, NULL), WEFT_ERR_MISMATCH, "queued allreduce",
                refuser);
-        double limit = away ? AWAY_LIMIT_S : PROMPT_S;
-        if (now_s() - t0 > limit) {
+        if (away) {
+            away_done(&absent, me);
+        } else if (now_s() - t0 > PROMPT_S) {
             fail_msg("rank %d: a queued refusal took %.1f s", me, now_s() - t0);
         }
     }
@@ -257,7 +263,12 @@ int main(void)
         cmocka_unit_test(test_away),
         cmocka_unit_test(test_queued),
     };
+    if (!away_init(world, me, &absent)) {
+        fprintf(stderr, "test_coll_refuse: cannot make the markers' directory\n");
+        return 1;
+    }
     int rc = nranks < 2 ? 0 : cmocka_run_group_tests(tests, NULL, NULL);
+    away_fini(world, me, &absent);
     free(in);
     free(out);
     weft_finalize(ctx);
