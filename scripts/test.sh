@@ -29,9 +29,8 @@ export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # The sanitizer build leaves out what adds time but no new code under the sanitizers:
-# the namespace hosts (the same programs over the bridge), the refusal tests beyond two
-# ranks (each waits seconds for a refuser that stays away on purpose), and the 16-trial
+# the namespace hosts (the same programs over the bridge), the 16-trial
 # fault campaign (the example trainer's fault tests run here all the same), and the jobs
 # in the private Slurm (the PMIx bootstrap they go through runs here under mpirun), and
 # the etcd cluster's failover (the etcd client's code runs here against one member).
-run_suite build-asan 'multinode|_refuse(_msg)?_n[34]$|elastic_fault_random|^slurm_|^etcd_store_cluster$'
+run_suite build-asan 'multinode|elastic_fault_random|^slurm_|^etcd_store_cluster$'
