@@ -310,6 +310,34 @@ void weftrun_nodes_publish(weftrun_job_t *job, const char *key, int code, const 
     weftrun_store_set(job, key, val);
 }
 
+/*
+ * On etcd a lost weftrun's lease lapses only at its TTL (seconds), so the same command
+ * started again at once finds its earlier start still registered: wait for @p end_key
+ * (the earlier start's end) that long before taking it for a node running twice. weft's
+ * own store ends the lease when the connection closes: nothing to wait for there.
+ */
+static bool earlier_start_lapses(weftrun_job_t *job, const char *end_key)
+{
+    weftrun_nodes_t *n = job->nodes;
+    if (!weft__store_addr_is_etcd(job->store_addr)) {
+        return false;
+    }
+    /* etcd's TTL is the timeout in whole seconds, 2 s at the least; then its sweep. */
+    uint64_t wait_ms = 2 * (n->ttl_ms < 2000 ? 2000 : (uint64_t)n->ttl_ms) + 5000;
+    WEFT_INFO(job->lg,
+              "node %d's earlier start is still registered: waiting up to %llu ms "
+              "for its lease to lapse",
+              job->opts->node_rank, (unsigned long long)wait_ms);
+    void *val;
+    size_t len;
+    int ms = wait_ms > INT32_MAX ? INT32_MAX : (int)wait_ms;
+    if (weft__store_get(n->ctl, end_key, ms, &val, &len) != WEFT_OK) {
+        return false;
+    }
+    free(val);
+    return true;
+}
+
 /* Register this node (not the serving one); sets job->replacement_node. */
 static weft_status_t register_node(weftrun_job_t *job)
 {
@@ -324,6 +352,12 @@ static weft_status_t register_node(weftrun_job_t *job)
     }
     n->start = (int)k;
     snprintf(n->end_key, sizeof(n->end_key), KEY_PREFIX "end/%d.%d", R, n->start);
+    /* Before this start's lease is armed: nothing renews it while this waits. */
+    bool earlier_ended = true;
+    if (n->start > 1) {
+        snprintf(key, sizeof(key), KEY_PREFIX "end/%d.%d", R, n->start - 1);
+        earlier_ended = weftrun_store_has(job, key) || earlier_start_lapses(job, key);
+    }
     n->renew_at_ms = 0;
     if (weftrun_nodes_tick(job, weft__now_ms()) == 0) {
         return WEFT_ERR_IO;
@@ -337,8 +371,7 @@ static weft_status_t register_node(weftrun_job_t *job)
     if (n->start == 1) {
         return WEFT_OK;
     }
-    snprintf(key, sizeof(key), KEY_PREFIX "end/%d.%d", R, n->start - 1);
-    if (!weftrun_store_has(job, key)) {
+    if (!earlier_ended) {
         WEFT_ERROR(job->lg,
                    "node %d is running already: start a node again only once it is "
                    "lost (or check --node-rank)",
