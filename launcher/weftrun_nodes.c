@@ -18,10 +18,21 @@
  *                            that serves the store, to be killed by the node running it
  *   weftrun/finishing        "<node>": a rank exited 0 (--elastic), the job is ending
  *   weftrun/next_id          a counter: member ids of replacements, from N x PER_NODE
+ *   weftrun/ranks/<R>.<k>/<id>
+ *                            on etcd only: member <id> runs under incarnation k of node
+ *                            R, whose lease covers it (the rank holds none of its own).
+ *                            Set before the rank starts; deleted by the rank when it
+ *                            leaves with the others (its lease disarmed), else by its
+ *                            weftrun when it reaps it, which then publishes
+ *                            <ns>/failed/<id> if the rank had not taken it away. When
+ *                            the node's lease lapses, the weftruns that see the lapse
+ *                            publish <ns>/failed/<id> for every id left under it
  *
  * Every weftrun watches the prefix on a connection of its own (its descriptor is in the
  * supervisor's poll set) and talks to the store on another, which also holds the lease;
- * both share one store health, so a lost store is reported once. The weftrun serving
+ * both share one store health, so a lost store is reported once. On etcd, whose leases
+ * lapse in seconds and cost a keepalive each, a node's lease stands for its ranks too
+ * (weftrun/ranks/ above): one lease per node rather than one per rank. The weftrun serving
  * the store registers nothing (its death is the store's) and, when its ranks have
  * ended, waits for every registered incarnation to end before closing the store.
  */
@@ -164,6 +175,94 @@ static bool parse_inc(const char *rest, int *node, int *start)
     return true;
 }
 
+/* Whether this node's lease covers its ranks (on etcd, once registered). */
+static bool node_lease_covers(const weftrun_job_t *job)
+{
+    const weftrun_nodes_t *n = job->nodes;
+    return n != NULL && n->start > 0 && n->ctl != NULL && weft__store_addr_is_etcd(job->store_addr);
+}
+
+bool weftrun_nodes_rank_started(weftrun_job_t *job, int id, char *entry, size_t len)
+{
+    if (!node_lease_covers(job)) {
+        return false;
+    }
+    char val[16];
+    snprintf(entry, len, KEY_PREFIX "ranks/%d.%d/%d", job->opts->node_rank, job->nodes->start, id);
+    snprintf(val, sizeof(val), "%d", id);
+    /* Not set: the rank takes a lease of its own, as on weft's store. */
+    return weftrun_store_set(job, entry, val) == WEFT_OK;
+}
+
+void weftrun_nodes_rank_ended(weftrun_job_t *job, int id, bool clean)
+{
+    char key[64], fkey[64];
+    if (!node_lease_covers(job)) {
+        return;
+    }
+    snprintf(key, sizeof(key), KEY_PREFIX "ranks/%d.%d/%d", job->opts->node_rank, job->nodes->start,
+             id);
+    if (!weftrun_store_has(job, key)) {
+        return; /* it left with the others: its lease was disarmed */
+    }
+    if (clean) {
+        /* What its own lease would have said: it ended while the others went on. */
+        snprintf(fkey, sizeof(fkey), "%s%d", job->failed_prefix, id);
+        weftrun_store_set(job, fkey, "exit 0 (without leaving with the others)");
+    }
+    if (job->nodes->ctl != NULL) {
+        (void)weft__store_delete(job->nodes->ctl, key);
+    }
+}
+
+/* Marks failed each rank of @p start of @p node left under weftrun/ranks/: that node's
+ * lease lapsed. Every weftrun that sees it does so; set_nx keeps the first notice, and
+ * the count returned is of the notices this one wrote. */
+static int fail_ranks_of(weftrun_job_t *job, int node, int start)
+{
+    weftrun_nodes_t *n = job->nodes;
+    char prefix[64], after[WEFT_STORE_MAX_KEY + 1] = "";
+    int marked = 0;
+    bool more = true;
+    if (!weft__store_addr_is_etcd(job->store_addr)) {
+        return 0;
+    }
+    snprintf(prefix, sizeof(prefix), KEY_PREFIX "ranks/%d.%d/", node, start);
+    while (more && n->ctl != NULL) {
+        weft_store_scan_args_t args = {.prefix = prefix, .after = after};
+        weft_store_page_t page;
+        weft_status_t st = weft__store_scan(n->ctl, &args, &page);
+        if (st != WEFT_OK) {
+            store_gone(job, st, "cannot list the ranks of a lost node");
+            return marked;
+        }
+        for (size_t i = 0; i < page.n; i++) {
+            int64_t id;
+            if (!weft__parse_i64(page.kv[i].key + strlen(prefix), 0, INT32_MAX, &id)) {
+                continue;
+            }
+            char fkey[64], val[96], *won;
+            size_t wlen;
+            int created = 0;
+            snprintf(fkey, sizeof(fkey), "%s%d", job->failed_prefix, (int)id);
+            snprintf(val, sizeof(val), "member %d: lost with node %d (its weftrun's lease lapsed)",
+                     (int)id, node);
+            if (weft__store_set_nx(n->ctl, fkey, val, strlen(val), (void **)&won, &wlen,
+                                   &created) == WEFT_OK) {
+                free(won);
+                marked += created != 0;
+            }
+            (void)weft__store_delete(n->ctl, page.kv[i].key);
+        }
+        more = page.more && page.n > 0;
+        if (more) {
+            snprintf(after, sizeof(after), "%s", page.kv[page.n - 1].key);
+        }
+        weft__store_page_free(&page);
+    }
+    return marked;
+}
+
 static void on_end(weftrun_job_t *job, const char *rest, const char *val, bool live)
 {
     int node, start;
@@ -184,12 +283,14 @@ static void on_end(weftrun_job_t *job, const char *rest, const char *val, bool l
                   weft__log_escape(val, strlen(val), text, sizeof(text)));
         return;
     }
+    int marked = fail_ranks_of(job, node, start);
     bool stop = live && !job->opts->elastic && !job->opts->keep_going &&
                 job->stop_reason == WEFTRUN_STOP_NONE;
     WEFT_WARN(job->lg,
               "node %d was lost: its weftrun died or stopped answering, and its ranks "
-              "with it%s",
-              node, stop ? "; stopping this node's ranks" : "");
+              "with it%s%s",
+              node, marked > 0 ? " (declared failed here: its lease covered them)" : "",
+              stop ? "; stopping this node's ranks" : "");
     if (stop) {
         weftrun_begin_stop(job, WEFTRUN_STOP_REMOTE, WEFTRUN_EXIT_FAILED, SIGTERM);
     }

@@ -8,7 +8,8 @@
 #   netns_hosts.sh 4 etcd_hosts.sh CASE BINDIR TRAINER [ARGS...]
 #
 #   kill_rank    --replace; member 3 kills itself (SIGKILL) at step 40: its weftrun
-#                starts a replacement, which joins
+#                starts a replacement, which joins; at step 100 etcd holds at most one
+#                lease per node (the ranks hold none)
 #   lose_leader  the etcd leader is moved to host 2; once node 0 printed "step 50:",
 #                host 2 is SIGKILLed whole (weftrun, ranks and the leader: etcd keeps
 #                quorum with 2 of 3), and node 2's weftrun command is started again on
@@ -129,6 +130,11 @@ kill_rank)
     for i in 0 1 2; do
         start_node_on "$i" "$i" --replace -- "$@" --kill-rank 3 --kill-step 40
     done
+    # One etcd lease per node, none per rank: the node's lease covers its ranks.
+    wait_for node0 "step 100:" || fail "node 0 did not print \"step 100:\""
+    leases=$(etcdctl_ lease list | sed -n "s/^found \([0-9]*\) leases$/\1/p")
+    echo "etcd leases while the job runs: $leases"
+    [ -n "$leases" ] && [ "$leases" -le $nodes ] || fail "$leases etcd leases for $nodes nodes"
     ;;
 lose_leader)
     lead_from_host2 || fail "cannot make host 2's etcd member the leader"
