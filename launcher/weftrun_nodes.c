@@ -20,7 +20,8 @@
  *   weftrun/next_id          a counter: member ids of replacements, from N x PER_NODE
  *   weftrun/ranks/<R>.<k>/<id>
  *                            on etcd only: member <id> runs under incarnation k of node
- *                            R, whose lease covers it (the rank holds none of its own).
+ *                            R, whose lease covers it (the rank holds none of its own;
+ *                            WEFT_NODE_LEASE="<ns>/failed/<id> <this key>").
  *                            Set before the rank starts; deleted by the rank when it
  *                            leaves with the others (its lease disarmed), else by its
  *                            weftrun when it reaps it, which then publishes
@@ -182,16 +183,20 @@ static bool node_lease_covers(const weftrun_job_t *job)
     return n != NULL && n->start > 0 && n->ctl != NULL && weft__store_addr_is_etcd(job->store_addr);
 }
 
-bool weftrun_nodes_rank_started(weftrun_job_t *job, int id, char *entry, size_t len)
+bool weftrun_nodes_rank_started(weftrun_job_t *job, int id, char *var, size_t len)
 {
+    char entry[64], val[16];
     if (!node_lease_covers(job)) {
         return false;
     }
-    char val[16];
-    snprintf(entry, len, KEY_PREFIX "ranks/%d.%d/%d", job->opts->node_rank, job->nodes->start, id);
+    snprintf(entry, sizeof(entry), KEY_PREFIX "ranks/%d.%d/%d", job->opts->node_rank,
+             job->nodes->start, id);
     snprintf(val, sizeof(val), "%d", id);
+    /* The notice the entry stands for, then the entry: a context that would publish
+     * another notice (another namespace or member id) holds a lease of its own. */
+    int n = snprintf(var, len, "%s%d %s", job->failed_prefix, id, entry);
     /* Not set: the rank takes a lease of its own, as on weft's store. */
-    return weftrun_store_set(job, entry, val) == WEFT_OK;
+    return n > 0 && (size_t)n < len && weftrun_store_set(job, entry, val) == WEFT_OK;
 }
 
 void weftrun_nodes_rank_ended(weftrun_job_t *job, int id, bool clean)

@@ -122,7 +122,7 @@ static void free_env(char **env)
 }
 
 /* weftrun's environment without the rank variables, then this slot's values of them;
- * @p entry: its key under this node's lease, NULL if it holds a lease of its own. */
+ * @p entry: its WEFT_NODE_LEASE, NULL if it holds a lease of its own. */
 static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot_t *slot,
                                     const char *entry, char ***out)
 {
@@ -288,9 +288,9 @@ weft_status_t weftrun_spawn_rank(weftrun_job_t *job, weftrun_slot_t *slot)
 {
     int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, devnull = -1;
     sigset_t mask;
-    char **envp = NULL, entry[64];
-    bool covered = weftrun_nodes_rank_started(job, slot->rank, entry, sizeof(entry));
-    weft_status_t status = build_rank_env(job, slot, covered ? entry : NULL, &envp);
+    char **envp = NULL, lease_var[128];
+    bool covered = weftrun_nodes_rank_started(job, slot->rank, lease_var, sizeof(lease_var));
+    weft_status_t status = build_rank_env(job, slot, covered ? lease_var : NULL, &envp);
     if (status != WEFT_OK) {
         return status;
     }

@@ -14,7 +14,9 @@
  *
  * On etcd under weftrun (WEFT_NODE_LEASE, set by weftrun: docs/store-protocol.md, "etcd
  * backend"), the process holds no lease: its weftrun's node lease stands for it, and the
- * variable names this process's entry under it (weftrun/ranks/<node>.<start>/<id>).
+ * variable names the failure notice it stands for and this process's entry under it
+ * ("<ns>/failed/<id> weftrun/ranks/<node>.<start>/<id>"); a context whose notice differs
+ * (another WEFT_NAMESPACE in the same process, a process it started) takes its own lease.
  * Disarming is deleting that entry; a process that ends with it still there is reported
  * failed by its weftrun when reaped, or by the other weftruns when the node's lease
  * lapses. The thread then only runs the chores. Elsewhere the variable is ignored: weft's
@@ -132,10 +134,13 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     hb->ttl_ms = ttl == 0 ? 1 : (ttl > UINT32_MAX ? UINT32_MAX : (uint32_t)ttl);
     weft__key(ctx, hb->key, sizeof(hb->key), "failed/%d", ctx->rank);
     snprintf(hb->val, sizeof(hb->val), "member %d: lost (process gone or silent)", ctx->rank);
-    const char *entry = getenv("WEFT_NODE_LEASE");
-    if (entry != NULL && strlen(entry) < sizeof(hb->entry) &&
-        weft__store_addr_is_etcd(ctx->store_addr)) {
-        snprintf(hb->entry, sizeof(hb->entry), "%s", entry);
+    /* "<failure key> <entry>": only for the context whose notice it names (not one of
+     * another namespace in the same process, nor a process it started). */
+    const char *var = getenv("WEFT_NODE_LEASE");
+    size_t klen = strlen(hb->key);
+    if (var != NULL && strncmp(var, hb->key, klen) == 0 && var[klen] == ' ' &&
+        strlen(var + klen + 1) < sizeof(hb->entry) && weft__store_addr_is_etcd(ctx->store_addr)) {
+        snprintf(hb->entry, sizeof(hb->entry), "%s", var + klen + 1);
     }
     /* The lease rides on the context's one store connection, which the client shares
      * between threads: it fires when this process's connection drops. */
