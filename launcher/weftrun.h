@@ -290,6 +290,15 @@ uint64_t weftrun_nodes_tick(weftrun_job_t *job, uint64_t now);
 void weftrun_nodes_publish(weftrun_job_t *job, const char *key, int code, const char *why);
 /* A member id for a replacement, from the store's counter. */
 weft_status_t weftrun_nodes_new_id(weftrun_job_t *job, int *id);
+/* Before rank @p id starts: on etcd, puts it under this node's lease
+ * (weftrun/ranks/<R>.<k>/<id>) and returns true with the value of its WEFT_NODE_LEASE in
+ * @p var ("<ns>/failed/<id> <that key>"); the rank then holds no lease of its own. False
+ * elsewhere, or if the key cannot be set. */
+bool weftrun_nodes_rank_started(weftrun_job_t *job, int id, char *var, size_t len);
+/* Rank @p id was reaped (@p clean: it exited 0): takes it from under the node's lease,
+ * publishing <ns>/failed/<id> for a clean exit if the rank had not left with the others
+ * (a failure is published by the supervisor before this). */
+void weftrun_nodes_rank_ended(weftrun_job_t *job, int id, bool clean);
 /* This node's ranks have ended with @p code: say so, or on the node serving the store
  * wait for every other node to end; then close the connections. Returns weftrun's exit
  * status: @p code, or on the serving node, when that is 0, the status of a stop another

@@ -18,10 +18,22 @@
  *                            that serves the store, to be killed by the node running it
  *   weftrun/finishing        "<node>": a rank exited 0 (--elastic), the job is ending
  *   weftrun/next_id          a counter: member ids of replacements, from N x PER_NODE
+ *   weftrun/ranks/<R>.<k>/<id>
+ *                            on etcd only: member <id> runs under incarnation k of node
+ *                            R, whose lease covers it (the rank holds none of its own;
+ *                            WEFT_NODE_LEASE="<ns>/failed/<id> <this key>").
+ *                            Set before the rank starts; deleted by the rank when it
+ *                            leaves with the others (its lease disarmed), else by its
+ *                            weftrun when it reaps it, which then publishes
+ *                            <ns>/failed/<id> if the rank had not taken it away. When
+ *                            the node's lease lapses, the weftruns that see the lapse
+ *                            publish <ns>/failed/<id> for every id left under it
  *
  * Every weftrun watches the prefix on a connection of its own (its descriptor is in the
  * supervisor's poll set) and talks to the store on another, which also holds the lease;
- * both share one store health, so a lost store is reported once. The weftrun serving
+ * both share one store health, so a lost store is reported once. On etcd, whose leases
+ * lapse in seconds and cost a keepalive each, a node's lease stands for its ranks too
+ * (weftrun/ranks/ above): one lease per node rather than one per rank. The weftrun serving
  * the store registers nothing (its death is the store's) and, when its ranks have
  * ended, waits for every registered incarnation to end before closing the store.
  */
@@ -164,6 +176,98 @@ static bool parse_inc(const char *rest, int *node, int *start)
     return true;
 }
 
+/* Whether this node's lease covers its ranks (on etcd, once registered). */
+static bool node_lease_covers(const weftrun_job_t *job)
+{
+    const weftrun_nodes_t *n = job->nodes;
+    return n != NULL && n->start > 0 && n->ctl != NULL && weft__store_addr_is_etcd(job->store_addr);
+}
+
+bool weftrun_nodes_rank_started(weftrun_job_t *job, int id, char *var, size_t len)
+{
+    char entry[64], val[16];
+    if (!node_lease_covers(job)) {
+        return false;
+    }
+    snprintf(entry, sizeof(entry), KEY_PREFIX "ranks/%d.%d/%d", job->opts->node_rank,
+             job->nodes->start, id);
+    snprintf(val, sizeof(val), "%d", id);
+    /* The notice the entry stands for, then the entry: a context that would publish
+     * another notice (another namespace or member id) holds a lease of its own. */
+    int n = snprintf(var, len, "%s%d %s", job->failed_prefix, id, entry);
+    /* Not set: the rank takes a lease of its own, as on weft's store. */
+    return n > 0 && (size_t)n < len && weftrun_store_set(job, entry, val) == WEFT_OK;
+}
+
+void weftrun_nodes_rank_ended(weftrun_job_t *job, int id, bool clean)
+{
+    char key[64], fkey[64];
+    if (!node_lease_covers(job)) {
+        return;
+    }
+    snprintf(key, sizeof(key), KEY_PREFIX "ranks/%d.%d/%d", job->opts->node_rank, job->nodes->start,
+             id);
+    if (!weftrun_store_has(job, key)) {
+        return; /* it left with the others: its lease was disarmed */
+    }
+    if (clean) {
+        /* What its own lease would have said: it ended while the others went on. */
+        snprintf(fkey, sizeof(fkey), "%s%d", job->failed_prefix, id);
+        weftrun_store_set(job, fkey, "exit 0 (without leaving with the others)");
+    }
+    if (job->nodes->ctl != NULL) {
+        (void)weft__store_delete(job->nodes->ctl, key);
+    }
+}
+
+/* Marks failed each rank of @p start of @p node left under weftrun/ranks/: that node's
+ * lease lapsed. Every weftrun that sees it does so; set_nx keeps the first notice, and
+ * the count returned is of the notices this one wrote. */
+static int fail_ranks_of(weftrun_job_t *job, int node, int start)
+{
+    weftrun_nodes_t *n = job->nodes;
+    char prefix[64], after[WEFT_STORE_MAX_KEY + 1] = "";
+    int marked = 0;
+    bool more = true;
+    if (!weft__store_addr_is_etcd(job->store_addr)) {
+        return 0;
+    }
+    snprintf(prefix, sizeof(prefix), KEY_PREFIX "ranks/%d.%d/", node, start);
+    while (more && n->ctl != NULL) {
+        weft_store_scan_args_t args = {.prefix = prefix, .after = after};
+        weft_store_page_t page;
+        weft_status_t st = weft__store_scan(n->ctl, &args, &page);
+        if (st != WEFT_OK) {
+            store_gone(job, st, "cannot list the ranks of a lost node");
+            return marked;
+        }
+        for (size_t i = 0; i < page.n; i++) {
+            int64_t id;
+            if (!weft__parse_i64(page.kv[i].key + strlen(prefix), 0, INT32_MAX, &id)) {
+                continue;
+            }
+            char fkey[64], val[96], *won;
+            size_t wlen;
+            int created = 0;
+            snprintf(fkey, sizeof(fkey), "%s%d", job->failed_prefix, (int)id);
+            snprintf(val, sizeof(val), "member %d: lost with node %d (its weftrun's lease lapsed)",
+                     (int)id, node);
+            if (weft__store_set_nx(n->ctl, fkey, val, strlen(val), (void **)&won, &wlen,
+                                   &created) == WEFT_OK) {
+                free(won);
+                marked += created != 0;
+            }
+            (void)weft__store_delete(n->ctl, page.kv[i].key);
+        }
+        more = page.more && page.n > 0;
+        if (more) {
+            snprintf(after, sizeof(after), "%s", page.kv[page.n - 1].key);
+        }
+        weft__store_page_free(&page);
+    }
+    return marked;
+}
+
 static void on_end(weftrun_job_t *job, const char *rest, const char *val, bool live)
 {
     int node, start;
@@ -184,12 +288,14 @@ static void on_end(weftrun_job_t *job, const char *rest, const char *val, bool l
                   weft__log_escape(val, strlen(val), text, sizeof(text)));
         return;
     }
+    int marked = fail_ranks_of(job, node, start);
     bool stop = live && !job->opts->elastic && !job->opts->keep_going &&
                 job->stop_reason == WEFTRUN_STOP_NONE;
     WEFT_WARN(job->lg,
               "node %d was lost: its weftrun died or stopped answering, and its ranks "
-              "with it%s",
-              node, stop ? "; stopping this node's ranks" : "");
+              "with it%s%s",
+              node, marked > 0 ? " (declared failed here: its lease covered them)" : "",
+              stop ? "; stopping this node's ranks" : "");
     if (stop) {
         weftrun_begin_stop(job, WEFTRUN_STOP_REMOTE, WEFTRUN_EXIT_FAILED, SIGTERM);
     }
@@ -310,6 +416,34 @@ void weftrun_nodes_publish(weftrun_job_t *job, const char *key, int code, const 
     weftrun_store_set(job, key, val);
 }
 
+/*
+ * On etcd a lost weftrun's lease lapses only at its TTL (seconds), so the same command
+ * started again at once finds its earlier start still registered: wait for @p end_key
+ * (the earlier start's end) that long before taking it for a node running twice. weft's
+ * own store ends the lease when the connection closes: nothing to wait for there.
+ */
+static bool earlier_start_lapses(weftrun_job_t *job, const char *end_key)
+{
+    weftrun_nodes_t *n = job->nodes;
+    if (!weft__store_addr_is_etcd(job->store_addr)) {
+        return false;
+    }
+    /* etcd's TTL is the timeout in whole seconds, 2 s at the least; then its sweep. */
+    uint64_t wait_ms = 2 * (n->ttl_ms < 2000 ? 2000 : (uint64_t)n->ttl_ms) + 5000;
+    WEFT_INFO(job->lg,
+              "node %d's earlier start is still registered: waiting up to %llu ms "
+              "for its lease to lapse",
+              job->opts->node_rank, (unsigned long long)wait_ms);
+    void *val;
+    size_t len;
+    int ms = wait_ms > INT32_MAX ? INT32_MAX : (int)wait_ms;
+    if (weft__store_get(n->ctl, end_key, ms, &val, &len) != WEFT_OK) {
+        return false;
+    }
+    free(val);
+    return true;
+}
+
 /* Register this node (not the serving one); sets job->replacement_node. */
 static weft_status_t register_node(weftrun_job_t *job)
 {
@@ -324,6 +458,12 @@ static weft_status_t register_node(weftrun_job_t *job)
     }
     n->start = (int)k;
     snprintf(n->end_key, sizeof(n->end_key), KEY_PREFIX "end/%d.%d", R, n->start);
+    /* Before this start's lease is armed: nothing renews it while this waits. */
+    bool earlier_ended = true;
+    if (n->start > 1) {
+        snprintf(key, sizeof(key), KEY_PREFIX "end/%d.%d", R, n->start - 1);
+        earlier_ended = weftrun_store_has(job, key) || earlier_start_lapses(job, key);
+    }
     n->renew_at_ms = 0;
     if (weftrun_nodes_tick(job, weft__now_ms()) == 0) {
         return WEFT_ERR_IO;
@@ -337,8 +477,7 @@ static weft_status_t register_node(weftrun_job_t *job)
     if (n->start == 1) {
         return WEFT_OK;
     }
-    snprintf(key, sizeof(key), KEY_PREFIX "end/%d.%d", R, n->start - 1);
-    if (!weftrun_store_has(job, key)) {
+    if (!earlier_ended) {
         WEFT_ERROR(job->lg,
                    "node %d is running already: start a node again only once it is "
                    "lost (or check --node-rank)",

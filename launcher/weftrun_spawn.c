@@ -21,14 +21,15 @@ extern char **environ;
 /*
  * The variables weftrun sets; the same names inherited from weftrun's caller are dropped.
  * RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE repeat the WEFT_ values under the names
- * torchrun uses, so PyTorch scripts read them unchanged. WEFT_JOIN, last, is set for
- * replacements only: an inherited WEFT_JOIN=1 would make every rank of a new job wait to
- * join a group that nobody has created.
+ * torchrun uses, so PyTorch scripts read them unchanged. The last two are set only for
+ * some ranks: WEFT_NODE_LEASE for a rank that this node's lease covers (on etcd:
+ * weftrun_nodes_rank_started), WEFT_JOIN for replacements (an inherited WEFT_JOIN=1 would
+ * make every rank of a new job wait to join a group that nobody has created).
  */
 static const char *const rank_env_names[] = {
     "WEFT_RANK",  "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE",
     "RANK",       "WORLD_SIZE",      "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
-    "WEFT_STORE", "WEFT_JOB_TOKEN",  "WEFT_JOIN",
+    "WEFT_STORE", "WEFT_JOB_TOKEN",  "WEFT_NODE_LEASE", "WEFT_JOIN",
 };
 #define N_RANK_ENV (sizeof(rank_env_names) / sizeof(rank_env_names[0]))
 
@@ -120,9 +121,10 @@ static void free_env(char **env)
     free(env);
 }
 
-/* weftrun's environment without the rank variables, then this slot's values of them. */
+/* weftrun's environment without the rank variables, then this slot's values of them;
+ * @p entry: its WEFT_NODE_LEASE, NULL if it holds a lease of its own. */
 static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot_t *slot,
-                                    char ***out)
+                                    const char *entry, char ***out)
 {
     size_t n = 0;
     while (environ[n] != NULL) {
@@ -148,12 +150,12 @@ static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot
     snprintf(size_text, sizeof(size_text), "%d", job->world_size);
     snprintf(local_text, sizeof(local_text), "%d", slot->local_rank);
     snprintf(lsize_text, sizeof(lsize_text), "%d", job->opts->nranks);
-    const char *const values[N_RANK_ENV] = {rank_text,       size_text,  local_text, lsize_text,
-                                            rank_text,       size_text,  local_text, lsize_text,
-                                            job->store_addr, job->token, "1"};
-    size_t nset = slot->replaces >= 0 ? N_RANK_ENV : N_RANK_ENV - 1;
-    for (size_t i = 0; i < nset; i++) {
-        if (asprintf(&env[k++], "%s=%s", rank_env_names[i], values[i]) < 0) {
+    const char *const values[N_RANK_ENV] = {
+        rank_text,       size_text,  local_text, lsize_text,
+        rank_text,       size_text,  local_text, lsize_text,
+        job->store_addr, job->token, entry,      slot->replaces >= 0 ? "1" : NULL};
+    for (size_t i = 0; i < N_RANK_ENV; i++) {
+        if (values[i] != NULL && asprintf(&env[k++], "%s=%s", rank_env_names[i], values[i]) < 0) {
             env[k - 1] = NULL;
             goto err_nomem;
         }
@@ -286,8 +288,9 @@ weft_status_t weftrun_spawn_rank(weftrun_job_t *job, weftrun_slot_t *slot)
 {
     int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, devnull = -1;
     sigset_t mask;
-    char **envp = NULL;
-    weft_status_t status = build_rank_env(job, slot, &envp);
+    char **envp = NULL, lease_var[128];
+    bool covered = weftrun_nodes_rank_started(job, slot->rank, lease_var, sizeof(lease_var));
+    weft_status_t status = build_rank_env(job, slot, covered ? lease_var : NULL, &envp);
     if (status != WEFT_OK) {
         return status;
     }

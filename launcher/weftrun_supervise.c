@@ -115,6 +115,7 @@ static void on_rank_exit(weftrun_job_t *job, weftrun_slot_t *s, int wstatus)
     if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
         s->state = WEFTRUN_SLOT_EXITED;
         WEFT_DEBUG(job->lg, "rank %d (pid %d) exited normally", s->rank, (int)s->pid);
+        weftrun_nodes_rank_ended(job, s->rank, true);
         /* One that was declared failed first was no member any more: its end is no
          * sign that the members are done. */
         if (job->opts->elastic && !s->fenced_early) {
@@ -130,6 +131,7 @@ static void on_rank_exit(weftrun_job_t *job, weftrun_slot_t *s, int wstatus)
     }
     /* Always first: ranks learn of the death from the store, not from our SIGTERM. */
     publish_failure(job, s, d.what);
+    weftrun_nodes_rank_ended(job, s->rank, false);
     if (job->stop_reason != WEFTRUN_STOP_NONE) {
         WEFT_DEBUG(job->lg, "rank %d (pid %d) %s while stopping", s->rank, (int)s->pid, d.text);
         return;

@@ -92,6 +92,9 @@ static void stamp_path(char *buf, size_t len, int iter)
 {
     const char *store = getenv("WEFT_STORE");
     snprintf(buf, len, "/tmp/weft-perf-group.%.40s.%d", store != NULL ? store : "none", iter);
+    for (char *c = buf + strlen("/tmp/"); *c != '\0'; c++) {
+        *c = *c == '/' ? '_' : *c; /* an etcd address: "etcd://h1:2379,..." */
+    }
 }
 
 /* The victim leaves its clock in a file: a message could be lost with the revoke. The

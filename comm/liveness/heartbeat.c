@@ -11,6 +11,16 @@
  * lost, the thread reports it (once per process) and stops. A process that exits without
  * weft_finalize stops the thread in an exit handler (comm/ctx/ctx_exit.c) and leaves the
  * lease armed: its end is a failure the others must see.
+ *
+ * On etcd under weftrun (WEFT_NODE_LEASE, set by weftrun: docs/store-protocol.md, "etcd
+ * backend"), the process holds no lease: its weftrun's node lease stands for it, and the
+ * variable names the failure notice it stands for and this process's entry under it
+ * ("<ns>/failed/<id> weftrun/ranks/<node>.<start>/<id>"); a context whose notice differs
+ * (another WEFT_NAMESPACE in the same process, a process it started) takes its own lease.
+ * Disarming is deleting that entry; a process that ends with it still there is reported
+ * failed by its weftrun when reaped, or by the other weftruns when the node's lease
+ * lapses. The thread then only runs the chores. Elsewhere the variable is ignored: weft's
+ * own store fires a lease the moment its connection closes, which no node lease beats.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -42,6 +52,7 @@ struct weft_heartbeat {
     const weft_logger_t *lg;
     char key[96];
     char val[64];
+    char entry[WEFT_STORE_MAX_KEY + 1]; /* under the node's lease: this entry, not a lease */
     uint32_t ttl_ms;
     uint64_t period_ms;
 };
@@ -80,8 +91,9 @@ static void *heartbeat_main(void *arg)
         }
         run_chores(hb, true);
         due = weft__now_ns() + hb->period_ms * 1000000ull;
-        weft_status_t st =
-            weft__store_lease(hb->conn, hb->key, hb->val, strlen(hb->val), hb->ttl_ms);
+        weft_status_t st = hb->entry[0] != '\0' ? WEFT_OK
+                                                : weft__store_lease(hb->conn, hb->key, hb->val,
+                                                                    strlen(hb->val), hb->ttl_ms);
         if (st != WEFT_OK && atomic_load(&hb->stop)) {
             break; /* the process is exiting: its store connection is fenced */
         }
@@ -99,6 +111,16 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
+/* The lease, or the entry under the node's lease, no longer says this process failed. */
+static void disarm(struct weft_heartbeat *hb)
+{
+    if (hb->entry[0] != '\0') {
+        (void)weft__store_delete(hb->conn, hb->entry);
+    } else {
+        (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0);
+    }
+}
+
 weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
 {
     struct weft_heartbeat *hb = calloc(1, sizeof(*hb));
@@ -112,12 +134,21 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     hb->ttl_ms = ttl == 0 ? 1 : (ttl > UINT32_MAX ? UINT32_MAX : (uint32_t)ttl);
     weft__key(ctx, hb->key, sizeof(hb->key), "failed/%d", ctx->rank);
     snprintf(hb->val, sizeof(hb->val), "member %d: lost (process gone or silent)", ctx->rank);
+    /* "<failure key> <entry>": only for the context whose notice it names (not one of
+     * another namespace in the same process, nor a process it started). */
+    const char *var = getenv("WEFT_NODE_LEASE");
+    size_t klen = strlen(hb->key);
+    if (var != NULL && strncmp(var, hb->key, klen) == 0 && var[klen] == ' ' &&
+        strlen(var + klen + 1) < sizeof(hb->entry) && weft__store_addr_is_etcd(ctx->store_addr)) {
+        snprintf(hb->entry, sizeof(hb->entry), "%s", var + klen + 1);
+    }
     /* The lease rides on the context's one store connection, which the client shares
      * between threads: it fires when this process's connection drops. */
     hb->conn = ctx->store;
-    weft_status_t st = hb->conn != NULL ? weft__store_lease(hb->conn, hb->key, hb->val,
-                                                            strlen(hb->val), hb->ttl_ms)
-                                        : WEFT_ERR_IO;
+    weft_status_t st = hb->conn == NULL       ? WEFT_ERR_IO
+                       : hb->entry[0] != '\0' ? WEFT_OK
+                                              : weft__store_lease(hb->conn, hb->key, hb->val,
+                                                                  strlen(hb->val), hb->ttl_ms);
     if (st != WEFT_OK) {
         free(hb);
         return weft__error(ctx, st, "cannot arm the liveness lease");
@@ -131,7 +162,7 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     int rc = pthread_create(&hb->thread, NULL, heartbeat_main, hb);
     if (rc != 0) {
         errno = rc;
-        (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0);
+        disarm(hb);
         free(hb);
         return weft__error(ctx, WEFT_ERR_IO, "cannot start the heartbeat thread: %m");
     }
@@ -139,7 +170,7 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
     return WEFT_OK;
 }
 
-void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm)
+void weft__heartbeat_stop(weft_ctx_t *ctx, bool leave)
 {
     struct weft_heartbeat *hb = ctx->heartbeat;
     if (hb == NULL) {
@@ -153,8 +184,8 @@ void weft__heartbeat_stop(weft_ctx_t *ctx, bool disarm)
     pthread_mutex_lock(&hb->lock);
     run_chores(hb, false); /* what a context asked of the store is done before it leaves */
     pthread_mutex_unlock(&hb->lock);
-    if (disarm) {
-        (void)weft__store_lease(hb->conn, hb->key, NULL, 0, 0); /* leaving is not failing */
+    if (leave) {
+        disarm(hb); /* leaving is not failing */
     }
     pthread_mutex_destroy(&hb->lock);
     pthread_cond_destroy(&hb->cond);

@@ -15,7 +15,7 @@
 #include "util/clock.h"
 #include "util/parse.h"
 
-static bool is_etcd(const char *addr)
+bool weft__store_addr_is_etcd(const char *addr)
 {
     return addr != NULL &&
            strncmp(addr, WEFT__STORE_ETCD_SCHEME, strlen(WEFT__STORE_ETCD_SCHEME)) == 0;
@@ -24,7 +24,7 @@ static bool is_etcd(const char *addr)
 weft_status_t weft__store_connect(const char *hostport, const char *token, int timeout_ms,
                                   const weft_logger_t *lg, weft_store_client_t **client)
 {
-    return is_etcd(hostport)
+    return weft__store_addr_is_etcd(hostport)
                ? weft__store_etcd_connect(hostport, token, 0, true, timeout_ms, lg, client)
                : weft__store_native_connect(hostport, token, 0, true, timeout_ms, lg, client);
 }
@@ -33,7 +33,7 @@ weft_status_t weft__store_connect_member(const char *hostport, const char *token
                                          int timeout_ms, const weft_logger_t *lg,
                                          weft_store_client_t **client)
 {
-    return is_etcd(hostport)
+    return weft__store_addr_is_etcd(hostport)
                ? weft__store_etcd_connect(hostport, token, member, false, timeout_ms, lg, client)
                : weft__store_native_connect(hostport, token, member, false, timeout_ms, lg, client);
 }

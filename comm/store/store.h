@@ -51,6 +51,9 @@ const char *weft__store_lost_cause(const weft_store_health_t *h);
 /* True for exactly one caller, and only once the store is lost: that caller logs it. */
 bool weft__store_claim_report(weft_store_health_t *h);
 
+/* @p addr names an etcd cluster ("etcd://h1:2379,..."), not weft's own store. */
+bool weft__store_addr_is_etcd(const char *addr);
+
 /*
  * hostport: "host:port". Retries connecting until timeout_ms (the server may start late,
  * or be busy). The store must prove that it holds @p token too, or the call fails with
