@@ -4,9 +4,11 @@
 #include <string.h>
 
 #include "comm/group/edit.h"
+#include "comm/store/agreement.h"
 
-#define DECISION_MAGIC 0x77656674u /* "weft" */
-#define DECISION_HEADER 5          /* magic, kind, new_epoch, join_hi, n_members */
+/* The layout is the store's to read as well (comm/store/agreement.h). */
+#define DECISION_MAGIC WEFT__DECISION_MAGIC
+#define DECISION_HEADER WEFT__DECISION_HEADER
 
 void weft__decision_key(const weft_ctx_t *ctx, char *key, size_t len, uint32_t gid,
                         uint32_t epoch)
@@ -24,8 +26,8 @@ weft_status_t weft__decision_encode(const weft_decision_t *d, void **buf, size_t
     w[0] = DECISION_MAGIC;
     w[1] = d->kind;
     w[2] = d->new_epoch;
-    w[3] = d->join_hi;
-    w[4] = d->n_members;
+    w[WEFT__DECISION_W_JOIN_HI] = d->join_hi;
+    w[WEFT__DECISION_W_N_MEMBERS] = d->n_members;
     memcpy(w + DECISION_HEADER, d->members, sizeof(int32_t) * d->n_members);
     *buf = w;
     *len = n;
@@ -57,24 +59,24 @@ weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t
         return WEFT_ERR_PROTOCOL;
     }
     memcpy(h, buf, sizeof(h));
+    uint32_t n = h[WEFT__DECISION_W_N_MEMBERS];
     if (h[0] != DECISION_MAGIC || (h[1] != WEFT_EDIT_REPAIR && h[1] != WEFT_EDIT_GROW) ||
-        h[4] == 0 || h[4] > WEFT_TAG_MAX_MEMBERS ||
-        len != (DECISION_HEADER + (size_t)h[4]) * sizeof(uint32_t)) {
+        n == 0 || n > WEFT_TAG_MAX_MEMBERS || len != (DECISION_HEADER + (size_t)n) * sizeof(uint32_t)) {
         return WEFT_ERR_PROTOCOL;
     }
-    int32_t *m = malloc(sizeof(int32_t) * h[4]);
+    int32_t *m = malloc(sizeof(int32_t) * n);
     if (m == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
-    memcpy(m, (const uint8_t *)buf + sizeof(h), sizeof(int32_t) * h[4]);
-    if (!members_valid(m, h[4])) {
+    memcpy(m, (const uint8_t *)buf + sizeof(h), sizeof(int32_t) * n);
+    if (!members_valid(m, n)) {
         free(m);
         return WEFT_ERR_PROTOCOL;
     }
     d->kind = h[1];
     d->new_epoch = h[2];
-    d->join_hi = h[3];
-    d->n_members = h[4];
+    d->join_hi = h[WEFT__DECISION_W_JOIN_HI];
+    d->n_members = n;
     d->members = m;
     return WEFT_OK;
 }

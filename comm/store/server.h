@@ -3,7 +3,8 @@
  * public calls), server_conn.c (connections: their input, output, opening and closing),
  * server_req.c (the map, the requests, the handshake and what each connection may write),
  * server_index.c (keys by directory, watchers by prefix), server_scan.c (SCANs: their
- * waits and their pages) and server_quota.c (each member's share of the store's memory).
+ * waits and their pages), server_quota.c (each member's share of the store's memory) and
+ * server_epochs.c (what members may do to the agreement keys of a group's epochs).
  * Everything here runs with the server's mutex held.
  */
 #ifndef WEFT_STORE_SERVER_H
@@ -26,6 +27,9 @@ typedef struct store_entry {
     uint8_t *val;
     size_t vlen, klen;
     int64_t owner; /* member id charged for it (server_quota.c); -1: nobody's share */
+    uint32_t *counted; /* under a decision's count: the members that counted themselves */
+    uint32_t ncounted;
+    bool deletable; /* an agreement key its epoch's finish lets members delete */
     char key[]; /* klen bytes and a NUL */
 } store_entry_t;
 
@@ -288,6 +292,19 @@ uint64_t weft__store_srv_scans_expire(weft_store_server_t *s, uint64_t now);
 void weft__store_srv_scans_drop(weft_store_server_t *s, store_conn_t *c);
 /* Frees the sorted view and the page buffer (the server stops; its connections are gone). */
 void weft__store_srv_scans_free(weft_store_server_t *s);
+
+/* ---- the agreement keys of groups' epochs (server_epochs.c) ---- */
+/* Why a member may not make this write of an agreement key (g/<gid>/<e>/next|applied,
+ * g/<gid>/join|admit/<n>), or NULL; *agreement: whether the key is one. A member deletes
+ * one only once its epoch finished, and counts itself under a decision (an add of 1 to
+ * its "applied" key) once, if the decision lists it. */
+const char *weft__store_srv_epoch_refusal(weft_store_server_t *s, const store_conn_t *c,
+                                          weft_store_msg_t type, const char *key, size_t klen,
+                                          const uint8_t *rest, size_t rlen, bool *agreement);
+/* After an add of @p c to @p key, now @p count: who counted, and the epoch's finish once
+ * every member of its decision did. */
+void weft__store_srv_epoch_added(weft_store_server_t *s, const store_conn_t *c, const char *key,
+                                 size_t klen, int64_t count);
 
 /* The unit of the per-address cap on handshakes for a peer at @p host (server_conn.c). */
 void weft__store_srv_addr_unit(const char *host, char *out, size_t len);

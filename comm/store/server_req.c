@@ -62,6 +62,7 @@ void weft__store_srv_remove(weft_store_server_t *s, store_entry_t **slot)
     s->data_bytes -= e->klen + e->vlen + ENTRY_OVERHEAD;
     weft__store_srv_share_sub(s, e->owner, e->klen + e->vlen + ENTRY_OVERHEAD);
     s->nentries--;
+    free(e->counted);
     free(e->val);
     free(e);
 }
@@ -214,6 +215,9 @@ weft_status_t weft__store_srv_put(weft_store_server_t *s, const char *key, size_
         e->val = NULL;
         e->next = NULL;
         e->owner = -1;
+        e->counted = NULL;
+        e->ncounted = 0;
+        e->deletable = false;
         if (weft__store_srv_dir_link(s, e) != WEFT_OK) {
             free(e);
             free(copy);
@@ -349,13 +353,6 @@ static bool key_names_member(const char *key, size_t klen, const char *kind, int
     return weft__parse_i64(digits, 0, INT64_MAX, id);
 }
 
-/*
- * Why the connection may not make this write, or NULL when it may. Launchers may write
- * anything; a member may not touch the launchers' keys, hold a lease but on its own
- * failure notice, delete but the agreement keys of finished epochs, write another
- * member's claim, address or topology, or write another's failure notice but as a
- * report signed with its own id.
- */
 /* Whether @p key, after some namespace (a prefix ending in '/'), has one of the @p n
  * shapes ('#': a decimal number of 1 to 10 digits). */
 static bool key_shaped(const char *key, size_t klen, const char *const *shapes, size_t n)
@@ -382,8 +379,16 @@ static bool key_shaped(const char *key, size_t klen, const char *const *shapes, 
     return false;
 }
 
-static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const char *key,
-                           size_t klen, const uint8_t *val, size_t vlen)
+/*
+ * Why the connection may not make this write, or NULL when it may. Launchers may write
+ * anything; a member may not touch the launchers' keys, hold a lease but on its own
+ * failure notice, delete but the agreement keys of finished epochs and the notices read once, count
+ * itself under a decision but once and as one of its members, write another
+ * member's claim, address or topology, or write another's failure notice but as a
+ * report signed with its own id.
+ */
+static const char *refusal(weft_store_server_t *s, const store_conn_t *c, weft_store_msg_t type,
+                           const char *key, size_t klen, const uint8_t *val, size_t vlen)
 {
     static const char *const owned[] = {"claim", "addr", "topo"};
     int64_t id;
@@ -398,17 +403,23 @@ static const char *refusal(const store_conn_t *c, weft_store_msg_t type, const c
         return notice && id == c->id ? NULL
                                      : "a member holds a lease only on its own failure notice";
     }
+    /* Decisions, their counts, join slots and admissions: server_epochs.c. */
+    bool agreement;
+    const char *why = weft__store_srv_epoch_refusal(s, c, type, key, klen, val, vlen, &agreement);
+    if (why != NULL || (agreement && type == WEFT__STORE_DELETE)) {
+        return why;
+    }
     if (type == WEFT__STORE_DELETE) {
-        /* The keys comm/group/retire.c deletes once an epoch is finished, by their shape
-         * after the namespace ('#': a decimal number). What a member owns, failure
-         * notices, counters and everything else stay. */
-        static const char *const finished[] = {"g/#/#/next",  "g/#/#/applied", "g/#/join/#",
-                                               "g/#/admit/#", "split/#/#/#",   "failed/g#.#"};
-        return key_shaped(key, klen, finished, sizeof(finished) / sizeof(finished[0]))
+        /* The notices a member deletes once it has set them and those it was for have
+         * read them (comm/group/core.c's revocations, comm/group/join.c's split records),
+         * by their shape after the namespace ('#': a decimal number). What a member owns,
+         * failure notices, counters and everything else stay. */
+        static const char *const read_once[] = {"split/#/#/#", "failed/g#.#"};
+        return key_shaped(key, klen, read_once, sizeof(read_once) / sizeof(read_once[0]))
                    ? NULL
                    : "a member deletes only the agreement keys of finished epochs (decisions "
-                     "and their counts, split records, revocation notices, join slots, "
-                     "admissions)";
+                     "and their counts, join slots, admissions), split records and revocation "
+                     "notices";
     }
     /* What members agree on is created once, by SET_NX, whose answer is the value that
      * won: a plain SET would replace an agreed decision (or a join slot's occupant) under
@@ -555,7 +566,7 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c)
         return;
     }
     if (!read) {
-        const char *why = refusal(c, c->in_type, key, klen, rest, rlen);
+        const char *why = refusal(s, c, c->in_type, key, klen, rest, rlen);
         if (why != NULL) {
             char text[WEFT_STORE_MAX_KEY + 16]; /* the member chose the key: escaped */
             WEFT_WARN(s->lg, "store: refused a write of %s by %s: %s",
@@ -578,6 +589,9 @@ void weft__store_srv_request(weft_store_server_t *s, store_conn_t *c)
         if (rlen == 8) {
             int64_t result = 0;
             weft_status_t st = store_add(s, key, klen, (int64_t)weft__store_get_u64(rest), &result);
+            if (st == WEFT_OK) {
+                weft__store_srv_epoch_added(s, c, key, klen, result);
+            }
             uint8_t be[8];
             weft__store_set_u64(be, (uint64_t)result);
             weft__store_srv_resp(s, c, st, be, st == WEFT_OK ? sizeof(be) : 0);

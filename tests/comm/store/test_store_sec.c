@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "comm/group/edit.h" /* weft__decision_encode */
 #include "comm/store/proto.h"
 #include "comm/store/server.h" /* weft__store_srv_addr_unit */
 #include "server_fixture.h"
@@ -383,10 +384,9 @@ static void test_member_deletes_only_finished_epochs(void **state)
 {
     fixture_t *f = *state;
     weft_store_client_t *m3 = member(f, 3), *boss = launcher(f);
-    static const char *const finished[] = {
-        "weft/g/0/7/next",      "weft/g/12/0/next", "weft/g/0/7/applied", "weft/g/0/join/4",
-        "weft/g/0/admit/32768", "weft/split/0/7/3", "weft/failed/g5.2",   "other/ns/g/1/2/next",
-    };
+    /* Read once, deleted by shape; the agreement keys proper: test_member_deletes_after_finish. */
+    static const char *const finished[] = {"weft/split/0/7/3", "weft/failed/g5.2",
+                                           "other/ns/split/1/2/0"};
     static const char *const kept[] = {
         /* what members own, its own included, and failure notices */
         "weft/addr/3",
@@ -407,6 +407,13 @@ static void test_member_deletes_only_finished_epochs(void **state)
         "weft/group_ids",
         "weft/joiner_ids",
         "weft/nccl/1/0/0/0",
+        /* agreement keys of epochs the store has not seen finish */
+        "weft/g/0/7/next",
+        "weft/g/12/0/next",
+        "weft/g/0/7/applied",
+        "weft/g/0/join/4",
+        "weft/g/0/admit/32768",
+        "other/ns/g/1/2/next",
         /* near misses of the shapes */
         "weft/g/0/7/next/x",
         "weft/g/0/x/next",
@@ -435,6 +442,85 @@ static void test_member_deletes_only_finished_epochs(void **state)
     assert_true(log_has(WEFT_LOG_WARN, "weft/failed/4 by 127.0.0.1:",
                         "deletes only the agreement keys of finished epochs"));
     weft__store_close(m3);
+    weft__store_close(boss);
+}
+
+/* Sets @p key to a decision whose members are @p ids (and join_hi @p join_hi). */
+static void set_decision(weft_store_client_t *c, const char *key, const int32_t *ids, uint32_t n,
+                         uint32_t join_hi)
+{
+    weft_decision_t d = {.kind = WEFT_EDIT_REPAIR, .new_epoch = 1, .join_hi = join_hi,
+                         .n_members = n, .members = (int32_t *)ids};
+    void *v;
+    size_t len;
+    assert_int_equal(weft__decision_encode(&d, &v, &len), WEFT_OK);
+    assert_int_equal(weft__store_set(c, key, v, len), WEFT_OK);
+    free(v);
+}
+
+static void expect_present(const fixture_t *f, const char *key, bool present)
+{
+    char *v = value_of(f, key);
+    if ((v != NULL) != present) {
+        fail_msg("%s is %s", key, v != NULL ? "still there" : "gone");
+    }
+    free(v);
+}
+
+/*
+ * The agreement keys of an epoch are deleted by members only once the store saw the epoch
+ * finish: each member the decision lists counted itself once, with an add of 1. Then the
+ * decision and its count, the unfinished decisions just below it, the join slots up to its
+ * join_hi and their admissions go; nothing beyond them, and nothing before.
+ */
+static void test_member_deletes_after_finish(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *boss = launcher(f), *m3 = member(f, 3), *m4 = member(f, 4),
+                        *m5 = member(f, 5);
+    const int32_t ids[] = {3, 5}, below[] = {3, 4, 5};
+    set_decision(boss, "weft/g/1/4/next", ids, 2, 2);
+    set_decision(boss, "weft/g/1/3/next", below, 3, 0); /* unfinished: member 4 died */
+    set_decision(boss, "weft/g/1/1/next", below, 3, 0); /* below a gap: an earlier finish's */
+    assert_int_equal(weft__store_set(boss, "weft/g/1/join/3", "40000", 5), WEFT_OK);
+    assert_int_equal(weft__store_set(boss, "weft/g/1/join/2", "32768", 5), WEFT_OK);
+    assert_int_equal(weft__store_set(boss, "weft/g/1/join/1", "-1", 2), WEFT_OK);
+    assert_int_equal(weft__store_set(boss, "weft/g/1/admit/32768", "1", 1), WEFT_OK);
+    const char *const once_finished[] = {"weft/g/1/4/next", "weft/g/1/4/applied",
+                                         "weft/g/1/3/next", "weft/g/1/join/2",
+                                         "weft/g/1/join/1", "weft/g/1/admit/32768"};
+    const char *const never[] = {"weft/g/1/1/next", "weft/g/1/join/3"};
+    int64_t n = 0;
+
+    /* Before anyone counted: nothing of the epoch may go. */
+    expect_refused(weft__store_delete(m3, "weft/g/1/4/next"));
+    expect_refused(weft__store_delete(m3, "weft/g/1/join/2"));
+    /* Counting: a member of the decision, once, by 1; no set of the count. */
+    expect_refused(weft__store_add(m4, "weft/g/1/4/applied", 1, &n)); /* not listed */
+    expect_refused(weft__store_add(m3, "weft/g/1/4/applied", 2, &n));
+    expect_refused(weft__store_set(m3, "weft/g/1/4/applied", "2", 1));
+    expect_refused(weft__store_add(m3, "weft/g/1/9/applied", 1, &n)); /* no such decision */
+    assert_int_equal(weft__store_add(m3, "weft/g/1/4/applied", 1, &n), WEFT_OK);
+    assert_int_equal(n, 1);
+    expect_refused(weft__store_add(m3, "weft/g/1/4/applied", 1, &n)); /* twice */
+    /* Half counted is not finished. */
+    expect_refused(weft__store_delete(m3, "weft/g/1/4/next"));
+    expect_refused(weft__store_delete(m5, "weft/g/1/4/applied"));
+    expect_present(f, "weft/g/1/4/next", true);
+    /* The last member counts: the epoch finished. */
+    assert_int_equal(weft__store_add(m5, "weft/g/1/4/applied", 1, &n), WEFT_OK);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+        expect_refused(weft__store_delete(m4, never[i]));
+        expect_present(f, never[i], true);
+    }
+    for (size_t i = 0; i < sizeof(once_finished) / sizeof(once_finished[0]); i++) {
+        assert_int_equal(weft__store_delete(m4, once_finished[i]), WEFT_OK);
+        expect_present(f, once_finished[i], false);
+    }
+    weft__store_close(m3);
+    weft__store_close(m4);
+    weft__store_close(m5);
     weft__store_close(boss);
 }
 
@@ -672,6 +758,7 @@ int main(void)
         cmocka_unit_test(test_client_checks_store_frames),
         cmocka_unit_test_setup_teardown(test_member_writes_only_its_own, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_deletes_only_finished_epochs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_member_deletes_after_finish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_cannot_fence_another, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_identity_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unauthenticated_flood, setup, teardown),
