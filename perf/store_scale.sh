@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # store_scale.sh [-n LIST] [-r ROUNDS] [-p PROCS] [-t TIMEOUT_S] [-b BINDIR] [--json]
-# store_scale.sh --init [-n LIST] [-T THREADS] [-a BYTES] [-b BINDIR] [--json]
+# store_scale.sh --init [-n LIST] [-T THREADS] [-a BYTES] [-b BINDIR] [--etcd[=MAX]] [--json]
 #
 # The rendezvous store under many lightweight clients (weft-store-scale, built with the
 # tests: it builds nothing). For each client count of LIST (comma-separated, default
@@ -18,10 +18,14 @@
 # (default 300). Up to 1,000 ranks, every rank reads; above, enough of them for a million
 # GETs the old way (100 at 10,000), and the time of all is scaled from theirs (marked *);
 # the new way is then run again with every rank reading, measured in full.
+# With --etcd, the same on the etcd backend too, in the same run: a 1-member etcd started
+# on free loopback ports (its data in a temporary folder, fsync on), for the counts of
+# LIST up to MAX (default 1000; reading every address from etcd grows with the square of
+# the ranks); the old way there with 20 readers, scaled.
 set -euo pipefail
-list=1000,10000 rounds=3 procs=2 timeout=60 json=0 init=0 threads=4 bytes=300
+list=1000,10000 rounds=3 procs=2 timeout=60 json=0 init=0 threads=4 bytes=300 etcd_max=0
 bin="$(cd "$(dirname "$0")/.." && pwd)/build/bin"
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     -n) list=${2:?}; shift 2 ;;
@@ -32,6 +36,8 @@ while [ $# -gt 0 ]; do
     -T) threads=${2:?}; shift 2 ;;
     -a) bytes=${2:?}; shift 2 ;;
     --init) init=1; shift ;;
+    --etcd) etcd_max=1000; shift ;;
+    --etcd=*) etcd_max=${1#--etcd=}; shift ;;
     --json) json=1; shift ;;
     *) usage ;;
     esac
@@ -56,13 +62,40 @@ if [ "$init" = 1 ]; then
             "$tool" -n "$n" -m new -t "$threads" -a "$bytes" --json >"$tmp/$n.all.json"
         fi
     done
+    if [ "$etcd_max" -gt 0 ]; then
+        command -v etcd >/dev/null || { echo "store_scale.sh: --etcd: etcd is not installed" >&2; exit 2; }
+        read -r cport pport <<<"$("$py" -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')"
+        etcd --name m0 --data-dir "$tmp/etcd" --listen-client-urls "http://127.0.0.1:$cport" \
+            --advertise-client-urls "http://127.0.0.1:$cport" \
+            --listen-peer-urls "http://127.0.0.1:$pport" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+            --initial-cluster "m0=http://127.0.0.1:$pport" >"$tmp/etcd.log" 2>&1 &
+        epid=$!
+        trap 'kill -9 $epid 2>/dev/null; rm -rf "$tmp"' EXIT
+        for _ in $(seq 100); do
+            "$py" -c "import urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:$cport/v3/kv/range', data=b'{\"key\": \"AA==\"}'), timeout=1)" 2>/dev/null && break
+            sleep 0.1
+        done
+        for n in ${list//,/ }; do
+            [ "$n" -le "$etcd_max" ] || continue
+            [ "$json" = 1 ] || echo "# $n ranks on etcd: new, all reading; old, 20 reading" >&2
+            "$tool" -n "$n" -m new -t "$threads" -a "$bytes" -s "etcd://127.0.0.1:$cport" \
+                -P "$epid" --json >"$tmp/$n.etcd.json"
+            "$tool" -n "$n" -m old -r 20 -t "$threads" -a "$bytes" -s "etcd://127.0.0.1:$cport" \
+                -P "$epid" --json >"$tmp/$n.etcd.old.json"
+        done
+    fi
     "$py" - "$tmp" "$list" "$json" <<'EOF'
 import json, os, sys
 
 tmp, counts, as_json = sys.argv[1], sys.argv[2].split(","), sys.argv[3] == "1"
 runs = []
 for n in counts:
-    for name in (f"{n}.json", f"{n}.all.json"):
+    for name in (f"{n}.json", f"{n}.all.json", f"{n}.etcd.old.json", f"{n}.etcd.json"):
         path = os.path.join(tmp, name)
         if os.path.exists(path):
             runs.append(json.load(open(path)))
@@ -72,22 +105,33 @@ if as_json:
 first = runs[0]
 print(f"# weft_init's store traffic (weft-store-init-scale): emulated ranks, one store "
       f"connection each, on {first['threads']} threads, {first['addr_bytes']}-byte addresses")
-print(f"{'ranks':>6} {'way':>4} {'requests/rank':>14} {'publish ms':>11} {'readers':>8} "
+print(f"{'ranks':>6} {'store':>5} {'way':>4} {'requests/rank':>14} {'publish ms':>11} {'readers':>8} "
       f"{'read ms':>9} {'total ms':>10} {'store CPU ms':>13}")
 for r in runs:
     for w in r["ways"]:
         mark = "*" if r["scaled"] else " "
-        print(f"{r['ranks']:>6} {w['way']:>4} {w['requests_per_rank']:>14.1f} "
+        print(f"{r['ranks']:>6} {r.get('store', 'weft'):>5} {w['way']:>4} {w['requests_per_rank']:>14.1f} "
               f"{w['publish_ms']:>11.0f} {r['readers']:>8} {w['read_ms']:>9.0f} "
               f"{w['total_ms']:>9.0f}{mark} {w['store_cpu_ms']:>12.0f}{mark}")
 print("* scaled from the readers to every rank (ranks / readers)")
+ways = {}
 for r in runs:
-    ways = {w["way"]: w for w in r["ways"]}
-    if "old" in ways and "new" in ways:
-        o, n = ways["old"], ways["new"]
-        print(f"{r['ranks']} ranks, old/new: {o['requests_per_rank'] / n['requests_per_rank']:.0f}x "
-              f"the requests per rank, {o['total_ms'] / n['total_ms']:.1f}x the time, "
-              f"{o['store_cpu_ms'] / n['store_cpu_ms']:.1f}x the store's CPU")
+    for w in r["ways"]:
+        key = (r["ranks"], r.get("store", "weft"), w["way"])
+        if key not in ways or not r["scaled"]:
+            ways[key] = w
+for (n, store, way), o in sorted(ways.items()):
+    if way != "old" or (n, store, "new") not in ways:
+        continue
+    w = ways[(n, store, "new")]
+    cpu = (f", {o['store_cpu_ms'] / w['store_cpu_ms']:.1f}x the store's CPU"
+           if w["store_cpu_ms"] > 0 else "")
+    print(f"{n} ranks on {store}, old/new: {o['requests_per_rank'] / w['requests_per_rank']:.0f}x "
+          f"the requests per rank, {o['total_ms'] / w['total_ms']:.1f}x the time{cpu}")
+for (n, store, way), w in sorted(ways.items()):
+    if store == "etcd" and way == "new" and (n, "weft", "new") in ways:
+        print(f"{n} ranks, new way, etcd/weft's store: "
+              f"{w['total_ms'] / ways[(n, 'weft', 'new')]['total_ms']:.1f}x the time")
 EOF
     exit
 fi

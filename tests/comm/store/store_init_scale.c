@@ -5,9 +5,11 @@
  * store_init_scale_small at 100.
  *
  *   weft-store-init-scale [-n RANKS] [-a BYTES] [-t THREADS] [-r READERS] [-m old|new|both]
- *                         [--json]
+ *                         [-s STORE [-P PID]] [--json]
  *
- * Each way gets a fresh store in a child process (127.0.0.1, a free port, a random token).
+ * Each way gets a fresh store in a child process (127.0.0.1, a free port, a random token),
+ * or with -s the store at STORE (etcd://HOST:PORT,...: the etcd backend) under a fresh
+ * token, which there is a fresh root of keys; -P names its process for its CPU time.
  * N emulated ranks, each with a store connection of its own as member <id> (the sessions,
  * frame tags and write rules of real ranks: weft__store_connect_member), are driven by
  * THREADS threads (default 4), each taking its share of the ranks one after another.
@@ -60,6 +62,8 @@ static const char *const phase_names[PH_N] = {"connect", "publish", "read"};
 typedef struct opts {
     int ranks, addr_bytes, threads, readers;
     bool json;
+    const char *store; /* -s: a store that runs already (etcd://...); NULL: one of ours */
+    pid_t store_pid;   /* -P: its process, for its CPU time (0: not measured) */
 } opts_t;
 
 typedef struct run {
@@ -72,6 +76,7 @@ typedef struct run {
     pthread_barrier_t start, end;
     _Atomic uint64_t read_requests, pages;
     _Atomic uint64_t min_req, max_req; /* of a reader: publish and read */
+    _Atomic uint64_t pub_min, pub_max; /* of a rank: publish (2 on weft's store, more on etcd) */
     double ms[PH_N], store_cpu_ms[PH_N];
 } run_t;
 
@@ -192,6 +197,12 @@ static void rank_publish(run_t *r, int id)
     if (st != WEFT_OK) {
         die("publish", st, id);
     }
+    uint64_t k = weft__store_requests(r->conn[id]);
+    uint64_t lo = atomic_load(&r->pub_min), hi = atomic_load(&r->pub_max);
+    while (k < lo && !atomic_compare_exchange_weak(&r->pub_min, &lo, k)) {
+    }
+    while (k > hi && !atomic_compare_exchange_weak(&r->pub_max, &hi, k)) {
+    }
 }
 
 /* The old way: a GET of each peer's address. */
@@ -293,10 +304,28 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* An external store (-s): a fresh token for each way, which on etcd is a fresh root of
+ * keys, so the two ways and the runs before do not see each other's addresses. */
+static void store_attach(run_t *r, int *life)
+{
+    if (weft__store_make_token(r->token) != WEFT_OK ||
+        strlen(r->o->store) >= sizeof(r->hostport)) {
+        fprintf(stderr, "weft-store-init-scale: no token, or a store address too long\n");
+        exit(1);
+    }
+    snprintf(r->hostport, sizeof(r->hostport), "%s", r->o->store);
+    r->store = r->o->store_pid;
+    *life = -1;
+}
+
 static void run_way(run_t *r)
 {
     int life;
-    store_start(r, &life);
+    if (r->o->store != NULL) {
+        store_attach(r, &life);
+    } else {
+        store_start(r, &life);
+    }
     int t = r->o->threads;
     r->conn = calloc((size_t)r->o->ranks, sizeof(*r->conn));
     pthread_t *th = calloc((size_t)t, sizeof(*th));
@@ -305,6 +334,7 @@ static void run_way(run_t *r)
         die("memory", WEFT_ERR_NO_MEMORY, -1);
     }
     r->min_req = UINT64_MAX;
+    r->pub_min = UINT64_MAX;
     pthread_barrier_init(&r->start, NULL, (unsigned)t + 1);
     pthread_barrier_init(&r->end, NULL, (unsigned)t + 1);
     for (int i = 0; i < t; i++) {
@@ -314,12 +344,12 @@ static void run_way(run_t *r)
         }
     }
     for (int ph = 0; ph < PH_N; ph++) {
-        double c0 = cpu_ms(r->store);
+        double c0 = r->store > 0 ? cpu_ms(r->store) : 0;
         uint64_t t0 = weft__now_ns();
         pthread_barrier_wait(&r->start);
         pthread_barrier_wait(&r->end);
         r->ms[ph] = (double)(weft__now_ns() - t0) / 1e6;
-        r->store_cpu_ms[ph] = cpu_ms(r->store) - c0;
+        r->store_cpu_ms[ph] = r->store > 0 ? cpu_ms(r->store) - c0 : 0;
         if (!r->o->json) {
             fprintf(stderr, "# %s, %d ranks: %s %.0f ms\n", r->scan ? "new" : "old", r->o->ranks,
                     phase_names[ph], r->ms[ph]);
@@ -331,8 +361,10 @@ static void run_way(run_t *r)
     for (int id = 0; id < r->o->ranks; id++) {
         weft__store_close(r->conn[id]);
     }
-    close(life);
-    waitpid(r->store, NULL, 0);
+    if (life >= 0) {
+        close(life);
+        waitpid(r->store, NULL, 0);
+    }
     pthread_barrier_destroy(&r->start);
     pthread_barrier_destroy(&r->end);
     free(r->conn);
@@ -371,8 +403,9 @@ static result_t summarise(const run_t *r)
 
 static void print_json(const opts_t *o, const result_t *res, int n)
 {
-    printf("{\"tool\": \"weft-store-init-scale\", \"ranks\": %d, \"addr_bytes\": %d, "
-           "\"threads\": %d, \"readers\": %d, \"scaled\": %s, \"ways\": [",
+    printf("{\"tool\": \"weft-store-init-scale\", \"store\": \"%s\", \"ranks\": %d, "
+           "\"addr_bytes\": %d, \"threads\": %d, \"readers\": %d, \"scaled\": %s, \"ways\": [",
+           o->store == NULL ? "weft" : strncmp(o->store, "etcd://", 7) == 0 ? "etcd" : "other",
            o->ranks, o->addr_bytes, o->threads, o->readers,
            o->readers < o->ranks ? "true" : "false");
     for (int i = 0; i < n; i++) {
@@ -411,7 +444,7 @@ static void print_table(const opts_t *o, const result_t *res, int n)
 static void usage(void)
 {
     fprintf(stderr, "usage: weft-store-init-scale [-n RANKS] [-a BYTES] [-t THREADS] "
-                    "[-r READERS] [-m old|new|both] [--json]\n");
+                    "[-r READERS] [-m old|new|both] [-s STORE [-P PID]] [--json]\n");
     exit(2);
 }
 
@@ -421,7 +454,7 @@ int main(int argc, char **argv)
     const char *mode = "both";
     static const struct option longopts[] = {{"json", no_argument, NULL, 'j'}, {0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "n:a:t:r:m:", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "n:a:t:r:m:s:P:", longopts, NULL)) != -1) {
         switch (ch) {
         case 'n':
             o.ranks = atoi(optarg);
@@ -440,6 +473,12 @@ int main(int argc, char **argv)
             break;
         case 'j':
             o.json = true;
+            break;
+        case 's':
+            o.store = optarg;
+            break;
+        case 'P':
+            o.store_pid = (pid_t)atoi(optarg);
             break;
         default:
             usage();
@@ -475,9 +514,19 @@ int main(int argc, char **argv)
         run_t r = {.o = &o, .scan = way == 1};
         run_way(&r);
         res[n++] = summarise(&r);
-        /* Old: a claim, an address and a GET per peer; new: a claim, an address, pages. */
-        uint64_t want = r.scan ? 2 + (uint64_t)(res[n - 1].pages + 0.5) : (uint64_t)o.ranks + 1;
-        if (!res[n - 1].req_equal || r.min_req != want) {
+        /* Old: a claim, an address and a GET per peer; new: a claim, an address, pages. The
+         * claim and the address are 2 requests on weft's store, more on etcd (an add is a
+         * transaction and its compare-and-swap): those measured, the same for every rank. */
+        uint64_t pub = r.pub_min;
+        uint64_t want = pub + (r.scan ? (uint64_t)(res[n - 1].pages + 0.5) : (uint64_t)o.ranks - 1);
+        if (r.pub_min != r.pub_max || (o.store == NULL && pub != 2)) {
+            fprintf(stderr, "weft-store-init-scale: %s: publishing took %" PRIu64 " to %" PRIu64
+                            " requests\n", res[n - 1].way, r.pub_min, r.pub_max);
+            failed = true;
+        }
+        /* On etcd a page of a SCAN may take several ranges (its client sizes their limit as
+         * it goes): every reader must still send as many, which is what is checked. */
+        if (!res[n - 1].req_equal || (o.store == NULL && r.min_req != want)) {
             fprintf(stderr,
                     "weft-store-init-scale: %s: readers sent %" PRIu64 " to %" PRIu64
                     " requests, not %" PRIu64 "\n",
