@@ -135,9 +135,10 @@ typedef weft_status_t (*weft_elastic_target_fn)(void *arg, const int *members, i
  * failed), and weft_last_error() names that rank. Completion is not uniform (as for any
  * collective, weft/group.h): a member may still be finishing the call when another
  * returns, and the revocation that starts a next call on @p gen_group would fail its call
- * with WEFT_ERR_REVOKED. Call it again only after an operation on another group that
- * every member takes part in (the recovery loop's repair of the world and
- * weft_elastic_choose_gen() are such).
+ * with WEFT_ERR_REVOKED. The same holds for whatever came before on @p gen_group (the
+ * snapshots that made the generation): call it, and call it again, only after an
+ * operation on another group that every member takes part in (the recovery loop's repair
+ * of the world and weft_elastic_choose_gen() are such).
  *
  * @p target is called exactly once on every member whose arguments are accepted and
  * whose repair and check of @p world succeeded, and never when the call returns before.
