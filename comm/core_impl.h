@@ -65,7 +65,10 @@ struct weft_ctx {
     char launcher[16];          /* "weftrun", "mpirun", "srun", "singleton" */
     char store_addr[256];
     struct weft_pmix *pmix;     /* bootstrapped through PMIx (comm/ctx/boot_pmix.h) */
-    char token[128];
+    char token[128];            /* the job token; "" in a rank that holds only its own secret */
+    bool member_only;           /* cred.secret, not the token, proves who it is to the store */
+    weft_store_cred_t cred;     /* its id and member secret (member_only), the job's data key */
+    char data_hex[65];          /* cred.data_key in hex; "" without a store */
     char host_id[WEFT__HOST_ID_LEN]; /* util/host_id.h: peers with the same share memory */
     weft_shm_job_t shm_job;     /* names of its shared-memory segments, the job lock */
     weft_store_client_t *store; /* request/response connection */

@@ -52,7 +52,13 @@ static void format_store_addr(const char *bind_addr, int port, bool for_remote, 
 /* Name the job's segments in /dev/shm as its ranks on this host will. */
 static void name_shm_job(weftrun_job_t *job)
 {
-    if (weft__shm_job_id(job->store_addr, job->token, job->shm_job) != WEFT_OK) {
+    char data[65];
+    weft_status_t st = weft__store_data_hex(job->token, data);
+    if (st == WEFT_OK) {
+        st = weft__shm_job_id(job->store_addr, data, job->shm_job);
+    }
+    OPENSSL_cleanse(data, sizeof(data));
+    if (st != WEFT_OK) {
         WEFT_WARN(job->lg, "cannot name the job's shared-memory segments: they are not "
                            "removed at its end");
         job->shm_job[0] = '\0';

@@ -46,6 +46,12 @@ static const char usage_text[] =
     "                      ranks left to the scheduler may share a core for a\n"
     "                      while (default none; weft-perf's collectives pin\n"
     "                      themselves)\n"
+    "      --member-secrets\n"
+    "                      give each rank only its own member secret and the job's\n"
+    "                      data key (through a pipe, WEFT_MEMBER_SECRET_FD), not the\n"
+    "                      job token: a rank cannot speak to the store as another\n"
+    "                      member or as a launcher. Programs that start members\n"
+    "                      themselves need the token and cannot use it\n"
     "      --tag-output    prefix every line of each rank's stdout and stderr with\n"
     "                      '[rank N] ' (otherwise the ranks write to weftrun's\n"
     "                      stdout and stderr directly)\n"
@@ -122,7 +128,8 @@ static const char usage_text[] =
     "\n"
     "When a rank exits with a non-zero status or is killed by a signal, weftrun first\n"
     "sets the store key <ns>/failed/<rank> to \"exit <code>\" or \"signal <number>\"\n"
-    "(ns: WEFT_NAMESPACE, default weft; ranks watch that prefix), then, unless --keep-going, sends SIGTERM to the other\n"
+    "(ns: WEFT_NAMESPACE, default weft; ranks watch that prefix), then, unless --keep-going, sends "
+    "SIGTERM to the other\n"
     "ranks, SIGKILL after the grace period, and exits with the rank's exit code, or\n"
     "128 + the signal number.\n"
     "A rank that exits 86 (WEFT_EXIT_JOB_FAILED, weft/core.h; Python: sys.exit(86))\n"
@@ -197,6 +204,7 @@ static const char usage_text[] =
 
 enum long_only_opt {
     OPT_TAG_OUTPUT = 256,
+    OPT_MEMBER_SECRETS,
     OPT_KEEP_GOING,
     OPT_GRACE,
     OPT_TIMEOUT,
@@ -231,6 +239,7 @@ static const struct option long_opts[] = {
     {"external-store", no_argument, NULL, OPT_EXTERNAL_STORE},
     {"new-token", no_argument, NULL, OPT_NEW_TOKEN},
     {"tag-output", no_argument, NULL, OPT_TAG_OUTPUT},
+    {"member-secrets", no_argument, NULL, OPT_MEMBER_SECRETS},
     {"cpu-bind", required_argument, NULL, OPT_CPU_BIND},
     {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
     {"grace", required_argument, NULL, OPT_GRACE},
@@ -509,6 +518,9 @@ int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o)
         }
         case OPT_TAG_OUTPUT:
             o->tag_output = true;
+            break;
+        case OPT_MEMBER_SECRETS:
+            o->member_secrets = true;
             break;
         case OPT_CPU_BIND:
             if (strcmp(optarg, "core") != 0 && strcmp(optarg, "none") != 0) {

@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
+#include "comm/store/proto.h"
 #include "launcher/weftrun.h"
 
 extern char **environ;
@@ -21,17 +24,22 @@ extern char **environ;
 /*
  * The variables weftrun sets; the same names inherited from weftrun's caller are dropped.
  * RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE repeat the WEFT_ values under the names
- * torchrun uses, so PyTorch scripts read them unchanged. The last two are set only for
- * some ranks: WEFT_NODE_LEASE for a rank that this node's lease covers (on etcd:
+ * torchrun uses, so PyTorch scripts read them unchanged. A rank gets the job token in
+ * WEFT_JOB_TOKEN, or with --member-secrets no token: its own member secret and the job's
+ * data key come through a pipe whose descriptor WEFT_MEMBER_SECRET_FD names (secret_pipe
+ * below). WEFT_JOB_TOKEN_FILE inherited from weftrun's caller is dropped. The last two are set
+ * only for some ranks: WEFT_NODE_LEASE for a rank that this node's lease covers (on etcd:
  * weftrun_nodes_rank_started), WEFT_JOIN for replacements (an inherited WEFT_JOIN=1 would
  * make every rank of a new job wait to join a group that nobody has created).
  */
 static const char *const rank_env_names[] = {
-    "WEFT_RANK",  "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE",
-    "RANK",       "WORLD_SIZE",      "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
-    "WEFT_STORE", "WEFT_JOB_TOKEN",  "WEFT_NODE_LEASE", "WEFT_JOIN",
+    "WEFT_RANK",  "WEFT_WORLD_SIZE",       "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE",
+    "RANK",       "WORLD_SIZE",            "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
+    "WEFT_STORE", "WEFT_MEMBER_SECRET_FD", "WEFT_JOB_TOKEN", "WEFT_NODE_LEASE",
+    "WEFT_JOIN",  "WEFT_JOB_TOKEN_FILE", /* the last dropped, never set */
 };
 #define N_RANK_ENV (sizeof(rank_env_names) / sizeof(rank_env_names[0]))
+#define N_RANK_SET (N_RANK_ENV - 1)
 
 static bool is_executable_file(const char *path)
 {
@@ -124,7 +132,7 @@ static void free_env(char **env)
 /* weftrun's environment without the rank variables, then this slot's values of them;
  * @p entry: its WEFT_NODE_LEASE, NULL if it holds a lease of its own. */
 static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot_t *slot,
-                                    const char *entry, char ***out)
+                                    const char *entry, int secret_fd, char ***out)
 {
     size_t n = 0;
     while (environ[n] != NULL) {
@@ -145,16 +153,19 @@ static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot
      * (it takes that member's place here: its GPU, its share of the cores). The world
      * size stays the job's: it names the job the replacement joins, not the current
      * group. */
-    char rank_text[16], size_text[16], local_text[16], lsize_text[16];
+    char rank_text[16], size_text[16], local_text[16], lsize_text[16], fd_text[16];
+    snprintf(fd_text, sizeof(fd_text), "%d", secret_fd);
     snprintf(rank_text, sizeof(rank_text), "%d", slot->rank);
     snprintf(size_text, sizeof(size_text), "%d", job->world_size);
     snprintf(local_text, sizeof(local_text), "%d", slot->local_rank);
     snprintf(lsize_text, sizeof(lsize_text), "%d", job->opts->nranks);
-    const char *const values[N_RANK_ENV] = {
+    const char *const values[N_RANK_SET] = {
         rank_text,       size_text,  local_text, lsize_text,
         rank_text,       size_text,  local_text, lsize_text,
-        job->store_addr, job->token, entry,      slot->replaces >= 0 ? "1" : NULL};
-    for (size_t i = 0; i < N_RANK_ENV; i++) {
+        job->store_addr, secret_fd >= 0 ? fd_text : NULL,
+        secret_fd >= 0 ? NULL : job->token,
+        entry,           slot->replaces >= 0 ? "1" : NULL};
+    for (size_t i = 0; i < N_RANK_SET; i++) {
         if (values[i] != NULL && asprintf(&env[k++], "%s=%s", rank_env_names[i], values[i]) < 0) {
             env[k - 1] = NULL;
             goto err_nomem;
@@ -180,7 +191,60 @@ typedef struct child_setup {
     pid_t parent;
     const sigset_t *mask;
     const cpu_set_t *cpus; /* --cpu-bind core: the rank's CPU; NULL: weftrun's own set */
+    int secret_fd;         /* read end of the rank's secret pipe, kept across exec; -1: none */
 } child_setup_t;
+
+/*
+ * The rank's secrets, in a pipe it reads once at weft_init (comm/ctx/bootstrap.c): one line
+ * "weft-member-v1 <id> <member secret> <data key>" (both 64 hex digits), the member secret
+ * the store's session secret of its id (weft__store_session_secret), the data key
+ * weft__store_data_key of the token. Written whole before fork (it is far below a pipe's
+ * capacity), the write end closed, so that the rank reads it to its end. *rfd: the read
+ * end (close-on-exec; the child clears that on its copy).
+ */
+static weft_status_t secret_pipe(const weftrun_job_t *job, int id, int *rfd)
+{
+    uint8_t secret[WEFT__STORE_PROOF_LEN], data[32];
+    char line[200];
+    int p[2] = {-1, -1};
+    weft_status_t st = id < 0 ? WEFT_ERR_INVALID_ARG
+                              : weft__store_session_secret(job->token, WEFT__STORE_ROLE_MEMBER,
+                                                           (uint32_t)id, secret);
+    if (st == WEFT_OK) {
+        st = weft__store_data_key(job->token, data);
+    }
+    int n = snprintf(line, sizeof(line), "weft-member-v1 %d ", id);
+    for (size_t i = 0; st == WEFT_OK && i < sizeof(secret); i++) {
+        n += snprintf(line + n, sizeof(line) - (size_t)n, "%02x", secret[i]);
+    }
+    n += snprintf(line + n, sizeof(line) - (size_t)n, " ");
+    for (size_t i = 0; st == WEFT_OK && i < sizeof(data); i++) {
+        n += snprintf(line + n, sizeof(line) - (size_t)n, "%02x", data[i]);
+    }
+    n += snprintf(line + n, sizeof(line) - (size_t)n, "\n");
+    if (st == WEFT_OK && pipe2(p, O_CLOEXEC) != 0) {
+        WEFT_ERROR(job->lg, "pipe: %m");
+        st = WEFT_ERR_IO;
+    }
+    if (st == WEFT_OK && write(p[1], line, (size_t)n) != (ssize_t)n) {
+        WEFT_ERROR(job->lg, "cannot hand rank %d its secret: %m", id);
+        st = WEFT_ERR_IO;
+    }
+    OPENSSL_cleanse(secret, sizeof(secret));
+    OPENSSL_cleanse(data, sizeof(data));
+    OPENSSL_cleanse(line, sizeof(line));
+    if (p[1] >= 0) {
+        close(p[1]);
+    }
+    if (st != WEFT_OK) {
+        if (p[0] >= 0) {
+            close(p[0]);
+        }
+        return st;
+    }
+    *rfd = p[0];
+    return WEFT_OK;
+}
 
 /* --cpu-bind core: the local_rank-th CPU weftrun may run on, when the node's ranks fit
  * the CPUs; false otherwise (said once). */
@@ -231,12 +295,16 @@ static void child_exec(const child_setup_t *cs)
         (cs->err_fd >= 0 && dup2(cs->err_fd, 2) < 0)) {
         goto fail;
     }
-    /* weftrun's own descriptors (store sockets, pipes of other ranks) stay out. */
+    /* weftrun's own descriptors (store sockets, pipes of other ranks) stay out; the
+     * rank's own secret pipe goes with it. */
     if (close_range(3, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
         long max = sysconf(_SC_OPEN_MAX);
         for (int fd = 3; fd < (max > 0 && max < 65536 ? max : 65536); fd++) {
             fcntl(fd, F_SETFD, FD_CLOEXEC);
         }
+    }
+    if (cs->secret_fd >= 0 && fcntl(cs->secret_fd, F_SETFD, 0) != 0) {
+        goto fail;
     }
     execve(cs->path, cs->argv, cs->envp);
 fail:;
@@ -286,12 +354,18 @@ static int read_exec_errno(int fd)
 
 weft_status_t weftrun_spawn_rank(weftrun_job_t *job, weftrun_slot_t *slot)
 {
-    int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, devnull = -1;
+    int out[2] = {-1, -1}, err[2] = {-1, -1}, report[2] = {-1, -1}, devnull = -1, secret = -1;
     sigset_t mask;
     char **envp = NULL, lease_var[128];
     bool covered = weftrun_nodes_rank_started(job, slot->rank, lease_var, sizeof(lease_var));
-    weft_status_t status = build_rank_env(job, slot, covered ? lease_var : NULL, &envp);
+    weft_status_t status =
+        job->opts->member_secrets ? secret_pipe(job, slot->rank, &secret) : WEFT_OK;
     if (status != WEFT_OK) {
+        return status;
+    }
+    status = build_rank_env(job, slot, covered ? lease_var : NULL, secret, &envp);
+    if (status != WEFT_OK) {
+        close_fd(&secret);
         return status;
     }
     status = WEFT_ERR_IO;
@@ -322,6 +396,7 @@ weft_status_t weftrun_spawn_rank(weftrun_job_t *job, weftrun_slot_t *slot)
         .report_fd = report[1],
         .parent = getpid(),
         .mask = &mask,
+        .secret_fd = secret,
     };
     /* Signals wait until the child has dropped weftrun's handlers (see child_exec). */
     sigset_t all;
@@ -364,6 +439,7 @@ out:
     close_fd(&report[0]);
     close_fd(&report[1]);
     close_fd(&devnull);
+    close_fd(&secret);
     free_env(envp);
     return status;
 }

@@ -1,8 +1,10 @@
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -70,10 +72,98 @@ static bool take_token(char out[TOKEN_COPY_LEN], char *why, size_t why_len)
     return ok;
 }
 
+/* The member secret weftrun handed this process, kept like the token (later contexts of
+ * the process are the same member). */
+static weft_store_cred_t cred_kept;
+static bool cred_held;
+
+static bool hex32(const char *p, uint8_t out[32])
+{
+    for (int i = 0; i < 32; i++) {
+        int v = 0;
+        for (int j = 0; j < 2; j++) {
+            char ch = p[2 * i + j];
+            int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+            if (d < 0) {
+                return false;
+            }
+            v = v * 16 + d;
+        }
+        out[i] = (uint8_t)v;
+    }
+    return true;
+}
+
+bool weft__member_secret_parse(const char *line, size_t len, weft_store_cred_t *cred)
+{
+    static const char magic[] = "weft-member-v1 ";
+    size_t m = sizeof(magic) - 1, i = m;
+    uint64_t id = 0;
+    if (len < m || memcmp(line, magic, m) != 0) {
+        return false;
+    }
+    while (i < len && i - m < 10 && line[i] >= '0' && line[i] <= '9') {
+        id = id * 10 + (uint64_t)(line[i++] - '0');
+    }
+    /* id, a space, 64 hex, a space, 64 hex, a line end, nothing more. */
+    if (i == m || id > INT32_MAX || len != i + 1 + 64 + 1 + 64 + 1 || line[i] != ' ' ||
+        line[i + 65] != ' ' || line[len - 1] != '\n' || !hex32(line + i + 1, cred->secret) ||
+        !hex32(line + i + 66, cred->data_key)) {
+        OPENSSL_cleanse(cred, sizeof(*cred));
+        return false;
+    }
+    cred->id = (uint32_t)id;
+    return true;
+}
+
+/*
+ * This rank's member secret from the pipe WEFT_MEMBER_SECRET_FD names (read to its end,
+ * closed, the variable removed), or the copy an earlier context kept. 1: *cred holds it;
+ * 0: none was given; -1: refused, the reason in @p why.
+ */
+static int take_member_secret(weft_store_cred_t *cred, char *why, size_t why_len)
+{
+    int got = 0;
+    pthread_mutex_lock(&token_lock);
+    const char *var = getenv("WEFT_MEMBER_SECRET_FD");
+    if (var != NULL) {
+        int64_t fd = -1;
+        char line[200];
+        size_t len = 0;
+        if (weft__parse_i64(var, 3, INT32_MAX, &fd)) {
+            ssize_t n;
+            while (len < sizeof(line) && ((n = read((int)fd, line + len, sizeof(line) - len)) > 0 ||
+                                          (n < 0 && errno == EINTR))) {
+                len += n > 0 ? (size_t)n : 0;
+            }
+            close((int)fd);
+        }
+        unsetenv("WEFT_MEMBER_SECRET_FD");
+        cred_held = fd >= 3 && weft__member_secret_parse(line, len, &cred_kept);
+        OPENSSL_cleanse(line, sizeof(line));
+        if (!cred_held) {
+            snprintf(why, why_len,
+                     "WEFT_MEMBER_SECRET_FD=%.20s does not name a pipe holding this rank's "
+                     "secret (weftrun hands it; a process it did not start is given "
+                     "WEFT_JOB_TOKEN or WEFT_JOB_TOKEN_FILE instead)",
+                     var);
+            got = -1;
+        }
+    }
+    if (cred_held) {
+        *cred = cred_kept;
+        got = 1;
+    }
+    pthread_mutex_unlock(&token_lock);
+    return got;
+}
+
 void weft__bootstrap_forget_token(void)
 {
     pthread_mutex_lock(&token_lock);
     OPENSSL_cleanse(token_kept, sizeof(token_kept));
+    OPENSSL_cleanse(&cred_kept, sizeof(cred_kept));
+    cred_held = false;
     pthread_mutex_unlock(&token_lock);
 }
 
@@ -233,6 +323,23 @@ store:;
         }
         snprintf(b.store, sizeof(b.store), "%s", store);
         char token[TOKEN_COPY_LEN], refused[640];
+        int held = take_member_secret(&b.cred, refused, sizeof(refused));
+        if (held < 0) {
+            return weft__boot_fail(lg, why, why_len, WEFT_ERR_AUTH, "%s", refused);
+        }
+        if (held > 0) {
+            if (b.rank < 0 || (uint32_t)b.rank != b.cred.id) {
+                OPENSSL_cleanse(&b, sizeof(b));
+                return weft__boot_fail(lg, why, why_len, WEFT_ERR_AUTH,
+                                       "the member secret weftrun handed is for member %u, "
+                                       "not for WEFT_RANK=%d",
+                                       (unsigned)b.cred.id, b.rank);
+            }
+            b.member_only = true;
+            *boot = b;
+            OPENSSL_cleanse(&b, sizeof(b));
+            return WEFT_OK;
+        }
         if (!take_token(token, refused, sizeof(refused))) {
             OPENSSL_cleanse(token, sizeof(token));
             return weft__boot_fail(lg, why, why_len, WEFT_ERR_AUTH, "%s", refused);

@@ -404,17 +404,9 @@ static const config_field_t config_table[] = {
 /* Variables that are not settings but are not unknown either: the launcher's, and
  * WEFT_LIBRARY, where the Python binding looks for libweft.so first. */
 const char *const weft__env_known[] = {
-    "WEFT_RANK",
-    "WEFT_WORLD_SIZE",
-    "WEFT_LOCAL_RANK",
-    "WEFT_LOCAL_SIZE",
-    "WEFT_STORE",
-    "WEFT_JOB_TOKEN",
-    "WEFT_JOB_TOKEN_FILE",
-    "WEFT_JOIN",
-    "WEFT_LIBRARY",
-    "WEFT_NODE_LEASE",
-    NULL,
+    "WEFT_RANK",  "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK",     "WEFT_LOCAL_SIZE",
+    "WEFT_STORE", "WEFT_JOB_TOKEN",  "WEFT_JOB_TOKEN_FILE", "WEFT_MEMBER_SECRET_FD",
+    "WEFT_JOIN",  "WEFT_LIBRARY",    "WEFT_NODE_LEASE",     NULL,
 };
 
 static int is_known(const char *name, size_t len)

@@ -68,8 +68,9 @@ weft_status_t weft__ctx_derive_key(const weft_ctx_t *ctx, const char *label,
     }
     size_t len = (size_t)snprintf(msg, sizeof(msg), "%s%s", prefix, label);
     weft_status_t st;
-    if (ctx != NULL && ctx->token[0] != '\0') {
-        st = weft__store_hmac_sha256(ctx->token, strlen(ctx->token), msg, len, out);
+    if (ctx != NULL && ctx->data_hex[0] != '\0') {
+        /* The job's data key, which every rank holds (the token or weftrun gave it). */
+        st = weft__store_hmac_sha256(ctx->cred.data_key, sizeof(ctx->cred.data_key), msg, len, out);
     } else {
         pthread_once(&process_secret_once, draw_process_secret);
         if (!process_secret_ok) {

@@ -544,8 +544,11 @@ static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
     int timeout = (int)ctx->cfg.connect_timeout_ms;
     /* Speaking for our member id, so that the store lets us write what it owns; a joiner
      * without an id yet connects again once it has one (init_joiner). */
-    weft_status_t st = weft__store_connect_member(boot->store, ctx->token, ctx->rank, timeout,
-                                                  &ctx->logger, &ctx->store);
+    weft_status_t st =
+        ctx->member_only
+            ? weft__store_connect_cred(boot->store, &ctx->cred, timeout, &ctx->logger, &ctx->store)
+            : weft__store_connect_member(boot->store, ctx->token, ctx->rank, timeout, &ctx->logger,
+                                         &ctx->store);
     if (st != WEFT_OK) {
         /* The store client logged why (comm/store/client.c): one line per error. */
         return weft__error_at(ctx, st, WEFT_LOG_DEBUG, "cannot reach the store at %s",
@@ -555,6 +558,25 @@ static weft_status_t connect_store(weft_ctx_t *ctx, const weft_boot_t *boot)
     st = watch_failures(ctx);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot watch failure notices at %s", boot->store);
+    }
+    return WEFT_OK;
+}
+
+/* The context's credentials: the member secret weftrun handed, or the token; the job's
+ * data key either way (from the token: weft__store_data_key), in bytes and in hex. */
+static weft_status_t ctx_keys(weft_ctx_t *ctx, const weft_boot_t *boot)
+{
+    ctx->member_only = boot->member_only;
+    ctx->cred = boot->cred;
+    ctx->data_hex[0] = '\0';
+    if (!boot->member_only && boot->token[0] != '\0' &&
+        weft__store_data_key(boot->token, ctx->cred.data_key) != WEFT_OK) {
+        return weft__error(ctx, WEFT_ERR_NO_MEMORY, "cannot derive the job's data key");
+    }
+    if (boot->member_only || boot->token[0] != '\0') {
+        for (size_t i = 0; i < sizeof(ctx->cred.data_key); i++) {
+            snprintf(ctx->data_hex + 2 * i, 3, "%02x", ctx->cred.data_key[i]);
+        }
     }
     return WEFT_OK;
 }
@@ -649,7 +671,12 @@ weft_status_t weft_init(const weft_init_params_t *params, weft_ctx_t **out)
     snprintf(ctx->launcher, sizeof(ctx->launcher), "%s", boot.launcher);
     snprintf(ctx->store_addr, sizeof(ctx->store_addr), "%s", boot.store);
     snprintf(ctx->token, sizeof(ctx->token), "%s", boot.token);
+    st = ctx_keys(ctx, &boot);
     OPENSSL_cleanse(boot.token, sizeof(boot.token));
+    OPENSSL_cleanse(&boot.cred, sizeof(boot.cred));
+    if (st != WEFT_OK) {
+        goto err_fini;
+    }
     weft__host_id(ctx->host_id);
     st = weft__shm_ctx_init(ctx);
     if (st != WEFT_OK) {
@@ -724,6 +751,8 @@ err_free:
 err_free_ctx:
     pthread_mutex_destroy(&ctx->job_lock);
     OPENSSL_cleanse(ctx->token, sizeof(ctx->token));
+    OPENSSL_cleanse(&ctx->cred, sizeof(ctx->cred));
+    OPENSSL_cleanse(ctx->data_hex, sizeof(ctx->data_hex));
     free(ctx);
     return st;
 }
@@ -805,6 +834,8 @@ weft_status_t weft_finalize(weft_ctx_t *ctx)
     free(ctx->user_ops);
     pthread_mutex_destroy(&ctx->job_lock);
     OPENSSL_cleanse(ctx->token, sizeof(ctx->token));
+    OPENSSL_cleanse(&ctx->cred, sizeof(ctx->cred));
+    OPENSSL_cleanse(ctx->data_hex, sizeof(ctx->data_hex));
     free(ctx);
     return WEFT_OK;
 }

@@ -61,7 +61,8 @@ weft_status_t weft__decision_decode(const void *buf, size_t len, weft_decision_t
     memcpy(h, buf, sizeof(h));
     uint32_t n = h[WEFT__DECISION_W_N_MEMBERS];
     if (h[0] != DECISION_MAGIC || (h[1] != WEFT_EDIT_REPAIR && h[1] != WEFT_EDIT_GROW) ||
-        n == 0 || n > WEFT_TAG_MAX_MEMBERS || len != (DECISION_HEADER + (size_t)n) * sizeof(uint32_t)) {
+        n == 0 || n > WEFT_TAG_MAX_MEMBERS ||
+        len != (DECISION_HEADER + (size_t)n) * sizeof(uint32_t)) {
         return WEFT_ERR_PROTOCOL;
     }
     int32_t *m = malloc(sizeof(int32_t) * n);

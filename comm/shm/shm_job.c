@@ -22,8 +22,8 @@
 #define LOCK_WAIT_MS 10000 /* for a cleaner holding the lock exclusively: a moment, normally */
 #define LOCK_TRIES 100     /* lock files removed under our feet before giving up */
 
-/* 16 hex digits of HMAC-SHA256(token, each of @p parts with its NUL byte). */
-static weft_status_t keyed_id(const char *token, const char *const *parts, size_t nparts,
+/* 16 hex digits of HMAC-SHA256(key, each of @p parts with its NUL byte). */
+static weft_status_t keyed_id(const char *key, const char *const *parts, size_t nparts,
                               char out[WEFT_SHM_ID_HEX + 1])
 {
     char msg[1024];
@@ -37,7 +37,7 @@ static weft_status_t keyed_id(const char *token, const char *const *parts, size_
         len += n;
     }
     uint8_t mac[WEFT__STORE_PROOF_LEN];
-    weft_status_t st = weft__store_hmac_sha256(token, strlen(token), msg, len, mac);
+    weft_status_t st = weft__store_hmac_sha256(key, strlen(key), msg, len, mac);
     if (st != WEFT_OK) {
         return st;
     }
@@ -47,7 +47,7 @@ static weft_status_t keyed_id(const char *token, const char *const *parts, size_
     return WEFT_OK;
 }
 
-weft_status_t weft__shm_job_id(const char *store_addr, const char *token,
+weft_status_t weft__shm_job_id(const char *store_addr, const char *key,
                                char job[WEFT_SHM_ID_HEX + 1])
 {
     /* The host too: hosts emulated by network namespaces may share one /dev/shm, and a
@@ -56,16 +56,16 @@ weft_status_t weft__shm_job_id(const char *store_addr, const char *token,
     char host[WEFT__HOST_ID_LEN];
     weft__host_id(host);
     const char *parts[] = {"weft shm job", store_addr, host};
-    return keyed_id(token, parts, 3, job);
+    return keyed_id(key, parts, 3, job);
 }
 
-weft_status_t weft__shm_job_init(weft_shm_job_t *j, const char *store_addr, const char *token,
+weft_status_t weft__shm_job_init(weft_shm_job_t *j, const char *store_addr, const char *key,
                                  const char *ns)
 {
     const char *parts[] = {"weft shm namespace", store_addr, ns};
     j->lock_fd = -1;
-    weft_status_t st = weft__shm_job_id(store_addr, token, j->job);
-    return st != WEFT_OK ? st : keyed_id(token, parts, 3, j->ns);
+    weft_status_t st = weft__shm_job_id(store_addr, key, j->job);
+    return st != WEFT_OK ? st : keyed_id(key, parts, 3, j->ns);
 }
 
 void weft__shm_seg_name(const weft_shm_job_t *j, uint32_t gid, uint32_t epoch, const char *kind,

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "comm/ctx/log.h"
+#include "weft/core.h"
 #include "weft/status.h"
 
 #define WEFT_SHM_DIR "/dev/shm"   /* where shm_open() puts its names on Linux */
@@ -52,15 +53,19 @@ typedef struct weft_shm_job {
 } weft_shm_job_t;
 
 /*
- * The <job> part of the names of the job whose ranks got @p store_addr in WEFT_STORE
- * and @p token in WEFT_JOB_TOKEN (either may be ""). WEFT_ERR_INVALID_ARG if the HMAC
- * cannot be computed.
+ * The <job> part of the names of the job whose ranks got @p store_addr in WEFT_STORE,
+ * keyed by @p key: the hex of the job's data key (weft__store_data_hex; what every rank
+ * holds, and weftrun computes from the token), "" without a store. WEFT_ERR_INVALID_ARG
+ * if the HMAC cannot be computed.
  */
-weft_status_t weft__shm_job_id(const char *store_addr, const char *token,
+weft_status_t weft__shm_job_id(const char *store_addr, const char *key,
                                char job[WEFT_SHM_ID_HEX + 1]);
 /* Both parts, for namespace @p ns; lock_fd is set to -1. */
-weft_status_t weft__shm_job_init(weft_shm_job_t *j, const char *store_addr, const char *token,
+weft_status_t weft__shm_job_init(weft_shm_job_t *j, const char *store_addr, const char *key,
                                  const char *ns);
+/* The <job> part of the context's names ("" before its shared memory starts): what tests
+ * look for in /dev/shm. */
+const char *weft__shm_ctx_job(const weft_ctx_t *ctx);
 /* The shm_open() name of segment @p kind of group @p gid at @p epoch. */
 void weft__shm_seg_name(const weft_shm_job_t *j, uint32_t gid, uint32_t epoch, const char *kind,
                         char *out, size_t len);

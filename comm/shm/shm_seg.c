@@ -1,6 +1,6 @@
 /*
  * The shared-memory segments of a group epoch. A segment's name is derived from the job
- * (store address, token, namespace), the group id, the epoch and its kind ("ctl" or
+ * (store address, the job's data key, namespace), the group id, the epoch and its kind ("ctl" or
  * "data"; comm/shm/shm_job.c), so every member finds it without a message. The first to
  * arrive creates it exclusively, allocates all of it, and then publishes its geometry
  * and status (a magic word written last). The others open it, wait for the magic, and
@@ -472,7 +472,7 @@ static weft_status_t shm_decide(weft_group_t *g)
 {
     weft_ctx_t *ctx = g->ctx;
     if (g->size < 2 || g->size > WEFT_SHM_MAX_RANKS || !ctx->cfg.coll_shm ||
-        (ctx->store_addr[0] == '\0' && ctx->token[0] == '\0') || !all_same_host(g)) {
+        (ctx->store_addr[0] == '\0' && ctx->data_hex[0] == '\0') || !all_same_host(g)) {
         g->shm_epoch = g->epoch + 1;
         return WEFT_OK;
     }
@@ -546,9 +546,15 @@ weft_status_t weft__shm_data(weft_group_t *g)
     return WEFT_OK;
 }
 
+const char *weft__shm_ctx_job(const weft_ctx_t *ctx)
+{
+    return ctx->shm_job.job;
+}
+
 weft_status_t weft__shm_ctx_init(weft_ctx_t *ctx)
 {
-    weft_status_t st = weft__shm_job_init(&ctx->shm_job, ctx->store_addr, ctx->token, ctx->cfg.ns);
+    weft_status_t st =
+        weft__shm_job_init(&ctx->shm_job, ctx->store_addr, ctx->data_hex, ctx->cfg.ns);
     if (st != WEFT_OK) {
         return weft__error(ctx, st, "cannot derive the names of shared-memory segments");
     }

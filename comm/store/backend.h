@@ -61,11 +61,14 @@ struct weft_store_scan {
 /* The address names an etcd cluster. */
 #define WEFT__STORE_ETCD_SCHEME "etcd://"
 
-weft_status_t weft__store_native_connect(const char *hostport, const char *token, int member,
-                                         bool launcher, int timeout_ms, const weft_logger_t *lg,
+/* With @p token, or (token NULL) with @p cred: a member's own secret (store.h). */
+weft_status_t weft__store_native_connect(const char *hostport, const char *token,
+                                         const weft_store_cred_t *cred, int member, bool launcher,
+                                         int timeout_ms, const weft_logger_t *lg,
                                          weft_store_client_t **client);
-weft_status_t weft__store_etcd_connect(const char *url, const char *token, int member,
-                                       bool launcher, int timeout_ms, const weft_logger_t *lg,
+weft_status_t weft__store_etcd_connect(const char *url, const char *token,
+                                       const weft_store_cred_t *cred, int member, bool launcher,
+                                       int timeout_ms, const weft_logger_t *lg,
                                        weft_store_client_t **client);
 
 /* The store is lost to every connection sharing @p h; the first to call says why

@@ -936,8 +936,8 @@ static weft_status_t tcp_connect(native_client_t *c, const char *host, const cha
  * WEFT_INPROGRESS: the server was busy with other handshakes (it said so, or closed the
  * connection before answering); try again.
  */
-static weft_status_t handshake(native_client_t *c, const char *token, weft_store_role_t role,
-                               uint32_t id, uint64_t deadline)
+static weft_status_t handshake(native_client_t *c, const char *token, const weft_store_cred_t *cred,
+                               weft_store_role_t role, uint32_t id, uint64_t deadline)
 {
     weft_store_msg_t type;
     const uint8_t *p;
@@ -959,7 +959,13 @@ static weft_status_t handshake(native_client_t *c, const char *token, weft_store
     st = weft__store_random(cn, sizeof(cn));
     if (st == WEFT_OK) {
         weft__store_transcript(t, p + 1, cn, role, id);
-        st = weft__store_session_secret(token, role, id, secret);
+        if (token != NULL) {
+            st = weft__store_session_secret(token, role, id, secret);
+        } else if (role == WEFT__STORE_ROLE_MEMBER && id == cred->id) {
+            memcpy(secret, cred->secret, sizeof(secret)); /* what it was given, nothing else */
+        } else {
+            st = WEFT_ERR_AUTH;
+        }
     }
     consume(c);
     memcpy(body, cn, sizeof(cn));
@@ -1003,7 +1009,8 @@ static weft_status_t handshake(native_client_t *c, const char *token, weft_store
             c->broken = true;
             status = WEFT_ERR_AUTH;
         } else if (st == WEFT_ERR_AUTH) {
-            WEFT_ERROR(c->base.lg, "store %s: the store refused our job token", c->base.addr);
+            WEFT_ERROR(c->base.lg, "store %s: the store refused our %s", c->base.addr,
+                       token != NULL ? "job token" : "member secret (for another id?)");
             c->broken = true;
         }
         consume(c);
@@ -1036,12 +1043,14 @@ static weft_status_t handshake(native_client_t *c, const char *token, weft_store
 static const weft_store_ops_t native_ops;
 static void native_close(weft_store_client_t *bc);
 
-static weft_status_t connect_as(const char *hostport, const char *token, weft_store_role_t role,
-                                uint32_t id, int timeout_ms, const weft_logger_t *lg,
+static weft_status_t connect_as(const char *hostport, const char *token,
+                                const weft_store_cred_t *cred, weft_store_role_t role, uint32_t id,
+                                int timeout_ms, const weft_logger_t *lg,
                                 weft_store_client_t **client)
 {
     char host[256], port[16];
-    if (hostport == NULL || token == NULL || token[0] == '\0' || timeout_ms < 0 || client == NULL) {
+    if (hostport == NULL || (token == NULL && cred == NULL) ||
+        (token != NULL && token[0] == '\0') || timeout_ms < 0 || client == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
     if (!split_hostport(hostport, host, port)) {
@@ -1070,7 +1079,8 @@ static weft_status_t connect_as(const char *hostport, const char *token, weft_st
         if (st == WEFT_OK) {
             /* Connected at the last moment: still give the greeting a fair chance. */
             uint64_t min_deadline = weft__now_ms() + 1000;
-            st = handshake(c, token, role, id, deadline > min_deadline ? deadline : min_deadline);
+            st = handshake(c, token, cred, role, id,
+                           deadline > min_deadline ? deadline : min_deadline);
         }
         uint64_t now = weft__now_ms();
         if (st != WEFT_INPROGRESS) {
@@ -1183,12 +1193,13 @@ static const weft_store_ops_t native_ops = {
     .share_health = native_share_health,
 };
 
-weft_status_t weft__store_native_connect(const char *hostport, const char *token, int member,
-                                         bool launcher, int timeout_ms, const weft_logger_t *lg,
+weft_status_t weft__store_native_connect(const char *hostport, const char *token,
+                                         const weft_store_cred_t *cred, int member, bool launcher,
+                                         int timeout_ms, const weft_logger_t *lg,
                                          weft_store_client_t **client)
 {
     uint32_t id = launcher ? 0 : member >= 0 ? (uint32_t)member : WEFT__STORE_NO_ID;
-    return connect_as(hostport, token,
+    return connect_as(hostport, token, cred,
                       launcher ? WEFT__STORE_ROLE_LAUNCHER : WEFT__STORE_ROLE_MEMBER, id,
                       timeout_ms, lg, client);
 }

@@ -25,8 +25,8 @@ weft_status_t weft__store_connect(const char *hostport, const char *token, int t
                                   const weft_logger_t *lg, weft_store_client_t **client)
 {
     return weft__store_addr_is_etcd(hostport)
-               ? weft__store_etcd_connect(hostport, token, 0, true, timeout_ms, lg, client)
-               : weft__store_native_connect(hostport, token, 0, true, timeout_ms, lg, client);
+               ? weft__store_etcd_connect(hostport, token, NULL, 0, true, timeout_ms, lg, client)
+               : weft__store_native_connect(hostport, token, NULL, 0, true, timeout_ms, lg, client);
 }
 
 weft_status_t weft__store_connect_member(const char *hostport, const char *token, int member,
@@ -34,8 +34,25 @@ weft_status_t weft__store_connect_member(const char *hostport, const char *token
                                          weft_store_client_t **client)
 {
     return weft__store_addr_is_etcd(hostport)
-               ? weft__store_etcd_connect(hostport, token, member, false, timeout_ms, lg, client)
-               : weft__store_native_connect(hostport, token, member, false, timeout_ms, lg, client);
+               ? weft__store_etcd_connect(hostport, token, NULL, member, false, timeout_ms, lg,
+                                          client)
+               : weft__store_native_connect(hostport, token, NULL, member, false, timeout_ms, lg,
+                                            client);
+}
+
+weft_status_t weft__store_connect_cred(const char *hostport, const weft_store_cred_t *cred,
+                                       int timeout_ms, const weft_logger_t *lg,
+                                       weft_store_client_t **client)
+{
+    if (cred == NULL || cred->id > INT32_MAX) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    int member = (int)cred->id;
+    return weft__store_addr_is_etcd(hostport)
+               ? weft__store_etcd_connect(hostport, NULL, cred, member, false, timeout_ms, lg,
+                                          client)
+               : weft__store_native_connect(hostport, NULL, cred, member, false, timeout_ms, lg,
+                                            client);
 }
 
 /* Common checks of a request call. */

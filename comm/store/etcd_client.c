@@ -4,8 +4,9 @@
  * values in base64) through libcurl, loaded at run time (etcd_curl.h). The mapping, what
  * holds and what does not, is in docs/store-protocol.md ("etcd backend"); in short:
  *
- * - Every key lives under a root derived from the job token, "weft/<16 hex of
- *   HMAC-SHA256(token, "etcd-namespace")>/": user keys under k/, lease notices under n/,
+ * - Every key lives under a root derived from the job's data key (weft__store_data_key of
+ *   the token, or the one a rank was given), "weft/<16 hex of HMAC-SHA256(data key,
+ *   "etcd-namespace")>/": user keys under k/, lease notices under n/,
  *   the markers of this client's compare-and-swaps under m/.
  * - get waits with a range, then a watch of the key from the range's revision + 1.
  * - set_nx and add are transactions; each also writes this client's marker (m/<nonce>)
@@ -39,6 +40,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
 
 #include "comm/store/backend.h"
 #include "comm/store/etcd_curl.h"
@@ -1750,12 +1753,17 @@ static bool parse_url(etcd_client_t *c, const char *url)
     return c->nend > 0;
 }
 
-/* The job's root: "weft/" and 16 hex of HMAC-SHA256(token, "etcd-namespace"), "/". */
-static weft_status_t make_root(etcd_client_t *c, const char *token)
+/* The job's root: "weft/" and 16 hex of HMAC-SHA256(data key, "etcd-namespace"), "/". */
+static weft_status_t make_root(etcd_client_t *c, const char *token, const weft_store_cred_t *cred)
 {
-    uint8_t mac[32], nonce[8];
+    uint8_t mac[32], nonce[8], data[32];
     static const char label[] = "etcd-namespace";
-    weft_status_t st = weft__store_hmac_sha256(token, strlen(token), label, sizeof(label) - 1, mac);
+    weft_status_t st = token != NULL ? weft__store_data_key(token, data) : WEFT_OK;
+    if (st == WEFT_OK) {
+        st = weft__store_hmac_sha256(token != NULL ? data : cred->data_key, sizeof(data), label,
+                                     sizeof(label) - 1, mac);
+    }
+    OPENSSL_cleanse(data, sizeof(data));
     if (st == WEFT_OK) {
         st = weft__store_random(nonce, sizeof(nonce));
     }
@@ -1812,13 +1820,15 @@ static weft_status_t first_contact(etcd_client_t *c, int timeout_ms)
     return st;
 }
 
-weft_status_t weft__store_etcd_connect(const char *url, const char *token, int member,
-                                       bool launcher, int timeout_ms, const weft_logger_t *lg,
+weft_status_t weft__store_etcd_connect(const char *url, const char *token,
+                                       const weft_store_cred_t *cred, int member, bool launcher,
+                                       int timeout_ms, const weft_logger_t *lg,
                                        weft_store_client_t **client)
 {
     (void)member; /* etcd cannot tell members apart: docs/store-protocol.md, "etcd backend" */
     (void)launcher;
-    if (url == NULL || token == NULL || token[0] == '\0' || timeout_ms < 0 || client == NULL) {
+    if (url == NULL || (token == NULL && cred == NULL) || (token != NULL && token[0] == '\0') ||
+        timeout_ms < 0 || client == NULL) {
         return WEFT_ERR_INVALID_ARG;
     }
     const weft_curl_t *curl = weft__curl(lg);
@@ -1844,7 +1854,7 @@ weft_status_t weft__store_etcd_connect(const char *url, const char *token, int m
         st = WEFT_ERR_INVALID_ARG;
     }
     if (st == WEFT_OK) {
-        st = make_root(c, token);
+        st = make_root(c, token, cred);
     }
     if (st == WEFT_OK && pipe2(c->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         WEFT_ERROR(lg, "store %s: pipe: %m", url);

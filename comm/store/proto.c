@@ -13,6 +13,7 @@
 #include <openssl/sha.h>
 
 #include "comm/store/proto.h"
+#include "comm/store/store.h"
 
 void weft__store_buf_free(weft_store_buf_t *b)
 {
@@ -276,6 +277,23 @@ weft_status_t weft__store_session_secret(const char *token, weft_store_role_t ro
     uint32_t be = htonl(id);
     memcpy(msg + sizeof(msg) - 4, &be, sizeof(be));
     return weft__store_hmac_sha256(token, strlen(token), msg, sizeof(msg), out);
+}
+
+weft_status_t weft__store_data_key(const char *token, uint8_t out[32])
+{
+    static const char label[] = "weft-data-v1";
+    return weft__store_hmac_sha256(token, strlen(token), label, sizeof(label) - 1, out);
+}
+
+weft_status_t weft__store_data_hex(const char *token, char out[65])
+{
+    uint8_t key[32];
+    weft_status_t st = weft__store_data_key(token, key);
+    for (size_t i = 0; i < sizeof(key); i++) {
+        snprintf(out + 2 * i, 3, "%02x", st == WEFT_OK ? key[i] : 0);
+    }
+    OPENSSL_cleanse(key, sizeof(key));
+    return st;
 }
 
 weft_status_t weft__store_derive(const uint8_t key[WEFT__STORE_PROOF_LEN], weft_store_derive_t what,

@@ -67,6 +67,27 @@ weft_status_t weft__store_connect(const char *hostport, const char *token, int t
 weft_status_t weft__store_connect_member(const char *hostport, const char *token, int member,
                                          int timeout_ms, const weft_logger_t *lg,
                                          weft_store_client_t **client);
+/*
+ * What a rank that does not hold the job token proves: its own member secret (the session
+ * secret of its id, weft__store_session_secret) and the job's data key (weft__store_data_key:
+ * the etcd backend's root of keys, and every key derived for the job's data). weftrun hands
+ * a rank these, never the token (docs/store-protocol.md, "Sessions").
+ */
+typedef struct weft_store_cred {
+    uint32_t id;
+    uint8_t secret[32];
+    uint8_t data_key[32];
+} weft_store_cred_t;
+/* weft__store_connect_member for a rank holding @p cred instead of the token: it speaks for
+ * cred->id only, and cannot speak as a launcher or another member. */
+weft_status_t weft__store_connect_cred(const char *hostport, const weft_store_cred_t *cred,
+                                       int timeout_ms, const weft_logger_t *lg,
+                                       weft_store_client_t **client);
+/* The job's data key from its token: HMAC-SHA256(token, "weft-data-v1"). */
+weft_status_t weft__store_data_key(const char *token, uint8_t out[32]);
+/* The same in 64 lowercase hex digits: the key of the job's names in /dev/shm
+ * (weft__shm_job_id), for the ranks and weftrun alike. */
+weft_status_t weft__store_data_hex(const char *token, char out[65]);
 void weft__store_close(weft_store_client_t *c);
 weft_status_t weft__store_set(weft_store_client_t *c, const char *key, const void *val,
                               size_t len);

@@ -18,7 +18,7 @@
  * O_NOFOLLOW, and created 0600 with O_CREAT|O_EXCL under a name with 16 random hex
  * digits, then renamed into place. Every chunk file and manifest carries a MAC
  * (HMAC-SHA256) under the handle's key, checked before its contents are used; the
- * snapshot layer passes a key derived from the job token (WEFT__SSD_KEY_LABEL, with
+ * snapshot layer passes a key derived from the job's data key (WEFT__SSD_KEY_LABEL, with
  * weft__ctx_derive_key), so every member of a job, and only they, can restore what
  * another wrote. A directory whose "key-check" file shows another key (another job's
  * steps) has its steps removed when opened for writing, since this key cannot restore

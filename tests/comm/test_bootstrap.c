@@ -20,6 +20,7 @@ static const char *const all_vars[] = {
     "WEFT_STORE",
     "WEFT_JOB_TOKEN",
     "WEFT_JOB_TOKEN_FILE",
+    "WEFT_MEMBER_SECRET_FD",
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -416,9 +417,99 @@ static void test_bad_environment(void **state)
     assert_int_equal(weft__bootstrap(&lg, &b, NULL, 0), WEFT_ERR_INVALID_ARG);
 }
 
+/* The line weftrun writes into a rank's secret pipe: "weft-member-v1 <id> <64 hex> <64
+ * hex>\n". Exactly that is taken; anything else is refused and leaves nothing behind. */
+static void test_member_secret_parse(void **state)
+{
+    (void)state;
+    char hex_a[65], hex_b[65], line[256];
+    for (int i = 0; i < 32; i++) {
+        snprintf(hex_a + 2 * i, 3, "%02x", i * 7 + 1);
+        snprintf(hex_b + 2 * i, 3, "%02x", 255 - i);
+    }
+    weft_store_cred_t c;
+    snprintf(line, sizeof(line), "weft-member-v1 42 %s %s\n", hex_a, hex_b);
+    assert_true(weft__member_secret_parse(line, strlen(line), &c));
+    assert_int_equal(c.id, 42);
+    for (int i = 0; i < 32; i++) {
+        assert_int_equal(c.secret[i], i * 7 + 1);
+        assert_int_equal(c.data_key[i], 255 - i);
+    }
+    const char *bad_ids[] = {"", "-1", "2147483648", "99999999999", "4x", " 4"};
+    for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++) {
+        snprintf(line, sizeof(line), "weft-member-v1 %s %s %s\n", bad_ids[i], hex_a, hex_b);
+        assert_false(weft__member_secret_parse(line, strlen(line), &c));
+    }
+    char upper[65];
+    memcpy(upper, hex_a, sizeof(upper));
+    upper[10] = 'A';
+    const char *bad_lines[][3] = {
+        {"weft-member-v2 1 ", hex_a, hex_b},     /* another version */
+        {"weft-member-v1 1 ", upper, hex_b},     /* uppercase hex */
+        {"weft-member-v1 1 ", hex_a + 2, hex_b}, /* short */
+    };
+    for (size_t i = 0; i < sizeof(bad_lines) / sizeof(bad_lines[0]); i++) {
+        snprintf(line, sizeof(line), "%s%s %s\n", bad_lines[i][0], bad_lines[i][1],
+                 bad_lines[i][2]);
+        assert_false(weft__member_secret_parse(line, strlen(line), &c));
+    }
+    snprintf(line, sizeof(line), "weft-member-v1 1 %s %s", hex_a, hex_b); /* no line end */
+    assert_false(weft__member_secret_parse(line, strlen(line), &c));
+    snprintf(line, sizeof(line), "weft-member-v1 1 %s %s\nx", hex_a, hex_b); /* more */
+    assert_false(weft__member_secret_parse(line, strlen(line), &c));
+    snprintf(line, sizeof(line), "weft-member-v1 1 %s  %s\n", hex_a, hex_b + 1); /* spacing */
+    assert_false(weft__member_secret_parse(line, strlen(line), &c));
+    /* Refused: the secret is not left in the output. */
+    for (size_t i = 0; i < sizeof(c.secret); i++) {
+        assert_int_equal(c.secret[i], 0);
+    }
+}
+
+/* A rank with a secret pipe: its id must be WEFT_RANK's, a pipe that holds no valid line
+ * is refused, and the variable is gone once read. */
+static void test_member_secret_pipe(void **state)
+{
+    (void)state;
+    char hex[65], line[256], fd_text[16];
+    for (int i = 0; i < 32; i++) {
+        snprintf(hex + 2 * i, 3, "%02x", i);
+    }
+    int ids[] = {1, 2};
+    for (int k = 0; k < 3; k++) {
+        int p[2];
+        assert_int_equal(pipe(p), 0);
+        if (k < 2) {
+            snprintf(line, sizeof(line), "weft-member-v1 %d %s %s\n", ids[k], hex, hex);
+        } else {
+            snprintf(line, sizeof(line), "not a secret\n");
+        }
+        assert_int_equal(write(p[1], line, strlen(line)), (ssize_t)strlen(line));
+        close(p[1]);
+        snprintf(fd_text, sizeof(fd_text), "%d", p[0]);
+        setenv("WEFT_RANK", "1", 1);
+        setenv("WEFT_WORLD_SIZE", "3", 1);
+        setenv("WEFT_STORE", "127.0.0.1:5", 1);
+        setenv("WEFT_MEMBER_SECRET_FD", fd_text, 1);
+        weft_boot_t b;
+        weft_status_t st = weft__bootstrap(&lg, &b, NULL, 0);
+        assert_null(getenv("WEFT_MEMBER_SECRET_FD"));
+        if (k == 0) {
+            assert_int_equal(st, WEFT_OK);
+            assert_true(b.member_only);
+            assert_int_equal(b.cred.id, 1);
+            assert_string_equal(b.token, "");
+        } else {
+            assert_int_equal(st, WEFT_ERR_AUTH); /* for member 2, or no secret at all */
+        }
+        weft__bootstrap_forget_token();
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_member_secret_parse, setup),
+        cmocka_unit_test_setup(test_member_secret_pipe, setup),
         cmocka_unit_test_setup(test_singleton, setup),
         cmocka_unit_test_setup(test_weftrun, setup),
         cmocka_unit_test_setup(test_joiner, setup),

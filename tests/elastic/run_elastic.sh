@@ -9,7 +9,7 @@ weftrun=$1 n=$2
 shift 2
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-"$weftrun" -n "$n" --elastic --replace --max-restarts 3 --timeout 100 --tag-output -- "$@" \
+"$weftrun" -n "$n" ${WEFTRUN_EXTRA:-} --elastic --replace --max-restarts 3 --timeout 100 --tag-output -- "$@" \
     >"$out" 2>&1
 rc=$?
 ok=$(grep -c "ELASTIC-OK" "$out")

@@ -18,14 +18,12 @@
 #include <unistd.h>
 
 #include "comm/shm/shm_job.h"
-#include "util/secret_file.h"
 #include "weft/weft.h"
 
 #define WAIT_S 100
 
 static int rank = -1;
-/* The job token, read before weft_init takes it out of the environment. */
-static char job_token[128];
+static weft_ctx_t *ctx;
 
 static void die(const char *what, weft_status_t st)
 {
@@ -77,8 +75,9 @@ static void wait_for(const char *dir, const char *name)
 static void hold(weft_group_t *world, const char *dir)
 {
     char job[WEFT_SHM_ID_HEX + 1], text[64];
-    const char *store = getenv("WEFT_STORE");
-    if (weft__shm_job_id(store ? store : "", job_token, job) != WEFT_OK) {
+    /* The names this rank uses; weftrun derives them on its own to remove what is left. */
+    snprintf(job, sizeof(job), "%s", weft__shm_ctx_job(ctx));
+    if (job[0] == '\0') {
         die("job id", WEFT_ERR_INVALID_ARG);
     }
     put(dir, "job", job);
@@ -120,15 +119,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: shm_hold hold DIR | quick\n");
         return 1;
     }
-    weft_ctx_t *ctx;
     weft_group_t *world;
-    /* The token names the job's segments: from the variable, or the file weftrun
-     * --store-only hands out. */
-    const char *token = getenv("WEFT_JOB_TOKEN"), *file = getenv("WEFT_JOB_TOKEN_FILE");
-    snprintf(job_token, sizeof(job_token), "%s", token != NULL ? token : "");
-    if (token == NULL && file != NULL) {
-        (void)weft__read_secret_file(file, job_token, sizeof(job_token), NULL, 0);
-    }
     weft_status_t st = weft_init(NULL, &ctx);
     if (st != WEFT_OK) {
         die("init", st);

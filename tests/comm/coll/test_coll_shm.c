@@ -28,7 +28,6 @@
 static weft_ctx_t *ctx;
 static weft_group_t *world;
 /* The job token, read before weft_init takes it out of the environment. */
-static char job_token[128];
 static int me, nranks;
 
 static void expect_status(weft_status_t st, weft_status_t want, const char *what)
@@ -179,10 +178,8 @@ static void test_no_name_left(void **state)
     if (me != 0 || nranks < 2) {
         return;
     }
-    char job[WEFT_SHM_ID_HEX + 1], prefix[64];
-    const char *store = getenv("WEFT_STORE");
-    assert_int_equal(weft__shm_job_id(store ? store : "", job_token, job), WEFT_OK);
-    snprintf(prefix, sizeof(prefix), "weft-%s-", job);
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "weft-%s-", weft__shm_ctx_job(ctx));
     DIR *d = opendir(WEFT_SHM_DIR);
     if (d == NULL) {
         return; /* no /dev/shm: shm_open lives elsewhere, nothing to look at */
@@ -286,8 +283,6 @@ static int setup(void **state)
     setenv("WEFT_COLL_SHM", "on", 1);
     setenv("WEFT_SHM_SMALL_MAX", "4K", 1);
     setenv("WEFT_TIMEOUT_MS", "60000", 1);
-    const char *token = getenv("WEFT_JOB_TOKEN");
-    snprintf(job_token, sizeof(job_token), "%s", token != NULL ? token : "");
     if (weft_init(NULL, &ctx) != WEFT_OK || weft_ctx_world(ctx, &world) != WEFT_OK ||
         weft_group_rank(world, &me) != WEFT_OK || weft_group_size(world, &nranks) != WEFT_OK) {
         return -1;
