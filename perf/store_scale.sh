@@ -21,11 +21,16 @@
 # With --etcd, the same on the etcd backend too, in the same run: a 1-member etcd started
 # on free loopback ports (its data in a temporary folder, fsync on), for the counts of
 # LIST up to MAX (default 1000; reading every address from etcd grows with the square of
-# the ranks); the old way there with 20 readers, scaled.
+# the ranks); the old way there with 20 readers, scaled. Then, for the same counts, a
+# failure notice fanned out to that many watchers on each store (weft-etcd-check fanout:
+# real store clients, a connection and, on etcd, a watch stream and thread each): a key
+# set under the watched prefix (weftrun's notice of a rank it reaped), and a lease left
+# to lapse (a lost node's), with the time to the first, median and last delivery and the
+# requests the watchers sent meanwhile.
 set -euo pipefail
 list=1000,10000 rounds=3 procs=2 timeout=60 json=0 init=0 threads=4 bytes=300 etcd_max=0
 bin="$(cd "$(dirname "$0")/.." && pwd)/build/bin"
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     -n) list=${2:?}; shift 2 ;;
@@ -88,9 +93,18 @@ print(*(x.getsockname()[1] for x in s))')"
             "$tool" -n "$n" -m old -r 20 -t "$threads" -a "$bytes" -s "etcd://127.0.0.1:$cport" \
                 -P "$epid" --json >"$tmp/$n.etcd.old.json"
         done
+        for n in ${list//,/ }; do
+            [ "$n" -le "$etcd_max" ] || continue
+            [ "$json" = 1 ] || echo "# $n watchers: a failure notice set, and a lease lapsed" >&2
+            for kind in set lapse; do
+                "$bin/weft-etcd-check" fanout native - "$n" "$kind" >>"$tmp/fanout.txt"
+                "$bin/weft-etcd-check" fanout "etcd://127.0.0.1:$cport" "fanout-$kind-$n-$$" \
+                    "$n" "$kind" >>"$tmp/fanout.txt"
+            done
+        done
     fi
     "$py" - "$tmp" "$list" "$json" <<'EOF'
-import json, os, sys
+import json, os, re, sys
 
 tmp, counts, as_json = sys.argv[1], sys.argv[2].split(","), sys.argv[3] == "1"
 runs = []
@@ -99,8 +113,20 @@ for n in counts:
         path = os.path.join(tmp, name)
         if os.path.exists(path):
             runs.append(json.load(open(path)))
+fanouts = []
+path = os.path.join(tmp, "fanout.txt")
+LINE = (r"fanout (\w+) (\w+): (\d+) watchers, set up in ([\d.]+) s; delivered first ([\d.]+) ms, "
+        r"median ([\d.]+) ms, last ([\d.]+) ms .* meanwhile (\d+)")
+for line in open(path) if os.path.exists(path) else []:
+    m = re.match(LINE, line)
+    if m:
+        fanouts.append({"store": "weft" if m[1] == "native" else m[1], "notice": m[2],
+                        "watchers": int(m[3]), "setup_s": float(m[4]), "first_ms": float(m[5]),
+                        "median_ms": float(m[6]), "last_ms": float(m[7]),
+                        "requests_per_watcher": int(m[8]) / int(m[3])})
 if as_json:
-    print(json.dumps({"tool": "weft-store-init-scale", "runs": runs}, indent=2))
+    print(json.dumps({"tool": "weft-store-init-scale", "runs": runs, "fanouts": fanouts},
+                     indent=2))
     sys.exit(0)
 first = runs[0]
 print(f"# weft_init's store traffic (weft-store-init-scale): emulated ranks, one store "
@@ -132,6 +158,16 @@ for (n, store, way), w in sorted(ways.items()):
     if store == "etcd" and way == "new" and (n, "weft", "new") in ways:
         print(f"{n} ranks, new way, etcd/weft's store: "
               f"{w['total_ms'] / ways[(n, 'weft', 'new')]['total_ms']:.1f}x the time")
+if fanouts:
+    print("# a failure notice to every watcher (weft-etcd-check fanout): set = a key set under "
+          "the watched prefix; lapse = a lease left to lapse, timed from its holder's close "
+          "(on etcd that includes the lease's TTL, 1 s asked)")
+    print(f"{'watchers':>8} {'store':>5} {'notice':>6} {'first ms':>9} {'median ms':>10} "
+          f"{'last ms':>9} {'requests/watcher':>17} {'watch set-up s':>15}")
+    for f in fanouts:
+        print(f"{f['watchers']:>8} {f['store']:>5} {f['notice']:>6} {f['first_ms']:>9.1f} "
+              f"{f['median_ms']:>10.1f} {f['last_ms']:>9.1f} {f['requests_per_watcher']:>17.2f} "
+              f"{f['setup_s']:>15.2f}")
 EOF
     exit
 fi

@@ -27,7 +27,7 @@
  * renews while a member waits in a get). Each request tries the endpoints in turn from
  * the last that answered, with bounded timeouts, for at most ETCD_RETRY_MS in all; then
  * the store is lost (the shared health record, store.h). Answers are untrusted: bounded
- * in size (ETCD_MAX_ANSWER), parsed by the bounded reader (json.h), base64 checked.
+ * in size (WEFT__ETCD_MAX_ANSWER), parsed by the bounded reader (json.h), base64 checked.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,17 +45,15 @@
 
 #include "comm/store/backend.h"
 #include "comm/store/etcd_curl.h"
-#include "comm/store/json.h"
+#include "comm/store/etcd_answer.h"
 #include "comm/store/proto.h"
 #include "util/clock.h"
 
 #define ETCD_MAX_ENDPOINTS 8
-#define ETCD_POOL 4                /* idle curl handles kept for requests */
-#define ETCD_MAX_ANSWER (8u << 20) /* bytes of one answer (or one watch message) */
-#define ETCD_REQ_TIMEOUT_MS 5000   /* one try at one endpoint, beyond a get's own wait */
+#define ETCD_POOL 4              /* idle curl handles kept for requests */
+#define ETCD_REQ_TIMEOUT_MS 5000 /* one try at one endpoint, beyond a get's own wait */
 #define ETCD_CONNECT_TIMEOUT_MS 1000
 #define ETCD_RETRY_MS 20000 /* trying the endpoints in turn before the store is lost */
-#define ETCD_ROOT_LEN 22    /* "weft/" 16 hex "/" */
 #define ETCD_MAX_SUPPRESS 64
 
 typedef struct etcd_event {
@@ -73,9 +71,9 @@ typedef struct etcd_client {
     char *endpoints[ETCD_MAX_ENDPOINTS];
     int nend;
     atomic_int cur; /* the endpoint that answered last */
-    char root[ETCD_ROOT_LEN + 1];
-    char mark[ETCD_ROOT_LEN + 24]; /* this client's marker key: root "m/" 16 hex */
-    atomic_uint_fast64_t seq;      /* of the marked calls */
+    char root[WEFT__ETCD_ROOT_LEN + 1];
+    char mark[WEFT__ETCD_ROOT_LEN + 24]; /* this client's marker key: root "m/" 16 hex */
+    atomic_uint_fast64_t seq;            /* of the marked calls */
     pthread_mutex_t pool_lock;
     CURL *pool[ETCD_POOL];
     int npool;
@@ -105,36 +103,6 @@ static etcd_client_t *etcd(weft_store_client_t *c)
 
 /* ---- requests ---- */
 
-typedef struct answer {
-    char *p;
-    size_t len, cap;
-    bool too_big;
-} answer_t;
-
-static size_t on_data(char *p, size_t size, size_t n, void *arg)
-{
-    answer_t *a = arg;
-    size_t got = size * n;
-    if (a->len + got > ETCD_MAX_ANSWER) {
-        a->too_big = true;
-        return 0; /* aborts the transfer */
-    }
-    if (a->len + got + 1 > a->cap) {
-        size_t cap = (a->len + got + 1) * 2;
-        cap = cap > ETCD_MAX_ANSWER + 1 ? ETCD_MAX_ANSWER + 1 : cap;
-        char *q = realloc(a->p, cap);
-        if (q == NULL) {
-            return 0;
-        }
-        a->p = q;
-        a->cap = cap;
-    }
-    memcpy(a->p + a->len, p, got);
-    a->len += got;
-    a->p[a->len] = '\0';
-    return got;
-}
-
 static CURL *take_handle(etcd_client_t *c)
 {
     pthread_mutex_lock(&c->pool_lock);
@@ -158,7 +126,7 @@ static void give_handle(etcd_client_t *c, CURL *h)
 
 /* Sets up @p h for a POST of @p body to @p path at endpoint @p e. */
 static void setup(etcd_client_t *c, CURL *h, int e, const char *path, const char *body, size_t blen,
-                  long timeout_ms, answer_t *a, char *url, size_t url_len)
+                  long timeout_ms, weft_etcd_answer_t *a, char *url, size_t url_len)
 {
     const weft_curl_t *cu = c->curl;
     snprintf(url, url_len, "http://%s%s", c->endpoints[e], path);
@@ -171,7 +139,7 @@ static void setup(etcd_client_t *c, CURL *h, int e, const char *path, const char
     cu->easy_setopt(h, WEFT__CURLOPT_POSTFIELDS, body);
     cu->easy_setopt(h, WEFT__CURLOPT_POSTFIELDSIZE, (long)blen);
     cu->easy_setopt(h, WEFT__CURLOPT_HTTPHEADER, cu->no_expect);
-    cu->easy_setopt(h, WEFT__CURLOPT_WRITEFUNCTION, on_data);
+    cu->easy_setopt(h, WEFT__CURLOPT_WRITEFUNCTION, weft__etcd_on_data);
     cu->easy_setopt(h, WEFT__CURLOPT_WRITEDATA, a);
     cu->easy_setopt(h, WEFT__CURLOPT_TIMEOUT_MS, timeout_ms);
     cu->easy_setopt(h, WEFT__CURLOPT_CONNECTTIMEOUT_MS, (long)ETCD_CONNECT_TIMEOUT_MS);
@@ -212,9 +180,10 @@ static weft_status_t lost(etcd_client_t *c, const char *what, const char *why)
  * its answer (anything but a refused connection).
  */
 static weft_status_t post_quiet(etcd_client_t *c, const char *path, const char *body, size_t blen,
-                                answer_t *a, weft_json_t *doc, bool *uncertain, bool quiet_big)
+                                weft_etcd_answer_t *a, weft_json_t *doc, bool *uncertain,
+                                bool quiet_big)
 {
-    *a = (answer_t){0};
+    *a = (weft_etcd_answer_t){0};
     if (!usable(c)) {
         return WEFT_ERR_IO;
     }
@@ -280,7 +249,7 @@ static weft_status_t post_quiet(etcd_client_t *c, const char *path, const char *
 }
 
 static weft_status_t post(etcd_client_t *c, const char *path, const char *body, size_t blen,
-                          answer_t *a, weft_json_t *doc, bool *uncertain)
+                          weft_etcd_answer_t *a, weft_json_t *doc, bool *uncertain)
 {
     return post_quiet(c, path, body, blen, a, doc, uncertain, false);
 }
@@ -290,7 +259,7 @@ static weft_status_t post(etcd_client_t *c, const char *path, const char *body, 
 /* The etcd key of @p key under @p dir ("k/", "n/") of the root, base64. */
 static char *b64_key(const etcd_client_t *c, const char *dir, const char *key)
 {
-    char full[ETCD_ROOT_LEN + 4 + WEFT_STORE_MAX_KEY + 1];
+    char full[WEFT__ETCD_ROOT_LEN + 4 + WEFT_STORE_MAX_KEY + 1];
     int n = snprintf(full, sizeof(full), "%s%s%s", c->root, dir, key);
     char *b = malloc(WEFT__B64_LEN((size_t)n) + 1);
     if (b != NULL) {
@@ -303,7 +272,7 @@ static char *b64_key(const etcd_client_t *c, const char *dir, const char *key)
  * byte one up (the root is never all 0xff). */
 static char *b64_prefix_end(const etcd_client_t *c, const char *dir, const char *prefix)
 {
-    char full[ETCD_ROOT_LEN + 4 + WEFT_STORE_MAX_KEY + 1];
+    char full[WEFT__ETCD_ROOT_LEN + 4 + WEFT_STORE_MAX_KEY + 1];
     int n = snprintf(full, sizeof(full), "%s%s%s", c->root, dir, prefix);
     while (n > 0 && (unsigned char)full[n - 1] == 0xff) {
         n--;
@@ -345,10 +314,10 @@ static char *fmt(size_t *len, const char *f, ...)
 
 /* POSTs a body made by fmt (NULL: no memory) and frees it. */
 static weft_status_t post_owned(etcd_client_t *c, const char *path, char *body, size_t blen,
-                                answer_t *a, weft_json_t *doc, bool *uncertain)
+                                weft_etcd_answer_t *a, weft_json_t *doc, bool *uncertain)
 {
     if (body == NULL) {
-        *a = (answer_t){0};
+        *a = (weft_etcd_answer_t){0};
         return WEFT_ERR_NO_MEMORY;
     }
     weft_status_t st = post(c, path, body, blen, a, doc, uncertain);
@@ -356,7 +325,7 @@ static weft_status_t post_owned(etcd_client_t *c, const char *path, char *body, 
     return st;
 }
 
-static void done(answer_t *a, weft_json_t *doc)
+static void done(weft_etcd_answer_t *a, weft_json_t *doc)
 {
     weft__json_free(doc);
     free(a->p);
@@ -367,7 +336,7 @@ static void done(answer_t *a, weft_json_t *doc)
 /* A request whose answer says nothing but that it was done: @p body is consumed. */
 static weft_status_t simple(etcd_client_t *c, const char *path, char *body, size_t blen)
 {
-    answer_t a;
+    weft_etcd_answer_t a;
     weft_json_t doc;
     weft_status_t st = post_owned(c, path, body, blen, &a, &doc, NULL);
     if (st == WEFT_OK) {
@@ -398,29 +367,12 @@ static weft_status_t etcd_delete(weft_store_client_t *bc, const char *key)
     return simple(c, "/v3/kv/deleterange", body, blen);
 }
 
-/* The value of the first kv of range answer @p r (an object with "kvs"), if any:
- * WEFT_OK with *val set, WEFT_INPROGRESS when there is none. */
-static weft_status_t first_kv(etcd_client_t *c, const weft_json_t *doc, int r, uint8_t **val,
-                              size_t *len, int64_t *mod_rev)
+/* Logs what a decoder of etcd_answer.h refused in answer to @p what (WEFT_ERR_PROTOCOL;
+ * other statuses pass through quietly). */
+static weft_status_t refused(etcd_client_t *c, weft_status_t st, const char *what)
 {
-    int kv = weft__json_item(doc, weft__json_get(doc, r, "kvs"), 0);
-    if (kv < 0) {
-        return WEFT_INPROGRESS;
-    }
-    if (mod_rev != NULL && !weft__json_i64(doc, weft__json_get(doc, kv, "mod_revision"), mod_rev)) {
-        WEFT_ERROR(c->base.lg, "store %s: a key without a revision", c->base.addr);
-        return WEFT_ERR_PROTOCOL;
-    }
-    int v = weft__json_get(doc, kv, "value");
-    if (v < 0) { /* an empty value is left out */
-        *val = calloc(1, 1);
-        *len = 0;
-        return *val != NULL ? WEFT_OK : WEFT_ERR_NO_MEMORY;
-    }
-    weft_status_t st = weft__json_b64(doc, v, WEFT__STORE_MAX_VALUE, val, len);
     if (st == WEFT_ERR_PROTOCOL) {
-        WEFT_ERROR(c->base.lg, "store %s: a value that is not base64 of at most %u bytes",
-                   c->base.addr, (unsigned)WEFT__STORE_MAX_VALUE);
+        WEFT_ERROR(c->base.lg, "store %s: a malformed answer to %s", c->base.addr, what);
     }
     return st;
 }
@@ -434,102 +386,31 @@ static weft_status_t range_one(etcd_client_t *c, const char *key, uint8_t **val,
     size_t blen = 0;
     char *body = k != NULL ? fmt(&blen, "{\"key\":\"%s\"}", k) : NULL;
     free(k);
-    answer_t a;
+    weft_etcd_answer_t a;
     weft_json_t doc;
     weft_status_t st = post_owned(c, "/v3/kv/range", body, blen, &a, &doc, NULL);
     if (st != WEFT_OK) {
         return st;
     }
-    st = first_kv(c, &doc, 0, val, len, NULL);
-    if (st == WEFT_INPROGRESS &&
-        !weft__json_i64(&doc, weft__json_get(&doc, weft__json_get(&doc, 0, "header"), "revision"),
-                        rev)) {
-        WEFT_ERROR(c->base.lg, "store %s: an answer without a revision", c->base.addr);
-        st = WEFT_ERR_PROTOCOL;
-    }
+    st = refused(c, weft__etcd_range_one(&doc, val, len, rev), "a range of one key");
     done(&a, &doc);
     return st;
 }
 
 /* ---- watch streams ---- */
 
-/* Newline-separated JSON messages of a streamed watch, handed one by one to @p fn; its
- * false ends the stream. */
-typedef struct stream {
-    answer_t buf;
-    bool (*fn)(void *arg, const weft_json_t *doc);
-    void *arg;
-    bool stopped, malformed;
-} stream_t;
-
-static size_t on_stream(char *p, size_t size, size_t n, void *arg)
-{
-    stream_t *s = arg;
-    size_t got = size * n;
-    if (on_data(p, size, n, &s->buf) != got) {
-        s->malformed = true; /* a message past the cap */
-        return 0;
-    }
-    char *nl;
-    while ((nl = memchr(s->buf.p, '\n', s->buf.len)) != NULL) {
-        size_t line = (size_t)(nl - s->buf.p);
-        weft_json_t doc;
-        bool go = true;
-        if (line > 0 && weft__json_parse(&doc, s->buf.p, line) == WEFT_OK) {
-            go = s->fn(s->arg, &doc);
-            weft__json_free(&doc);
-        } else if (line > 0) {
-            s->malformed = true;
-            go = false;
-        }
-        memmove(s->buf.p, nl + 1, s->buf.len - line - 1);
-        s->buf.len -= line + 1;
-        if (!go) {
-            s->stopped = true;
-            return 0;
-        }
-    }
-    return got;
-}
-
-/* The "result" of a watch message, or -1; *canceled when the server ended the watch. */
-static int watch_result(const weft_json_t *doc, bool *canceled)
-{
-    int r = weft__json_get(doc, 0, "result");
-    *canceled = weft__json_true(doc, weft__json_get(doc, r, "canceled"));
-    return r;
-}
-
 /* A get's wait: the first PUT of the key. */
 typedef struct get_wait {
-    etcd_client_t *c;
     uint8_t *val;
     size_t len;
     weft_status_t st;
-    int64_t last_rev;
 } get_wait_t;
 
 static bool on_get_event(void *arg, const weft_json_t *doc)
 {
     get_wait_t *g = arg;
-    bool canceled;
-    int r = watch_result(doc, &canceled);
-    if (r < 0 || canceled) {
-        g->st = WEFT_ERR_PROTOCOL;
-        return false;
-    }
-    int ev;
-    for (size_t i = 0; (ev = weft__json_item(doc, weft__json_get(doc, r, "events"), i)) >= 0; i++) {
-        if (weft__json_get(doc, ev, "type") >= 0) {
-            continue; /* a DELETE; a PUT's type is left out */
-        }
-        int kv = weft__json_get(doc, ev, "kv");
-        int v = weft__json_get(doc, kv, "value");
-        g->st = v < 0 ? ((g->val = calloc(1, 1)) != NULL ? WEFT_OK : WEFT_ERR_NO_MEMORY)
-                      : weft__json_b64(doc, v, WEFT__STORE_MAX_VALUE, &g->val, &g->len);
-        return false;
-    }
-    return true;
+    g->st = weft__etcd_get_event(doc, &g->val, &g->len);
+    return g->st == WEFT_INPROGRESS;
 }
 
 /* Watches @p key from @p rev until it is put or @p deadline passes (WEFT_ERR_TIMEOUT);
@@ -549,14 +430,14 @@ static weft_status_t watch_key(etcd_client_t *c, const char *key, int64_t rev, u
         free(body);
         return WEFT_ERR_NO_MEMORY;
     }
-    get_wait_t g = {.c = c, .st = WEFT_INPROGRESS};
-    stream_t s = {.fn = on_get_event, .arg = &g};
+    get_wait_t g = {.st = WEFT_INPROGRESS};
+    weft_etcd_stream_t s = {.fn = on_get_event, .arg = &g};
     char url[320];
     int e = atomic_load(&c->cur);
     uint64_t now = weft__now_ms();
     setup(c, h, e, "/v3/watch", body, blen, (long)(deadline > now ? deadline - now : 1), &s.buf,
           url, sizeof(url));
-    c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEFUNCTION, on_stream);
+    c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEFUNCTION, weft__etcd_on_stream);
     c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEDATA, &s);
     atomic_fetch_add(&c->requests, 1);
     CURLcode rc = c->curl->easy_perform(h);
@@ -568,7 +449,7 @@ static weft_status_t watch_key(etcd_client_t *c, const char *key, int64_t rev, u
             *val = g.val;
             *len = g.len;
         }
-        return g.st;
+        return refused(c, g.st, "a watch of one key");
     }
     if (rc == WEFT__CURLE_OPERATION_TIMEDOUT && weft__now_ms() >= deadline) {
         return WEFT_ERR_TIMEOUT;
@@ -614,15 +495,8 @@ static weft_status_t etcd_get(weft_store_client_t *bc, const char *key, int time
 
 /* A transaction that creates @p key (compare create_revision == 0) or, given @p mod_rev > 0,
  * replaces it at that revision, writing this client's marker too; on failure it reads
- * the key and the marker. *won: it succeeded; else *cur (malloc'ed) is the key's value
- * and *cur_rev its revision (*cur NULL: absent), and *ours whether the marker holds @p
- * seq (an earlier try of this call was applied). */
-typedef struct txn_out {
-    bool won, ours;
-    uint8_t *cur;
-    size_t cur_len;
-    int64_t cur_rev;
-} txn_out_t;
+ * the key and the marker (*out: weft__etcd_txn). */
+typedef weft_etcd_txn_out_t txn_out_t;
 
 static weft_status_t txn(etcd_client_t *c, const char *key, int64_t mod_rev, const void *val,
                          size_t len, uint64_t seq, txn_out_t *out, bool *uncertain)
@@ -647,35 +521,13 @@ static weft_status_t txn(etcd_client_t *c, const char *key, int64_t mod_rev, con
     free(v);
     free(m);
     free(ms);
-    answer_t a;
+    weft_etcd_answer_t a;
     weft_json_t doc;
     weft_status_t st = post_owned(c, "/v3/kv/txn", body, blen, &a, &doc, uncertain);
     if (st != WEFT_OK) {
         return st;
     }
-    *out = (txn_out_t){.won = weft__json_true(&doc, weft__json_get(&doc, 0, "succeeded"))};
-    if (!out->won) {
-        int rs = weft__json_get(&doc, 0, "responses");
-        int r0 = weft__json_get(&doc, weft__json_item(&doc, rs, 0), "response_range");
-        int r1 = weft__json_get(&doc, weft__json_item(&doc, rs, 1), "response_range");
-        uint8_t *mv = NULL;
-        size_t mlen = 0;
-        st = r0 < 0 || r1 < 0 ? WEFT_ERR_PROTOCOL : WEFT_OK;
-        if (st == WEFT_OK) {
-            st = first_kv(c, &doc, r1, &mv, &mlen, NULL);
-            out->ours = st == WEFT_OK && mlen == (size_t)sn && memcmp(mv, seqs, mlen) == 0;
-            st = st == WEFT_INPROGRESS ? WEFT_OK : st;
-            free(mv);
-        }
-        if (st == WEFT_OK) {
-            st = first_kv(c, &doc, r0, &out->cur, &out->cur_len, &out->cur_rev);
-            st = st == WEFT_INPROGRESS ? WEFT_OK : st;
-        }
-        if (st == WEFT_ERR_PROTOCOL && (r0 < 0 || r1 < 0)) {
-            WEFT_ERROR(c->base.lg, "store %s: a transaction's answer without its reads",
-                       c->base.addr);
-        }
-    }
+    st = refused(c, weft__etcd_txn(&doc, seqs, out), "a transaction");
     done(&a, &doc);
     return st;
 }
@@ -814,18 +666,15 @@ static weft_status_t grant(etcd_client_t *c, uint32_t ttl_ms)
 {
     size_t blen = 0;
     char *body = fmt(&blen, "{\"TTL\":\"%u\"}", (ttl_ms + 999) / 1000);
-    answer_t a;
+    weft_etcd_answer_t a;
     weft_json_t doc;
     weft_status_t st = post_owned(c, "/v3/lease/grant", body, blen, &a, &doc, NULL);
     if (st != WEFT_OK) {
         return st;
     }
     int64_t id, ttl;
-    if (!weft__json_i64(&doc, weft__json_get(&doc, 0, "ID"), &id) ||
-        !weft__json_i64(&doc, weft__json_get(&doc, 0, "TTL"), &ttl) || id == 0 || ttl <= 0) {
-        WEFT_ERROR(c->base.lg, "store %s: a lease grant without an id or TTL", c->base.addr);
-        st = WEFT_ERR_PROTOCOL;
-    } else {
+    st = refused(c, weft__etcd_grant(&doc, &id, &ttl), "a lease grant");
+    if (st == WEFT_OK) {
         c->lease_id = id;
         c->lease_ttl_s = ttl;
         c->renewed_ms = weft__now_ms();
@@ -839,16 +688,14 @@ static weft_status_t keepalive(etcd_client_t *c, bool *alive)
 {
     size_t blen = 0;
     char *body = fmt(&blen, "{\"ID\":\"%lld\"}", (long long)c->lease_id);
-    answer_t a;
+    weft_etcd_answer_t a;
     weft_json_t doc;
     uint64_t sent = weft__now_ms();
     weft_status_t st = post_owned(c, "/v3/lease/keepalive", body, blen, &a, &doc, NULL);
     if (st != WEFT_OK) {
         return st;
     }
-    int64_t ttl = 0;
-    weft__json_i64(&doc, weft__json_get(&doc, weft__json_get(&doc, 0, "result"), "TTL"), &ttl);
-    *alive = ttl > 0;
+    *alive = weft__etcd_keepalive_alive(&doc);
     if (*alive) {
         c->renewed_ms = sent;
     }
@@ -947,34 +794,6 @@ static void push_event(etcd_client_t *c, char *key, uint8_t *val, size_t len)
     pthread_mutex_unlock(&c->ev_lock);
 }
 
-/* The user key of etcd key @p t under @p dir of the root (malloc'ed), or NULL. */
-static char *user_key(etcd_client_t *c, const weft_json_t *doc, int t, const char *dir)
-{
-    uint8_t *k;
-    size_t n;
-    if (weft__json_b64(doc, t, ETCD_ROOT_LEN + 2 + WEFT_STORE_MAX_KEY, &k, &n) != WEFT_OK) {
-        return NULL;
-    }
-    size_t skip = strlen(c->root) + strlen(dir);
-    if (n <= skip || memcmp(k, c->root, strlen(c->root)) != 0 ||
-        memcmp(k + strlen(c->root), dir, strlen(dir)) != 0 || memchr(k, '\0', n) != NULL) {
-        free(k);
-        return NULL;
-    }
-    memmove(k, k + skip, n - skip + 1);
-    return (char *)k;
-}
-
-static bool kv_value(const weft_json_t *doc, int kv, uint8_t **val, size_t *len)
-{
-    int v = weft__json_get(doc, kv, "value");
-    if (v < 0) {
-        *len = 0;
-        return (*val = calloc(1, 1)) != NULL;
-    }
-    return weft__json_b64(doc, v, WEFT__STORE_MAX_VALUE, val, len) == WEFT_OK;
-}
-
 /* Writes key = val unless the key exists (a lapsed lease's value, for later readers). */
 static void publish_lapse(etcd_client_t *c, const char *key, const uint8_t *val, size_t len)
 {
@@ -1028,52 +847,23 @@ static void remember(etcd_watch_t *w, const char *key, const uint8_t *val, size_
 static bool on_watch_event(etcd_watch_t *w, const weft_json_t *doc, int ev)
 {
     etcd_client_t *c = w->c;
-    bool del = weft__json_str_is(doc, weft__json_get(doc, ev, "type"), "DELETE");
-    int kv = weft__json_get(doc, ev, "kv");
-    int64_t rev, ver = 0;
-    if (!weft__json_i64(doc, weft__json_get(doc, kv, "mod_revision"), &rev)) {
+    weft_etcd_event_t e;
+    if (!weft__etcd_watch_event(c->root, doc, ev, &e)) {
         return false;
     }
-    w->next_rev = rev + 1 > w->next_rev ? rev + 1 : w->next_rev;
-    char *key = user_key(c, doc, weft__json_get(doc, kv, "key"), "k/");
-    uint8_t *val = NULL;
-    size_t len = 0;
-    if (key != NULL) { /* a user key */
-        if (del) {
-            free(key);
-            return true;
+    w->next_rev = e.rev + 1 > w->next_rev ? e.rev + 1 : w->next_rev;
+    if (e.kind == WEFT__ETCD_EV_PUT) {
+        if (e.version == 1 && suppressed(w, e.key, e.val, e.len)) {
+            free(e.key);
+            free(e.val);
+        } else {
+            push_event(c, e.key, e.val, e.len);
         }
-        weft__json_i64(doc, weft__json_get(doc, kv, "version"), &ver);
-        if (!kv_value(doc, kv, &val, &len)) {
-            free(key);
-            return false;
-        }
-        if (ver == 1 && suppressed(w, key, val, len)) {
-            free(key);
-            free(val);
-            return true;
-        }
-        push_event(c, key, val, len);
-        return true;
+    } else if (e.kind == WEFT__ETCD_EV_LAPSE) {
+        remember(w, e.key, e.val, e.len);
+        publish_lapse(c, e.key, e.val, e.len);
+        push_event(c, e.key, e.val, e.len);
     }
-    key = user_key(c, doc, weft__json_get(doc, kv, "key"), "n/");
-    if (key == NULL) {
-        return false;
-    }
-    int prev = weft__json_get(doc, ev, "prev_kv");
-    int64_t lease = 0;
-    weft__json_i64(doc, weft__json_get(doc, prev, "lease"), &lease);
-    if (!del || prev < 0 || lease == 0) { /* armed, renewed, or disarmed: no lapse */
-        free(key);
-        return true;
-    }
-    if (!kv_value(doc, prev, &val, &len)) {
-        free(key);
-        return false;
-    }
-    remember(w, key, val, len);
-    publish_lapse(c, key, val, len);
-    push_event(c, key, val, len);
     return true;
 }
 
@@ -1081,7 +871,7 @@ static bool on_watch_message(void *arg, const weft_json_t *doc)
 {
     etcd_watch_t *w = arg;
     bool canceled;
-    int r = watch_result(doc, &canceled);
+    int r = weft__etcd_watch_result(doc, &canceled);
     if (r < 0 || canceled) {
         return false;
     }
@@ -1105,26 +895,24 @@ static weft_status_t list_existing(etcd_watch_t *w)
                      : NULL;
     free(k);
     free(end);
-    answer_t a;
+    weft_etcd_answer_t a;
     weft_json_t doc;
     weft_status_t st = post_owned(c, "/v3/kv/range", body, blen, &a, &doc, NULL);
     if (st != WEFT_OK) {
         return st;
     }
     int64_t rev;
-    if (!weft__json_i64(&doc, weft__json_get(&doc, weft__json_get(&doc, 0, "header"), "revision"),
-                        &rev)) {
+    if (!weft__etcd_header_rev(&doc, 0, &rev)) {
         st = WEFT_ERR_PROTOCOL;
     }
     int kv;
     for (size_t i = 0;
          st == WEFT_OK && (kv = weft__json_item(&doc, weft__json_get(&doc, 0, "kvs"), i)) >= 0;
          i++) {
-        char *key = user_key(c, &doc, weft__json_get(&doc, kv, "key"), "k/");
+        char *key;
         uint8_t *val;
         size_t len;
-        if (key == NULL || !kv_value(&doc, kv, &val, &len)) {
-            free(key);
+        if (!weft__etcd_kv_entry(c->root, &doc, kv, "k/", &key, &val, &len)) {
             st = WEFT_ERR_PROTOCOL;
             break;
         }
@@ -1164,11 +952,11 @@ static void stream_once(etcd_watch_t *w, bool *malformed)
         nap_ms(100);
         return;
     }
-    stream_t s = {.fn = on_watch_message, .arg = w};
+    weft_etcd_stream_t s = {.fn = on_watch_message, .arg = w};
     char url[320];
     int e = atomic_load(&c->cur);
     setup(c, h, e, "/v3/watch", body, blen, 0L, &s.buf, url, sizeof(url));
-    c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEFUNCTION, on_stream);
+    c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEFUNCTION, weft__etcd_on_stream);
     c->curl->easy_setopt(h, WEFT__CURLOPT_WRITEDATA, &s);
     atomic_fetch_add(&c->requests, 1);
     c->curl->multi_add_handle(w->multi, h);
@@ -1386,98 +1174,18 @@ static weft_status_t count_under(etcd_client_t *c, const char *prefix, int64_t *
             : NULL;
     free(k);
     free(end);
-    answer_t a;
+    weft_etcd_answer_t a;
     weft_json_t doc;
     weft_status_t st = post_owned(c, "/v3/kv/range", body, blen, &a, &doc, NULL);
     if (st != WEFT_OK) {
         return st;
     }
-    int t = weft__json_get(&doc, 0, "count");
-    *count = 0; /* a count of 0 is left out */
-    if (t >= 0 && (!weft__json_i64(&doc, t, count) || *count < 0)) {
+    if ((st = weft__etcd_count(&doc, count)) == WEFT_ERR_PROTOCOL) {
         WEFT_ERROR(c->base.lg, "store %s: a malformed count of %s", c->base.addr, prefix);
         st = WEFT_ERR_PROTOCOL;
     }
     done(&a, &doc);
     return st;
-}
-
-/* The entries of a page being read. */
-typedef struct scan_acc {
-    char **keys;
-    uint8_t **vals;
-    size_t *lens;
-    size_t n, cap;
-    size_t used; /* bytes as store.h counts them */
-} scan_acc_t;
-
-static void acc_free(scan_acc_t *acc)
-{
-    for (size_t i = 0; i < acc->n; i++) {
-        free(acc->keys[i]);
-        free(acc->vals[i]);
-    }
-    free(acc->keys);
-    free(acc->vals);
-    free(acc->lens);
-}
-
-static bool acc_push(scan_acc_t *acc, char *key, uint8_t *val, size_t len)
-{
-    if (acc->n == acc->cap) {
-        size_t cap = acc->cap > 0 ? acc->cap * 2 : 64;
-        char **k = realloc(acc->keys, cap * sizeof(*k));
-        if (k == NULL) {
-            return false;
-        }
-        acc->keys = k;
-        uint8_t **v = realloc(acc->vals, cap * sizeof(*v));
-        if (v == NULL) {
-            return false;
-        }
-        acc->vals = v;
-        size_t *l = realloc(acc->lens, cap * sizeof(*l));
-        if (l == NULL) {
-            return false;
-        }
-        acc->lens = l;
-        acc->cap = cap;
-    }
-    acc->keys[acc->n] = key;
-    acc->vals[acc->n] = val;
-    acc->lens[acc->n] = len;
-    acc->n++;
-    return true;
-}
-
-/* The page in @p acc as store.h hands it out: the keys and values in one block. */
-static weft_status_t acc_page(const scan_acc_t *acc, bool more, weft_store_page_t *page)
-{
-    size_t total = 1;
-    for (size_t i = 0; i < acc->n; i++) {
-        total += strlen(acc->keys[i]) + 1 + acc->lens[i] + 1;
-    }
-    weft_store_kv_t *kv = malloc(sizeof(*kv) * (acc->n > 0 ? acc->n : 1));
-    char *mem = malloc(total);
-    if (kv == NULL || mem == NULL) {
-        free(kv);
-        free(mem);
-        return WEFT_ERR_NO_MEMORY;
-    }
-    char *p = mem;
-    for (size_t i = 0; i < acc->n; i++) {
-        size_t kl = strlen(acc->keys[i]);
-        memcpy(p, acc->keys[i], kl + 1);
-        kv[i].key = p;
-        p += kl + 1;
-        memcpy(p, acc->vals[i], acc->lens[i]);
-        p[acc->lens[i]] = '\0';
-        kv[i].val = p;
-        kv[i].len = acc->lens[i];
-        p += acc->lens[i] + 1;
-    }
-    *page = (weft_store_page_t){.kv = kv, .n = acc->n, .more = more, .mem = mem};
-    return WEFT_OK;
 }
 
 /*
@@ -1493,7 +1201,7 @@ static weft_status_t scan_page(etcd_client_t *c, const etcd_scan_t *q, weft_stor
                                                                             : WEFT__STORE_MAX_PAGE;
     size_t plen = strlen(q->prefix), rl = strlen(c->root);
     /* The first etcd key to read: root "k/" and the prefix, or the resume key and a NUL. */
-    char from[ETCD_ROOT_LEN + 2 + WEFT_STORE_MAX_KEY + 2];
+    char from[WEFT__ETCD_ROOT_LEN + 2 + WEFT_STORE_MAX_KEY + 2];
     size_t flen = rl + 2;
     memcpy(from, c->root, rl);
     memcpy(from + rl, "k/", 2);
@@ -1510,7 +1218,7 @@ static weft_status_t scan_page(etcd_client_t *c, const etcd_scan_t *q, weft_stor
     if (end == NULL) {
         return WEFT_ERR_NO_MEMORY;
     }
-    scan_acc_t acc = {0};
+    weft_etcd_page_acc_t acc = {0};
     int64_t rev = 0;
     size_t limit = ETCD_SCAN_LIMIT;
     bool more = false, finished = false;
@@ -1525,7 +1233,7 @@ static weft_status_t scan_page(etcd_client_t *c, const etcd_scan_t *q, weft_stor
         size_t blen = 0;
         char *body = fmt(&blen, "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"%zu\"%s}", k, end,
                          limit, revs);
-        answer_t a;
+        weft_etcd_answer_t a;
         weft_json_t doc;
         if (body == NULL) {
             st = WEFT_ERR_NO_MEMORY;
@@ -1541,41 +1249,18 @@ static weft_status_t scan_page(etcd_client_t *c, const etcd_scan_t *q, weft_stor
         if (st != WEFT_OK) {
             break;
         }
-        if (rev == 0 &&
-            !weft__json_i64(
-                &doc, weft__json_get(&doc, weft__json_get(&doc, 0, "header"), "revision"), &rev)) {
+        if (rev == 0 && !weft__etcd_header_rev(&doc, 0, &rev)) {
             st = WEFT_ERR_PROTOCOL;
         }
-        int kvs = weft__json_get(&doc, 0, "kvs"), kv;
         size_t got = 0;
-        for (; st == WEFT_OK && (kv = weft__json_item(&doc, kvs, got)) >= 0; got++) {
-            char *key = user_key(c, &doc, weft__json_get(&doc, kv, "key"), "k/");
-            uint8_t *val = NULL;
-            size_t len = 0, klen = key != NULL ? strlen(key) : 0;
-            const char *prev = acc.n > 0 ? acc.keys[acc.n - 1] : q->after;
-            if (key == NULL || klen < plen || memcmp(key, q->prefix, plen) != 0 ||
-                (prev[0] != '\0' && strcmp(prev, key) >= 0) || !kv_value(&doc, kv, &val, &len)) {
-                free(key);
-                st = WEFT_ERR_PROTOCOL;
-                break;
-            }
-            size_t cost = WEFT__STORE_PAGE_ENTRY_LEN + klen + len;
-            if (acc.n > 0 && acc.used + cost > budget) {
-                free(key);
-                free(val);
-                more = finished = true;
-                break;
-            }
-            if (cost > WEFT__STORE_MAX_PAGE || !acc_push(&acc, key, val, len)) {
-                free(key); /* the first entry, which no page holds: read it with a get */
-                free(val);
-                st = WEFT_ERR_NO_MEMORY;
-                break;
-            }
-            acc.used += cost;
+        bool full = false, etcd_more = false;
+        if (st == WEFT_OK) {
+            st = weft__etcd_page_add(c->root, &doc, q->prefix, q->after, budget, &acc, &got, &full,
+                                     &etcd_more);
         }
+        more = finished = full;
         if (st == WEFT_OK && !finished) {
-            if (got == 0 || !weft__json_true(&doc, weft__json_get(&doc, 0, "more"))) {
+            if (got == 0 || !etcd_more) {
                 finished = true; /* the prefix is read to its end */
             } else {
                 const char *last = acc.keys[acc.n - 1];
@@ -1586,7 +1271,7 @@ static weft_status_t scan_page(etcd_client_t *c, const etcd_scan_t *q, weft_stor
                 from[flen++] = '\0';
                 /* As many keys as fit in half an answer's bound and in what is left of the
                  * page, by the sizes seen so far. */
-                size_t by_answer = ETCD_MAX_ANSWER / 2 / (a.len / got + 1);
+                size_t by_answer = WEFT__ETCD_MAX_ANSWER / 2 / (a.len / got + 1);
                 size_t by_page = (budget - acc.used) / (acc.used / acc.n + 1) + 1;
                 limit = by_answer < by_page ? by_answer : by_page;
                 limit = limit < 1 ? 1 : limit > ETCD_SCAN_MAX_LIMIT ? ETCD_SCAN_MAX_LIMIT : limit;
@@ -1600,9 +1285,9 @@ static weft_status_t scan_page(etcd_client_t *c, const etcd_scan_t *q, weft_stor
     }
     free(end);
     if (st == WEFT_OK) {
-        st = acc_page(&acc, more, page);
+        st = weft__etcd_acc_page(&acc, more, page);
     }
-    acc_free(&acc);
+    weft__etcd_acc_free(&acc);
     return st;
 }
 
@@ -1794,7 +1479,7 @@ static weft_status_t first_contact(etcd_client_t *c, int timeout_ms)
     char url[320];
     weft_status_t st = WEFT_ERR_TIMEOUT;
     for (unsigned pause = 10;;) {
-        answer_t a = {0};
+        weft_etcd_answer_t a = {0};
         int e = atomic_load(&c->cur);
         setup(c, h, e, "/v3/kv/range", body, sizeof(body) - 1, ETCD_REQ_TIMEOUT_MS, &a, url,
               sizeof(url));

@@ -330,6 +330,9 @@ bool weft__b64_decode(const char *s, size_t n, uint8_t *out, size_t *len)
                 return false;
             }
         }
+        if ((pad == 2 && (v[1] & 0xf) != 0) || (pad == 1 && (v[2] & 0x3) != 0)) {
+            return false; /* bits past the last byte: another spelling of the same bytes */
+        }
         uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
                      (pad < 2 ? (uint32_t)v[2] << 6 : 0) | (pad < 1 ? (uint32_t)v[3] : 0);
         out[o++] = (uint8_t)(w >> 16);

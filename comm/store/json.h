@@ -58,7 +58,9 @@ weft_status_t weft__json_b64(const weft_json_t *j, int t, size_t max, uint8_t **
 #define WEFT__B64_LEN(n) (((n) + 2) / 3 * 4)
 void weft__b64_encode(const void *p, size_t n, char *out);
 /* Strict decode of @p n characters into @p out (room for n / 4 * 3 bytes); false if they
- * are not canonical base64. */
+ * are not canonical base64: a length not a multiple of 4, padding anywhere but at the
+ * end, or bits set in the last character past the last byte ("QR==" for "QQ=="), so
+ * that each byte string has one spelling. */
 bool weft__b64_decode(const char *s, size_t n, uint8_t *out, size_t *len);
 
 #endif

@@ -16,8 +16,15 @@
  *   quiet ADDR TOKEN               a lease disarmed with ttl 0 is delivered to no watcher
  *   cost ADDR TOKEN N              times N sets, gets and adds (ADDR "native": an
  *                                  in-process weft store, TOKEN ignored)
+ *   fanout ADDR TOKEN N set|lapse  N watchers of fail/, each a connection of its own;
+ *                                  then fail/7 is set (weftrun's notice of a rank it
+ *                                  reaped) or a lease on it is left to lapse (its holder
+ *                                  closes): times each watcher's delivery (once each),
+ *                                  counts the watchers' requests meanwhile (ADDR "native"
+ *                                  as for cost)
  */
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -361,18 +368,28 @@ static double per_op_us(uint64_t ns, int n)
     return (double)ns / 1000.0 / n;
 }
 
+/* ADDR "native": an in-process weft store, whose address and token replace *addr, *token
+ * (in @p native and @p tok); else NULL. */
+static weft_store_server_t *maybe_native(const char **addr, const char **token, char *native,
+                                         size_t nlen, char *tok)
+{
+    if (strcmp(*addr, "native") != 0) {
+        return NULL;
+    }
+    weft_store_server_t *srv;
+    CHECK(weft__store_make_token(tok) == WEFT_OK, "token");
+    weft_store_server_params_t p = {.size = sizeof(p), .token = tok};
+    CHECK(weft__store_server_start(&p, &srv) == WEFT_OK, "server");
+    snprintf(native, nlen, "127.0.0.1:%d", weft__store_server_port(srv));
+    *addr = native;
+    *token = tok;
+    return srv;
+}
+
 static int cost(const char *addr, const char *token, int n)
 {
-    weft_store_server_t *srv = NULL;
     char native[64], tok[65];
-    if (strcmp(addr, "native") == 0) {
-        CHECK(weft__store_make_token(tok) == WEFT_OK, "token");
-        weft_store_server_params_t p = {.size = sizeof(p), .token = tok};
-        CHECK(weft__store_server_start(&p, &srv) == WEFT_OK, "server");
-        snprintf(native, sizeof(native), "127.0.0.1:%d", weft__store_server_port(srv));
-        addr = native;
-        token = tok;
-    }
+    weft_store_server_t *srv = maybe_native(&addr, &token, native, sizeof(native), tok);
     weft_store_client_t *c = conn(addr, token);
     uint64_t t0 = weft__now_ns();
     for (int i = 0; i < n; i++) {
@@ -394,6 +411,114 @@ static int cost(const char *addr, const char *token, int n)
            srv != NULL ? "native" : "etcd", n, per_op_us(t1 - t0, n), per_op_us(t2 - t1, n),
            per_op_us(t3 - t2, n));
     weft__store_close(c);
+    if (srv != NULL) {
+        weft__store_server_stop(srv);
+    }
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t requests_of(weft_store_client_t **w, int n)
+{
+    uint64_t r = 0;
+    for (int i = 0; i < n; i++) {
+        r += weft__store_requests(w[i]);
+    }
+    return r;
+}
+
+static int fanout(const char *addr, const char *token, int n, bool lapse)
+{
+    char native[64], tok[65];
+    weft_store_server_t *srv = maybe_native(&addr, &token, native, sizeof(native), tok);
+    weft_store_client_t **w = calloc((size_t)n, sizeof(*w));
+    uint64_t *at = calloc((size_t)n, sizeof(*at));
+    struct pollfd *p = calloc((size_t)n, sizeof(*p));
+    int *idx = calloc((size_t)n, sizeof(*idx));
+    CHECK(w != NULL && at != NULL && p != NULL && idx != NULL, "memory");
+    uint64_t t0 = weft__now_ns();
+    for (int i = 0; i < n; i++) {
+        w[i] = conn(addr, token);
+        CHECK(weft__store_watch(w[i], "fail/") == WEFT_OK, "watch %d", i);
+    }
+    uint64_t setup = weft__now_ns() - t0;
+    weft_store_client_t *h = conn(addr, token);
+    if (lapse) {
+        CHECK(weft__store_lease(h, "fail/7", "dead", 4, 1000) == WEFT_OK, "lease");
+        nap(200); /* the notice's put reaches the watchers, and is no event */
+    }
+    for (int i = 0; i < n; i++) {
+        char *key;
+        void *v;
+        size_t len;
+        CHECK(weft__store_next_event(w[i], 0, &key, &v, &len) == WEFT_INPROGRESS,
+              "watcher %d: an event before the notice (fail/ not empty: use a fresh token)", i);
+    }
+    uint64_t req0 = requests_of(w, n);
+    uint64_t t1 = weft__now_ns(), deadline = t1 + 60000000000ull;
+    if (lapse) {
+        weft__store_close(h); /* the lease is left to lapse (etcd: its TTL) */
+    } else {
+        CHECK(weft__store_set(h, "fail/7", "dead", 4) == WEFT_OK, "set");
+        weft__store_close(h);
+    }
+    int got = 0;
+    while (got < n && weft__now_ns() < deadline) {
+        int np = 0;
+        for (int i = 0; i < n; i++) {
+            if (at[i] == 0) {
+                p[np] = (struct pollfd){.fd = weft__store_fd(w[i]), .events = POLLIN};
+                idx[np++] = i;
+            }
+        }
+        poll(p, (nfds_t)np, 100);
+        for (int k = 0; k < np; k++) {
+            char *key;
+            void *v;
+            size_t len;
+            int i = idx[k];
+            if ((p[k].revents & POLLIN) == 0 ||
+                weft__store_next_event(w[i], 0, &key, &v, &len) != WEFT_OK) {
+                continue;
+            }
+            CHECK(strcmp(key, "fail/7") == 0 && len == 4 && memcmp(v, "dead", 4) == 0,
+                  "watcher %d: %s", i, key);
+            at[i] = weft__now_ns() - t1;
+            got++;
+            free(key);
+            free(v);
+        }
+    }
+    CHECK(got == n, "%d of %d watchers had the notice in 60 s", got, n);
+    nap(lapse ? 500 : 100); /* a second event (none is due) would show now */
+    uint64_t req = requests_of(w, n) - req0;
+    for (int i = 0; i < n; i++) {
+        char *key;
+        void *v;
+        size_t len;
+        CHECK(weft__store_next_event(w[i], 0, &key, &v, &len) == WEFT_INPROGRESS,
+              "watcher %d had the notice twice", i);
+    }
+    qsort(at, (size_t)n, sizeof(*at), cmp_u64);
+    printf("fanout %s %s: %d watchers, set up in %.2f s; delivered first %.1f ms, median %.1f "
+           "ms, last %.1f ms (last - first %.1f ms) after the %s; watchers' requests meanwhile "
+           "%" PRIu64 " (%.2f per watcher)\n",
+           srv != NULL ? "native" : "etcd", lapse ? "lapse" : "set", n, (double)setup / 1e9,
+           (double)at[0] / 1e6, (double)at[n / 2] / 1e6, (double)at[n - 1] / 1e6,
+           (double)(at[n - 1] - at[0]) / 1e6, lapse ? "holder closed" : "set", req,
+           (double)req / n);
+    for (int i = 0; i < n; i++) {
+        weft__store_close(w[i]);
+    }
+    free(w);
+    free(at);
+    free(p);
+    free(idx);
     if (srv != NULL) {
         weft__store_server_stop(srv);
     }
@@ -434,6 +559,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "cost") == 0 && argc == 5) {
         return cost(addr, token, atoi(argv[4]));
+    }
+    if (strcmp(cmd, "fanout") == 0 && argc == 6 &&
+        (strcmp(argv[5], "set") == 0 || strcmp(argv[5], "lapse") == 0)) {
+        return fanout(addr, token, atoi(argv[4]), strcmp(argv[5], "lapse") == 0);
     }
     fprintf(stderr, "unknown command or arguments: %s\n", cmd);
     return 2;

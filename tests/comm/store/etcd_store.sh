@@ -4,7 +4,9 @@
 #   etcd_store.sh BIN_DIR WORK_DIR single   a 1-member etcd: weft-etcd-check basic, add
 #                                           from 4 processes x 100 = 400, a disarmed lease
 #                                           stays quiet, a lease whose holder is killed -9
-#                                           is delivered to a watcher once and readable
+#                                           is delivered to a watcher once and readable;
+#                                           a notice set and a lease lapsed reach each of
+#                                           20 watchers once (weft-etcd-check fanout)
 #   etcd_store.sh BIN_DIR WORK_DIR cluster  a 3-member etcd: basic, then the leader is
 #                                           killed -9 while 4 processes add 100 each: they
 #                                           go on after the election and the count is 400
@@ -131,6 +133,10 @@ single)
     wait "$watcher" || { cat "$dir/lapse.out"; exit 1; }
     cat "$dir/lapse.out"
     echo "lease of a killed holder delivered within $((($(date +%s%N) - killed) / 1000000)) ms (incl. a 3 s wait for duplicates)"
+    # weft-etcd-check fanout, which perf/store_scale.sh runs at scale: each of 20 watchers
+    # has a notice set, then a lapsed lease's, once (a fresh token each: an empty root)
+    "$check" fanout "$addr" "$token-fanout-set" 20 set
+    "$check" fanout "$addr" "$token-fanout-lapse" 20 lapse
     ;;
 cluster)
     start_cluster 3
