@@ -76,7 +76,7 @@ Outcome of a trial
                  running after weftrun exited (it is killed and listed) or a
                  /dev/shm/weft-* name of the trial's job remains (it is removed and
                  listed); the job's names are found from WEFT_STORE, WEFT_JOB_TOKEN and
-                 the namespace of its ranks, as comm/shm/shm_job.c derives them.
+                 this host's id, as comm/shm/shm_job.c derives them.
 
 At the end a table gives the trials by fault x spacing x moment x mode with their counts
 per outcome, then the totals per dimension. The output of every HANG and FAIL is kept in
@@ -268,13 +268,45 @@ def trial_processes(tag):
     return found
 
 
+def host_id():
+    """This host as weft counts hosts (util/host_id.h): FNV-1a over the boot id, the
+    network and PID namespaces and /dev/shm's device. The driver shares all four with the
+    ranks it watches."""
+    prime, mask = 1099511628211, (1 << 64) - 1
+
+    def fnv(h, data):
+        for b in data:
+            h = ((h ^ b) * prime) & mask
+        return h
+
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().split("\n")[0]
+    except OSError:
+        boot = ""
+    h = fnv(1469598103934665603, boot.encode() + b"\0")
+    for ns in ("/proc/self/ns/net", "/proc/self/ns/pid"):
+        try:
+            link = os.readlink(ns).encode()[:64]
+        except OSError:
+            link = b""
+        h = (fnv(h, link) * prime) & mask
+    try:
+        dev = os.stat("/dev/shm").st_dev
+    except OSError:
+        dev = 0
+    h = fnv(h, dev.to_bytes(8, "little"))
+    return f"{h:016x}"
+
+
 def job_hash(store, token, ns):
     """The job part of its shared-memory names (comm/shm/shm_job.c): 16 hex digits of
-    HMAC-SHA256 keyed by the token over "weft shm job" and the store address. It does not
-    depend on the namespace, so every name of the job starts with it."""
+    HMAC-SHA256 over "weft shm job", the store address and the host id, keyed by the hex
+    of the job's data key, HMAC-SHA256(token, "weft-data-v1"). It does not depend on the
+    namespace, so every name of the job starts with it."""
     del ns
-    msg = b"weft shm job\0" + store.encode() + b"\0"
-    return hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()[:16]
+    data = hmac.new(token.encode(), b"weft-data-v1", hashlib.sha256).hexdigest()
+    msg = b"weft shm job\0" + store.encode() + b"\0" + host_id().encode() + b"\0"
+    return hmac.new(data.encode(), msg, hashlib.sha256).hexdigest()[:16]
 
 
 # -------------------------------------------------------------------------- one trial
