@@ -18,6 +18,7 @@
 
 #include "comm/store/proto.h"
 #include "launcher/weftrun.h"
+#include "util/hex.h"
 
 extern char **environ;
 
@@ -205,7 +206,8 @@ typedef struct child_setup {
 static weft_status_t secret_pipe(const weftrun_job_t *job, int id, int *rfd)
 {
     uint8_t secret[WEFT__STORE_PROOF_LEN], data[32];
-    char line[200];
+    char line[200] = "", secret_hex[2 * sizeof(secret) + 1] = "";
+    char data_hex[2 * sizeof(data) + 1] = "";
     int p[2] = {-1, -1};
     weft_status_t st = id < 0 ? WEFT_ERR_INVALID_ARG
                               : weft__store_session_secret(job->token, WEFT__STORE_ROLE_MEMBER,
@@ -213,15 +215,12 @@ static weft_status_t secret_pipe(const weftrun_job_t *job, int id, int *rfd)
     if (st == WEFT_OK) {
         st = weft__store_data_key(job->token, data);
     }
-    int n = snprintf(line, sizeof(line), "weft-member-v1 %d ", id);
-    for (size_t i = 0; st == WEFT_OK && i < sizeof(secret); i++) {
-        n += snprintf(line + n, sizeof(line) - (size_t)n, "%02x", secret[i]);
+    int n = 0;
+    if (st == WEFT_OK) {
+        weft__hex_encode(secret, sizeof(secret), secret_hex);
+        weft__hex_encode(data, sizeof(data), data_hex);
+        n = snprintf(line, sizeof(line), "weft-member-v1 %d %s %s\n", id, secret_hex, data_hex);
     }
-    n += snprintf(line + n, sizeof(line) - (size_t)n, " ");
-    for (size_t i = 0; st == WEFT_OK && i < sizeof(data); i++) {
-        n += snprintf(line + n, sizeof(line) - (size_t)n, "%02x", data[i]);
-    }
-    n += snprintf(line + n, sizeof(line) - (size_t)n, "\n");
     if (st == WEFT_OK && pipe2(p, O_CLOEXEC) != 0) {
         WEFT_ERROR(job->lg, "pipe: %m");
         st = WEFT_ERR_IO;
@@ -233,6 +232,8 @@ static weft_status_t secret_pipe(const weftrun_job_t *job, int id, int *rfd)
     OPENSSL_cleanse(secret, sizeof(secret));
     OPENSSL_cleanse(data, sizeof(data));
     OPENSSL_cleanse(line, sizeof(line));
+    OPENSSL_cleanse(secret_hex, sizeof(secret_hex));
+    OPENSSL_cleanse(data_hex, sizeof(data_hex));
     if (p[1] >= 0) {
         close(p[1]);
     }

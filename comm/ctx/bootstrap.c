@@ -10,6 +10,7 @@
 
 #include "comm/ctx/boot_pmix.h"
 #include "comm/ctx/bootstrap.h"
+#include "util/hex.h"
 #include "util/parse.h"
 #include "util/secret_file.h"
 
@@ -77,23 +78,6 @@ static bool take_token(char out[TOKEN_COPY_LEN], char *why, size_t why_len)
 static weft_store_cred_t cred_kept;
 static bool cred_held;
 
-static bool hex32(const char *p, uint8_t out[32])
-{
-    for (int i = 0; i < 32; i++) {
-        int v = 0;
-        for (int j = 0; j < 2; j++) {
-            char ch = p[2 * i + j];
-            int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-            if (d < 0) {
-                return false;
-            }
-            v = v * 16 + d;
-        }
-        out[i] = (uint8_t)v;
-    }
-    return true;
-}
-
 bool weft__member_secret_parse(const char *line, size_t len, weft_store_cred_t *cred)
 {
     static const char magic[] = "weft-member-v1 ";
@@ -107,8 +91,8 @@ bool weft__member_secret_parse(const char *line, size_t len, weft_store_cred_t *
     }
     /* id, a space, 64 hex, a space, 64 hex, a line end, nothing more. */
     if (i == m || id > INT32_MAX || len != i + 1 + 64 + 1 + 64 + 1 || line[i] != ' ' ||
-        line[i + 65] != ' ' || line[len - 1] != '\n' || !hex32(line + i + 1, cred->secret) ||
-        !hex32(line + i + 66, cred->data_key)) {
+        line[i + 65] != ' ' || line[len - 1] != '\n' || !weft__hex_decode(line + i + 1, 32, cred->secret) ||
+        !weft__hex_decode(line + i + 66, 32, cred->data_key)) {
         OPENSSL_cleanse(cred, sizeof(*cred));
         return false;
     }

@@ -16,6 +16,7 @@
 #include "comm/shm/shm.h"
 #include "util/assert.h"
 #include "util/bigmem.h"
+#include "util/hex.h"
 #include "util/log_escape.h"
 #include "util/parse.h"
 
@@ -574,9 +575,7 @@ static weft_status_t ctx_keys(weft_ctx_t *ctx, const weft_boot_t *boot)
         return weft__error(ctx, WEFT_ERR_NO_MEMORY, "cannot derive the job's data key");
     }
     if (boot->member_only || boot->token[0] != '\0') {
-        for (size_t i = 0; i < sizeof(ctx->cred.data_key); i++) {
-            snprintf(ctx->data_hex + 2 * i, 3, "%02x", ctx->cred.data_key[i]);
-        }
+        weft__hex_encode(ctx->cred.data_key, sizeof(ctx->cred.data_key), ctx->data_hex);
     }
     return WEFT_OK;
 }

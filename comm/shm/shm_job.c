@@ -15,6 +15,7 @@
 
 #include "comm/shm/shm_job.h"
 #include "comm/store/proto.h"
+#include "util/hex.h"
 #include "util/host_id.h"
 
 #define NAME_PREFIX "weft-"
@@ -41,9 +42,7 @@ static weft_status_t keyed_id(const char *key, const char *const *parts, size_t 
     if (st != WEFT_OK) {
         return st;
     }
-    for (int i = 0; i < WEFT_SHM_ID_HEX / 2; i++) {
-        snprintf(out + 2 * i, 3, "%02x", mac[i]);
-    }
+    weft__hex_encode(mac, WEFT_SHM_ID_HEX / 2, out);
     return WEFT_OK;
 }
 

@@ -14,6 +14,7 @@
 
 #include "comm/store/proto.h"
 #include "comm/store/store.h"
+#include "util/hex.h"
 
 void weft__store_buf_free(weft_store_buf_t *b)
 {
@@ -289,9 +290,10 @@ weft_status_t weft__store_data_hex(const char *token, char out[65])
 {
     uint8_t key[32];
     weft_status_t st = weft__store_data_key(token, key);
-    for (size_t i = 0; i < sizeof(key); i++) {
-        snprintf(out + 2 * i, 3, "%02x", st == WEFT_OK ? key[i] : 0);
+    if (st != WEFT_OK) {
+        memset(key, 0, sizeof(key));
     }
+    weft__hex_encode(key, sizeof(key), out);
     OPENSSL_cleanse(key, sizeof(key));
     return st;
 }
