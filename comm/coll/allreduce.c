@@ -246,6 +246,9 @@ weft_status_t weft__coll_setup_reduction(weft_coll_t *c)
     if (weft__coll_is_small(c, bytes)) {
         return setup_small(c);
     }
+    if (weft__coll_sliced_fits(c, bytes)) {
+        return weft__coll_setup_sliced(c); /* hier_sliced.c: over hosts of equal size */
+    }
     if (weft__coll_hier_fits(c, bytes)) {
         return weft__coll_setup_hier(c); /* hier.c: over several hosts */
     }

@@ -56,6 +56,10 @@
 #define WEFT_COLL_STEP_COUNTS 36
 #define WEFT_COLL_STEP_HIER_UP 37   /* hierarchical allreduce: to the host's leader */
 #define WEFT_COLL_STEP_HIER_DOWN 38 /* and back from it */
+/* Sliced allreduce over hosts (hier_sliced.c): stage s (0..2) of a segment, segments in
+ * flight told apart by their number mod WEFT_SLICED_DEPTH. */
+#define WEFT_SLICED_DEPTH 4
+#define WEFT_COLL_STEP_SLICED(stage, seg) (40 + (stage)*WEFT_SLICED_DEPTH + (seg))
 
 /* The header of every exchange-phase message (32 bytes, keeps payloads aligned). */
 typedef struct weft_coll_hdr {
@@ -140,7 +144,8 @@ typedef struct weft_ring {
     uint8_t *mine;      /* where my reduced block goes */
     const uint8_t *own; /* allgather only: my block as the user gave it */
     const weft_reducer_t *red;
-    bool direct; /* reduce-scatter chunks are received and combined in place in `full` */
+    uint32_t step; /* tag step of every message: WEFT_COLL_STEP_RING unless set after init */
+    bool direct;   /* reduce-scatter chunks are received and combined in place in `full` */
     /* Progress. Units below next_done are received and processed; sends below floor
      * have completed. */
     size_t next_recv, next_done, next_send, floor;
@@ -337,6 +342,9 @@ weft_status_t weft__coll_setup_alltoall(weft_coll_t *c); /* alltoall, alltoallv 
  * @p c qualifies (hier.c; every rank decides alike), and its setup. */
 bool weft__coll_hier_fits(weft_coll_t *c, size_t bytes);
 weft_status_t weft__coll_setup_hier(weft_coll_t *c);
+/* The same for larger vectors when every host has as many ranks (hier_sliced.c). */
+bool weft__coll_sliced_fits(weft_coll_t *c, size_t bytes);
+weft_status_t weft__coll_setup_sliced(weft_coll_t *c);
 /* Local result with one rank (no communication). */
 void weft__coll_single(const weft_coll_args_t *a, size_t elem);
 

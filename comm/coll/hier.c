@@ -13,7 +13,8 @@
  *
  * It costs the leader (ranks on its host - 1) vectors of scratch and does not pipeline
  * the three stages, so it is chosen only up to WEFT_COLL_HIER_MAX bytes; larger
- * vectors, where the ring's pipelining wins, keep the ring. The exchange phase
+ * vectors take the sliced allreduce (hier_sliced.c) where every host has as many
+ * ranks, else the ring, whose pipelining wins there. The exchange phase
  * (header-only recursive doubling over the whole group) still checks that every rank
  * agrees before any data moves, so ranks that disagree on the size never pick different
  * algorithms for the data. The host table is the group's (weft__group_host_table): the

@@ -127,6 +127,7 @@ weft_status_t weft__ring_init_among(weft_coll_t *c, weft_ring_t *ring, const wef
     ring->mine = mine;
     ring->own = own;
     ring->red = &c->red;
+    ring->step = WEFT_COLL_STEP_RING;
     for (int i = 0; i < WEFT_RING_WIN; i++) {
         ring->slot[i] = -1;
     }
@@ -212,7 +213,7 @@ static weft_status_t post_recv(weft_coll_t *c, weft_ring_t *ring, bool *blocked)
     } else {
         dst = ring->full + ui.off * ring->elem;
     }
-    uint32_t tag = weft__tag_coll_payload(c->seq, WEFT_COLL_STEP_RING);
+    uint32_t tag = weft__tag_coll_payload(c->seq, ring->step);
     weft_status_t st =
         weft__irecv(c->g, ring->left, dst, ui.len * ring->elem, WEFT_TAG_COLL, tag, &ring->rreq[w]);
     if (st != WEFT_OK && st != WEFT_INPROGRESS) {
@@ -281,7 +282,7 @@ static weft_status_t post_send(weft_coll_t *c, weft_ring_t *ring)
     } else {
         src = ring->full + ui.off * ring->elem;
     }
-    uint32_t tag = weft__tag_coll_payload(c->seq, WEFT_COLL_STEP_RING);
+    uint32_t tag = weft__tag_coll_payload(c->seq, ring->step);
     weft_status_t st = weft__isend(c->g, ring->right, src, ui.len * ring->elem, WEFT_TAG_COLL, tag,
                                    &ring->sreq[w]);
     if (st != WEFT_OK && st != WEFT_INPROGRESS) {

@@ -23,6 +23,7 @@ typedef struct weft_config {
     size_t coll_small_max;        /* bytes: latency algorithms at or below */
     size_t coll_chunk;            /* bytes: pipelining chunk of ring algorithms */
     size_t coll_hier_max;         /* bytes: hierarchical allreduce over hosts at or below */
+    size_t coll_hier_segment;     /* bytes: segment of the sliced allreduce over hosts; 0 off */
     int coll_shm;                 /* 1: same-host groups collect through shared memory */
     size_t shm_small_max;         /* bytes: collectives carried in the shared slots */
     int shm_bcast_eager;          /* 1: small broadcast roots return once their data is posted */

@@ -15,9 +15,17 @@
 # --startup instead times whole jobs, REPEATS of each, that start, run one 8-byte
 # allreduce (no --settle) and end: the median wall times and their ratio.
 #
-# The bed's hosts share this machine's cores. When they hold more ranks than it has
-# cores, both libraries are told to give the CPU up while they wait (WEFT_YIELD_SPINS=0,
-# mpi_yield_when_idle), as each does by itself when it knows a host is oversubscribed.
+# The link: before each round iperf3 (when installed) measures host 0 -> host 1 with 1,
+# 2, 4 and 8 TCP streams; the table prints each library's allreduce bus bandwidth as a
+# fraction of the best median of those (the streams it took are printed with it).
+#
+# The bed's hosts share this machine's cores. Neither library binds ranks to cores here
+# (weft-perf --bind none, mpirun --bind-to none): each binds per host, so the ranks of
+# every host would pile onto the same first cores of the machine (2 hosts x 1 rank bound:
+# both ranks on core 0, 50x slower for both). When the hosts hold more ranks than the
+# machine has cores, both are told to give the CPU up while they wait
+# (WEFT_YIELD_SPINS=0, mpi_yield_when_idle), as each does by itself when it knows a host
+# is oversubscribed.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -71,7 +79,8 @@ weft_run() { # LO HI ITERS WARMUP OUT [options]
     for ((i = hosts - 1; i >= 0; i--)); do
         "$NSH_BED" exec $i "${yield[@]}" "$bin/weftrun" --nnodes "$hosts" --node-rank $i \
             --store "$store" --token-file "$tmp/token" -n "$per" -- "$bin/weft-perf" \
-            allreduce -b "$1" -e "$2" -n "$3" -w "$4" --json "${@:6}" >"$5.$i" &
+            allreduce -b "$1" -e "$2" -n "$3" -w "$4" --bind none --json "${@:6}" \
+            >"$5.$i" &
         pids+=($!)
     done
     wait "${pids[@]}"
@@ -80,7 +89,8 @@ weft_run() { # LO HI ITERS WARMUP OUT [options]
 ompi_run() { # LO HI ITERS WARMUP OUT [options]
     ip netns exec "${NSH_PREFIX}h$hosts" mpirun --allow-run-as-root -n "$ranks" \
         --hostfile "$tmp/hostfile" --mca plm_rsh_agent "$tmp/agent" \
-        --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "${ompi_yield[@]}" \
+        --bind-to none --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+        "${ompi_yield[@]}" \
         "$bin/mpi-allreduce-perf" -b "$1" -e "$2" -n "$3" -w "$4" --json "${@:6}" >"$5"
 }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
@@ -108,8 +118,32 @@ print(f"Open MPI / weft: {o / w:.2f}")
 PY
 fi
 
+# iperf3 from host 0 to host 1 with STREAMS streams for 2 s: bytes per second received.
+iperf_run() {
+    local port=$((5201 + RANDOM % 1000))
+    "$NSH_BED" exec 1 timeout 20 iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+    local server=$!
+    local ok=0
+    for ((try = 0; try < 50; try++)); do
+        if "$NSH_BED" exec 0 iperf3 -c "$("$NSH_BED" addr 1)" -p "$port" -P "$1" -t 2 -J \
+            >"$tmp/iperf.json" 2>/dev/null; then
+            ok=1
+            break
+        fi
+        sleep 0.1
+    done
+    wait "$server" 2>/dev/null # at most 20 s when no client got through
+    [ "$ok" = 1 ] && python3 -c 'import json,sys
+print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8)' "$tmp/iperf.json"
+}
+
 sweeps=("8 1M 200 20" "2M $max 10 2")
 for ((rep = 0; rep < repeats; rep++)); do
+    if command -v iperf3 >/dev/null; then
+        for streams in 1 2 4 8; do
+            bps=$(iperf_run "$streams") && echo "$streams $bps" >>"$tmp/link"
+        done
+    fi
     for s in "${sweeps[@]}"; do
         read -r lo hi iters warm <<<"$s"
         weft_run "$lo" "$hi" "$iters" "$warm" "$tmp/weft-$rep-$lo.json"
@@ -121,6 +155,17 @@ python3 - "$tmp" "$hosts" "$per" <<'PY'
 import glob, json, os, statistics, sys
 tmp, hosts, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 n = hosts * per
+link, streams = None, {}
+if os.path.exists(os.path.join(tmp, "link")):
+    for line in open(os.path.join(tmp, "link")):
+        k, v = line.split()
+        streams.setdefault(int(k), []).append(float(v))
+    med = {k: statistics.median(v) for k, v in streams.items()}
+    best = max(med, key=med.get)
+    link = med[best]
+    print("# iperf3 host 0 -> host 1, median GB/s by streams: " +
+          ", ".join(f"{k}: {med[k] / 1e9:.2f}" for k in sorted(med)) +
+          f"; the link: {link / 1e9:.2f} GB/s ({best} streams)")
 def load(prefix):
     by, wrong = {}, 0
     for path in sorted(glob.glob(os.path.join(tmp, prefix + "-*.json"))):
@@ -131,11 +176,15 @@ def load(prefix):
 weft, ww = load("weft")
 ompi, ow = load("ompi")
 print(f"# allreduce f32 sum, {hosts} hosts x {per} ranks over veth: median time per size")
-print("#%11s %11s %11s %10s %8s" % ("size(B)", "weft(us)", "ompi(us)", "weft GB/s", "ratio"))
+print("#%11s %11s %11s %10s %10s %8s %8s %8s" % ("size(B)", "weft(us)", "ompi(us)", "weft GB/s",
+      "ompi GB/s", "weft/link", "ompi/link", "ratio"))
 for size in sorted(set(weft) & set(ompi)):
     wt, ot = statistics.median(weft[size]), statistics.median(ompi[size])
-    busbw = size / wt / 1e3 * 2 * (n - 1) / n
-    print(" %11d %11.2f %11.2f %10.3f %8.2f" % (size, wt, ot, busbw, ot / wt))
+    wbw = size / wt / 1e3 * 2 * (n - 1) / n
+    obw = size / ot / 1e3 * 2 * (n - 1) / n
+    frac = lambda bw: "%8.2f" % (bw * 1e9 / link) if link else "%8s" % "-"
+    print(" %11d %11.2f %11.2f %10.3f %10.3f %s %s %8.2f" %
+          (size, wt, ot, wbw, obw, frac(wbw), frac(obw), ot / wt))
 print(f"# wrong results: weft {ww}, ompi {ow}")
 sys.exit(1 if ww or ow else 0)
 PY

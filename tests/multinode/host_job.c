@@ -7,8 +7,9 @@
  *       each host's ranks (split by WEFT_RANK / WEFT_LOCAL_SIZE) must, when it has
  *       several members. Checked allreduces on both. Prints "PATHS-OK rank R".
  *   host_job loss SURVIVORS [KILL_RANK]
- *       Allreduces, small and mid-size in turn (the mid-size ones hierarchical over
- *       hosts with several ranks), until a peer dies (rank KILL_RANK kills itself after a
+ *       Allreduces, small, mid-size and large in turn (the mid-size ones hierarchical
+ *       over hosts with several ranks, the large ones sliced over hosts with as many
+ *       ranks each), until a peer dies (rank KILL_RANK kills itself after a
  *       few; without it, the test kills ranks or a whole host from outside once rank 0
  *       has printed "JOB-READY"); then repair until the group has SURVIVORS members, agree on the
  *       membership and check a large allreduce at the new epoch. Prints "SURVIVOR-OK".
@@ -18,7 +19,8 @@
  *       table the library uses must match the host names (the bed gives each host its
  *       own), and the hierarchical algorithm must be chosen for a mid-size vector exactly
  *       when the group spans several hosts with several ranks on some host (never
- *       past WEFT_COLL_HIER_MAX). A sum of doubles that rounds differently in every order
+ *       past WEFT_COLL_HIER_MAX), the sliced one past it exactly when every host has
+ *       as many ranks (at least 2). A sum of doubles that rounds differently in every order
  *       must come out bitwise the same on every rank. Prints "HIER-OK rank R".
  *   host_job grow
  *       The members admit one newcomer (weft_group_grow) once rank 0 has printed
@@ -32,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/coll/coll.h"
@@ -137,25 +140,35 @@ static weft_status_t big_allreduce(weft_group_t *g)
     return st;
 }
 
-/* An allreduce of 8192 doubles (the hierarchical algorithm's range over several hosts
- * with several ranks on one), checked element-wise. */
-static weft_status_t mid_allreduce(weft_group_t *g)
+/* An in-place allreduce of @p n doubles (rank r gives r + i for element i), checked
+ * element-wise: 8192 of them (64 KiB) fall in the hierarchical algorithm's range over
+ * several hosts with several ranks on one, 262144 (2 MiB, 16 segments of the default
+ * 128K) in the sliced one's over hosts of equal size. */
+static weft_status_t checked_allreduce(weft_group_t *g, int count)
 {
-    enum { N = 8192 };
-    double x[N];
+    enum { MAX = 262144 };
+    static double x[MAX];
     int r, n;
     weft_group_rank(g, &r);
     weft_group_size(g, &n);
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < count; i++) {
         x[i] = r + i;
     }
-    weft_status_t st = weft_allreduce(g, x, x, N, WEFT_F64, WEFT_SUM);
-    for (int i = 0; i < N && st == WEFT_OK; i++) {
+    weft_status_t st = weft_allreduce(g, x, x, (size_t)count, WEFT_F64, WEFT_SUM);
+    for (int i = 0; i < count && st == WEFT_OK; i++) {
         if (x[i] != (double)n * (n - 1) / 2 + (double)n * i) {
             st = WEFT_ERR_MISMATCH;
         }
     }
     return st;
+}
+
+/* The wall clock in ms: the bed's hosts share it, so scripts compare it with a kill's. */
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_rank)
@@ -177,8 +190,10 @@ static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_ran
         if (rank == kill_rank && i == 50) {
             raise(SIGKILL);
         }
-        st = i % 2 ? fault_checked_allreduce(g) : mid_allreduce(g);
+        st = i % 3 == 0 ? fault_checked_allreduce(g)
+                        : checked_allreduce(g, i % 3 == 1 ? 8192 : 262144);
     }
+    long long wall_err = wall_ms();
     if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
         printf("SURVIVOR-FAIL rank %d: work ended with %s\n", rank, weft_status_str(st));
         return 1;
@@ -201,8 +216,9 @@ static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_ran
     weft_group_rank(g, &nr);
     double t_done = fault_now_ms();
     weft_finalize(ctx);
-    printf("SURVIVOR-OK rank %d (was %d): epoch %u -> %u, %d -> %d, repaired in %.1f ms\n", nr,
-           rank, info.old_epoch, info.new_epoch, size, expected, t_done - t_err);
+    printf("SURVIVOR-OK rank %d (was %d): epoch %u -> %u, %d -> %d, repaired in %.1f ms; "
+           "error at wall %lld ms\n",
+           nr, rank, info.old_epoch, info.new_epoch, size, expected, t_done - t_err, wall_err);
     return 0;
 }
 
@@ -301,8 +317,9 @@ static int hier_same_bits(weft_group_t *g)
     return 0;
 }
 
-/* Whether the library picks the hierarchical allreduce for @p bytes on @p g. */
-static bool hier_chosen(weft_group_t *g, weft_ctx_t *ctx, size_t bytes)
+/* Whether the library picks the hierarchical allreduce for @p bytes on @p g (the leader
+ * one; with @p sliced the sliced one, over hosts of equal size). */
+static bool hier_chosen(weft_group_t *g, weft_ctx_t *ctx, size_t bytes, bool sliced)
 {
     weft_coll_t c;
     memset(&c, 0, sizeof(c));
@@ -311,7 +328,7 @@ static bool hier_chosen(weft_group_t *g, weft_ctx_t *ctx, size_t bytes)
     weft_group_rank(g, &c.rank);
     weft_group_size(g, &c.size);
     c.a.kind = WEFT_COLL_ALLREDUCE;
-    return weft__coll_hier_fits(&c, bytes);
+    return sliced ? weft__coll_sliced_fits(&c, bytes) : weft__coll_hier_fits(&c, bytes);
 }
 
 static int run_hier(weft_ctx_t *ctx, weft_group_t *g)
@@ -350,9 +367,27 @@ static int run_hier(weft_ctx_t *ctx, weft_group_t *g)
     }
     bool expect = nhosts > 1 && shared;
     size_t max = ctx->cfg.coll_hier_max;
-    if (hier_chosen(g, ctx, 64 << 10) != expect || (max > 0 && hier_chosen(g, ctx, max + 1))) {
+    if (hier_chosen(g, ctx, 64 << 10, false) != expect ||
+        (max > 0 && hier_chosen(g, ctx, max + 1, false))) {
         printf("HIER-FAIL rank %d: the hierarchical allreduce is%s chosen on %d host(s)\n", rank,
                expect ? " not" : "", nhosts);
+        return 1;
+    }
+    /* Past it, the sliced one when every host has as many ranks (>= 2). */
+    int per_host = 0;
+    bool equal = expect;
+    for (int r = 0; r < size; r++) {
+        int n = 0;
+        for (int q = 0; q < size; q++) {
+            n += want[q] == want[r];
+        }
+        equal = equal && (per_host == 0 || n == per_host);
+        per_host = n;
+    }
+    bool sliced = equal && ctx->cfg.coll_hier_segment > 0;
+    if (hier_chosen(g, ctx, max + 1, true) != sliced || hier_chosen(g, ctx, max, true)) {
+        printf("HIER-FAIL rank %d: the sliced allreduce is%s chosen on %d host(s)\n", rank,
+               sliced ? " not" : "", nhosts);
         return 1;
     }
     /* Latency sizes, mid sizes (the hierarchical range), and past WEFT_COLL_HIER_MAX. */
@@ -368,7 +403,9 @@ static int run_hier(weft_ctx_t *ctx, weft_group_t *g)
         return 1;
     }
     printf("HIER-OK rank %d: %d ranks on %d host(s), %s\n", rank, size, nhosts,
-           expect ? "hierarchical" : "flat");
+           sliced   ? "hierarchical and sliced"
+           : expect ? "hierarchical"
+                    : "flat");
     return 0;
 }
 

@@ -116,6 +116,8 @@ kill_host)
         sleep 0.1
     done
     grep -q JOB-READY "$out/node0" || fail "the job did not start"
+    sleep 0.3 # into the allreduces, large ones most of the time
+    killed=$(date +%s%3N)
     "$NSH_BED" kill "$last"
     for i in $(seq 0 $((hosts - 2))); do
         wait_node "$i"
@@ -124,6 +126,10 @@ kill_host)
     wait_node "$last"
     [ $code -eq 137 ] || fail "the killed host's weftrun exited $code, not 137"
     [ "$(count SURVIVOR-OK)" -eq $((world - per)) ] || fail "not every survivor recovered"
+    # When each survivor's allreduce failed, after the kill (shown, not judged: the
+    # failure timeout bounds it, and on a busy machine it is the scheduler's).
+    echo "kill_host: survivors' errors $(cat "$out"/node* | sed -n 's/.*error at wall \([0-9]*\) ms.*/\1/p' |
+        while read -r t; do printf '%s ' $((t - killed)); done)ms after the kill"
     grep -q "node $last was lost" "$out/node0" || fail "node 0 did not see node $last lost"
     ;;
 grow)
