@@ -24,6 +24,8 @@ static void usage(FILE *f)
                "      --peer-xml FILE  with --topology: the other host is this XML file\n"
                "                    (default: a host like this one)\n"
                "      --gpu N       with --topology: this process drives GPU N of the list\n"
+               "      --algorithms  the collectives' rule table: the algorithm each takes by\n"
+               "                    size and by how the group lies on its hosts\n"
                "      --version     the version only\n"
                "  -h, --help        this text\n");
 }
@@ -31,11 +33,12 @@ static void usage(FILE *f)
 /* Fill @p o from the command line. Returns -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, weft_info_params_t *o)
 {
-    enum { OPT_VERSION = 256, OPT_CONFIG, OPT_TOPOLOGY, OPT_XML, OPT_PEER_XML, OPT_GPU };
+    enum { OPT_VERSION = 256, OPT_CONFIG, OPT_TOPOLOGY, OPT_XML, OPT_PEER_XML, OPT_GPU, OPT_ALGOS };
     static const struct option longopts[] = {
         {"version", no_argument, NULL, OPT_VERSION},
         {"config", no_argument, NULL, OPT_CONFIG},
         {"topology", no_argument, NULL, OPT_TOPOLOGY},
+        {"algorithms", no_argument, NULL, OPT_ALGOS},
         {"xml", required_argument, NULL, OPT_XML},
         {"peer-xml", required_argument, NULL, OPT_PEER_XML},
         {"gpu", required_argument, NULL, OPT_GPU},
@@ -54,6 +57,9 @@ static int parse_options(int argc, char **argv, weft_info_params_t *o)
             break;
         case OPT_TOPOLOGY:
             o->flags |= WEFT_INFO_TOPOLOGY;
+            break;
+        case OPT_ALGOS:
+            o->flags |= WEFT_INFO_ALGORITHMS;
             break;
         case OPT_XML:
             o->topo_xml = optarg;

@@ -188,7 +188,9 @@ weft_status_t weft__coll_setup_broadcast(weft_coll_t *c)
     int pos = (c->rank - c->a.root + c->size) % c->size;
     ch->prev = pos == 0 ? -1 : (c->rank - 1 + c->size) % c->size;
     ch->next = pos == c->size - 1 ? -1 : (c->rank + 1) % c->size;
-    ch->chunk = weft__coll_chunk_bytes(c, bytes, 2); /* a receive and a send per chunk */
+    /* A receive and a send per chunk; over hosts the network's chunk, as the rings'. */
+    ch->chunk =
+        weft__coll_over_hosts(c) ? c->ctx->cfg.coll_net_chunk : weft__coll_chunk_bytes(c, bytes, 2);
     if (ch->chunk == 0) {
         ch->chunk = bytes;
     }

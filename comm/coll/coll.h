@@ -244,21 +244,37 @@ uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes);
  * eager-sized chunks is then faster than one big exchange. With more ranks the ring needs
  * 2(P-1) steps against log2(P), so in the alpha-beta model the crossover moves up by
  * (2(P-1) - L) / L, L = log2 of the largest power of two <= P (2x at 4 ranks, 3.7x at 8).
+ * Over several hosts the base is WEFT_COLL_NET_SMALL_MAX: each step pays the network's
+ * latency, tens of microseconds, so the crossover lies at larger vectors.
  */
+/* Whether the group of @p c has ranks on several hosts (the same answer on every rank). */
+static inline bool weft__coll_over_hosts(const weft_coll_t *c)
+{
+    int nhosts = 1;
+    return c->size > 1 && weft__group_host_table(c->g, &nhosts) != NULL && nhosts > 1;
+}
+
+static inline size_t weft__coll_small_limit(size_t base, int size)
+{
+    size_t lg = 0;
+    while ((2u << lg) <= (unsigned)size) {
+        lg++;
+    }
+    if (lg > 1) {
+        size_t ring_steps = 2 * (size_t)(size - 1);
+        base = base / lg * (ring_steps - lg);
+    }
+    return base;
+}
+
 static inline bool weft__coll_is_small(const weft_coll_t *c, size_t payload)
 {
     if (c->shm != NULL) {
         return false; /* headers go through shared memory, without payload */
     }
-    size_t lg = 0;
-    while ((2u << lg) <= (unsigned)c->size) {
-        lg++;
-    }
-    size_t limit = c->ctx->cfg.coll_small_max;
-    if (lg > 1) {
-        size_t ring_steps = 2 * (size_t)(c->size - 1);
-        limit = limit / lg * (ring_steps - lg);
-    }
+    size_t limit = weft__coll_small_limit(weft__coll_over_hosts(c) ? c->ctx->cfg.coll_net_small_max
+                                                                   : c->ctx->cfg.coll_small_max,
+                                          c->size);
     return payload <= limit && WEFT_COLL_HDR_SIZE + payload <= limit;
 }
 
@@ -316,9 +332,10 @@ void weft__rd_fini(weft_coll_t *c);
 weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag, const void *in,
                               void *full, void *mine, const void *own, size_t count, size_t blk);
 /* A ring over some ranks of the group only: this rank's place in it (@p rank of @p size)
- * and the group ranks of its neighbours. @p remote: every link crosses hosts, so chunks
- * are WEFT_COLL_CHUNK whatever the size (eager-sized chunks pay off over shared memory;
- * over the network each costs a round of the network's latency). */
+ * and the group ranks of its neighbours. @p remote: some link crosses hosts, so chunks
+ * are WEFT_COLL_NET_CHUNK whatever the size (eager-sized chunks pay off over shared
+ * memory; over the network larger ones amortise its latency, and smaller ones than
+ * WEFT_COLL_CHUNK keep every link busy at once). */
 typedef struct weft_ring_pos {
     int rank, size, left, right;
     bool remote;
@@ -347,5 +364,8 @@ bool weft__coll_sliced_fits(weft_coll_t *c, size_t bytes);
 weft_status_t weft__coll_setup_sliced(weft_coll_t *c);
 /* Local result with one rank (no communication). */
 void weft__coll_single(const weft_coll_args_t *a, size_t elem);
+/* The rule table the setups above follow, with the values of @p cfg (rules.c; printed by
+ * weft-info --algorithms). */
+void weft__coll_rules_print(FILE *out, const weft_config_t *cfg);
 
 #endif

@@ -98,10 +98,9 @@ size_t weft__coll_chunk_bytes(const weft_coll_t *c, size_t blk_bytes, int units)
 weft_status_t weft__ring_init(weft_coll_t *c, weft_ring_t *ring, bool rs, bool ag, const void *in,
                               void *full, void *mine, const void *own, size_t count, size_t blk)
 {
-    /* Every rank on a host of its own: every link crosses the network (the same answer
-     * on every rank, as the chunking must be). */
-    int nhosts = 0;
-    bool remote = c->size > 1 && weft__group_host_table(c->g, &nhosts) != NULL && nhosts == c->size;
+    /* Ranks on several hosts: some link crosses the network, and the ring goes at its
+     * pace (the same answer on every rank, as the chunking must be). */
+    bool remote = weft__coll_over_hosts(c);
     weft_ring_pos_t pos = {c->rank, c->size, mod(c->rank - 1, c->size), mod(c->rank + 1, c->size),
                            remote};
     return weft__ring_init_among(c, ring, &pos, rs, ag, in, full, mine, own, count, blk);
@@ -132,7 +131,7 @@ weft_status_t weft__ring_init_among(weft_coll_t *c, weft_ring_t *ring, const wef
         ring->slot[i] = -1;
     }
     size_t maxblk = blk > 0 ? blk : (count + (size_t)pos->size - 1) / (size_t)pos->size;
-    size_t per_chunk = (pos->remote ? c->ctx->cfg.coll_chunk
+    size_t per_chunk = (pos->remote ? c->ctx->cfg.coll_net_chunk
                                     : weft__coll_chunk_bytes(c, maxblk * c->elem, ring->units)) /
                        c->elem;
     if (per_chunk == 0) {

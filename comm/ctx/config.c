@@ -281,6 +281,17 @@ static const config_field_t config_table[] = {
     FIELD("WEFT_COLL_CHUNK", "1M",
           "Pipelining chunk of bandwidth-optimised (ring) collectives, in bytes.", coll_chunk,
           size),
+    FIELD("WEFT_COLL_NET_SMALL_MAX", "32K",
+          "WEFT_COLL_SMALL_MAX for groups that span several hosts: the network's latency "
+          "is tens of microseconds, so recursive doubling, log2(P) steps moving the whole "
+          "vector, beats the ring's 2(P-1) steps up to larger vectors than over shared "
+          "memory. Must be equal on all ranks.",
+          coll_net_small_max, size),
+    FIELD("WEFT_COLL_NET_CHUNK", "64K",
+          "Pipelining chunk of ring collectives over groups that span several hosts, in "
+          "bytes: each chunk crosses the network in one message, and smaller ones keep "
+          "every link of the ring busy at once. Must be equal on all ranks.",
+          coll_net_chunk, size),
     FIELD("WEFT_COLL_HIER_MAX", "128K",
           "Allreduces above the latency size and up to this many bytes, on a group over "
           "several hosts with several members on some host, reduce within each host, "

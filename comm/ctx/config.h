@@ -22,6 +22,8 @@ typedef struct weft_config {
     uint64_t failure_timeout_ms;
     size_t coll_small_max;        /* bytes: latency algorithms at or below */
     size_t coll_chunk;            /* bytes: pipelining chunk of ring algorithms */
+    size_t coll_net_chunk;        /* bytes: the same for rings with links across hosts */
+    size_t coll_net_small_max;    /* bytes: coll_small_max for groups over several hosts */
     size_t coll_hier_max;         /* bytes: hierarchical allreduce over hosts at or below */
     size_t coll_hier_segment;     /* bytes: segment of the sliced allreduce over hosts; 0 off */
     int coll_shm;                 /* 1: same-host groups collect through shared memory */

@@ -13,6 +13,7 @@
 #include "comm/device/cublas_lazy.h"
 #endif
 
+#include "comm/coll/coll.h"
 #include "comm/diag/info.h"
 #include "comm/device/memtype.h"
 #include "transports/transport.h"
@@ -21,7 +22,8 @@
 #include "transports/nccl.h"
 #endif
 
-#define INFO_SECTIONS (WEFT_INFO_SUMMARY | WEFT_INFO_CONFIG | WEFT_INFO_TOPOLOGY)
+#define INFO_SECTIONS                                                                              \
+    (WEFT_INFO_SUMMARY | WEFT_INFO_CONFIG | WEFT_INFO_TOPOLOGY | WEFT_INFO_ALGORITHMS)
 #define INFO_FLAGS (INFO_SECTIONS | WEFT_INFO_TOPOLOGY_GPU)
 
 const char *weft__info_setting(const char *name)
@@ -161,6 +163,17 @@ weft_status_t weft_info_print(FILE *out, const weft_info_params_t *params)
     if (p.flags & WEFT_INFO_TOPOLOGY) {
         fputs(sep, out);
         status = weft__info_topology(out, &p);
+        sep = "\n";
+    }
+    if ((p.flags & WEFT_INFO_ALGORITHMS) && status == WEFT_OK) {
+        weft_config_t cfg;
+        fputs(sep, out);
+        status = weft__config_load(&cfg, NULL);
+        if (status == WEFT_OK) {
+            weft__coll_rules_print(out, &cfg);
+        } else {
+            fprintf(out, "Collective algorithms: %s\n", weft_last_error(NULL));
+        }
     }
     if (fflush(out) != 0 || ferror(out)) {
         return status != WEFT_OK ? status : WEFT_ERR_IO;

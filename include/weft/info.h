@@ -40,6 +40,9 @@ enum weft_info_flags {
     /** With WEFT_INFO_TOPOLOGY: this process drives GPU weft_info_params_t::gpu of the
      *  host's list. Without it: the current CUDA device, else the first GPU. */
     WEFT_INFO_TOPOLOGY_GPU = 1u << 3,
+    /** The rule table of the collectives: the algorithm each takes by size and by how
+     *  the group lies on its hosts, with the settings in effect (after the topology). */
+    WEFT_INFO_ALGORITHMS = 1u << 4,
 };
 
 /**

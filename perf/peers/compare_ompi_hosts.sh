@@ -1,9 +1,10 @@
 #!/bin/bash
 # weft vs Open MPI across "hosts" of the namespace test bed, over the same veth pairs and
-# bridge. Run it inside a bed of HOSTS + 1 hosts, as root:
+# bridge: allreduce f32 sum, or COLL (reduce_scatter, allgather, broadcast, alltoall).
+# Run it inside a bed of HOSTS + 1 hosts, as root:
 #
 #   tests/multinode/netns_hosts.sh 3 perf/peers/compare_ompi_hosts.sh [-H HOSTS]
-#       [-p PER_HOST] [-e MAX] [-r REPEATS] [--startup] [--build DIR]
+#       [-p PER_HOST] [-C COLL] [-b MIN] [-e MAX] [-r REPEATS] [--startup] [--build DIR]
 #
 # Ranks run on hosts 0 .. HOSTS-1 (default 2), PER_HOST each (default 2). weft: one
 # weftrun per host (node 0 serving the store) running weft-perf allreduce. Open MPI:
@@ -32,14 +33,18 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$here/../.." && pwd)/build
 hosts=2
 per=2
+min=8
 max=16M
+coll=allreduce
 repeats=3
 startup=0
 while [ $# -gt 0 ]; do
     case "$1" in
     -H) hosts=$2; shift 2 ;;
     -p) per=$2; shift 2 ;;
+    -b) min=$2; shift 2 ;;
     -e) max=$2; shift 2 ;;
+    -C) coll=$2; shift 2 ;;
     -r) repeats=$2; shift 2 ;;
     --startup) startup=1; shift ;;
     --build) build=$(cd "$2" && pwd); shift 2 ;;
@@ -79,7 +84,7 @@ weft_run() { # LO HI ITERS WARMUP OUT [options]
     for ((i = hosts - 1; i >= 0; i--)); do
         "$NSH_BED" exec $i "${yield[@]}" "$bin/weftrun" --nnodes "$hosts" --node-rank $i \
             --store "$store" --token-file "$tmp/token" -n "$per" -- "$bin/weft-perf" \
-            allreduce -b "$1" -e "$2" -n "$3" -w "$4" --bind none --json "${@:6}" \
+            "$coll" -b "$1" -e "$2" -n "$3" -w "$4" --bind none --json "${@:6}" \
             >"$5.$i" &
         pids+=($!)
     done
@@ -91,7 +96,8 @@ ompi_run() { # LO HI ITERS WARMUP OUT [options]
         --hostfile "$tmp/hostfile" --mca plm_rsh_agent "$tmp/agent" \
         --bind-to none --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
         "${ompi_yield[@]}" \
-        "$bin/mpi-allreduce-perf" -b "$1" -e "$2" -n "$3" -w "$4" --json "${@:6}" >"$5"
+        "$bin/mpi-allreduce-perf" -C "$coll" -b "$1" -e "$2" -n "$3" -w "$4" --json "${@:6}" \
+        >"$5"
 }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
@@ -133,11 +139,23 @@ iperf_run() {
         sleep 0.1
     done
     wait "$server" 2>/dev/null # at most 20 s when no client got through
-    [ "$ok" = 1 ] && python3 -c 'import json,sys
-print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8)' "$tmp/iperf.json"
+    [ "$ok" = 1 ] && python3 -c 'import json, sys
+got = json.load(open(sys.argv[1])).get("end", {}).get("sum_received")
+sys.exit(1) if not got else print(got["bits_per_second"] / 8)' "$tmp/iperf.json"
 }
 
-sweeps=("8 1M 200 20" "2M $max 10 2")
+to_bytes() { numfmt --from=iec "$1"; }
+sweeps=()
+if [ "$(to_bytes "$min")" -le $((1 << 20)) ]; then
+    small_max=1M
+    [ "$(to_bytes "$max")" -ge $((1 << 20)) ] || small_max=$max
+    sweeps+=("$min $small_max 200 20")
+fi
+if [ "$(to_bytes "$max")" -ge $((2 << 20)) ]; then
+    big_min=2M
+    [ "$(to_bytes "$min")" -le $((2 << 20)) ] || big_min=$min
+    sweeps+=("$big_min $max 10 2")
+fi
 for ((rep = 0; rep < repeats; rep++)); do
     if command -v iperf3 >/dev/null; then
         for streams in 1 2 4 8; do
@@ -151,10 +169,11 @@ for ((rep = 0; rep < repeats; rep++)); do
     done
 done
 
-python3 - "$tmp" "$hosts" "$per" <<'PY'
+python3 - "$tmp" "$hosts" "$per" "$coll" <<'PY'
 import glob, json, os, statistics, sys
-tmp, hosts, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+tmp, hosts, per, coll = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 n = hosts * per
+factor = {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(coll, (n - 1) / n)
 link, streams = None, {}
 if os.path.exists(os.path.join(tmp, "link")):
     for line in open(os.path.join(tmp, "link")):
@@ -175,13 +194,13 @@ def load(prefix):
     return by, wrong
 weft, ww = load("weft")
 ompi, ow = load("ompi")
-print(f"# allreduce f32 sum, {hosts} hosts x {per} ranks over veth: median time per size")
+print(f"# {coll}, {hosts} hosts x {per} ranks over veth: median time per size")
 print("#%11s %11s %11s %10s %10s %8s %8s %8s" % ("size(B)", "weft(us)", "ompi(us)", "weft GB/s",
       "ompi GB/s", "weft/link", "ompi/link", "ratio"))
 for size in sorted(set(weft) & set(ompi)):
     wt, ot = statistics.median(weft[size]), statistics.median(ompi[size])
-    wbw = size / wt / 1e3 * 2 * (n - 1) / n
-    obw = size / ot / 1e3 * 2 * (n - 1) / n
+    wbw = size / wt / 1e3 * factor
+    obw = size / ot / 1e3 * factor
     frac = lambda bw: "%8.2f" % (bw * 1e9 / link) if link else "%8s" % "-"
     print(" %11d %11.2f %11.2f %10.3f %10.3f %s %s %8.2f" %
           (size, wt, ot, wbw, obw, frac(wbw), frac(obw), ot / wt))

@@ -8,7 +8,7 @@ from ._cfile import capture
 from ._lib import lib
 from .errors import check
 
-INFO_SUMMARY, INFO_CONFIG, INFO_TOPOLOGY, INFO_TOPOLOGY_GPU = 1, 2, 4, 8
+INFO_SUMMARY, INFO_CONFIG, INFO_TOPOLOGY, INFO_TOPOLOGY_GPU, INFO_ALGORITHMS = 1, 2, 4, 8, 16
 
 
 def version():
@@ -24,12 +24,14 @@ def version_info():
 
 
 def info_text(summary=True, config=False, topology=False, gpu=None, topo_xml=None,
-              peer_xml=None):
+              peer_xml=None, algorithms=False):
     """What `weft-info` prints (weft_info_print): the summary, the settings, the
-    topology and transport decisions. For people to read, not to parse."""
+    topology and transport decisions, the collectives' rule table. For people to read,
+    not to parse."""
     p = S.sized(S.InfoParams)
     p.flags = ((INFO_SUMMARY if summary else 0) | (INFO_CONFIG if config else 0) |
-               (INFO_TOPOLOGY if topology else 0) | (INFO_TOPOLOGY_GPU if gpu is not None else 0))
+               (INFO_TOPOLOGY if topology else 0) | (INFO_TOPOLOGY_GPU if gpu is not None else 0) |
+               (INFO_ALGORITHMS if algorithms else 0))
     if p.flags == 0:
         p.flags = INFO_SUMMARY
     p.gpu = gpu or 0

@@ -240,6 +240,41 @@ static void test_all_sections(void **state)
     free(text);
 }
 
+/* The collectives' rule table, with the settings in effect: the latency limits it prints
+ * are the alpha-beta crossover, base x (2(P-1) - L) / L minus the 32-byte header,
+ * computed here on their own; a setting changes the table, a bad one is reported. */
+static void test_algorithms(void **state)
+{
+    (void)state;
+    weft_info_params_t p = {.size = sizeof(p), .flags = WEFT_INFO_ALGORITHMS};
+    weft_status_t status;
+    assert_int_equal(setenv("WEFT_COLL_NET_SMALL_MAX", "24K", 1), 0);
+    char *text = report(&p, &status);
+    assert_int_equal(status, WEFT_OK);
+    assert_memory_equal(text, "Collective algorithms", 21);
+    assert_null(strstr(text, "Transports (built")); /* the table alone */
+    char want[160];
+    /* 8 ranks: L = 3, 2(P-1) = 14: 24K / 3 x 11 = 90112 bytes, less the header. */
+    snprintf(want, sizeof(want), "(WEFT_COLL_NET_SMALL_MAX=24K): P=2: %d, 4: %d, 8: %d,",
+             24 * 1024 - 32, 24 * 1024 / 2 * 4 - 32, 24 * 1024 / 3 * 11 - 32);
+    assert_non_null(strstr(text, want));
+    assert_non_null(strstr(text, "WEFT_COLL_HIER_SEGMENT=128K, 4 in flight"));
+    assert_non_null(strstr(text, "WEFT_COLL_NET_CHUNK=64K"));
+    free(text);
+    assert_int_equal(setenv("WEFT_COLL_HIER_SEGMENT", "0", 1), 0);
+    text = report(&p, &status);
+    assert_int_equal(status, WEFT_OK);
+    assert_non_null(strstr(text, "WEFT_COLL_HIER_SEGMENT=0 turns slicing off"));
+    free(text);
+    assert_int_equal(setenv("WEFT_COLL_HIER_SEGMENT", "lots", 1), 0);
+    text = report(&p, &status);
+    assert_int_equal(status, WEFT_ERR_INVALID_ARG);
+    assert_non_null(strstr(text, "WEFT_COLL_HIER_SEGMENT='lots' is not valid"));
+    free(text);
+    assert_int_equal(unsetenv("WEFT_COLL_HIER_SEGMENT"), 0);
+    assert_int_equal(unsetenv("WEFT_COLL_NET_SMALL_MAX"), 0);
+}
+
 /* A stream that cannot be written: WEFT_ERR_IO. */
 static void test_write_error(void **state)
 {
@@ -260,15 +295,11 @@ int main(int argc, char **argv)
     }
     topo_dir = argv[1];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_params),
-        cmocka_unit_test(test_summary),
-        cmocka_unit_test(test_summary_nccl),
-        cmocka_unit_test(test_config),
-        cmocka_unit_test(test_topology_cpu_only),
-        cmocka_unit_test(test_topology_gpu),
-        cmocka_unit_test(test_topology_unreadable),
-        cmocka_unit_test(test_topology_bad_override),
-        cmocka_unit_test(test_all_sections),
+        cmocka_unit_test(test_bad_params),          cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_summary_nccl),        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_topology_cpu_only),   cmocka_unit_test(test_topology_gpu),
+        cmocka_unit_test(test_topology_unreadable), cmocka_unit_test(test_topology_bad_override),
+        cmocka_unit_test(test_all_sections),        cmocka_unit_test(test_algorithms),
         cmocka_unit_test(test_write_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

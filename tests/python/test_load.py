@@ -120,3 +120,12 @@ def test_structs_match_the_c_layout():
             import ctypes
             assert ctypes.sizeof(cls) == int(value), key
     assert seen == set(_structs.C_NAMES)
+
+
+def test_info_text_sections():
+    from weft import info
+    text = info.info_text(summary=False, algorithms=True)
+    assert text.startswith("Collective algorithms")
+    assert "WEFT_COLL_HIER_SEGMENT=" in text and "Transports (built" not in text
+    both = info.info_text(config=True, algorithms=True)
+    assert both.index("\nWEFT_") < both.index("\nCollective algorithms")
