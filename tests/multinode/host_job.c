@@ -185,13 +185,16 @@ static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_ran
         fflush(stdout);
     }
     weft_status_t st = WEFT_OK;
+    static const char *const kinds[] = {"small", "mid-size", "large"};
+    int kind = 0; /* of the allreduce that failed */
     double t0 = fault_now_ms();
     for (int i = 0; st == WEFT_OK && fault_now_ms() - t0 < WORK_LIMIT_MS; i++) {
         if (rank == kill_rank && i == 50) {
             raise(SIGKILL);
         }
-        st = i % 3 == 0 ? fault_checked_allreduce(g)
-                        : checked_allreduce(g, i % 3 == 1 ? 8192 : 262144);
+        kind = i % 3;
+        st = kind == 0 ? fault_checked_allreduce(g)
+                       : checked_allreduce(g, kind == 1 ? 8192 : 262144);
     }
     long long wall_err = wall_ms();
     if (st != WEFT_ERR_PEER_FAILED && st != WEFT_ERR_REVOKED) {
@@ -217,8 +220,9 @@ static int run_loss(weft_ctx_t *ctx, weft_group_t *g, int expected, int kill_ran
     double t_done = fault_now_ms();
     weft_finalize(ctx);
     printf("SURVIVOR-OK rank %d (was %d): epoch %u -> %u, %d -> %d, repaired in %.1f ms; "
-           "error at wall %lld ms\n",
-           nr, rank, info.old_epoch, info.new_epoch, size, expected, t_done - t_err, wall_err);
+           "error at wall %lld ms in a %s allreduce\n",
+           nr, rank, info.old_epoch, info.new_epoch, size, expected, t_done - t_err, wall_err,
+           kinds[kind]);
     return 0;
 }
 

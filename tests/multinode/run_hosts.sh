@@ -128,8 +128,9 @@ kill_host)
     [ "$(count SURVIVOR-OK)" -eq $((world - per)) ] || fail "not every survivor recovered"
     # When each survivor's allreduce failed, after the kill (shown, not judged: the
     # failure timeout bounds it, and on a busy machine it is the scheduler's).
-    echo "kill_host: survivors' errors $(cat "$out"/node* | sed -n 's/.*error at wall \([0-9]*\) ms.*/\1/p' |
-        while read -r t; do printf '%s ' $((t - killed)); done)ms after the kill"
+    echo "kill_host: survivors' errors $(cat "$out"/node* |
+        sed -n 's/.*error at wall \([0-9]*\) ms in a \([a-z-]*\).*/\1 \2/p' |
+        while read -r t k; do printf '%s ms (%s) ' $((t - killed)) "$k"; done)after the kill"
     grep -q "node $last was lost" "$out/node0" || fail "node 0 did not see node $last lost"
     ;;
 grow)
