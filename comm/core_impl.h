@@ -168,6 +168,7 @@ struct weft_group {
     /* weft__group_hosts of epoch hosts_epoch - 1 (0: not computed), for the collectives */
     int *hosts;
     int nhosts;
+    int host_ranks; /* ranks on each host when every host has as many, else 0 */
     uint32_t hosts_epoch;
 };
 
@@ -338,6 +339,9 @@ void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why);
 /* The same table for @p g's current epoch, computed once per epoch and kept in the group;
  * NULL when out of memory. *@p nhosts gets the number of hosts. */
 const int *weft__group_host_table(weft_group_t *g, int *nhosts);
+/* From the same table: the number of ranks on each host when every host of @p g has as
+ * many, else 0 (0 also when out of memory). */
+int weft__group_host_ranks(weft_group_t *g);
 /* Create a group from member ids (ordered) with an agreed id and tag id (see struct
  * weft_group); appended to ctx->groups. */
 weft_status_t weft__group_create(weft_ctx_t *ctx, const int *members, int size, uint32_t id,

@@ -47,47 +47,39 @@ typedef struct sliced {
     seg_t win[WEFT_SLICED_DEPTH];
 } sliced_t;
 
-/* Host index and local index of every rank, from the host table; false unless every host
- * has the same number (>= 2) of ranks. @p lidx/@p hidx may be NULL. */
+/*
+ * Local index and host index of every rank into @p lidx and @p hidx ([size] each), from
+ * the host table (each rank's host named by its lowest rank); false unless every host
+ * has the same number (>= 2) of ranks. Linear in the group's size: it runs at the start
+ * of every large allreduce.
+ */
 static bool layout(const int *host, int size, int *nlocal, int *nhosts, int *lidx, int *hidx)
 {
+    /* First hidx counts each host's ranks, in its leader's place (host[r] <= r). */
+    memset(hidx, 0, (size_t)size * sizeof(*hidx));
+    for (int r = 0; r < size; r++) {
+        if (host[r] < 0 || host[r] > r) {
+            return false;
+        }
+        lidx[r] = hidx[host[r]]++;
+    }
+    /* Then the hosts are numbered in their leaders' order; a leader comes before its
+     * host's other ranks, so their host's number is known when they are reached. */
     int H = 0, L = -1;
     for (int r = 0; r < size; r++) {
-        if (host[r] < 0) {
-            return false;
-        }
         if (host[r] != r) {
+            hidx[r] = hidx[host[r]];
             continue;
         }
-        int n = 0; /* a leader: count its host's ranks */
-        for (int q = r; q < size; q++) {
-            n += host[q] == r;
-        }
-        if (L >= 0 && n != L) {
+        if (L >= 0 && hidx[r] != L) {
             return false;
         }
-        L = n;
-        H++;
-    }
-    if (L < 2 || H < 2) {
-        return false;
+        L = hidx[r];
+        hidx[r] = H++;
     }
     *nlocal = L;
     *nhosts = H;
-    if (lidx != NULL) {
-        for (int r = 0; r < size; r++) {
-            int l = 0, h = 0;
-            for (int q = 0; q < r; q++) {
-                l += host[q] == host[r];
-            }
-            for (int q = 0; q < host[r]; q++) {
-                h += host[q] == q;
-            }
-            lidx[r] = l;
-            hidx[r] = h;
-        }
-    }
-    return true;
+    return L >= 2 && H >= 2;
 }
 
 bool weft__coll_sliced_fits(weft_coll_t *c, size_t bytes)
@@ -96,9 +88,10 @@ bool weft__coll_sliced_fits(weft_coll_t *c, size_t bytes)
         bytes <= c->ctx->cfg.coll_hier_max || c->ctx->cfg.coll_hier_segment == 0) {
         return false;
     }
-    int nhosts, L, H;
-    const int *host = weft__group_host_table(c->g, &nhosts);
-    return host != NULL && nhosts >= 2 && layout(host, c->size, &L, &H, NULL, NULL);
+    /* The group's table, computed once per epoch: no work here for each allreduce. */
+    int nhosts;
+    return weft__group_host_table(c->g, &nhosts) != NULL && nhosts >= 2 &&
+           weft__group_host_ranks(c->g) >= 2;
 }
 
 static void sliced_fini(weft_coll_t *c)

@@ -255,8 +255,8 @@ static weft_status_t parse_faults(const char *text, void *field)
 #define parse_string parse_transport
 
 static const config_field_t config_table[] = {
-    FIELD("WEFT_LOG_LEVEL", "warn", "Log verbosity: error, warn, info, debug or trace.", log_level,
-          log_level),
+    FIELD("WEFT_LOG_LEVEL", "warn", "Log verbosity: error, warn, info, debug or trace.",
+          log_level, log_level),
     FIELD("WEFT_TIMEOUT_MS", "300000",
           "Timeout of blocking calls in milliseconds; they return WEFT_ERR_TIMEOUT after it.",
           timeout_ms, u64),
@@ -268,9 +268,10 @@ static const config_field_t config_table[] = {
           "not wait). Leaving together keeps a departure from looking like a failure.",
           finalize_timeout_ms, u64),
     FIELD("WEFT_TRANSPORT", "auto",
-          "Transport for peers: auto (chosen from the topology), ucx or nccl.", transport, string),
-    FIELD("WEFT_HEARTBEAT_MS", "100", "Interval of liveness heartbeats between group members (ms).",
-          heartbeat_ms, u64),
+          "Transport for peers: auto (chosen from the topology), ucx or nccl.", transport,
+          string),
+    FIELD("WEFT_HEARTBEAT_MS", "100",
+          "Interval of liveness heartbeats between group members (ms).", heartbeat_ms, u64),
     FIELD("WEFT_FAILURE_TIMEOUT_MS", "2000",
           "A member silent for this long is declared failed (ms). Once the store is lost, "
           "waits on peers give up after this long too (nothing can tell a hung member then).",
@@ -323,8 +324,8 @@ static const config_field_t config_table[] = {
           "Must be equal on all ranks.",
           shm_bcast_eager, onoff),
     FIELD("WEFT_SHM_CHUNK", "256K",
-          "Pipelining chunk of shared-memory collectives, in bytes per rank and buffer.", shm_chunk,
-          size),
+          "Pipelining chunk of shared-memory collectives, in bytes per rank and buffer.",
+          shm_chunk, size),
     FIELD("WEFT_SHM_STREAM_MIN", "4M",
           "Shared-memory collectives write outputs of at least this many bytes with "
           "non-temporal stores, which skip reading the destination into the caches.",
@@ -364,7 +365,8 @@ static const config_field_t config_table[] = {
           "(a migration checks it).",
           migrate_shm, onoff),
     FIELD("WEFT_MIGRATE_WINDOW", "4",
-          "Chunks of a migration in flight at once between two members.", migrate_window, size),
+          "Chunks of a migration in flight at once between two members.",
+          migrate_window, size),
     FIELD("WEFT_YIELD_SPINS", "auto",
           "Progress polls without news before a waiting rank starts yielding the CPU; auto: "
           "2000 (tens of microseconds), or 0 when this host runs more ranks than it has "

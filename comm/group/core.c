@@ -266,8 +266,27 @@ const int *weft__group_host_table(weft_group_t *g, int *nhosts)
         }
         g->hosts = h;
         g->nhosts = weft__group_hosts(g, h);
+        g->host_ranks = -1; /* until a host's count is known */
+        for (int r = 0; r < g->size && g->host_ranks != 0; r++) {
+            int n = 0; /* r leads its host: count the host's ranks */
+            for (int q = r; q < g->size && h[r] == r; q++) {
+                n += h[q] == r;
+            }
+            if (h[r] < 0 || (h[r] == r && g->host_ranks >= 0 && n != g->host_ranks)) {
+                g->host_ranks = 0;
+            } else if (h[r] == r) {
+                g->host_ranks = n;
+            }
+        }
+        g->host_ranks = g->host_ranks > 0 ? g->host_ranks : 0;
         g->hosts_epoch = g->epoch + 1;
     }
     *nhosts = g->nhosts;
     return g->hosts;
+}
+
+int weft__group_host_ranks(weft_group_t *g)
+{
+    int nhosts;
+    return weft__group_host_table(g, &nhosts) != NULL ? g->host_ranks : 0;
 }
