@@ -48,8 +48,8 @@ void weft__ctx_spin_until(weft_ctx_t *ctx, uint64_t until_ns);
 
 /* Keys for what a layer keeps outside the process (the SSD tier's MACs): 32 bytes of
  * HMAC-SHA256(the job's data key, "weft-ctx-key-v1:" || @p label), the data key being
- * HMAC-SHA256(job token, "weft-data-v1") (weft__store_data_key; a rank under weftrun
- * --member-secrets is handed it without the token): the same on every member of the
+ * HMAC-SHA256(job token, "weft-data-v1") (weft__store_data_key; a rank weftrun started
+ * is handed it without the token, unless --share-token): the same on every member of the
  * job, replacements and joiners included, and different for every @p label. A context
  * without a store (a singleton) and a NULL @p ctx take this process's own
  * secret instead, 32 random bytes drawn once per process: what is keyed with it can be

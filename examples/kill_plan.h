@@ -1,8 +1,9 @@
 /*
  * Deaths on purpose, to watch the example trainer recover: member R kills itself
- * (SIGKILL) once its state reaches step S. Steps may be drawn at random from the job's
- * token, so that every rank of a job draws the same ones (a second victim can die at
- * the first one's step, a few milliseconds later) and each job draws others.
+ * (SIGKILL) once its state reaches step S. Steps may be drawn at random from the job (its
+ * store and token, kill_draw), so that every rank of a job draws the same ones (a second
+ * victim can die at the first one's step, a few milliseconds later) and each job draws
+ * others.
  *
  *   --kill-rank R  --kill-step S|random
  *   --kill-rank2 R --kill-step2 S|random|same  [--kill-gap-ms2 G: 0-G ms after its step]
@@ -11,6 +12,7 @@
 #define WEFT_EXAMPLE_KILL_PLAN_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,15 +27,25 @@ typedef struct kill_plan {
     int gap_us;          /* what it drew */
 } kill_plan_t;
 
-/* A number drawn from the job (the same on every rank of one job), mixed with @p salt. */
+/*
+ * A number drawn from the job (the same on every rank of one job), mixed with @p salt. The
+ * job is named by its store's address (weftrun's own store listens on a port of its
+ * choosing), and by its token where the ranks hold one (weftrun --share-token); with
+ * neither, the clock.
+ */
 static uint64_t kill_draw(uint64_t salt)
 {
-    const char *token = getenv("WEFT_JOB_TOKEN");
+    const char *names[] = {getenv("WEFT_STORE"), getenv("WEFT_JOB_TOKEN")};
     uint64_t h = 1469598103934665603ull ^ salt;
-    for (const char *c = token != NULL ? token : ""; *c != '\0'; c++) {
-        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    bool any = false;
+    for (int i = 0; i < 2; i++) {
+        for (const char *c = names[i] != NULL ? names[i] : ""; *c != '\0'; c++) {
+            h = (h ^ (unsigned char)*c) * 1099511628211ull;
+            any = true;
+        }
+        h = (h ^ 0xff) * 1099511628211ull;
     }
-    if (token == NULL) {
+    if (!any) {
         h ^= (uint64_t)time(NULL);
     }
     h ^= h >> 29;

@@ -46,7 +46,7 @@
 typedef struct weftrun_opts {
     int nranks;            /* -n */
     bool tag_output;       /* --tag-output */
-    bool member_secrets;   /* --member-secrets: ranks get their own secret, not the token */
+    bool member_secrets;   /* ranks get their own secret, not the token (not with --share-token) */
     bool cpu_bind;         /* --cpu-bind core: each rank pinned to its local rank's CPU */
     bool keep_going;       /* --keep-going */
     bool elastic;          /* --elastic */

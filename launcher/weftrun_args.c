@@ -46,12 +46,14 @@ static const char usage_text[] =
     "                      ranks left to the scheduler may share a core for a\n"
     "                      while (default none; weft-perf's collectives pin\n"
     "                      themselves)\n"
+    "      --share-token   give each rank the job token (WEFT_JOB_TOKEN), as programs\n"
+    "                      that start members themselves or speak to the store as\n"
+    "                      other members need; such ranks can act as any member or\n"
+    "                      as a launcher. By default each rank, replacements\n"
+    "                      included, gets only its own member secret and the job's\n"
+    "                      data key through a pipe (WEFT_MEMBER_SECRET_FD)\n"
     "      --member-secrets\n"
-    "                      give each rank only its own member secret and the job's\n"
-    "                      data key (through a pipe, WEFT_MEMBER_SECRET_FD), not the\n"
-    "                      job token: a rank cannot speak to the store as another\n"
-    "                      member or as a launcher. Programs that start members\n"
-    "                      themselves need the token and cannot use it\n"
+    "                      the default; accepted for scripts that name it\n"
     "      --tag-output    prefix every line of each rank's stdout and stderr with\n"
     "                      '[rank N] ' (otherwise the ranks write to weftrun's\n"
     "                      stdout and stderr directly)\n"
@@ -205,6 +207,7 @@ static const char usage_text[] =
 enum long_only_opt {
     OPT_TAG_OUTPUT = 256,
     OPT_MEMBER_SECRETS,
+    OPT_SHARE_TOKEN,
     OPT_KEEP_GOING,
     OPT_GRACE,
     OPT_TIMEOUT,
@@ -240,6 +243,7 @@ static const struct option long_opts[] = {
     {"new-token", no_argument, NULL, OPT_NEW_TOKEN},
     {"tag-output", no_argument, NULL, OPT_TAG_OUTPUT},
     {"member-secrets", no_argument, NULL, OPT_MEMBER_SECRETS},
+    {"share-token", no_argument, NULL, OPT_SHARE_TOKEN},
     {"cpu-bind", required_argument, NULL, OPT_CPU_BIND},
     {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
     {"grace", required_argument, NULL, OPT_GRACE},
@@ -490,6 +494,7 @@ int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o)
         .min_alive = 1,
         .max_restarts = WEFTRUN_DEFAULT_MAX_RESTARTS,
         .nnodes = 1,
+        .member_secrets = true,
     };
     bool min_given = false, restarts_given = false, bind_given = false, port_given = false;
     opterr = 0;
@@ -521,6 +526,9 @@ int weftrun_parse_args(int argc, char **argv, weftrun_opts_t *o)
             break;
         case OPT_MEMBER_SECRETS:
             o->member_secrets = true;
+            break;
+        case OPT_SHARE_TOKEN:
+            o->member_secrets = false;
             break;
         case OPT_CPU_BIND:
             if (strcmp(optarg, "core") != 0 && strcmp(optarg, "none") != 0) {

@@ -25,13 +25,14 @@ extern char **environ;
 /*
  * The variables weftrun sets; the same names inherited from weftrun's caller are dropped.
  * RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE repeat the WEFT_ values under the names
- * torchrun uses, so PyTorch scripts read them unchanged. A rank gets the job token in
- * WEFT_JOB_TOKEN, or with --member-secrets no token: its own member secret and the job's
- * data key come through a pipe whose descriptor WEFT_MEMBER_SECRET_FD names (secret_pipe
- * below). WEFT_JOB_TOKEN_FILE inherited from weftrun's caller is dropped. The last two are set
- * only for some ranks: WEFT_NODE_LEASE for a rank that this node's lease covers (on etcd:
- * weftrun_nodes_rank_started), WEFT_JOIN for replacements (an inherited WEFT_JOIN=1 would
- * make every rank of a new job wait to join a group that nobody has created).
+ * torchrun uses, so PyTorch scripts read them unchanged. A rank gets no token: its own
+ * member secret and the job's data key come through a pipe whose descriptor
+ * WEFT_MEMBER_SECRET_FD names (secret_pipe below); with --share-token it gets the job
+ * token in WEFT_JOB_TOKEN instead. WEFT_JOB_TOKEN_FILE inherited from weftrun's caller is
+ * dropped. The last two are set only for some ranks: WEFT_NODE_LEASE for a rank that this
+ * node's lease covers (on etcd: weftrun_nodes_rank_started), WEFT_JOIN for replacements
+ * (an inherited WEFT_JOIN=1 would make every rank of a new job wait to join a group that
+ * nobody has created).
  */
 static const char *const rank_env_names[] = {
     "WEFT_RANK",  "WEFT_WORLD_SIZE",       "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE",

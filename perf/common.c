@@ -645,6 +645,22 @@ void perf_pass_token(void)
     }
 }
 
+bool perf_need_token(const char *subcommand, const char *what, const char *instead)
+{
+    if (kept_token != NULL) {
+        return true;
+    }
+    const char *rank = getenv("WEFT_RANK");
+    if (rank == NULL || strcmp(rank, "0") == 0) {
+        fprintf(stderr,
+                "weft-perf %s: %s starts weft processes of this job itself and needs the job "
+                "token, which ranks hold only under 'weftrun --share-token'; run it so, or "
+                "pass %s\n",
+                subcommand, what, instead);
+    }
+    return false;
+}
+
 size_t perf_llc_bytes(void)
 {
     long v = -1;

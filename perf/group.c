@@ -422,6 +422,11 @@ int perf_group_main(int argc, char **argv)
     if (rc != PERF_CONTINUE) {
         return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
     }
+    const char *join = getenv("WEFT_JOIN");
+    bool joining = join != NULL && strcmp(join, "1") == 0;
+    if (b.spawn && b.grow && !joining && !perf_need_token("group", "a replacement", "--no-spawn")) {
+        return PERF_EXIT_USAGE;
+    }
     int runs = b.o.iters;
     for (int k = 0; k < M_COUNT; k++) {
         b.samples[k] = calloc((size_t)runs + 1, sizeof(double));
@@ -434,8 +439,7 @@ int perf_group_main(int argc, char **argv)
         fprintf(stderr, "weft-perf group: weft_init: %s\n", weft_status_str(st));
         return PERF_EXIT_ERROR;
     }
-    const char *join = getenv("WEFT_JOIN");
-    if (join != NULL && strcmp(join, "1") == 0) {
+    if (joining) {
         rc = join_and_run(&b, runs);
     } else {
         weft_ctx_world(b.ctx, &b.g);

@@ -126,9 +126,13 @@ int perf_parse_opts(int argc, char **argv, perf_opts_t *o, const char *subcomman
 
 /* The job token (WEFT_JOB_TOKEN), kept before weft_init takes it out of the environment;
  * perf_pass_token() puts it back, in a child about to exec a weft process of the same
- * job (a replacement, a fresh job on the same store). */
+ * job (a replacement, a fresh job on the same store). A rank holds a token only under
+ * weftrun --share-token (by default it holds its member secret alone): without one,
+ * perf_need_token() says so, once per job (on rank 0), naming @p what needs it and
+ * @p instead, and returns false. */
 void perf_keep_token(void);
 void perf_pass_token(void);
+bool perf_need_token(const char *subcommand, const char *what, const char *instead);
 
 /* "weft-perf <version>" (the project version weft-perf was built from). */
 void perf_print_version(FILE *out);

@@ -2,8 +2,8 @@
 # repair_builds.sh [-n RANKS] [-r ROUNDS] [-k KILLS] OLD NEW
 #
 # Repair time of two builds of weft side by side, with shared-memory collectives on, and
-# NEW with them off as the reference: `weftrun -n RANKS --elastic -- weft-perf group -n
-# KILLS --json` (each run SIGKILLs a rank KILLS times; repair = weft_group_repair + the
+# NEW with them off as the reference: `weftrun -n RANKS --elastic --share-token --
+# weft-perf group -n KILLS --json` (each run SIGKILLs a rank KILLS times; repair = weft_group_repair + the
 # first allreduce of the new epoch, the maximum over survivors; rebuild = a new context,
 # its world and first allreduce). OLD and NEW are build directories (bin/weftrun,
 # bin/weft-perf). Rounds alternate OLD-on, NEW-on, NEW-off, so all three see the same
@@ -27,7 +27,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 one() { # label build shm round
     local f="$out/$1.$4.json"
-    WEFT_COLL_SHM=$3 "$2/bin/weftrun" -n "$ranks" --elastic --timeout 300 -- \
+    # weft-perf starts the replacements itself: the ranks need the token (a weftrun that
+    # does not know --share-token hands it on anyway).
+    local share=()
+    "$2/bin/weftrun" --help | grep -q -- --share-token && share=(--share-token)
+    WEFT_COLL_SHM=$3 "$2/bin/weftrun" -n "$ranks" --elastic "${share[@]}" --timeout 300 -- \
         "$2/bin/weft-perf" group -n "$kills" --json >"$f" 2>"$out/$1.$4.err" ||
         { echo "repair_builds: $1 round $4 failed:" >&2; tail -5 "$out/$1.$4.err" >&2; exit 1; }
 }

@@ -905,6 +905,9 @@ int perf_snapshot_main(int argc, char **argv)
     if (rc != PERF_CONTINUE) {
         return rc == PERF_BAD ? PERF_EXIT_USAGE : PERF_EXIT_OK;
     }
+    if (b.kill && !perf_need_token("snapshot", "the file restart's fresh job", "--no-kill")) {
+        return PERF_EXIT_USAGE;
+    }
     if (perf_world_open(&b.w) != 0) {
         return PERF_EXIT_ERROR;
     }

@@ -30,7 +30,7 @@ for ((r = 0; r < rounds; r++)); do
     for pages in "${order[@]}"; do
         extra=()
         [ "$pages" = small ] && extra=(--small-pages)
-        "$bin/weftrun" -n "$n" --elastic --timeout 600 -- "$bin/weft-perf" snapshot --json \
+        "$bin/weftrun" -n "$n" --elastic --share-token --timeout 600 -- "$bin/weft-perf" snapshot --json \
             --state-bytes "$state" --step-ms 50 -n 2 -w 1 "${extra[@]}" \
             >"$tmp/$pages.$r.json" 2>/dev/null
     done

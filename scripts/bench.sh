@@ -19,8 +19,8 @@ build/bin/weftrun -n 2 -- build/bin/weft-perf sendrecv -b 8 -e 16M -f 8 -n 20 -w
 echo "== weft-perf allreduce, $ranks ranks"
 build/bin/weftrun -n "$ranks" -- build/bin/weft-perf allreduce -b 8 -e 16M -f 8 -n 20 -w 5 -c 1
 echo "== weft-perf group, $ranks ranks: a rank is killed (SIGKILL) each run and replaced"
-build/bin/weftrun -n "$ranks" --elastic -- build/bin/weft-perf group -n 5
+build/bin/weftrun -n "$ranks" --elastic --share-token -- build/bin/weft-perf group -n 5
 echo "== weft-perf migrate, $ranks ranks: ZeRO re-cut, tensor-parallel and pipeline re-layouts"
 build/bin/weftrun -n "$ranks" -- build/bin/weft-perf migrate --model-bytes 64M -n 3
 echo "== weft-perf snapshot, $ranks ranks: snapshot overhead, then a rank is killed and restored"
-build/bin/weftrun -n "$ranks" --elastic -- build/bin/weft-perf snapshot --state-bytes 64M -n 6 --step-ms 200
+build/bin/weftrun -n "$ranks" --elastic --share-token -- build/bin/weft-perf snapshot --state-bytes 64M -n 6 --step-ms 200

@@ -75,8 +75,10 @@ Outcome of a trial
                  PASS or EXPECTED-STOP becomes FAIL when a process of the trial is still
                  running after weftrun exited (it is killed and listed) or a
                  /dev/shm/weft-* name of the trial's job remains (it is removed and
-                 listed); the job's names are found from WEFT_STORE, WEFT_JOB_TOKEN and
-                 this host's id, as comm/shm/shm_job.c derives them.
+                 listed); the job's names are found from WEFT_STORE, the token (the
+                 driver draws it and hands it to weftrun with --token-file; the ranks
+                 hold only their member secrets) and this host's id, as
+                 comm/shm/shm_job.c derives them.
 
 At the end a table gives the trials by fault x spacing x moment x mode with their counts
 per outcome, then the totals per dimension. The output of every HANG and FAIL is kept in
@@ -120,6 +122,7 @@ import os
 import pty
 import random
 import re
+import secrets
 import shlex
 import signal
 import subprocess
@@ -193,8 +196,9 @@ def draw_trial(seed, quick, step_us):
     }
 
 
-def command(t, bindir, weftrun_timeout):
-    cmd = [os.path.join(bindir, "weftrun"), "-n", str(t["n"]), "--elastic"]
+def command(t, bindir, weftrun_timeout, token_file):
+    cmd = [os.path.join(bindir, "weftrun"), "-n", str(t["n"]), "--elastic",
+           "--token-file", token_file]
     if t["mode"].startswith("replace"):
         cmd.append("--replace")
     if t["mode"] == "min":
@@ -315,12 +319,13 @@ def job_hash(store, token, ns):
 class Injector:
     """Delivers a trial's faults to the rank processes of a running weftrun."""
 
-    def __init__(self, t, proc, t0, deadline, progress):
+    def __init__(self, t, proc, t0, deadline, progress, token):
         self.t, self.proc, self.t0, self.deadline = t, proc, t0, deadline
+        self.token = token
         self.progress = progress
         self.events = []   # what was done, when
         self.victims = set()
-        self.identity = None  # (WEFT_STORE, WEFT_JOB_TOKEN, namespace) of the job
+        self.identity = None  # (WEFT_STORE, the job token, namespace) of the job
         self.joiners_seen = set()
         self.pick = 0
         self.seen = (-1e9, [])  # the last look at the ranks: (ms, [(pid, env)])
@@ -347,7 +352,7 @@ class Injector:
         self.seen = (self.ms(), rs)
         if self.identity is None and rs:
             env = rs[0][1]
-            self.identity = (env.get("WEFT_STORE", ""), env.get("WEFT_JOB_TOKEN", ""),
+            self.identity = (env.get("WEFT_STORE", ""), self.token,
                              env.get("WEFT_NAMESPACE", "weft") or "weft")
         return rs
 
@@ -542,7 +547,14 @@ def run_trial(t, opts, workdir):
     tag = str(t["seed"])
     bound = opts.bound
     weftrun_timeout = max(bound - 8, 5)
-    cmd = command(t, opts.bin, weftrun_timeout)
+    # The ranks hold no token (only their member secrets), so the driver chooses it: the
+    # job's /dev/shm names derive from it (job_hash).
+    token = secrets.token_hex(32)
+    token_file = os.path.join(workdir, f"token-{tag}")
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    cmd = command(t, opts.bin, weftrun_timeout, token_file)
     env = dict(os.environ)
     env[MARKER] = tag
     outpath = os.path.join(workdir, f"out-{tag}.txt")
@@ -555,7 +567,7 @@ def run_trial(t, opts, workdir):
     with running_lock:
         running[tag] = proc
     deadline = t0 + bound
-    inj = Injector(t, proc, t0, deadline, out)
+    inj = Injector(t, proc, t0, deadline, out, token)
     try:
         inj.run()
     except Exception as e:  # a bug of the driver must not leave the job running
@@ -587,6 +599,7 @@ def run_trial(t, opts, workdir):
         res["leftover_procs"] = describe_processes(tag)
         kill_everything(proc, tag)
     out.close()
+    os.unlink(token_file)
     shm_left = []
     if inj.identity is not None:
         for path in glob.glob(f"/dev/shm/weft-{job_hash(*inj.identity)}-*"):

@@ -1,5 +1,5 @@
 /*
- * A rank under `weftrun --member-secrets` (tests/launcher/CMakeLists.txt): it holds its
+ * A rank as weftrun starts it by default (tests/launcher/CMakeLists.txt): it holds its
  * own member secret and the job's data key, never the job token. It checks that
  *   - nothing of the token is in its environment (WEFT_JOB_TOKEN, WEFT_JOB_TOKEN_FILE),
  *     and the variable naming the pipe weftrun handed is gone once weft_init read it;

@@ -97,13 +97,20 @@ static void test_help_and_version(void **state)
     wr_result_t r;
     wr_run(SH("--help"), &r);
     assert_int_equal(r.code, 0);
-    const char *must[] = {
-        "-n, --np",        "--tag-output",    "--keep-going",    "--grace",
-        "--timeout",       "--bind",          "--port",          "--store-only",
-        "--verbose",       "--help",          "--version",       "WEFT_RANK",
-        "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE", "WEFT_STORE",
-        "WEFT_JOB_TOKEN",  "<ns>/failed/",    "--elastic",       "--replace",
-        "--min",           "--max-restarts",  "WEFT_JOIN",       "WEFT_EXIT_JOB_FAILED"};
+    const char *must[] = {"-n, --np",        "--tag-output",
+                          "--keep-going",    "--grace",
+                          "--timeout",       "--bind",
+                          "--port",          "--store-only",
+                          "--verbose",       "--help",
+                          "--version",       "WEFT_RANK",
+                          "WEFT_WORLD_SIZE", "WEFT_LOCAL_RANK",
+                          "WEFT_LOCAL_SIZE", "WEFT_STORE",
+                          "WEFT_JOB_TOKEN",  "<ns>/failed/",
+                          "--elastic",       "--replace",
+                          "--min",           "--max-restarts",
+                          "WEFT_JOIN",       "WEFT_EXIT_JOB_FAILED",
+                          "--share-token",   "WEFT_MEMBER_SECRET_FD",
+                          "--member-secrets"};
     for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++) {
         if (strstr(r.out, must[i]) == NULL) {
             fail_msg("--help does not mention %s", must[i]);
@@ -120,7 +127,7 @@ static void test_help_and_version(void **state)
 
 typedef struct rank_env {
     int rank, size, local_rank, local_size;
-    char store[300], token[80];
+    char store[300], token[80], secret_fd[16];
     int torch[4]; /* RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE */
 } rank_env_t;
 
@@ -139,10 +146,10 @@ static int read_rank_envs(rank_env_t *envs, int max)
         char *text = wr_read_file(e->d_name);
         assert_non_null(text);
         rank_env_t *v = &envs[n++];
-        int got = sscanf(text, "%d %d %d %d %299s %79s %d %d %d %d", &v->rank, &v->size,
-                         &v->local_rank, &v->local_size, v->store, v->token, &v->torch[0],
-                         &v->torch[1], &v->torch[2], &v->torch[3]);
-        if (got != 10) {
+        int got = sscanf(text, "%d %d %d %d %299s %79s %15s %d %d %d %d", &v->rank, &v->size,
+                         &v->local_rank, &v->local_size, v->store, v->token, v->secret_fd,
+                         &v->torch[0], &v->torch[1], &v->torch[2], &v->torch[3]);
+        if (got != 11) {
             fail_msg("rank wrote '%s'", text);
         }
         free(text);
@@ -151,7 +158,11 @@ static int read_rank_envs(rank_env_t *envs, int max)
     return n;
 }
 
-static void check_env(int nranks)
+/*
+ * The variables each of @p nranks ranks sees. By default a rank gets its member secret's
+ * pipe and no token; with --share-token (@p share) the token and no pipe.
+ */
+static void check_env(int nranks, bool share)
 {
     char n[16];
     snprintf(n, sizeof(n), "%d", nranks);
@@ -161,10 +172,10 @@ static void check_env(int nranks)
     for (size_t i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++) {
         setenv(inherited[i], "77", 1);
     }
-    run_expect(SH("-n", n, "--", "/bin/sh", "-c",
+    run_expect(SH("-n", n, share ? "--share-token" : "--member-secrets", "--", "/bin/sh", "-c",
                   "echo \"$WEFT_RANK $WEFT_WORLD_SIZE $WEFT_LOCAL_RANK $WEFT_LOCAL_SIZE "
-                  "$WEFT_STORE $WEFT_JOB_TOKEN $RANK $WORLD_SIZE $LOCAL_RANK "
-                  "$LOCAL_WORLD_SIZE\" > \"$WT_DIR/env.$$\""),
+                  "$WEFT_STORE ${WEFT_JOB_TOKEN:-none} ${WEFT_MEMBER_SECRET_FD:-none} $RANK "
+                  "$WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE\" > \"$WT_DIR/env.$$\""),
                0, NULL);
     for (size_t i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++) {
         unsetenv(inherited[i]);
@@ -186,10 +197,17 @@ static void check_env(int nranks)
         assert_int_equal(v->torch[2], v->local_rank);
         assert_int_equal(v->torch[3], nranks);
         assert_string_equal(v->store, envs[0].store);
-        assert_string_equal(v->token, envs[0].token);
-        assert_int_equal(strlen(v->token), 32);
-        for (const char *p = v->token; *p != '\0'; p++) {
-            assert_true(isxdigit((unsigned char)*p));
+        if (share) {
+            assert_string_equal(v->secret_fd, "none");
+            assert_string_equal(v->token, envs[0].token);
+            assert_int_equal(strlen(v->token), 32);
+            for (const char *p = v->token; *p != '\0'; p++) {
+                assert_true(isxdigit((unsigned char)*p));
+            }
+        } else {
+            /* The inherited token is dropped and none is set: the secret comes by pipe. */
+            assert_string_equal(v->token, "none");
+            assert_true(atoi(v->secret_fd) > 2);
         }
         assert_non_null(strstr(v->store, "127.0.0.1:"));
     }
@@ -198,13 +216,19 @@ static void check_env(int nranks)
 static void test_env_one_rank(void **state)
 {
     (void)state;
-    check_env(1);
+    check_env(1, false);
 }
 
 static void test_env_five_ranks(void **state)
 {
     (void)state;
-    check_env(5);
+    check_env(5, false);
+}
+
+static void test_env_share_token(void **state)
+{
+    (void)state;
+    check_env(3, true);
 }
 
 static void test_all_succeed(void **state)
@@ -795,6 +819,7 @@ int main(int argc, char **argv)
         T(test_help_and_version),
         T(test_env_one_rank),
         T(test_env_five_ranks),
+        T(test_env_share_token),
         T(test_all_succeed),
         T(test_exit_status_stops_others),
         T(test_killed_by_signal),

@@ -37,7 +37,7 @@ static const char *store_set; /* tests/launcher/store_set.c */
     "reaped() { wait_file pid.$1; p=$(cat \"$WT_DIR/pid.$1\");\n"                                  \
     "  while [ -e /proc/$p ]; do sleep 0.01; done; }\n"                                            \
     "put env.$WEFT_RANK \"$WEFT_RANK $WEFT_WORLD_SIZE $WEFT_LOCAL_RANK $WEFT_LOCAL_SIZE "          \
-    "${WEFT_JOIN:--} $WEFT_STORE $WEFT_JOB_TOKEN $RANK $WORLD_SIZE $LOCAL_RANK "                   \
+    "${WEFT_JOIN:--} $WEFT_STORE ${WEFT_JOB_TOKEN:-none} $RANK $WORLD_SIZE $LOCAL_RANK "           \
     "$LOCAL_WORLD_SIZE\"\n"
 
 static void run_expect(const char *const *args, int code, const char *err_has)
@@ -159,7 +159,7 @@ static void test_replace_env(void **state)
         assert_int_equal(v[id].local_size, 2);
         assert_string_equal(v[id].join, id < 2 ? "-" : "1");
         assert_string_equal(v[id].store, v[0].store);
-        assert_string_equal(v[id].token, v[0].token);
+        assert_string_equal(v[id].token, "none"); /* replacements hold no token either */
     }
     assert_int_equal(v[0].local_rank, 0);
     /* Member 2 replaced rank 1 and member 3 replaced member 2: both in rank 1's place. */
@@ -256,7 +256,9 @@ static void test_reported_death_while_finishing(void **state)
                     "  put pid.0 $$; exit 0; fi\n"
                     "reaped 0; kill -KILL $(cat \"$WT_DIR/pid.1\"); reaped 1; exit 0",
              store_set);
-    run_expect(SH("-n", "3", "--elastic", "--", "/bin/sh", "-c", script), 0, "no longer a member");
+    /* store_set speaks to the store with the token. */
+    run_expect(SH("-n", "3", "--elastic", "--share-token", "--", "/bin/sh", "-c", script), 0,
+               "no longer a member");
 }
 
 /*

@@ -1,7 +1,7 @@
 /*
- * weftrun and its store, tested with the store client: the ranks reach the store at
- * WEFT_STORE with WEFT_JOB_TOKEN (and are refused with another token), an abnormal exit
- * is published as weft/failed/<rank> before the others are told to stop, and
+ * weftrun and its store, tested with the store client: the ranks (weftrun --share-token)
+ * reach the store at WEFT_STORE with WEFT_JOB_TOKEN (and are refused with another token), an
+ * abnormal exit is published as weft/failed/<rank> before the others are told to stop, and
  * --store-only serves a store for ranks started by someone else. Under --elastic
  * --replace the death of a replacement is published under its own member id.
  *
@@ -360,7 +360,7 @@ static void run_ranks(const char *const *args, int code)
 static void test_ranks_reach_store(void **state)
 {
     (void)state;
-    run_ranks(SH("-n", "3", "--", self_exe, "--rank", "check"), 0);
+    run_ranks(SH("--share-token", "-n", "3", "--", self_exe, "--rank", "check"), 0);
     for (int r = 0; r < 3; r++) {
         expect_verdict(r);
     }
@@ -369,7 +369,9 @@ static void test_ranks_reach_store(void **state)
 static void test_failure_published_keep_going(void **state)
 {
     (void)state;
-    run_ranks(SH("-n", "3", "--keep-going", "--", self_exe, "--rank", "failwatch", "1", "exit"), 3);
+    run_ranks(SH("--share-token", "-n", "3", "--keep-going", "--", self_exe, "--rank", "failwatch",
+                 "1", "exit"),
+              3);
     expect_verdict(0);
     expect_verdict(2);
 }
@@ -377,7 +379,8 @@ static void test_failure_published_keep_going(void **state)
 static void test_kill_published_keep_going(void **state)
 {
     (void)state;
-    run_ranks(SH("-n", "2", "--keep-going", "--", self_exe, "--rank", "failwatch", "0", "kill"),
+    run_ranks(SH("--share-token", "-n", "2", "--keep-going", "--", self_exe, "--rank", "failwatch",
+                 "0", "kill"),
               137);
     expect_verdict(1);
 }
@@ -385,7 +388,9 @@ static void test_kill_published_keep_going(void **state)
 static void test_failure_published_before_term(void **state)
 {
     (void)state;
-    run_ranks(SH("-n", "3", "--grace", "8", "--", self_exe, "--rank", "termsees", "2"), 3);
+    run_ranks(
+        SH("--share-token", "-n", "3", "--grace", "8", "--", self_exe, "--rank", "termsees", "2"),
+        3);
     expect_verdict(0);
     expect_verdict(1);
 }
@@ -393,7 +398,7 @@ static void test_failure_published_before_term(void **state)
 static void test_first_failure_wins(void **state)
 {
     (void)state;
-    run_ranks(SH("-n", "3", "--keep-going", "--", self_exe, "--rank", "chain"), 5);
+    run_ranks(SH("--share-token", "-n", "3", "--keep-going", "--", self_exe, "--rank", "chain"), 5);
     expect_verdict(0);
     expect_verdict(2);
 }
@@ -403,8 +408,8 @@ static void test_replacement_failure_published(void **state)
 {
     (void)state;
     wr_result_t r;
-    wr_run(SH("-n", "2", "--elastic", "--replace", "--max-restarts", "1", "--", self_exe, "--rank",
-              "replace"),
+    wr_run(SH("--share-token", "-n", "2", "--elastic", "--replace", "--max-restarts", "1", "--",
+              self_exe, "--rank", "replace"),
            &r);
     if (r.code != 0) {
         fprintf(stderr, "exit %d\nstderr: %s\n", r.code, r.err);

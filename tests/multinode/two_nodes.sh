@@ -66,7 +66,7 @@ wait_for() {
     done
     fail "never saw '$2' in $1"
 }
-show='echo "R=$WEFT_RANK W=$WEFT_WORLD_SIZE L=$WEFT_LOCAL_RANK LS=$WEFT_LOCAL_SIZE $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $WEFT_STORE $WEFT_JOB_TOKEN J=${WEFT_JOIN:-0}"'
+show='echo "R=$WEFT_RANK W=$WEFT_WORLD_SIZE L=$WEFT_LOCAL_RANK LS=$WEFT_LOCAL_SIZE $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $WEFT_STORE ${WEFT_JOB_TOKEN:-none} ${WEFT_MEMBER_SECRET_FD:+pipe} J=${WEFT_JOIN:-0}"'
 
 case $what in
 env)
@@ -77,7 +77,8 @@ env)
     expect_code 1 0
     for r in 0 1 2 3; do
         n=$((r / 2))
-        want="R=$r W=4 L=$((r % 2)) LS=2 $r 4 $((r % 2)) 2 $store $WEFT_JOB_TOKEN J=0"
+        # No rank holds the token: each has its own secret's pipe.
+        want="R=$r W=4 L=$((r % 2)) LS=2 $r 4 $((r % 2)) 2 $store none pipe J=0"
         grep -qx "$want" "$dir/node$n" || fail "rank $r: no line '$want'"
     done
     ;;

@@ -1,11 +1,11 @@
 #!/bin/sh
 # weft-perf group on 3 ranks under weftrun --elastic: every run kills a rank, the others
 # repair, a replacement that weft-perf starts itself (it must hand on the job token,
-# which weft_init took out of the environment) joins and is admitted by a grow, and a
+# which weft_init took out of the environment: weftrun --share-token) joins and is admitted by a grow, and a
 # full rebuild is timed; the JSON has every figure, positive, and the ratio adds up.
 #   group_json.sh WEFTRUN WEFT_PERF
 set -u
-out=$("$1" -n 3 --elastic --timeout 90 -- "$2" group -n 2 --json 2>/dev/null) || {
+out=$("$1" -n 3 --elastic --share-token --timeout 90 -- "$2" group -n 2 --json 2>/dev/null) || {
     echo "FAILED: weft-perf group exited $?"
     exit 1
 }

@@ -3,7 +3,8 @@
 # short step: the overhead fields, then the last rank killed after a committed snapshot,
 # the survivors' restore checked word by word (and the dead rank's blob), the file
 # checkpoint re-read and checked too, a fresh job of the survivors' size started (the
-# full restart from files adds it and the detection), and the restore from the live
+# full restart from files adds it and the detection; the survivors start it, so they hold
+# the token: weftrun --share-token), and the restore from the live
 # buffers and from the copies into the re-cut that keeps shards, after the same kill,
 # checked too; with --ssd the SSD tier's speed beside sequential
 # writes, and a second, unchanged snapshot writing almost nothing; the files are cleaned up.
@@ -11,7 +12,7 @@ set -euo pipefail
 weftrun=$1 perf=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$weftrun" -n 3 --elastic --timeout 120 -- "$perf" snapshot --json --state-bytes 256K \
+"$weftrun" -n 3 --elastic --share-token --timeout 120 -- "$perf" snapshot --json --state-bytes 256K \
     --step-ms 10 -n 4 -w 1 --tmpdir "$tmp" --ssd >"$tmp/out.json"
 python3 - "$tmp/out.json" <<'PY'
 import json, sys

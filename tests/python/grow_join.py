@@ -6,6 +6,9 @@ the state the members snapshotted before the grow is restored re-cut over everyo
 members with Snapshot.restore, the newcomer with Snapshot.restore_join; every member's
 share must equal the model packed independently, and the newcomer reads the blobs.
 
+The joiner inherits the job token from os.environ (Python's copy, taken before weft.init
+removed it), which ranks hold only under weftrun --share-token (tests/python/CMakeLists.txt).
+
 Run by tests/groups/run_fault.sh, which counts the "SURVIVOR-OK" lines: one per member
 and one for the joiner.
 """
