@@ -48,6 +48,7 @@ typedef struct weft_peer {
     void *addr;           /* published transport address (malloc'ed), NULL if unknown */
     size_t addr_len;
     weft_status_t failed; /* WEFT_OK while alive; else why it is gone */
+    bool noticed;         /* the store holds its failure notice (read, or our report taken) */
     bool same_host;       /* published the same host id as this process (util/host_id.h) */
     char host_id[WEFT__HOST_ID_LEN]; /* the host id it published; "" until its address is read */
 } weft_peer_t;
@@ -316,8 +317,19 @@ weft_status_t weft__peer_slot(weft_ctx_t *ctx, int id);
 /* Look up member @p id's transport address in the store (waiting up to timeout_ms);
  * expect_size > 0 also checks the world size it was started with. */
 weft_status_t weft__fetch_address(weft_ctx_t *ctx, int id, int timeout_ms, int expect_size);
-/* Publish that member @p id failed, so every member learns it (idempotent). */
+/* Publish that member @p id failed, so every member learns it (idempotent). The store
+ * refuses the report while it sees @p id alive (its lease renewed): weft__failure_noticed
+ * then waits for the notice before an edit removes it. */
 void weft__report_failure(weft_ctx_t *ctx, int id, const char *why);
+/*
+ * Whether the store holds member @p id's failure notice, waiting for it up to
+ * WEFT_FAILURE_TIMEOUT_MS and two renewals more (by then a member that died or hangs has
+ * one: its lease fired or lapsed), and sending this member's report again each renewal
+ * period (the store takes it once @p id's renewals are late). WEFT_OK when it does (or
+ * the store cannot answer: the edit's own requests then fail), WEFT_ERR_TIMEOUT when
+ * @p id stayed alive to the store all along.
+ */
+weft_status_t weft__failure_noticed(weft_ctx_t *ctx, int id);
 /* Fail every in-flight request of @p g with @p why (used when its epoch changes). */
 void weft__group_fail_requests(weft_group_t *g, weft_status_t why);
 /* Revoke @p g on this member alone (WEFT_ERR_REVOKED, its requests in flight failed);

@@ -934,6 +934,9 @@ void weft__poll_failure_notices(weft_ctx_t *ctx)
                 declared_failed(ctx, val, len);
             }
             weft__peer_failed(ctx, (int)id, WEFT_ERR_PEER_FAILED);
+            if (id != ctx->rank && id < ctx->npeers) {
+                ctx->peers[id].noticed = true;
+            }
         }
         free(key);
         free(val);

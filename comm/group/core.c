@@ -200,12 +200,58 @@ void weft__report_failure(weft_ctx_t *ctx, int id, const char *why)
         return;
     }
     weft__peer_failed(ctx, id, WEFT_ERR_PEER_FAILED);
-    if (ctx->store != NULL) {
+    if (ctx->store != NULL && id < ctx->npeers) {
         char key[64], val[128];
         weft__key(ctx, key, sizeof(key), "failed/%d", id);
         int n = snprintf(val, sizeof(val), "reported by member %d: %s", ctx->rank, why);
-        /* Best effort: the launcher's notice reaches everyone too when the process died. */
-        (void)weft__store_set(ctx->store, key, val, (size_t)n);
+        /* Best effort: the launcher's notice reaches everyone too when the process died,
+         * and a report the store refuses (it sees @p id alive) is sent again before an
+         * edit would remove @p id (weft__failure_noticed). */
+        weft_status_t st = weft__store_set(ctx->store, key, val, (size_t)n);
+        ctx->peers[id].noticed = st == WEFT_OK;
+        if (st == WEFT_ERR_AUTH) {
+            WEFT_INFO(&ctx->logger, "the store sees member %d alive: report refused for now", id);
+        }
+    }
+}
+
+weft_status_t weft__failure_noticed(weft_ctx_t *ctx, int id)
+{
+    if (ctx->store == NULL || id == ctx->rank || weft__peer_slot(ctx, id) != WEFT_OK) {
+        return WEFT_OK;
+    }
+    uint64_t period = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 1;
+    uint64_t start = weft__now_ms(), deadline = start + ctx->cfg.failure_timeout_ms + 2 * period;
+    char key[64], val[128];
+    weft__key(ctx, key, sizeof(key), "failed/%d", id);
+    int n = snprintf(val, sizeof(val), "reported by member %d: no longer reachable", ctx->rank);
+    for (;;) {
+        weft__poll_failure_notices(ctx);
+        if (ctx->peers[id].noticed) {
+            return WEFT_OK;
+        }
+        weft_status_t st = weft__store_set(ctx->store, key, val, (size_t)n);
+        if (st != WEFT_ERR_AUTH) {
+            /* Taken, or the store cannot answer: then the edit's own requests fail. */
+            ctx->peers[id].noticed = st == WEFT_OK;
+            return WEFT_OK;
+        }
+        uint64_t now = weft__now_ms();
+        if (now >= deadline) {
+            return WEFT_ERR_TIMEOUT;
+        }
+        void *v;
+        size_t len;
+        uint64_t wait = deadline - now < period ? deadline - now : period;
+        st = weft__store_get(ctx->store, key, (int)wait, &v, &len);
+        if (st == WEFT_OK) {
+            free(v);
+            ctx->peers[id].noticed = true;
+            return WEFT_OK;
+        }
+        if (st != WEFT_ERR_TIMEOUT) {
+            return WEFT_OK; /* the store cannot answer: the edit's requests fail too */
+        }
     }
 }
 

@@ -120,6 +120,46 @@ static void discard_stale(weft_group_t *g)
     weft__ctx_discard(g->ctx, tag, WEFT_TAG_MASK_GROUP_EPOCH);
 }
 
+/*
+ * Every member a decision removes from @p g must have a failure notice in the store: one
+ * member's word evicts nobody the store sees alive (docs/store-protocol.md, "Sessions").
+ * The proposer made sure of it before writing the decision (propose), so the notice is
+ * there when the decision is read. A decision that removes a member without one was
+ * written by a member that lied: nobody applies it, the group stays at its epoch, and the
+ * job fails loudly rather than lose a live member.
+ */
+static weft_status_t check_removals(weft_group_t *g, const weft_decision_t *d)
+{
+    weft_ctx_t *ctx = g->ctx;
+    for (int i = 0; i < g->size; i++) {
+        int id = g->members[i];
+        if (find_member(d->members, (int)d->n_members, id) >= 0 ||
+            (id == ctx->rank ? ctx->declared_failed : ctx->peers[id].noticed)) {
+            continue;
+        }
+        char key[64];
+        void *v;
+        size_t len;
+        weft__key(ctx, key, sizeof(key), "failed/%d", id);
+        weft_status_t st = weft__store_get(ctx->store, key, 0, &v, &len);
+        if (st == WEFT_OK) {
+            free(v);
+            if (id != ctx->rank) {
+                ctx->peers[id].noticed = true;
+            }
+        } else if (st == WEFT_ERR_TIMEOUT) {
+            return weft__error(ctx, WEFT_ERR_PROTOCOL,
+                               "group %u: the decision of epoch %u removes member %d, of which "
+                               "the store holds no failure notice: not applied",
+                               g->id, g->epoch, id);
+        } else {
+            return weft__error(ctx, st, "group %u: cannot read member %d's failure notice", g->id,
+                               id);
+        }
+    }
+    return WEFT_OK;
+}
+
 weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
                                 weft_edit_info_t *info)
 {
@@ -127,6 +167,10 @@ weft_status_t weft__group_apply(weft_group_t *g, const weft_decision_t *d,
     if (d->new_epoch != g->epoch + 1 || d->n_members == 0) {
         return weft__error(ctx, WEFT_ERR_PROTOCOL, "group %u: decision for epoch %u at epoch %u",
                            g->id, d->new_epoch, g->epoch);
+    }
+    weft_status_t checked = check_removals(g, d);
+    if (checked != WEFT_OK) {
+        return checked;
     }
     int *members = malloc(sizeof(int) * d->n_members);
     if (members == NULL) {
@@ -306,6 +350,18 @@ static weft_status_t propose(weft_group_t *g, uint32_t kind, weft_edit_info_t *i
     weft_status_t st = refuse_if_declared_failed(g);
     if (st != WEFT_OK) {
         return st;
+    }
+    /* A member this one lost contact with is removed only once the store holds its
+     * notice (this member's report, taken once the store no longer sees it alive). */
+    for (int i = 0; i < g->size; i++) {
+        int id = g->members[i];
+        if (ctx->peers[id].failed != WEFT_OK && weft__failure_noticed(ctx, id) != WEFT_OK) {
+            return weft__error(ctx, WEFT_ERR_TIMEOUT,
+                               "group %u: this member lost contact with member %d, which the "
+                               "store still sees alive (it renews its lease): no edit removes "
+                               "it on one member's word",
+                               g->id, id);
+        }
     }
     int32_t *joiners = NULL;
     uint32_t n_join = 0, hi = g->join_lo;

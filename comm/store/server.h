@@ -141,6 +141,7 @@ struct store_conn {
     uint8_t *lease_val;
     size_t lease_klen, lease_vlen;
     uint64_t lease_deadline_ms;
+    uint32_t lease_ttl_ms; /* of its last renewal: renewed at deadline - ttl */
 };
 
 struct weft_store_server {

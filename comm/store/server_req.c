@@ -385,8 +385,32 @@ static bool key_shaped(const char *key, size_t klen, const char *const *shapes, 
  * failure notice, delete but the agreement keys of finished epochs and the notices read once, count
  * itself under a decision but once and as one of its members, write another
  * member's claim, address or topology, or write another's failure notice but as a
- * report signed with its own id.
+ * report signed with its own id, about a member the store does not see alive
+ * (renews_lease).
  */
+/*
+ * Whether the member whose failure notice is @p key is alive to the store: a connection
+ * holds the lease on that notice and renewed it within the last quarter of its time to
+ * live (WEFT_FAILURE_TIMEOUT_MS / 4 as weft arms it: 500 ms, five of its renewals). A
+ * member that died closed its connection (its lease fired), and one that hangs or whose
+ * host is lost stops renewing: a report about it is believed after that quarter, before
+ * the lease itself lapses.
+ */
+static bool renews_lease(const weft_store_server_t *s, const char *key, size_t klen)
+{
+    uint64_t now = weft__now_ms();
+    for (size_t i = 0; i < s->nconns; i++) {
+        const store_conn_t *h = s->conns[i];
+        if (h->dead || h->lease_key == NULL || h->lease_klen != klen ||
+            memcmp(h->lease_key, key, klen) != 0) {
+            continue;
+        }
+        uint64_t renewed = h->lease_deadline_ms - h->lease_ttl_ms;
+        return now < renewed + h->lease_ttl_ms / 4;
+    }
+    return false;
+}
+
 static const char *refusal(weft_store_server_t *s, const store_conn_t *c, weft_store_msg_t type,
                            const char *key, size_t klen, const uint8_t *val, size_t vlen)
 {
@@ -433,9 +457,16 @@ static const char *refusal(weft_store_server_t *s, const store_conn_t *c, weft_s
         int n = snprintf(sign, sizeof(sign), "reported by member %u: ", c->id);
         bool signed_ok =
             c->id != WEFT__STORE_NO_ID && vlen >= (size_t)n && memcmp(val, sign, (size_t)n) == 0;
-        return signed_ok ? NULL
-                         : "another member's failure notice takes a report signed by the "
-                           "reporter (\"reported by member <own id>: ...\")";
+        if (!signed_ok) {
+            return "another member's failure notice takes a report signed by the reporter "
+                   "(\"reported by member <own id>: ...\")";
+        }
+        /* One member's word does not evict a peer the store sees alive. */
+        return *weft__store_srv_slot(s, key, klen) == NULL && renews_lease(s, key, klen)
+                   ? "the member it reports renews its lease: a report about a member alive "
+                     "to the store is refused (it is believed once the renewals are a quarter "
+                     "of the lease's time late)"
+                   : NULL;
     }
     for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) {
         if (key_names_member(key, klen, owned[i], &id) && id != c->id) {
@@ -538,6 +569,7 @@ static void handle_lease(weft_store_server_t *s, store_conn_t *c, const char *ke
         memcpy(c->lease_val, rest + 4, rlen - 4);
         c->lease_vlen = rlen - 4;
         c->lease_deadline_ms = weft__now_ms() + ttl;
+        c->lease_ttl_ms = ttl;
         weft__store_srv_lease_armed(s, c);
     }
     weft__store_srv_resp(s, c, WEFT_OK, NULL, 0);

@@ -103,11 +103,23 @@ typedef struct weft_edit_info {
  * edit, which this call then applies. Members waiting to join are admitted too.
  * Subgroups (weft_group_split) that lost a member stay revoked and are repaired on their
  * own; the others keep working.
+ *
+ * A member is removed only once the store holds its failure notice: its lease fired
+ * (it died) or lapsed (it hangs), its launcher reported it, or a member's report was
+ * taken, which the store does only once the member's lease renewals are late
+ * (docs/decisions/0030-one-word-evicts-nobody.md). A member that lost contact with a
+ * peer the store still sees alive therefore waits for its notice, up to
+ * WEFT_FAILURE_TIMEOUT_MS and two renewal periods more, then fails with
+ * WEFT_ERR_TIMEOUT and removes nobody.
  * @param[out] info May be NULL.
  * @return WEFT_OK; WEFT_ERR_REVOKED if this member itself was declared failed by the
  *         others (it must leave): it learns so from their decision, or from its own
  *         failure notice in the store (the decisions it did not apply may be deleted
- *         by then); WEFT_ERR_TIMEOUT, WEFT_ERR_IO (store unreachable).
+ *         by then); WEFT_ERR_TIMEOUT (a member this one cannot reach is alive to the
+ *         store, or the store is slow); WEFT_ERR_PROTOCOL when another member wrote a
+ *         decision that removes a member without a failure notice (a member that lied:
+ *         nobody applies it, and the group stays at its epoch); WEFT_ERR_IO (store
+ *         unreachable).
  */
 WEFT_API weft_status_t weft_group_repair(weft_group_t *g, weft_edit_info_t *info);
 

@@ -142,7 +142,10 @@ class Group(CollectivesMixin, PointToPointMixin):
     # -- editing -------------------------------------------------------------------------
     def repair(self):
         """weft_group_repair(): after weft.PeerFailed / weft.Revoked, agree with the
-        survivors on who is gone and shrink in place. Returns an EditInfo."""
+        survivors on who is gone and shrink in place. Returns an EditInfo. A member is
+        removed only once the store holds its failure notice: a member this one lost
+        contact with but the store sees alive raises weft.Timeout after
+        WEFT_FAILURE_TIMEOUT_MS, and nobody is removed."""
         info = S.sized(S.EditInfo)
         self._call(lib.weft_group_repair, byref(info))
         return EditInfo._from_c(info)

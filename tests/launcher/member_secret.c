@@ -7,7 +7,15 @@
  *   - what it holds speaks for its own id only: the store refuses it as any other member
  *     id (WEFT_ERR_AUTH), and with its own id lets it write its own address key but not
  *     another member's, nor anything under weftrun/ (where the launchers' stop, fence and
- *     node keys live).
+ *     node keys live);
+ *   - its word evicts nobody the store sees alive: member 1's signed report of member 2
+ *     is refused while 2 renews its lease, and a decision member 1 writes that leaves 2
+ *     out is applied by no member (each one's repair fails with WEFT_ERR_PROTOCOL): the
+ *     world keeps its 3 members, and works;
+ *   - an honest member that lost contact with a peer the store sees alive (member 1 told
+ *     member 2 failed, in a subgroup of all three, as its transport would) removes it on
+ *     no edit: its repair fails with WEFT_ERR_TIMEOUT after WEFT_FAILURE_TIMEOUT_MS, and
+ *     writes no decision.
  * Prints "SECRET-OK <rank>" and exits 0, or says what failed and exits 1.
  */
 #include <fcntl.h>
@@ -17,6 +25,7 @@
 #include <unistd.h>
 
 #include "comm/core_impl.h"
+#include "comm/group/edit.h"
 #include "comm/store/store.h"
 #include "weft/weft.h"
 
@@ -47,6 +56,100 @@ static int environ_has(const char *name)
         }
     }
     return 0;
+}
+
+/* Member 1 tries to evict member 2 (see the top); every member checks the outcome. */
+static void try_to_evict(weft_ctx_t *ctx, weft_group_t *world, int n)
+{
+    if (n < 3) {
+        fail("needs 3 ranks");
+    }
+    if (me == 1) {
+        weft_store_client_t *c = NULL;
+        if (weft__store_connect_cred(ctx->store_addr, &ctx->cred, 5000, &ctx->logger, &c) !=
+            WEFT_OK) {
+            fail("its own secret was refused");
+        }
+        static const char report[] = "reported by member 1: forged";
+        if (weft__store_set(c, "weft/failed/2", report, sizeof(report) - 1) != WEFT_ERR_AUTH) {
+            fail("the store took a report about a member it sees alive");
+        }
+        int32_t members[] = {0, 1};
+        weft_decision_t d = {
+            .kind = WEFT_EDIT_REPAIR, .new_epoch = 1, .n_members = 2, .members = members};
+        void *buf, *won;
+        size_t len, wlen;
+        int created = 0;
+        if (weft__decision_encode(&d, &buf, &len) != WEFT_OK ||
+            weft__store_set_nx(c, "weft/g/0/0/next", buf, len, &won, &wlen, &created) != WEFT_OK ||
+            !created) {
+            fail("could not write the forged decision");
+        }
+        free(buf);
+        free(won);
+        weft__store_close(c);
+    }
+    if (weft_barrier(world) != WEFT_OK) { /* the decision is there before anyone looks */
+        fail("barrier after the forgery");
+    }
+    weft_status_t st = weft_group_repair(world, NULL);
+    int size = 0, rank = -1;
+    uint32_t epoch = 99;
+    weft_group_size(world, &size);
+    weft_group_rank(world, &rank);
+    weft_group_epoch(world, &epoch);
+    if (st != WEFT_ERR_PROTOCOL || strstr(weft_last_error(ctx), "removes member 2") == NULL) {
+        fprintf(stderr, "member_secret rank %d: repair: %s: %s\n", me, weft_status_str(st),
+                weft_last_error(ctx));
+        fail("a member applied a decision that evicts a live member");
+    }
+    if (size != n || rank != me || epoch != 0) {
+        fail("the forged decision changed the world");
+    }
+    int64_t v = me + 1;
+    if (weft_allreduce(world, &v, &v, 1, WEFT_I64, WEFT_SUM) != WEFT_OK ||
+        v != (int64_t)n * (n + 1) / 2) {
+        fail("allreduce after the forgery");
+    }
+}
+
+/* Member 1 loses contact with member 2 (see the top). */
+static void lost_contact(weft_ctx_t *ctx, weft_group_t *world)
+{
+    weft_group_t *sub = NULL;
+    if (weft_group_split(world, 0, me, &sub) != WEFT_OK) {
+        fail("split");
+    }
+    if (me == 1) {
+        weft__report_failure(ctx, 2, "test: lost contact");
+        weft_status_t st = weft_group_repair(sub, NULL);
+        if (st != WEFT_ERR_TIMEOUT ||
+            strstr(weft_last_error(ctx), "lost contact with member 2") == NULL) {
+            fprintf(stderr, "member_secret rank 1: repair: %s: %s\n", weft_status_str(st),
+                    weft_last_error(ctx));
+            fail("a member's repair removed a member the store sees alive");
+        }
+        char key[96];
+        void *v;
+        size_t len;
+        weft__decision_key(ctx, key, sizeof(key), sub->id, 0);
+        if (weft__store_get(ctx->store, key, 0, &v, &len) != WEFT_ERR_TIMEOUT) {
+            fail("a decision was written");
+        }
+        if (weft__store_set(ctx->store, "weft/test/lost-contact", "1", 1) != WEFT_OK) {
+            fail("cannot say it is done");
+        }
+    } else {
+        void *v;
+        size_t len;
+        if (weft__store_get(ctx->store, "weft/test/lost-contact", 60000, &v, &len) != WEFT_OK) {
+            fail("member 1 never said it was done");
+        }
+        free(v);
+        if (weft_group_free(sub) != WEFT_OK) {
+            fail("freeing the subgroup");
+        }
+    }
 }
 
 int main(void)
@@ -107,6 +210,8 @@ int main(void)
     if (weft_barrier(world) != WEFT_OK) {
         fail("barrier");
     }
+    try_to_evict(ctx, world, n);
+    lost_contact(ctx, world);
     printf("SECRET-OK %d\n", me);
     weft_finalize(ctx);
     return 0;

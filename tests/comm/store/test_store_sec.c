@@ -377,6 +377,45 @@ static void test_member_writes_only_its_own(void **state)
     weft__store_close(boss);
 }
 
+/*
+ * One member's report does not evict a peer the store sees alive: while member 4 renews
+ * the lease on its notice, member 3's signed report of it is refused; once 4's renewals
+ * are a quarter of the lease's time late (4 hangs, or its host is gone) the report is
+ * taken. A launcher's notice is taken either way, and a report about a member holding no
+ * lease (it never armed one, or left) too.
+ */
+static void test_report_of_live_member(void **state)
+{
+    fixture_t *f = *state;
+    weft_store_client_t *m3 = member(f, 3), *m4 = member(f, 4), *m5 = member(f, 5),
+                        *boss = launcher(f);
+    static const char report4[] = "reported by member 3: transport error";
+    static const char report5[] = "reported by member 3: late";
+    assert_int_equal(weft__store_lease(m4, "weft/failed/4", "lost", 4, 600000), WEFT_OK);
+    expect_refused(weft__store_set(m3, "weft/failed/4", report4, sizeof(report4) - 1));
+    assert_null(value_of(f, "weft/failed/4"));
+    assert_true(log_has(WEFT_LOG_WARN, "weft/failed/4", "renews its lease"));
+    /* Renewed: still alive. */
+    assert_int_equal(weft__store_lease(m4, "weft/failed/4", "lost", 4, 600000), WEFT_OK);
+    expect_refused(weft__store_set(m3, "weft/failed/4", report4, sizeof(report4) - 1));
+    /* A launcher knows better (weftrun reaped the process). */
+    assert_int_equal(weft__store_set(boss, "weft/failed/4", "exit 3", 6), WEFT_OK);
+    /* Its renewals late: a lease of 400 ms last renewed more than 100 ms ago. */
+    assert_int_equal(weft__store_lease(m5, "weft/failed/5", "lost", 4, 400), WEFT_OK);
+    sleep_ms(150);
+    assert_int_equal(weft__store_set(m3, "weft/failed/5", report5, sizeof(report5) - 1), WEFT_OK);
+    char *v = value_of(f, "weft/failed/5");
+    assert_non_null(v);
+    assert_string_equal(v, report5);
+    free(v);
+    /* No lease on it at all. */
+    assert_int_equal(weft__store_set(m3, "weft/failed/6", report5, sizeof(report5) - 1), WEFT_OK);
+    weft__store_close(m3);
+    weft__store_close(m4);
+    weft__store_close(m5);
+    weft__store_close(boss);
+}
+
 /* A member deletes the agreement keys of finished epochs, whoever wrote them
  * (comm/group/retire.c), and nothing else: not what members own, not failure notices, not
  * counters, not the launchers' keys. */
@@ -760,10 +799,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_member_deletes_only_finished_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_deletes_after_finish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_cannot_fence_another, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_of_live_member, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_identity_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unauthenticated_flood, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unauthenticated_flood_many_addresses, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unauthenticated_flood_many_addresses, setup, teardown),
         cmocka_unit_test(test_addr_unit),
         cmocka_unit_test_setup_teardown(test_member_share, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_counts_against_cap, setup, teardown),
