@@ -18,7 +18,6 @@
 
 #include "comm/store/proto.h"
 #include "launcher/weftrun.h"
-#include "util/hex.h"
 
 extern char **environ;
 
@@ -197,31 +196,17 @@ typedef struct child_setup {
 } child_setup_t;
 
 /*
- * The rank's secrets, in a pipe it reads once at weft_init (comm/ctx/bootstrap.c): one line
- * "weft-member-v1 <id> <member secret> <data key>" (both 64 hex digits), the member secret
- * the store's session secret of its id (weft__store_session_secret), the data key
- * weft__store_data_key of the token. Written whole before fork (it is far below a pipe's
- * capacity), the write end closed, so that the rank reads it to its end. *rfd: the read
- * end (close-on-exec; the child clears that on its copy).
+ * The rank's secrets, in a pipe it reads once at weft_init (comm/ctx/bootstrap.c): the
+ * line weft__store_member_line makes of the token for its id. Written whole before fork (it is far
+ * below a pipe's capacity), the write end closed, so that the rank reads it to its end. *rfd: the
+ * read end (close-on-exec; the child clears that on its copy).
  */
 static weft_status_t secret_pipe(const weftrun_job_t *job, int id, int *rfd)
 {
-    uint8_t secret[WEFT__STORE_PROOF_LEN], data[32];
-    char line[200] = "", secret_hex[2 * sizeof(secret) + 1] = "";
-    char data_hex[2 * sizeof(data) + 1] = "";
+    char line[WEFT__STORE_MEMBER_LINE];
     int p[2] = {-1, -1};
-    weft_status_t st = id < 0 ? WEFT_ERR_INVALID_ARG
-                              : weft__store_session_secret(job->token, WEFT__STORE_ROLE_MEMBER,
-                                                           (uint32_t)id, secret);
-    if (st == WEFT_OK) {
-        st = weft__store_data_key(job->token, data);
-    }
-    int n = 0;
-    if (st == WEFT_OK) {
-        weft__hex_encode(secret, sizeof(secret), secret_hex);
-        weft__hex_encode(data, sizeof(data), data_hex);
-        n = snprintf(line, sizeof(line), "weft-member-v1 %d %s %s\n", id, secret_hex, data_hex);
-    }
+    int n = weft__store_member_line(job->token, id, line);
+    weft_status_t st = n < 0 ? WEFT_ERR_INVALID_ARG : WEFT_OK;
     if (st == WEFT_OK && pipe2(p, O_CLOEXEC) != 0) {
         WEFT_ERROR(job->lg, "pipe: %m");
         st = WEFT_ERR_IO;
@@ -230,11 +215,7 @@ static weft_status_t secret_pipe(const weftrun_job_t *job, int id, int *rfd)
         WEFT_ERROR(job->lg, "cannot hand rank %d its secret: %m", id);
         st = WEFT_ERR_IO;
     }
-    OPENSSL_cleanse(secret, sizeof(secret));
-    OPENSSL_cleanse(data, sizeof(data));
     OPENSSL_cleanse(line, sizeof(line));
-    OPENSSL_cleanse(secret_hex, sizeof(secret_hex));
-    OPENSSL_cleanse(data_hex, sizeof(data_hex));
     if (p[1] >= 0) {
         close(p[1]);
     }

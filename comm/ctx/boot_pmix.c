@@ -49,8 +49,10 @@ void weft__pmix_fini(weft_pmix_t *p, uint64_t wait_ms, const weft_logger_t *lg)
 #include <openssl/crypto.h>
 #include <pmix.h>
 
+#include "comm/ctx/boot_seal.h"
 #include "comm/store/store.h"
 #include "util/clock.h"
+#include "util/hex.h"
 
 /* The few PMIx calls weft makes, resolved once per process. */
 static struct {
@@ -237,7 +239,7 @@ static bool pick_addr(const weft_config_t *cfg, bool one_host, char *out, size_t
     return found;
 }
 
-/* Rank 0: start the store here and publish where it is and its token. */
+/* Rank 0: start the store here and publish where it is (its token stays here). */
 static weft_status_t serve_store(const weft_config_t *cfg, const weft_logger_t *lg,
                                  weft_pmix_t *p, bool one_host, unsigned seq, weft_boot_t *b,
                                  char *why, size_t why_len)
@@ -263,13 +265,9 @@ static weft_status_t serve_store(const weft_config_t *cfg, const weft_logger_t *
     int port = weft__store_server_port(p->server);
     snprintf(b->store, sizeof(b->store), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     memcpy(b->token, token, sizeof(token)); /* 65 bytes into 128 */
+    OPENSSL_cleanse(token, sizeof(token));
     snprintf(key, sizeof(key), "weft.%u.store", seq);
     pmix_status_t rc = put_string(key, b->store);
-    if (rc == PMIX_SUCCESS) {
-        snprintf(key, sizeof(key), "weft.%u.token", seq);
-        rc = put_string(key, token);
-    }
-    OPENSSL_cleanse(token, sizeof(token));
     if (rc != PMIX_SUCCESS) {
         return weft__boot_fail(lg, why, why_len, WEFT_ERR_IO, "PMIx bootstrap: PMIx_Put failed: %s",
                     perr(rc));
@@ -277,9 +275,9 @@ static weft_status_t serve_store(const weft_config_t *cfg, const weft_logger_t *
     return WEFT_OK;
 }
 
-/* Everyone: make rank 0's data visible (Commit, Fence collecting data), then read it. */
-static weft_status_t exchange(const weft_config_t *cfg, const weft_logger_t *lg, weft_pmix_t *p,
-                              unsigned seq, weft_boot_t *b, char *why, size_t why_len)
+/* Everyone: make what was put visible (Commit, then a Fence collecting data). */
+static weft_status_t fence_all(const weft_config_t *cfg, const weft_logger_t *lg, weft_pmix_t *p,
+                               char *why, size_t why_len)
 {
     pmix_status_t rc = lib.commit();
     if (rc != PMIX_SUCCESS) {
@@ -304,28 +302,134 @@ static weft_status_t exchange(const weft_config_t *cfg, const weft_logger_t *lg,
                     "arrive within WEFT_CONNECT_TIMEOUT_MS, or one died)",
                     perr(rc));
     }
-    if (p->me.rank == 0) {
-        return WEFT_OK;
+    return WEFT_OK;
+}
+
+/* The public key rank @p rank put for exchange @p seq (64 hex digits). */
+static bool get_pub(const weft_pmix_t *p, unsigned seq, uint32_t rank, uint8_t pub[WEFT__SEAL_PUB])
+{
+    pmix_proc_t who = p->me;
+    who.rank = rank;
+    char key[64], hex[2 * WEFT__SEAL_PUB + 1];
+    snprintf(key, sizeof(key), "weft.%u.pub", seq);
+    return get_string(&who, key, hex, sizeof(hex)) == PMIX_SUCCESS &&
+           strlen(hex) == 2 * WEFT__SEAL_PUB && weft__hex_decode(hex, WEFT__SEAL_PUB, pub);
+}
+
+/* The label a rank's sealed secret is bound to: the exchange, and the rank it is for. */
+static void seal_label(unsigned seq, uint32_t rank, char out[64])
+{
+    snprintf(out, 64, "weft.%u.seal.%u", seq, rank);
+}
+
+/* Rank 0: every other rank's member secret sealed to the key it put (weft.<seq>.seal.<r>). */
+static weft_status_t put_secrets(const weft_logger_t *lg, const weft_pmix_t *p, unsigned seq,
+                                 uint32_t size, const weft_seal_key_t *mine, const char *token,
+                                 char *why, size_t why_len)
+{
+    char line[WEFT__STORE_MEMBER_LINE], label[64];
+    uint8_t pub[WEFT__SEAL_PUB], sealed[WEFT__STORE_MEMBER_LINE + WEFT__SEAL_TAG];
+    char hex[2 * sizeof(sealed) + 1];
+    weft_status_t st = WEFT_OK;
+    for (uint32_t r = 1; r < size && st == WEFT_OK; r++) {
+        int n = weft__store_member_line(token, (int)r, line);
+        seal_label(seq, r, label);
+        if (!get_pub(p, seq, r, pub)) {
+            st = weft__boot_fail(lg, why, why_len, WEFT_ERR_PROTOCOL,
+                                 "PMIx bootstrap: rank %u put no usable public key", r);
+        } else if (n < 0 || weft__seal(mine, pub, label, (const uint8_t *)line, (size_t)n,
+                                       sealed) != WEFT_OK) {
+            st = weft__boot_fail(lg, why, why_len, WEFT_ERR_INVALID_ARG,
+                                 "PMIx bootstrap: cannot seal rank %u's secret", r);
+        } else {
+            weft__hex_encode(sealed, (size_t)n + WEFT__SEAL_TAG, hex);
+            pmix_status_t rc = put_string(label, hex);
+            if (rc != PMIX_SUCCESS) {
+                st = weft__boot_fail(lg, why, why_len, WEFT_ERR_IO,
+                                     "PMIx bootstrap: PMIx_Put failed: %s", perr(rc));
+            }
+        }
+        OPENSSL_cleanse(line, sizeof(line));
     }
+    return st;
+}
+
+/* A rank but 0: the store's address and this rank's member secret, opened with @p mine. */
+static weft_status_t get_secret(const weft_logger_t *lg, const weft_pmix_t *p, unsigned seq,
+                                const weft_seal_key_t *mine, weft_boot_t *b, char *why,
+                                size_t why_len)
+{
     pmix_proc_t root = p->me;
     root.rank = 0;
-    char key[64], token[sizeof(b->token)];
+    char key[64], label[64], hex[2 * (WEFT__STORE_MEMBER_LINE + WEFT__SEAL_TAG) + 1] = "";
+    uint8_t pub[WEFT__SEAL_PUB], sealed[WEFT__STORE_MEMBER_LINE + WEFT__SEAL_TAG];
+    uint8_t line[WEFT__STORE_MEMBER_LINE + WEFT__SEAL_TAG];
     snprintf(key, sizeof(key), "weft.%u.store", seq);
-    rc = get_string(&root, key, b->store, sizeof(b->store));
+    seal_label(seq, p->me.rank, label);
+    pmix_status_t rc = get_string(&root, key, b->store, sizeof(b->store));
     if (rc == PMIX_SUCCESS) {
-        snprintf(key, sizeof(key), "weft.%u.token", seq);
-        rc = get_string(&root, key, token, sizeof(token));
+        rc = get_string(&root, label, hex, sizeof(hex));
     }
-    if (rc == PMIX_SUCCESS) {
-        memcpy(b->token, token, sizeof(token));
+    size_t n = strlen(hex) / 2;
+    bool ok = rc == PMIX_SUCCESS && strchr(b->store, ':') != NULL && get_pub(p, seq, 0, pub) &&
+              strlen(hex) % 2 == 0 && n > WEFT__SEAL_TAG && weft__hex_decode(hex, n, sealed) &&
+              weft__seal_open(mine, pub, label, sealed, n, line) &&
+              weft__member_secret_parse((const char *)line, n - WEFT__SEAL_TAG, &b->cred) &&
+              b->cred.id == p->me.rank;
+    OPENSSL_cleanse(line, sizeof(line));
+    OPENSSL_cleanse(hex, sizeof(hex));
+    if (!ok) {
+        OPENSSL_cleanse(&b->cred, sizeof(b->cred));
+        return weft__boot_fail(
+            lg, why, why_len, WEFT_ERR_PROTOCOL,
+            "PMIx bootstrap: rank 0 published no usable store address or secret for "
+            "this rank (%s)",
+            rc != PMIX_SUCCESS ? perr(rc) : "malformed, or not sealed to this rank");
     }
-    OPENSSL_cleanse(token, sizeof(token));
-    if (rc != PMIX_SUCCESS || strchr(b->store, ':') == NULL || b->token[0] == '\0') {
-        return weft__boot_fail(lg, why, why_len, WEFT_ERR_PROTOCOL,
-                    "PMIx bootstrap: rank 0 published no usable store address or token (%s)",
-                    rc != PMIX_SUCCESS ? perr(rc) : "malformed");
-    }
+    b->member_only = true;
     return WEFT_OK;
+}
+
+/*
+ * Everyone: a fresh key pair, its public half put; rank 0 serves the store and, once the
+ * keys are seen (a first fence), seals each rank's member secret to its key (a second);
+ * the others read the store's address and open their secret. Only rank 0 holds the token.
+ */
+static weft_status_t exchange(const weft_config_t *cfg, const weft_logger_t *lg, weft_pmix_t *p,
+                              uint32_t size, bool one_host, unsigned seq, weft_boot_t *b, char *why,
+                              size_t why_len)
+{
+    weft_seal_key_t *key = NULL;
+    uint8_t pub[WEFT__SEAL_PUB];
+    char name[64], hex[2 * WEFT__SEAL_PUB + 1];
+    weft_status_t st = weft__seal_keygen(&key, pub);
+    if (st != WEFT_OK) {
+        return weft__boot_fail(lg, why, why_len, st, "PMIx bootstrap: cannot make a key pair");
+    }
+    weft__hex_encode(pub, sizeof(pub), hex);
+    snprintf(name, sizeof(name), "weft.%u.pub", seq);
+    pmix_status_t rc = put_string(name, hex);
+    if (rc != PMIX_SUCCESS) {
+        st = weft__boot_fail(lg, why, why_len, WEFT_ERR_IO, "PMIx bootstrap: PMIx_Put failed: %s",
+                             perr(rc));
+    }
+    if (st == WEFT_OK && p->me.rank == 0) {
+        st = serve_store(cfg, lg, p, one_host, seq, b, why, why_len);
+    }
+    if (st == WEFT_OK) {
+        st = fence_all(cfg, lg, p, why, why_len);
+    }
+    if (st == WEFT_OK && p->me.rank == 0) {
+        st = put_secrets(lg, p, seq, size, key, b->token, why, why_len);
+    }
+    if (st == WEFT_OK) {
+        st = fence_all(cfg, lg, p, why, why_len);
+    }
+    if (st == WEFT_OK && p->me.rank != 0) {
+        st = get_secret(lg, p, seq, key, b, why, why_len);
+    }
+    weft__seal_key_free(key);
+    return st;
 }
 
 weft_status_t weft__pmix_boot(const weft_config_t *cfg, const weft_logger_t *lg, weft_boot_t *b,
@@ -385,12 +489,7 @@ weft_status_t weft__pmix_boot(const weft_config_t *cfg, const weft_logger_t *lg,
     weft_status_t st = WEFT_OK;
     if (size > 1) {
         unsigned seq = atomic_fetch_add(&exchanges, 1);
-        if (p->me.rank == 0) {
-            st = serve_store(cfg, lg, p, lsize == size, seq, b, why, why_len);
-        }
-        if (st == WEFT_OK) {
-            st = exchange(cfg, lg, p, seq, b, why, why_len);
-        }
+        st = exchange(cfg, lg, p, size, lsize == size, seq, b, why, why_len);
     }
     if (st != WEFT_OK) {
         weft__pmix_fini(p, 0, lg);

@@ -298,6 +298,31 @@ weft_status_t weft__store_data_hex(const char *token, char out[65])
     return st;
 }
 
+int weft__store_member_line(const char *token, int id, char line[WEFT__STORE_MEMBER_LINE])
+{
+    uint8_t secret[WEFT__STORE_PROOF_LEN], data[32];
+    char secret_hex[2 * sizeof(secret) + 1], data_hex[2 * sizeof(data) + 1];
+    int n = -1;
+    if (id >= 0 &&
+        weft__store_session_secret(token, WEFT__STORE_ROLE_MEMBER, (uint32_t)id, secret) ==
+            WEFT_OK &&
+        weft__store_data_key(token, data) == WEFT_OK) {
+        weft__hex_encode(secret, sizeof(secret), secret_hex);
+        weft__hex_encode(data, sizeof(data), data_hex);
+        n = snprintf(line, WEFT__STORE_MEMBER_LINE, "weft-member-v1 %d %s %s\n", id, secret_hex,
+                     data_hex);
+    }
+    OPENSSL_cleanse(secret, sizeof(secret));
+    OPENSSL_cleanse(data, sizeof(data));
+    OPENSSL_cleanse(secret_hex, sizeof(secret_hex));
+    OPENSSL_cleanse(data_hex, sizeof(data_hex));
+    if (n < 0 || n >= WEFT__STORE_MEMBER_LINE) {
+        OPENSSL_cleanse(line, WEFT__STORE_MEMBER_LINE);
+        return -1;
+    }
+    return n;
+}
+
 weft_status_t weft__store_derive(const uint8_t key[WEFT__STORE_PROOF_LEN], weft_store_derive_t what,
                                  const uint8_t t[WEFT__STORE_TRANSCRIPT_LEN],
                                  uint8_t out[WEFT__STORE_PROOF_LEN])

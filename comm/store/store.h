@@ -83,6 +83,14 @@ typedef struct weft_store_cred {
 weft_status_t weft__store_connect_cred(const char *hostport, const weft_store_cred_t *cred,
                                        int timeout_ms, const weft_logger_t *lg,
                                        weft_store_client_t **client);
+/*
+ * What a rank that holds no token is handed, as one line: "weft-member-v1 <id> <member
+ * secret> <data key>\n", both 64 lowercase hex digits (weftrun's secret pipe, the PMIx
+ * bootstrap's sealed message; comm/ctx/bootstrap.h parses it). Returns its length, or -1
+ * (line cleared) for a negative id or a failure of the crypto library.
+ */
+#define WEFT__STORE_MEMBER_LINE 200
+int weft__store_member_line(const char *token, int id, char line[WEFT__STORE_MEMBER_LINE]);
 /* The job's data key from its token: HMAC-SHA256(token, "weft-data-v1"). */
 weft_status_t weft__store_data_key(const char *token, uint8_t out[32]);
 /* The same in 64 lowercase hex digits: the key of the job's names in /dev/shm

@@ -17,6 +17,10 @@
  *     no edit: its repair fails with WEFT_ERR_TIMEOUT after WEFT_FAILURE_TIMEOUT_MS, and
  *     writes no decision.
  * Prints "SECRET-OK <rank>" and exits 0, or says what failed and exits 1.
+ *
+ * Under a PMIx launcher (mpirun; tests/launcher/pmix_launch.sh) the same holds for every
+ * rank but 0, which serves the job's store and holds its token: the others get their
+ * member secret sealed to a key of their own through PMIx (comm/ctx/boot_pmix.c).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -156,7 +160,8 @@ int main(void)
 {
     const char *fd_text = getenv("WEFT_MEMBER_SECRET_FD");
     int fd = fd_text != NULL ? atoi(fd_text) : -1;
-    if (fd < 3 || fcntl(fd, F_GETFD) < 0) {
+    bool pmix = getenv("PMIX_RANK") != NULL && fd_text == NULL;
+    if (!pmix && (fd < 3 || fcntl(fd, F_GETFD) < 0)) {
         fail("weftrun handed no secret pipe (WEFT_MEMBER_SECRET_FD)");
     }
     if (getenv("WEFT_JOB_TOKEN") != NULL || getenv("WEFT_JOB_TOKEN_FILE") != NULL ||
@@ -174,7 +179,11 @@ int main(void)
     if (getenv("WEFT_MEMBER_SECRET_FD") != NULL) {
         fail("the secret pipe's variable outlived weft_init");
     }
-    if (ctx->token[0] != '\0' || !ctx->member_only || ctx->cred.id != (uint32_t)me) {
+    if (pmix && me == 0) {
+        if (ctx->token[0] == '\0' || ctx->member_only) {
+            fail("rank 0 of a PMIx job serves the store without its token");
+        }
+    } else if (ctx->token[0] != '\0' || !ctx->member_only || ctx->cred.id != (uint32_t)me) {
         fail("the context holds a token, or a secret that is not its own");
     }
     int64_t v = me + 1;
@@ -184,7 +193,7 @@ int main(void)
     }
     /* Its secret under every other id the job has, and a few it does not. */
     weft_store_cred_t other = ctx->cred;
-    for (int id = 0; id < n + 3; id++) {
+    for (int id = 0; id < n + 3 && ctx->member_only; id++) {
         weft_store_client_t *c = NULL;
         other.id = (uint32_t)id;
         weft_status_t st =

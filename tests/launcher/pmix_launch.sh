@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Ranks started by Open MPI's mpirun, a PMIx server, with no weftrun and no WEFT_STORE:
 # weft bootstraps through PMIx (comm/ctx/boot_pmix.c). Checked: weft-perf's allreduce with
-# its results checked on 4 ranks, two contexts one after the other in each process, and a
-# PMIx library that cannot be loaded, which fails every rank with a reason, not a hang.
+# its results checked on 4 ranks, two contexts one after the other in each process, every
+# rank but 0 (which serves the store) holding its own member secret and no token, with
+# what that forbids (member_secret.c), and a PMIx library that cannot be loaded, which
+# fails every rank with a reason, not a hang.
 # Skips (77) where mpirun is absent or weft was built without PMIx.
-# usage: pmix_launch.sh WEFT_PERF PMIX_TWICE
+# usage: pmix_launch.sh WEFT_PERF PMIX_TWICE MEMBER_SECRET
 set -euo pipefail
-perf=$1 twice=$2
+perf=$1 twice=$2 member=$3
 
 if ! command -v mpirun >/dev/null; then
     echo "pmix_launch: no mpirun (Debian: openmpi-bin); skipped"
@@ -35,6 +37,11 @@ cat "$out/perf"
 
 timeout 120 mpirun "${args[@]}" -n 4 "$twice" | tee "$out/twice"
 [[ $(grep -c "allreduce correct" "$out/twice") -eq 2 ]] || { echo "FAIL: two contexts"; exit 1; }
+
+# A lease of 6 s: a member counts as alive to the store until its renewals are 1.5 s late.
+timeout 120 mpirun "${args[@]}" -n 3 -x WEFT_FAILURE_TIMEOUT_MS=6000 -x WEFT_LOG_LEVEL=error \
+    "$member" | tee "$out/member"
+[[ $(grep -c "^SECRET-OK" "$out/member") -eq 3 ]] || { echo "FAIL: member secrets"; exit 1; }
 
 set +e
 timeout 60 mpirun "${args[@]}" -n 2 -x WEFT_PMIX_LIBRARY=libweft-no-such-pmix.so \
