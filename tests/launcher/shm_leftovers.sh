@@ -84,6 +84,18 @@ check_still_there() {
         exit 77
     fi
 }
+# Wait until processes $@ have exited (gone, or zombies: their files and locks released
+# either way); a SIGKILLed process takes a while to exit on a busy machine.
+wait_exited() {
+    for p in "$@"; do
+        i=0
+        while [ -e "/proc/$p" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ]; do
+            i=$((i + 1))
+            [ $i -le 1200 ] || fail "process $p did not exit within 60 s of SIGKILL"
+            sleep 0.05
+        done
+    done
+}
 # Check that job $1 has nothing left in /dev/shm.
 check_gone() {
     left=$(names "$1")
@@ -123,7 +135,7 @@ store_only)
     "$weftrun" --store-only --timeout 100 >"$tmp/env" 2>"$tmp/store.err" &
     store_pid=$!
     i=0
-    until grep -q '^WEFT_JOB_TOKEN_FILE=' "$tmp/env"; do
+    until grep -qs '^WEFT_JOB_TOKEN_FILE=' "$tmp/env"; do
         i=$((i + 1))
         [ $i -le 600 ] || fail "weftrun --store-only printed no token: $(cat "$tmp/store.err")"
         sleep 0.05
@@ -143,7 +155,7 @@ store_only)
     job=$(cat "$d/job")
     [ -n "$(names "$job")" ] || fail "no name of job $job in $shm"
     kill -9 "$(cat "$d/pid.0")" "$(cat "$d/pid.1")"
-    sleep 0.2
+    wait_exited "$(cat "$d/pid.0")" "$(cat "$d/pid.1")"
     check_still_there "$job"
     unset WEFT_STORE WEFT_JOB_TOKEN_FILE WEFT_WORLD_SIZE WEFT_LOCAL_SIZE
     "$weftrun" -n 1 -- true || fail "weftrun -n 1 true failed"
@@ -155,7 +167,7 @@ weftrun_killed)
     start_hold "$tmp/a"
     kill -9 "$hold_pid" "$(cat "$tmp/a/pid.0")" "$(cat "$tmp/a/pid.1")"
     wait "$hold_pid"
-    sleep 0.2
+    wait_exited "$(cat "$tmp/a/pid.0")" "$(cat "$tmp/a/pid.1")"
     check_still_there "$job"
     "$weftrun" -n 1 -- true || fail "weftrun -n 1 true failed"
     check_gone "$job" "names of a SIGKILLed job, after the next job"
