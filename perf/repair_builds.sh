@@ -30,7 +30,7 @@ one() { # label build shm round
     # weft-perf starts the replacements itself: the ranks need the token (a weftrun that
     # does not know --share-token hands it on anyway).
     local share=()
-    "$2/bin/weftrun" --help | grep -q -- --share-token && share=(--share-token)
+    case $("$2/bin/weftrun" --help) in *--share-token*) share=(--share-token) ;; esac
     WEFT_COLL_SHM=$3 "$2/bin/weftrun" -n "$ranks" --elastic "${share[@]}" --timeout 300 -- \
         "$2/bin/weft-perf" group -n "$kills" --json >"$f" 2>"$out/$1.$4.err" ||
         { echo "repair_builds: $1 round $4 failed:" >&2; tail -5 "$out/$1.$4.err" >&2; exit 1; }
