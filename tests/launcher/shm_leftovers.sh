@@ -84,12 +84,19 @@ check_still_there() {
         exit 77
     fi
 }
-# Wait until processes $@ have exited (gone, or zombies: their files and locks released
-# either way); a SIGKILLed process takes a while to exit on a busy machine.
+# Wait until processes $@ have exited: gone, or zombies whose every thread has exited (a
+# SIGKILLed process's first thread can be a zombie while others still hold its files and
+# locks; a busy machine makes that last a while).
+exited() {
+    for t in /proc/$1/task/*/stat; do
+        [ -e "$t" ] || continue
+        [ "$(cut -d' ' -f3 "$t" 2>/dev/null)" = Z ] || return 1
+    done
+}
 wait_exited() {
     for p in "$@"; do
         i=0
-        while [ -e "/proc/$p" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ]; do
+        until exited "$p"; do
             i=$((i + 1))
             [ $i -le 1200 ] || fail "process $p did not exit within 60 s of SIGKILL"
             sleep 0.05
