@@ -194,6 +194,19 @@ void weft__peer_failed(weft_ctx_t *ctx, int id, weft_status_t why)
     WEFT_INFO(&ctx->logger, "member %d failed; %d group(s) revoked", id, revoked);
 }
 
+/* This member's signed report that member @p id failed (@p why), with the store's answer:
+ * it takes it, or refuses it (WEFT_ERR_AUTH) while it sees @p id alive. Marks @p id
+ * noticed when taken. */
+static weft_status_t send_report(weft_ctx_t *ctx, int id, const char *why)
+{
+    char key[64], val[128];
+    weft__key(ctx, key, sizeof(key), "failed/%d", id);
+    int n = snprintf(val, sizeof(val), "reported by member %d: %s", ctx->rank, why);
+    weft_status_t st = weft__store_set(ctx->store, key, val, (size_t)n);
+    ctx->peers[id].noticed = st == WEFT_OK;
+    return st;
+}
+
 void weft__report_failure(weft_ctx_t *ctx, int id, const char *why)
 {
     if (id == ctx->rank || (id < ctx->npeers && ctx->peers[id].failed != WEFT_OK)) {
@@ -201,14 +214,10 @@ void weft__report_failure(weft_ctx_t *ctx, int id, const char *why)
     }
     weft__peer_failed(ctx, id, WEFT_ERR_PEER_FAILED);
     if (ctx->store != NULL && id < ctx->npeers) {
-        char key[64], val[128];
-        weft__key(ctx, key, sizeof(key), "failed/%d", id);
-        int n = snprintf(val, sizeof(val), "reported by member %d: %s", ctx->rank, why);
         /* Best effort: the launcher's notice reaches everyone too when the process died,
          * and a report the store refuses (it sees @p id alive) is sent again before an
          * edit would remove @p id (weft__failure_noticed). */
-        weft_status_t st = weft__store_set(ctx->store, key, val, (size_t)n);
-        ctx->peers[id].noticed = st == WEFT_OK;
+        weft_status_t st = send_report(ctx, id, why);
         if (st == WEFT_ERR_AUTH) {
             WEFT_INFO(&ctx->logger, "the store sees member %d alive: report refused for now", id);
         }
@@ -222,19 +231,15 @@ weft_status_t weft__failure_noticed(weft_ctx_t *ctx, int id)
     }
     uint64_t period = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 1;
     uint64_t start = weft__now_ms(), deadline = start + ctx->cfg.failure_timeout_ms + 2 * period;
-    char key[64], val[128];
+    char key[64];
     weft__key(ctx, key, sizeof(key), "failed/%d", id);
-    int n = snprintf(val, sizeof(val), "reported by member %d: no longer reachable", ctx->rank);
     for (;;) {
         weft__poll_failure_notices(ctx);
         if (ctx->peers[id].noticed) {
             return WEFT_OK;
         }
-        weft_status_t st = weft__store_set(ctx->store, key, val, (size_t)n);
-        if (st != WEFT_ERR_AUTH) {
-            /* Taken, or the store cannot answer: then the edit's own requests fail. */
-            ctx->peers[id].noticed = st == WEFT_OK;
-            return WEFT_OK;
+        if (send_report(ctx, id, "no longer reachable") != WEFT_ERR_AUTH) {
+            return WEFT_OK; /* taken, or the store cannot answer: the edit's requests fail */
         }
         uint64_t now = weft__now_ms();
         if (now >= deadline) {
@@ -243,7 +248,7 @@ weft_status_t weft__failure_noticed(weft_ctx_t *ctx, int id)
         void *v;
         size_t len;
         uint64_t wait = deadline - now < period ? deadline - now : period;
-        st = weft__store_get(ctx->store, key, (int)wait, &v, &len);
+        weft_status_t st = weft__store_get(ctx->store, key, (int)wait, &v, &len);
         if (st == WEFT_OK) {
             free(v);
             ctx->peers[id].noticed = true;
