@@ -153,6 +153,16 @@ weft_status_t weft__heartbeat_start(weft_ctx_t *ctx)
         free(hb);
         return weft__error(ctx, st, "cannot arm the liveness lease");
     }
+    if (hb->entry[0] == '\0' && hb->period_ms > hb->ttl_ms / 4) {
+        /* The store believes a peer's report about this member once its renewals are a
+         * quarter of the lease late (decision 0030): renewing less often than that lets
+         * one peer's word evict it between renewals. */
+        WEFT_WARN(hb->lg,
+                  "WEFT_HEARTBEAT_MS %llu is more than a quarter of WEFT_FAILURE_TIMEOUT_MS %u: "
+                  "between renewals the store takes a peer's report that this member failed; "
+                  "renew every %u ms at most",
+                  (unsigned long long)hb->period_ms, hb->ttl_ms, hb->ttl_ms / 4);
+    }
     pthread_mutex_init(&hb->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
