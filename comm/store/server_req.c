@@ -411,6 +411,19 @@ static bool renews_lease(const weft_store_server_t *s, const char *key, size_t k
     return false;
 }
 
+/* Whether @p key is a program's (weft_kv_*, comm/ctx/kv.c): "<ns>/kv/<one part>", the
+ * namespace being one part too. */
+static bool program_key(const char *key, size_t klen)
+{
+    const char *slash = memchr(key, '/', klen);
+    if (slash == NULL || slash == key) {
+        return false;
+    }
+    size_t at = (size_t)(slash - key) + 1;
+    return klen > at + 3 && memcmp(key + at, "kv/", 3) == 0 &&
+           memchr(key + at + 3, '/', klen - at - 3) == NULL;
+}
+
 static const char *refusal(weft_store_server_t *s, const store_conn_t *c, weft_store_msg_t type,
                            const char *key, size_t klen, const uint8_t *val, size_t vlen)
 {
@@ -421,6 +434,12 @@ static const char *refusal(weft_store_server_t *s, const store_conn_t *c, weft_s
     }
     if (klen >= 8 && memcmp(key, "weftrun/", 8) == 0) {
         return "keys under weftrun/ are the launchers'";
+    }
+    if (program_key(key, klen)) {
+        /* A program's own keys: every member reads and writes them (its share of the
+         * store bounds what it writes); leases are for failure notices. */
+        return type == WEFT__STORE_LEASE ? "a member holds a lease only on its own failure notice"
+                                         : NULL;
     }
     bool notice = key_names_member(key, klen, "failed", &id);
     if (type == WEFT__STORE_LEASE) {

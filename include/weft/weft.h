@@ -16,5 +16,6 @@
 #include "weft/migrate.h"
 #include "weft/snapshot.h"
 #include "weft/elastic.h"
+#include "weft/kv.h"
 
 #endif

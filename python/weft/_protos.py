@@ -5,7 +5,7 @@ as void pointers; statuses as int. tests/python/test_load.py checks that this ta
 names every exported function.
 """
 
-from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
 from . import _structs as S
 
@@ -37,6 +37,10 @@ _CORE = {
     "weft_req_free": (I, [P]),
     "weft_config_entry": (POINTER(S.ConfigEntry), [P, SZ, POINTER(c_char_p)]),
     "weft_info_print": (I, [P, POINTER(S.InfoParams)]),
+    "weft_kv_set": (I, [P, c_char_p, c_char_p, SZ]),
+    "weft_kv_get": (I, [P, c_char_p, c_void_p, SZ, PSZ, c_uint64]),
+    "weft_kv_add": (I, [P, c_char_p, c_int64, POINTER(c_int64)]),
+    "weft_kv_delete": (I, [P, c_char_p, PI]),
 }
 
 # (name, argument types after the group, before the request pointer)

@@ -15,6 +15,7 @@ from ctypes import byref, c_char_p, c_void_p
 
 from ._lib import lib
 from .errors import check, error_for, invalid, last_error
+from .kv import KVMixin
 
 TIMEOUT_DEFAULT = (1 << 64) - 1  # WEFT_TIMEOUT_DEFAULT: the context's WEFT_TIMEOUT_MS
 
@@ -37,7 +38,7 @@ def timeout_ms(timeout):
     return int(timeout * 1000)
 
 
-class Context:
+class Context(KVMixin):
     """A process's weft instance (weft_ctx_t). Made by weft.init(); a context manager
     that finalizes on exit."""
 

@@ -5,6 +5,8 @@
   "naive" and "alg1").
 - VocabParallelEmbedding: the input embedding sharded the same way.
 - shard_vocab: this rank's padded shard of a whole [V, ...] tensor.
+- the torch.distributed backend "weft" (registered on import; weft.torch.distributed):
+  `dist.init_process_group("weft")` under weftrun, DistributedDataParallel on weft.
 """
 
 import torch  # noqa: F401  (fails here, with ImportError, when PyTorch is missing)
@@ -13,5 +15,10 @@ from .cross_entropy import VocabParallelCrossEntropy, VocabParallelCrossEntropyF
 from .embedding import VocabParallelEmbedding, VocabParallelEmbeddingFunction
 from .shard import shard_vocab
 
+if torch.distributed.is_available():  # a torch built without it has no backends to add
+    from . import distributed
+    from .distributed import ProcessGroupWeft, WeftStore
+
 __all__ = ["VocabParallelCrossEntropy", "VocabParallelCrossEntropyFunction",
-           "VocabParallelEmbedding", "VocabParallelEmbeddingFunction", "shard_vocab"]
+           "VocabParallelEmbedding", "VocabParallelEmbeddingFunction", "shard_vocab",
+           "distributed", "ProcessGroupWeft", "WeftStore"]

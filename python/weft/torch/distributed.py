@@ -1,0 +1,300 @@
+"""weft as a torch.distributed backend: `dist.init_process_group("weft")`.
+
+Importing weft.torch registers the backend "weft" and the rendezvous "weft://". Under a
+launcher that starts weft ranks (weftrun, mpirun or srun with PMIx), the rank, the size and
+the store come from weft's own start-up: `dist.init_process_group("weft")` needs no
+MASTER_ADDR, and the default "env://" rendezvous, when MASTER_ADDR is not set, takes them
+from weft too (for any backend: gloo then rendezvous through weft's store). The store
+torch gets (WeftStore) keeps its keys in the job's store (weft.Context.kv_*), so process
+groups of other backends made with `dist.new_group(backend="gloo")` find each other
+through it.
+
+What the process group does (ProcessGroupWeft):
+
+- allreduce (SUM, PRODUCT, MIN, MAX, AVG), broadcast, allgather and _allgather_base,
+  reduce_scatter and _reduce_scatter_base, alltoall_base (equal and uneven splits),
+  reduce, barrier, send and recv, on contiguous CPU tensors, on the default context's world
+  group;
+- each call runs to completion before it returns, and its Work is made from a completed
+  torch.futures.Future (what DistributedDataParallel waits on); a failed call raises the
+  weft exception (weft.PeerFailed when a peer died);
+- a group of a subset of the world (`dist.new_group(ranks, backend="weft")`) is refused
+  with the reason: weft makes such groups collectively over their parent
+  (weft_group_split), which torch does not call on ranks outside the new group.
+"""
+
+import importlib
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from .. import context as _ctx_module
+from ..coll import op_value
+from ..errors import invalid
+
+BACKEND = "weft"
+
+# torch.distributed.ReduceOp member name -> weft operator name; AVG is SUM, then a division.
+_OPS = {"SUM": "sum", "PRODUCT": "prod", "MIN": "min", "MAX": "max", "AVG": "sum"}
+
+
+def _op_name(op):
+    name = getattr(getattr(op, "op", op), "name", None)
+    if name not in _OPS:
+        op_value(op)  # raises, saying which operators weft has
+        raise invalid("torch.distributed.ReduceOp %r is not supported by weft" % (op,))
+    return name
+
+
+def _done(result):
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+def _contiguous(t, what):
+    if not isinstance(t, torch.Tensor):
+        raise invalid("%s: a torch.Tensor, not %s" % (what, type(t).__name__))
+    if t.is_cuda:
+        raise invalid("%s: the weft process group takes CPU tensors (a CUDA tensor was "
+                      "given)" % what)
+    return t
+
+
+class WeftStore(dist.Store):
+    """torch.distributed's Store over the job's store (weft.Context.kv_*): set, get, add,
+    wait, check and delete_key. compare_set and num_keys are not available."""
+
+    def __init__(self, ctx, timeout=timedelta(seconds=300)):
+        super().__init__()
+        self._ctx = ctx
+        self._timeout = timeout.total_seconds()
+
+    def set(self, key, value):
+        self._ctx.kv_set(key, value)
+
+    def get(self, key):
+        return self._ctx.kv_get(key, timeout=self._timeout)
+
+    def add(self, key, value):
+        return self._ctx.kv_add(key, value)
+
+    def delete_key(self, key):
+        return self._ctx.kv_delete(key)
+
+    def check(self, keys):
+        for k in keys:
+            try:
+                self._ctx.kv_get(k, timeout=0)
+            except Exception:  # weft.Timeout: not set
+                return False
+        return True
+
+    def wait(self, keys, timeout=None):
+        t = self._timeout if timeout is None else timeout.total_seconds()
+        for k in keys:
+            self._ctx.kv_get(k, timeout=t)
+
+    def set_timeout(self, timeout):
+        self._timeout = timeout.total_seconds()
+
+    def compare_set(self, key, expected_value, desired_value):
+        raise RuntimeError("weft's store for torch.distributed has no compare_set")
+
+    def num_keys(self):
+        raise RuntimeError("weft's store for torch.distributed does not count keys")
+
+
+class ProcessGroupWeft(dist.ProcessGroup):
+    """A torch.distributed process group on a weft group (see the module comment)."""
+
+    def __init__(self, group, timeout=None):
+        super().__init__(group.rank, group.size)
+        self._group = group
+        self._timeout = timeout
+
+    @property
+    def weft_group(self):
+        """The weft.Group the process group runs on."""
+        return self._group
+
+    def getBackendName(self):
+        return BACKEND
+
+    # -- collectives -----------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+        if isinstance(opts, dist.AllreduceOptions) or opts is None:
+            op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        else:
+            op = opts  # the ReduceOp overload
+        name = _op_name(op)
+        for t in tensors:
+            _contiguous(t, "allreduce")
+            self._group.allreduce(t, op=_OPS[name])
+            if name == "AVG":
+                if t.is_floating_point():
+                    t.div_(self._group.size)
+                else:
+                    t.floor_divide_(self._group.size)
+        return _done(list(tensors))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):  # the (tensor, root) overload
+            tensors, root = [tensors], opts
+        else:
+            root = opts.rootRank if opts is not None else 0
+        for t in tensors:
+            self._group.broadcast(_contiguous(t, "broadcast"), root=root)
+        return _done(list(tensors))
+
+    def reduce(self, tensors, opts=None):
+        tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+        name = _op_name(opts.reduceOp)
+        for t in tensors:
+            _contiguous(t, "reduce")
+            self._group.reduce(t, op=_OPS[name], root=opts.rootRank)
+            if name == "AVG" and self._group.rank == opts.rootRank:
+                t.div_(self._group.size)
+        return _done(list(tensors))
+
+    def _allgather_base(self, output, input, opts=None):
+        _contiguous(output, "_allgather_base output")
+        self._group.allgather(_contiguous(input, "_allgather_base input").contiguous(), output)
+        return _done([output])
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        if isinstance(input_tensors, torch.Tensor):
+            output_tensors, input_tensors = [output_tensors], [input_tensors]
+        n = self._group.size
+        for outs, inp in zip(output_tensors, input_tensors):
+            if len(outs) != n:
+                raise invalid("allgather: %d output tensors for %d ranks" % (len(outs), n))
+            flat = torch.empty((n,) + tuple(inp.shape), dtype=inp.dtype)
+            self._group.allgather(_contiguous(inp, "allgather input").contiguous(), flat)
+            for out, part in zip(outs, flat):
+                out.copy_(part)
+        return _done(output_tensors)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        name = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        self._group.reduce_scatter(_contiguous(input, "_reduce_scatter_base input").contiguous(),
+                                   _contiguous(output, "_reduce_scatter_base output"),
+                                   op=_OPS[name])
+        if name == "AVG":
+            output.div_(self._group.size)
+        return _done([output])
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        name = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        for out, ins in zip(output_tensors, input_tensors):
+            if len(ins) != self._group.size:
+                raise invalid("reduce_scatter: %d input tensors for %d ranks" %
+                              (len(ins), self._group.size))
+            flat = torch.stack([t.reshape(out.shape) for t in ins]).contiguous()
+            self._group.reduce_scatter(flat, _contiguous(out, "reduce_scatter output"),
+                                       op=_OPS[name])
+            if name == "AVG":
+                out.div_(self._group.size)
+        return _done(list(output_tensors))
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n = self._group.size
+        _contiguous(output, "alltoall_base output")
+        _contiguous(input, "alltoall_base input")
+        if not output_split_sizes and not input_split_sizes:
+            self._group.alltoall(input.contiguous(), output)
+            return _done([output])
+        row_out = output[0].numel() if output.dim() > 0 and output.shape[0] else 0
+        row_in = input[0].numel() if input.dim() > 0 and input.shape[0] else 0
+        osz = output_split_sizes or [output.shape[0] // n] * n
+        isz = input_split_sizes or [input.shape[0] // n] * n
+        self._group.alltoallv(input.contiguous(), [s * row_in for s in isz], output,
+                              [s * row_out for s in osz])
+        return _done([output])
+
+    def barrier(self, opts=None):
+        self._group.barrier()
+        return _done([])
+
+    # -- point to point --------------------------------------------------------------
+    def send(self, tensors, dstRank, tag=0):
+        for t in tensors:
+            self._group.send(_contiguous(t, "send").contiguous(), dstRank, tag=tag)
+        return _done([])
+
+    def recv(self, tensors, srcRank, tag=0):
+        for t in tensors:
+            self._group.recv(_contiguous(t, "recv"), srcRank, tag=tag)
+        return _done(list(tensors))
+
+
+# Python objects torch holds only from C++ (a PrefixStore around a WeftStore): pybind11
+# finds a Python method of such an object only while Python holds it too.
+_keep = []
+
+
+def _context():
+    """The default context, made by weft.init() if the program has not made one."""
+    try:
+        return _ctx_module.default_context()
+    except Exception:  # weft.InvalidArgument: none yet
+        return _ctx_module.init()
+
+
+def _create(store, rank, world_size, timeout):
+    """Backend.register_backend's creator: the default context's world (rank and size
+    must be weft's)."""
+    ctx = _context()
+    world = ctx.world
+    if world_size != world.size or rank != world.rank:
+        raise invalid("the weft backend runs on weft's world group (rank %d of %d); torch "
+                      "asked for rank %d of %d: a group of a subset of the world is not "
+                      "available on weft yet" % (world.rank, world.size, rank, world_size))
+    return ProcessGroupWeft(world, timeout)
+
+
+def _under_weft_launcher():
+    return "WEFT_STORE" in os.environ or "PMIX_RANK" in os.environ
+
+
+def _weft_rendezvous(url, timeout=timedelta(seconds=300), **kwargs):
+    """The rendezvous "weft://" (and "env://" without MASTER_ADDR under a weft launcher):
+    the store, rank and size of weft's world."""
+    ctx = _context()
+    from urllib.parse import parse_qs, urlparse
+    query = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+    for what, mine in (("rank", ctx.rank), ("world_size", ctx.size)):
+        if what in query and int(query[what]) not in (-1, mine):
+            raise invalid("init_process_group: %s %s, but weft's launcher made this process "
+                          "%s %d" % (what, query[what], what, mine))
+    store = WeftStore(ctx, timeout)
+    _keep.append(store)
+    yield store, ctx.rank, ctx.size
+
+
+def _register():
+    # The module, which torch.distributed's function of the same name hides.
+    rdzv = importlib.import_module("torch.distributed.rendezvous")
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, _create)
+    handlers = rdzv._rendezvous_handlers
+    if "weft" not in handlers:
+        rdzv.register_rendezvous_handler("weft", _weft_rendezvous)
+    env = handlers.get("env")
+    if env is not None and not getattr(env, "_weft", False):
+        def env_or_weft(url, **kwargs):
+            if "MASTER_ADDR" not in os.environ and _under_weft_launcher():
+                return _weft_rendezvous(url, **kwargs)
+            return env(url, **kwargs)
+        env_or_weft._weft = True
+        handlers["env"] = env_or_weft
+
+
+_register()
