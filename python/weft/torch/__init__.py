@@ -6,7 +6,8 @@
 - VocabParallelEmbedding: the input embedding sharded the same way.
 - shard_vocab: this rank's padded shard of a whole [V, ...] tensor.
 - the torch.distributed backend "weft" (registered on import; weft.torch.distributed):
-  `dist.init_process_group("weft")` under weftrun, DistributedDataParallel on weft.
+  `dist.init_process_group("weft")` under weftrun, DistributedDataParallel on weft;
+  repair(), after a peer failure (is_peer_failure), gives the survivors' process group.
 """
 
 import torch  # noqa: F401  (fails here, with ImportError, when PyTorch is missing)
@@ -17,8 +18,8 @@ from .shard import shard_vocab
 
 if torch.distributed.is_available():  # a torch built without it has no backends to add
     from . import distributed
-    from .distributed import ProcessGroupWeft, WeftStore
+    from .distributed import ProcessGroupWeft, WeftStore, is_peer_failure, repair
 
 __all__ = ["VocabParallelCrossEntropy", "VocabParallelCrossEntropyFunction",
            "VocabParallelEmbedding", "VocabParallelEmbeddingFunction", "shard_vocab",
-           "distributed", "ProcessGroupWeft", "WeftStore"]
+           "distributed", "ProcessGroupWeft", "WeftStore", "is_peer_failure", "repair"]

@@ -33,7 +33,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import context as _ctx_module
 from ..coll import op_value
-from ..errors import invalid
+from ..errors import PeerError, invalid
 
 BACKEND = "weft"
 
@@ -258,6 +258,54 @@ def _create(store, rank, world_size, timeout):
                       "asked for rank %d of %d: a group of a subset of the world is not "
                       "available on weft yet" % (world.rank, world.size, rank, world_size))
     return ProcessGroupWeft(world, timeout)
+
+
+def is_peer_failure(exc):
+    """Whether @p exc (or an exception it was raised from) says a peer of a weft group
+    failed or the group was revoked: weft.PeerFailed and weft.Revoked, and the
+    RuntimeError that torch's C++ (DistributedDataParallel's backward) raises in their
+    place, whose text names the status."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, PeerError):
+            return True
+        text = str(exc)
+        if "WEFT_ERR_PEER_FAILED" in text or "WEFT_ERR_REVOKED" in text:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def repair(pg=None):
+    """After a peer failure (is_peer_failure), agree with the survivors on who is gone
+    and return (new process group, weft.EditInfo). The weft group is repaired in place
+    (weft_group_repair); torch fixes a process group's rank and size when it is made, so
+    the survivors get a new ProcessGroupWeft on it, and where @p pg is torch's default
+    group (None: that one) the new one takes its place, so that dist.get_world_size()
+    and every dist.* call without a group use it.
+
+    What to make again: the DistributedDataParallel wrapper (its reducer holds the old
+    group and divides by the old size), on the same model, whose parameters the wrapper
+    broadcasts from the new rank 0 as it is made; the model and the optimizer stay. A
+    survivor whose last step's allreduces all completed before the failure was seen has
+    taken that step and the others have not: the broadcast makes them equal again, at
+    rank 0's state (restore from a weft.Snapshot to choose the step instead). Groups of
+    other backends are not repaired."""
+    c10d = dist.distributed_c10d
+    old = c10d._get_default_group() if pg is None else pg
+    if not isinstance(old, ProcessGroupWeft):
+        raise invalid("weft.torch.repair: %r is not a weft process group" % (old,))
+    info = old.weft_group.repair()
+    new = ProcessGroupWeft(old.weft_group, old._timeout)
+    if old is c10d.GroupMember.WORLD:
+        backend_store = c10d._pg_map.pop(old)
+        name = c10d._pg_names.pop(old)
+        c10d._pg_group_ranks.pop(old, None)
+        c10d._pg_map[new] = backend_store
+        c10d._pg_names[new] = name
+        c10d._pg_group_ranks[new] = {i: i for i in range(new.size())}
+        c10d._update_default_pg(new)
+    return new, info
 
 
 def _under_weft_launcher():
