@@ -3,6 +3,7 @@
  * exec. weftrun has threads (the store server), so the child between fork() and exec()
  * only makes async-signal-safe calls: everything that allocates is done before fork().
  */
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -31,13 +32,26 @@ extern char **environ;
  * dropped. The last two are set only for some ranks: WEFT_NODE_LEASE for a rank that this
  * node's lease covers (on etcd: weftrun_nodes_rank_started), WEFT_JOIN for replacements
  * (an inherited WEFT_JOIN=1 would make every rank of a new job wait to join a group that
- * nobody has created).
+ * nobody has created). WEFTRUN_LIBDIR names the lib folder beside weftrun's own bin folder
+ * when it holds libweft.so (the build tree's and an install's layout): the Python package,
+ * installed anywhere, loads the library of the weftrun that started it (python/weft/_lib.py).
  */
 static const char *const rank_env_names[] = {
-    "WEFT_RANK",  "WEFT_WORLD_SIZE",       "WEFT_LOCAL_RANK", "WEFT_LOCAL_SIZE",
-    "RANK",       "WORLD_SIZE",            "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
-    "WEFT_STORE", "WEFT_MEMBER_SECRET_FD", "WEFT_JOB_TOKEN", "WEFT_NODE_LEASE",
-    "WEFT_JOIN",  "WEFT_JOB_TOKEN_FILE", /* the last dropped, never set */
+    "WEFT_RANK",
+    "WEFT_WORLD_SIZE",
+    "WEFT_LOCAL_RANK",
+    "WEFT_LOCAL_SIZE",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "WEFT_STORE",
+    "WEFT_MEMBER_SECRET_FD",
+    "WEFT_JOB_TOKEN",
+    "WEFT_NODE_LEASE",
+    "WEFT_JOIN",
+    "WEFTRUN_LIBDIR",
+    "WEFT_JOB_TOKEN_FILE", /* the last dropped, never set */
 };
 #define N_RANK_ENV (sizeof(rank_env_names) / sizeof(rank_env_names[0]))
 #define N_RANK_SET (N_RANK_ENV - 1)
@@ -130,6 +144,35 @@ static void free_env(char **env)
     free(env);
 }
 
+/* The lib folder beside the folder of this weftrun, if it holds libweft.so; else "". */
+static void launcher_libdir(char *out, size_t len)
+{
+    char exe[PATH_MAX], lib[PATH_MAX + 32];
+    out[0] = '\0';
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) {
+        return;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash == NULL) {
+        return;
+    }
+    *slash = '\0'; /* the bin folder */
+    if (snprintf(lib, sizeof(lib), "%.*s/../lib/libweft.so", PATH_MAX - 1, exe) >=
+        (int)sizeof(lib)) {
+        return;
+    }
+    char real[PATH_MAX];
+    if (realpath(lib, real) == NULL || (slash = strrchr(real, '/')) == NULL) {
+        return;
+    }
+    *slash = '\0';
+    if (strlen(real) < len) {
+        memcpy(out, real, strlen(real) + 1);
+    }
+}
+
 /* weftrun's environment without the rank variables, then this slot's values of them;
  * @p entry: its WEFT_NODE_LEASE, NULL if it holds a lease of its own. */
 static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot_t *slot,
@@ -160,12 +203,22 @@ static weft_status_t build_rank_env(const weftrun_job_t *job, const weftrun_slot
     snprintf(size_text, sizeof(size_text), "%d", job->world_size);
     snprintf(local_text, sizeof(local_text), "%d", slot->local_rank);
     snprintf(lsize_text, sizeof(lsize_text), "%d", job->opts->nranks);
-    const char *const values[N_RANK_SET] = {
-        rank_text,       size_text,  local_text, lsize_text,
-        rank_text,       size_text,  local_text, lsize_text,
-        job->store_addr, secret_fd >= 0 ? fd_text : NULL,
-        secret_fd >= 0 ? NULL : job->token,
-        entry,           slot->replaces >= 0 ? "1" : NULL};
+    char libdir[PATH_MAX];
+    launcher_libdir(libdir, sizeof(libdir));
+    const char *const values[N_RANK_SET] = {rank_text,
+                                            size_text,
+                                            local_text,
+                                            lsize_text,
+                                            rank_text,
+                                            size_text,
+                                            local_text,
+                                            lsize_text,
+                                            job->store_addr,
+                                            secret_fd >= 0 ? fd_text : NULL,
+                                            secret_fd >= 0 ? NULL : job->token,
+                                            entry,
+                                            slot->replaces >= 0 ? "1" : NULL,
+                                            libdir[0] != '\0' ? libdir : NULL};
     for (size_t i = 0; i < N_RANK_SET; i++) {
         if (values[i] != NULL && asprintf(&env[k++], "%s=%s", rank_env_names[i], values[i]) < 0) {
             env[k - 1] = NULL;

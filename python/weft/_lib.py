@@ -3,8 +3,11 @@
 Order: the WEFT_LIBRARY environment variable (a file, or a folder holding libweft.so);
 the build tree when the package is used in place (python/weft -> build/lib); the lib
 folder of the prefix the package was installed into (<prefix>/lib/pythonX.Y/site-packages
--> <prefix>/lib, also for Debian's <prefix>/local/lib/python3.X/dist-packages); then the
-system loader (LD_LIBRARY_PATH, ld.so.cache).
+-> <prefix>/lib, also for Debian's <prefix>/local/lib/python3.X/dist-packages); the
+library of weftrun: the lib folder beside the weftrun that started this process
+(WEFTRUN_LIBDIR, which weftrun sets), else beside the first weftrun on PATH, so a package
+installed anywhere (a virtual environment) runs with the library its launcher came with;
+then the system loader (LD_LIBRARY_PATH, ld.so.cache).
 """
 
 import ctypes
@@ -50,6 +53,20 @@ def _install_prefix():
     return out
 
 
+def _launcher():
+    folders = []
+    env = os.environ.get("WEFTRUN_LIBDIR")
+    if env:
+        folders.append(env)
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        exe = os.path.join(d, "weftrun") if d else ""
+        if exe and os.access(exe, os.X_OK):
+            folders.append(os.path.join(os.path.dirname(os.path.realpath(exe)), os.pardir,
+                                        "lib"))
+            break
+    return [p for f in folders for p in _in_folder(f)]
+
+
 def _open(path):
     return ctypes.CDLL(path)
 
@@ -66,7 +83,11 @@ def load():
             raise ImportError(
                 "weft: cannot load libweft from WEFT_LIBRARY=%s: %s" % (env, e)) from None
     tried.append("WEFT_LIBRARY (unset)")
-    for where, paths in (("build tree", _build_tree()), ("install prefix", _install_prefix())):
+    launcher = _launcher()
+    if not launcher:
+        tried.append("weftrun's lib folder (WEFTRUN_LIBDIR unset, no weftrun on PATH)")
+    for where, paths in (("build tree", _build_tree()), ("install prefix", _install_prefix()),
+                         ("weftrun's", launcher)):
         for p in paths:
             p = os.path.normpath(p)
             if not os.path.exists(p):

@@ -2,6 +2,7 @@
 libweft.so installed beside it, with no WEFT_LIBRARY and no LD_LIBRARY_PATH."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,3 +46,48 @@ def test_installed_package_finds_installed_library(tmp_path):
     assert r.returncode == 0, r.stderr
     found = r.stdout.strip()
     assert os.path.realpath(found).startswith(os.path.realpath(prefix)), found
+
+
+def test_venv_package_runs_under_weftrun(tmp_path):
+    """`pip install ./python` into a new virtual environment (its own prefix, no weft
+    library there), then from a clean environment (no PYTHONPATH, WEFT_LIBRARY or
+    LD_LIBRARY_PATH) `weftrun -n 2 -- <venv>/bin/python -c "... dist.init_process_group
+    ('weft') ..."`: the package loads the library of the weftrun that started it."""
+    build = os.environ.get("TEST_WEFT_BUILD_DIR")
+    if not build:
+        pytest.skip("TEST_WEFT_BUILD_DIR is set by CTest")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pytest.skip("no PyTorch for %s" % sys.executable)
+    venv = tmp_path / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages",
+                           str(venv)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip("no venv for %s: %s" % (sys.executable, made.stderr.strip()))
+    py = str(venv / "bin" / "python")
+    src = tmp_path / "src"
+    shutil.copytree(PYTHON_DIR, src, ignore=shutil.ignore_patterns("build", "*.egg-info",
+                                                                   "__pycache__"))
+    pip = subprocess.run([py, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
+                          "--no-index", "--disable-pip-version-check", str(src)],
+                         capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WEFT_LIBRARY", "LD_LIBRARY_PATH", "PYTHONPATH", "MASTER_ADDR")
+           and not k.startswith("WEFT_")}
+    code = ("import torch, torch.distributed as dist, weft, weft.torch\n"
+            "dist.init_process_group('weft')\n"
+            "t = torch.ones(3) * (dist.get_rank() + 1)\n"
+            "dist.all_reduce(t)\n"
+            "assert t.tolist() == [3.0] * 3, t\n"
+            "assert weft.__file__.startswith(%r), weft.__file__\n"
+            "print('VENV-OK', weft.library_path)\n" % str(venv))
+    r = subprocess.run([os.path.join(build, "bin", "weftrun"), "-n", "2", "--timeout", "100",
+                        "--tag-output", "--", py, "-c", code], env=env, cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    found = re.findall(r"^\[rank \d\] VENV-OK (\S+)$", r.stdout, re.M)
+    assert len(found) == 2, r.stdout
+    for f in found:
+        assert os.path.realpath(f).startswith(os.path.realpath(os.path.join(build, "lib"))), f
