@@ -18,8 +18,11 @@ from .shard import shard_vocab
 
 if torch.distributed.is_available():  # a torch built without it has no backends to add
     from . import distributed
-    from .distributed import ProcessGroupWeft, WeftStore, is_peer_failure, repair
+    from .distributed import (ProcessGroupWeft, WeftStore, init_process_group,
+                              is_peer_failure, repair)
+    from .elastic import ElasticState
 
 __all__ = ["VocabParallelCrossEntropy", "VocabParallelCrossEntropyFunction",
            "VocabParallelEmbedding", "VocabParallelEmbeddingFunction", "shard_vocab",
-           "distributed", "ProcessGroupWeft", "WeftStore", "is_peer_failure", "repair"]
+           "distributed", "ProcessGroupWeft", "WeftStore", "init_process_group",
+           "is_peer_failure", "repair", "ElasticState"]

@@ -298,14 +298,47 @@ def repair(pg=None):
     info = old.weft_group.repair()
     new = ProcessGroupWeft(old.weft_group, old._timeout)
     if old is c10d.GroupMember.WORLD:
-        backend_store = c10d._pg_map.pop(old)
-        name = c10d._pg_names.pop(old)
-        c10d._pg_group_ranks.pop(old, None)
-        c10d._pg_map[new] = backend_store
-        c10d._pg_names[new] = name
-        c10d._pg_group_ranks[new] = {i: i for i in range(new.size())}
-        c10d._update_default_pg(new)
+        _install_default(new)
     return new, info
+
+
+def _install_default(new, store=None):
+    """Make @p new torch's default process group (torch 1.13's tables: GroupMember.WORLD,
+    _pg_map, _pg_names, _pg_group_ranks), in place of the one there, whose store and name
+    it takes; else with @p store, as init_process_group would have set them."""
+    c10d = dist.distributed_c10d
+    old = c10d.GroupMember.WORLD
+    if old is not None and old in c10d._pg_map:
+        backend_store, name = c10d._pg_map.pop(old), c10d._pg_names.pop(old)
+        c10d._pg_group_ranks.pop(old, None)
+    else:
+        backend_store, name = (BACKEND, store), "0"
+        c10d._group_count = max(c10d._group_count, 1)
+    c10d._pg_map[new] = backend_store
+    c10d._pg_names[new] = name
+    c10d._pg_group_ranks[new] = {i: i for i in range(new.size())}
+    c10d._update_default_pg(new)
+    c10d._backend = BACKEND
+
+
+def init_process_group(timeout=timedelta(minutes=30), join_timeout=120.0):
+    """torch.distributed on weft for a process a weft launcher started; returns the
+    default ProcessGroupWeft. The job's first processes run
+    dist.init_process_group("weft"). A replacement (WEFT_JOIN=1: weftrun --elastic
+    --replace) joins the world group instead, waiting up to @p join_timeout seconds for
+    the members to admit it (ElasticState.recover), and is made torch's default group
+    directly: torch's start-up barrier counts the processes that start together, and
+    the members do not start again."""
+    if os.environ.get("WEFT_JOIN") != "1":
+        dist.init_process_group(BACKEND, timeout=timeout)
+        return dist.distributed_c10d._get_default_group()
+    ctx = _context()
+    group = ctx.join("world", timeout=join_timeout)
+    store = WeftStore(ctx, timeout)
+    _keep.append(store)
+    pg = ProcessGroupWeft(group, timeout)
+    _install_default(pg, dist.PrefixStore("default_pg", store))
+    return pg
 
 
 def _under_weft_launcher():
@@ -315,6 +348,10 @@ def _under_weft_launcher():
 def _weft_rendezvous(url, timeout=timedelta(seconds=300), **kwargs):
     """The rendezvous "weft://" (and "env://" without MASTER_ADDR under a weft launcher):
     the store, rank and size of weft's world."""
+    if os.environ.get("WEFT_JOIN") == "1":
+        raise invalid("this process is a replacement (WEFT_JOIN=1): it joins the members' "
+                      "group with weft.torch.init_process_group(), not "
+                      "torch.distributed.init_process_group")
     ctx = _context()
     from urllib.parse import parse_qs, urlparse
     query = {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
