@@ -2,6 +2,7 @@
 
 - `dist.init_process_group("weft")` with no MASTER_ADDR: rank and size are weft's;
 - a gloo group made with `dist.new_group(backend="gloo")` meets through weft's store;
+- groups of part of the world (`dist.new_group(ranks)`) on weft against gloo's;
 - every collective DistributedDataParallel, FSDP and ZeRO use, on both groups, with equal
   results (reductions in float64 of small integers, exact whatever the order);
 - DistributedDataParallel of one MLP over weft and over gloo from the same start and data:
@@ -105,6 +106,18 @@ def collectives(weft_pg, gloo_pg, rank, n):
         return [t]
     same_on_both(p2p, weft_pg, gloo_pg, "send/recv")
 
+    def ring(g):
+        # Every rank sends 4 MiB to the next and receives from the previous, all posted
+        # before any is waited for (blocking sends of this size would wait for each other).
+        out = torch.full((1 << 20,), float(rank))
+        got = torch.zeros(1 << 20)
+        ops = [dist.P2POp(dist.isend, out, (rank + 1) % n, group=g),
+               dist.P2POp(dist.irecv, got, (rank - 1) % n, group=g)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        return [got]
+    same_on_both(ring, weft_pg, gloo_pg, "batch_isend_irecv ring")
+
     def objects(g):
         objs = [None] * n
         dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank}, group=g)
@@ -115,6 +128,28 @@ def collectives(weft_pg, gloo_pg, rank, n):
         return []
     same_on_both(objects, weft_pg, gloo_pg, "object collectives")
     dist.barrier(group=weft_pg)
+
+
+def subgroups(rank, n):
+    """dist.new_group of part of the world on weft (a weft subgroup) and on gloo: every
+    rank calls both, members reduce within them."""
+    for ranks in ([0, n - 1], list(range(0, n, 2)), [n - 1, 0][: 1 + (n > 2)]):
+        w = dist.new_group(ranks)
+        g = dist.new_group(ranks, backend="gloo")
+        if rank not in ranks:
+            check(w == dist.GroupMember.NON_GROUP_MEMBER, "a group for a non-member")
+            continue
+        check(dist.get_backend(w) == "weft" and w.size() == len(set(ranks)) and
+              w.rank() == sorted(set(ranks)).index(rank), "subgroup %s: rank %d of %d"
+              % (ranks, w.rank(), w.size()))
+
+        def allreduce(pg):
+            t = torch.arange(5, dtype=torch.float64) * (rank + 1)
+            dist.all_reduce(t, group=pg)
+            b = torch.full((2,), float(rank))
+            dist.broadcast(b, src=max(ranks), group=pg)
+            return [t, b]
+        same_on_both(allreduce, w, g, "subgroup %s" % (ranks,))
 
 
 def train(pg, steps, rank):
@@ -146,6 +181,7 @@ def main():
     weft_pg = dist.distributed_c10d._get_default_group()
     gloo_pg = dist.new_group(backend="gloo")
     collectives(weft_pg, gloo_pg, rank, n)
+    subgroups(rank, n)
 
     lw, pw = train(weft_pg, 6, rank)
     lg, pg = train(gloo_pg, 6, rank)

@@ -15,16 +15,24 @@ What the process group does (ProcessGroupWeft):
   reduce_scatter and _reduce_scatter_base, alltoall_base (equal and uneven splits),
   reduce, barrier, send and recv, on contiguous CPU tensors, on the default context's world
   group;
-- each call runs to completion before it returns, and its Work is made from a completed
-  torch.futures.Future (what DistributedDataParallel waits on); a failed call raises the
-  weft exception (weft.PeerFailed when a peer died);
-- a group of a subset of the world (`dist.new_group(ranks, backend="weft")`) is refused
-  with the reason: weft makes such groups collectively over their parent
-  (weft_group_split), which torch does not call on ranks outside the new group.
+- each collective runs to completion before it returns, and its Work is made from a
+  completed torch.futures.Future (what DistributedDataParallel waits on); a failed call
+  raises the weft exception (weft.PeerFailed when a peer died); send and recv start
+  weft's isend and irecv and return a Work whose future one thread of the process
+  completes (_Completer), so batch_isend_irecv's sends and receives are all posted
+  before any is waited for;
+- a group of part of the world (`dist.new_group(ranks)`, which every rank calls) is a
+  weft subgroup: torch.distributed.new_group is wrapped so that, for the weft backend,
+  every rank first splits weft's world (weft_group_split, collective over it; the ranks
+  in torch's order), and the backend's creator, which torch calls on members only,
+  takes the subgroup.
 """
 
 import importlib
+import inspect
 import os
+import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -62,6 +70,54 @@ def _contiguous(t, what):
         raise invalid("%s: the weft process group takes CPU tensors (a CUDA tensor was "
                       "given)" % what)
     return t
+
+
+class _Completer:
+    """Completes the torch futures of weft requests in flight, for a process's
+    nonblocking point-to-point calls: one thread for all of them (started at the first),
+    which tests the oldest requests, backing off while none completes, and sleeps while
+    none is in flight. A Work made from such a future completes when its request does;
+    Work.wait() releases the GIL, so this thread can run meanwhile."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._items = []  # (weft.Request, torch.futures.Future, result)
+        self._thread = None
+
+    def add(self, req, fut, result):
+        with self._cond:
+            self._items.append((req, fut, result))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="weft-torch-completer",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self):
+        pause = 1e-5
+        while True:
+            with self._cond:
+                while not self._items:
+                    self._cond.wait()
+                items = list(self._items)
+            done = []
+            for item in items:
+                req, fut, result = item
+                try:
+                    if not req.test():
+                        continue
+                    fut.set_result(result)
+                except Exception as e:  # the request failed: the Work raises it
+                    fut.set_exception(e)
+                done.append(item)
+            with self._cond:
+                self._items = [i for i in self._items if i not in done]
+            pause = 1e-5 if done else min(pause * 2, 1e-3)
+            if not done:
+                time.sleep(pause)
+
+
+_completer = _Completer()
 
 
 class WeftStore(dist.Store):
@@ -223,16 +279,22 @@ class ProcessGroupWeft(dist.ProcessGroup):
         self._group.barrier()
         return _done([])
 
-    # -- point to point --------------------------------------------------------------
+    # -- point to point: nonblocking (batch_isend_irecv posts sends and receives before
+    # waiting for any of them) ------------------------------------------------------
+    def _p2p(self, tensors, start, what):
+        if len(tensors) != 1:
+            raise invalid("%s: one tensor at a time, not %d" % (what, len(tensors)))
+        fut = torch.futures.Future()
+        _completer.add(start(tensors[0]), fut, list(tensors))
+        return _create_work_from_future(fut)
+
     def send(self, tensors, dstRank, tag=0):
-        for t in tensors:
-            self._group.send(_contiguous(t, "send").contiguous(), dstRank, tag=tag)
-        return _done([])
+        return self._p2p(tensors, lambda t: self._group.isend(
+            _contiguous(t, "send").contiguous(), dstRank, tag=tag), "send")
 
     def recv(self, tensors, srcRank, tag=0):
-        for t in tensors:
-            self._group.recv(_contiguous(t, "recv"), srcRank, tag=tag)
-        return _done(list(tensors))
+        return self._p2p(tensors, lambda t: self._group.irecv(
+            _contiguous(t, "recv"), srcRank, tag=tag), "recv")
 
 
 # Python objects torch holds only from C++ (a PrefixStore around a WeftStore): pybind11
@@ -248,16 +310,57 @@ def _context():
         return _ctx_module.init()
 
 
+# The weft subgroup that new_group's split made for this process, until the creator
+# takes it (new_group runs on every rank; torch calls the creator on members only).
+_split_made = []
+
+
 def _create(store, rank, world_size, timeout):
-    """Backend.register_backend's creator: the default context's world (rank and size
-    must be weft's)."""
-    ctx = _context()
-    world = ctx.world
-    if world_size != world.size or rank != world.rank:
-        raise invalid("the weft backend runs on weft's world group (rank %d of %d); torch "
-                      "asked for rank %d of %d: a group of a subset of the world is not "
-                      "available on weft yet" % (world.rank, world.size, rank, world_size))
-    return ProcessGroupWeft(world, timeout)
+    """Backend.register_backend's creator: the subgroup new_group split for this process,
+    else the default context's world (rank and size must be weft's)."""
+    group = _split_made.pop() if _split_made else _context().world
+    if world_size != group.size or rank != group.rank:
+        raise invalid("the weft backend made a group where this process is rank %d of %d; "
+                      "torch asked for rank %d of %d (a weft group of part of the world "
+                      "comes from torch.distributed.new_group, called on every rank)"
+                      % (group.rank, group.size, rank, world_size))
+    return ProcessGroupWeft(group, timeout)
+
+
+def _weft_world():
+    default = dist.distributed_c10d._get_default_group()
+    return default.weft_group if isinstance(default, ProcessGroupWeft) else _context().world
+
+
+def _wrap_new_group(orig):
+    """torch.distributed.new_group, which every rank of the world calls: for the weft
+    backend, first split weft's world (weft_group_split, collective over it) so that the
+    ranks listed form a subgroup in torch's order (the sorted ranks), which the creator
+    then takes; non-members get none."""
+    sig = inspect.signature(orig)
+
+    def new_group(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        backend = bound.arguments.get("backend")
+        c10d = dist.distributed_c10d
+        if not backend and c10d.is_initialized():
+            backend = c10d._pg_map[c10d._get_default_group()][0]
+        if str(backend).lower() != BACKEND:
+            return orig(*args, **kwargs)
+        world = _weft_world()
+        ranks = bound.arguments.get("ranks")
+        ranks = sorted(ranks) if ranks is not None else list(range(world.size))
+        me = world.rank
+        sub = world.split(0 if me in ranks else -1, ranks.index(me) if me in ranks else 0)
+        if sub is not None:
+            _split_made.append(sub)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _split_made.clear()
+    new_group.__doc__ = orig.__doc__
+    new_group._weft = True
+    return new_group
 
 
 def is_peer_failure(exc):
@@ -372,6 +475,10 @@ def _register():
     handlers = rdzv._rendezvous_handlers
     if "weft" not in handlers:
         rdzv.register_rendezvous_handler("weft", _weft_rendezvous)
+    c10d = dist.distributed_c10d
+    if not getattr(c10d.new_group, "_weft", False):
+        c10d.new_group = _wrap_new_group(c10d.new_group)
+        dist.new_group = c10d.new_group
     env = handlers.get("env")
     if env is not None and not getattr(env, "_weft", False):
         def env_or_weft(url, **kwargs):
