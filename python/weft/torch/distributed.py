@@ -180,6 +180,14 @@ class ProcessGroupWeft(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND
 
+    # torch 2.x asks a Python process group for these (its trampoline); 1.13 keeps the
+    # values given to the constructor.
+    def getRank(self):
+        return self._group.rank
+
+    def getSize(self):
+        return self._group.size
+
     # -- collectives -----------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
@@ -471,7 +479,10 @@ def _register():
     # The module, which torch.distributed's function of the same name hides.
     rdzv = importlib.import_module("torch.distributed.rendezvous")
     if BACKEND.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND, _create)
+        # torch 2.x takes the devices a backend serves; 1.13 has no such argument.
+        params = inspect.signature(dist.Backend.register_backend).parameters
+        extra = {"devices": ["cpu"]} if "devices" in params else {}
+        dist.Backend.register_backend(BACKEND, _create, **extra)
     handlers = rdzv._rendezvous_handlers
     if "weft" not in handlers:
         rdzv.register_rendezvous_handler("weft", _weft_rendezvous)
