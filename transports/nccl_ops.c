@@ -54,6 +54,9 @@ static int map_op(weft_op_t op, ncclRedOp_t *out)
     case WEFT_MIN:
         *out = ncclMin;
         return 0;
+    case WEFT_AVG:
+        *out = ncclAvg;
+        return 0;
     default:
         return -1;
     }

@@ -40,7 +40,7 @@ static weft_status_t resolve_types(weft_ctx_t *ctx, const weft_coll_args_t *a, s
         return WEFT_OK;
     }
     red->dtype = a->dtype;
-    red->op = a->op;
+    red->op = a->op == WEFT_AVG ? WEFT_SUM : a->op; /* the average divides the sum at the end */
     if (a->op >= WEFT_OP_USER_FIRST) {
         const weft_op_params_t *u = weft__user_op(ctx, a->op);
         if (u == NULL || a->dtype != WEFT_DTYPE_USER) {
@@ -52,7 +52,7 @@ static weft_status_t resolve_types(weft_ctx_t *ctx, const weft_coll_args_t *a, s
         red->user_fn = u->fn;
         red->user_arg = u->arg;
         red->elem_size = u->elem_size;
-    } else if (!weft__reduce_builtin_ok(a->dtype, a->op)) {
+    } else if (!weft__reduce_builtin_ok(a->dtype, red->op)) {
         return weft__error(ctx, WEFT_ERR_INVALID_ARG, "%s: op %d does not apply to dtype %s",
                            a->name, a->op, weft_dtype_name(a->dtype));
     } else {
@@ -366,6 +366,10 @@ static weft_status_t coll_step(weft_coll_t *c)
         st = c->data != NULL ? c->data(c) : WEFT_OK;
         if (st == WEFT_INPROGRESS) {
             return st;
+        }
+        if (st == WEFT_OK && c->a.op == WEFT_AVG && is_reduction(c->a.kind) &&
+            c->a.recvbuf != NULL && (c->a.kind != WEFT_COLL_REDUCE || c->rank == c->a.root)) {
+            weft__reduce_average(c->a.recvbuf, c->a.count, c->a.dtype, c->size);
         }
         c->phase = WEFT_COLL_PH_DONE;
         c->status = st;

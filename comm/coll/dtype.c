@@ -70,6 +70,8 @@ const char *weft_op_name(weft_op_t op)
         return "max";
     case WEFT_MIN:
         return "min";
+    case WEFT_AVG:
+        return "avg";
     default:
         break;
     }

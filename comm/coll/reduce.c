@@ -231,6 +231,48 @@ static const kernel3_fn kernels3[WEFT_DTYPE_USER][N_BUILTIN_OPS] = {
     ROW3(f32), ROW3(f64), ROW3(f16), ROW3(bf16), ROW3(i32), ROW3(i64), ROW3(u8),
 };
 
+#define AVERAGE(type, p, count, n)                                                                 \
+    do {                                                                                           \
+        type *v_ = (type *)(p);                                                                    \
+        for (size_t i_ = 0; i_ < (count); i_++) {                                                  \
+            v_[i_] = (type)(v_[i_] / (n));                                                         \
+        }                                                                                          \
+    } while (0)
+
+void weft__reduce_average(void *buf, size_t count, weft_dtype_t dtype, int n)
+{
+    uint16_t *h = buf;
+    switch (dtype) {
+    case WEFT_F32:
+        AVERAGE(float, buf, count, (float)n);
+        break;
+    case WEFT_F64:
+        AVERAGE(double, buf, count, (double)n);
+        break;
+    case WEFT_F16:
+        for (size_t i = 0; i < count; i++) {
+            h[i] = float_to_half(half_to_float(h[i]) / (float)n);
+        }
+        break;
+    case WEFT_BF16:
+        for (size_t i = 0; i < count; i++) {
+            h[i] = float_to_bf16(bf16_to_float(h[i]) / (float)n);
+        }
+        break;
+    case WEFT_I32:
+        AVERAGE(int32_t, buf, count, (int32_t)n);
+        break;
+    case WEFT_I64:
+        AVERAGE(int64_t, buf, count, (int64_t)n);
+        break;
+    case WEFT_U8:
+        AVERAGE(uint8_t, buf, count, (unsigned)n);
+        break;
+    default:
+        break;
+    }
+}
+
 bool weft__reduce_builtin_ok(weft_dtype_t dtype, weft_op_t op)
 {
     return (unsigned)dtype < WEFT_DTYPE_USER && op >= 0 && op < N_BUILTIN_OPS;

@@ -28,6 +28,10 @@ void weft__reduce_builtin(void *inout, const void *in, size_t count, weft_dtype_
 void weft__reduce3_builtin(void *out, const void *a, const void *b, size_t count,
                            weft_dtype_t dtype, weft_op_t op);
 
+/* buf[i] /= n for @p count elements of a built-in @p dtype: WEFT_AVG's last step (floats
+ * divide, half types in float; integers divide toward zero). */
+void weft__reduce_average(void *buf, size_t count, weft_dtype_t dtype, int n);
+
 /* True when @p op is a built-in operator that @p dtype supports. */
 bool weft__reduce_builtin_ok(weft_dtype_t dtype, weft_op_t op);
 

@@ -52,6 +52,11 @@ typedef int weft_op_t;
 #define WEFT_PROD 1
 #define WEFT_MAX 2
 #define WEFT_MIN 3
+/** The sum divided by the number of ranks reduced over (the group's size), on every rank
+ * that receives a result (allreduce, reduce_scatter, reduce's root): floating-point types
+ * divide the sum (half types in float, then round), integer types divide their wrapped
+ * sum, rounding toward zero. */
+#define WEFT_AVG 4
 #define WEFT_OP_USER_FIRST 16
 
 /** @brief Name such as "sum"; "user" for created operators; "?" if invalid. */

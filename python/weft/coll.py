@@ -5,7 +5,7 @@ Each has a blocking form, which returns its output buffer, and a nonblocking twi
 arrays or torch tensors, contiguous, of one weft dtype; outputs are written in place
 (a torch output's version counter is bumped when the call returns, and for a
 nonblocking call again when its request completes, as torch's in-place operations do).
-Operators: weft.Op, its name, or torch.distributed.ReduceOp SUM, PRODUCT, MAX, MIN.
+Operators: weft.Op, its name, or torch.distributed.ReduceOp SUM, PRODUCT, MAX, MIN, AVG.
 """
 
 import enum
@@ -24,6 +24,7 @@ class Op(enum.IntEnum):
     PROD = 1
     MAX = 2
     MIN = 3
+    AVG = 4
 
 
 _FNS = {}  # "allreduce" -> lib.weft_allreduce, looked up once
@@ -31,9 +32,8 @@ _OP_BY_NAME = {}  # "sum" -> its value, filled as names come
 
 
 # torch.distributed.ReduceOp members by name: weft's operator, or why there is none.
-_TORCH_OPS = {"SUM": Op.SUM, "PRODUCT": Op.PROD, "MAX": Op.MAX, "MIN": Op.MIN}
+_TORCH_OPS = {"SUM": Op.SUM, "PRODUCT": Op.PROD, "MAX": Op.MAX, "MIN": Op.MIN, "AVG": Op.AVG}
 _TORCH_OPS_REFUSED = {
-    "AVG": "weft has no average: reduce with SUM and divide by the group's size",
     "PREMUL_SUM": "weft has no pre-multiplied sum: scale the input, then reduce with SUM",
 }
 
@@ -54,13 +54,13 @@ def _from_torch_op(op):
         return None
     if name in _TORCH_OPS:
         return int(_TORCH_OPS[name])
-    why = _TORCH_OPS_REFUSED.get(name, "weft reduces with SUM, PRODUCT, MAX and MIN only")
+    why = _TORCH_OPS_REFUSED.get(name, "weft reduces with SUM, PRODUCT, MAX, MIN and AVG only")
     raise invalid("torch.distributed.ReduceOp.%s is not supported: %s" % (name, why))
 
 
 def op_value(op):
-    """An Op, its name ("sum", "prod", "max", "min"), its value, or a
-    torch.distributed.ReduceOp (SUM, PRODUCT, MAX, MIN; the others are refused with
+    """An Op, its name ("sum", "prod", "max", "min", "avg"), its value, or a
+    torch.distributed.ReduceOp (SUM, PRODUCT, MAX, MIN, AVG; the others are refused with
     weft.InvalidArgument saying why)."""
     v = _OP_BY_NAME.get(op) if isinstance(op, str) else None
     if v is not None:
@@ -83,7 +83,7 @@ def _op_by_name(op):
         try:
             return int(Op[op.upper()])
         except KeyError:
-            raise invalid("unknown reduction operator '%s' (sum, prod, max, min)" % op) \
+            raise invalid("unknown reduction operator '%s' (sum, prod, max, min, avg)" % op) \
                 from None
     try:
         return int(Op(op))

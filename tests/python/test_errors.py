@@ -72,7 +72,7 @@ def test_wrong_sizes(world):
     with pytest.raises(weft.InvalidArgument, match="past the buffer"):
         world.alltoallv(f(1, np.int32), [2] * n, f(2 * n, np.int32), [2] * n)
     with pytest.raises(weft.InvalidArgument, match="operator"):
-        world.allreduce(f(4, np.float32), op="avg")
+        world.allreduce(f(4, np.float32), op="mean")
 
 
 def test_read_only_output(world):

@@ -45,8 +45,8 @@ from ..errors import PeerError, invalid
 
 BACKEND = "weft"
 
-# torch.distributed.ReduceOp member name -> weft operator name; AVG is SUM, then a division.
-_OPS = {"SUM": "sum", "PRODUCT": "prod", "MIN": "min", "MAX": "max", "AVG": "sum"}
+# torch.distributed.ReduceOp member name -> weft operator name.
+_OPS = {"SUM": "sum", "PRODUCT": "prod", "MIN": "min", "MAX": "max", "AVG": "avg"}
 
 
 def _op_name(op):
@@ -199,11 +199,6 @@ class ProcessGroupWeft(dist.ProcessGroup):
         for t in tensors:
             _contiguous(t, "allreduce")
             self._group.allreduce(t, op=_OPS[name])
-            if name == "AVG":
-                if t.is_floating_point():
-                    t.div_(self._group.size)
-                else:
-                    t.floor_divide_(self._group.size)
         return _done(list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -224,8 +219,6 @@ class ProcessGroupWeft(dist.ProcessGroup):
         for t in tensors:
             _contiguous(t, "reduce")
             self._group.reduce(t, op=_OPS[name], root=opts.rootRank)
-            if name == "AVG" and self._group.rank == opts.rootRank:
-                t.div_(self._group.size)
         return _done(list(tensors))
 
     def _allgather_base(self, output, input, opts=None):
@@ -251,8 +244,6 @@ class ProcessGroupWeft(dist.ProcessGroup):
         self._group.reduce_scatter(_contiguous(input, "_reduce_scatter_base input").contiguous(),
                                    _contiguous(output, "_reduce_scatter_base output"),
                                    op=_OPS[name])
-        if name == "AVG":
-            output.div_(self._group.size)
         return _done([output])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -264,8 +255,6 @@ class ProcessGroupWeft(dist.ProcessGroup):
             flat = torch.stack([t.reshape(out.shape) for t in ins]).contiguous()
             self._group.reduce_scatter(flat, _contiguous(out, "reduce_scatter output"),
                                        op=_OPS[name])
-            if name == "AVG":
-                out.div_(self._group.size)
         return _done(list(output_tensors))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):

@@ -171,7 +171,7 @@ static size_t check_reduced(const void *got, weft_dtype_t dt, weft_op_t op, size
                 double x = load_real(one, 0, dt);
                 if (r == 0) {
                     acc = x;
-                } else if (op == WEFT_SUM) {
+                } else if (op == WEFT_SUM || op == WEFT_AVG) {
                     acc += x;
                 } else if (op == WEFT_PROD) {
                     acc *= x;
@@ -182,7 +182,12 @@ static size_t check_reduced(const void *got, weft_dtype_t dt, weft_op_t op, size
                 }
                 mag += fabs(x);
             }
+            if (op == WEFT_AVG) { /* the sum's error divided, and the division's rounding */
+                acc /= nranks;
+                mag /= nranks;
+            }
             double tol = op == WEFT_SUM    ? nranks * unit_roundoff(dt) * mag
+                         : op == WEFT_AVG  ? (nranks + 1) * unit_roundoff(dt) * mag
                          : op == WEFT_PROD ? nranks * unit_roundoff(dt) * fabs(acc) * 1.01
                                            : 0;
             double g = load_real(got, k, dt);
@@ -201,7 +206,7 @@ static size_t check_reduced(const void *got, weft_dtype_t dt, weft_op_t op, size
             uint64_t x = load_int(one, 0, dt);
             if (r == 0) {
                 acc = x;
-            } else if (op == WEFT_SUM) {
+            } else if (op == WEFT_SUM || op == WEFT_AVG) {
                 acc += x;
             } else if (op == WEFT_PROD) {
                 acc *= x;
@@ -212,6 +217,10 @@ static size_t check_reduced(const void *got, weft_dtype_t dt, weft_op_t op, size
             }
         }
         uint64_t mask = es == 8 ? UINT64_MAX : (UINT64_C(1) << (8 * es)) - 1;
+        if (op == WEFT_AVG) { /* the sum wrapped in the dtype's width, divided toward zero */
+            acc &= mask;
+            acc = dt == WEFT_U8 ? acc / (uint64_t)nranks : (uint64_t)(sext(acc, dt) / nranks);
+        }
         if ((load_int(got, k, dt) & mask) != (acc & mask)) {
             if (wrong < 3) {
                 print_message("rank %d: element %zu: got %llx want %llx\n", me, first + k,
@@ -298,7 +307,7 @@ static void test_allreduce_types(void **state)
 {
     (void)state;
     for (int dt = WEFT_F32; dt <= WEFT_U8; dt++) {
-        for (weft_op_t op = WEFT_SUM; op <= WEFT_MIN; op++) {
+        for (weft_op_t op = WEFT_SUM; op <= WEFT_AVG; op++) {
             for (size_t c = 0; c < N_COUNTS; c++) {
                 one_allreduce((weft_dtype_t)dt, op, counts[c], false);
                 one_allreduce((weft_dtype_t)dt, op, counts[c], true);
@@ -330,7 +339,7 @@ static void test_reduce_scatter(void **state)
 {
     (void)state;
     for (int dt = WEFT_F32; dt <= WEFT_U8; dt++) {
-        for (weft_op_t op = WEFT_SUM; op <= WEFT_MIN; op++) {
+        for (weft_op_t op = WEFT_SUM; op <= WEFT_AVG; op++) {
             if (op != WEFT_SUM && dt != WEFT_F32 && dt != WEFT_I32 && dt != WEFT_BF16) {
                 continue;
             }
@@ -373,6 +382,8 @@ static void test_reduce(void **state)
     }
     one_reduce(WEFT_F16, WEFT_SUM, 100003, nranks - 1, false);
     one_reduce(WEFT_U8, WEFT_PROD, 100003, 0, true);
+    one_reduce(WEFT_F32, WEFT_AVG, 100003, nranks - 1, false); /* only the root divides */
+    one_reduce(WEFT_I32, WEFT_AVG, 1000, 0, true);
 }
 
 /* ---- allgather / broadcast / alltoall(v) ---- */
@@ -942,6 +953,7 @@ static void test_invalid_and_count(void **state)
     assert_string_equal(weft_dtype_name(WEFT_I64), "i64");
     assert_string_equal(weft_dtype_name(WEFT_DTYPE_COUNT), "?");
     assert_string_equal(weft_op_name(WEFT_MIN), "min");
+    assert_string_equal(weft_op_name(WEFT_AVG), "avg");
     assert_string_equal(weft_op_name(9), "?");
 }
 
