@@ -116,6 +116,24 @@ class Request:
                     self._finish(st)
         return self._outcome()
 
+    def torch_future(self):
+        """A torch.futures.Future of this request: its value is what wait() returns, or
+        it raises the request's error. One thread of the process completes the futures of
+        requests in flight (weft.torch.distributed's completer), so `fut.wait()`,
+        `fut.then(...)` and `torch.futures.wait_all` work as with torch's own; calling
+        test() or wait() on the request as well is allowed. Needs PyTorch."""
+        from .torch.distributed import _completer
+        import torch
+        fut = torch.futures.Future()
+        if self.done:
+            try:
+                fut.set_result(self._outcome())
+            except Exception as e:  # noqa: BLE001 (the request's own error)
+                fut.set_exception(e)
+            return fut
+        _completer.add(self, fut, self._result)
+        return fut
+
     def cancel(self):
         """weft_req_free(): cancel the operation if still in flight (a collective left
         half done makes the group's next collectives fail with weft.Revoked until it is

@@ -136,6 +136,25 @@ def test_torch_reduce_ops(world, name, op):
         assert torch.equal(got, expected(n, 6, torch.int64, op))
 
 
+def test_torch_future(world):
+    """Request.torch_future(): a torch.futures.Future completed when the request is, with
+    what wait() returns; then() chains on it; torch.futures.wait_all takes several."""
+    n, me = world.size, world.rank
+    x = rank_tensor(me, 1000, torch.float64)
+    fut = world.iallreduce(x).torch_future()
+    doubled = fut.then(lambda f: f.value() * 2)
+    assert fut.wait() is x and torch.equal(x, expected(n, 1000, torch.float64, "sum"))
+    assert torch.equal(doubled.wait(), x * 2)
+    ys = [rank_tensor(me, 7, torch.int64, seed) for seed in range(3)]
+    futs = [world.iallreduce(y, op="max").torch_future() for y in ys]
+    torch.futures.wait_all(futs)
+    for seed, y in enumerate(ys):
+        assert torch.equal(y, expected(n, 7, torch.int64, "max", seed))
+    done = world.iallreduce(torch.ones(2))
+    done.wait()
+    assert torch.equal(done.torch_future().wait(), torch.full((2,), float(n)))
+
+
 def test_torch_reduce_ops_weft_lacks_are_refused(world):
     ReduceOp = torch_reduce_op()
     x = torch.ones(3)

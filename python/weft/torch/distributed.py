@@ -106,7 +106,7 @@ class _Completer:
                 try:
                     if not req.test():
                         continue
-                    fut.set_result(result)
+                    fut.set_result(result if result is not None else req.result)
                 except Exception as e:  # the request failed: the Work raises it
                     fut.set_exception(e)
                 done.append(item)
