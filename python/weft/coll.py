@@ -334,6 +334,49 @@ class CollectivesMixin:
     def ialltoallv(self, send, sendcounts, recv, recvcounts, sdispls=None, rdispls=None):
         return self._alltoallv(send, sendcounts, recv, recvcounts, sdispls, rdispls, True)
 
+    # -- torch.distributed's names and order: output first ----------------------------------
+    # The methods above take C's order (send, then recv); these take torch.distributed's,
+    # output first, under its names, so code written for torch reads the same. With
+    # async_op=True they return the weft.Request (its wait() returns the output;
+    # torch_future() gives a torch.futures.Future).
+    def all_reduce(self, tensor, op="sum", async_op=False):
+        """In place: tensor = op over ranks of tensor (torch's all_reduce)."""
+        return self._allreduce(tensor, None, op, async_op)
+
+    def all_gather_into_tensor(self, output, input, async_op=False):
+        """output (size x input's elements) = every rank's input in rank order."""
+        return self._allgather(input, output, async_op)
+
+    def reduce_scatter_tensor(self, output, input, op="sum", async_op=False):
+        """output = block `rank` of op over ranks of input (size x output's elements)."""
+        return self._reduce_scatter(input, output, op, async_op)
+
+    def all_to_all_single(self, output, input, async_op=False):
+        """Block j of input goes to rank j; block i of output comes from rank i."""
+        return self._alltoall(input, output, async_op)
+
+    def all_gather(self, tensor_list, tensor):
+        """tensor_list[i] = rank i's tensor (torch's list all_gather: one allgather into
+        a contiguous buffer, then a copy into each entry)."""
+        n = self.size
+        if len(tensor_list) != n:
+            raise invalid("all_gather: %d output tensors for %d ranks" % (len(tensor_list), n))
+        torch = torch_module()
+        if torch is not None and isinstance(tensor, torch.Tensor):
+            flat = torch.empty((n,) + tuple(tensor.shape), dtype=tensor.dtype,
+                               device=tensor.device)
+            self._allgather(tensor.contiguous(), flat, False)
+            for out, part in zip(tensor_list, flat):
+                out.copy_(part)
+            return tensor_list
+        import numpy as np
+        arr = np.ascontiguousarray(tensor)
+        flat = np.empty((n,) + arr.shape, arr.dtype)
+        self._allgather(arr, flat, False)
+        for out, part in zip(tensor_list, flat):
+            out[...] = part
+        return tensor_list
+
     # -- barrier -------------------------------------------------------------------------
     def barrier(self):
         """Return once every member entered the barrier."""

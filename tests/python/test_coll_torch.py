@@ -136,6 +136,44 @@ def test_torch_reduce_ops(world, name, op):
         assert torch.equal(got, expected(n, 6, torch.int64, op))
 
 
+def test_torch_names_output_first(world):
+    """all_reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single and
+    the list all_gather take torch.distributed's order (output first), blocking and with
+    async_op, and give what the C-order methods give."""
+    n, me = world.size, world.rank
+    x = rank_tensor(me, 5, torch.int64)
+    assert world.all_reduce(x, op="max") is x
+    assert torch.equal(x, expected(n, 5, torch.int64, "max"))
+    y = rank_tensor(me, 5, torch.float32)
+    world.all_reduce(y, op="avg", async_op=True).wait()
+    assert torch.equal(y, expected(n, 5, torch.float32, "avg"))
+
+    mine = torch.full((3,), float(me))
+    out = torch.empty(n * 3)
+    assert world.all_gather_into_tensor(out, mine) is out
+    assert torch.equal(out, torch.arange(n).float().repeat_interleave(3))
+    parts = [torch.empty(2, 2) for _ in range(n)]
+    assert world.all_gather(parts, torch.full((2, 2), float(me))) is parts
+    assert all(torch.equal(p, torch.full((2, 2), float(r))) for r, p in enumerate(parts))
+    nparts = [np.empty(2, np.int32) for _ in range(n)]
+    world.all_gather(nparts, np.full(2, me, np.int32))
+    assert all((p == r).all() for r, p in enumerate(nparts))
+    with pytest.raises(weft.InvalidArgument, match="output tensors"):
+        world.all_gather(parts[:-1], mine)
+
+    full = rank_tensor(me, 2 * n, torch.int64)
+    blk = torch.empty(2, dtype=torch.int64)
+    world.reduce_scatter_tensor(blk, full, async_op=True).wait()
+    assert torch.equal(blk, expected(n, 2 * n, torch.int64, "sum")[2 * me:2 * me + 2])
+
+    src = torch.arange(2 * n, dtype=torch.float64) + 100 * me
+    dst = torch.empty(2 * n, dtype=torch.float64)
+    assert world.all_to_all_single(dst, src) is dst
+    want = torch.cat([torch.arange(2 * me, 2 * me + 2, dtype=torch.float64) + 100 * r
+                      for r in range(n)])
+    assert torch.equal(dst, want)
+
+
 def test_torch_future(world):
     """Request.torch_future(): a torch.futures.Future completed when the request is, with
     what wait() returns; then() chains on it; torch.futures.wait_all takes several."""
