@@ -554,7 +554,7 @@ static int fake_fd(int id)
     return -2 - id;
 }
 
-int weft__store_server_fake_open(weft_store_server_t *s, bool authenticated)
+int weft__store_server_fake_open(weft_store_server_t *s, bool authenticated, int member)
 {
     pthread_mutex_lock(&s->lock);
     int id = 0;
@@ -570,8 +570,13 @@ int weft__store_server_fake_open(weft_store_server_t *s, bool authenticated)
         turn_end(s);
         id = -1;
     } else if (authenticated) {
-        /* A launcher's connection without tags: the fuzzer drives the request path. */
+        /* A connection without tags: the fuzzer drives the request path, as a launcher
+         * or under the rules for members. */
         weft__store_srv_authenticated(s, c);
+        if (member >= 0) {
+            c->role = WEFT__STORE_ROLE_MEMBER;
+            c->id = (uint32_t)member;
+        }
         c->state = CONN_READY;
     }
     pthread_mutex_unlock(&s->lock);

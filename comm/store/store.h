@@ -257,12 +257,14 @@ struct weft_store_buf; /* comm/store/proto.h */
  * Fuzzing and tests: the server's frame reader and request handling without sockets or
  * thread. A fake server (stopped with weft__store_server_stop) holds fake connections,
  * numbered from 0; _fake_open greets one (HELLO, queued) and, when @p authenticated,
- * skips its challenge: it is then a launcher's connection whose frames carry no tags, so
- * that scripts reach the request path. Returns the number, or -1 when the server is full.
+ * skips its challenge: it is then a connection whose frames carry no tags, so that
+ * scripts reach the request path, speaking as a launcher (@p member < 0) or as member
+ * @p member (the store's rules for members apply). Returns the number, or -1 when the
+ * server is full.
  */
 weft_status_t weft__store_server_fake(const char *token, const weft_logger_t *lg,
                                       weft_store_server_t **server);
-int weft__store_server_fake_open(weft_store_server_t *s, bool authenticated);
+int weft__store_server_fake_open(weft_store_server_t *s, bool authenticated, int member);
 /*
  * Connection @p id receives the @p n bytes at @p p, then end of stream when @p eof: the
  * server reads them as from its socket (up to where it would stop reading: a parked GET,

@@ -8,7 +8,9 @@
  * only first; a crash, a leak or a sanitizer report is a finding too. The frame decoders
  * (SCAN arguments and pages among them) also read the raw input as a stream of frames.
  *
- * Script: byte 0 = connections - 1 (bits 0-1) and which are authenticated (bits 2-5);
+ * Script: byte 0 = connections - 1 (bits 0-1), which are authenticated (bits 2-5), and
+ * whether those speak as members (bit 6: connection i as member i, under the store's
+ * rules for members) or as launchers;
  * then records of an op byte (bits 0-1 connection, 2-3 kind, 4-7 piece size, 0 = whole):
  *   kind 0 feed:      u16 length (big-endian), then that many bytes
  *   kind 1 close:     end of stream
@@ -215,7 +217,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool open[MAX_CONNS] = {false}, greeted[MAX_CONNS] = {false};
     weft_store_buf_t sent = {0};
     for (int i = 0; i < nconns; i++) {
-        ids[i] = weft__store_server_fake_open(srv, (data[0] >> (2 + i)) & 1);
+        ids[i] =
+            weft__store_server_fake_open(srv, (data[0] >> (2 + i)) & 1, (data[0] & 0x40) ? i : -1);
         open[i] = ids[i] >= 0;
     }
     script_t s = {data + 1, size - 1};

@@ -78,7 +78,7 @@ static void test_requests(void **state)
     (void)state;
     weft_store_server_t *s;
     assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
-    int a = weft__store_server_fake_open(s, true);
+    int a = weft__store_server_fake_open(s, true, -1);
     assert_int_equal(a, 0);
     weft_store_buf_t in = {0}, out = {0};
     uint8_t timeout[4] = {0};
@@ -105,15 +105,53 @@ static void test_requests(void **state)
     weft__store_server_stop(s);
 }
 
+/* A fake connection that speaks as a member is held to the rules for members (what the
+ * fuzz target reaches with bit 6 of its first byte): refused the launchers' keys and
+ * another member's address, allowed its own and a program's key (weft_kv_*). */
+static void test_member_rules(void **state)
+{
+    (void)state;
+    weft_store_server_t *s;
+    const weft_logger_t quiet = {.level = WEFT_LOG_ERROR, .rank = -1, .prefix = "test"};
+    assert_int_equal(weft__store_server_fake("token", &quiet, &s), WEFT_OK);
+    int m = weft__store_server_fake_open(s, true, 3);
+    weft_store_buf_t out = {0};
+    assert_true(feed_kv(s, m, WEFT__STORE_SET, "weftrun/stop", "x", 1, &out));
+    assert_true(feed_kv(s, m, WEFT__STORE_SET, "weft/addr/2", "x", 1, &out));
+    assert_true(feed_kv(s, m, WEFT__STORE_SET, "weft/addr/3", "x", 1, &out));
+    assert_true(feed_kv(s, m, WEFT__STORE_SET,
+                        "weft/kv/a\x1f"
+                        "addr\x1f"
+                        "2",
+                        "x", 1, &out));
+    assert_true(feed_kv(s, m, WEFT__STORE_DELETE,
+                        "weft/kv/a\x1f"
+                        "addr\x1f"
+                        "2",
+                        NULL, 0, &out));
+    assert_true(feed_kv(s, m, WEFT__STORE_DELETE, "weft/addr/3", NULL, 0, &out));
+    size_t off = 0;
+    skip_hello(&out, &off);
+    expect_resp(&out, &off, WEFT_ERR_AUTH, NULL);
+    expect_resp(&out, &off, WEFT_ERR_AUTH, NULL);
+    expect_resp(&out, &off, WEFT_OK, NULL);
+    expect_resp(&out, &off, WEFT_OK, NULL);
+    expect_resp(&out, &off, WEFT_OK, NULL);
+    expect_resp(&out, &off, WEFT_ERR_AUTH, NULL); /* a member keeps its own address */
+    assert_int_equal(off, out.len);
+    weft__store_buf_free(&out);
+    weft__store_server_stop(s);
+}
+
 static void test_parked_and_lease(void **state)
 {
     (void)state;
     weft_store_server_t *s;
     assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
-    int getter = weft__store_server_fake_open(s, true);
-    int watcher = weft__store_server_fake_open(s, true);
-    int holder = weft__store_server_fake_open(s, true);
-    int stranger = weft__store_server_fake_open(s, false);
+    int getter = weft__store_server_fake_open(s, true, -1);
+    int watcher = weft__store_server_fake_open(s, true, -1);
+    int holder = weft__store_server_fake_open(s, true, -1);
+    int stranger = weft__store_server_fake_open(s, false, -1);
     assert_true(getter >= 0 && watcher >= 0 && holder >= 0 && stranger >= 0);
     weft_store_buf_t in = {0}, out = {0};
     uint8_t wait[4] = {0, 0, 0xea, 0x60}; /* 60 s */
@@ -171,8 +209,8 @@ static void test_waits_capped(void **state)
     (void)state;
     weft_store_server_t *s;
     assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
-    int getter = weft__store_server_fake_open(s, true);
-    int setter = weft__store_server_fake_open(s, true);
+    int getter = weft__store_server_fake_open(s, true, -1);
+    int setter = weft__store_server_fake_open(s, true, -1);
     assert_true(getter >= 0 && setter >= 0);
     weft_store_buf_t in = {0}, out = {0};
     uint8_t wait[4] = {0, 0, 0xea, 0x60}; /* 60 s */
@@ -256,8 +294,8 @@ static void test_scan_parked(void **state)
     (void)state;
     weft_store_server_t *s;
     assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
-    int a = weft__store_server_fake_open(s, true);
-    int b = weft__store_server_fake_open(s, true);
+    int a = weft__store_server_fake_open(s, true, -1);
+    int b = weft__store_server_fake_open(s, true, -1);
     weft_store_buf_t in = {0}, out = {0};
     uint8_t rest[12 + WEFT_STORE_MAX_KEY];
     size_t start = in.len;
@@ -327,7 +365,7 @@ static void test_scan_queue_capped(void **state)
     enum { CONNS = 150, KEYS = 1000, VLEN = 1000 };
     weft_store_server_t *s;
     assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
-    int setter = weft__store_server_fake_open(s, true), id[CONNS];
+    int setter = weft__store_server_fake_open(s, true, -1), id[CONNS];
     char key[32];
     static char val[VLEN];
     memset(val, 'v', sizeof(val));
@@ -338,7 +376,7 @@ static void test_scan_queue_capped(void **state)
     uint8_t rest[12];
     weft_store_buf_t out = {0};
     for (int i = 0; i < CONNS; i++) {
-        id[i] = weft__store_server_fake_open(s, true);
+        id[i] = weft__store_server_fake_open(s, true, -1);
         assert_true(id[i] >= 0);
         assert_true(feed_kv(s, id[i], WEFT__STORE_SCAN, "big/", rest,
                             scan_rest(rest, 60000, KEYS, 0, ""), NULL));
@@ -378,7 +416,7 @@ static void test_scan_waits_capped(void **state)
     (void)state;
     weft_store_server_t *s;
     assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
-    int c = weft__store_server_fake_open(s, true);
+    int c = weft__store_server_fake_open(s, true, -1);
     weft_store_buf_t in = {0}, out = {0};
     uint8_t wait[4] = {0, 0, 0xea, 0x60}, rest[12];
     for (uint32_t i = 0; i < WEFT__STORE_MAX_WAITS; i++) {
@@ -403,7 +441,7 @@ static void test_output_shrinks(void **state)
     (void)state;
     weft_store_server_t *s;
     assert_int_equal(weft__store_server_fake("token", NULL, &s), WEFT_OK);
-    int a = weft__store_server_fake_open(s, true);
+    int a = weft__store_server_fake_open(s, true, -1);
     weft_store_buf_t out = {0};
     size_t big = 512 * 1024;
     uint8_t *val = calloc(1, big), timeout[4] = {0};
@@ -432,13 +470,10 @@ static void test_output_shrinks(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_requests),
-        cmocka_unit_test(test_output_shrinks),
-        cmocka_unit_test(test_parked_and_lease),
-        cmocka_unit_test(test_waits_capped),
-        cmocka_unit_test(test_scan_parked),
-        cmocka_unit_test(test_scan_queue_capped),
-        cmocka_unit_test(test_scan_waits_capped),
+        cmocka_unit_test(test_requests),          cmocka_unit_test(test_member_rules),
+        cmocka_unit_test(test_output_shrinks),    cmocka_unit_test(test_parked_and_lease),
+        cmocka_unit_test(test_waits_capped),      cmocka_unit_test(test_scan_parked),
+        cmocka_unit_test(test_scan_queue_capped), cmocka_unit_test(test_scan_waits_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
