@@ -122,7 +122,7 @@ class Request:
         requests in flight (weft.torch.distributed's completer), so `fut.wait()`,
         `fut.then(...)` and `torch.futures.wait_all` work as with torch's own; calling
         test() or wait() on the request as well is allowed. Needs PyTorch."""
-        from .torch.distributed import _completer
+        from .torch._completer import _completer
         import torch
         fut = torch.futures.Future()
         if self.done:
