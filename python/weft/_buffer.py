@@ -34,6 +34,7 @@ class Buffer:
 
     @property
     def itemsize(self):
+        """Bytes per element."""
         return self.nbytes // self.count if self.count else self.dtype.itemsize
 
 

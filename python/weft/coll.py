@@ -202,6 +202,7 @@ class CollectivesMixin:
         return r
 
     def iallreduce(self, send, recv=None, op="sum"):
+        """Nonblocking allreduce: a weft.Request whose wait() returns recv."""
         return self._allreduce(send, recv, op, True)
 
     # -- reduce_scatter ------------------------------------------------------------------
@@ -227,6 +228,7 @@ class CollectivesMixin:
         return self._reduce_scatter(send, recv, op, False)
 
     def ireduce_scatter(self, send, recv=None, op="sum"):
+        """Nonblocking reduce_scatter: a weft.Request whose wait() returns recv."""
         return self._reduce_scatter(send, recv, op, True)
 
     # -- allgather -----------------------------------------------------------------------
@@ -251,6 +253,7 @@ class CollectivesMixin:
         return self._allgather(send, recv, False)
 
     def iallgather(self, send, recv):
+        """Nonblocking allgather: a weft.Request whose wait() returns recv."""
         return self._allgather(send, recv, True)
 
     # -- broadcast -----------------------------------------------------------------------
@@ -263,6 +266,7 @@ class CollectivesMixin:
         return self._broadcast(buf, root, False)
 
     def ibroadcast(self, buf, root=0):
+        """Nonblocking broadcast: a weft.Request whose wait() returns buf."""
         return self._broadcast(buf, root, True)
 
     # -- reduce --------------------------------------------------------------------------
@@ -287,6 +291,7 @@ class CollectivesMixin:
         return self._reduce(send, recv, op, root, False)
 
     def ireduce(self, send, recv=None, op="sum", root=0):
+        """Nonblocking reduce: a weft.Request whose wait() returns recv on root, else None."""
         return self._reduce(send, recv, op, root, True)
 
     # -- alltoall ------------------------------------------------------------------------
@@ -306,6 +311,7 @@ class CollectivesMixin:
         return self._alltoall(send, recv, False)
 
     def ialltoall(self, send, recv):
+        """Nonblocking alltoall: a weft.Request whose wait() returns recv."""
         return self._alltoall(send, recv, True)
 
     # -- alltoallv -----------------------------------------------------------------------
@@ -332,6 +338,7 @@ class CollectivesMixin:
         return self._alltoallv(send, sendcounts, recv, recvcounts, sdispls, rdispls, False)
 
     def ialltoallv(self, send, sendcounts, recv, recvcounts, sdispls=None, rdispls=None):
+        """Nonblocking alltoallv: a weft.Request whose wait() returns recv."""
         return self._alltoallv(send, sendcounts, recv, recvcounts, sdispls, rdispls, True)
 
     # -- torch.distributed's names and order: output first ----------------------------------
@@ -383,4 +390,5 @@ class CollectivesMixin:
         self._run("barrier", False, (), (), None)
 
     def ibarrier(self):
+        """Nonblocking barrier: a weft.Request that completes once every member entered."""
         return self._run("barrier", True, (), (), None)

@@ -113,6 +113,7 @@ class Context(KVMixin):
 
     @property
     def closed(self):
+        """True once the context was finalized."""
         return self._handle is None
 
     @property
@@ -123,10 +124,12 @@ class Context(KVMixin):
 
     @property
     def rank(self):
+        """This process's rank in the world group."""
         return self.world.rank
 
     @property
     def size(self):
+        """Number of ranks of the world group."""
         return self.world.size
 
     @property

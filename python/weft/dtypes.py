@@ -35,6 +35,7 @@ class DType(enum.IntEnum):
 
     @property
     def itemsize(self):
+        """Bytes per element of this dtype."""
         return int(lib.weft_dtype_size(int(self)))
 
 
@@ -55,6 +56,7 @@ def torch_module():
 
 
 def is_tensor(obj):
+    """Whether @p x is a torch.Tensor (False when the program has not imported torch)."""
     torch = torch_module()
     return torch is not None and isinstance(obj, torch.Tensor)
 

@@ -30,6 +30,7 @@ class EditInfo:
 
     @property
     def changed(self):
+        """Whether the edit made a new epoch (a repair or grow that changed the membership)."""
         return self.new_epoch != self.old_epoch
 
     @classmethod
@@ -71,6 +72,7 @@ class Group(CollectivesMixin, PointToPointMixin):
     # -- who is in it --------------------------------------------------------------------
     @property
     def context(self):
+        """The weft.Context the group belongs to."""
         return self._ctx
 
     @property

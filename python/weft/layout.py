@@ -35,6 +35,7 @@ def c_box(box):
 
 
 def py_box(b, ndims):
+    """A weft_box_t as a Box of @p ndims dimensions."""
     return Box(tuple(b.offset[:ndims]), tuple(b.extent[:ndims]))
 
 
@@ -93,6 +94,7 @@ class Layout:
 
     @property
     def handle(self):
+        """The weft_layout_t pointer as an int (for C extensions)."""
         return self._handle
 
     # -- building ------------------------------------------------------------------------
@@ -161,6 +163,7 @@ class Layout:
     # -- reading -------------------------------------------------------------------------
     @property
     def num_tensors(self):
+        """Number of tensors of the layout."""
         return lib.weft_layout_num_tensors(self._handle)
 
     def tensor(self, tensor):
@@ -172,17 +175,21 @@ class Layout:
 
     @property
     def tensors(self):
+        """TensorInfo (name, shape, dtype) of every tensor, in order."""
         return [self.tensor(i) for i in range(self.num_tensors)]
 
     def find(self, name):
+        """The index of the tensor named @p name (weft.InvalidArgument if none)."""
         index = c_int()
         check(lib.weft_layout_find(self._handle, name.encode(), byref(index)))
         return index.value
 
     def num_regions(self, member):
+        """Number of regions @p member holds."""
         return lib.weft_layout_num_regions(self._handle, member)
 
     def region(self, member, k):
+        """Region @p k of @p member (its tensor, box and place in the packed buffer)."""
         t, b, nbytes, off = c_int(), S.Box(), c_size_t(), c_size_t()
         check(lib.weft_layout_region(self._handle, member, k, byref(t), byref(b), byref(nbytes),
                                      byref(off)))

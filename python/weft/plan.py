@@ -59,6 +59,7 @@ class Plan:
 
     @property
     def handle(self):
+        """The weft_plan_t pointer as an int (for C extensions)."""
         return self._h()
 
     def _ndims(self, tensor):
@@ -76,6 +77,7 @@ class Plan:
 
     @property
     def num_transfers(self):
+        """Number of transfers of the plan."""
         return lib.weft_plan_num_transfers(self._h())
 
     @property

@@ -99,6 +99,7 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, labels, layer, needs_backward):
+        """The loss per token: passes S and C1 (weft_vocab_xent_forward)."""
         vocab = layer.vocab_for(weight)
         n = labels.numel()
         mb = layer.take(vocab, n)
@@ -122,6 +123,7 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
+        """Gradients of X and this rank's W shard: pass T (and C2 for naive and alg1)."""
         hidden, weight, _labels = ctx.saved_tensors
         mb, ctx.mb = ctx.mb, None
         if mb is None:
@@ -210,6 +212,7 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         return t.to(torch.float32).contiguous()
 
     def forward(self, hidden, weight, labels):
+        """The cross-entropy of X @ W^T (W this rank's vocabulary shard) against @p labels."""
         h = hidden.shape[-1]
         if weight.dim() != 2 or weight.shape[1] != h:
             raise invalid("weight must be [padded_length, %d], not %s" %
@@ -225,5 +228,6 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         return loss.reshape(labels.shape) if self.reduction == "none" else loss
 
     def extra_repr(self):
+        """The settings, for print(module)."""
         return "algo=%s, ignore_index=%d, reduction=%s" % (
             self.algo, self.ignore_index, self.reduction)

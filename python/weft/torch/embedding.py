@@ -17,6 +17,7 @@ class VocabParallelEmbeddingFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, ids, weight, vocab, grad_root):
+        """Rows of the embedding for @p ids, from every rank's shard."""
         out = torch.empty((ids.numel(), vocab.hidden), dtype=torch.float32, device=weight.device)
         vocab.embed_forward(weight, ids, out)
         ctx.vocab, ctx.grad_root = vocab, grad_root
@@ -26,6 +27,7 @@ class VocabParallelEmbeddingFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
+        """This rank's shard's gradient (weft_vocab_embed_backward)."""
         (ids,) = ctx.saved_tensors
         vocab = ctx.vocab
         g = grad_out.detach().to(torch.float32).contiguous()
@@ -77,6 +79,7 @@ class VocabParallelEmbedding(torch.nn.Module):
             self.weight[:n].normal_()
 
     def forward(self, ids):
+        """The embedding of @p ids (any shape of token ids), every rank's shard taking part."""
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise invalid("ids must be integers, not %s" % ids.dtype)
         if self.vocab.epoch != self.group.epoch:
@@ -89,6 +92,7 @@ class VocabParallelEmbedding(torch.nn.Module):
         return out.reshape(tuple(ids.shape) + (self.embedding_dim,))
 
     def extra_repr(self):
+        """The settings, for print(module)."""
         r = self.vocab.range
         return "%d, %d, shard [%d, %d) of %d rows" % (
             self.num_embeddings, self.embedding_dim, r.start, r.start + r.length,

@@ -52,18 +52,22 @@ class ProcessGroupWeft(dist.ProcessGroup):
         return self._group
 
     def getBackendName(self):
+        """"weft"."""
         return BACKEND
 
     # torch 2.x asks a Python process group for these (its trampoline); 1.13 keeps the
     # values given to the constructor.
     def getRank(self):
+        """This process's rank in the weft group."""
         return self._group.rank
 
     def getSize(self):
+        """Number of ranks of the weft group."""
         return self._group.size
 
     # -- collectives -----------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
+        """In place on each tensor; SUM, PRODUCT, MIN, MAX or AVG (weft's WEFT_AVG)."""
         tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
         if isinstance(opts, dist.AllreduceOptions) or opts is None:
             op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
@@ -76,9 +80,11 @@ class ProcessGroupWeft(dist.ProcessGroup):
         return _done(list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
+        """allreduce of each tensor in turn."""
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors, opts=None):
+        """Each tensor from rank opts.rootRank to every rank."""
         if isinstance(tensors, torch.Tensor):  # the (tensor, root) overload
             tensors, root = [tensors], opts
         else:
@@ -88,6 +94,7 @@ class ProcessGroupWeft(dist.ProcessGroup):
         return _done(list(tensors))
 
     def reduce(self, tensors, opts=None):
+        """Each tensor reduced into rank opts.rootRank's (in place there)."""
         tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
         name = _op_name(opts.reduceOp)
         for t in tensors:
@@ -101,6 +108,8 @@ class ProcessGroupWeft(dist.ProcessGroup):
         return _done([output])
 
     def allgather(self, output_tensors, input_tensors, opts=None):
+        """output_tensors[k][r] = rank r's input_tensors[k] (one allgather into a
+        contiguous buffer, then copies)."""
         if isinstance(input_tensors, torch.Tensor):
             output_tensors, input_tensors = [output_tensors], [input_tensors]
         n = self._group.size
@@ -121,6 +130,8 @@ class ProcessGroupWeft(dist.ProcessGroup):
         return _done([output])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        """output_tensors[k] = this rank's block of the reduction of input_tensors[k]
+        (stacked into one buffer first)."""
         name = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         for out, ins in zip(output_tensors, input_tensors):
             if len(ins) != self._group.size:
@@ -132,6 +143,8 @@ class ProcessGroupWeft(dist.ProcessGroup):
         return _done(list(output_tensors))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        """Rows of input to each rank, rows of output from each (equal blocks, or the
+        split sizes given)."""
         n = self._group.size
         _contiguous(output, "alltoall_base output")
         _contiguous(input, "alltoall_base input")
@@ -147,6 +160,7 @@ class ProcessGroupWeft(dist.ProcessGroup):
         return _done([output])
 
     def barrier(self, opts=None):
+        """Returns once every member entered."""
         self._group.barrier()
         return _done([])
 
@@ -160,9 +174,11 @@ class ProcessGroupWeft(dist.ProcessGroup):
         return _create_work_from_future(fut)
 
     def send(self, tensors, dstRank, tag=0):
+        """Nonblocking send of one tensor to @p dstRank with @p tag (weft's isend)."""
         return self._p2p(tensors, lambda t: self._group.isend(
             _contiguous(t, "send").contiguous(), dstRank, tag=tag), "send")
 
     def recv(self, tensors, srcRank, tag=0):
+        """Nonblocking receive of one tensor from @p srcRank with @p tag (weft's irecv)."""
         return self._p2p(tensors, lambda t: self._group.irecv(
             _contiguous(t, "recv"), srcRank, tag=tag), "recv")
