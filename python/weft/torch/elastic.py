@@ -90,8 +90,9 @@ class ElasticState:
 
     # -- taking snapshots --------------------------------------------------------------
     def _ready(self):
-        """The layout of the state as it is now (the optimizer makes its tensors at its
-        first step: a new layout and snapshot then)."""
+        """The state's tensors as they are now, each viewed as at least 1-dimensional, with
+        the layout made for them (the optimizer makes its tensors at its first step: a new
+        layout and snapshot then)."""
         tensors = self._tensors()
         names = list(tensors)
         if names != self._names:
@@ -105,6 +106,7 @@ class ElasticState:
             need = self._layout.packed_bytes(self.group.member_id())
             if self._packed is None or self._packed.size != need:
                 self._packed = np.zeros(need, np.uint8)
+        return {n: self._as_1d(t) for n, t in tensors.items()}
 
     def _wait_pending(self):
         if self._pending is not None:
@@ -121,9 +123,9 @@ class ElasticState:
         """After the optimizer's step @p step on every member: wait for the previous
         snapshot, then start this one from a copy of the state (the copy is what the
         snapshot reads while training goes on). Collective."""
-        self._ready()
+        views = self._ready()
         self._wait_pending()
-        self._layout.pack(self.group.member_id(), self._views(), out=self._packed)
+        self._layout.pack(self.group.member_id(), views, out=self._packed)
         self._pending = self._snap.start(step, self._packed, np.int64(step).tobytes())
         self.step = step
         if wait:
