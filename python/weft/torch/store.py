@@ -4,6 +4,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from ..errors import Timeout
+
 
 class WeftStore(dist.Store):
     """torch.distributed's Store over the job's store (weft.Context.kv_*): set, get, add,
@@ -35,7 +37,7 @@ class WeftStore(dist.Store):
         for k in keys:
             try:
                 self._ctx.kv_get(k, timeout=0)
-            except Exception:  # weft.Timeout: not set
+            except Timeout:  # not set; other errors (a lost store) are raised
                 return False
         return True
 
