@@ -111,6 +111,8 @@ typedef struct weftrun_slot {
     int exec_errno; /* why the exec failed, 0 if it did not */
     bool fenced;    /* declared failed by its lapsed lease while running, then killed */
     bool fenced_early; /* ... before the job began to finish: no member at its end */
+    /* Its replacement was started when it was fenced, before it was reaped. */
+    bool replaced;
     /* Reported failed by a member (<ns>/failed/<id> set) before the job began to finish:
      * the members had repaired around it, so its end, however late it is reaped, does
      * not fail the finishing job. */
@@ -268,6 +270,9 @@ void weftrun_begin_stop(weftrun_job_t *job, weftrun_stop_reason_t reason, int ex
  */
 void weftrun_elastic_on_death(weftrun_job_t *job, const weftrun_slot_t *s,
                               const weftrun_death_t *d);
+/* --elastic --replace: @p s was fenced (SIGKILL sent); start its replacement now, not when
+ * it is reaped (marks it replaced). */
+void weftrun_elastic_on_fenced(weftrun_job_t *job, weftrun_slot_t *s);
 /* --elastic: a process exited 0. */
 void weftrun_elastic_on_success(weftrun_job_t *job, const weftrun_slot_t *s);
 /* --elastic: the job is finishing (@p why: what said so), unless it already was. */

@@ -100,8 +100,33 @@ static bool replace(weftrun_job_t *job, const weftrun_slot_t *s, const weftrun_d
     return true;
 }
 
+/*
+ * A fenced process was sent SIGKILL and is no member any more: its replacement need not
+ * wait for the reap. Under load the kernel can take seconds to tear down a large address
+ * space after SIGKILL, and the members would wait in weft_group_grow() all that time.
+ * Only the plain case is taken here; a fence that leaves the job finishing, stopping or
+ * out of replacements is judged when the process is reaped, as before.
+ */
+void weftrun_elastic_on_fenced(weftrun_job_t *job, weftrun_slot_t *s)
+{
+    const weftrun_opts_t *o = job->opts;
+    if (!o->elastic || !o->replace || job->finishing || job->stop_reason != WEFTRUN_STOP_NONE ||
+        job->restarts >= o->max_restarts || s->replaced) {
+        return;
+    }
+    weftrun_death_t d = {.code = 128 + SIGKILL};
+    snprintf(d.text, sizeof(d.text), "was declared failed and killed");
+    s->replaced = replace(job, s, &d);
+}
+
 void weftrun_elastic_on_death(weftrun_job_t *job, const weftrun_slot_t *s, const weftrun_death_t *d)
 {
+    if (s->replaced) {
+        /* Its replacement was counted and started when it was fenced. */
+        WEFT_WARN(job->lg, "rank %d (pid %d) %s; it was replaced when it was declared failed",
+                  s->rank, (int)s->pid, d->text);
+        return;
+    }
     if (s->exec_errno != 0) {
         /* Every replacement would fail the same way: the program cannot be run at all. */
         WEFT_ERROR(job->lg, "rank %d could not run the program; stopping the job", s->rank);

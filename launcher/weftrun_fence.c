@@ -6,7 +6,9 @@
  * that it cannot wake up later and act on stale state. Its end is then handled like any
  * death (published, replaced under --elastic --replace), except that when it was fenced
  * before the job began to finish, its end does not fail the finishing job: it had
- * stopped being a member before.
+ * stopped being a member before, and that its replacement starts at once rather than
+ * when it is reaped: on a busy CPU the kernel can take seconds to unmap a large process
+ * after SIGKILL, and the members would wait for the replacement all that time.
  *
  * The store calls weftrun_fence_on_lapse() on its own thread; the member id travels to
  * the supervisor's poll loop through a pipe.
@@ -74,6 +76,7 @@ static void fence_slot(weftrun_job_t *job, weftrun_slot_t *s, const char *why)
     WEFT_WARN(job->lg, "rank %d (pid %d) %s; killing it, as it is no longer a member", s->rank,
               (int)s->pid, why);
     weftrun_signal_slot(s, SIGKILL);
+    weftrun_elastic_on_fenced(job, s);
 }
 
 void weftrun_fence_id(weftrun_job_t *job, int id, const char *why)
