@@ -72,8 +72,21 @@ __device__ float row_exp_sum(float *row, size_t len, float m, float *shared)
     return block_reduce<false>(s, shared);
 }
 
+/* Σ of one row (before exp), on every thread; 0 when label smoothing is off. */
+__device__ float row_sum(const float *row, size_t len, float spread, float *shared)
+{
+    if (spread == 0.0f) {
+        return 0.0f;
+    }
+    float s = 0.0f;
+    for (size_t v = threadIdx.x; v < len; v += blockDim.x) {
+        s += row[v];
+    }
+    return block_reduce<false>(s, shared);
+}
+
 __global__ void row_stats_kernel(size_t len, size_t start, size_t rec_stride, const int64_t *labels,
-                                 float *y, float *rec)
+                                 float keep, float spread, float *y, float *rec)
 {
     __shared__ float shared[33];
     size_t j = blockIdx.x;
@@ -90,7 +103,8 @@ __global__ void row_stats_kernel(size_t len, size_t start, size_t rec_stride, co
         return;
     }
     long long col = owned_col(labels[j], start, len);
-    float t = col >= 0 ? row[col] : 0.0f; /* read before the row turns into exp */
+    /* read before the row turns into exp */
+    float t = (col >= 0 ? keep * row[col] : 0.0f) + spread * row_sum(row, len, spread, shared);
     __syncthreads();
     float s = row_exp_sum(row, len, m, shared);
     if (threadIdx.x == 0) {
@@ -102,13 +116,13 @@ __global__ void row_stats_kernel(size_t len, size_t start, size_t rec_stride, co
 }
 
 __global__ void naive_sums_kernel(size_t n, size_t len, size_t start, const int64_t *labels,
-                                  float *y, float *rec)
+                                  float keep, float spread, float *y, float *rec)
 {
     __shared__ float shared[33];
     size_t j = blockIdx.x;
     float *row = y + j * len;
     long long col = owned_col(labels[j], start, len);
-    float t = col >= 0 ? row[col] : 0.0f;
+    float t = (col >= 0 ? keep * row[col] : 0.0f) + spread * row_sum(row, len, spread, shared);
     __syncthreads();
     float s = row_exp_sum(row, len, rec[j], shared);
     if (threadIdx.x == 0) {
@@ -118,18 +132,35 @@ __global__ void naive_sums_kernel(size_t n, size_t len, size_t start, const int6
 }
 
 __global__ void gather_b_kernel(size_t n, size_t h, size_t len, size_t start, size_t rec_stride,
-                                const int64_t *labels, const float *w, float *rec)
+                                const int64_t *labels, float keep, float spread, const float *wsum,
+                                const float *w, float *rec)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * h;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t j = i / h, k = i % h;
         long long col = owned_col(labels[j], start, len);
-        rec[j * rec_stride + 3 + h + k] = col >= 0 ? w[(size_t)col * h + k] : 0.0f;
+        float b = col >= 0 ? keep * w[(size_t)col * h + k] : 0.0f;
+        if (spread != 0.0f && labels[j] >= 0) {
+            b += spread * wsum[k];
+        }
+        rec[j * rec_stride + 3 + h + k] = b;
     }
 }
 
-__global__ void make_g_kernel(size_t n, size_t len, size_t start, const int64_t *labels,
-                              const float *coef, const float *wtok, float *y)
+__global__ void col_sum_kernel(size_t len, size_t h, const float *w, float *out)
+{
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < h;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (size_t v = 0; v < len; v++) {
+            s += w[v * h + k];
+        }
+        out[k] = s;
+    }
+}
+
+__global__ void make_g_kernel(size_t n, size_t len, size_t start, const int64_t *labels, float keep,
+                              float spread, const float *coef, const float *wtok, float *y)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * len;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -141,7 +172,10 @@ __global__ void make_g_kernel(size_t n, size_t len, size_t start, const int64_t 
         }
         float g = y[i] * (coef[j] * wj);
         if (owned_col(labels[j], start, len) == (long long)v) {
-            g -= wj;
+            g -= keep * wj;
+        }
+        if (spread != 0.0f) {
+            g -= spread * wj;
         }
         y[i] = g;
     }
@@ -193,40 +227,49 @@ unsigned elem_blocks(size_t count)
 extern "C" {
 
 cudaError_t weft__vk_row_stats(size_t n, size_t len, size_t start, size_t rec_stride,
-                               const int64_t *labels, float *y, float *rec, cudaStream_t stream)
+                               const int64_t *labels, float keep, float spread, float *y,
+                               float *rec, cudaStream_t stream)
 {
     if (n == 0) {
         return cudaSuccess;
     }
-    row_stats_kernel<<<(unsigned)n, ROW_THREADS, 0, stream>>>(len, start, rec_stride, labels, y,
-                                                              rec);
+    row_stats_kernel<<<(unsigned)n, ROW_THREADS, 0, stream>>>(len, start, rec_stride, labels, keep,
+                                                              spread, y, rec);
     return cudaGetLastError();
 }
 
-cudaError_t weft__vk_naive_sums(size_t n, size_t len, size_t start, const int64_t *labels, float *y,
-                                float *rec, cudaStream_t stream)
+cudaError_t weft__vk_naive_sums(size_t n, size_t len, size_t start, const int64_t *labels,
+                                float keep, float spread, float *y, float *rec, cudaStream_t stream)
 {
     if (n == 0) {
         return cudaSuccess;
     }
-    naive_sums_kernel<<<(unsigned)n, ROW_THREADS, 0, stream>>>(n, len, start, labels, y, rec);
+    naive_sums_kernel<<<(unsigned)n, ROW_THREADS, 0, stream>>>(n, len, start, labels, keep, spread,
+                                                               y, rec);
     return cudaGetLastError();
 }
 
 cudaError_t weft__vk_gather_b(size_t n, size_t h, size_t len, size_t start, size_t rec_stride,
-                              const int64_t *labels, const float *w, float *rec,
-                              cudaStream_t stream)
+                              const int64_t *labels, float keep, float spread, const float *wsum,
+                              const float *w, float *rec, cudaStream_t stream)
 {
-    gather_b_kernel<<<elem_blocks(n * h), ELEM_THREADS, 0, stream>>>(n, h, len, start, rec_stride,
-                                                                     labels, w, rec);
+    gather_b_kernel<<<elem_blocks(n * h), ELEM_THREADS, 0, stream>>>(
+        n, h, len, start, rec_stride, labels, keep, spread, wsum, w, rec);
     return cudaGetLastError();
 }
 
-cudaError_t weft__vk_make_g(size_t n, size_t len, size_t start, const int64_t *labels,
-                            const float *coef, const float *wtok, float *y, cudaStream_t stream)
+cudaError_t weft__vk_col_sum(size_t len, size_t h, const float *w, float *out, cudaStream_t stream)
 {
-    make_g_kernel<<<elem_blocks(n * len), ELEM_THREADS, 0, stream>>>(n, len, start, labels, coef,
-                                                                     wtok, y);
+    col_sum_kernel<<<elem_blocks(h), ELEM_THREADS, 0, stream>>>(len, h, w, out);
+    return cudaGetLastError();
+}
+
+cudaError_t weft__vk_make_g(size_t n, size_t len, size_t start, const int64_t *labels, float keep,
+                            float spread, const float *coef, const float *wtok, float *y,
+                            cudaStream_t stream)
+{
+    make_g_kernel<<<elem_blocks(n * len), ELEM_THREADS, 0, stream>>>(n, len, start, labels, keep,
+                                                                     spread, coef, wtok, y);
     return cudaGetLastError();
 }
 

@@ -16,25 +16,35 @@ extern "C" {
 #endif
 
 /*
+ * Label smoothing ε enters as keep = 1 - ε and spread = ε / V (vocab_impl.h); without it
+ * keep = 1 and spread = 0.
+ *
  * Per row j of y [n, len]: NAIVE (rec_stride 0): rec[j] = row max, y unchanged.
- * Otherwise: rec[j*rec_stride + {0,1,2}] = {max m, Σ exp(y - m), target logit or 0} and
- * y <- exp(y - m).
+ * Otherwise: rec[j*rec_stride + {0,1,2}] = {max m, Σ exp(y - m), target t} and
+ * y <- exp(y - m), where t = keep * (the target logit where owned, else 0) + spread * Σ y.
  */
 cudaError_t weft__vk_row_stats(size_t n, size_t len, size_t start, size_t rec_stride,
-                               const int64_t *labels, float *y, float *rec, cudaStream_t stream);
+                               const int64_t *labels, float keep, float spread, float *y,
+                               float *rec, cudaStream_t stream);
 
-/* NAIVE after the max: y <- exp(y - rec[j]); rec[n + j] = sum, rec[2n + j] = target. */
-cudaError_t weft__vk_naive_sums(size_t n, size_t len, size_t start, const int64_t *labels, float *y,
-                                float *rec, cudaStream_t stream);
+/* NAIVE after the max: y <- exp(y - rec[j]); rec[n + j] = sum, rec[2n + j] = t as above. */
+cudaError_t weft__vk_naive_sums(size_t n, size_t len, size_t start, const int64_t *labels,
+                                float keep, float spread, float *y, float *rec,
+                                cudaStream_t stream);
 
-/* ALG2: rec[j*rec_stride + 3 + h + k] = w[(label - start)*h + k] where owned, else 0. */
+/* ALG2: rec[j*rec_stride + 3 + h + k] = keep * w[(label - start)*h + k] where owned (else
+ * 0), + spread * wsum[k] for labels >= 0 (wsum unread when spread is 0). */
 cudaError_t weft__vk_gather_b(size_t n, size_t h, size_t len, size_t start, size_t rec_stride,
-                              const int64_t *labels, const float *w, float *rec,
-                              cudaStream_t stream);
+                              const int64_t *labels, float keep, float spread, const float *wsum,
+                              const float *w, float *rec, cudaStream_t stream);
 
-/* y <- wtok * (y * coef - onehot), rows of ignored tokens zero. */
-cudaError_t weft__vk_make_g(size_t n, size_t len, size_t start, const int64_t *labels,
-                            const float *coef, const float *wtok, float *y, cudaStream_t stream);
+/* out[k] = Σ_v w[v*h + k] over the len rows of w. */
+cudaError_t weft__vk_col_sum(size_t len, size_t h, const float *w, float *out, cudaStream_t stream);
+
+/* y <- wtok * (y * coef - keep * onehot - spread), rows of ignored tokens zero. */
+cudaError_t weft__vk_make_g(size_t n, size_t len, size_t start, const int64_t *labels, float keep,
+                            float spread, const float *coef, const float *wtok, float *y,
+                            cudaStream_t stream);
 
 /* ALG2: dx[j] = wtok[j] * d[j] (zero for ignored tokens). */
 cudaError_t weft__vk_scale_dx(size_t n, size_t h, const int64_t *labels, const float *wtok,

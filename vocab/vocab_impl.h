@@ -76,14 +76,35 @@ typedef struct weft__xent_dims {
     size_t h;     /* hidden size */
     size_t start; /* first vocabulary id of the shard */
     size_t len;   /* real rows of the shard */
+    size_t vocab; /* V, the whole vocabulary's real entries */
+    float ls;     /* label smoothing ε (0: none) */
 } weft__xent_dims_t;
 
 /*
+ * Label smoothing. The target distribution is q = (1 - ε) onehot + ε / V, so the loss is
+ * logsumexp(Y) - Σ_v q_v Y_v and the gradient softmax(Y) - q. Σ_v q_v Y_v adds over the
+ * shards like the target logit, so each shard sends t = (1 - ε) Y_label (where it owns
+ * the label) + ε / V Σ_{its v} Y_v in the record's target field, and the merge, the loss
+ * (M - t + log S) and the collectives stay as they are. Likewise ALG2's B_i is
+ * (1 - ε) W_i[label] + ε / V Σ_{its v} W_v, and T subtracts q from p.
+ */
+static inline float weft__ls_keep(const weft__xent_dims_t *d)
+{
+    return 1.0f - d->ls;
+}
+static inline float weft__ls_spread(const weft__xent_dims_t *d)
+{
+    return d->ls / (float)d->vocab;
+}
+
+/*
  * Pass S. y [n*len] receives the logits (NAIVE) or exp(Y - m) (ALG1/ALG2); rec [n*rec]
- * the records (NAIVE: only the row max part); mloc [n] the local row max (ALG1/ALG2).
+ * the records (NAIVE: only the row max part); mloc [n] the local row max (ALG1/ALG2);
+ * wsum [h] is scratch for ALG2 with label smoothing (else unused, may be NULL).
  */
 void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const float *x,
-                      const float *w, const int64_t *labels, float *y, float *rec, float *mloc);
+                      const float *w, const int64_t *labels, float *y, float *rec, float *mloc,
+                      float *wsum);
 
 /* NAIVE between its two collectives: rec[0, n) holds the global max; turns y into
  * exp(Y - M) and fills the sum-exp and target parts of rec. */
@@ -148,6 +169,7 @@ struct weft_vocab_mb {
     weft_vocab_reduction_t reduction;
     size_t max_tokens;
     bool accumulate_dw;
+    float label_smoothing;
     weft__mb_state_t state;
     int naive_stage; /* C1 of NAIVE: 1 = max in flight, 2 = sums in flight */
     weft_req_t *req;      /* the collective in flight, NULL if none or inline */
@@ -170,8 +192,21 @@ struct weft_vocab_mb {
     float *mloc, *loss, *coef, *wtok; /* [max_tokens] each */
     int64_t *labels_host;             /* [max_tokens] copy of device labels */
     float *dx_host;                   /* [max_tokens * h] staging of ∇X for C2 (CUDA path) */
+    float *wsum;                      /* [h] ALG2 with label smoothing: Σ of W_i's rows */
     struct weft__vocab_dev *dev;
 };
+
+/* The dimensions of @p mb's current microbatch, for the kernels. */
+static inline weft__xent_dims_t weft__vocab_mb_dims(const weft_vocab_mb_t *mb)
+{
+    weft__xent_dims_t d = {.n = mb->n,
+                           .h = mb->v->hidden,
+                           .start = mb->v->range.start,
+                           .len = mb->v->range.length,
+                           .vocab = mb->v->vocab_size,
+                           .ls = mb->label_smoothing};
+    return d;
+}
 
 /* ---- memory type of a buffer ---- */
 /* 1 for CUDA device (or managed) memory, 0 for host memory or NULL. */

@@ -29,6 +29,13 @@ weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_para
                            "vocab: bad microbatch parameters (algo %d, reduction %d, n %zu)",
                            (int)params->algo, (int)params->reduction, params->max_tokens);
     }
+    float ls = params->size >= offsetof(weft_vocab_mb_params_t, label_smoothing) + sizeof(float)
+                   ? params->label_smoothing
+                   : 0.0f;
+    if (!(ls >= 0.0f && ls <= 1.0f)) { /* NaN too */
+        return weft__error(vocab->ctx, WEFT_ERR_INVALID_ARG,
+                           "vocab: label smoothing %g is not in [0, 1]", (double)ls);
+    }
     weft_vocab_mb_t *m = calloc(1, sizeof(*m));
     if (m == NULL) {
         return weft__error(vocab->ctx, WEFT_ERR_NO_MEMORY, "vocab: no memory for a microbatch");
@@ -38,6 +45,7 @@ weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_para
     m->reduction = params->reduction;
     m->max_tokens = params->max_tokens;
     m->accumulate_dw = params->accumulate_dw != 0;
+    m->label_smoothing = ls;
     m->state = WEFT__MB_IDLE;
     vocab->n_mb++;
     *mb = m;
@@ -64,6 +72,7 @@ weft_status_t weft_vocab_mb_free(weft_vocab_mb_t *mb)
     free(mb->wtok);
     free(mb->labels_host);
     free(mb->dx_host);
+    free(mb->wsum);
     mb->v->n_mb--;
     free(mb);
     return WEFT_OK;
@@ -86,6 +95,10 @@ static weft_status_t ensure_host_buffers(weft_vocab_mb_t *mb, bool device_labels
     }
     if (!mb->on_device && mb->y == NULL && v->range.length > 0 &&
         (mb->y = malloc(n * v->range.length * sizeof(float))) == NULL) {
+        goto err_nomem;
+    }
+    if (mb->algo == WEFT_VOCAB_ALG2 && mb->label_smoothing > 0.0f && mb->wsum == NULL &&
+        (mb->wsum = malloc(v->hidden * sizeof(float))) == NULL) {
         goto err_nomem;
     }
     if (device_labels && mb->labels_host == NULL &&
@@ -139,13 +152,6 @@ static weft_status_t s_labels(weft_vocab_mb_t *mb, const int64_t *labels, bool d
     return WEFT_OK;
 }
 
-static weft__xent_dims_t mb_dims(const weft_vocab_mb_t *mb)
-{
-    weft__xent_dims_t d = {
-        .n = mb->n, .h = mb->v->hidden, .start = mb->v->range.start, .len = mb->v->range.length};
-    return d;
-}
-
 weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const float *w,
                                      const int64_t *labels, size_t n)
 {
@@ -188,8 +194,8 @@ weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const 
         }
 #endif
     } else {
-        weft__xent_dims_t d = mb_dims(mb);
-        weft__xent_s_cpu(&d, mb->algo, x, w, mb->labels, mb->y, mb->rec, mb->mloc);
+        weft__xent_dims_t d = weft__vocab_mb_dims(mb);
+        weft__xent_s_cpu(&d, mb->algo, x, w, mb->labels, mb->y, mb->rec, mb->mloc, mb->wsum);
     }
     mb->stats.compute_ns += weft__now_ns() - t0;
     mb->state = WEFT__MB_S_DONE;
@@ -199,7 +205,7 @@ weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const 
 static weft_status_t finish_c1(weft_vocab_mb_t *mb)
 {
     uint64_t t0 = weft__now_ns();
-    weft__xent_dims_t d = mb_dims(mb);
+    weft__xent_dims_t d = weft__vocab_mb_dims(mb);
     mb->loss_sum =
         weft__xent_finish_c1_cpu(&d, mb->algo, mb->labels, mb->rec, mb->mloc, mb->loss, mb->coef);
     mb->state = WEFT__MB_C1_DONE;
@@ -263,7 +269,7 @@ static weft_status_t after_collective(weft_vocab_mb_t *mb)
             }
 #endif
         } else {
-            weft__xent_dims_t d = mb_dims(mb);
+            weft__xent_dims_t d = weft__vocab_mb_dims(mb);
             weft__xent_naive_sums_cpu(&d, mb->labels, mb->y, mb->rec);
         }
         mb->stats.compute_ns += weft__now_ns() - t0;
@@ -497,7 +503,7 @@ weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, float
         }
 #endif
     } else {
-        weft__xent_dims_t d = mb_dims(mb);
+        weft__xent_dims_t d = weft__vocab_mb_dims(mb);
         weft__xent_t_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w, mb->labels,
                          mb->wtok, mb->y, mb->coef, mb->rec, dx, dw, mb->accumulate_dw);
     }

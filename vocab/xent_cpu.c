@@ -83,8 +83,53 @@ static float row_exp_sum(float *row, size_t len, float m)
     return s;
 }
 
+/* The smoothed target statistic of one row of logits (before exp): (1 - ε) row[col] (col
+ * >= 0: owned label) + ε / V Σ row. */
+static float target_stat(const weft__xent_dims_t *d, const float *row, long col)
+{
+    float t = col >= 0 ? weft__ls_keep(d) * row[col] : 0.0f;
+    if (d->ls > 0.0f) {
+        double sum = 0.0;
+        for (size_t v = 0; v < d->len; v++) {
+            sum += row[v];
+        }
+        t += weft__ls_spread(d) * (float)sum;
+    }
+    return t;
+}
+
+/* ALG2's B of every token: (1 - ε) W[label] where owned, + ε / V Σ_v W_v (labels >= 0). */
+static void fill_b(const weft__xent_dims_t *d, const float *w, const int64_t *labels, float *rec,
+                   size_t stride, float *wsum)
+{
+    size_t n = d->n, h = d->h;
+    if (d->ls > 0.0f) {
+        memset(wsum, 0, h * sizeof(float));
+        for (size_t v = 0; v < d->len; v++) {
+            cblas_saxpy((int)h, 1.0f, w + v * h, 1, wsum, 1);
+        }
+    }
+    for (size_t j = 0; j < n; j++) {
+        float *b = rec + j * stride + WEFT__REC_A + h;
+        long col = owned_col(d, labels[j]);
+        if (d->ls == 0.0f || labels[j] < 0) {
+            if (col >= 0) {
+                memcpy(b, w + (size_t)col * h, h * sizeof(float));
+            } else {
+                memset(b, 0, h * sizeof(float));
+            }
+            continue;
+        }
+        float keep = weft__ls_keep(d), spread = weft__ls_spread(d);
+        for (size_t k = 0; k < h; k++) {
+            b[k] = spread * wsum[k] + (col >= 0 ? keep * w[(size_t)col * h + k] : 0.0f);
+        }
+    }
+}
+
 void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const float *x,
-                      const float *w, const int64_t *labels, float *y, float *rec, float *mloc)
+                      const float *w, const int64_t *labels, float *y, float *rec, float *mloc,
+                      float *wsum)
 {
     size_t n = d->n, h = d->h, len = d->len;
     if (n > 0 && len > 0) {
@@ -103,7 +148,7 @@ void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const 
         float *r = rec + j * stride;
         long col = owned_col(d, labels[j]);
         r[WEFT__REC_M] = row_max(row, len);
-        r[WEFT__REC_T] = col >= 0 ? row[col] : 0.0f;
+        r[WEFT__REC_T] = target_stat(d, row, col);
         r[WEFT__REC_S] = row_exp_sum(row, len, r[WEFT__REC_M]);
         mloc[j] = r[WEFT__REC_M];
     }
@@ -119,15 +164,7 @@ void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const 
             memset(rec + j * stride + WEFT__REC_A, 0, h * sizeof(float));
         }
     }
-    for (size_t j = 0; j < n; j++) {
-        float *b = rec + j * stride + WEFT__REC_A + h;
-        long col = owned_col(d, labels[j]);
-        if (col >= 0) {
-            memcpy(b, w + (size_t)col * h, h * sizeof(float));
-        } else {
-            memset(b, 0, h * sizeof(float));
-        }
-    }
+    fill_b(d, w, labels, rec, stride, wsum);
 }
 
 void weft__xent_naive_sums_cpu(const weft__xent_dims_t *d, const int64_t *labels, float *y,
@@ -137,7 +174,7 @@ void weft__xent_naive_sums_cpu(const weft__xent_dims_t *d, const int64_t *labels
     for (size_t j = 0; j < n; j++) {
         float *row = y + j * len;
         long col = owned_col(d, labels[j]);
-        rec[2 * n + j] = col >= 0 ? row[col] : 0.0f;
+        rec[2 * n + j] = target_stat(d, row, col);
         rec[n + j] = row_exp_sum(row, len, rec[j]);
     }
 }
@@ -202,7 +239,13 @@ void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t
         }
         long col = owned_col(d, labels[j]);
         if (col >= 0) {
-            row[col] -= wtok[j];
+            row[col] -= weft__ls_keep(d) * wtok[j];
+        }
+        if (d->ls > 0.0f) {
+            float q = weft__ls_spread(d) * wtok[j];
+            for (size_t v = 0; v < len; v++) {
+                row[v] -= q;
+            }
         }
     }
     /* ∇W_i = Gᵀ X; padding rows stay zero. */

@@ -26,6 +26,7 @@ struct weft__vocab_dev {
     float *coef;         /* [max_n] */
     float *wtok;         /* [max_n] */
     float *d;            /* [max_n * h] ALG2's D */
+    float *wsum;         /* [h] ALG2 with label smoothing: Σ of W_i's rows */
     int64_t *labels;     /* [max_n] device copy of host labels */
     cudaStream_t stream; /* the group's stream, read again at every S and T */
 };
@@ -97,6 +98,7 @@ void weft__vxd_free(weft_vocab_mb_t *mb)
     cudaFree(dv->coef);
     cudaFree(dv->wtok);
     cudaFree(dv->d);
+    cudaFree(dv->wsum);
     cudaFree(dv->labels);
     if (dv->blas != NULL) {
         cublasDestroy(dv->blas);
@@ -141,6 +143,9 @@ static weft_status_t dev_alloc(weft_vocab_mb_t *mb)
     if (mb->algo == WEFT_VOCAB_ALG2) {
         CUDA_CHECK(ctx, cudaMalloc((void **)&dv->d, n * h * f), "cudaMalloc");
     }
+    if (mb->algo == WEFT_VOCAB_ALG2 && mb->label_smoothing > 0.0f) {
+        CUDA_CHECK(ctx, cudaMalloc((void **)&dv->wsum, h * f), "cudaMalloc");
+    }
     return WEFT_OK;
 }
 
@@ -183,9 +188,11 @@ weft_status_t weft__vxd_s(weft_vocab_mb_t *mb)
                    "Y = X W^T");
     }
     bool naive = mb->algo == WEFT_VOCAB_NAIVE;
+    weft__xent_dims_t d = weft__vocab_mb_dims(mb);
+    float keep = weft__ls_keep(&d), spread = weft__ls_spread(&d);
     CUDA_CHECK(ctx,
-               weft__vk_row_stats(mb->n, (size_t)len, start, naive ? 0 : stride, labels, dv->y,
-                                  dv->rec, stream),
+               weft__vk_row_stats(mb->n, (size_t)len, start, naive ? 0 : stride, labels, keep,
+                                  spread, dv->y, dv->rec, stream),
                "row statistics");
     if (mb->algo == WEFT_VOCAB_ALG2) {
         if (len > 0) {
@@ -200,9 +207,13 @@ weft_status_t weft__vxd_s(weft_vocab_mb_t *mb)
                                          (size_t)h * sizeof(float), mb->n, stream),
                        "A = 0");
         }
+        if (spread != 0.0f) {
+            CUDA_CHECK(ctx, weft__vk_col_sum((size_t)len, (size_t)h, mb->w, dv->wsum, stream),
+                       "column sums of W");
+        }
         CUDA_CHECK(ctx,
-                   weft__vk_gather_b(mb->n, (size_t)h, (size_t)len, start, stride, labels, mb->w,
-                                     dv->rec, stream),
+                   weft__vk_gather_b(mb->n, (size_t)h, (size_t)len, start, stride, labels, keep,
+                                     spread, dv->wsum, mb->w, dv->rec, stream),
                    "B");
     }
     size_t rec_floats = naive ? mb->n : mb->n * stride;
@@ -229,9 +240,10 @@ weft_status_t weft__vxd_naive_sums(weft_vocab_mb_t *mb)
         return st;
     }
     CUDA_CHECK(ctx, copy_sync(dv->rec, mb->rec, n * sizeof(float), stream), "max to device");
+    weft__xent_dims_t d = weft__vocab_mb_dims(mb);
     CUDA_CHECK(ctx,
-               weft__vk_naive_sums(n, mb->v->range.length, mb->v->range.start, labels, dv->y,
-                                   dv->rec, stream),
+               weft__vk_naive_sums(n, mb->v->range.length, mb->v->range.start, labels,
+                                   weft__ls_keep(&d), weft__ls_spread(&d), dv->y, dv->rec, stream),
                "sums");
     CUDA_CHECK(ctx, copy_sync(mb->rec + n, dv->rec + n, 2 * n * sizeof(float), stream),
                "sums to host");
@@ -316,9 +328,11 @@ weft_status_t weft__vxd_t(weft_vocab_mb_t *mb, float *dx, float *dw)
                                          h * sizeof(float), n, cudaMemcpyHostToDevice, stream),
                        "D to device");
         }
+        weft__xent_dims_t d = weft__vocab_mb_dims(mb);
         CUDA_CHECK(ctx,
-                   weft__vk_make_g(n, mb->v->range.length, mb->v->range.start, labels, dv->coef,
-                                   dv->wtok, dv->y, stream),
+                   weft__vk_make_g(n, mb->v->range.length, mb->v->range.start, labels,
+                                   weft__ls_keep(&d), weft__ls_spread(&d), dv->coef, dv->wtok,
+                                   dv->y, stream),
                    "G");
     }
     if ((st = dev_dw(mb, dw)) != WEFT_OK) {

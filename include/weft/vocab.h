@@ -36,9 +36,10 @@
  * Blocking wrappers weft_vocab_xent_forward() (S, C1) and weft_vocab_xent_backward() (T,
  * C2) run them in order and wait.
  *
- * Labels: a label in [0, V) is a target token; any negative label (e.g. -100, PyTorch's
- * default ignore_index) marks an ignored token, which has zero loss, contributes to no
- * gradient and is not counted by the mean. A label >= V is WEFT_ERR_INVALID_ARG.
+ * Labels: a label in [0, V) is a target token (with label smoothing, see
+ * weft_vocab_mb_params_t, the target distribution puts ε / V on every entry as well); any negative
+ * label (e.g. -100, PyTorch's default ignore_index) marks an ignored token, which has zero loss,
+ * contributes to no gradient and is not counted by the mean. A label >= V is WEFT_ERR_INVALID_ARG.
  *
  * Refusals: a rank whose arguments of a pass are invalid (a label >= V, a NULL buffer, a
  * pass out of order) still takes part in the collective of that pass, as a refusal, and
@@ -184,6 +185,12 @@ typedef struct weft_vocab_mb_params {
     weft_vocab_reduction_t reduction; /**< Zero-initialised: WEFT_VOCAB_MEAN. */
     size_t max_tokens;                /**< Largest n of a microbatch, > 0. */
     int accumulate_dw;                /**< Nonzero: T adds into ∇W_i instead of writing. */
+    /** Label smoothing ε in [0, 1], as PyTorch's cross_entropy(label_smoothing=ε): the
+     * target distribution is (1 - ε) on the label plus ε / V on every entry, so a
+     * token's loss is (1 - ε)(-log p_label) + ε mean_v(-log p_v). It costs no extra
+     * communication: each shard folds ε / V times the sum of its logits into the target
+     * statistic it sends anyway. 0 (zero-initialised) for none. */
+    float label_smoothing;
 } weft_vocab_mb_params_t;
 
 /**

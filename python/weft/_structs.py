@@ -4,7 +4,7 @@ tests/python/test_structs.py compares their sizes and offsets with the C compile
 """
 
 import ctypes
-from ctypes import (Structure, POINTER, c_char_p, c_double, c_int, c_size_t, c_uint,
+from ctypes import (c_float, Structure, POINTER, c_char_p, c_double, c_int, c_size_t, c_uint,
                     c_uint32, c_uint64, c_void_p)
 
 LAYOUT_MAX_DIMS = 8
@@ -117,7 +117,8 @@ class VocabParams(Structure):
 
 class VocabMbParams(Structure):
     _fields_ = [("size", c_size_t), ("algo", c_int), ("reduction", c_int),
-                ("max_tokens", c_size_t), ("accumulate_dw", c_int)]
+                ("max_tokens", c_size_t), ("accumulate_dw", c_int),
+                ("label_smoothing", c_float)]
 
 
 class VocabMbStats(Structure):

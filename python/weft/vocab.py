@@ -116,10 +116,11 @@ class Vocab:
         return (self.range.padded_length, self.hidden)
 
     def microbatch(self, algo=DEFAULT_ALGO, reduction="mean", max_tokens=1,
-                   accumulate_dw=False):
+                   accumulate_dw=False, label_smoothing=0.0):
         """The state of one microbatch of the output layer (weft_vocab_mb_create); algo
-        "alg2" (the default, as in C), "alg1" or "naive"."""
-        return Microbatch(self, algo, reduction, max_tokens, accumulate_dw)
+        "alg2" (the default, as in C), "alg1" or "naive"; label_smoothing in [0, 1] as
+        torch.nn.functional.cross_entropy's."""
+        return Microbatch(self, algo, reduction, max_tokens, accumulate_dw, label_smoothing)
 
     def memory(self, algo, n):
         """Bytes an algorithm keeps alive per microbatch of @p n tokens."""
@@ -189,16 +190,18 @@ class Microbatch:
     and the labels given to logits() stay referenced until grad() ran; ∇X until the
     request of dx_reduce_start() completed (the request keeps it)."""
 
-    def __init__(self, vocab, algo, reduction, max_tokens, accumulate_dw):
+    def __init__(self, vocab, algo, reduction, max_tokens, accumulate_dw, label_smoothing=0.0):
         p = S.sized(S.VocabMbParams)
         p.algo = _choice(algo, ALGOS, "algo")
         p.reduction = _choice(reduction, REDUCTIONS, "reduction")
         p.max_tokens, p.accumulate_dw = max_tokens, 1 if accumulate_dw else 0
+        p.label_smoothing = float(label_smoothing)
         h = c_void_p()
         vocab._call(lib.weft_vocab_mb_create, byref(p), byref(h))
         self._handle, self.vocab = h.value, vocab
         self._owner_group = vocab.group
         self.algo, self.reduction, self.max_tokens = p.algo, p.reduction, max_tokens
+        self.label_smoothing = p.label_smoothing
         self.n = 0
         self._keep, self._dx = (), None
         vocab.group._ctx._track(self)

@@ -40,10 +40,12 @@ def gathered_rows(world, shard, vocab_range):
 @pytest.mark.parametrize("algo", ["naive", "alg1", "alg2"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("ignore_index", [-100, 3])
-def test_cross_entropy_matches_torch(world, algo, reduction, ignore_index):
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.25])
+def test_cross_entropy_matches_torch(world, algo, reduction, ignore_index, label_smoothing):
     W, X, labels = data((3, 5), ignore_index)
     layer = wt.VocabParallelCrossEntropy(world, algo=algo, ignore_index=ignore_index,
-                                         reduction=reduction, vocab_size=V)
+                                         reduction=reduction, vocab_size=V,
+                                         label_smoothing=label_smoothing)
     w = wt.shard_vocab(W, world).float().requires_grad_()
     x = X.float().requires_grad_()
     before = world.coll_count
@@ -56,7 +58,8 @@ def test_cross_entropy_matches_torch(world, algo, reduction, ignore_index):
 
     Wr, Xr = W.clone().requires_grad_(), X.clone().requires_grad_()
     ref = F.cross_entropy((Xr @ Wr.T).view(-1, V), labels.view(-1),
-                          ignore_index=ignore_index, reduction=reduction)
+                          ignore_index=ignore_index, reduction=reduction,
+                          label_smoothing=label_smoothing)
     ref = ref.view(labels.shape) if reduction == "none" else ref
     (ref * upstream.double()).sum().backward()
 
@@ -110,6 +113,11 @@ def test_cross_entropy_refusals(world):
         layer(X.float(), w, labels[:3])
     with pytest.raises(weft.InvalidArgument):
         wt.VocabParallelCrossEntropy(world, algo="alg3")
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(weft.InvalidArgument, match="label_smoothing"):
+            wt.VocabParallelCrossEntropy(world, vocab_size=V, label_smoothing=bad)
+    with pytest.raises(weft.InvalidArgument):  # the C library refuses it too
+        weft.Vocab(world, V, H).microbatch(label_smoothing=2.0)
 
 
 @pytest.mark.parametrize("grad_root", [None, 0])

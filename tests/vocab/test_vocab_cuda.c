@@ -48,7 +48,7 @@ typedef struct run_out {
 /* One microbatch forward + backward; buffers on the device when @p dev. */
 static void run(weft_vocab_t *v, const xcase_t *c, const weft_vocab_range_t *r,
                 weft_vocab_algo_t algo, weft_vocab_reduction_t red, const float *grad, bool dev,
-                bool dev_labels, run_out_t *o)
+                bool dev_labels, float eps, run_out_t *o)
 {
     size_t n = c->n, h = c->h, pl = r->padded_length;
     size_t ngrad = red == WEFT_VOCAB_NONE ? n : 1;
@@ -70,8 +70,11 @@ static void run(weft_vocab_t *v, const xcase_t *c, const weft_vocab_range_t *r,
             labels = to_dev(c->labels, n * sizeof(int64_t));
         }
     }
-    weft_vocab_mb_params_t mp = {
-        .size = sizeof(mp), .algo = algo, .reduction = red, .max_tokens = n};
+    weft_vocab_mb_params_t mp = {.size = sizeof(mp),
+                                 .algo = algo,
+                                 .reduction = red,
+                                 .max_tokens = n,
+                                 .label_smoothing = eps};
     weft_vocab_mb_t *mb;
     OK(weft_vocab_mb_create(v, &mp, &mb));
     OK(weft_vocab_xent_forward(mb, x, wd, labels, n, lt, &o->loss));
@@ -101,7 +104,8 @@ static void run_out_free(run_out_t *o)
     free(o->dw);
 }
 
-static void compare_case(const xcase_t *c, bool with_ref)
+/* Device against host and (@p with_ref) the float64 reference, label smoothing @p eps. */
+static void compare_case_ls(const xcase_t *c, bool with_ref, float eps)
 {
     weft_vocab_params_t vp = {.size = sizeof(vp), .vocab_size = c->V, .hidden = c->h};
     weft_vocab_t *v;
@@ -115,17 +119,17 @@ static void compare_case(const xcase_t *c, bool with_ref)
         }
         xref_t ref = {0};
         if (with_ref) {
-            xref_compute(c, (weft_vocab_reduction_t)red, grad, &ref);
+            xref_compute_ls(c, (weft_vocab_reduction_t)red, grad, eps, &ref);
         }
         for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
             run_out_t host, dev;
             run(v, c, &r, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, grad, false, false,
-                &host);
+                eps, &host);
             run(v, c, &r, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, grad, true,
-                algo != WEFT_VOCAB_ALG1, &dev);
+                algo != WEFT_VOCAB_ALG1, eps, &dev);
             char what[64];
-            snprintf(what, sizeof(what), "cuda %s red=%d",
-                     weft_vocab_algo_name((weft_vocab_algo_t)algo), red);
+            snprintf(what, sizeof(what), "cuda %s red=%d eps=%g",
+                     weft_vocab_algo_name((weft_vocab_algo_t)algo), red, (double)eps);
             if (with_ref) {
                 check_outputs(g_rank, g_size, c, &ref, &r, dev.loss_tok, dev.loss, dev.dx, dev.dw,
                               what);
@@ -157,6 +161,11 @@ static void compare_case(const xcase_t *c, bool with_ref)
     }
     free(grad);
     OK(weft_vocab_free(v));
+}
+
+static void compare_case(const xcase_t *c, bool with_ref)
+{
+    compare_case_ls(c, with_ref, 0.0f);
 }
 
 static void test_random(void **state)
@@ -192,6 +201,21 @@ static void test_larger(void **state)
     xcase_t c;
     xcase_random(&c, 300, 128, 3001, 0.3f, 7, 42); /* row kernels see > 1 block of threads */
     compare_case(&c, false);
+    xcase_free(&c);
+}
+
+static void test_label_smoothing(void **state)
+{
+    (void)state;
+    xcase_t c;
+    xcase_random(&c, 11, 16, 37, 0.7f, 4, 1234);
+    compare_case_ls(&c, true, 0.2f);
+    xcase_free(&c);
+    xcase_random(&c, 7, 8, 3, 1.0f, 3, 9); /* empty shards */
+    compare_case_ls(&c, true, 1.0f);
+    xcase_free(&c);
+    xcase_random(&c, 300, 128, 3001, 0.3f, 7, 42);
+    compare_case_ls(&c, false, 0.1f);
     xcase_free(&c);
 }
 
@@ -273,9 +297,9 @@ int main(void)
     }
     cudaSetDevice(g_rank % ndev);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random),    cmocka_unit_test(test_empty_shards),
-        cmocka_unit_test(test_extreme),   cmocka_unit_test(test_larger),
-        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_random),          cmocka_unit_test(test_empty_shards),
+        cmocka_unit_test(test_extreme),         cmocka_unit_test(test_larger),
+        cmocka_unit_test(test_label_smoothing), cmocka_unit_test(test_embedding),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     weft_finalize(g_ctx);

@@ -34,15 +34,18 @@ static void sim_out_free(sim_out_t *o)
 typedef struct shard {
     weft_vocab_range_t r;
     weft__xent_dims_t d;
-    float *w, *y, *rec, *mloc, *loss, *coef, *dx, *dw;
+    float *w, *y, *rec, *mloc, *loss, *coef, *dx, *dw, *wsum;
 } shard_t;
 
-static void shard_alloc(shard_t *s, const xcase_t *c, int P, size_t align, int rank, size_t rec)
+static void shard_alloc(shard_t *s, const xcase_t *c, int P, size_t align, int rank, size_t rec,
+                        float eps)
 {
     memset(s, 0, sizeof(*s));
     assert_int_equal(weft_vocab_shard_range(c->V, P, align, rank, &s->r), WEFT_OK);
     size_t n = c->n, h = c->h, pl = s->r.padded_length;
-    s->d = (weft__xent_dims_t){.n = n, .h = h, .start = s->r.start, .len = s->r.length};
+    s->d = (weft__xent_dims_t){
+        .n = n, .h = h, .start = s->r.start, .len = s->r.length, .vocab = c->V, .ls = eps};
+    s->wsum = malloc(h * sizeof(float) + 4);
     s->w = malloc(pl * h * sizeof(float) + 4);
     /* Padding rows are NaN: the kernels must never read them. */
     for (size_t i = 0; i < pl * h; i++) {
@@ -68,6 +71,7 @@ static void shard_free(shard_t *s)
     free(s->coef);
     free(s->dx);
     free(s->dw);
+    free(s->wsum);
 }
 
 /* C1 without communication: combine the shards' records as the collectives would. */
@@ -114,14 +118,16 @@ static void sim_merge(shard_t *sh, int P, const xcase_t *c, weft_vocab_algo_t al
 }
 
 static void simulate(const xcase_t *c, int P, size_t align, weft_vocab_algo_t algo,
-                     weft_vocab_reduction_t red, const float *grad, bool reverse, sim_out_t *o)
+                     weft_vocab_reduction_t red, const float *grad, bool reverse, float eps,
+                     sim_out_t *o)
 {
     size_t n = c->n, h = c->h;
     size_t rec = weft__rec_floats(algo, h);
     shard_t *sh = calloc((size_t)P, sizeof(*sh));
     for (int r = 0; r < P; r++) {
-        shard_alloc(&sh[r], c, P, align, r, rec);
-        weft__xent_s_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec, sh[r].mloc);
+        shard_alloc(&sh[r], c, P, align, r, rec, eps);
+        weft__xent_s_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec, sh[r].mloc,
+                         sh[r].wsum);
     }
     sim_merge(sh, P, c, algo, reverse);
     int64_t valid = weft__count_valid_labels(c->labels, n, c->V);
@@ -170,8 +176,9 @@ static const char *red_name(weft_vocab_reduction_t red)
     return red == WEFT_VOCAB_MEAN ? "mean" : red == WEFT_VOCAB_SUM ? "sum" : "none";
 }
 
-/* Run every algorithm, P = 1..4 and both merge orders on @p c against the reference. */
-static void check_case(const xcase_t *c, weft_vocab_reduction_t red, size_t align)
+/* Run every algorithm, P = 1..4 and both merge orders on @p c against the reference, with
+ * label smoothing @p eps. */
+static void check_case_ls(const xcase_t *c, weft_vocab_reduction_t red, size_t align, float eps)
 {
     float *grad = malloc((c->n + 1) * sizeof(float));
     uint64_t s = 99;
@@ -180,21 +187,21 @@ static void check_case(const xcase_t *c, weft_vocab_reduction_t red, size_t alig
         grad[j] = 0.25f + 0.5f * (ref_uniform(&s) + 1.0f);
     }
     xref_t ref;
-    xref_compute(c, red, grad, &ref);
+    xref_compute_ls(c, red, grad, eps, &ref);
     for (int P = 1; P <= 4; P++) {
         for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
             for (int rev = 0; rev < 2; rev++) {
                 sim_out_t o;
-                simulate(c, P, align, (weft_vocab_algo_t)algo, red, grad, rev != 0, &o);
+                simulate(c, P, align, (weft_vocab_algo_t)algo, red, grad, rev != 0, eps, &o);
                 double e_lt = rel_err_loss(o.loss_tok, &ref.loss_tok[0], c->n);
                 double e_l = rel_err_loss(&o.loss, &ref.loss, 1);
                 double e_dx = rel_err_f(o.dx, ref.dx, c->n * c->h);
                 double e_dw = rel_err_f(o.dw, ref.dw, c->V * c->h);
                 if (e_lt > REF_TOL || e_l > REF_TOL || e_dx > REF_TOL || e_dw > REF_TOL) {
-                    print_error("V=%zu P=%d align=%zu %s %s rev=%d: loss_tok %.3g loss %.3g "
-                                "dx %.3g dw %.3g\n",
+                    print_error("V=%zu P=%d align=%zu %s %s rev=%d eps=%g: loss_tok %.3g "
+                                "loss %.3g dx %.3g dw %.3g\n",
                                 c->V, P, align, weft_vocab_algo_name((weft_vocab_algo_t)algo),
-                                red_name(red), rev, e_lt, e_l, e_dx, e_dw);
+                                red_name(red), rev, (double)eps, e_lt, e_l, e_dx, e_dw);
                     fail();
                 }
                 sim_out_free(&o);
@@ -203,6 +210,11 @@ static void check_case(const xcase_t *c, weft_vocab_reduction_t red, size_t alig
     }
     xref_free(&ref);
     free(grad);
+}
+
+static void check_case(const xcase_t *c, weft_vocab_reduction_t red, size_t align)
+{
+    check_case_ls(c, red, align, 0.0f);
 }
 
 static void test_shard_ranges(void **state)
@@ -324,6 +336,29 @@ static void test_extreme_logits(void **state)
     xcase_free(&c);
 }
 
+/* Label smoothing against the reference: every algorithm, P = 1..4, padding (align),
+ * every reduction, ignored tokens, and the extremes ε = 1 (uniform target) and logits of
+ * +-1e4. */
+static void test_label_smoothing(void **state)
+{
+    (void)state;
+    static const float eps[] = {0.1f, 0.35f, 1.0f};
+    for (size_t e = 0; e < sizeof(eps) / sizeof(eps[0]); e++) {
+        xcase_t c;
+        xcase_random(&c, 11, 16, 37, 0.7f, 4, 4321 + e);
+        check_case_ls(&c, WEFT_VOCAB_MEAN, 1, eps[e]);
+        check_case_ls(&c, WEFT_VOCAB_MEAN, 4, eps[e]);
+        check_case_ls(&c, WEFT_VOCAB_SUM, 1, eps[e]);
+        check_case_ls(&c, WEFT_VOCAB_NONE, 3, eps[e]);
+        xcase_free(&c);
+    }
+    xcase_t c;
+    xcase_extreme(&c, 13, 6, 29, 5);
+    check_case_ls(&c, WEFT_VOCAB_MEAN, 1, 0.1f);
+    check_case_ls(&c, WEFT_VOCAB_NONE, 2, 0.1f);
+    xcase_free(&c);
+}
+
 /* All labels ignored: zero loss and gradients, no NaN (mean has nothing to divide). */
 static void test_all_ignored(void **state)
 {
@@ -336,7 +371,7 @@ static void test_all_ignored(void **state)
     float g = 1.0f;
     for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
         sim_out_t o;
-        simulate(&c, 3, 1, (weft_vocab_algo_t)algo, WEFT_VOCAB_MEAN, &g, false, &o);
+        simulate(&c, 3, 1, (weft_vocab_algo_t)algo, WEFT_VOCAB_MEAN, &g, false, 0.0f, &o);
         assert_true(o.loss == 0.0f);
         for (size_t i = 0; i < c.n; i++) {
             assert_true(o.loss_tok[i] == 0.0f);
@@ -361,7 +396,7 @@ static void test_zero_tokens(void **state)
     float g = 1.0f;
     for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
         sim_out_t o;
-        simulate(&c, 2, 1, (weft_vocab_algo_t)algo, WEFT_VOCAB_MEAN, &g, false, &o);
+        simulate(&c, 2, 1, (weft_vocab_algo_t)algo, WEFT_VOCAB_MEAN, &g, false, 0.0f, &o);
         assert_true(o.loss == 0.0f);
         for (size_t i = 0; i < c.V * c.h; i++) {
             assert_true(o.dw[i] == 0.0f);
@@ -377,7 +412,7 @@ int main(void)
         cmocka_unit_test(test_shard_ranges),   cmocka_unit_test(test_merge_operator),
         cmocka_unit_test(test_zero_tokens),    cmocka_unit_test(test_all_ignored),
         cmocka_unit_test(test_random_mean),    cmocka_unit_test(test_random_sum_none),
-        cmocka_unit_test(test_extreme_logits),
+        cmocka_unit_test(test_extreme_logits), cmocka_unit_test(test_label_smoothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

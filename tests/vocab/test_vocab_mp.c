@@ -47,7 +47,7 @@ static void make_grad(const xcase_t *c, weft_vocab_reduction_t red, float *grad)
 
 /* Forward and backward with the blocking wrappers, counting collectives. */
 static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_reduction_t red,
-                         size_t align)
+                         size_t align, float eps)
 {
     weft_vocab_params_t vp = {
         .size = sizeof(vp), .vocab_size = c->V, .hidden = c->h, .align = align};
@@ -55,15 +55,18 @@ static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_re
     OK(weft_vocab_create(g_world, &vp, &v));
     weft_vocab_range_t r;
     OK(weft_vocab_local_range(v, &r));
-    weft_vocab_mb_params_t mp = {
-        .size = sizeof(mp), .algo = algo, .reduction = red, .max_tokens = c->n + 3};
+    weft_vocab_mb_params_t mp = {.size = sizeof(mp),
+                                 .algo = algo,
+                                 .reduction = red,
+                                 .max_tokens = c->n + 3,
+                                 .label_smoothing = eps};
     weft_vocab_mb_t *mb;
     OK(weft_vocab_mb_create(v, &mp, &mb));
     float *w = shard_of(c, &r);
     float *grad = malloc((c->n + 1) * sizeof(float));
     make_grad(c, red, grad);
     xref_t ref;
-    xref_compute(c, red, grad, &ref);
+    xref_compute_ls(c, red, grad, eps, &ref);
     float *loss_tok = malloc((c->n + 1) * sizeof(float));
     float *dx = malloc((c->n * c->h + 1) * sizeof(float));
     float *dw = malloc(r.padded_length * c->h * sizeof(float) + 4);
@@ -87,8 +90,8 @@ static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_re
                                       [WEFT_VOCAB_ALG2] = (3 + 2 * c->h) * c->n * f};
         assert_int_equal(st.comm_bytes, want_bytes[algo]);
         char what[96];
-        snprintf(what, sizeof(what), "%s red=%d align=%zu", weft_vocab_algo_name(algo), (int)red,
-                 align);
+        snprintf(what, sizeof(what), "%s red=%d align=%zu eps=%g", weft_vocab_algo_name(algo),
+                 (int)red, align, (double)eps);
         check_outputs(g_rank, g_size, c, &ref, &r, loss_tok, loss, dx, dw, what);
     }
     OK(weft_vocab_mb_free(mb));
@@ -101,13 +104,32 @@ static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_re
     xref_free(&ref);
 }
 
-static void run_all(const xcase_t *c, size_t align)
+static void run_all_ls(const xcase_t *c, size_t align, float eps)
 {
     for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
         for (int red = 0; red <= WEFT_VOCAB_NONE; red++) {
-            run_blocking(c, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, align);
+            run_blocking(c, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, align, eps);
         }
     }
+}
+
+static void run_all(const xcase_t *c, size_t align)
+{
+    run_all_ls(c, align, 0.0f);
+}
+
+/* Label smoothing over real collectives: the same collectives and bytes as without. */
+static void test_label_smoothing(void **state)
+{
+    (void)state;
+    xcase_t c;
+    xcase_random(&c, 11, 16, 37, 0.7f, 4, 2468);
+    run_all_ls(&c, 1, 0.2f);
+    run_all_ls(&c, 4, 1.0f);
+    xcase_free(&c);
+    xcase_random(&c, 7, 8, 5, 1.0f, 3, 99); /* empty shards at 4 ranks */
+    run_all_ls(&c, 2, 0.3f);
+    xcase_free(&c);
 }
 
 static void test_random_not_divisible(void **state)
@@ -284,6 +306,19 @@ static void test_errors(void **state)
     badmp = mp;
     badmp.algo = (weft_vocab_algo_t)7;
     assert_int_equal(weft_vocab_mb_create(v, &badmp, &mb), WEFT_ERR_INVALID_ARG);
+    static const float bad_eps[] = {-0.01f, 1.01f, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof(bad_eps) / sizeof(bad_eps[0]); i++) {
+        badmp = mp;
+        badmp.label_smoothing = bad_eps[i];
+        assert_int_equal(weft_vocab_mb_create(v, &badmp, &mb), WEFT_ERR_INVALID_ARG);
+    }
+    /* A caller built before label_smoothing existed passes a smaller size: no smoothing,
+     * whatever follows its struct. */
+    badmp = mp;
+    badmp.label_smoothing = NAN;
+    badmp.size = offsetof(weft_vocab_mb_params_t, label_smoothing);
+    OK(weft_vocab_mb_create(v, &badmp, &mb));
+    OK(weft_vocab_mb_free(mb));
     OK(weft_vocab_mb_create(v, &mp, &mb));
     assert_int_equal(weft_vocab_free(v), WEFT_ERR_INVALID_ARG); /* mb still alive */
     float *w = shard_of(&c, &r), g = 1.0f, loss = 42.0f, lt[4] = {7, 7, 7, 7};
@@ -466,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_small_vocab_empty_shards),
         cmocka_unit_test(test_random_not_divisible),
         cmocka_unit_test(test_extreme_logits),
+        cmocka_unit_test(test_label_smoothing),
         cmocka_unit_test(test_pipelined_nonblocking),
         cmocka_unit_test(test_accumulate_dw),
         cmocka_unit_test(test_embedding),

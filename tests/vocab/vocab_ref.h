@@ -117,9 +117,13 @@ static inline void xref_free(xref_t *r)
     free(r->dw);
 }
 
-/* grad: 1 value (MEAN, SUM) or n values (NONE). */
-static inline void xref_compute(const xcase_t *c, weft_vocab_reduction_t red, const float *grad,
-                                xref_t *r)
+/*
+ * grad: 1 value (MEAN, SUM) or n values (NONE). eps: label smoothing, as PyTorch's: the
+ * target distribution q is (1 - eps) on the label plus eps / V everywhere, the loss
+ * -Σ_v q_v log p_v and its gradient with respect to the logits p - q.
+ */
+static inline void xref_compute_ls(const xcase_t *c, weft_vocab_reduction_t red, const float *grad,
+                                   double eps, xref_t *r)
 {
     size_t n = c->n, h = c->h, V = c->V;
     r->loss_tok = calloc(n + 1, sizeof(double));
@@ -150,13 +154,18 @@ static inline void xref_compute(const xcase_t *c, weft_vocab_reduction_t red, co
         }
         double lse = mx + log(se);
         size_t t = (size_t)c->labels[j];
-        r->loss_tok[j] = lse - logit[t];
+        r->loss_tok[j] = 0.0;
+        for (size_t v = 0; v < V; v++) {
+            double q = (v == t ? 1.0 - eps : 0.0) + eps / (double)V;
+            r->loss_tok[j] -= q * (logit[v] - lse);
+        }
         total += r->loss_tok[j];
         double wj = red == WEFT_VOCAB_MEAN  ? (double)grad[0] / (double)valid
                     : red == WEFT_VOCAB_SUM ? (double)grad[0]
                                             : (double)grad[j];
         for (size_t v = 0; v < V; v++) {
-            double g = wj * (exp(logit[v] - lse) - (v == t ? 1.0 : 0.0));
+            double q = (v == t ? 1.0 - eps : 0.0) + eps / (double)V;
+            double g = wj * (exp(logit[v] - lse) - q);
             for (size_t k = 0; k < h; k++) {
                 r->dx[j * h + k] += g * (double)c->w[v * h + k];
                 r->dw[v * h + k] += g * (double)c->x[j * h + k];
@@ -165,6 +174,12 @@ static inline void xref_compute(const xcase_t *c, weft_vocab_reduction_t red, co
     }
     r->loss = red == WEFT_VOCAB_MEAN ? (valid > 0 ? total / (double)valid : 0.0) : total;
     free(logit);
+}
+
+static inline void xref_compute(const xcase_t *c, weft_vocab_reduction_t red, const float *grad,
+                                xref_t *r)
+{
+    xref_compute_ls(c, red, grad, 0.0, r);
 }
 
 /* ---- comparison ---- */

@@ -35,8 +35,9 @@ def _need_vocab_size(nranks, align, rows=None):
 class _Layer:
     """What the Function needs of the module: the vocabulary and microbatch states."""
 
-    def __init__(self, group, algo, reduction, vocab_size, align):
+    def __init__(self, group, algo, reduction, vocab_size, align, label_smoothing=0.0):
         self.group, self.algo, self.reduction = group, algo, reduction
+        self.label_smoothing = label_smoothing
         self.vocab_size, self.align = vocab_size, align
         self.vocab = None
         self.idle = []
@@ -72,7 +73,8 @@ class _Layer:
         for i, mb in enumerate(self.idle):
             if mb.vocab is vocab and mb.max_tokens >= n:
                 return self.idle.pop(i)
-        return vocab.microbatch(self.algo, self.reduction, max(n, 1))
+        return vocab.microbatch(self.algo, self.reduction, max(n, 1),
+                                label_smoothing=self.label_smoothing)
 
     def give_back(self, mb):
         self.lent.discard(mb)
@@ -161,10 +163,13 @@ class VocabParallelCrossEntropy(torch.nn.Module):
     (weft.InvalidArgument says what to pass). On one rank without align it defaults to
     the weight's rows.
     align: shard length multiple, as weft_vocab_shard_range's.
+    label_smoothing: in [0, 1], as torch.nn.functional.cross_entropy's: the target puts
+    1 - label_smoothing on the label and label_smoothing / V on every entry (no extra
+    communication).
     Floating inputs are computed in float32; gradients come back in their dtype."""
 
     def __init__(self, group, algo=DEFAULT_ALGO, ignore_index=-100, reduction="mean", *,
-                 vocab_size=None, align=0):
+                 vocab_size=None, align=0, label_smoothing=0.0):
         super().__init__()
         if vocab_size is None and (group.size > 1 or align > 1):
             raise _need_vocab_size(group.size, align)
@@ -173,9 +178,14 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         if reduction not in REDUCTIONS:
             raise invalid("reduction must be one of %s, not %r" %
                           (", ".join(REDUCTIONS), reduction))
+        label_smoothing = float(label_smoothing)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise invalid("label_smoothing must be in [0, 1], not %r" % label_smoothing)
         self.group, self.algo, self.reduction = group, algo, reduction
         self.ignore_index = int(ignore_index)
-        self._layer = _Layer(group, ALGOS[algo], REDUCTIONS[reduction], vocab_size, align)
+        self.label_smoothing = label_smoothing
+        self._layer = _Layer(group, ALGOS[algo], REDUCTIONS[reduction], vocab_size, align,
+                             label_smoothing)
 
     @property
     def vocab(self):
@@ -229,5 +239,5 @@ class VocabParallelCrossEntropy(torch.nn.Module):
 
     def extra_repr(self):
         """The settings, for print(module)."""
-        return "algo=%s, ignore_index=%d, reduction=%s" % (
-            self.algo, self.ignore_index, self.reduction)
+        return "algo=%s, ignore_index=%d, reduction=%s, label_smoothing=%g" % (
+            self.algo, self.ignore_index, self.reduction, self.label_smoothing)
