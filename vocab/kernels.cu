@@ -147,6 +147,80 @@ __global__ void gather_b_kernel(size_t n, size_t h, size_t len, size_t start, si
     }
 }
 
+/* Blocked S: the records start as an empty part (m = -inf, s = t = 0, A = 0). */
+__global__ void rec_init_kernel(size_t n, size_t rec_stride, size_t na, float *rec)
+{
+    size_t per = 3 + na;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * per;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t j = i / per, k = i % per;
+        rec[j * rec_stride + k] = k == 0 ? -INFINITY : 0.0f;
+    }
+}
+
+/* Blocked S, one block of rows [b0, b0 + bl) of the shard: merge the block's statistics
+ * into the token's record, y <- exp(y - m_new), scale[j] = e^{m_old - m_new}. */
+__global__ void online_stats_kernel(size_t bl, size_t b0, size_t start, size_t len,
+                                    size_t rec_stride, const int64_t *labels, float keep,
+                                    float spread, float *y, float *rec, float *scale)
+{
+    __shared__ float shared[33];
+    size_t j = blockIdx.x;
+    float *row = y + j * bl;
+    float *r = rec + j * rec_stride;
+    float bm = -INFINITY;
+    for (size_t v = threadIdx.x; v < bl; v += blockDim.x) {
+        bm = fmaxf(bm, row[v]);
+    }
+    bm = block_reduce<true>(bm, shared);
+    long long col = owned_col(labels[j], start, len);
+    long long c = col >= (long long)b0 && col < (long long)(b0 + bl) ? col - (long long)b0 : -1;
+    float t = (c >= 0 ? keep * row[c] : 0.0f) + spread * row_sum(row, bl, spread, shared);
+    float m_old = r[0];
+    float m = fmaxf(m_old, bm);
+    float sc = m_old == -INFINITY ? 0.0f : expf(m_old - m);
+    __syncthreads();
+    float s = row_exp_sum(row, bl, m, shared); /* ends with a barrier: r[0] was read by all */
+    if (threadIdx.x == 0) {
+        r[0] = m;
+        r[1] = r[1] * sc + s;
+        r[2] += t;
+        scale[j] = sc;
+    }
+}
+
+__global__ void scale_a_kernel(size_t n, size_t h, size_t rec_stride, const float *scale,
+                               float *rec)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * h;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t j = i / h, k = i % h;
+        rec[j * rec_stride + 3 + k] *= scale[j];
+    }
+}
+
+/* Blocked T: y (the block's logits again) <- wtok * (exp(y - mloc) coef - q). */
+__global__ void make_g_blocked_kernel(size_t n, size_t bl, size_t b0, size_t start, size_t len,
+                                      const int64_t *labels, float keep, float spread,
+                                      const float *mloc, const float *coef, const float *wtok,
+                                      float *y)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * bl;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t j = i / bl, v = i % bl;
+        float wj = wtok[j];
+        if (labels[j] < 0 || wj == 0.0f) {
+            y[i] = 0.0f;
+            continue;
+        }
+        float g = expf(y[i] - mloc[j]) * (coef[j] * wj) - spread * wj;
+        if (owned_col(labels[j], start, len) == (long long)(b0 + v)) {
+            g -= keep * wj;
+        }
+        y[i] = g;
+    }
+}
+
 __global__ void col_sum_kernel(size_t len, size_t h, const float *w, float *out)
 {
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < h;
@@ -255,6 +329,43 @@ cudaError_t weft__vk_gather_b(size_t n, size_t h, size_t len, size_t start, size
 {
     gather_b_kernel<<<elem_blocks(n * h), ELEM_THREADS, 0, stream>>>(
         n, h, len, start, rec_stride, labels, keep, spread, wsum, w, rec);
+    return cudaGetLastError();
+}
+
+cudaError_t weft__vk_rec_init(size_t n, size_t rec_stride, size_t na, float *rec,
+                              cudaStream_t stream)
+{
+    rec_init_kernel<<<elem_blocks(n * (3 + na)), ELEM_THREADS, 0, stream>>>(n, rec_stride, na, rec);
+    return cudaGetLastError();
+}
+
+cudaError_t weft__vk_online_stats(size_t n, size_t bl, size_t b0, size_t start, size_t len,
+                                  size_t rec_stride, const int64_t *labels, float keep,
+                                  float spread, float *y, float *rec, float *scale,
+                                  cudaStream_t stream)
+{
+    if (n == 0) {
+        return cudaSuccess;
+    }
+    online_stats_kernel<<<(unsigned)n, ROW_THREADS, 0, stream>>>(
+        bl, b0, start, len, rec_stride, labels, keep, spread, y, rec, scale);
+    return cudaGetLastError();
+}
+
+cudaError_t weft__vk_scale_a(size_t n, size_t h, size_t rec_stride, const float *scale, float *rec,
+                             cudaStream_t stream)
+{
+    scale_a_kernel<<<elem_blocks(n * h), ELEM_THREADS, 0, stream>>>(n, h, rec_stride, scale, rec);
+    return cudaGetLastError();
+}
+
+cudaError_t weft__vk_make_g_blocked(size_t n, size_t bl, size_t b0, size_t start, size_t len,
+                                    const int64_t *labels, float keep, float spread,
+                                    const float *mloc, const float *coef, const float *wtok,
+                                    float *y, cudaStream_t stream)
+{
+    make_g_blocked_kernel<<<elem_blocks(n * bl), ELEM_THREADS, 0, stream>>>(
+        n, bl, b0, start, len, labels, keep, spread, mloc, coef, wtok, y);
     return cudaGetLastError();
 }
 

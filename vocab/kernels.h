@@ -38,6 +38,27 @@ cudaError_t weft__vk_gather_b(size_t n, size_t h, size_t len, size_t start, size
                               const int64_t *labels, float keep, float spread, const float *wsum,
                               const float *w, float *rec, cudaStream_t stream);
 
+/* Blocked S (xent_blocked.c has the CPU twin): records of n tokens as empty parts
+ * (m = -inf, s = t = 0, and na floats of A zero). */
+cudaError_t weft__vk_rec_init(size_t n, size_t rec_stride, size_t na, float *rec,
+                              cudaStream_t stream);
+/* Blocked S, rows [b0, b0 + bl) of the shard [start, start + len) in y [n, bl]: merge
+ * each row's max, Σ exp and smoothed target into its record, y <- exp(y - the new max),
+ * scale[j] = e^{old max - new max} (0 for the first block). */
+cudaError_t weft__vk_online_stats(size_t n, size_t bl, size_t b0, size_t start, size_t len,
+                                  size_t rec_stride, const int64_t *labels, float keep,
+                                  float spread, float *y, float *rec, float *scale,
+                                  cudaStream_t stream);
+/* ALG2 blocked: A[j] *= scale[j] in the records. */
+cudaError_t weft__vk_scale_a(size_t n, size_t h, size_t rec_stride, const float *scale, float *rec,
+                             cudaStream_t stream);
+/* Blocked T: y [n, bl] (logits of rows [b0, b0 + bl)) <- wtok * (exp(y - mloc) coef - q),
+ * rows of ignored tokens zero. */
+cudaError_t weft__vk_make_g_blocked(size_t n, size_t bl, size_t b0, size_t start, size_t len,
+                                    const int64_t *labels, float keep, float spread,
+                                    const float *mloc, const float *coef, const float *wtok,
+                                    float *y, cudaStream_t stream);
+
 /* out[k] = Σ_v w[v*h + k] over the len rows of w. */
 cudaError_t weft__vk_col_sum(size_t len, size_t h, const float *w, float *out, cudaStream_t stream);
 

@@ -78,7 +78,14 @@ typedef struct weft__xent_dims {
     size_t len;   /* real rows of the shard */
     size_t vocab; /* V, the whole vocabulary's real entries */
     float ls;     /* label smoothing ε (0: none) */
+    size_t block; /* ALG1/ALG2: rows of logits at a time (xent_blocked.c); 0: all */
 } weft__xent_dims_t;
+
+/* Whether @p d's passes go block by block (a block shorter than the shard). */
+static inline bool weft__xent_blocked(const weft__xent_dims_t *d)
+{
+    return d->block > 0 && d->block < d->len;
+}
 
 /*
  * Label smoothing. The target distribution is q = (1 - ε) onehot + ε / V, so the loss is
@@ -147,6 +154,17 @@ void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t
                       float *y, const float *coef, const float *rec, float *dx, float *dw,
                       bool accumulate);
 
+/* S and T block by block (xent_blocked.c), for weft__xent_blocked(d) and ALG1/ALG2: the
+ * same records and outputs, with y [n * block] scratch; T needs the local maxima mloc
+ * of S. */
+void weft__xent_s_blocked_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const float *x,
+                              const float *w, const int64_t *labels, float *y, float *rec,
+                              float *mloc, float *wsum);
+void weft__xent_t_blocked_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t padded_len,
+                              const float *x, const float *w, const int64_t *labels,
+                              const float *wtok, float *y, const float *coef, const float *mloc,
+                              const float *rec, float *dx, float *dw, bool accumulate);
+
 /* Number of labels >= 0; -1 if one is >= vocab_size. */
 int64_t weft__count_valid_labels(const int64_t *labels, size_t n, size_t vocab_size);
 
@@ -170,6 +188,7 @@ struct weft_vocab_mb {
     size_t max_tokens;
     bool accumulate_dw;
     float label_smoothing;
+    size_t block; /* rows of logits at a time; 0: the whole shard */
     weft__mb_state_t state;
     int naive_stage; /* C1 of NAIVE: 1 = max in flight, 2 = sums in flight */
     weft_req_t *req;      /* the collective in flight, NULL if none or inline */
@@ -187,7 +206,7 @@ struct weft_vocab_mb {
     weft_vocab_mb_stats_t stats; /* of the current microbatch */
     uint64_t coll_start_ns;      /* when the collective in flight started */
     /* Host buffers, sized for max_tokens, allocated on first use. */
-    float *y;                         /* [max_tokens * len] logits / exp / G (CPU path) */
+    float *y; /* [max_tokens * len] logits / exp / G (CPU path); [max_tokens * block] blocked */
     float *rec;                       /* [max_tokens * rec] the records C1 reduces */
     float *mloc, *loss, *coef, *wtok; /* [max_tokens] each */
     int64_t *labels_host;             /* [max_tokens] copy of device labels */
@@ -204,7 +223,8 @@ static inline weft__xent_dims_t weft__vocab_mb_dims(const weft_vocab_mb_t *mb)
                            .start = mb->v->range.start,
                            .len = mb->v->range.length,
                            .vocab = mb->v->vocab_size,
-                           .ls = mb->label_smoothing};
+                           .ls = mb->label_smoothing,
+                           .block = mb->block};
     return d;
 }
 

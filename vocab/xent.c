@@ -36,6 +36,18 @@ weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_para
         return weft__error(vocab->ctx, WEFT_ERR_INVALID_ARG,
                            "vocab: label smoothing %g is not in [0, 1]", (double)ls);
     }
+    size_t block = params->size >= offsetof(weft_vocab_mb_params_t, block_rows) + sizeof(size_t)
+                       ? params->block_rows
+                       : 0;
+    if (block >= vocab->range.length) {
+        block = 0; /* the shard fits one block */
+    }
+    if (params->size >= offsetof(weft_vocab_mb_params_t, block_rows) + sizeof(size_t) &&
+        params->block_rows > 0 && params->algo == WEFT_VOCAB_NAIVE) {
+        return weft__error(vocab->ctx, WEFT_ERR_INVALID_ARG,
+                           "vocab: block_rows needs alg1 or alg2: naive's sums need the global "
+                           "max first, so its forward would compute the logits twice");
+    }
     weft_vocab_mb_t *m = calloc(1, sizeof(*m));
     if (m == NULL) {
         return weft__error(vocab->ctx, WEFT_ERR_NO_MEMORY, "vocab: no memory for a microbatch");
@@ -46,6 +58,7 @@ weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_para
     m->max_tokens = params->max_tokens;
     m->accumulate_dw = params->accumulate_dw != 0;
     m->label_smoothing = ls;
+    m->block = block;
     m->state = WEFT__MB_IDLE;
     vocab->n_mb++;
     *mb = m;
@@ -93,8 +106,9 @@ static weft_status_t ensure_host_buffers(weft_vocab_mb_t *mb, bool device_labels
     if (mb->rec == NULL && (mb->rec = malloc(n * rec * sizeof(float))) == NULL) {
         goto err_nomem;
     }
-    if (!mb->on_device && mb->y == NULL && v->range.length > 0 &&
-        (mb->y = malloc(n * v->range.length * sizeof(float))) == NULL) {
+    size_t rows = mb->block > 0 ? mb->block : v->range.length;
+    if (!mb->on_device && mb->y == NULL && rows > 0 &&
+        (mb->y = malloc(n * rows * sizeof(float))) == NULL) {
         goto err_nomem;
     }
     if (mb->algo == WEFT_VOCAB_ALG2 && mb->label_smoothing > 0.0f && mb->wsum == NULL &&
@@ -195,7 +209,12 @@ weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const 
 #endif
     } else {
         weft__xent_dims_t d = weft__vocab_mb_dims(mb);
-        weft__xent_s_cpu(&d, mb->algo, x, w, mb->labels, mb->y, mb->rec, mb->mloc, mb->wsum);
+        if (weft__xent_blocked(&d)) {
+            weft__xent_s_blocked_cpu(&d, mb->algo, x, w, mb->labels, mb->y, mb->rec, mb->mloc,
+                                     mb->wsum);
+        } else {
+            weft__xent_s_cpu(&d, mb->algo, x, w, mb->labels, mb->y, mb->rec, mb->mloc, mb->wsum);
+        }
     }
     mb->stats.compute_ns += weft__now_ns() - t0;
     mb->state = WEFT__MB_S_DONE;
@@ -504,8 +523,14 @@ weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, float
 #endif
     } else {
         weft__xent_dims_t d = weft__vocab_mb_dims(mb);
-        weft__xent_t_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w, mb->labels,
-                         mb->wtok, mb->y, mb->coef, mb->rec, dx, dw, mb->accumulate_dw);
+        if (weft__xent_blocked(&d)) {
+            weft__xent_t_blocked_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w,
+                                     mb->labels, mb->wtok, mb->y, mb->coef, mb->mloc, mb->rec, dx,
+                                     dw, mb->accumulate_dw);
+        } else {
+            weft__xent_t_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w, mb->labels,
+                             mb->wtok, mb->y, mb->coef, mb->rec, dx, dw, mb->accumulate_dw);
+        }
     }
     mb->stats.compute_ns += weft__now_ns() - t0;
     mb->state = WEFT__MB_T_DONE;
@@ -590,16 +615,16 @@ weft_status_t weft_vocab_mb_stats(const weft_vocab_mb_t *mb, weft_vocab_mb_stats
     return WEFT_OK;
 }
 
-weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo, size_t n,
-                                     weft_vocab_mem_t *mem)
+static weft_status_t xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo, size_t n,
+                                 size_t block, weft_vocab_mem_t *mem)
 {
-    WEFT_API_LOCK(vocab != NULL ? vocab->ctx : NULL);
     if (vocab == NULL || mem == NULL || (unsigned)algo >= WEFT_VOCAB_ALGO_COUNT ||
         mem->size < offsetof(weft_vocab_mem_t, peak) + sizeof(size_t)) {
         return WEFT_ERR_INVALID_ARG;
     }
     size_t f = sizeof(float), h = vocab->hidden;
-    size_t logits = n * vocab->range.length * f; /* Y, then exp(Y - m): kept until T */
+    size_t rows = block > 0 && block < vocab->range.length ? block : vocab->range.length;
+    size_t logits = n * rows * f; /* Y, then exp(Y - m): kept until T (one block's: scratch) */
     size_t rec = n * weft__rec_floats(algo, h) * f;
     size_t mloc = algo == WEFT_VOCAB_NAIVE ? 0 : n * f;
     size_t stats = 2 * n * f;                           /* loss and coef */
@@ -608,4 +633,20 @@ weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_
     mem->c1_to_t = logits + stats + d;
     mem->peak = mem->s_to_c1 > mem->c1_to_t ? mem->s_to_c1 : mem->c1_to_t;
     return WEFT_OK;
+}
+
+weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo, size_t n,
+                                     weft_vocab_mem_t *mem)
+{
+    WEFT_API_LOCK(vocab != NULL ? vocab->ctx : NULL);
+    return xent_memory(vocab, algo, n, 0, mem);
+}
+
+weft_status_t weft_vocab_mb_memory(const weft_vocab_mb_t *mb, size_t n, weft_vocab_mem_t *mem)
+{
+    WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
+    if (mb == NULL) {
+        return WEFT_ERR_INVALID_ARG;
+    }
+    return xent_memory(mb->v, mb->algo, n, mb->block, mem);
 }

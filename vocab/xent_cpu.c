@@ -11,12 +11,7 @@
 #include <string.h>
 
 #include "vocab/vocab_impl.h"
-
-/* e^{m - M} for a part with max m of a whole with max M >= m; 0 for an empty part. */
-static inline float rescale(float m, float big_m)
-{
-    return m == -INFINITY ? 0.0f : expf(m - big_m);
-}
+#include "vocab/xent_rows.h"
 
 void weft__rec_merge(void *inout, const void *in, size_t count, void *arg)
 {
@@ -26,8 +21,8 @@ void weft__rec_merge(void *inout, const void *in, size_t count, void *arg)
     const float *b = in;
     for (size_t j = 0; j < count; j++, a += stride, b += stride) {
         float big_m = a[WEFT__REC_M] > b[WEFT__REC_M] ? a[WEFT__REC_M] : b[WEFT__REC_M];
-        float ca = rescale(a[WEFT__REC_M], big_m);
-        float cb = rescale(b[WEFT__REC_M], big_m);
+        float ca = weft__rescale(a[WEFT__REC_M], big_m);
+        float cb = weft__rescale(b[WEFT__REC_M], big_m);
         a[WEFT__REC_M] = big_m;
         a[WEFT__REC_S] = a[WEFT__REC_S] * ca + b[WEFT__REC_S] * cb;
         a[WEFT__REC_T] += b[WEFT__REC_T];
@@ -54,43 +49,12 @@ int64_t weft__count_valid_labels(const int64_t *labels, size_t n, size_t vocab_s
     return valid;
 }
 
-/* Column of token j's target in the shard, or -1 when the shard does not own it. */
-static inline long owned_col(const weft__xent_dims_t *d, int64_t label)
-{
-    if (label < 0 || (uint64_t)label < d->start || (uint64_t)label - d->start >= d->len) {
-        return -1;
-    }
-    return (long)((uint64_t)label - d->start);
-}
-
-static float row_max(const float *row, size_t len)
-{
-    float m = -INFINITY;
-    for (size_t v = 0; v < len; v++) {
-        m = row[v] > m ? row[v] : m;
-    }
-    return m;
-}
-
-/* row <- exp(row - m); returns the sum (0 for an empty row). */
-static float row_exp_sum(float *row, size_t len, float m)
-{
-    float s = 0.0f;
-    for (size_t v = 0; v < len; v++) {
-        row[v] = expf(row[v] - m);
-        s += row[v];
-    }
-    return s;
-}
-
-/* The smoothed target statistic of one row of logits (before exp): (1 - ε) row[col] (col
- * >= 0: owned label) + ε / V Σ row. */
-static float target_stat(const weft__xent_dims_t *d, const float *row, long col)
+float weft__xent_target_stat(const weft__xent_dims_t *d, const float *row, size_t len, long col)
 {
     float t = col >= 0 ? weft__ls_keep(d) * row[col] : 0.0f;
     if (d->ls > 0.0f) {
         double sum = 0.0;
-        for (size_t v = 0; v < d->len; v++) {
+        for (size_t v = 0; v < len; v++) {
             sum += row[v];
         }
         t += weft__ls_spread(d) * (float)sum;
@@ -98,9 +62,8 @@ static float target_stat(const weft__xent_dims_t *d, const float *row, long col)
     return t;
 }
 
-/* ALG2's B of every token: (1 - ε) W[label] where owned, + ε / V Σ_v W_v (labels >= 0). */
-static void fill_b(const weft__xent_dims_t *d, const float *w, const int64_t *labels, float *rec,
-                   size_t stride, float *wsum)
+void weft__xent_fill_b(const weft__xent_dims_t *d, const float *w, const int64_t *labels,
+                       float *rec, size_t stride, float *wsum)
 {
     size_t n = d->n, h = d->h;
     if (d->ls > 0.0f) {
@@ -111,7 +74,7 @@ static void fill_b(const weft__xent_dims_t *d, const float *w, const int64_t *la
     }
     for (size_t j = 0; j < n; j++) {
         float *b = rec + j * stride + WEFT__REC_A + h;
-        long col = owned_col(d, labels[j]);
+        long col = weft__owned_col(d, labels[j]);
         if (d->ls == 0.0f || labels[j] < 0) {
             if (col >= 0) {
                 memcpy(b, w + (size_t)col * h, h * sizeof(float));
@@ -138,7 +101,7 @@ void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const 
     }
     if (algo == WEFT_VOCAB_NAIVE) {
         for (size_t j = 0; j < n; j++) {
-            rec[j] = row_max(y + j * len, len);
+            rec[j] = weft__row_max(y + j * len, len);
         }
         return;
     }
@@ -146,10 +109,10 @@ void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const 
     for (size_t j = 0; j < n; j++) {
         float *row = y + j * len;
         float *r = rec + j * stride;
-        long col = owned_col(d, labels[j]);
-        r[WEFT__REC_M] = row_max(row, len);
-        r[WEFT__REC_T] = target_stat(d, row, col);
-        r[WEFT__REC_S] = row_exp_sum(row, len, r[WEFT__REC_M]);
+        long col = weft__owned_col(d, labels[j]);
+        r[WEFT__REC_M] = weft__row_max(row, len);
+        r[WEFT__REC_T] = weft__xent_target_stat(d, row, len, col);
+        r[WEFT__REC_S] = weft__row_exp_sum(row, len, r[WEFT__REC_M]);
         mloc[j] = r[WEFT__REC_M];
     }
     if (algo != WEFT_VOCAB_ALG2 || n == 0) {
@@ -164,7 +127,7 @@ void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const 
             memset(rec + j * stride + WEFT__REC_A, 0, h * sizeof(float));
         }
     }
-    fill_b(d, w, labels, rec, stride, wsum);
+    weft__xent_fill_b(d, w, labels, rec, stride, wsum);
 }
 
 void weft__xent_naive_sums_cpu(const weft__xent_dims_t *d, const int64_t *labels, float *y,
@@ -173,9 +136,9 @@ void weft__xent_naive_sums_cpu(const weft__xent_dims_t *d, const int64_t *labels
     size_t n = d->n, len = d->len;
     for (size_t j = 0; j < n; j++) {
         float *row = y + j * len;
-        long col = owned_col(d, labels[j]);
-        rec[2 * n + j] = target_stat(d, row, col);
-        rec[n + j] = row_exp_sum(row, len, rec[j]);
+        long col = weft__owned_col(d, labels[j]);
+        rec[2 * n + j] = weft__xent_target_stat(d, row, len, col);
+        rec[n + j] = weft__row_exp_sum(row, len, rec[j]);
     }
 }
 
@@ -198,7 +161,7 @@ double weft__xent_finish_c1_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t al
             big_m = r[WEFT__REC_M];
             big_s = r[WEFT__REC_S];
             t = r[WEFT__REC_T];
-            coef[j] = rescale(mloc[j], big_m) / big_s;
+            coef[j] = weft__rescale(mloc[j], big_m) / big_s;
         }
         if (labels[j] < 0) {
             loss[j] = 0.0f;
@@ -219,34 +182,50 @@ double weft__xent_finish_c1_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t al
     return total;
 }
 
+void weft__xent_g_row(const weft__xent_dims_t *d, float *row, size_t len, long col, int64_t label,
+                      float c, float wtok)
+{
+    if (label < 0 || wtok == 0.0f) {
+        memset(row, 0, len * sizeof(float));
+        return;
+    }
+    for (size_t v = 0; v < len; v++) {
+        row[v] *= c;
+    }
+    if (col >= 0) {
+        row[col] -= weft__ls_keep(d) * wtok;
+    }
+    if (d->ls > 0.0f) {
+        float q = weft__ls_spread(d) * wtok;
+        for (size_t v = 0; v < len; v++) {
+            row[v] -= q;
+        }
+    }
+}
+
+void weft__xent_dx_alg2(const weft__xent_dims_t *d, const int64_t *labels, const float *wtok,
+                        const float *rec, float *dx)
+{
+    size_t n = d->n, h = d->h, stride = weft__rec_floats(WEFT_VOCAB_ALG2, h);
+    for (size_t j = 0; j < n; j++) {
+        const float *dj = rec + j * stride + WEFT__REC_A;
+        for (size_t k = 0; k < h; k++) {
+            dx[j * h + k] = labels[j] < 0 ? 0.0f : wtok[j] * dj[k];
+        }
+    }
+}
+
 void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t padded_len,
                       const float *x, const float *w, const int64_t *labels, const float *wtok,
                       float *y, const float *coef, const float *rec, float *dx, float *dw,
                       bool accumulate)
 {
     size_t n = d->n, h = d->h, len = d->len;
-    /* G = wtok * (p - onehot), in place of y; ignored tokens give zero rows. An empty
-     * shard has no y at all. */
+    /* G = wtok * (p - q), in place of y; ignored tokens give zero rows. An empty shard
+     * has no y at all. */
     for (size_t j = 0; j < n && len > 0; j++) {
-        float *row = y + j * len;
-        if (labels[j] < 0 || wtok[j] == 0.0f) {
-            memset(row, 0, len * sizeof(float));
-            continue;
-        }
-        float c = coef[j] * wtok[j];
-        for (size_t v = 0; v < len; v++) {
-            row[v] *= c;
-        }
-        long col = owned_col(d, labels[j]);
-        if (col >= 0) {
-            row[col] -= weft__ls_keep(d) * wtok[j];
-        }
-        if (d->ls > 0.0f) {
-            float q = weft__ls_spread(d) * wtok[j];
-            for (size_t v = 0; v < len; v++) {
-                row[v] -= q;
-            }
-        }
+        weft__xent_g_row(d, y + j * len, len, weft__owned_col(d, labels[j]), labels[j],
+                         coef[j] * wtok[j], wtok[j]);
     }
     /* ∇W_i = Gᵀ X; padding rows stay zero. */
     if (len > 0 && n > 0) {
@@ -259,13 +238,7 @@ void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t
         memset(dw + len * h, 0, (padded_len - len) * h * sizeof(float));
     }
     if (algo == WEFT_VOCAB_ALG2) {
-        size_t stride = weft__rec_floats(algo, h);
-        for (size_t j = 0; j < n; j++) {
-            const float *dj = rec + j * stride + WEFT__REC_A;
-            for (size_t k = 0; k < h; k++) {
-                dx[j * h + k] = labels[j] < 0 ? 0.0f : wtok[j] * dj[k];
-            }
-        }
+        weft__xent_dx_alg2(d, labels, wtok, rec, dx);
         return;
     }
     /* ∇X_i = G W_i: this shard's part of ∇X, summed over the group by C2. */

@@ -17,30 +17,10 @@
 #include "comm/device/cublas_lazy.h"
 #include "vocab/kernels.h"
 #include "vocab/vocab_impl.h"
-
-struct weft__vocab_dev {
-    cublasHandle_t blas;
-    int device;
-    float *y;            /* [max_n * len] logits, exp, G */
-    float *rec;          /* [max_n * rec] records (NAIVE: its SoA statistics) */
-    float *coef;         /* [max_n] */
-    float *wtok;         /* [max_n] */
-    float *d;            /* [max_n * h] ALG2's D */
-    float *wsum;         /* [h] ALG2 with label smoothing: Σ of W_i's rows */
-    int64_t *labels;     /* [max_n] device copy of host labels */
-    cudaStream_t stream; /* the group's stream, read again at every S and T */
-};
-
-/* The stream of the vocabulary's group. */
-static cudaStream_t vstream(const weft_vocab_t *v)
-{
-    void *s = NULL;
-    weft_group_cuda_stream(v->group, &s);
-    return (cudaStream_t)s;
-}
+#include "vocab/xent_cuda.h"
 
 /* Copy and wait for it on @p stream. */
-static cudaError_t copy_sync(void *dst, const void *src, size_t bytes, cudaStream_t stream)
+cudaError_t weft__vxd_copy_sync(void *dst, const void *src, size_t bytes, cudaStream_t stream)
 {
     if (bytes == 0) {
         return cudaSuccess;
@@ -49,7 +29,7 @@ static cudaError_t copy_sync(void *dst, const void *src, size_t bytes, cudaStrea
     return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
 }
 
-static weft_status_t cuda_fail(weft_ctx_t *ctx, cudaError_t e, const char *what)
+weft_status_t weft__vxd_cuda_fail(weft_ctx_t *ctx, cudaError_t e, const char *what)
 {
     weft_status_t st = e == cudaErrorMemoryAllocation ? WEFT_ERR_NO_MEMORY
                        : e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver
@@ -59,32 +39,24 @@ static weft_status_t cuda_fail(weft_ctx_t *ctx, cudaError_t e, const char *what)
                        cudaGetErrorString(e));
 }
 
-static weft_status_t blas_fail(weft_ctx_t *ctx, cublasStatus_t e, const char *what)
+weft_status_t weft__vxd_blas_fail(weft_ctx_t *ctx, cublasStatus_t e, const char *what)
 {
     return weft__error(ctx, e == CUBLAS_STATUS_ALLOC_FAILED ? WEFT_ERR_NO_MEMORY : WEFT_ERR_IO,
                        "vocab: %s: cuBLAS status %d", what, (int)e);
 }
 
-#define CUDA_CHECK(ctx, call, what)                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            return cuda_fail((ctx), e_, (what));                                                   \
-        }                                                                                          \
-    } while (0)
-
-#define BLAS_CHECK(ctx, call, what)                                                                \
-    do {                                                                                           \
-        cublasStatus_t e_ = (call);                                                                \
-        if (e_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            return blas_fail((ctx), e_, (what));                                                   \
-        }                                                                                          \
-    } while (0)
+/* The stream of the vocabulary's group. */
+static cudaStream_t vstream(const weft_vocab_t *v)
+{
+    void *s = NULL;
+    weft_group_cuda_stream(v->group, &s);
+    return (cudaStream_t)s;
+}
 
 weft_status_t weft__vxd_copy(const weft_vocab_t *v, void *dst, const void *src, size_t bytes)
 {
-    cudaError_t e = copy_sync(dst, src, bytes, vstream(v));
-    return e == cudaSuccess ? WEFT_OK : cuda_fail(v->ctx, e, "copy");
+    cudaError_t e = weft__vxd_copy_sync(dst, src, bytes, vstream(v));
+    return e == cudaSuccess ? WEFT_OK : weft__vxd_cuda_fail(v->ctx, e, "copy");
 }
 
 void weft__vxd_free(weft_vocab_mb_t *mb)
@@ -100,6 +72,8 @@ void weft__vxd_free(weft_vocab_mb_t *mb)
     cudaFree(dv->d);
     cudaFree(dv->wsum);
     cudaFree(dv->labels);
+    cudaFree(dv->mloc);
+    cudaFree(dv->scale);
     if (dv->blas != NULL) {
         cublasDestroy(dv->blas);
     }
@@ -134,7 +108,12 @@ static weft_status_t dev_alloc(weft_vocab_mb_t *mb)
     CUDA_CHECK(ctx, cudaGetDevice(&dv->device), "current device");
     BLAS_CHECK(ctx, cublasCreate(&dv->blas), "cublasCreate");
     BLAS_CHECK(ctx, cublasSetStream(dv->blas, stream), "cublasSetStream");
-    CUDA_CHECK(ctx, cudaMalloc((void **)&dv->y, n * (len > 0 ? len : 1) * f), "cudaMalloc");
+    size_t rows = mb->block > 0 ? mb->block : (len > 0 ? len : 1);
+    CUDA_CHECK(ctx, cudaMalloc((void **)&dv->y, n * rows * f), "cudaMalloc");
+    if (mb->block > 0) {
+        CUDA_CHECK(ctx, cudaMalloc((void **)&dv->mloc, n * f), "cudaMalloc");
+        CUDA_CHECK(ctx, cudaMalloc((void **)&dv->scale, n * f), "cudaMalloc");
+    }
     CUDA_CHECK(ctx, cudaMalloc((void **)&dv->rec, n * weft__rec_floats(mb->algo, h) * f),
                "cudaMalloc");
     CUDA_CHECK(ctx, cudaMalloc((void **)&dv->coef, n * f), "cudaMalloc");
@@ -150,14 +129,15 @@ static weft_status_t dev_alloc(weft_vocab_mb_t *mb)
 }
 
 /* Device labels of the current microbatch (the caller's, or a copy of host labels). */
-static weft_status_t dev_labels(weft_vocab_mb_t *mb, const int64_t **out)
+weft_status_t weft__vxd_labels(weft_vocab_mb_t *mb, const int64_t **out)
 {
     cudaStream_t stream = mb->dev->stream;
     if (weft__vocab_is_device(mb->labels_user)) {
         *out = mb->labels_user;
         return WEFT_OK;
     }
-    CUDA_CHECK(mb->v->ctx, copy_sync(mb->dev->labels, mb->labels, mb->n * sizeof(int64_t), stream),
+    CUDA_CHECK(mb->v->ctx,
+               weft__vxd_copy_sync(mb->dev->labels, mb->labels, mb->n * sizeof(int64_t), stream),
                "labels to device");
     *out = mb->dev->labels;
     return WEFT_OK;
@@ -173,8 +153,11 @@ weft_status_t weft__vxd_s(weft_vocab_mb_t *mb)
     cudaStream_t stream = mb->dev->stream;
     struct weft__vocab_dev *dv = mb->dev;
     const int64_t *labels;
-    if ((st = dev_labels(mb, &labels)) != WEFT_OK) {
+    if ((st = weft__vxd_labels(mb, &labels)) != WEFT_OK) {
         return st;
+    }
+    if (mb->block > 0) {
+        return weft__vxd_s_blocked(mb, labels);
     }
     int n = (int)mb->n, h = (int)mb->v->hidden, len = (int)mb->v->range.length;
     size_t start = mb->v->range.start;
@@ -217,7 +200,7 @@ weft_status_t weft__vxd_s(weft_vocab_mb_t *mb)
                    "B");
     }
     size_t rec_floats = naive ? mb->n : mb->n * stride;
-    CUDA_CHECK(ctx, copy_sync(mb->rec, dv->rec, rec_floats * sizeof(float), stream),
+    CUDA_CHECK(ctx, weft__vxd_copy_sync(mb->rec, dv->rec, rec_floats * sizeof(float), stream),
                "records to host");
     for (size_t j = 0; !naive && j < mb->n; j++) {
         mb->mloc[j] = mb->rec[j * stride + WEFT__REC_M];
@@ -235,17 +218,18 @@ weft_status_t weft__vxd_naive_sums(weft_vocab_mb_t *mb)
         return WEFT_OK;
     }
     const int64_t *labels;
-    weft_status_t st = dev_labels(mb, &labels);
+    weft_status_t st = weft__vxd_labels(mb, &labels);
     if (st != WEFT_OK) {
         return st;
     }
-    CUDA_CHECK(ctx, copy_sync(dv->rec, mb->rec, n * sizeof(float), stream), "max to device");
+    CUDA_CHECK(ctx, weft__vxd_copy_sync(dv->rec, mb->rec, n * sizeof(float), stream),
+               "max to device");
     weft__xent_dims_t d = weft__vocab_mb_dims(mb);
     CUDA_CHECK(ctx,
                weft__vk_naive_sums(n, mb->v->range.length, mb->v->range.start, labels,
                                    weft__ls_keep(&d), weft__ls_spread(&d), dv->y, dv->rec, stream),
                "sums");
-    CUDA_CHECK(ctx, copy_sync(mb->rec + n, dv->rec + n, 2 * n * sizeof(float), stream),
+    CUDA_CHECK(ctx, weft__vxd_copy_sync(mb->rec + n, dv->rec + n, 2 * n * sizeof(float), stream),
                "sums to host");
     return WEFT_OK;
 }
@@ -299,7 +283,7 @@ static weft_status_t dev_dx(weft_vocab_mb_t *mb, const int64_t *labels, float *d
     } else {
         CUDA_CHECK(ctx, cudaMemsetAsync(dx, 0, bytes, stream), "dX_i = 0");
     }
-    CUDA_CHECK(ctx, copy_sync(mb->dx_host, dx, bytes, stream), "dX to host");
+    CUDA_CHECK(ctx, weft__vxd_copy_sync(mb->dx_host, dx, bytes, stream), "dX to host");
     return WEFT_OK;
 }
 
@@ -315,11 +299,12 @@ weft_status_t weft__vxd_t(weft_vocab_mb_t *mb, float *dx, float *dw)
     size_t n = mb->n, h = mb->v->hidden;
     const int64_t *labels = NULL;
     if (n > 0) {
-        if ((st = dev_labels(mb, &labels)) != WEFT_OK) {
+        if ((st = weft__vxd_labels(mb, &labels)) != WEFT_OK) {
             return st;
         }
-        CUDA_CHECK(ctx, copy_sync(dv->coef, mb->coef, n * sizeof(float), stream), "coef to device");
-        CUDA_CHECK(ctx, copy_sync(dv->wtok, mb->wtok, n * sizeof(float), stream),
+        CUDA_CHECK(ctx, weft__vxd_copy_sync(dv->coef, mb->coef, n * sizeof(float), stream),
+                   "coef to device");
+        CUDA_CHECK(ctx, weft__vxd_copy_sync(dv->wtok, mb->wtok, n * sizeof(float), stream),
                    "weights to device");
         if (mb->algo == WEFT_VOCAB_ALG2) {
             size_t stride = weft__rec_floats(mb->algo, h) * sizeof(float);
@@ -327,6 +312,9 @@ weft_status_t weft__vxd_t(weft_vocab_mb_t *mb, float *dx, float *dw)
                        cudaMemcpy2DAsync(dv->d, h * sizeof(float), mb->rec + WEFT__REC_A, stride,
                                          h * sizeof(float), n, cudaMemcpyHostToDevice, stream),
                        "D to device");
+        }
+        if (mb->block > 0) {
+            return weft__vxd_t_blocked(mb, labels, dx, dw);
         }
         weft__xent_dims_t d = weft__vocab_mb_dims(mb);
         CUDA_CHECK(ctx,
@@ -352,7 +340,7 @@ weft_status_t weft__vxd_dx_upload(weft_vocab_mb_t *mb)
     if (bytes == 0) {
         return WEFT_OK;
     }
-    CUDA_CHECK(mb->v->ctx, copy_sync(mb->dx, mb->dx_host, bytes, stream), "dX to device");
+    CUDA_CHECK(mb->v->ctx, weft__vxd_copy_sync(mb->dx, mb->dx_host, bytes, stream), "dX to device");
     return WEFT_OK;
 }
 
@@ -367,11 +355,11 @@ static weft_status_t dev_ids(const weft_vocab_t *v, const int64_t *ids_user,
         return WEFT_OK;
     }
     CUDA_CHECK(v->ctx, cudaMalloc((void **)tmp, n * sizeof(int64_t)), "cudaMalloc");
-    cudaError_t e = copy_sync(*tmp, ids_host, n * sizeof(int64_t), stream);
+    cudaError_t e = weft__vxd_copy_sync(*tmp, ids_host, n * sizeof(int64_t), stream);
     if (e != cudaSuccess) {
         cudaFree(*tmp);
         *tmp = NULL;
-        return cuda_fail(v->ctx, e, "ids to device");
+        return weft__vxd_cuda_fail(v->ctx, e, "ids to device");
     }
     *out = *tmp;
     return WEFT_OK;
@@ -394,7 +382,7 @@ weft_status_t weft__vxd_embed_lookup(const weft_vocab_t *v, const float *table,
         e = cudaStreamSynchronize(stream);
     }
     cudaFree(tmp);
-    return e == cudaSuccess ? WEFT_OK : cuda_fail(v->ctx, e, "embedding lookup");
+    return e == cudaSuccess ? WEFT_OK : weft__vxd_cuda_fail(v->ctx, e, "embedding lookup");
 }
 
 weft_status_t weft__vxd_embed_scatter(const weft_vocab_t *v, const float *grad_out,
@@ -414,5 +402,5 @@ weft_status_t weft__vxd_embed_scatter(const weft_vocab_t *v, const float *grad_o
         e = cudaStreamSynchronize(stream);
     }
     cudaFree(tmp);
-    return e == cudaSuccess ? WEFT_OK : cuda_fail(v->ctx, e, "embedding scatter");
+    return e == cudaSuccess ? WEFT_OK : weft__vxd_cuda_fail(v->ctx, e, "embedding scatter");
 }

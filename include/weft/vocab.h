@@ -191,6 +191,14 @@ typedef struct weft_vocab_mb_params {
      * communication: each shard folds ε / V times the sum of its logits into the target
      * statistic it sends anyway. 0 (zero-initialised) for none. */
     float label_smoothing;
+    /** ALG1/ALG2: compute the shard's logits this many rows of W at a time and never hold
+     * them whole: the microbatch keeps n x block_rows floats of logits instead of
+     * n x padded_length, and T computes each block's logits again (one more GEMM of the
+     * shard's size; see weft_vocab_mb_memory()). The collectives are those of the
+     * algorithm. 0 (zero-initialised), or at least the shard's length, for the whole
+     * shard at once. NAIVE refuses it: its sums need the global max, so its forward
+     * would compute the logits twice. */
+    size_t block_rows;
 } weft_vocab_mb_params_t;
 
 /**
@@ -343,6 +351,15 @@ typedef struct weft_vocab_mem {
  */
 WEFT_API weft_status_t weft_vocab_xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t algo,
                                               size_t n, weft_vocab_mem_t *mem);
+
+/**
+ * @brief As weft_vocab_xent_memory(), for the algorithm and block_rows of @p mb: what one
+ * of its microbatches of @p n tokens keeps alive between S and T (the logits of one block
+ * where it is blocked).
+ * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
+ */
+WEFT_API weft_status_t weft_vocab_mb_memory(const weft_vocab_mb_t *mb, size_t n,
+                                            weft_vocab_mem_t *mem);
 
 /** @} */
 

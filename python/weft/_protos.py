@@ -154,6 +154,7 @@ _VOCAB = {
     "weft_vocab_xent_backward": (I, [P, P, P, P]),
     "weft_vocab_mb_stats": (I, [P, POINTER(S.VocabMbStats)]),
     "weft_vocab_xent_memory": (I, [P, I, SZ, POINTER(S.VocabMem)]),
+    "weft_vocab_mb_memory": (I, [P, SZ, POINTER(S.VocabMem)]),
     "weft_vocab_iembed_forward": (I, [P, P, P, SZ, P, PP]),
     "weft_vocab_embed_forward": (I, [P, P, P, SZ, P]),
     "weft_vocab_embed_grad_bcast_start": (I, [P, P, SZ, I, PP]),

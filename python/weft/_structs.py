@@ -118,7 +118,7 @@ class VocabParams(Structure):
 class VocabMbParams(Structure):
     _fields_ = [("size", c_size_t), ("algo", c_int), ("reduction", c_int),
                 ("max_tokens", c_size_t), ("accumulate_dw", c_int),
-                ("label_smoothing", c_float)]
+                ("label_smoothing", c_float), ("block_rows", c_size_t)]
 
 
 class VocabMbStats(Structure):

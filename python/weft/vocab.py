@@ -116,11 +116,13 @@ class Vocab:
         return (self.range.padded_length, self.hidden)
 
     def microbatch(self, algo=DEFAULT_ALGO, reduction="mean", max_tokens=1,
-                   accumulate_dw=False, label_smoothing=0.0):
+                   accumulate_dw=False, label_smoothing=0.0, block_rows=0):
         """The state of one microbatch of the output layer (weft_vocab_mb_create); algo
         "alg2" (the default, as in C), "alg1" or "naive"; label_smoothing in [0, 1] as
-        torch.nn.functional.cross_entropy's."""
-        return Microbatch(self, algo, reduction, max_tokens, accumulate_dw, label_smoothing)
+        torch.nn.functional.cross_entropy's; block_rows > 0 (alg1, alg2): compute the
+        logits that many vocabulary rows at a time, never holding them whole."""
+        return Microbatch(self, algo, reduction, max_tokens, accumulate_dw, label_smoothing,
+                          block_rows)
 
     def memory(self, algo, n):
         """Bytes an algorithm keeps alive per microbatch of @p n tokens."""
@@ -190,18 +192,22 @@ class Microbatch:
     and the labels given to logits() stay referenced until grad() ran; ∇X until the
     request of dx_reduce_start() completed (the request keeps it)."""
 
-    def __init__(self, vocab, algo, reduction, max_tokens, accumulate_dw, label_smoothing=0.0):
+    def __init__(self, vocab, algo, reduction, max_tokens, accumulate_dw, label_smoothing=0.0,
+                 block_rows=0):
         p = S.sized(S.VocabMbParams)
         p.algo = _choice(algo, ALGOS, "algo")
         p.reduction = _choice(reduction, REDUCTIONS, "reduction")
         p.max_tokens, p.accumulate_dw = max_tokens, 1 if accumulate_dw else 0
         p.label_smoothing = float(label_smoothing)
+        if int(block_rows) < 0:
+            raise invalid("block_rows must be >= 0, not %r" % block_rows)
+        p.block_rows = int(block_rows)
         h = c_void_p()
         vocab._call(lib.weft_vocab_mb_create, byref(p), byref(h))
         self._handle, self.vocab = h.value, vocab
         self._owner_group = vocab.group
         self.algo, self.reduction, self.max_tokens = p.algo, p.reduction, max_tokens
-        self.label_smoothing = p.label_smoothing
+        self.label_smoothing, self.block_rows = p.label_smoothing, p.block_rows
         self.n = 0
         self._keep, self._dx = (), None
         vocab.group._ctx._track(self)
@@ -313,6 +319,14 @@ class Microbatch:
         self._call(lib.weft_vocab_xent_backward, g.ptr, dxb.ptr, dwb.ptr)
         mark_written(dxb, dwb)
         self._keep = ()
+
+    def memory(self, n):
+        """VocabMemory(s_to_c1, c1_to_t, peak): bytes one microbatch of @p n tokens of this
+        state keeps alive between S and T (weft_vocab_mb_memory: its algorithm and
+        block_rows)."""
+        m = S.sized(S.VocabMem)
+        self._call(lib.weft_vocab_mb_memory, n, byref(m))
+        return VocabMemory(m.s_to_c1, m.c1_to_t, m.peak)
 
     def stats(self):
         """MicrobatchStats(compute_ns, comm_ns, collectives, comm_bytes) of the current

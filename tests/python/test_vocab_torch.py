@@ -120,6 +120,42 @@ def test_cross_entropy_refusals(world):
         weft.Vocab(world, V, H).microbatch(label_smoothing=2.0)
 
 
+@pytest.mark.parametrize("algo", ["alg1", "alg2"])
+@pytest.mark.parametrize("block_rows", [1, 4])
+def test_blocked_cross_entropy_matches_torch(world, algo, block_rows):
+    """The output layer that never holds its logits: the same loss and gradients, the
+    same collectives, and block_rows rows of logits held instead of the whole shard."""
+    W, X, labels = data((3, 5), -100, seed=8)
+    layer = wt.VocabParallelCrossEntropy(world, algo=algo, vocab_size=V, block_rows=block_rows,
+                                         label_smoothing=0.1)
+    w = wt.shard_vocab(W, world).float().requires_grad_()
+    x = X.float().requires_grad_()
+    before = world.coll_count
+    layer(x, w, labels).mul(1.3).backward()
+    assert world.coll_count - before == {"alg1": 2, "alg2": 1}[algo]
+    Wr, Xr = W.clone().requires_grad_(), X.clone().requires_grad_()
+    ref = F.cross_entropy((Xr @ Wr.T).view(-1, V), labels.view(-1), label_smoothing=0.1)
+    ref.mul(1.3).backward()
+    torch.testing.assert_close(x.grad.double(), Xr.grad, rtol=1e-4, atol=1e-6)
+    dW = gathered_rows(world, w.grad.double(), layer.vocab.range)
+    torch.testing.assert_close(dW, Wr.grad, rtol=1e-4, atol=1e-6)
+    n, r = labels.numel(), layer.vocab.range
+    whole = layer.vocab.memory(algo, n).peak
+    mb = layer.vocab.microbatch(algo, max_tokens=n, block_rows=block_rows)
+    held = min(block_rows, r.length) if r.length else 0
+    assert whole - mb.memory(n).peak == n * (r.length - held) * 4
+    mb.close()
+
+
+def test_blocked_refusals(world):
+    with pytest.raises(weft.InvalidArgument, match="block_rows"):
+        wt.VocabParallelCrossEntropy(world, algo="naive", vocab_size=V, block_rows=2)
+    with pytest.raises(weft.InvalidArgument, match="block_rows"):
+        wt.VocabParallelCrossEntropy(world, vocab_size=V, block_rows=-1)
+    with pytest.raises(weft.InvalidArgument):  # the library refuses naive blocked too
+        weft.Vocab(world, V, H).microbatch("naive", block_rows=2)
+
+
 @pytest.mark.parametrize("grad_root", [None, 0])
 def test_embedding_matches_torch(world, grad_root):
     g = torch.Generator().manual_seed(11)

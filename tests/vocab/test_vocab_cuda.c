@@ -48,7 +48,7 @@ typedef struct run_out {
 /* One microbatch forward + backward; buffers on the device when @p dev. */
 static void run(weft_vocab_t *v, const xcase_t *c, const weft_vocab_range_t *r,
                 weft_vocab_algo_t algo, weft_vocab_reduction_t red, const float *grad, bool dev,
-                bool dev_labels, float eps, run_out_t *o)
+                bool dev_labels, float eps, size_t block, run_out_t *o)
 {
     size_t n = c->n, h = c->h, pl = r->padded_length;
     size_t ngrad = red == WEFT_VOCAB_NONE ? n : 1;
@@ -74,7 +74,8 @@ static void run(weft_vocab_t *v, const xcase_t *c, const weft_vocab_range_t *r,
                                  .algo = algo,
                                  .reduction = red,
                                  .max_tokens = n,
-                                 .label_smoothing = eps};
+                                 .label_smoothing = eps,
+                                 .block_rows = block};
     weft_vocab_mb_t *mb;
     OK(weft_vocab_mb_create(v, &mp, &mb));
     OK(weft_vocab_xent_forward(mb, x, wd, labels, n, lt, &o->loss));
@@ -105,7 +106,7 @@ static void run_out_free(run_out_t *o)
 }
 
 /* Device against host and (@p with_ref) the float64 reference, label smoothing @p eps. */
-static void compare_case_ls(const xcase_t *c, bool with_ref, float eps)
+static void compare_case_blk(const xcase_t *c, bool with_ref, float eps, size_t block)
 {
     weft_vocab_params_t vp = {.size = sizeof(vp), .vocab_size = c->V, .hidden = c->h};
     weft_vocab_t *v;
@@ -122,14 +123,17 @@ static void compare_case_ls(const xcase_t *c, bool with_ref, float eps)
             xref_compute_ls(c, (weft_vocab_reduction_t)red, grad, eps, &ref);
         }
         for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
+            if (block > 0 && algo == WEFT_VOCAB_NAIVE) {
+                continue; /* refused */
+            }
             run_out_t host, dev;
             run(v, c, &r, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, grad, false, false,
-                eps, &host);
+                eps, block, &host);
             run(v, c, &r, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, grad, true,
-                algo != WEFT_VOCAB_ALG1, eps, &dev);
+                algo != WEFT_VOCAB_ALG1, eps, block, &dev);
             char what[64];
-            snprintf(what, sizeof(what), "cuda %s red=%d eps=%g",
-                     weft_vocab_algo_name((weft_vocab_algo_t)algo), red, (double)eps);
+            snprintf(what, sizeof(what), "cuda %s red=%d eps=%g block=%zu",
+                     weft_vocab_algo_name((weft_vocab_algo_t)algo), red, (double)eps, block);
             if (with_ref) {
                 check_outputs(g_rank, g_size, c, &ref, &r, dev.loss_tok, dev.loss, dev.dx, dev.dw,
                               what);
@@ -161,6 +165,11 @@ static void compare_case_ls(const xcase_t *c, bool with_ref, float eps)
     }
     free(grad);
     OK(weft_vocab_free(v));
+}
+
+static void compare_case_ls(const xcase_t *c, bool with_ref, float eps)
+{
+    compare_case_blk(c, with_ref, eps, 0);
 }
 
 static void compare_case(const xcase_t *c, bool with_ref)
@@ -201,6 +210,25 @@ static void test_larger(void **state)
     xcase_t c;
     xcase_random(&c, 300, 128, 3001, 0.3f, 7, 42); /* row kernels see > 1 block of threads */
     compare_case(&c, false);
+    xcase_free(&c);
+}
+
+/* The blocked layer on the device against the blocked layer on the host (and the
+ * reference): blocks of 1 and 5 rows, with label smoothing, and a large case where a
+ * block spans several thread blocks' worth of rows. */
+static void test_blocked(void **state)
+{
+    (void)state;
+    xcase_t c;
+    xcase_random(&c, 11, 16, 37, 0.7f, 4, 1234);
+    compare_case_blk(&c, true, 0.0f, 1);
+    compare_case_blk(&c, true, 0.2f, 5);
+    xcase_free(&c);
+    xcase_extreme(&c, 13, 6, 29, 5);
+    compare_case_blk(&c, true, 0.0f, 4);
+    xcase_free(&c);
+    xcase_random(&c, 300, 128, 3001, 0.3f, 7, 42);
+    compare_case_blk(&c, false, 0.1f, 700);
     xcase_free(&c);
 }
 
@@ -299,7 +327,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random),          cmocka_unit_test(test_empty_shards),
         cmocka_unit_test(test_extreme),         cmocka_unit_test(test_larger),
-        cmocka_unit_test(test_label_smoothing), cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_label_smoothing), cmocka_unit_test(test_blocked),
+        cmocka_unit_test(test_embedding),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     weft_finalize(g_ctx);

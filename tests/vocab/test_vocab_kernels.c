@@ -38,13 +38,18 @@ typedef struct shard {
 } shard_t;
 
 static void shard_alloc(shard_t *s, const xcase_t *c, int P, size_t align, int rank, size_t rec,
-                        float eps)
+                        float eps, size_t block)
 {
     memset(s, 0, sizeof(*s));
     assert_int_equal(weft_vocab_shard_range(c->V, P, align, rank, &s->r), WEFT_OK);
     size_t n = c->n, h = c->h, pl = s->r.padded_length;
-    s->d = (weft__xent_dims_t){
-        .n = n, .h = h, .start = s->r.start, .len = s->r.length, .vocab = c->V, .ls = eps};
+    s->d = (weft__xent_dims_t){.n = n,
+                               .h = h,
+                               .start = s->r.start,
+                               .len = s->r.length,
+                               .vocab = c->V,
+                               .ls = eps,
+                               .block = block};
     s->wsum = malloc(h * sizeof(float) + 4);
     s->w = malloc(pl * h * sizeof(float) + 4);
     /* Padding rows are NaN: the kernels must never read them. */
@@ -119,15 +124,20 @@ static void sim_merge(shard_t *sh, int P, const xcase_t *c, weft_vocab_algo_t al
 
 static void simulate(const xcase_t *c, int P, size_t align, weft_vocab_algo_t algo,
                      weft_vocab_reduction_t red, const float *grad, bool reverse, float eps,
-                     sim_out_t *o)
+                     size_t block, sim_out_t *o)
 {
     size_t n = c->n, h = c->h;
     size_t rec = weft__rec_floats(algo, h);
     shard_t *sh = calloc((size_t)P, sizeof(*sh));
     for (int r = 0; r < P; r++) {
-        shard_alloc(&sh[r], c, P, align, r, rec, eps);
-        weft__xent_s_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec, sh[r].mloc,
-                         sh[r].wsum);
+        shard_alloc(&sh[r], c, P, align, r, rec, eps, block);
+        if (weft__xent_blocked(&sh[r].d)) {
+            weft__xent_s_blocked_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec,
+                                     sh[r].mloc, sh[r].wsum);
+        } else {
+            weft__xent_s_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec,
+                             sh[r].mloc, sh[r].wsum);
+        }
     }
     sim_merge(sh, P, c, algo, reverse);
     int64_t valid = weft__count_valid_labels(c->labels, n, c->V);
@@ -149,8 +159,14 @@ static void simulate(const xcase_t *c, int P, size_t align, weft_vocab_algo_t al
         }
         /* Every shard derives the same loss from the same merged statistics. */
         assert_memory_equal(sh[r].loss, o->loss_tok, n * sizeof(float));
-        weft__xent_t_cpu(&sh[r].d, algo, sh[r].r.padded_length, c->x, sh[r].w, c->labels, wtok,
-                         sh[r].y, sh[r].coef, sh[r].rec, sh[r].dx, sh[r].dw, false);
+        if (weft__xent_blocked(&sh[r].d)) {
+            weft__xent_t_blocked_cpu(&sh[r].d, algo, sh[r].r.padded_length, c->x, sh[r].w,
+                                     c->labels, wtok, sh[r].y, sh[r].coef, sh[r].mloc, sh[r].rec,
+                                     sh[r].dx, sh[r].dw, false);
+        } else {
+            weft__xent_t_cpu(&sh[r].d, algo, sh[r].r.padded_length, c->x, sh[r].w, c->labels, wtok,
+                             sh[r].y, sh[r].coef, sh[r].rec, sh[r].dx, sh[r].dw, false);
+        }
         memcpy(o->dw + sh[r].r.start * h, sh[r].dw, sh[r].r.length * h * sizeof(float));
         for (size_t i = sh[r].r.length * h; i < sh[r].r.padded_length * h; i++) {
             assert_true(sh[r].dw[i] == 0.0f); /* padding rows: zero gradient */
@@ -178,7 +194,8 @@ static const char *red_name(weft_vocab_reduction_t red)
 
 /* Run every algorithm, P = 1..4 and both merge orders on @p c against the reference, with
  * label smoothing @p eps. */
-static void check_case_ls(const xcase_t *c, weft_vocab_reduction_t red, size_t align, float eps)
+static void check_case_blk(const xcase_t *c, weft_vocab_reduction_t red, size_t align, float eps,
+                           size_t block)
 {
     float *grad = malloc((c->n + 1) * sizeof(float));
     uint64_t s = 99;
@@ -190,18 +207,21 @@ static void check_case_ls(const xcase_t *c, weft_vocab_reduction_t red, size_t a
     xref_compute_ls(c, red, grad, eps, &ref);
     for (int P = 1; P <= 4; P++) {
         for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
+            if (block > 0 && algo == WEFT_VOCAB_NAIVE) {
+                continue; /* refused by weft_vocab_mb_create */
+            }
             for (int rev = 0; rev < 2; rev++) {
                 sim_out_t o;
-                simulate(c, P, align, (weft_vocab_algo_t)algo, red, grad, rev != 0, eps, &o);
+                simulate(c, P, align, (weft_vocab_algo_t)algo, red, grad, rev != 0, eps, block, &o);
                 double e_lt = rel_err_loss(o.loss_tok, &ref.loss_tok[0], c->n);
                 double e_l = rel_err_loss(&o.loss, &ref.loss, 1);
                 double e_dx = rel_err_f(o.dx, ref.dx, c->n * c->h);
                 double e_dw = rel_err_f(o.dw, ref.dw, c->V * c->h);
                 if (e_lt > REF_TOL || e_l > REF_TOL || e_dx > REF_TOL || e_dw > REF_TOL) {
-                    print_error("V=%zu P=%d align=%zu %s %s rev=%d eps=%g: loss_tok %.3g "
-                                "loss %.3g dx %.3g dw %.3g\n",
+                    print_error("V=%zu P=%d align=%zu %s %s rev=%d eps=%g block=%zu: loss_tok "
+                                "%.3g loss %.3g dx %.3g dw %.3g\n",
                                 c->V, P, align, weft_vocab_algo_name((weft_vocab_algo_t)algo),
-                                red_name(red), rev, (double)eps, e_lt, e_l, e_dx, e_dw);
+                                red_name(red), rev, (double)eps, block, e_lt, e_l, e_dx, e_dw);
                     fail();
                 }
                 sim_out_free(&o);
@@ -210,6 +230,11 @@ static void check_case_ls(const xcase_t *c, weft_vocab_reduction_t red, size_t a
     }
     xref_free(&ref);
     free(grad);
+}
+
+static void check_case_ls(const xcase_t *c, weft_vocab_reduction_t red, size_t align, float eps)
+{
+    check_case_blk(c, red, align, eps, 0);
 }
 
 static void check_case(const xcase_t *c, weft_vocab_reduction_t red, size_t align)
@@ -359,6 +384,33 @@ static void test_label_smoothing(void **state)
     xcase_free(&c);
 }
 
+/* Blocked S and T against the reference: blocks of 1 row, of a few rows not dividing the
+ * shard, and one row short of it; with label smoothing, padding, every reduction and the
+ * extreme logits (where the running max of a token changes from block to block). */
+static void test_blocked(void **state)
+{
+    (void)state;
+    static const size_t blocks[] = {1, 3, 8};
+    for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++) {
+        xcase_t c;
+        xcase_random(&c, 11, 16, 37, 0.7f, 4, 555 + b);
+        check_case_blk(&c, WEFT_VOCAB_MEAN, 1, 0.0f, blocks[b]);
+        check_case_blk(&c, WEFT_VOCAB_SUM, 4, 0.0f, blocks[b]);
+        check_case_blk(&c, WEFT_VOCAB_NONE, 1, 0.2f, blocks[b]);
+        xcase_free(&c);
+        xcase_extreme(&c, 13, 6, 29, 5);
+        check_case_blk(&c, WEFT_VOCAB_MEAN, 1, 0.0f, blocks[b]);
+        check_case_blk(&c, WEFT_VOCAB_NONE, 2, 0.1f, blocks[b]);
+        xcase_free(&c);
+    }
+    xcase_t c;
+    xcase_random(&c, 9, 8, 40, 0.9f, 3, 77); /* blocks from 1 row to the whole of each shard */
+    for (size_t b = 1; b <= 40; b += 6) {
+        check_case_blk(&c, WEFT_VOCAB_MEAN, 1, 0.0f, b);
+    }
+    xcase_free(&c);
+}
+
 /* All labels ignored: zero loss and gradients, no NaN (mean has nothing to divide). */
 static void test_all_ignored(void **state)
 {
@@ -371,7 +423,7 @@ static void test_all_ignored(void **state)
     float g = 1.0f;
     for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
         sim_out_t o;
-        simulate(&c, 3, 1, (weft_vocab_algo_t)algo, WEFT_VOCAB_MEAN, &g, false, 0.0f, &o);
+        simulate(&c, 3, 1, (weft_vocab_algo_t)algo, WEFT_VOCAB_MEAN, &g, false, 0.0f, 0, &o);
         assert_true(o.loss == 0.0f);
         for (size_t i = 0; i < c.n; i++) {
             assert_true(o.loss_tok[i] == 0.0f);
@@ -396,7 +448,7 @@ static void test_zero_tokens(void **state)
     float g = 1.0f;
     for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
         sim_out_t o;
-        simulate(&c, 2, 1, (weft_vocab_algo_t)algo, WEFT_VOCAB_MEAN, &g, false, 0.0f, &o);
+        simulate(&c, 2, 1, (weft_vocab_algo_t)algo, WEFT_VOCAB_MEAN, &g, false, 0.0f, 0, &o);
         assert_true(o.loss == 0.0f);
         for (size_t i = 0; i < c.V * c.h; i++) {
             assert_true(o.dw[i] == 0.0f);
@@ -413,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_zero_tokens),    cmocka_unit_test(test_all_ignored),
         cmocka_unit_test(test_random_mean),    cmocka_unit_test(test_random_sum_none),
         cmocka_unit_test(test_extreme_logits), cmocka_unit_test(test_label_smoothing),
+        cmocka_unit_test(test_blocked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,7 +47,7 @@ static void make_grad(const xcase_t *c, weft_vocab_reduction_t red, float *grad)
 
 /* Forward and backward with the blocking wrappers, counting collectives. */
 static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_reduction_t red,
-                         size_t align, float eps)
+                         size_t align, float eps, size_t block)
 {
     weft_vocab_params_t vp = {
         .size = sizeof(vp), .vocab_size = c->V, .hidden = c->h, .align = align};
@@ -59,9 +59,16 @@ static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_re
                                  .algo = algo,
                                  .reduction = red,
                                  .max_tokens = c->n + 3,
-                                 .label_smoothing = eps};
+                                 .label_smoothing = eps,
+                                 .block_rows = block};
     weft_vocab_mb_t *mb;
     OK(weft_vocab_mb_create(v, &mp, &mb));
+    weft_vocab_mem_t mem = {.size = sizeof(mem)}, whole = {.size = sizeof(whole)};
+    OK(weft_vocab_mb_memory(mb, c->n, &mem));
+    OK(weft_vocab_xent_memory(v, algo, c->n, &whole));
+    size_t rows = block > 0 && block < r.length ? block : r.length;
+    /* A block holds block rows of logits where the whole shard held all of them. */
+    assert_int_equal(whole.peak - mem.peak, c->n * (r.length - rows) * sizeof(float));
     float *w = shard_of(c, &r);
     float *grad = malloc((c->n + 1) * sizeof(float));
     make_grad(c, red, grad);
@@ -90,8 +97,8 @@ static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_re
                                       [WEFT_VOCAB_ALG2] = (3 + 2 * c->h) * c->n * f};
         assert_int_equal(st.comm_bytes, want_bytes[algo]);
         char what[96];
-        snprintf(what, sizeof(what), "%s red=%d align=%zu eps=%g", weft_vocab_algo_name(algo),
-                 (int)red, align, (double)eps);
+        snprintf(what, sizeof(what), "%s red=%d align=%zu eps=%g block=%zu",
+                 weft_vocab_algo_name(algo), (int)red, align, (double)eps, block);
         check_outputs(g_rank, g_size, c, &ref, &r, loss_tok, loss, dx, dw, what);
     }
     OK(weft_vocab_mb_free(mb));
@@ -104,13 +111,36 @@ static void run_blocking(const xcase_t *c, weft_vocab_algo_t algo, weft_vocab_re
     xref_free(&ref);
 }
 
-static void run_all_ls(const xcase_t *c, size_t align, float eps)
+static void run_all_opts(const xcase_t *c, size_t align, float eps, size_t block)
 {
     for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
-        for (int red = 0; red <= WEFT_VOCAB_NONE; red++) {
-            run_blocking(c, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, align, eps);
+        for (int red = 0; red <= WEFT_VOCAB_NONE && (block == 0 || algo != WEFT_VOCAB_NAIVE);
+             red++) {
+            run_blocking(c, (weft_vocab_algo_t)algo, (weft_vocab_reduction_t)red, align, eps,
+                         block);
         }
     }
+}
+
+static void run_all_ls(const xcase_t *c, size_t align, float eps)
+{
+    run_all_opts(c, align, eps, 0);
+}
+
+/* The blocked output layer over real collectives: the same results, collectives and
+ * bytes as the whole shard at once, with less memory. */
+static void test_blocked(void **state)
+{
+    (void)state;
+    xcase_t c;
+    xcase_random(&c, 11, 16, 37, 0.7f, 4, 1357);
+    run_all_opts(&c, 1, 0.0f, 4);
+    run_all_opts(&c, 4, 0.2f, 3);
+    run_all_opts(&c, 1, 0.0f, 1000); /* more than a shard: the whole shard */
+    xcase_free(&c);
+    xcase_random(&c, 7, 8, 5, 1.0f, 3, 99); /* empty shards at 4 ranks */
+    run_all_opts(&c, 2, 0.0f, 1);
+    xcase_free(&c);
 }
 
 static void run_all(const xcase_t *c, size_t align)
@@ -312,6 +342,10 @@ static void test_errors(void **state)
         badmp.label_smoothing = bad_eps[i];
         assert_int_equal(weft_vocab_mb_create(v, &badmp, &mb), WEFT_ERR_INVALID_ARG);
     }
+    badmp = mp;
+    badmp.algo = WEFT_VOCAB_NAIVE;
+    badmp.block_rows = 2;
+    assert_int_equal(weft_vocab_mb_create(v, &badmp, &mb), WEFT_ERR_INVALID_ARG);
     /* A caller built before label_smoothing existed passes a smaller size: no smoothing,
      * whatever follows its struct. */
     badmp = mp;
@@ -502,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_random_not_divisible),
         cmocka_unit_test(test_extreme_logits),
         cmocka_unit_test(test_label_smoothing),
+        cmocka_unit_test(test_blocked),
         cmocka_unit_test(test_pipelined_nonblocking),
         cmocka_unit_test(test_accumulate_dw),
         cmocka_unit_test(test_embedding),

@@ -35,9 +35,10 @@ def _need_vocab_size(nranks, align, rows=None):
 class _Layer:
     """What the Function needs of the module: the vocabulary and microbatch states."""
 
-    def __init__(self, group, algo, reduction, vocab_size, align, label_smoothing=0.0):
+    def __init__(self, group, algo, reduction, vocab_size, align, label_smoothing=0.0,
+                 block_rows=0):
         self.group, self.algo, self.reduction = group, algo, reduction
-        self.label_smoothing = label_smoothing
+        self.label_smoothing, self.block_rows = label_smoothing, block_rows
         self.vocab_size, self.align = vocab_size, align
         self.vocab = None
         self.idle = []
@@ -74,7 +75,8 @@ class _Layer:
             if mb.vocab is vocab and mb.max_tokens >= n:
                 return self.idle.pop(i)
         return vocab.microbatch(self.algo, self.reduction, max(n, 1),
-                                label_smoothing=self.label_smoothing)
+                                label_smoothing=self.label_smoothing,
+                                block_rows=self.block_rows)
 
     def give_back(self, mb):
         self.lent.discard(mb)
@@ -166,10 +168,13 @@ class VocabParallelCrossEntropy(torch.nn.Module):
     label_smoothing: in [0, 1], as torch.nn.functional.cross_entropy's: the target puts
     1 - label_smoothing on the label and label_smoothing / V on every entry (no extra
     communication).
+    block_rows: > 0 ("alg1", "alg2"): the logits are computed that many vocabulary rows
+    at a time and never held whole (memory n x block_rows instead of n x V/P), at the
+    price of computing them again in backward. 0: the whole shard at once.
     Floating inputs are computed in float32; gradients come back in their dtype."""
 
     def __init__(self, group, algo=DEFAULT_ALGO, ignore_index=-100, reduction="mean", *,
-                 vocab_size=None, align=0, label_smoothing=0.0):
+                 vocab_size=None, align=0, label_smoothing=0.0, block_rows=0):
         super().__init__()
         if vocab_size is None and (group.size > 1 or align > 1):
             raise _need_vocab_size(group.size, align)
@@ -183,9 +188,13 @@ class VocabParallelCrossEntropy(torch.nn.Module):
             raise invalid("label_smoothing must be in [0, 1], not %r" % label_smoothing)
         self.group, self.algo, self.reduction = group, algo, reduction
         self.ignore_index = int(ignore_index)
-        self.label_smoothing = label_smoothing
+        block_rows = int(block_rows)
+        if block_rows < 0 or (block_rows > 0 and algo == "naive"):
+            raise invalid("block_rows must be 0, or > 0 with alg1 or alg2, not %r with %s" %
+                          (block_rows, algo))
+        self.label_smoothing, self.block_rows = label_smoothing, block_rows
         self._layer = _Layer(group, ALGOS[algo], REDUCTIONS[reduction], vocab_size, align,
-                             label_smoothing)
+                             label_smoothing, block_rows)
 
     @property
     def vocab(self):
@@ -239,5 +248,5 @@ class VocabParallelCrossEntropy(torch.nn.Module):
 
     def extra_repr(self):
         """The settings, for print(module)."""
-        return "algo=%s, ignore_index=%d, reduction=%s, label_smoothing=%g" % (
-            self.algo, self.ignore_index, self.reduction, self.label_smoothing)
+        return "algo=%s, ignore_index=%d, reduction=%s, label_smoothing=%g, block_rows=%d" % (
+            self.algo, self.ignore_index, self.reduction, self.label_smoothing, self.block_rows)
