@@ -17,7 +17,11 @@
  *             alone with the ranks aligned by a barrier before each: transfer and
  *             latency without the waiting
  *   bytes     bytes its collectives reduce per microbatch
- *   peak      activation bytes one microbatch holds between S and T (weft_vocab_xent_memory)
+ *   peak      activation bytes one microbatch holds between S and T (weft_vocab_mb_memory)
+ * and, in the header, the memory the run added to the process: VmHWM over the run minus
+ * VmRSS before it (inputs and outputs already touched; max over ranks), every
+ * algorithm's working buffers together. With --block ROWS (alg1, alg2; naive is left
+ * out) the layer computes its logits ROWS rows at a time and never holds them whole.
  * Times are medians over the timed iterations (this machine may be shared), of the
  * slowest rank except comm; xfer is a mean. Ratios are against naive.
  * With -c the three algorithms' losses and gradients must agree (else #wrong > 0).
@@ -38,6 +42,8 @@ enum { T_FWD, T_BWD, T_TOTAL, T_CPU, T_COMPUTE, T_COMM, T_XFER, T_COUNT };
 typedef struct vocab_bench {
     perf_opts_t o;
     size_t n, h, V;
+    size_t block;    /* --block: block_rows of the microbatches, 0 for none */
+    size_t rss_grow; /* bytes the run added to the process (VmHWM - VmRSS before) */
     bool run[ALGOS];
     perf_world_t w;
     weft_vocab_t *vocab;
@@ -61,6 +67,7 @@ static const perf_extra_opt_t extras[] = {
     {"--hidden", true, "H", "hidden size h (default 1024)"},
     {"--vocab", true, "V", "vocabulary size V (default 65536)"},
     {"--algos", true, "LIST", "comma-separated subset of naive,alg1,alg2 (default all)"},
+    {"--block", true, "ROWS", "alg1/alg2: logits ROWS rows at a time (default 0: all)"},
 };
 
 static int parse_count(const char *val, size_t *out)
@@ -79,6 +86,9 @@ static int on_extra(void *arg, const char *name, const char *val)
     }
     if (strcmp(name, "--vocab") == 0) {
         return parse_count(val, &b->V);
+    }
+    if (strcmp(name, "--block") == 0) {
+        return perf_parse_size(val, &b->block) == 0 ? 0 : -1;
     }
     memset(b->run, 0, sizeof(b->run));
     char buf[64];
@@ -111,6 +121,10 @@ static int make_inputs(vocab_bench_t *b)
         fprintf(stderr, "weft-perf vocab: out of memory\n");
         return -1;
     }
+    /* Touched now, so the memory the run adds is the layer's alone. */
+    memset(b->dx, 0, n * h * sizeof(float));
+    memset(b->dw, 0, pl * h * sizeof(float));
+    memset(b->loss_tok, 0, n * sizeof(float));
     float scale = 2.0f / sqrtf((float)h);
     uint64_t s = perf_seed(1, n, h, b->V);
     for (size_t i = 0; i < n * h; i++) {
@@ -275,8 +289,8 @@ static double median(const double *samples, int iters, int k, double *scratch)
 
 /* Medians over iterations, maxima (waiting: means) over ranks, the replay, memory and the
  * cross-check of one algorithm. */
-static int finish_algo(vocab_bench_t *b, weft_vocab_algo_t algo, const double *samples,
-                       algo_result_t *res)
+static int finish_algo(vocab_bench_t *b, weft_vocab_algo_t algo, const weft_vocab_mb_t *mb,
+                       const double *samples, algo_result_t *res)
 {
     double sum[T_COUNT] = {0}, scratch[b->o.iters];
     for (int k = 0; k < T_XFER; k++) {
@@ -301,9 +315,38 @@ static int finish_algo(vocab_bench_t *b, weft_vocab_algo_t algo, const double *s
     }
     res->wrong = b->o.check ? any : -1;
     weft_vocab_mem_t mem = {.size = sizeof(mem)};
-    weft_vocab_xent_memory(b->vocab, algo, b->n, &mem);
+    weft_vocab_mb_memory(mb, b->n, &mem);
     res->peak = mem.peak;
     return 0;
+}
+
+/* A field of /proc/self/status ("VmRSS:", "VmHWM:") in bytes; 0 if it cannot be read. */
+static size_t proc_status_bytes(const char *field)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kb = 0, len = strlen(field);
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, field, len) == 0) {
+            kb = strtoull(line + len, NULL, 10);
+            break;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return kb * 1024;
+}
+
+/* Reset the process's VmHWM to its VmRSS (Linux, since 4.0); then its resident base. */
+static size_t mark_memory(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f != NULL) {
+        fputs("5", f);
+        fclose(f);
+    }
+    return proc_status_bytes("VmRSS:");
 }
 
 /*
@@ -324,11 +367,13 @@ static int run_algos(vocab_bench_t *b, algo_result_t *res)
         weft_vocab_mb_params_t mp = {.size = sizeof(mp),
                                      .algo = (weft_vocab_algo_t)a,
                                      .reduction = WEFT_VOCAB_MEAN,
-                                     .max_tokens = b->n};
+                                     .max_tokens = b->n,
+                                     .block_rows = b->block};
         if (b->run[a]) {
             st = weft_vocab_mb_create(b->vocab, &mp, &mb[a]);
         }
     }
+    size_t base = mark_memory();
     int rounds = b->o.warmup + b->o.iters;
     for (int it = 0; it < rounds && st == WEFT_OK; it++) {
         for (int k = 0; k < ALGOS && st == WEFT_OK; k++) {
@@ -349,9 +394,15 @@ static int run_algos(vocab_bench_t *b, algo_result_t *res)
             }
         }
     }
+    int64_t grow = (int64_t)proc_status_bytes("VmHWM:"), most = 0;
+    grow = grow > (int64_t)base ? grow - (int64_t)base : 0;
+    if (st == WEFT_OK) {
+        st = weft_allreduce(b->w.world, &grow, &most, 1, WEFT_I64, WEFT_MAX);
+        b->rss_grow = (size_t)most;
+    }
     for (int a = 0; a < ALGOS; a++) {
         if (st == WEFT_OK && rc == 0 && b->run[a]) {
-            rc = finish_algo(b, (weft_vocab_algo_t)a,
+            rc = finish_algo(b, (weft_vocab_algo_t)a, mb[a],
                              samples + (size_t)a * (size_t)b->o.iters * T_COUNT, &res[a]);
         }
         weft_vocab_mb_free(mb[a]);
@@ -368,8 +419,11 @@ static double ratio(double x, double base)
 static void print_table(const vocab_bench_t *b, const algo_result_t *res)
 {
     const algo_result_t *base = b->run[WEFT_VOCAB_NAIVE] ? &res[WEFT_VOCAB_NAIVE] : NULL;
-    printf("# weft-perf vocab: n=%zu h=%zu V=%zu P=%d (shard %zu rows), %d iters, %d warmup\n",
-           b->n, b->h, b->V, b->w.size, b->r.padded_length, b->o.iters, b->o.warmup);
+    printf("# weft-perf vocab: n=%zu h=%zu V=%zu P=%d (shard %zu rows), %d iters, %d warmup, "
+           "block %zu rows\n",
+           b->n, b->h, b->V, b->w.size, b->r.padded_length, b->o.iters, b->o.warmup, b->block);
+    printf("# memory the run added (VmHWM - VmRSS before, max over ranks): %.1f MiB\n",
+           (double)b->rss_grow / 1048576.0);
     printf("# %-5s %5s %9s %9s %9s %9s %11s %8s %8s %9s %10s %7s %7s %7s %7s %6s\n", "algo",
            "colls", "fwd(ms)", "bwd(ms)", "total(ms)", "cpu(ms)", "compute(ms)", "comm(ms)",
            "xfer(ms)", "bytes", "peak(B)", "time/nv", "cpu/nv", "comm/nv", "xfer/nv", "#wrong");
@@ -400,8 +454,9 @@ static void print_table(const vocab_bench_t *b, const algo_result_t *res)
 static void print_json(const vocab_bench_t *b, const algo_result_t *res)
 {
     printf("{\"subcommand\": \"vocab\", \"n\": %zu, \"h\": %zu, \"V\": %zu, \"nranks\": %d, "
-           "\"iters\": %d, \"warmup\": %d, \"rows\": [",
-           b->n, b->h, b->V, b->w.size, b->o.iters, b->o.warmup);
+           "\"iters\": %d, \"warmup\": %d, \"block\": %zu, \"rss_growth_bytes\": %zu, "
+           "\"rows\": [",
+           b->n, b->h, b->V, b->w.size, b->o.iters, b->o.warmup, b->block, b->rss_grow);
     const char *sep = "";
     for (int a = 0; a < ALGOS; a++) {
         if (!b->run[a]) {
@@ -449,6 +504,9 @@ int perf_vocab_main(int argc, char **argv)
     }
     if (b.o.iters < 1) {
         b.o.iters = 1;
+    }
+    if (b.block > 0) {
+        b.run[WEFT_VOCAB_NAIVE] = false; /* it refuses block_rows */
     }
     if (perf_world_open(&b.w) != 0) {
         return PERF_EXIT_ERROR;
