@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -298,6 +299,11 @@ static int serve_store_only(weftrun_job_t *job)
 
 int main(int argc, char **argv)
 {
+    /* weftrun holds the job token, from which every member's secret derives, and its
+     * ranks run as the same user: none of them may read its memory or environment
+     * (/proc/PID/mem, /proc/PID/environ, ptrace attach). Non-dumpable before the token is
+     * read; the ranks become dumpable again when they exec. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     weftrun_opts_t opts;
     int rc = weftrun_parse_args(argc, argv, &opts);
     if (rc >= 0) {
