@@ -3,6 +3,8 @@
  * cuBLAS calls in xent_cuda.c; these are the row-wise and element-wise parts.
  * Row kernels use one block per token; exponentials are of values <= 0 only.
  */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
 #include "vocab/kernels.h"
@@ -289,6 +291,22 @@ __global__ void embed_scatter_kernel(size_t n, size_t h, size_t start, size_t le
     }
 }
 
+/* bf16 / f16 <-> float32, rounding to nearest even on the way out. */
+__global__ void convert_kernel(size_t count, int bf16, int to_f32, const void *src, void *dst)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (to_f32) {
+            ((float *)dst)[i] = bf16 ? __bfloat162float(((const __nv_bfloat16 *)src)[i])
+                                     : __half2float(((const __half *)src)[i]);
+        } else if (bf16) {
+            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(((const float *)src)[i]);
+        } else {
+            ((__half *)dst)[i] = __float2half_rn(((const float *)src)[i]);
+        }
+    }
+}
+
 /* Grid for a grid-stride loop over @p count elements. */
 unsigned elem_blocks(size_t count)
 {
@@ -366,6 +384,16 @@ cudaError_t weft__vk_make_g_blocked(size_t n, size_t bl, size_t b0, size_t start
 {
     make_g_blocked_kernel<<<elem_blocks(n * bl), ELEM_THREADS, 0, stream>>>(
         n, bl, b0, start, len, labels, keep, spread, mloc, coef, wtok, y);
+    return cudaGetLastError();
+}
+
+cudaError_t weft__vk_convert(size_t count, int bf16, int to_f32, const void *src, void *dst,
+                             cudaStream_t stream)
+{
+    if (count == 0) {
+        return cudaSuccess;
+    }
+    convert_kernel<<<elem_blocks(count), ELEM_THREADS, 0, stream>>>(count, bf16, to_f32, src, dst);
     return cudaGetLastError();
 }
 

@@ -59,6 +59,11 @@ cudaError_t weft__vk_make_g_blocked(size_t n, size_t bl, size_t b0, size_t start
                                     const float *mloc, const float *coef, const float *wtok,
                                     float *y, cudaStream_t stream);
 
+/* @p count elements between float32 and bf16 (@p bf16) or f16: to float32 when @p to_f32,
+ * else from it, rounding to nearest even. */
+cudaError_t weft__vk_convert(size_t count, int bf16, int to_f32, const void *src, void *dst,
+                             cudaStream_t stream);
+
 /* out[k] = Σ_v w[v*h + k] over the len rows of w. */
 cudaError_t weft__vk_col_sum(size_t len, size_t h, const float *w, float *out, cudaStream_t stream);
 

@@ -53,6 +53,15 @@ weft_status_t weft_vocab_create(weft_group_t *g, const weft_vocab_params_t *para
     v->vocab_size = params->vocab_size;
     v->hidden = params->hidden;
     v->align = params->align == 0 ? 1 : params->align;
+    v->dtype = params->size >= offsetof(weft_vocab_params_t, dtype) + sizeof(weft_dtype_t)
+                   ? params->dtype
+                   : WEFT_F32;
+    if (v->dtype != WEFT_F32 && v->dtype != WEFT_BF16 && v->dtype != WEFT_F16) {
+        st = weft__error(ctx, WEFT_ERR_INVALID_ARG,
+                         "vocab: dtype %s: the layers take f32, bf16 or f16",
+                         weft_dtype_name(v->dtype));
+        goto err_free_v;
+    }
     st = weft_vocab_shard_range(v->vocab_size, size, v->align, rank, &v->range);
     if (st != WEFT_OK || v->range.padded_length > (size_t)INT32_MAX) {
         st = weft__error(ctx, WEFT_ERR_INVALID_ARG, "vocab: cannot shard V=%zu over %d ranks",
@@ -83,6 +92,7 @@ weft_status_t weft_vocab_free(weft_vocab_t *vocab)
     }
     weft_op_free(vocab->ctx, vocab->op_alg2);
     weft_op_free(vocab->ctx, vocab->op_alg1);
+    weft__vx_free_vocab(vocab);
     free(vocab);
     return WEFT_OK;
 }

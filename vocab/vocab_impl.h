@@ -26,6 +26,11 @@ struct weft_vocab {
     weft_op_t op_alg1; /* merges {m, s, t} records */
     weft_op_t op_alg2; /* merges {m, s, t, A[h], B[h]} records */
     int n_mb;          /* live microbatch states */
+    weft_dtype_t dtype; /* of X, W, ∇X, ∇W: WEFT_F32, WEFT_BF16 or WEFT_F16 */
+    /* bf16/f16 (xent_dtype.c): float32 copies of W and ∇W [padded_length * h], in the
+     * memory of the last call that used them. */
+    float *wf, *dwf;
+    bool wf_dev, dwf_dev;
 };
 
 /* ---- collectives (vocab/coll.c) ---- */
@@ -193,8 +198,13 @@ struct weft_vocab_mb {
     int naive_stage; /* C1 of NAIVE: 1 = max in flight, 2 = sums in flight */
     weft_req_t *req;      /* the collective in flight, NULL if none or inline */
     weft_req_t *pass_req; /* the caller's request of the pass in flight (C1, C2), or NULL */
-    /* The current microbatch. */
+    /* The current microbatch. x and w: the float32 views the kernels read (the caller's
+     * buffers for a float32 vocabulary, copies otherwise, xent_dtype.c). */
     const float *x, *w;
+    const void *x_user, *w_user;
+    void *dx_user, *dw_user;
+    float *xf, *dxf; /* bf16/f16: float32 X [max_tokens * h] and ∇X, per microbatch */
+    bool xf_dev, dxf_dev;
     const int64_t *labels; /* host view: the caller's, or labels_host */
     const void *labels_user;
     size_t n;
@@ -228,6 +238,21 @@ static inline weft__xent_dims_t weft__vocab_mb_dims(const weft_vocab_mb_t *mb)
     return d;
 }
 
+/* ---- bf16 and f16 vocabularies (xent_dtype.c) ---- */
+/* Bytes of one element of X, W and their gradients. */
+size_t weft__vocab_elem_size(const weft_vocab_t *v);
+/* S: float32 views of the caller's X and W in mb->x, mb->w (n set, memory type known). */
+weft_status_t weft__vx_s_views(weft_vocab_mb_t *mb, const void *x, const void *w);
+/* T: W's view again, and the float32 buffers ∇X and ∇W are computed into (the caller's
+ * for float32; with accumulate_dw the caller's ∇W is loaded first). */
+weft_status_t weft__vx_t_views(weft_vocab_mb_t *mb, void *dx, void *dw, float **dxf, float **dwf);
+/* After T: ∇W, and ALG2's (complete) ∇X, rounded into the caller's buffers. */
+weft_status_t weft__vx_t_store(weft_vocab_mb_t *mb);
+/* After C2 (or T for ALG2): ∇X rounded into the caller's buffer. */
+weft_status_t weft__vx_dx_store(weft_vocab_mb_t *mb);
+void weft__vx_free_mb(weft_vocab_mb_t *mb);
+void weft__vx_free_vocab(weft_vocab_t *v);
+
 /* ---- memory type of a buffer ---- */
 /* 1 for CUDA device (or managed) memory, 0 for host memory or NULL. */
 static inline int weft__vocab_is_device(const void *p)
@@ -243,6 +268,12 @@ weft_status_t weft__vxd_s(weft_vocab_mb_t *mb);
 weft_status_t weft__vxd_naive_sums(weft_vocab_mb_t *mb);
 weft_status_t weft__vxd_t(weft_vocab_mb_t *mb, float *dx, float *dw);
 weft_status_t weft__vxd_dx_upload(weft_vocab_mb_t *mb);
+/* Device buffers of xent_dtype.c, and conversion between float32 and @p dtype (bf16,
+ * f16) of @p count elements: to_f32 reads dtype at src, else writes it at dst. */
+weft_status_t weft__vxd_alloc_buf(const weft_vocab_t *v, size_t bytes, float **out);
+void weft__vxd_free_buf(float *p);
+weft_status_t weft__vxd_convert(const weft_vocab_t *v, weft_dtype_t dtype, bool to_f32, void *dst,
+                                const void *src, size_t count);
 /* Copy between any memories, ordered on the vocabulary's group stream. */
 weft_status_t weft__vxd_copy(const weft_vocab_t *v, void *dst, const void *src, size_t bytes);
 void weft__vxd_free(weft_vocab_mb_t *mb);

@@ -86,6 +86,7 @@ weft_status_t weft_vocab_mb_free(weft_vocab_mb_t *mb)
     free(mb->labels_host);
     free(mb->dx_host);
     free(mb->wsum);
+    weft__vx_free_mb(mb);
     mb->v->n_mb--;
     free(mb);
     return WEFT_OK;
@@ -131,7 +132,7 @@ err_nomem:
 }
 
 /* Which memory the tensors of S are in; mixing host and device is an error. */
-static weft_status_t s_memory_type(weft_vocab_mb_t *mb, const float *x, const float *w)
+static weft_status_t s_memory_type(weft_vocab_mb_t *mb, const void *x, const void *w)
 {
     int dx = weft__vocab_is_device(x);
     int dw = w != NULL ? weft__vocab_is_device(w) : dx;
@@ -166,7 +167,7 @@ static weft_status_t s_labels(weft_vocab_mb_t *mb, const int64_t *labels, bool d
     return WEFT_OK;
 }
 
-weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const float *w,
+weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const void *x, const void *w,
                                      const int64_t *labels, size_t n)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
@@ -195,10 +196,9 @@ weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const 
     mb->stats = (weft_vocab_mb_stats_t){.size = sizeof(mb->stats)};
     uint64_t t0 = weft__now_ns();
     mb->n = n;
-    mb->x = x;
-    mb->w = w;
     mb->labels_user = labels;
-    if ((st = s_labels(mb, labels, device_labels)) != WEFT_OK) {
+    if ((st = s_labels(mb, labels, device_labels)) != WEFT_OK ||
+        (st = weft__vx_s_views(mb, x, w)) != WEFT_OK) {
         return st;
     }
     if (mb->on_device) {
@@ -210,10 +210,11 @@ weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const 
     } else {
         weft__xent_dims_t d = weft__vocab_mb_dims(mb);
         if (weft__xent_blocked(&d)) {
-            weft__xent_s_blocked_cpu(&d, mb->algo, x, w, mb->labels, mb->y, mb->rec, mb->mloc,
-                                     mb->wsum);
+            weft__xent_s_blocked_cpu(&d, mb->algo, mb->x, mb->w, mb->labels, mb->y, mb->rec,
+                                     mb->mloc, mb->wsum);
         } else {
-            weft__xent_s_cpu(&d, mb->algo, x, w, mb->labels, mb->y, mb->rec, mb->mloc, mb->wsum);
+            weft__xent_s_cpu(&d, mb->algo, mb->x, mb->w, mb->labels, mb->y, mb->rec, mb->mloc,
+                             mb->wsum);
         }
     }
     mb->stats.compute_ns += weft__now_ns() - t0;
@@ -265,17 +266,17 @@ static weft_status_t start_allreduce(weft_vocab_mb_t *mb, void *buf, size_t coun
 static weft_status_t after_collective(weft_vocab_mb_t *mb)
 {
     if (mb->state == WEFT__MB_C2) {
+        weft_status_t st = WEFT_OK;
 #ifdef WEFT_HAVE_CUDA
         if (mb->on_device) {
-            weft_status_t st = weft__vxd_dx_upload(mb);
-            if (st != WEFT_OK) {
-                mb->state = WEFT__MB_FAILED;
-                return st;
-            }
+            st = weft__vxd_dx_upload(mb);
         }
 #endif
-        mb->state = WEFT__MB_IDLE;
-        return WEFT_OK;
+        if (st == WEFT_OK) {
+            st = weft__vx_dx_store(mb);
+        }
+        mb->state = st == WEFT_OK ? WEFT__MB_IDLE : WEFT__MB_FAILED;
+        return st;
     }
     if (mb->algo == WEFT_VOCAB_NAIVE && mb->naive_stage == 1) {
         uint64_t t0 = weft__now_ns();
@@ -491,7 +492,7 @@ static weft_status_t t_token_weights(weft_vocab_mb_t *mb, const float *grad)
     return WEFT_OK;
 }
 
-weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw)
+weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, void *dx, void *dw)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     if (mb == NULL) {
@@ -509,15 +510,16 @@ weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, float
         return weft__error(ctx, WEFT_ERR_INVALID_ARG,
                            "vocab: T: ∇X and ∇W must be in the memory X and W are in");
     }
+    float *dxf, *dwf;
     weft_status_t st = t_token_weights(mb, grad);
-    if (st != WEFT_OK) {
+    if (st != WEFT_OK || (st = weft__vx_t_views(mb, dx, dw, &dxf, &dwf)) != WEFT_OK) {
         return st;
     }
-    mb->dx = dx;
+    mb->dx = dxf;
     uint64_t t0 = weft__now_ns();
     if (mb->on_device) {
 #ifdef WEFT_HAVE_CUDA
-        if ((st = weft__vxd_t(mb, dx, dw)) != WEFT_OK) {
+        if ((st = weft__vxd_t(mb, dxf, dwf)) != WEFT_OK) {
             return st;
         }
 #endif
@@ -525,12 +527,15 @@ weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, float
         weft__xent_dims_t d = weft__vocab_mb_dims(mb);
         if (weft__xent_blocked(&d)) {
             weft__xent_t_blocked_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w,
-                                     mb->labels, mb->wtok, mb->y, mb->coef, mb->mloc, mb->rec, dx,
-                                     dw, mb->accumulate_dw);
+                                     mb->labels, mb->wtok, mb->y, mb->coef, mb->mloc, mb->rec, dxf,
+                                     dwf, mb->accumulate_dw);
         } else {
             weft__xent_t_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w, mb->labels,
-                             mb->wtok, mb->y, mb->coef, mb->rec, dx, dw, mb->accumulate_dw);
+                             mb->wtok, mb->y, mb->coef, mb->rec, dxf, dwf, mb->accumulate_dw);
         }
+    }
+    if ((st = weft__vx_t_store(mb)) != WEFT_OK) {
+        return st;
     }
     mb->stats.compute_ns += weft__now_ns() - t0;
     mb->state = WEFT__MB_T_DONE;
@@ -564,7 +569,7 @@ weft_status_t weft_vocab_xent_dx_reduce_start(weft_vocab_mb_t *mb, weft_req_t **
     return pass_request(mb, st, req);
 }
 
-weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const float *w,
+weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const void *x, const void *w,
                                       const int64_t *labels, size_t n, float *loss_tok, float *loss)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
@@ -584,7 +589,7 @@ weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const
     return st;
 }
 
-weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx, float *dw)
+weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, void *dx, void *dw)
 {
     WEFT_API_LOCK(mb != NULL ? mb->v->ctx : NULL);
     weft_status_t st = weft_vocab_xent_grad(mb, grad, dx, dw);
@@ -629,8 +634,9 @@ static weft_status_t xent_memory(const weft_vocab_t *vocab, weft_vocab_algo_t al
     size_t mloc = algo == WEFT_VOCAB_NAIVE ? 0 : n * f;
     size_t stats = 2 * n * f;                           /* loss and coef */
     size_t d = algo == WEFT_VOCAB_ALG2 ? n * h * f : 0; /* D = A/S - B until T */
-    mem->s_to_c1 = logits + rec + mloc;
-    mem->c1_to_t = logits + stats + d;
+    size_t xf = vocab->dtype != WEFT_F32 ? n * h * f : 0; /* float32 X of bf16/f16 */
+    mem->s_to_c1 = logits + rec + mloc + xf;
+    mem->c1_to_t = logits + stats + d + xf;
     mem->peak = mem->s_to_c1 > mem->c1_to_t ? mem->s_to_c1 : mem->c1_to_t;
     return WEFT_OK;
 }

@@ -54,10 +54,11 @@
  * (include/weft/group.h), and the microbatch must start again with S. Only one pass of a
  * microbatch is in flight at a time.
  *
- * Buffers are row-major float32, contiguous. The tensors of one call must all be in host
- * memory or all in CUDA device memory (detected per call with weft_memory_is_cuda(), which
- * in a build without CUDA reports host memory for everything); labels, ids and the
- * upstream gradient may be in either. On the device, the passes run cuBLAS and weft's
+ * Buffers are row-major and contiguous; X, W, ∇X and ∇W hold the vocabulary's dtype
+ * (float32 unless weft_vocab_params_t says bf16 or f16), everything else float32. The tensors of
+ * one call must all be in host memory or all in CUDA device memory (detected per call with
+ * weft_memory_is_cuda(), which in a build without CUDA reports host memory for everything); labels,
+ * ids and the upstream gradient may be in either. On the device, the passes run cuBLAS and weft's
  * kernels on the group's CUDA stream (weft_group_set_cuda_stream()) and return once that
  * work is done; the collectives reduce host copies of the statistics (the merge operator
  * runs on the host).
@@ -126,6 +127,14 @@ typedef struct weft_vocab_params {
     size_t vocab_size; /**< V, > 0. */
     size_t hidden;     /**< h, the hidden size, > 0. */
     size_t align;      /**< Shard length multiple; 0 or 1 for none. */
+    /** Element type of X, W, ∇X and ∇W of the output layer: WEFT_F32 (zero-initialised),
+     * WEFT_BF16 or WEFT_F16. The passes accumulate in float32 on float32 copies of X and
+     * W (kept per microbatch and per vocabulary, in the memory of the call) and round
+     * ∇X and ∇W to the dtype once they are complete; C2 reduces ∇X in float32. The
+     * upstream gradient, the losses and the statistics stay float32. The embedding
+     * takes float32 tables only: its calls return WEFT_ERR_UNSUPPORTED on another
+     * dtype. */
+    weft_dtype_t dtype;
 } weft_vocab_params_t;
 
 /**
@@ -238,7 +247,7 @@ WEFT_API weft_status_t weft_vocab_mb_free(weft_vocab_mb_t *mb);
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (NULL, n too large, a label >= V, pass out of
  *         order, mixed memory types); WEFT_ERR_NO_MEMORY; WEFT_ERR_UNSUPPORTED.
  */
-WEFT_API weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const float *x, const float *w,
+WEFT_API weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const void *x, const void *w,
                                               const int64_t *labels, size_t n);
 
 /**
@@ -283,8 +292,8 @@ WEFT_API weft_status_t weft_vocab_xent_loss(const weft_vocab_mb_t *mb, float *lo
  *                  with accumulate_dw).
  * @return WEFT_OK, WEFT_ERR_INVALID_ARG (NULL, out of order, mixed memory types).
  */
-WEFT_API weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, float *dx,
-                                            float *dw);
+WEFT_API weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, void *dx,
+                                            void *dw);
 
 /**
  * @brief Start the sum of ∇X over the group (the paper's pass C2; NAIVE, ALG1); no
@@ -307,14 +316,14 @@ WEFT_API weft_status_t weft_vocab_xent_dx_reduce_start(weft_vocab_mb_t *mb, weft
  * @param[out] loss_tok,loss As weft_vocab_xent_loss(); written only on success.
  * @return As the passes.
  */
-WEFT_API weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const float *x, const float *w,
+WEFT_API weft_status_t weft_vocab_xent_forward(weft_vocab_mb_t *mb, const void *x, const void *w,
                                                const int64_t *labels, size_t n, float *loss_tok,
                                                float *loss);
 
 /** @brief Blocking backward: weft_vocab_xent_grad() [T], weft_vocab_xent_dx_reduce_start()
  * [C2] and the wait for it. @return As the passes. */
-WEFT_API weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, float *dx,
-                                                float *dw);
+WEFT_API weft_status_t weft_vocab_xent_backward(weft_vocab_mb_t *mb, const float *grad, void *dx,
+                                                void *dw);
 
 /** @brief Where the time of a microbatch went (filled by weft_vocab_mb_stats()). */
 typedef struct weft_vocab_mb_stats {

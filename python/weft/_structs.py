@@ -112,7 +112,7 @@ class VocabRange(Structure):
 
 class VocabParams(Structure):
     _fields_ = [("size", c_size_t), ("vocab_size", c_size_t), ("hidden", c_size_t),
-                ("align", c_size_t)]
+                ("align", c_size_t), ("dtype", c_int)]
 
 
 class VocabMbParams(Structure):

@@ -17,7 +17,7 @@ import numpy as np
 from . import _structs as S
 from ._buffer import as_buffer, mark_written
 from ._lib import lib
-from .dtypes import DType
+from .dtypes import DType, dtype_of
 from .errors import check, invalid
 from .request import Request
 
@@ -45,13 +45,16 @@ def shard_range(vocab_size, nranks, rank, align=0):
     return VocabRange(r.start, r.length, r.padded_length)
 
 
-def _f32(x, what, count, writable=False):
+def _f32(x, what, count, writable=False, dtype=DType.F32):
     b = as_buffer(x, what, writable=writable)
-    if b.dtype != DType.F32:
-        raise invalid("%s: float32 needed, not %s" % (what, b.dtype.name.lower()))
+    if b.dtype != dtype:
+        raise invalid("%s: %s needed, not %s" % (what, _DT_NAMES[dtype], b.dtype.name.lower()))
     if count is not None and b.count != count:
         raise invalid("%s: %d elements, %d expected" % (what, b.count, count))
     return b
+
+
+_DT_NAMES = {DType.F32: "float32", DType.BF16: "bfloat16", DType.F16: "float16"}
 
 
 def _i64(x, what, count=None):
@@ -73,9 +76,14 @@ class Vocab:
     """A sharded vocabulary on a group (weft_vocab_t). Creating one registers reduction
     operators on the context: every rank creates its Vocab objects in the same order."""
 
-    def __init__(self, group, vocab_size, hidden, align=0):
+    def __init__(self, group, vocab_size, hidden, align=0, dtype="float32"):
+        dt = dtype_of(dtype)
+        if dt not in _DT_NAMES:
+            raise invalid("dtype: the vocabulary layers take float32, bfloat16 or float16, "
+                          "not %s" % dt.name.lower())
         p = S.sized(S.VocabParams)
-        p.vocab_size, p.hidden, p.align = vocab_size, hidden, align
+        p.vocab_size, p.hidden, p.align, p.dtype = vocab_size, hidden, align, int(dt)
+        self.dtype = dt
         h = c_void_p()
         group._call(lib.weft_vocab_create, byref(p), byref(h))
         self._handle = h.value
@@ -243,8 +251,9 @@ class Microbatch:
         communication)."""
         lab = _i64(labels, "labels")
         n, h = lab.count, self.vocab.hidden
-        xb = _f32(x, "X", n * h)
-        wb = _f32(w, "W", self.vocab.range.padded_length * h)
+        dt = self.vocab.dtype
+        xb = _f32(x, "X", n * h, dtype=dt)
+        wb = _f32(w, "W", self.vocab.range.padded_length * h, dtype=dt)
         self.vocab.group._follow_torch_stream((xb, wb))
         self._keep = (xb, wb, lab)
         self._call(lib.weft_vocab_xent_logits, xb.ptr, wb.ptr, lab.ptr, n)
@@ -290,8 +299,9 @@ class Microbatch:
     def _t_args(self, grad, dx, dw):
         h = self.vocab.hidden
         g = _grad(grad, self.reduction, self.n)
-        dxb = _f32(dx, "dX", self.n * h, writable=True)
-        dwb = _f32(dw, "dW", self.vocab.range.padded_length * h, writable=True)
+        dt = self.vocab.dtype
+        dxb = _f32(dx, "dX", self.n * h, writable=True, dtype=dt)
+        dwb = _f32(dw, "dW", self.vocab.range.padded_length * h, writable=True, dtype=dt)
         self.vocab.group._follow_torch_stream((dxb, dwb))
         return g, dxb, dwb
 
@@ -301,8 +311,9 @@ class Microbatch:
         into loss_tok)."""
         lab = _i64(labels, "labels")
         n, h = lab.count, self.vocab.hidden
-        xb = _f32(x, "X", n * h)
-        wb = _f32(w, "W", self.vocab.range.padded_length * h)
+        dt = self.vocab.dtype
+        xb = _f32(x, "X", n * h, dtype=dt)
+        wb = _f32(w, "W", self.vocab.range.padded_length * h, dtype=dt)
         lt = _f32(loss_tok, "loss_tok", n, writable=True) if loss_tok is not None else None
         self.vocab.group._follow_torch_stream((xb, wb))
         self._keep = (xb, wb, lab)

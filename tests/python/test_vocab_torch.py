@@ -147,6 +147,38 @@ def test_blocked_cross_entropy_matches_torch(world, algo, block_rows):
     mb.close()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("algo", ["naive", "alg2"])
+def test_half_cross_entropy_matches_torch(world, dtype, algo):
+    """bf16 and f16 weights keep their dtype: the loss is the float32-accumulated one of
+    the rounded values (checked against PyTorch in float64 on those values, 1e-5), the
+    gradients come back in the dtype within one rounding of it (bf16 2^-8, f16 2^-11,
+    relative to the largest) and against PyTorch's own computation in that dtype."""
+    W, X, labels = data((3, 5), -100, seed=9)
+    W, X = W.to(dtype), X.to(dtype)  # the values both sides see
+    layer = wt.VocabParallelCrossEntropy(world, algo=algo, vocab_size=V, label_smoothing=0.1)
+    w = wt.shard_vocab(W, world).requires_grad_()
+    x = X.clone().requires_grad_()
+    loss = layer(x, w, labels)
+    loss.backward()
+    assert layer.vocab.dtype.name == {torch.bfloat16: "BF16", torch.float16: "F16"}[dtype]
+    assert x.grad.dtype == dtype and w.grad.dtype == dtype and loss.dtype == torch.float32
+    Wr, Xr = W.double().requires_grad_(), X.double().requires_grad_()
+    ref = F.cross_entropy((Xr @ Wr.T).view(-1, V), labels.view(-1), label_smoothing=0.1)
+    ref.backward()
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=1e-6)
+    tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
+    dW = gathered_rows(world, w.grad, layer.vocab.range).double()
+    for got, want in ((x.grad.double(), Xr.grad), (dW, Wr.grad)):
+        assert (got - want).abs().max() <= tol * want.abs().max()
+    if dtype == torch.bfloat16:  # PyTorch 1.13's CPU matmul has no float16
+        Wt, Xt = W.clone().requires_grad_(), X.clone().requires_grad_()
+        F.cross_entropy((Xt @ Wt.T).view(-1, V).float(), labels.view(-1),
+                        label_smoothing=0.1).backward()
+        assert (x.grad.double() - Xt.grad.double()).abs().max() <= \
+            2 * tol * Xt.grad.double().abs().max()
+
+
 def test_blocked_refusals(world):
     with pytest.raises(weft.InvalidArgument, match="block_rows"):
         wt.VocabParallelCrossEntropy(world, algo="naive", vocab_size=V, block_rows=2)
@@ -154,6 +186,8 @@ def test_blocked_refusals(world):
         wt.VocabParallelCrossEntropy(world, vocab_size=V, block_rows=-1)
     with pytest.raises(weft.InvalidArgument):  # the library refuses naive blocked too
         weft.Vocab(world, V, H).microbatch("naive", block_rows=2)
+    with pytest.raises(weft.InvalidArgument, match="float32, bfloat16 or float16"):
+        weft.Vocab(world, V, H, dtype="float64")
 
 
 @pytest.mark.parametrize("grad_root", [None, 0])

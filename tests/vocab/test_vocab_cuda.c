@@ -17,6 +17,7 @@
 
 #include "vocab/vocab_check.h"
 #include "vocab/vocab_ref.h"
+#include "vocab/vocab_half.h"
 #include "weft/weft.h"
 
 static weft_ctx_t *g_ctx;
@@ -232,6 +233,98 @@ static void test_blocked(void **state)
     xcase_free(&c);
 }
 
+/* One bf16 or f16 microbatch forward and backward; buffers on the device when @p dev.
+ * Returns ∇X and ∇W unpacked to float32 (∇W of the padded shard), and the loss. */
+static void run_half(weft_vocab_t *v, const xcase_t *c, const weft_vocab_range_t *r,
+                     weft_dtype_t dt, weft_vocab_algo_t algo, size_t block, bool dev, run_out_t *o)
+{
+    size_t n = c->n, h = c->h, pl = r->padded_length;
+    float *wf = shard_of(c, r), g = 1.0f;
+    uint16_t *x = pack(dt, c->x, n * h), *w = pack(dt, wf, pl * h);
+    uint16_t *dx = calloc(n * h + 1, 2), *dw = calloc(pl * h + 1, 2);
+    void *xd = x, *wd = w, *dxd = dx, *dwd = dw;
+    const float *gd = &g;
+    if (dev) {
+        xd = to_dev(x, n * h * 2);
+        wd = to_dev(w, pl * h * 2);
+        dxd = to_dev(dx, n * h * 2);
+        dwd = to_dev(dw, pl * h * 2);
+        gd = to_dev(&g, sizeof(g));
+    }
+    weft_vocab_mb_params_t mp = {
+        .size = sizeof(mp), .algo = algo, .max_tokens = n, .block_rows = block};
+    weft_vocab_mb_t *mb;
+    OK(weft_vocab_mb_create(v, &mp, &mb));
+    OK(weft_vocab_xent_forward(mb, xd, wd, c->labels, n, NULL, &o->loss));
+    OK(weft_vocab_xent_backward(mb, gd, dxd, dwd));
+    OK(weft_vocab_mb_free(mb));
+    if (dev) {
+        from_dev(dx, dxd, n * h * 2);
+        from_dev(dw, dwd, pl * h * 2);
+        cudaFree(xd);
+        cudaFree(wd);
+        cudaFree(dxd);
+        cudaFree(dwd);
+        cudaFree((void *)gd);
+    }
+    o->loss_tok = NULL;
+    o->dx = unpack(dt, dx, n * h);
+    o->dw = unpack(dt, dw, pl * h);
+    free(wf);
+    free(x);
+    free(w);
+    free(dx);
+    free(dw);
+}
+
+/* bf16 and f16 vocabularies: the device's conversions and float32 passes against the
+ * host's, every algorithm, blocked and not. */
+static void test_half(void **state)
+{
+    (void)state;
+    static const weft_dtype_t dts[] = {WEFT_BF16, WEFT_F16};
+    for (size_t k = 0; k < 2; k++) {
+        xcase_t c;
+        xcase_random(&c, 300, 128, 3001, 0.3f, 7, 42);
+        round_all(dts[k], c.x, c.n * c.h);
+        round_all(dts[k], c.w, c.V * c.h);
+        weft_vocab_params_t vp = {
+            .size = sizeof(vp), .vocab_size = c.V, .hidden = c.h, .dtype = dts[k]};
+        weft_vocab_t *v;
+        OK(weft_vocab_create(g_world, &vp, &v));
+        weft_vocab_range_t r;
+        OK(weft_vocab_local_range(v, &r));
+        for (int algo = 0; algo < WEFT_VOCAB_ALGO_COUNT; algo++) {
+            for (size_t block = 0; block <= 700; block += 700) {
+                if (block > 0 && algo == WEFT_VOCAB_NAIVE) {
+                    continue;
+                }
+                run_out_t host, dev;
+                run_half(v, &c, &r, dts[k], (weft_vocab_algo_t)algo, block, false, &host);
+                run_half(v, &c, &r, dts[k], (weft_vocab_algo_t)algo, block, true, &dev);
+                assert_true(fabs(host.loss - dev.loss) <= 1e-5 * fmax(1.0, fabs(host.loss)));
+                /* One rounding to the dtype apart at most. */
+                double tol = dts[k] == WEFT_BF16 ? 1e-2 : 2e-3, sx = 1e-30, ex = 0.0;
+                for (size_t i = 0; i < c.n * c.h; i++) {
+                    sx = fmax(sx, fabs(host.dx[i]));
+                    ex = fmax(ex, fabs((double)dev.dx[i] - host.dx[i]));
+                }
+                assert_true(ex <= tol * sx);
+                double sw = 1e-30, ew = 0.0;
+                for (size_t i = 0; i < r.padded_length * c.h; i++) {
+                    sw = fmax(sw, fabs(host.dw[i]));
+                    ew = fmax(ew, fabs((double)dev.dw[i] - host.dw[i]));
+                }
+                assert_true(ew <= tol * sw);
+                run_out_free(&host);
+                run_out_free(&dev);
+            }
+        }
+        OK(weft_vocab_free(v));
+        xcase_free(&c);
+    }
+}
+
 static void test_label_smoothing(void **state)
 {
     (void)state;
@@ -325,9 +418,13 @@ int main(void)
     }
     cudaSetDevice(g_rank % ndev);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random),          cmocka_unit_test(test_empty_shards),
-        cmocka_unit_test(test_extreme),         cmocka_unit_test(test_larger),
-        cmocka_unit_test(test_label_smoothing), cmocka_unit_test(test_blocked),
+        cmocka_unit_test(test_random),
+        cmocka_unit_test(test_empty_shards),
+        cmocka_unit_test(test_extreme),
+        cmocka_unit_test(test_larger),
+        cmocka_unit_test(test_label_smoothing),
+        cmocka_unit_test(test_blocked),
+        cmocka_unit_test(test_half),
         cmocka_unit_test(test_embedding),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@ from ..errors import invalid
 from ..vocab import ALGOS, DEFAULT_ALGO, REDUCTIONS, Vocab
 
 _POOL_MAX = 4  # idle microbatch states kept for reuse
+_DT = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}  # torch name -> weft DType
 
 
 def _need_vocab_size(nranks, align, rows=None):
@@ -57,13 +58,14 @@ class _Layer:
         """The Vocab for this weight, made anew after a membership change."""
         g = self.group
         rows, hidden = weight.shape
+        dtype = str(weight.dtype)[len("torch."):]
         v = self.vocab
-        if v is None or v.hidden != hidden or v.epoch != g.epoch:
+        if v is None or v.hidden != hidden or v.epoch != g.epoch or v.dtype.name != _DT[dtype]:
             size = self._vocab_size(rows)
             for mb in self.idle:
                 mb.close()
             self.idle = []
-            self.vocab = v = Vocab(g, size, hidden, self.align)
+            self.vocab = v = Vocab(g, size, hidden, self.align, dtype=dtype)
         if rows != v.range.padded_length:
             raise invalid("weight: %d rows; this rank's shard of a vocabulary of %d over %d "
                           "ranks has %d (padded; see weft.torch.shard_vocab)" %
@@ -171,7 +173,9 @@ class VocabParallelCrossEntropy(torch.nn.Module):
     block_rows: > 0 ("alg1", "alg2"): the logits are computed that many vocabulary rows
     at a time and never held whole (memory n x block_rows instead of n x V/P), at the
     price of computing them again in backward. 0: the whole shard at once.
-    Floating inputs are computed in float32; gradients come back in their dtype."""
+    A bfloat16 or float16 weight keeps its dtype (hidden is cast to it): weft computes
+    on float32 copies and rounds the gradients once; other floating inputs compute in
+    float32. Gradients come back in the inputs' dtypes."""
 
     def __init__(self, group, algo=DEFAULT_ALGO, ignore_index=-100, reduction="mean", *,
                  vocab_size=None, align=0, label_smoothing=0.0, block_rows=0):
@@ -225,10 +229,10 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         return lab.contiguous()
 
     @staticmethod
-    def _float32(t, what):
+    def _cast(t, what, dtype):
         if not t.dtype.is_floating_point:
             raise invalid("%s must be floating point, not %s" % (what, t.dtype))
-        return t.to(torch.float32).contiguous()
+        return t.to(dtype).contiguous()
 
     def forward(self, hidden, weight, labels):
         """The cross-entropy of X @ W^T (W this rank's vocabulary shard) against @p labels."""
@@ -239,8 +243,11 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         if hidden.shape[:-1] != labels.shape:
             raise invalid("hidden %s and labels %s: one label per row of hidden" %
                           (list(hidden.shape), list(labels.shape)))
-        x = self._float32(hidden, "hidden").reshape(-1, h)
-        w = self._float32(weight, "weight")
+        # bf16 and f16 weights keep their dtype (weft accumulates in float32); any other
+        # floating dtype computes in float32.
+        dt = weight.dtype if weight.dtype in (torch.bfloat16, torch.float16) else torch.float32
+        x = self._cast(hidden, "hidden", dt).reshape(-1, h)
+        w = self._cast(weight, "weight", dt)
         lab = self._labels(labels)
         needs = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
         loss = VocabParallelCrossEntropyFunction.apply(x, w, lab, self._layer, needs)
