@@ -5,6 +5,7 @@
   "naive" and "alg1").
 - VocabParallelEmbedding: the input embedding sharded the same way.
 - shard_vocab: this rank's padded shard of a whole [V, ...] tensor.
+- pipeline_schedule: 1F1B with the vocabulary passes placed on every stage (schedule.py).
 - the torch.distributed backend "weft" (registered on import; weft.torch.distributed):
   `dist.init_process_group("weft")` under weftrun, DistributedDataParallel on weft;
   repair(), after a peer failure (is_peer_failure), gives the survivors' process group.
@@ -14,6 +15,7 @@ import torch  # noqa: F401  (fails here, with ImportError, when PyTorch is missi
 
 from .cross_entropy import VocabParallelCrossEntropy, VocabParallelCrossEntropyFunction
 from .embedding import VocabParallelEmbedding, VocabParallelEmbeddingFunction
+from .schedule import check_schedule, pipeline_schedule
 from .shard import shard_vocab
 
 if torch.distributed.is_available():  # a torch built without it has no backends to add
@@ -24,5 +26,6 @@ if torch.distributed.is_available():  # a torch built without it has no backends
 
 __all__ = ["VocabParallelCrossEntropy", "VocabParallelCrossEntropyFunction",
            "VocabParallelEmbedding", "VocabParallelEmbeddingFunction", "shard_vocab",
+           "pipeline_schedule", "check_schedule",
            "distributed", "ProcessGroupWeft", "WeftStore", "init_process_group",
            "is_peer_failure", "repair", "ElasticState"]

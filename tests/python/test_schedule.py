@@ -1,0 +1,81 @@
+"""weft.torch.schedule: the pipeline schedules with the vocabulary passes placed, checked
+pass by pass against the dependencies of a pipeline (check_schedule, and here again by
+an independent replay that runs every stage's list in order with blocking waits)."""
+
+import pytest
+
+from helpers import torch_or_skip
+
+torch_or_skip()
+import weft  # noqa: E402
+from weft.torch.schedule import KINDS, pipeline_schedule, check_schedule  # noqa: E402
+
+
+def replay(sched):
+    """Run every stage's list in order, one pass per stage per round, a pass waiting
+    until what it needs ran in an earlier round (the lane's S and T also wait for every
+    stage to reach them: their collectives). Returns the rounds taken; fails on a
+    deadlock, which a wrong order would cause."""
+    p, vocab = sched.stages, sched.kind != "1f1b"
+    pos, ran, rounds = [0] * p, set(), 0
+    while any(pos[s] < len(sched.actions[s]) for s in range(p)):
+        rounds += 1
+        assert rounds < 10000, "deadlock: %s" % [sched.actions[s][pos[s]:pos[s] + 1]
+                                                 for s in range(p)]
+        heads = [sched.actions[s][pos[s]] if pos[s] < len(sched.actions[s]) else None
+                 for s in range(p)]
+        now = []
+        for s, a in enumerate(heads):
+            if a is None:
+                continue
+            i = a.mb
+            if a.op == "F":
+                ok = s == 0 or ("F", s - 1, i) in ran
+            elif a.op == "B":
+                need = ("B", s + 1, i) if s < p - 1 else (("T", s, i) if vocab else ("F", s, i))
+                ok = need in ran
+            elif a.op == "S":  # X from the last stage, and every stage at the collective
+                ok = ("F", p - 1, i) in ran and all(h == a for h in heads)
+            else:  # T: after the collective of S
+                ok = all(("S", q, i) in ran for q in range(p)) and all(h == a for h in heads)
+            if ok:
+                now.append((a.op, s, i))
+                pos[s] += 1
+        ran.update(now)
+    return rounds
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_schedules_are_sound(kind):
+    for p in range(1, 7):
+        for m in range(1, 13):
+            s = pipeline_schedule(kind, p, m)
+            assert check_schedule(s)
+            replay(s)
+            n_ops = 4 if kind != "1f1b" else 2
+            assert all(len(s.actions[q]) == n_ops * m for q in range(p))
+            # 1F1B's memory: stage q holds at most stages - q microbatches (and m).
+            assert [s.in_flight(q) for q in range(p)] == [min(p - q, m) for q in range(p)]
+            if kind != "1f1b":
+                assert 1 <= s.vocab_in_flight() <= 2
+            assert s.collectives_per_microbatch == {"1f1b": 0, "vocab-1": 1,
+                                                    "vocab-2": 2}[kind]
+
+
+def test_render_and_refusals():
+    s = pipeline_schedule("vocab-1", 2, 2)
+    rows = s.render().splitlines()
+    assert len(rows) == 2 and "S0" in rows[0] and "T1" in rows[1]
+    for bad in (("vocab-3", 4, 8), ("1f1b", 0, 8), ("1f1b", 4, 0)):
+        with pytest.raises(weft.InvalidArgument):
+            pipeline_schedule(*bad)
+
+
+def test_check_finds_a_wrong_order():
+    s = pipeline_schedule("vocab-1", 3, 4)
+    last = s.actions[2]
+    b0 = last.index(type(last[0])("B", 0))
+    t0 = last.index(type(last[0])("T", 0))
+    last[b0], last[t0] = last[t0], last[b0]  # B(0) before ∇X on the last stage
+    with pytest.raises(AssertionError):
+        check_schedule(s)
