@@ -31,19 +31,14 @@ import os
 import sys
 import time
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch_lm.runtime  # noqa: E402,F401  (threads, and the binding next door)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-try:
-    import weft  # noqa: E402
-except ImportError:  # in place: the binding next door, the library in build/
-    sys.path.insert(0, os.path.join(HERE, "..", "python"))
-    import weft  # noqa: E402
+import weft  # noqa: E402
 
 from torch_lm.corpus import Corpus  # noqa: E402
 from torch_lm.model import Block  # noqa: E402
