@@ -20,7 +20,8 @@ sending to each other never wait on each other). Per --schedule:
 sharded table; 1f1b keeps a copy on the first and the last stage and sums their
 gradients). --reference runs the same model and batches in this one process, without a
 pipeline, for comparison. Rank 0 (or the reference) writes per-step losses, per-stage
-accounting (busy and idle seconds, peak RSS) and a SHA-256 of every parameter to --out,
+accounting (busy and idle seconds, peak RSS, and the peak above the RSS of the runtime
+before the model was made: the model's own memory) and a SHA-256 of every parameter to --out,
 and the parameters themselves to --out.pt.
 """
 
@@ -336,6 +337,14 @@ def whole_params(stage):
     return out if g.rank == 0 else None
 
 
+def rss_now():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def peak_rss():
     with open("/proc/self/status") as f:
         for line in f:
@@ -356,6 +365,7 @@ def main(argv=None):
         return 0
     ctx = weft.init()
     world = ctx.world
+    base_rss = rss_now()  # the runtime's (Python, torch, weft): every stage's alike
     stage = Stage(a, world)
     losses, times = [], []
     for step in range(a.steps):
@@ -364,21 +374,22 @@ def main(argv=None):
         t0 = time.perf_counter()
         losses.append(stage.step(xs, ys))
         times.append(time.perf_counter() - t0)
-    acct = torch.tensor([stage.busy / a.steps, stage.idle / a.steps, float(peak_rss())],
-                        dtype=torch.float64)
-    all_acct = torch.zeros(world.size * 3, dtype=torch.float64)
+    acct = torch.tensor([stage.busy / a.steps, stage.idle / a.steps, float(peak_rss()),
+                         float(peak_rss() - base_rss)], dtype=torch.float64)
+    all_acct = torch.zeros(world.size * 4, dtype=torch.float64)
     world.allgather(acct, all_acct)
     params = whole_params(stage)
     if world.rank == 0:
         tokens = a.microbatches * a.mb_size * a.seq
-        rows = all_acct.view(world.size, 3).tolist()
+        rows = all_acct.view(world.size, 4).tolist()
         res = {"schedule": a.schedule, "stages": world.size, "losses": losses,
                "step_s": times, "tokens_per_s": tokens / (sorted(times)[len(times) // 2]),
                "stage_busy_s": [r[0] for r in rows], "stage_idle_s": [r[1] for r in rows],
-               "stage_peak_rss": [int(r[2]) for r in rows], "params": digest(params)}
+               "stage_peak_rss": [int(r[2]) for r in rows],
+               "stage_model_mem": [int(r[3]) for r in rows], "params": digest(params)}
         for q, r in enumerate(rows):
-            print("stage %d: busy %.3f s idle %.3f s per step, peak RSS %.1f MiB" %
-                  (q, r[0], r[1], r[2] / 2**20))
+            print("stage %d: busy %.3f s idle %.3f s per step, peak RSS %.1f MiB (%.1f MiB "
+                  "above the runtime)" % (q, r[0], r[1], r[2] / 2**20, r[3] / 2**20))
         print("losses %s; %.0f tokens/s" % (" ".join("%.4f" % v for v in losses),
                                               res["tokens_per_s"]))
         if a.out:
