@@ -18,7 +18,7 @@ from . import _structs as S
 from ._buffer import as_buffer, mark_written
 from ._lib import lib
 from .dtypes import DType, dtype_of
-from .errors import check, invalid
+from .errors import InvalidArgument, check, invalid
 from .request import Request
 
 VocabRange = namedtuple("VocabRange", "start length padded_length")
@@ -137,6 +137,15 @@ class Vocab:
         m = S.sized(S.VocabMem)
         self._call(lib.weft_vocab_xent_memory, _choice(algo, ALGOS, "algo"), n, byref(m))
         return VocabMemory(m.s_to_c1, m.c1_to_t, m.peak)
+
+    def refuse_embed_forward(self):
+        """Take part in an embedding forward as a refusal (its sum over the group): every
+        other rank's forward then fails with weft.InvalidArgument at once. For a caller
+        that rejects its own arguments; it raises its own error afterwards."""
+        try:
+            self._call(lib.weft_vocab_embed_forward, None, None, 1, None)
+        except InvalidArgument:
+            pass  # the refusal's own status
 
     # -- embedding -----------------------------------------------------------------------
     def _embed_args(self, table, ids, out):
@@ -330,6 +339,16 @@ class Microbatch:
         self._call(lib.weft_vocab_xent_backward, g.ptr, dxb.ptr, dwb.ptr)
         mark_written(dxb, dwb)
         self._keep = ()
+
+    def refuse(self):
+        """Take part in pass C1 as a refusal (weft_vocab_xent_merge_start without a
+        request): every other rank's C1 then fails with weft.InvalidArgument at once,
+        rather than waiting for this rank until its timeout. For a caller that rejects
+        its own arguments of a forward before S; it raises its own error afterwards."""
+        try:
+            self._call(lib.weft_vocab_xent_merge_start, None)
+        except InvalidArgument:
+            pass  # the refusal's own status
 
     def memory(self, n):
         """VocabMemory(s_to_c1, c1_to_t, peak): bytes one microbatch of @p n tokens of this

@@ -179,6 +179,36 @@ def test_half_cross_entropy_matches_torch(world, dtype, algo):
             2 * tol * Xt.grad.double().abs().max()
 
 
+def test_one_rank_refuses_and_every_rank_fails_at_once(world):
+    """Arguments that only the last rank rejects in Python (a negative label, labels not
+    matching hidden, a weight of the wrong rows, float ids): that rank takes part in the
+    pass's collective as a refusal, so every rank fails now with weft.InvalidArgument
+    instead of the others waiting for it until their timeout; a good forward after each
+    works on every rank."""
+    import time
+    if world.size == 1:
+        pytest.skip("needs ranks that wait for the one that refuses")
+    W, X, labels = data((4,), -100, seed=3)
+    layer = wt.VocabParallelCrossEntropy(world, vocab_size=V)
+    emb = wt.VocabParallelEmbedding(world, V, H)
+    w = wt.shard_vocab(W, world).float()
+    last = world.rank == world.size - 1
+    cases = [
+        lambda: layer(X.float(), w, torch.tensor([0, -5, 1, 2]) if last else labels),
+        lambda: layer(X.float(), w, labels[:3] if last else labels),
+        lambda: layer(X.float(), w[:-1] if last else w, labels),
+        lambda: emb(torch.tensor([1.0, 2.0]) if last else torch.tensor([1, 2])),
+    ]
+    for case in cases:
+        t0 = time.monotonic()
+        with pytest.raises(weft.InvalidArgument):
+            case()
+        assert time.monotonic() - t0 < 20.0  # the refusal, not a timeout
+        ref = F.cross_entropy(X @ W.T, labels)
+        torch.testing.assert_close(layer(X.float(), w, labels).double(), ref, rtol=1e-5,
+                                   atol=1e-6)
+
+
 def test_blocked_refusals(world):
     with pytest.raises(weft.InvalidArgument, match="block_rows"):
         wt.VocabParallelCrossEntropy(world, algo="naive", vocab_size=V, block_rows=2)

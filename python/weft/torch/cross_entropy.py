@@ -12,7 +12,7 @@ import weakref
 
 import torch
 
-from ..errors import invalid
+from ..errors import InvalidArgument, invalid
 from ..vocab import ALGOS, DEFAULT_ALGO, REDUCTIONS, Vocab
 
 _POOL_MAX = 4  # idle microbatch states kept for reuse
@@ -72,6 +72,21 @@ class _Layer:
                           (rows, v.vocab_size, g.size, v.range.padded_length))
         return v
 
+    def refuse(self, hidden):
+        """This rank rejected its arguments of a forward: take part in the forward's
+        collective as a refusal, so that every rank of the group fails now."""
+        if self.group.size == 1:
+            return
+        v = self.vocab
+        if v is None or v.epoch != self.group.epoch:  # the others make theirs now too
+            if self.vocab_size is None:
+                return  # refused at construction on more than one rank
+            self.vocab = v = Vocab(self.group, self.vocab_size, max(int(hidden), 1),
+                                   self.align)
+        mb = self.take(v, 1)
+        mb.refuse()
+        self.give_back(mb)
+
     def take(self, vocab, n):
         for i, mb in enumerate(self.idle):
             if mb.vocab is vocab and mb.max_tokens >= n:
@@ -106,7 +121,11 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, layer, needs_backward):
         """The loss per token: passes S and C1 (weft_vocab_xent_forward)."""
-        vocab = layer.vocab_for(weight)
+        try:
+            vocab = layer.vocab_for(weight)
+        except InvalidArgument:  # this rank's weight does not fit: the others are in C1
+            layer.refuse(hidden.shape[-1])
+            raise
         n = labels.numel()
         mb = layer.take(vocab, n)
         none = layer.reduction == REDUCTIONS["none"]
@@ -235,7 +254,20 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         return t.to(dtype).contiguous()
 
     def forward(self, hidden, weight, labels):
-        """The cross-entropy of X @ W^T (W this rank's vocabulary shard) against @p labels."""
+        """The cross-entropy of X @ W^T (W this rank's vocabulary shard) against @p labels.
+        Arguments this rank rejects (shapes, dtypes, labels) make every rank's forward
+        fail at once (weft.InvalidArgument): this rank takes part in the collective as a
+        refusal, so the others do not wait for it until their timeout."""
+        try:
+            x, w, lab = self._checked(hidden, weight, labels)
+        except InvalidArgument:
+            self._layer.refuse(hidden.shape[-1] if hidden.dim() > 0 else 1)
+            raise
+        needs = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+        loss = VocabParallelCrossEntropyFunction.apply(x, w, lab, self._layer, needs)
+        return loss.reshape(labels.shape) if self.reduction == "none" else loss
+
+    def _checked(self, hidden, weight, labels):
         h = hidden.shape[-1]
         if weight.dim() != 2 or weight.shape[1] != h:
             raise invalid("weight must be [padded_length, %d], not %s" %
@@ -248,10 +280,7 @@ class VocabParallelCrossEntropy(torch.nn.Module):
         dt = weight.dtype if weight.dtype in (torch.bfloat16, torch.float16) else torch.float32
         x = self._cast(hidden, "hidden", dt).reshape(-1, h)
         w = self._cast(weight, "weight", dt)
-        lab = self._labels(labels)
-        needs = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-        loss = VocabParallelCrossEntropyFunction.apply(x, w, lab, self._layer, needs)
-        return loss.reshape(labels.shape) if self.reduction == "none" else loss
+        return x, w, self._labels(labels)
 
     def extra_repr(self):
         """The settings, for print(module)."""

@@ -81,6 +81,8 @@ class VocabParallelEmbedding(torch.nn.Module):
     def forward(self, ids):
         """The embedding of @p ids (any shape of token ids), every rank's shard taking part."""
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            if self.vocab.epoch == self.group.epoch:
+                self.vocab.refuse_embed_forward()  # the others are in the sum: fail them now
             raise invalid("ids must be integers, not %s" % ids.dtype)
         if self.vocab.epoch != self.group.epoch:
             raise invalid("the group changed since this embedding was made (epoch %d, now "
