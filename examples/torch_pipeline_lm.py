@@ -20,8 +20,11 @@ sending to each other never wait on each other). Per --schedule:
 sharded table; 1f1b keeps a copy on the first and the last stage and sums their
 gradients). --reference runs the same model and batches in this one process, without a
 pipeline, for comparison. Rank 0 (or the reference) writes per-step losses, per-stage
-accounting (busy and idle seconds, peak RSS, and the peak above the RSS of the runtime
-before the model was made: the model's own memory) and a SHA-256 of every parameter to --out,
+accounting (busy and idle seconds, the mean time of each kind of pass, peak RSS, and the
+peak above the RSS of the runtime before the model was made: the model's own memory), the
+throughput, the throughput projected for a core per stage (Schedule.makespan over the
+measured pass times: on a machine with fewer cores than stages the stages share them),
+and a SHA-256 of every parameter to --out,
 and the parameters themselves to --out.pt.
 """
 
@@ -190,6 +193,8 @@ class Stage:
             mine.append(self.embed)
         self.opt = optimizer(a, list(dict.fromkeys(mine)))
         self.busy = self.idle = 0.0
+        self.op_time = {op: 0.0 for op in "FBST"}  # busy seconds per kind of pass
+        self.op_count = {op: 0 for op in "FBST"}
 
     # -- helpers ------------------------------------------------------------------------
     def _wait(self, fn):
@@ -269,7 +274,10 @@ class Stage:
                 if s > 0:
                     gi = h_in.grad.contiguous()
                     sends.append((g.isend(gi, s - 1, tag=m + i), gi))
-            self.busy += (time.perf_counter() - t0) - (self.idle - idle0)
+            spent = (time.perf_counter() - t0) - (self.idle - idle0)
+            self.busy += spent
+            self.op_time[act.op] += spent
+            self.op_count[act.op] += 1
         for req, _buf in sends:
             self._wait(req.wait)
         if self.vocab:  # the embedding's backward: broadcast from stage 0, scatter
@@ -374,24 +382,31 @@ def main(argv=None):
         t0 = time.perf_counter()
         losses.append(stage.step(xs, ys))
         times.append(time.perf_counter() - t0)
+    per_op = [stage.op_time[op] / max(stage.op_count[op], 1) for op in "FBST"]
     acct = torch.tensor([stage.busy / a.steps, stage.idle / a.steps, float(peak_rss()),
-                         float(peak_rss() - base_rss)], dtype=torch.float64)
-    all_acct = torch.zeros(world.size * 4, dtype=torch.float64)
+                         float(peak_rss() - base_rss)] + per_op, dtype=torch.float64)
+    all_acct = torch.zeros(world.size * 8, dtype=torch.float64)
     world.allgather(acct, all_acct)
     params = whole_params(stage)
     if world.rank == 0:
         tokens = a.microbatches * a.mb_size * a.seq
-        rows = all_acct.view(world.size, 4).tolist()
+        rows = all_acct.view(world.size, 8).tolist()
+        # Each stage on a core of its own, the passes taking what they took here.
+        span = stage.sched.makespan(lambda q, op: rows[q][4 + "FBST".index(op)])
         res = {"schedule": a.schedule, "stages": world.size, "losses": losses,
                "step_s": times, "tokens_per_s": tokens / (sorted(times)[len(times) // 2]),
                "stage_busy_s": [r[0] for r in rows], "stage_idle_s": [r[1] for r in rows],
                "stage_peak_rss": [int(r[2]) for r in rows],
-               "stage_model_mem": [int(r[3]) for r in rows], "params": digest(params)}
+               "stage_model_mem": [int(r[3]) for r in rows],
+               "stage_pass_s": [dict(zip("FBST", r[4:8])) for r in rows],
+               "projected_tokens_per_s": tokens / span if span > 0 else 0.0,
+               "params": digest(params)}
         for q, r in enumerate(rows):
             print("stage %d: busy %.3f s idle %.3f s per step, peak RSS %.1f MiB (%.1f MiB "
                   "above the runtime)" % (q, r[0], r[1], r[2] / 2**20, r[3] / 2**20))
-        print("losses %s; %.0f tokens/s" % (" ".join("%.4f" % v for v in losses),
-                                              res["tokens_per_s"]))
+        print("losses %s; %.0f tokens/s (%.0f projected with a core per stage)" % (
+            " ".join("%.4f" % v for v in losses), res["tokens_per_s"],
+            res["projected_tokens_per_s"]))
         if a.out:
             with open(a.out, "w") as f:
                 json.dump(res, f)

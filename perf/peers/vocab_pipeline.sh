@@ -2,8 +2,9 @@
 # The pipeline trainer (examples/torch_pipeline_lm.py) at 4 stages with the baseline
 # placement and the vocabulary layers sharded over every stage (vocab-1, vocab-2), the
 # three alternating in one run for each vocabulary size, and the table of the paper for
-# this machine: throughput (tokens/s, median step) and the largest and smallest peak
-# memory over the stages, both as peak RSS and as the peak above the runtime's RSS before
+# this machine: throughput (tokens/s, median step), the throughput projected for a core
+# per stage from the measured pass times (Schedule.makespan), and the largest and
+# smallest peak memory over the stages, both as peak RSS and as the peak above the runtime's RSS before
 # the model was made (the model's own memory: parameters, optimizer state, activations).
 #
 #   perf/peers/vocab_pipeline.sh [-r ROUNDS] [-n STAGES] [-v "32768 65536 ..."] [-- ARGS]
@@ -44,10 +45,11 @@ done
 "$py" - "$out" "$rounds" $vocabs <<'PY'
 import json, statistics, sys
 out, rounds, vocabs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("# %-7s %-8s %10s %9s %22s %22s %10s" % ("V", "schedule", "tokens/s", "vs 1f1b",
-      "peak RSS max/min MiB", "model mem max/min MiB", "spread"))
+print("# %-7s %-8s %10s %9s %10s %9s %22s %22s %7s" % ("V", "schedule", "tokens/s",
+      "vs 1f1b", "projected", "vs 1f1b", "peak RSS max/min MiB", "model mem max/min MiB",
+      "spread"))
 for V in vocabs:
-    base = None
+    base = pbase = None
     for k in ("1f1b", "vocab-1", "vocab-2"):
         runs = [json.load(open("%s/%s.%s.%d.json" % (out, V, k, r))) for r in range(1, rounds + 1)]
         tps = statistics.median(r["tokens_per_s"] for r in runs)
@@ -55,8 +57,9 @@ for V in vocabs:
                for q in range(len(runs[0]["stage_peak_rss"]))]
         mm = [statistics.median(r["stage_model_mem"][q] for r in runs)
               for q in range(len(runs[0]["stage_model_mem"]))]
-        base = base or tps
-        print("  %-7s %-8s %10.0f %9.2f %10.0f / %-9.0f %10.0f / %-9.0f %9.2f" % (
-            V, k, tps, tps / base, max(rss) / 2**20, min(rss) / 2**20, max(mm) / 2**20,
-            min(mm) / 2**20, max(mm) / max(min(mm), 1)))
+        proj = statistics.median(r["projected_tokens_per_s"] for r in runs)
+        base, pbase = base or tps, pbase or proj
+        print("  %-7s %-8s %10.0f %9.2f %10.0f %9.2f %10.0f / %-9.0f %10.0f / %-9.0f %7.2f" % (
+            V, k, tps, tps / base, proj, proj / pbase, max(rss) / 2**20, min(rss) / 2**20,
+            max(mm) / 2**20, min(mm) / 2**20, max(mm) / max(min(mm), 1)))
 PY

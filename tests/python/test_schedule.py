@@ -79,3 +79,22 @@ def test_check_finds_a_wrong_order():
     last[b0], last[t0] = last[t0], last[b0]  # B(0) before ∇X on the last stage
     with pytest.raises(AssertionError):
         check_schedule(s)
+
+
+def test_makespan():
+    """With unit passes 1F1B takes 2(m + p - 1) slots; an output layer as heavy as the
+    rest of a stage's work, put on the last stage, slows 1F1B down and the lane spreads
+    it over every stage."""
+    for p, m in ((1, 1), (2, 3), (4, 8)):
+        s = pipeline_schedule("1f1b", p, m)
+        assert s.makespan(lambda st, op: 1.0) == 2 * (m + p - 1)
+    p, m, out = 4, 16, 4.0  # the output layer: 4 units forward and 4 backward
+
+    def base(st, op):
+        return 1.0 + (out if st == p - 1 else 0.0)
+
+    def lane(st, op):
+        return out / p if op in "ST" else 1.0
+    t_base = pipeline_schedule("1f1b", p, m).makespan(base)
+    t_vocab = pipeline_schedule("vocab-1", p, m).makespan(lane)
+    assert t_vocab < t_base / 1.5

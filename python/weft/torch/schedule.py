@@ -82,6 +82,43 @@ class Schedule:
         """Slots of the simulated timeline (the makespan in units of one pass)."""
         return 1 + max(s[-1] for s in self.slots if s)
 
+    def makespan(self, duration):
+        """The time the schedule takes when stage s runs its list in order on a device of
+        its own and each pass takes duration(stage, op) (communication taken as free):
+        each pass starts once its stage finished the previous one and what it needs is
+        done (the previous stage's F, the next stage's B, the last stage's F for S, S on
+        every stage for T, T for the last stage's B). A projection from measured pass
+        times, for machines with fewer cores than stages."""
+        p, vocab = self.stages, self.kind != "1f1b"
+        end, pos, free = {}, [0] * p, [0.0] * p
+        pending = sum(len(a) for a in self.actions)
+        while pending:
+            moved = False
+            for s in range(p):
+                if pos[s] == len(self.actions[s]):
+                    continue
+                a = self.actions[s][pos[s]]
+                i = a.mb
+                if a.op == "F":
+                    needs = [("F", s - 1, i)] if s > 0 else []
+                elif a.op == "B":
+                    needs = [("B", s + 1, i)] if s < p - 1 else \
+                        ([("T", s, i)] if vocab else [("F", s, i)])
+                elif a.op == "S":
+                    needs = [("F", p - 1, i)]
+                else:
+                    needs = [("S", q, i) for q in range(p)]
+                if any(n not in end for n in needs):
+                    continue
+                start = max([free[s]] + [end[n] for n in needs])
+                free[s] = end[(a.op, s, i)] = start + duration(s, a.op)
+                pos[s] += 1
+                pending -= 1
+                moved = True
+            if not moved:
+                raise RuntimeError("weft: the schedule cannot run (a dependency cycle)")
+        return max(free)
+
     def render(self):
         """The timeline as text: one row per stage, one column per slot."""
         width = self.length()
