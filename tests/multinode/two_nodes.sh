@@ -169,12 +169,13 @@ rejoin)
     grep -q "join the job as replacements" "$dir/node1" || fail "node 1 did not say it rejoined"
     ;;
 fence | fence_ns)
-    # The ranks' leases lapse after 0.5 s; weftrun itself would fence a stopped rank
-    # only after 30 s (its own WEFT_FAILURE_TIMEOUT_MS): node 0's store must tell.
+    # The ranks' leases lapse after 2 s; weftrun itself would fence a stopped rank
+    # only after 30 s (its own WEFT_FAILURE_TIMEOUT_MS): node 0's store must tell. (A
+    # 0.5 s lease let a running rank's lease lapse too once, on a machine this loaded.)
     # fence_ns: the same under a key namespace of the job's own (WEFT_NAMESPACE).
     export WEFT_FAILURE_TIMEOUT_MS=30000
     [ "$what" = fence_ns ] && export WEFT_NAMESPACE=job7
-    rank='echo $$ >"$0/pid.$WEFT_RANK"; WEFT_FAILURE_TIMEOUT_MS=500 exec "$1" loss 3'
+    rank='echo $$ >"$0/pid.$WEFT_RANK"; WEFT_FAILURE_TIMEOUT_MS=2000 exec "$1" loss 3'
     node 0 2 -n 2 --elastic -- sh -c "$rank" "$dir" "$bin/host_job"
     node 1 2 -n 2 --elastic -- sh -c "$rank" "$dir" "$bin/host_job"
     wait_for "$dir/node0" JOB-READY
