@@ -26,7 +26,7 @@ as it is ready, T before S (T frees what S kept); otherwise a stage runs 1F1B: a
 B first, else a ready F while fewer than (stages - stage) microbatches are in flight on
 it. A slot is a unit of ordering, not of time: real passes take their own time.
 
-Interleaved (virtual-stage) 1F1B is not built: see docs/vocab.md.
+Interleaved (virtual-stage) 1F1B is not built yet: docs/vocab.md says what it needs.
 """
 
 from collections import namedtuple
