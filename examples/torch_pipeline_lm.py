@@ -4,7 +4,8 @@ the schedule puts them (weft.torch.pipeline_schedule):
 
     weftrun -n 4 -- python3 examples/torch_pipeline_lm.py --schedule vocab-1 --steps 4
 
-Each rank is one stage with an equal share of the transformer blocks. Activations go
+Each rank is one stage with an equal share of the transformer blocks (--chunks v > 1:
+interleaved 1F1B, the blocks cut in stages x v chunks, chunk k on stage k mod stages). Activations go
 forward and gradients back with weft's point-to-point calls (isend, so two neighbours
 sending to each other never wait on each other). Per --schedule:
 
@@ -53,6 +54,8 @@ def parse(argv=None):
     p.add_argument("--schedule", default="vocab-1", choices=("1f1b", "vocab-1", "vocab-2"))
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--chunks", type=int, default=1,
+                   help="model chunks per stage: interleaved 1F1B when > 1")
     p.add_argument("--mb-size", type=int, default=2, help="sequences per microbatch")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--d-model", type=int, default=64)
@@ -150,16 +153,18 @@ class Stage:
         import weft.torch as wt
         self.a, self.g = a, world
         self.s, self.p = world.rank, world.size
-        self.sched = wt.pipeline_schedule(a.schedule, self.p, a.microbatches)
+        self.sched = wt.pipeline_schedule(a.schedule, self.p, a.microbatches, a.chunks)
         w = Whole(a)
         self.vocab = a.schedule != "1f1b"
         first, last = self.s == 0, self.s == self.p - 1
-        self.blocks = torch.nn.ModuleList(w.blocks[i] for i in blocks_of(self.s, self.p,
-                                                                       a.layers))
+        self.nchunks = self.p * a.chunks  # chunk k runs on stage k % stages
+        self.chunk_blocks = {k: [w.blocks[i] for i in blocks_of(k, self.nchunks, a.layers)]
+                             for k in range(self.s, self.nchunks, self.p)}
         self.params = {}
-        for i in blocks_of(self.s, self.p, a.layers):
-            for k, v in w.blocks[i].named_parameters():
-                self.params["blocks.%d.%s" % (i, k)] = v
+        for k in self.chunk_blocks:
+            for i in blocks_of(k, self.nchunks, a.layers):
+                for n, v in w.blocks[i].named_parameters():
+                    self.params["blocks.%d.%s" % (i, n)] = v
         self.pos = w.pos if first else None
         self.ln = w.ln if last else None
         if first:
@@ -206,10 +211,32 @@ class Stage:
     def _shape(self):
         return (self.a.mb_size, self.a.seq, self.a.d_model)
 
+    def _send(self, t, chunk, tag, sends, local):
+        """@p t to the stage of @p chunk (kept here when that is this stage)."""
+        dst = chunk % self.p
+        if dst == self.s:
+            local[tag] = t
+        else:
+            sends.append((self.g.isend(t, dst, tag=tag), t))
+
+    def _recv(self, chunk, tag, local):
+        """What the stage of @p chunk sent with @p tag."""
+        src = chunk % self.p
+        if src == self.s:
+            return local.pop(tag)
+        t = torch.empty(self._shape())
+        self._wait(lambda: self.g.recv(t, src, tag=tag))
+        return t
+
     # -- one step -----------------------------------------------------------------------
     def step(self, xs, ys):
         a, g, s, p = self.a, self.g, self.s, self.p
-        m = a.microbatches
+        m, last = a.microbatches, self.nchunks - 1
+        # Tags: the activation into chunk k of microbatch i is k m + i; the gradient out
+        # of chunk k + 1 into chunk k is (chunks + k) m + i.
+        fwd_tag = lambda k, i: k * m + i  # noqa: E731
+        bwd_tag = lambda k, i: (self.nchunks + k) * m + i  # noqa: E731
+        local = {}
         self.opt.zero_grad()
         if self.vocab:
             self.table.grad = None
@@ -222,22 +249,21 @@ class Stage:
             emb_leaf = [e.clone().requires_grad_() for e in emb_leaf]
             self.busy += time.perf_counter() - t0
         for act in self.sched.actions[s]:
-            i = act.mb
+            i, k = act.mb, act.chunk
             t0 = time.perf_counter()
             idle0 = self.idle
             if act.op == "F":
-                if s == 0:
+                if k == 0:
                     h = emb_leaf[i] if self.vocab else F.embedding(xs[i], self.embed)
                     h_in = h
                     h = h + self.pos[:a.seq]
                 else:
-                    h_in = torch.empty(self._shape())
-                    self._wait(lambda: g.recv(h_in, s - 1, tag=i))
+                    h_in = self._recv(k - 1, fwd_tag(k, i), local)
                     h_in.requires_grad_()
                     h = h_in
-                for b in self.blocks:
+                for b in self.chunk_blocks[k]:
                     h = b(h)
-                if s == p - 1:
+                if k == last:
                     h = self.ln(h)
                     if not self.vocab:
                         h = F.cross_entropy(h.reshape(-1, a.d_model) @ self.out.T,
@@ -245,11 +271,11 @@ class Stage:
                                             label_smoothing=a.label_smoothing) / m
                         loss_of[i] = h.item() * m
                 else:
-                    out = h.detach().contiguous()
-                    sends.append((g.isend(out, s + 1, tag=i), out))
-                ins[i], outs[i] = h_in, h
+                    self._send(h.detach().contiguous(), k + 1, fwd_tag(k + 1, i), sends, local)
+                ins[(k, i)], outs[(k, i)] = h_in, h
             elif act.op == "S":
-                x = outs[i].detach().contiguous() if s == p - 1 else torch.empty(self._shape())
+                x = outs[(last, i)].detach().contiguous() if s == p - 1 else \
+                    torch.empty(self._shape())
                 self._wait(lambda: g.broadcast(x, root=p - 1))
                 x.requires_grad_()
                 loss = self.xent(x.reshape(-1, a.d_model), self.out, ys[i].reshape(-1))
@@ -261,19 +287,16 @@ class Stage:
                 if s == p - 1:
                     xh[("dx", i)] = x.grad
             else:  # B
-                h_in, h = ins.pop(i), outs.pop(i)
-                if s == p - 1:
+                h_in, h = ins.pop((k, i)), outs.pop((k, i))
+                if k == last:
                     if self.vocab:
                         h.backward(xh.pop(("dx", i)))
                     else:
                         h.backward()
                 else:
-                    grad = torch.empty(self._shape())
-                    self._wait(lambda: g.recv(grad, s + 1, tag=m + i))
-                    h.backward(grad)
-                if s > 0:
-                    gi = h_in.grad.contiguous()
-                    sends.append((g.isend(gi, s - 1, tag=m + i), gi))
+                    h.backward(self._recv(k + 1, bwd_tag(k, i), local))
+                if k > 0:
+                    self._send(h_in.grad.contiguous(), k - 1, bwd_tag(k - 1, i), sends, local)
             spent = (time.perf_counter() - t0) - (self.idle - idle0)
             self.busy += spent
             self.op_time[act.op] += spent

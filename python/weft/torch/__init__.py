@@ -5,7 +5,8 @@
   "naive" and "alg1").
 - VocabParallelEmbedding: the input embedding sharded the same way.
 - shard_vocab: this rank's padded shard of a whole [V, ...] tensor.
-- pipeline_schedule: 1F1B with the vocabulary passes placed on every stage (schedule.py).
+- pipeline_schedule: 1F1B, plain or interleaved, with the vocabulary passes placed on
+  every stage (schedule.py).
 - the torch.distributed backend "weft" (registered on import; weft.torch.distributed):
   `dist.init_process_group("weft")` under weftrun, DistributedDataParallel on weft;
   repair(), after a peer failure (is_peer_failure), gives the survivors' process group.
