@@ -28,7 +28,7 @@ weft_status_t weft__vocab_iallreduce(weft_vocab_t *v, void *buf, size_t count, w
 weft_status_t weft__vocab_ibroadcast(weft_vocab_t *v, void *buf, size_t count, int root,
                                      weft_req_t **req)
 {
-    weft_coll_args_t a = args(WEFT_COLL_BROADCAST, buf, count, WEFT_F32, -1, root);
+    weft_coll_args_t a = args(WEFT_COLL_BROADCAST, buf, count, v->dtype, -1, root);
     return weft__coll_start(v->group, &a, req);
 }
 

@@ -131,9 +131,10 @@ typedef struct weft_vocab_params {
      * WEFT_BF16 or WEFT_F16. The passes accumulate in float32 on float32 copies of X and
      * W (kept per microbatch and per vocabulary, in the memory of the call) and round
      * ∇X and ∇W to the dtype once they are complete; C2 reduces ∇X in float32. The
-     * upstream gradient, the losses and the statistics stay float32. The embedding
-     * takes float32 tables only: its calls return WEFT_ERR_UNSUPPORTED on another
-     * dtype. */
+     * upstream gradient, the losses and the statistics stay float32. The embedding's
+     * table, output and gradients are in the dtype too: the forward's sum is exact (one
+     * rank holds each row), the scatter adds in float32 and rounds each add; on the
+     * device the embedding takes float32 only (WEFT_ERR_UNSUPPORTED). */
     weft_dtype_t dtype;
 } weft_vocab_params_t;
 
@@ -388,13 +389,13 @@ WEFT_API weft_status_t weft_vocab_mb_memory(const weft_vocab_mb_t *mb, size_t n,
  * @return WEFT_OK, WEFT_INPROGRESS, WEFT_ERR_INVALID_ARG (an id outside [0, V)), errors of
  *         the collective.
  */
-WEFT_API weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const float *table,
-                                                 const int64_t *ids, size_t n, float *out,
+WEFT_API weft_status_t weft_vocab_iembed_forward(weft_vocab_t *vocab, const void *table,
+                                                 const int64_t *ids, size_t n, void *out,
                                                  weft_req_t **req);
 
 /** @brief Blocking weft_vocab_iembed_forward(). */
-WEFT_API weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float *table,
-                                                const int64_t *ids, size_t n, float *out);
+WEFT_API weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const void *table,
+                                                const int64_t *ids, size_t n, void *out);
 
 /**
  * @brief Embedding backward, communication part (pass IB): start the broadcast of ∇out
@@ -405,7 +406,7 @@ WEFT_API weft_status_t weft_vocab_embed_forward(weft_vocab_t *vocab, const float
  * weft_vocab_embed_grad_scatter().
  * @param[in,out] grad_out [n, h]: input on @p root, output elsewhere.
  */
-WEFT_API weft_status_t weft_vocab_embed_grad_bcast_start(weft_vocab_t *vocab, float *grad_out,
+WEFT_API weft_status_t weft_vocab_embed_grad_bcast_start(weft_vocab_t *vocab, void *grad_out,
                                                          size_t n, int root, weft_req_t **req);
 
 /**
@@ -414,17 +415,17 @@ WEFT_API weft_status_t weft_vocab_embed_grad_bcast_start(weft_vocab_t *vocab, fl
  * @param[in,out] grad_table ∇E_i [padded_length, h].
  * @return WEFT_OK or WEFT_ERR_INVALID_ARG.
  */
-WEFT_API weft_status_t weft_vocab_embed_grad_scatter(weft_vocab_t *vocab, const float *grad_out,
+WEFT_API weft_status_t weft_vocab_embed_grad_scatter(weft_vocab_t *vocab, const void *grad_out,
                                                      const int64_t *ids, size_t n,
-                                                     float *grad_table);
+                                                     void *grad_table);
 
 /**
  * @brief Blocking embedding backward: broadcast from @p root (skipped when @p root is
  * -1: every rank holds ∇out already), then the local scatter-add.
  */
-WEFT_API weft_status_t weft_vocab_embed_backward(weft_vocab_t *vocab, float *grad_out,
+WEFT_API weft_status_t weft_vocab_embed_backward(weft_vocab_t *vocab, void *grad_out,
                                                  const int64_t *ids, size_t n, int root,
-                                                 float *grad_table);
+                                                 void *grad_table);
 
 /** @} */
 

@@ -150,8 +150,9 @@ class Vocab:
     # -- embedding -----------------------------------------------------------------------
     def _embed_args(self, table, ids, out):
         i = _i64(ids, "ids")
-        t = _f32(table, "embedding table", self.range.padded_length * self.hidden)
-        o = _f32(out, "embedding out", i.count * self.hidden, writable=True)
+        t = _f32(table, "embedding table", self.range.padded_length * self.hidden,
+                 dtype=self.dtype)
+        o = _f32(out, "embedding out", i.count * self.hidden, writable=True, dtype=self.dtype)
         self.group._follow_torch_stream((t, o))
         return t, i, o
 
@@ -173,7 +174,7 @@ class Vocab:
 
     def embed_grad_bcast_start(self, grad_out, n, root):
         """Start the broadcast of ∇out [n, h] from @p root (pass IB); returns a Request."""
-        g = _f32(grad_out, "embedding grad_out", n * self.hidden, writable=True)
+        g = _f32(grad_out, "embedding grad_out", n * self.hidden, writable=True, dtype=self.dtype)
         self.group._follow_torch_stream((g,))
         req = c_void_p()
         self._call(lib.weft_vocab_embed_grad_bcast_start, g.ptr, n, root, byref(req))
@@ -184,9 +185,9 @@ class Vocab:
     def embed_grad_scatter(self, grad_out, ids, grad_table):
         """∇E_i[ids[j] - start] += ∇out[j] for the ids of this shard (no communication)."""
         i = _i64(ids, "ids")
-        g = _f32(grad_out, "embedding grad_out", i.count * self.hidden)
+        g = _f32(grad_out, "embedding grad_out", i.count * self.hidden, dtype=self.dtype)
         t = _f32(grad_table, "embedding grad_table", self.range.padded_length * self.hidden,
-                 writable=True)
+                 writable=True, dtype=self.dtype)
         self._call(lib.weft_vocab_embed_grad_scatter, g.ptr, i.ptr, i.count, t.ptr)
         mark_written(t)
         return grad_table
@@ -194,9 +195,10 @@ class Vocab:
     def embed_backward(self, grad_out, ids, grad_table, root=None):
         """Broadcast ∇out from @p root (None: every rank holds it), then scatter-add."""
         i = _i64(ids, "ids")
-        g = _f32(grad_out, "embedding grad_out", i.count * self.hidden, writable=root is not None)
+        g = _f32(grad_out, "embedding grad_out", i.count * self.hidden,
+                 writable=root is not None, dtype=self.dtype)
         t = _f32(grad_table, "embedding grad_table", self.range.padded_length * self.hidden,
-                 writable=True)
+                 writable=True, dtype=self.dtype)
         self.group._follow_torch_stream((g, t))
         self._call(lib.weft_vocab_embed_backward, g.ptr, i.ptr, i.count,
                    -1 if root is None else root, t.ptr)

@@ -220,6 +220,29 @@ def test_blocked_refusals(world):
         weft.Vocab(world, V, H, dtype="float64")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_embedding_matches_torch(world, dtype):
+    """A bf16 or f16 table: the rows come back exactly; the table's gradient within one
+    rounding per add of the float64 sum (ids repeat)."""
+    g = torch.Generator().manual_seed(13)
+    E = torch.randn(V, H, generator=g, dtype=torch.float64).to(dtype)
+    ids = torch.tensor([[0, V - 1, 5, 5], [11, 0, 5, V - 1]])
+    emb = wt.VocabParallelEmbedding(world, V, H, dtype=dtype, grad_root=0)
+    with torch.no_grad():
+        emb.weight.copy_(wt.shard_vocab(E, world))
+    out = emb(ids)
+    assert out.dtype == dtype
+    assert torch.equal(out, F.embedding(ids, E))
+    up = torch.randn(*ids.shape, H, generator=g).to(dtype)
+    out.backward(up if world.rank == 0 else torch.full_like(up, 7.0))  # root 0's counts
+    assert emb.weight.grad.dtype == dtype
+    Er = E.double().requires_grad_()
+    F.embedding(ids, Er).backward(up.double())
+    dE = gathered_rows(world, emb.weight.grad.double(), emb.vocab_range)
+    tol = (1 / 256 if dtype == torch.bfloat16 else 1 / 2048) * 3  # up to 3 adds a row
+    assert (dE - Er.grad).abs().max() <= tol * Er.grad.abs().max()
+
+
 @pytest.mark.parametrize("grad_root", [None, 0])
 def test_embedding_matches_torch(world, grad_root):
     g = torch.Generator().manual_seed(11)

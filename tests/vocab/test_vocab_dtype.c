@@ -3,7 +3,8 @@
  * and W are rounded to the dtype first, so the float64 reference of the rounded values
  * is exact; the loss (accumulated in float32) must then agree as closely as a float32
  * vocabulary's, and ∇X and ∇W, rounded once to the dtype, within the dtype's rounding.
- * Every algorithm, blocked and not, with label smoothing and with accumulate_dw. The
+ * Every algorithm, blocked and not, with label smoothing and with accumulate_dw, and the
+embedding. The
  * conversions here are the compiler's (_Float16) and plain bit rounding, not weft's.
  */
 #include <math.h>
@@ -124,22 +125,88 @@ static void test_f16(void **state)
     run_dtype(WEFT_F16);
 }
 
-/* Another dtype is refused at creation; the embedding refuses a bf16 vocabulary (on every
- * rank alike, before any collective). */
+/* Another dtype is refused at creation; on the device the embedding takes float32 only
+ * (checked where a GPU runs test_vocab_cuda). */
 static void test_refusals(void **state)
 {
     (void)state;
     weft_vocab_params_t vp = {.size = sizeof(vp), .vocab_size = 10, .hidden = 4, .dtype = WEFT_F64};
     weft_vocab_t *v;
     assert_int_equal(weft_vocab_create(g_world, &vp, &v), WEFT_ERR_INVALID_ARG);
-    vp.dtype = WEFT_BF16;
+}
+
+/* The embedding in bf16 and f16 (host memory): the forward gives the table's rows exactly
+ * (one rank holds each, the others add zeros); the backward broadcasts rank 0's gradient
+ * and adds it into each rank's rows, in float32 with each add rounded: within one
+ * rounding per add of the exact sum. */
+static void embed_half(weft_dtype_t dt)
+{
+    const size_t V = 23, h = 6, n = 9;
+    weft_vocab_params_t vp = {.size = sizeof(vp), .vocab_size = V, .hidden = h, .dtype = dt};
+    weft_vocab_t *v;
     OK(weft_vocab_create(g_world, &vp, &v));
     weft_vocab_range_t r;
     OK(weft_vocab_local_range(v, &r));
-    int64_t ids[2] = {1, 2};
-    float out[8], table[64] = {0};
-    assert_int_equal(weft_vocab_embed_forward(v, table, ids, 2, out), WEFT_ERR_UNSUPPORTED);
+    uint64_t seed = 31;
+    float *table = malloc(V * h * sizeof(float)), *g = malloc(n * h * sizeof(float));
+    for (size_t i = 0; i < V * h; i++) {
+        table[i] = ref_uniform(&seed);
+    }
+    for (size_t i = 0; i < n * h; i++) {
+        g[i] = ref_uniform(&seed);
+    }
+    round_all(dt, table, V * h);
+    round_all(dt, g, n * h);
+    int64_t ids[9] = {0, 22, 5, 5, 11, 0, 17, 5, 21}; /* repeats, both ends */
+    uint16_t *shard = calloc(r.padded_length * h + 1, 2);
+    uint16_t *all = pack(dt, table, V * h);
+    memcpy(shard, all + r.start * h, r.length * h * 2);
+    uint16_t *out = calloc(n * h, 2);
+    OK(weft_vocab_embed_forward(v, shard, ids, n, out));
+    for (size_t j = 0; j < n; j++) {
+        assert_memory_equal(out + j * h, all + (size_t)ids[j] * h, h * 2);
+    }
+    /* Only rank 0's gradient counts: the others hold garbage that the broadcast replaces. */
+    uint16_t *gout = g_rank == 0 ? pack(dt, g, n * h) : calloc(n * h, 2);
+    if (g_rank != 0) {
+        memset(gout, 0x7f, n * h * 2);
+    }
+    uint16_t *gtab = calloc(r.padded_length * h + 1, 2);
+    OK(weft_vocab_embed_backward(v, gout, ids, n, 0, gtab));
+    double tol = dt == WEFT_BF16 ? 1.0 / 256 : 1.0 / 2048;
+    for (size_t row = 0; row < r.length; row++) {
+        for (size_t k = 0; k < h; k++) {
+            double exact = 0.0, mag = 0.0;
+            int adds = 0;
+            for (size_t j = 0; j < n; j++) {
+                if ((size_t)ids[j] == r.start + row) {
+                    exact += g[j * h + k];
+                    mag = fmax(mag, fabs(exact));
+                    adds++;
+                }
+            }
+            double got = from16(dt, gtab[row * h + k]);
+            assert_true(fabs(got - exact) <= adds * tol * fmax(mag, 1e-30) + 1e-30);
+        }
+    }
+    for (size_t i = r.length * h; i < r.padded_length * h; i++) {
+        assert_true(gtab[i] == 0); /* padding rows untouched */
+    }
     OK(weft_vocab_free(v));
+    free(table);
+    free(g);
+    free(shard);
+    free(all);
+    free(out);
+    free(gout);
+    free(gtab);
+}
+
+static void test_embedding_half(void **state)
+{
+    (void)state;
+    embed_half(WEFT_BF16);
+    embed_half(WEFT_F16);
 }
 
 int main(void)
@@ -154,6 +221,7 @@ int main(void)
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_embedding_half),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     weft_finalize(g_ctx);

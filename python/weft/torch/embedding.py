@@ -13,14 +13,15 @@ from ..vocab import Vocab
 
 
 class VocabParallelEmbeddingFunction(torch.autograd.Function):
-    """apply(ids [n] int64, weight [padded, h] f32, vocab, grad_root) -> [n, h]."""
+    """apply(ids [n] int64, weight [padded, h] in the vocabulary's dtype, vocab, grad_root)
+    -> [n, h] in that dtype."""
 
     @staticmethod
     def forward(ctx, ids, weight, vocab, grad_root):
         """Rows of the embedding for @p ids, from every rank's shard."""
-        out = torch.empty((ids.numel(), vocab.hidden), dtype=torch.float32, device=weight.device)
+        out = torch.empty((ids.numel(), vocab.hidden), dtype=weight.dtype, device=weight.device)
         vocab.embed_forward(weight, ids, out)
-        ctx.vocab, ctx.grad_root = vocab, grad_root
+        ctx.vocab, ctx.grad_root, ctx.dtype = vocab, grad_root, weight.dtype
         ctx.save_for_backward(ids)
         return out
 
@@ -30,10 +31,10 @@ class VocabParallelEmbeddingFunction(torch.autograd.Function):
         """This rank's shard's gradient (weft_vocab_embed_backward)."""
         (ids,) = ctx.saved_tensors
         vocab = ctx.vocab
-        g = grad_out.detach().to(torch.float32).contiguous()
+        g = grad_out.detach().to(ctx.dtype).contiguous()
         if ctx.grad_root is not None and g.data_ptr() == grad_out.data_ptr():
             g = g.clone()  # the broadcast writes into it
-        grad_table = torch.zeros(vocab.table_shape, dtype=torch.float32, device=g.device)
+        grad_table = torch.zeros(vocab.table_shape, dtype=ctx.dtype, device=g.device)
         vocab.embed_backward(g, ids, grad_table, ctx.grad_root)
         return None, grad_table, None, None
 
@@ -43,6 +44,9 @@ class VocabParallelEmbedding(torch.nn.Module):
     this rank holds `weight` [padded_length, h] (rows past its shard's length are padding
     and stay zero). forward(ids) gives [*ids.shape, h] on every rank.
 
+    dtype: of the table, the output and the gradients: float32, bfloat16 or float16
+    (bf16/f16 in host memory: the lookup is exact, the gradient's scatter adds in float32
+    and rounds each add).
     grad_root: None when every rank computes the gradient of the output (it feeds the
     rest of the model on every rank); else the group rank that computes it, which
     broadcasts it in backward (every rank must then run backward).
@@ -50,14 +54,17 @@ class VocabParallelEmbedding(torch.nn.Module):
     operators with the context)."""
 
     def __init__(self, group, num_embeddings, embedding_dim, *, align=0, grad_root=None,
-                 device=None):
+                 device=None, dtype=torch.float32):
         super().__init__()
         self.group, self.grad_root = group, grad_root
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.vocab = Vocab(group, num_embeddings, embedding_dim, align)
+        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise invalid("dtype must be float32, bfloat16 or float16, not %s" % dtype)
+        self.vocab = Vocab(group, num_embeddings, embedding_dim, align,
+                           dtype=str(dtype)[len("torch."):])
         r = self.vocab.range
         self.weight = torch.nn.Parameter(
-            torch.zeros(r.padded_length, embedding_dim, dtype=torch.float32, device=device))
+            torch.zeros(r.padded_length, embedding_dim, dtype=dtype, device=device))
         self.reset_parameters()
 
     @property
