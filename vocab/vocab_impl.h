@@ -112,7 +112,8 @@ static inline float weft__ls_spread(const weft__xent_dims_t *d)
 /*
  * Pass S. y [n*len] receives the logits (NAIVE) or exp(Y - m) (ALG1/ALG2); rec [n*rec]
  * the records (NAIVE: only the row max part); mloc [n] the local row max (ALG1/ALG2);
- * wsum [h] is scratch for ALG2 with label smoothing (else unused, may be NULL).
+ * wsum [h] is scratch for ALG2 with label smoothing (else unused, may be NULL). Where
+ * weft__xent_blocked(d), it runs the blocked S (y [n*block] scratch).
  */
 void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const float *x,
                       const float *w, const int64_t *labels, float *y, float *rec, float *mloc,
@@ -152,16 +153,18 @@ static inline float weft__xent_token_weight(weft_vocab_reduction_t red, const fl
 /*
  * Pass T. wtok [n] are the token weights; y [n*len] is turned into G in place;
  * dw [padded_len*h] written (or accumulated); dx [n*h] written: the partial G W_i for
- * NAIVE/ALG1, the complete wtok * D for ALG2 (D in rec, see above).
+ * NAIVE/ALG1, the complete wtok * D for ALG2 (D in rec, see above). Where
+ * weft__xent_blocked(d), it runs the blocked T, which reads the local maxima mloc of S
+ * (unused otherwise).
  */
 void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t padded_len,
                       const float *x, const float *w, const int64_t *labels, const float *wtok,
-                      float *y, const float *coef, const float *rec, float *dx, float *dw,
-                      bool accumulate);
+                      float *y, const float *coef, const float *mloc, const float *rec, float *dx,
+                      float *dw, bool accumulate);
 
-/* S and T block by block (xent_blocked.c), for weft__xent_blocked(d) and ALG1/ALG2: the
- * same records and outputs, with y [n * block] scratch; T needs the local maxima mloc
- * of S. */
+/* S and T block by block (xent_blocked.c), for weft__xent_blocked(d) and ALG1/ALG2
+ * (weft__xent_s_cpu and weft__xent_t_cpu call them): the same records and outputs, with
+ * y [n * block] scratch. */
 void weft__xent_s_blocked_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const float *x,
                               const float *w, const int64_t *labels, float *y, float *rec,
                               float *mloc, float *wsum);

@@ -39,14 +39,13 @@ weft_status_t weft_vocab_mb_create(weft_vocab_t *vocab, const weft_vocab_mb_para
     size_t block = params->size >= offsetof(weft_vocab_mb_params_t, block_rows) + sizeof(size_t)
                        ? params->block_rows
                        : 0;
-    if (block >= vocab->range.length) {
-        block = 0; /* the shard fits one block */
-    }
-    if (params->size >= offsetof(weft_vocab_mb_params_t, block_rows) + sizeof(size_t) &&
-        params->block_rows > 0 && params->algo == WEFT_VOCAB_NAIVE) {
+    if (block > 0 && params->algo == WEFT_VOCAB_NAIVE) {
         return weft__error(vocab->ctx, WEFT_ERR_INVALID_ARG,
                            "vocab: block_rows needs alg1 or alg2: naive's sums need the global "
                            "max first, so its forward would compute the logits twice");
+    }
+    if (block >= vocab->range.length) {
+        block = 0; /* the shard fits one block */
     }
     weft_vocab_mb_t *m = calloc(1, sizeof(*m));
     if (m == NULL) {
@@ -209,13 +208,8 @@ weft_status_t weft_vocab_xent_logits(weft_vocab_mb_t *mb, const void *x, const v
 #endif
     } else {
         weft__xent_dims_t d = weft__vocab_mb_dims(mb);
-        if (weft__xent_blocked(&d)) {
-            weft__xent_s_blocked_cpu(&d, mb->algo, mb->x, mb->w, mb->labels, mb->y, mb->rec,
-                                     mb->mloc, mb->wsum);
-        } else {
-            weft__xent_s_cpu(&d, mb->algo, mb->x, mb->w, mb->labels, mb->y, mb->rec, mb->mloc,
-                             mb->wsum);
-        }
+        weft__xent_s_cpu(&d, mb->algo, mb->x, mb->w, mb->labels, mb->y, mb->rec, mb->mloc,
+                         mb->wsum);
     }
     mb->stats.compute_ns += weft__now_ns() - t0;
     mb->state = WEFT__MB_S_DONE;
@@ -525,14 +519,8 @@ weft_status_t weft_vocab_xent_grad(weft_vocab_mb_t *mb, const float *grad, void 
 #endif
     } else {
         weft__xent_dims_t d = weft__vocab_mb_dims(mb);
-        if (weft__xent_blocked(&d)) {
-            weft__xent_t_blocked_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w,
-                                     mb->labels, mb->wtok, mb->y, mb->coef, mb->mloc, mb->rec, dxf,
-                                     dwf, mb->accumulate_dw);
-        } else {
-            weft__xent_t_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w, mb->labels,
-                             mb->wtok, mb->y, mb->coef, mb->rec, dxf, dwf, mb->accumulate_dw);
-        }
+        weft__xent_t_cpu(&d, mb->algo, mb->v->range.padded_length, mb->x, mb->w, mb->labels,
+                         mb->wtok, mb->y, mb->coef, mb->mloc, mb->rec, dxf, dwf, mb->accumulate_dw);
     }
     if ((st = weft__vx_t_store(mb)) != WEFT_OK) {
         return st;

@@ -112,7 +112,5 @@ void weft__xent_t_blocked_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo
     }
     if (alg2) {
         weft__xent_dx_alg2(d, labels, wtok, rec, dx);
-    } else if (len == 0) {
-        memset(dx, 0, n * h * sizeof(float));
     }
 }

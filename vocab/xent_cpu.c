@@ -94,6 +94,10 @@ void weft__xent_s_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, const 
                       const float *w, const int64_t *labels, float *y, float *rec, float *mloc,
                       float *wsum)
 {
+    if (weft__xent_blocked(d)) {
+        weft__xent_s_blocked_cpu(d, algo, x, w, labels, y, rec, mloc, wsum);
+        return;
+    }
     size_t n = d->n, h = d->h, len = d->len;
     if (n > 0 && len > 0) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)len, (int)h, 1.0f, x,
@@ -217,9 +221,14 @@ void weft__xent_dx_alg2(const weft__xent_dims_t *d, const int64_t *labels, const
 
 void weft__xent_t_cpu(const weft__xent_dims_t *d, weft_vocab_algo_t algo, size_t padded_len,
                       const float *x, const float *w, const int64_t *labels, const float *wtok,
-                      float *y, const float *coef, const float *rec, float *dx, float *dw,
-                      bool accumulate)
+                      float *y, const float *coef, const float *mloc, const float *rec, float *dx,
+                      float *dw, bool accumulate)
 {
+    if (weft__xent_blocked(d)) {
+        weft__xent_t_blocked_cpu(d, algo, padded_len, x, w, labels, wtok, y, coef, mloc, rec, dx,
+                                 dw, accumulate);
+        return;
+    }
     size_t n = d->n, h = d->h, len = d->len;
     /* G = wtok * (p - q), in place of y; ignored tokens give zero rows. An empty shard
      * has no y at all. */

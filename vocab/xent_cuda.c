@@ -46,7 +46,7 @@ weft_status_t weft__vxd_blas_fail(weft_ctx_t *ctx, cublasStatus_t e, const char 
 }
 
 /* The stream of the vocabulary's group. */
-static cudaStream_t vstream(const weft_vocab_t *v)
+cudaStream_t weft__vxd_stream(const weft_vocab_t *v)
 {
     void *s = NULL;
     weft_group_cuda_stream(v->group, &s);
@@ -55,7 +55,7 @@ static cudaStream_t vstream(const weft_vocab_t *v)
 
 weft_status_t weft__vxd_copy(const weft_vocab_t *v, void *dst, const void *src, size_t bytes)
 {
-    cudaError_t e = weft__vxd_copy_sync(dst, src, bytes, vstream(v));
+    cudaError_t e = weft__vxd_copy_sync(dst, src, bytes, weft__vxd_stream(v));
     return e == cudaSuccess ? WEFT_OK : weft__vxd_cuda_fail(v->ctx, e, "copy");
 }
 
@@ -84,7 +84,7 @@ void weft__vxd_free(weft_vocab_mb_t *mb)
 static weft_status_t dev_alloc(weft_vocab_mb_t *mb)
 {
     weft_ctx_t *ctx = mb->v->ctx;
-    cudaStream_t stream = vstream(mb->v);
+    cudaStream_t stream = weft__vxd_stream(mb->v);
     if (mb->dev != NULL) {
         int cur;
         CUDA_CHECK(ctx, cudaGetDevice(&cur), "current device");
@@ -348,7 +348,7 @@ weft_status_t weft__vxd_dx_upload(weft_vocab_mb_t *mb)
 static weft_status_t dev_ids(const weft_vocab_t *v, const int64_t *ids_user,
                              const int64_t *ids_host, size_t n, const int64_t **out, int64_t **tmp)
 {
-    cudaStream_t stream = vstream(v);
+    cudaStream_t stream = weft__vxd_stream(v);
     *tmp = NULL;
     if (weft__vocab_is_device(ids_user)) {
         *out = ids_user;
@@ -369,7 +369,7 @@ weft_status_t weft__vxd_embed_lookup(const weft_vocab_t *v, const float *table,
                                      const int64_t *ids_user, const int64_t *ids_host, size_t n,
                                      float *out)
 {
-    cudaStream_t stream = vstream(v);
+    cudaStream_t stream = weft__vxd_stream(v);
     const int64_t *ids;
     int64_t *tmp;
     weft_status_t st = dev_ids(v, ids_user, ids_host, n, &ids, &tmp);
@@ -389,7 +389,7 @@ weft_status_t weft__vxd_embed_scatter(const weft_vocab_t *v, const float *grad_o
                                       const int64_t *ids_user, const int64_t *ids_host, size_t n,
                                       float *grad_table)
 {
-    cudaStream_t stream = vstream(v);
+    cudaStream_t stream = weft__vxd_stream(v);
     const int64_t *ids;
     int64_t *tmp;
     weft_status_t st = dev_ids(v, ids_user, ids_host, n, &ids, &tmp);

@@ -25,6 +25,8 @@ struct weft__vocab_dev {
     cudaStream_t stream; /* the group's stream, read again at every S and T */
 };
 
+/* The stream of the vocabulary's group (weft_group_set_cuda_stream). */
+cudaStream_t weft__vxd_stream(const weft_vocab_t *v);
 /* Copy and wait for it on @p stream. */
 cudaError_t weft__vxd_copy_sync(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 /* The error of a failed CUDA or cuBLAS call, logged with @p what. */

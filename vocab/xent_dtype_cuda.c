@@ -19,9 +19,7 @@ void weft__vxd_free_buf(float *p)
 weft_status_t weft__vxd_convert(const weft_vocab_t *v, weft_dtype_t dtype, bool to_f32, void *dst,
                                 const void *src, size_t count)
 {
-    void *s = NULL;
-    weft_group_cuda_stream(v->group, &s);
-    cudaStream_t stream = (cudaStream_t)s;
+    cudaStream_t stream = weft__vxd_stream(v);
     CUDA_CHECK(v->ctx, weft__vk_convert(count, dtype == WEFT_BF16, to_f32, src, dst, stream),
                "dtype conversion");
     CUDA_CHECK(v->ctx, cudaStreamSynchronize(stream), "dtype conversion");

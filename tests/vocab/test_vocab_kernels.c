@@ -57,7 +57,9 @@ static void shard_alloc(shard_t *s, const xcase_t *c, int P, size_t align, int r
         s->w[i] = NAN;
     }
     memcpy(s->w, c->w + s->r.start * h, s->r.length * h * sizeof(float));
-    s->y = malloc(n * s->r.length * sizeof(float) + 4);
+    /* A blocked shard gets the logits of one block only, as the library allocates. */
+    size_t rows = weft__xent_blocked(&s->d) ? block : s->r.length;
+    s->y = malloc(n * rows * sizeof(float) + 4);
     s->rec = malloc(n * rec * sizeof(float) + 4);
     s->mloc = malloc(n * sizeof(float) + 4);
     s->loss = malloc(n * sizeof(float) + 4);
@@ -131,13 +133,8 @@ static void simulate(const xcase_t *c, int P, size_t align, weft_vocab_algo_t al
     shard_t *sh = calloc((size_t)P, sizeof(*sh));
     for (int r = 0; r < P; r++) {
         shard_alloc(&sh[r], c, P, align, r, rec, eps, block);
-        if (weft__xent_blocked(&sh[r].d)) {
-            weft__xent_s_blocked_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec,
-                                     sh[r].mloc, sh[r].wsum);
-        } else {
-            weft__xent_s_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec,
-                             sh[r].mloc, sh[r].wsum);
-        }
+        weft__xent_s_cpu(&sh[r].d, algo, c->x, sh[r].w, c->labels, sh[r].y, sh[r].rec, sh[r].mloc,
+                         sh[r].wsum);
     }
     sim_merge(sh, P, c, algo, reverse);
     int64_t valid = weft__count_valid_labels(c->labels, n, c->V);
@@ -159,14 +156,8 @@ static void simulate(const xcase_t *c, int P, size_t align, weft_vocab_algo_t al
         }
         /* Every shard derives the same loss from the same merged statistics. */
         assert_memory_equal(sh[r].loss, o->loss_tok, n * sizeof(float));
-        if (weft__xent_blocked(&sh[r].d)) {
-            weft__xent_t_blocked_cpu(&sh[r].d, algo, sh[r].r.padded_length, c->x, sh[r].w,
-                                     c->labels, wtok, sh[r].y, sh[r].coef, sh[r].mloc, sh[r].rec,
-                                     sh[r].dx, sh[r].dw, false);
-        } else {
-            weft__xent_t_cpu(&sh[r].d, algo, sh[r].r.padded_length, c->x, sh[r].w, c->labels, wtok,
-                             sh[r].y, sh[r].coef, sh[r].rec, sh[r].dx, sh[r].dw, false);
-        }
+        weft__xent_t_cpu(&sh[r].d, algo, sh[r].r.padded_length, c->x, sh[r].w, c->labels, wtok,
+                         sh[r].y, sh[r].coef, sh[r].mloc, sh[r].rec, sh[r].dx, sh[r].dw, false);
         memcpy(o->dw + sh[r].r.start * h, sh[r].dw, sh[r].r.length * h * sizeof(float));
         for (size_t i = sh[r].r.length * h; i < sh[r].r.padded_length * h; i++) {
             assert_true(sh[r].dw[i] == 0.0f); /* padding rows: zero gradient */

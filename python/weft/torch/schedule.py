@@ -55,6 +55,18 @@ def _needs(a, stages, chunks, vocab):
     return [("S", None, i)]
 
 
+def _peak(actions, opens, closes):
+    """The most passes of @p actions past an @p opens and not yet past its @p closes."""
+    live = peak = 0
+    for a in actions:
+        if a.op == opens:
+            live += 1
+            peak = max(peak, live)
+        elif a.op == closes:
+            live -= 1
+    return peak
+
+
 class Schedule:
     """The lists of a pipeline schedule (built by pipeline_schedule()).
 
@@ -78,27 +90,13 @@ class Schedule:
         once: past their F and not yet past their B (the transformer layers'
         activations; the vocabulary passes hold 1/stages of the output layer's between S
         and T)."""
-        live = peak = 0
-        for a in self.actions[stage]:
-            if a.op == "F":
-                live += 1
-                peak = max(peak, live)
-            elif a.op == "B":
-                live -= 1
-        return peak
+        return _peak(self.actions[stage], "F", "B")
 
     def vocab_in_flight(self):
         """The most microbatches between S and T at once (every stage alike); 0 for
         "1f1b", whose last stage holds the whole output layer's activations of each of
         its in-flight microbatches instead."""
-        live = peak = 0
-        for a in self.actions[0]:
-            if a.op == "S":
-                live += 1
-                peak = max(peak, live)
-            elif a.op == "T":
-                live -= 1
-        return peak
+        return _peak(self.actions[0], "S", "T")
 
     def length(self):
         """Slots of the simulated timeline (the makespan in units of one pass)."""
