@@ -5,10 +5,14 @@
 # tables of docs/perf.md come from runs of it. Run it inside a bed of HOSTS hosts, as root:
 #
 #   tests/multinode/netns_hosts.sh HOSTS perf/sweep_hosts.sh [-H HOSTS] [-p PER_HOST]
-#       [-C COLL] [-b MIN] [-e MAX] [-n ITERS] [-r REPEATS] SETTING VALUE...
+#       [-C COLL] [-b MIN] [-e MAX] [-n ITERS] [-r REPEATS] [-x ARG]... SETTING VALUE...
 #
 #   e.g. tests/multinode/netns_hosts.sh 2 perf/sweep_hosts.sh -p 2 -b 256K -e 16M \
 #            WEFT_COLL_HIER_SEGMENT 0 256K 1M 4M
+#
+# -x passes an argument to every weft-perf run (e.g. -x -r -x 1: broadcast's root 1).
+# SETTING BUILD compares builds instead: each VALUE is a build directory (bin/weftrun,
+# bin/weft-perf), e.g. BUILD /tmp/old/build build.
 #
 # Ranks are not bound to cores (the bed's hosts share the machine's cores) and give the
 # CPU up while they wait when the hosts hold more ranks than the machine has cores, as
@@ -24,6 +28,7 @@ lo=256K
 hi=16M
 iters=10
 repeats=3
+extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
     -H) hosts=$2; shift 2 ;;
@@ -33,7 +38,8 @@ while [ $# -gt 0 ]; do
     -e) hi=$2; shift 2 ;;
     -n) iters=$2; shift 2 ;;
     -r) repeats=$2; shift 2 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -x) extra+=("$2"); shift 2 ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
     -*) echo "sweep_hosts.sh: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac
@@ -51,17 +57,25 @@ yield=()
 [ $((hosts * per)) -le "$(nproc)" ] || yield=(WEFT_YIELD_SPINS=0)
 
 for ((rep = 0; rep < repeats; rep++)); do
+    k=0
     for value in "$@"; do
+        run_bin=$bin
+        set_env=("$setting=$value")
+        if [ "$setting" = BUILD ]; then
+            run_bin=$(cd "$value" && pwd)/bin
+            set_env=()
+        fi
         pids=()
         for ((i = hosts - 1; i >= 0; i--)); do
-            "$NSH_BED" exec $i env "${yield[@]}" "$setting=$value" "$bin/weftrun" \
+            "$NSH_BED" exec $i env "${yield[@]}" "${set_env[@]}" "$run_bin/weftrun" \
                 --nnodes "$hosts" --node-rank $i --store "$store" --token-file "$tmp/token" \
-                -n "$per" -- "$bin/weft-perf" "$coll" -b "$lo" -e "$hi" -n "$iters" -w 2 \
-                --bind none --json >"$tmp/out.$i" &
+                -n "$per" -- "$run_bin/weft-perf" "$coll" -b "$lo" -e "$hi" -n "$iters" -w 2 \
+                --bind none --json "${extra[@]}" >"$tmp/out.$i" &
             pids+=($!)
         done
         wait "${pids[@]}"
-        mv "$tmp/out.0" "$tmp/r$rep-v$value.json"
+        mv "$tmp/out.0" "$tmp/r$rep-v$k.json"
+        k=$((k + 1))
     done
 done
 
@@ -70,8 +84,8 @@ import json, statistics, sys
 tmp, setting, hosts, per, coll, values = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 t, wrong = {}, 0
 import glob, os
-for v in values:
-    for path in glob.glob(os.path.join(tmp, f"r*-v{v}.json")):
+for k, v in enumerate(values):
+    for path in glob.glob(os.path.join(tmp, f"r*-v{k}.json")):
         for r in json.load(open(path))["results"]:
             t.setdefault((r["size"], v), []).append(r["time_us"])
             wrong += r["wrong"] or 0

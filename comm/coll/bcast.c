@@ -10,6 +10,15 @@
  * ... -> root-1: every rank receives each chunk straight into its buffer and forwards it
  * while the next chunks arrive, so the time is about one transfer of the whole buffer
  * plus (P-2) chunks.
+ *
+ * Over hosts the chain visits the root's host first, then the other hosts in their
+ * leaders' order, each host's ranks one after the other from its entry (the root, and
+ * each other host's lowest rank), so it crosses each host boundary once whatever the root.
+ * Up to WEFT_COLL_HIER_MAX bytes it is a tree instead: the entries are linked across
+ * hosts, and each entry sends every chunk first to the next host's entry and then to its
+ * own host's chain, so a chunk reaches the last rank after H - 1 network hops and at most
+ * L - 1 local ones (H hosts of at most L ranks) instead of P - 1 hops. Above that the
+ * chain, where every rank sends each chunk once, moves large buffers faster.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -72,12 +81,15 @@ static const weft_rd_ops_t bc_small_ops = {
 /* ---- large: pipelined chain ---- */
 
 #define CHAIN_WIN 8
+#define CHAIN_OUT 2 /* children of a rank: the next host's entry, then the next local rank */
 
 typedef struct chain {
-    int prev, next; /* -1 at the ends */
+    int prev;            /* -1 at the root */
+    int next[CHAIN_OUT]; /* nnext of them, in the order each chunk is sent */
+    int nnext;
     size_t nchunks, chunk;
     size_t next_recv, next_done, next_send, floor;
-    weft_req_t *rreq[CHAIN_WIN], *sreq[CHAIN_WIN];
+    weft_req_t *rreq[CHAIN_WIN], *sreq[CHAIN_OUT][CHAIN_WIN];
 } chain_t;
 
 static void chain_fini(weft_coll_t *c)
@@ -86,17 +98,93 @@ static void chain_fini(weft_coll_t *c)
     if (ch != NULL) {
         for (int i = 0; i < CHAIN_WIN; i++) {
             weft__coll_child_drop(&ch->rreq[i]);
-            weft__coll_child_drop(&ch->sreq[i]);
+            for (int k = 0; k < CHAIN_OUT; k++) {
+                weft__coll_child_drop(&ch->sreq[k][i]);
+            }
         }
         free(ch);
         c->alg = NULL;
     }
 }
 
+/* The rank after (@p dir 1) or before (-1) @p r, cyclically, on host @p h; with h < 0 the
+ * next or previous host leader (host[q] == q). @p r itself when there is none. */
+static int neighbour(const int *host, int size, int r, int dir, int h)
+{
+    for (int i = 1; i < size; i++) {
+        int q = ((r + dir * i) % size + size) % size;
+        if (host[q] == (h >= 0 ? h : q)) {
+            return q;
+        }
+    }
+    return r;
+}
+
+/*
+ * The links over hosts (see the top); @p host[r] is the lowest rank of r's host. In a
+ * @p tree a host's entry forwards to the next host's entry and to its own host's chain;
+ * else the last rank of each host's chain forwards to the next host's entry.
+ */
+static void chain_over_hosts(const weft_coll_t *c, chain_t *ch, const int *host, bool tree)
+{
+    int me = c->rank, root = c->a.root, size = c->size;
+    int h = host[me], rh = host[root];
+    int entry = h == rh ? root : h;
+    int next_host = neighbour(host, size, h, 1, -1); /* hosts in their leaders' order */
+    int prev_host = neighbour(host, size, h, -1, -1);
+    int local_next = neighbour(host, size, me, 1, h);
+    bool last = local_next == me || local_next == entry;
+    ch->nnext = 0;
+    if (next_host != h && next_host != rh && (tree ? me == entry : last)) {
+        ch->next[ch->nnext++] = next_host; /* the next host's entry is its leader */
+    }
+    if (!last) {
+        ch->next[ch->nnext++] = local_next;
+    }
+    if (me != entry) {
+        ch->prev = neighbour(host, size, me, -1, h);
+    } else if (h == rh) {
+        ch->prev = -1;
+    } else {
+        int prev_entry = prev_host == rh ? root : prev_host;
+        ch->prev = tree ? prev_entry : neighbour(host, size, prev_entry, -1, prev_host);
+    }
+}
+
+/* The plain chain, or the chain of chains where every rank's host is known. */
+static void chain_links(const weft_coll_t *c, chain_t *ch)
+{
+    int nhosts;
+    const int *host = weft__group_host_table(c->g, &nhosts);
+    bool known = host != NULL && nhosts > 1;
+    for (int r = 0; known && r < c->size; r++) {
+        known = host[r] >= 0;
+    }
+    if (known) {
+        chain_over_hosts(c, ch, host, bc_bytes(c) <= c->ctx->cfg.coll_hier_max);
+        return;
+    }
+    int pos = (c->rank - c->a.root + c->size) % c->size;
+    ch->prev = pos == 0 ? -1 : (c->rank - 1 + c->size) % c->size;
+    ch->nnext = pos == c->size - 1 ? 0 : 1;
+    ch->next[0] = (c->rank + 1) % c->size;
+}
+
 static size_t chunk_len(const weft_coll_t *c, const chain_t *ch, size_t i)
 {
     size_t off = i * ch->chunk, total = bc_bytes(c);
     return total - off < ch->chunk ? total - off : ch->chunk;
+}
+
+/* Whether every send of chunk @p i has completed. */
+static bool sends_done(const chain_t *ch, size_t i)
+{
+    for (int k = 0; k < ch->nnext; k++) {
+        if (ch->sreq[k][i % CHAIN_WIN] != NULL) {
+            return false;
+        }
+    }
+    return true;
 }
 
 static weft_status_t chain_step(weft_coll_t *c, chain_t *ch, bool *moved)
@@ -117,29 +205,33 @@ static weft_status_t chain_step(weft_coll_t *c, chain_t *ch, bool *moved)
         *moved = true;
     }
     size_t have = ch->prev < 0 ? ch->nchunks : ch->next_done;
-    while (ch->next != -1 && ch->next_send < have && ch->next_send < ch->floor + CHAIN_WIN) {
+    while (ch->nnext > 0 && ch->next_send < have && ch->next_send < ch->floor + CHAIN_WIN) {
         size_t i = ch->next_send;
-        st = weft__isend(c->g, ch->next, buf + i * ch->chunk, chunk_len(c, ch, i), WEFT_TAG_COLL,
-                         tag, &ch->sreq[i % CHAIN_WIN]);
-        if (st < 0) {
-            return st;
+        for (int k = 0; k < ch->nnext; k++) {
+            st = weft__isend(c->g, ch->next[k], buf + i * ch->chunk, chunk_len(c, ch, i),
+                             WEFT_TAG_COLL, tag, &ch->sreq[k][i % CHAIN_WIN]);
+            if (st < 0) {
+                return st;
+            }
         }
         ch->next_send++;
         *moved = true;
     }
     for (size_t i = ch->floor; i < ch->next_send; i++) {
-        st = weft__coll_child_test(&ch->sreq[i % CHAIN_WIN], NULL);
-        if (st < 0) {
-            return st;
+        for (int k = 0; k < ch->nnext; k++) {
+            st = weft__coll_child_test(&ch->sreq[k][i % CHAIN_WIN], NULL);
+            if (st < 0) {
+                return st;
+            }
         }
     }
-    while (ch->floor < ch->next_send && ch->sreq[ch->floor % CHAIN_WIN] == NULL) {
+    while (ch->floor < ch->next_send && sends_done(ch, ch->floor)) {
         ch->floor++;
         *moved = true;
     }
     while (ch->prev != -1 && ch->next_recv < ch->nchunks &&
            ch->next_recv < ch->next_done + CHAIN_WIN &&
-           (ch->next == -1 || ch->next_recv < ch->floor + CHAIN_WIN)) {
+           (ch->nnext == 0 || ch->next_recv < ch->floor + CHAIN_WIN)) {
         size_t i = ch->next_recv;
         st = weft__irecv(c->g, ch->prev, buf + i * ch->chunk, chunk_len(c, ch, i), WEFT_TAG_COLL,
                          tag, &ch->rreq[i % CHAIN_WIN]);
@@ -164,7 +256,7 @@ static weft_status_t chain_data(weft_coll_t *c)
         }
     }
     bool recv_done = ch->prev == -1 || ch->next_done == ch->nchunks;
-    bool send_done = ch->next == -1 || ch->floor == ch->nchunks;
+    bool send_done = ch->nnext == 0 || ch->floor == ch->nchunks;
     return recv_done && send_done ? WEFT_OK : WEFT_INPROGRESS;
 }
 
@@ -185,9 +277,7 @@ weft_status_t weft__coll_setup_broadcast(weft_coll_t *c)
     if (ch == NULL) {
         return weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "broadcast: no memory");
     }
-    int pos = (c->rank - c->a.root + c->size) % c->size;
-    ch->prev = pos == 0 ? -1 : (c->rank - 1 + c->size) % c->size;
-    ch->next = pos == c->size - 1 ? -1 : (c->rank + 1) % c->size;
+    chain_links(c, ch);
     /* A receive and a send per chunk; over hosts the network's chunk, as the rings'. */
     ch->chunk =
         weft__coll_over_hosts(c) ? c->ctx->cfg.coll_net_chunk : weft__coll_chunk_bytes(c, bytes, 2);

@@ -74,7 +74,10 @@ void weft__coll_rules_print(FILE *out, const weft_config_t *cfg)
     fprintf(out,
             "  otherwise allreduce, reduce, reduce_scatter, allgather: a pipelined ring, "
             "2(P-1) steps\n    (P-1 for one of reduce-scatter and allgather); broadcast: a "
-            "pipelined chain\n    chunks: over several hosts WEFT_COLL_NET_CHUNK=%s; on one "
+            "pipelined chain,\n    over several hosts one that crosses each host boundary "
+            "once, and up to\n    WEFT_COLL_HIER_MAX a tree: host entries linked across "
+            "hosts, each host's ranks\n    behind its entry\n    chunks: over several hosts "
+            "WEFT_COLL_NET_CHUNK=%s; on one "
             "host WEFT_COLL_CHUNK=%s,\n    or %s (eager copies) while a block is at most 32 "
             "of them per message of a chunk\n",
             human(cfg->coll_net_chunk, b3, sizeof(b3)), human(cfg->coll_chunk, b4, sizeof(b4)),

@@ -443,6 +443,9 @@ static void test_broadcast(void **state)
         for (size_t c = 0; c < N_COUNTS; c++) {
             one_broadcast(counts[c], root);
         }
+        /* Past the latency path over hosts but within WEFT_COLL_HIER_MAX: the tree over
+         * hosts (the last of counts[] takes the chain there). */
+        one_broadcast(30011, root);
     }
 }
 
