@@ -7,7 +7,9 @@
  * partners (the extra ranks pof2..P-1): two contiguous ranges, packed back to back.
  *
  * Large: the exchange phase checks agreement, then the allgather half of the pipelined
- * ring; chunks are received straight into the output and forwarded from there.
+ * ring; chunks are received straight into the output and forwarded from there. Over
+ * hosts that hold the same number (>= 2) of ranks, across hosts then within each host
+ * instead (allgather_hosts.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +162,9 @@ weft_status_t weft__coll_setup_allgather(weft_coll_t *c)
             memcpy(c->scratch + (size_t)c->rank * blk_bytes(c), own_block(c), blk_bytes(c));
         }
         return weft__rd_init(c, &ag_small_ops, total);
+    }
+    if (weft__coll_allgather_hosts_fits(c)) {
+        return weft__coll_setup_allgather_hosts(c); /* allgather_hosts.c */
     }
     ag_large_t *L = calloc(1, sizeof(*L));
     if (L == NULL) {

@@ -175,17 +175,7 @@ static weft_status_t large_data(weft_coll_t *c)
         }
         L->gather_posted = true;
     }
-    weft_status_t result = WEFT_OK;
-    for (int i = 0; i < c->size; i++) {
-        weft_status_t st = weft__coll_child_test(&L->gather[i], NULL);
-        if (st < 0) {
-            return st;
-        }
-        if (st == WEFT_INPROGRESS) {
-            result = WEFT_INPROGRESS;
-        }
-    }
-    return result;
+    return weft__coll_children_test(L->gather, (size_t)c->size);
 }
 
 static weft_status_t setup_large(weft_coll_t *c)

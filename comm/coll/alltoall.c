@@ -46,22 +46,6 @@ static void a2a_fini(weft_coll_t *c)
     c->alg = NULL;
 }
 
-/* Test every child; WEFT_OK when all are done. */
-static weft_status_t a2a_test_all(weft_coll_t *c, a2a_t *A)
-{
-    weft_status_t result = WEFT_OK;
-    for (int i = 0; i < 2 * c->size; i++) {
-        weft_status_t st = weft__coll_child_test(&A->reqs[i], NULL);
-        if (st < 0) {
-            return st;
-        }
-        if (st == WEFT_INPROGRESS) {
-            result = WEFT_INPROGRESS;
-        }
-    }
-    return result;
-}
-
 static void block_of(const weft_coll_t *c, int j, bool send, const uint8_t **ptr, size_t *bytes)
 {
     const weft_coll_args_t *a = &c->a;
@@ -176,7 +160,7 @@ static weft_status_t a2a_data(weft_coll_t *c)
             }
             A->posted = true;
         }
-        st = a2a_test_all(c, A);
+        st = weft__coll_children_test(A->reqs, 2 * (size_t)c->size);
         if (st != WEFT_OK) {
             return st;
         }

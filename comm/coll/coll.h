@@ -60,6 +60,9 @@
  * flight told apart by their number mod WEFT_SLICED_DEPTH. */
 #define WEFT_SLICED_DEPTH 4
 #define WEFT_COLL_STEP_SLICED(stage, seg) (40 + (stage)*WEFT_SLICED_DEPTH + (seg))
+/* Allgather over hosts (allgather_hosts.c): its blocks across hosts, then within them. */
+#define WEFT_COLL_STEP_AG_HOSTS 52
+#define WEFT_COLL_STEP_AG_LOCAL 53
 
 /* The header of every exchange-phase message (32 bytes, keeps payloads aligned). */
 typedef struct weft_coll_hdr {
@@ -362,6 +365,18 @@ weft_status_t weft__coll_setup_hier(weft_coll_t *c);
 /* The same for larger vectors when every host has as many ranks (hier_sliced.c). */
 bool weft__coll_sliced_fits(weft_coll_t *c, size_t bytes);
 weft_status_t weft__coll_setup_sliced(weft_coll_t *c);
+/*
+ * Local index and host index of every rank into @p lidx and @p hidx ([size] each), from
+ * the host table (each rank's host named by its lowest rank; hosts numbered in their
+ * leaders' order); false unless every host has the same number (>= 2) of ranks. Linear
+ * in the group's size: it runs at the start of every large collective that uses it.
+ */
+bool weft__coll_host_layout(const int *host, int size, int *nlocal, int *nhosts, int *lidx,
+                            int *hidx);
+/* Allgather over hosts of equal size (allgather_hosts.c): whether @p c qualifies (every
+ * rank decides alike), and its setup. */
+bool weft__coll_allgather_hosts_fits(weft_coll_t *c);
+weft_status_t weft__coll_setup_allgather_hosts(weft_coll_t *c);
 /* Local result with one rank (no communication). */
 void weft__coll_single(const weft_coll_args_t *a, size_t elem);
 /* The rule table the setups above follow, with the values of @p cfg (rules.c; printed by

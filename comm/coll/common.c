@@ -253,6 +253,21 @@ weft_status_t weft__coll_child_test(weft_req_t **r, size_t *bytes)
     return st;
 }
 
+weft_status_t weft__coll_children_test(weft_req_t **reqs, size_t n)
+{
+    weft_status_t result = WEFT_OK;
+    for (size_t i = 0; i < n; i++) {
+        weft_status_t st = weft__coll_child_test(&reqs[i], NULL);
+        if (st < 0) {
+            return st;
+        }
+        if (st == WEFT_INPROGRESS) {
+            result = WEFT_INPROGRESS;
+        }
+    }
+    return result;
+}
+
 void weft__coll_child_drop(weft_req_t **r)
 {
     if (*r != NULL) {

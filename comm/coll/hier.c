@@ -78,22 +78,6 @@ static void hier_fini(weft_coll_t *c)
     c->alg = NULL;
 }
 
-/* Test every child in reqs[0..n); WEFT_OK once all completed. */
-static weft_status_t test_all(hier_t *H, int n)
-{
-    weft_status_t result = WEFT_OK;
-    for (int i = 0; i < n; i++) {
-        weft_status_t st = weft__coll_child_test(&H->reqs[i], NULL);
-        if (st < 0) {
-            return st;
-        }
-        if (st == WEFT_INPROGRESS) {
-            result = WEFT_INPROGRESS;
-        }
-    }
-    return result;
-}
-
 /* A message of this collective to or from group rank @p peer (tag step @p step). */
 static weft_status_t post(weft_coll_t *c, bool send, int peer, void *buf, int step,
                           weft_req_t **req)
@@ -122,7 +106,7 @@ static weft_status_t member_data(weft_coll_t *c, hier_t *H)
         H->posted = true;
     }
     if (H->stage == STAGE_UP) {
-        st = test_all(H, 1);
+        st = weft__coll_children_test(H->reqs, 1);
         if (st != WEFT_OK) {
             return st;
         }
@@ -134,7 +118,7 @@ static weft_status_t member_data(weft_coll_t *c, hier_t *H)
             }
         }
     }
-    return test_all(H, 2);
+    return weft__coll_children_test(H->reqs, 2);
 }
 
 /* The leader: receive and reduce its host's vectors, the ring among leaders, send the
@@ -154,7 +138,7 @@ static weft_status_t leader_data(weft_coll_t *c, hier_t *H)
             }
             H->posted = true;
         }
-        if ((st = test_all(H, H->nlocal)) != WEFT_OK) {
+        if ((st = weft__coll_children_test(H->reqs, (size_t)H->nlocal)) != WEFT_OK) {
             return st;
         }
         if (H->nlocal > 1) { /* in rank order: the same bits whatever arrived first */
@@ -181,7 +165,7 @@ static weft_status_t leader_data(weft_coll_t *c, hier_t *H)
         }
         H->posted = true;
     }
-    return test_all(H, H->nlocal);
+    return weft__coll_children_test(H->reqs, (size_t)H->nlocal);
 }
 
 static weft_status_t hier_data(weft_coll_t *c)

@@ -47,13 +47,8 @@ typedef struct sliced {
     seg_t win[WEFT_SLICED_DEPTH];
 } sliced_t;
 
-/*
- * Local index and host index of every rank into @p lidx and @p hidx ([size] each), from
- * the host table (each rank's host named by its lowest rank); false unless every host
- * has the same number (>= 2) of ranks. Linear in the group's size: it runs at the start
- * of every large allreduce.
- */
-static bool layout(const int *host, int size, int *nlocal, int *nhosts, int *lidx, int *hidx)
+bool weft__coll_host_layout(const int *host, int size, int *nlocal, int *nhosts, int *lidx,
+                            int *hidx)
 {
     /* First hidx counts each host's ranks, in its leader's place (host[r] <= r). */
     memset(hidx, 0, (size_t)size * sizeof(*hidx));
@@ -208,7 +203,7 @@ weft_status_t weft__coll_setup_sliced(weft_coll_t *c)
     c->fini = sliced_fini;
     c->data = sliced_data;
     int *hidx = lidx + c->size;
-    if (!layout(host, c->size, &S->nlocal, &S->nhosts, lidx, hidx)) {
+    if (!weft__coll_host_layout(host, c->size, &S->nlocal, &S->nhosts, lidx, hidx)) {
         free(lidx);
         return weft__error(c->ctx, WEFT_ERR_UNSUPPORTED, "%s: hosts of unequal size", c->a.name);
     }

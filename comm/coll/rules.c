@@ -82,6 +82,9 @@ void weft__coll_rules_print(FILE *out, const weft_config_t *cfg)
             "of them per message of a chunk\n",
             human(cfg->coll_net_chunk, b3, sizeof(b3)), human(cfg->coll_chunk, b4, sizeof(b4)),
             human(WEFT_RING_EAGER_CHUNK, b1, sizeof(b1)));
+    fprintf(out, "  allgather over several hosts with the same L >= 2 ranks each, past the "
+                 "latency path:\n    each rank's block to its local index on every other "
+                 "host, then each rank\n    forwards those blocks within its host\n");
     fprintf(out, "  alltoall, alltoallv: every pair exchanges its blocks directly, in the order "
                  "r+1, r+2, ...\n");
 }

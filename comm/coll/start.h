@@ -76,6 +76,9 @@ void weft__coll_refuse(weft_group_t *g, const weft_coll_args_t *a, bool blocking
 /* A collective started as the child of another request: */
 /* Test child request *r once; on completion free it, set *r = NULL, report the length. */
 weft_status_t weft__coll_child_test(weft_req_t **r, size_t *bytes);
+/* Test children reqs[0..n) once each, as above: the first error, else WEFT_INPROGRESS while
+ * any is in flight, else WEFT_OK. */
+weft_status_t weft__coll_children_test(weft_req_t **reqs, size_t n);
 /* Cancel and free a child request (NULL is fine). */
 void weft__coll_child_drop(weft_req_t **r);
 
