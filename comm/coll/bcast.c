@@ -151,7 +151,7 @@ static void chain_over_hosts(const weft_coll_t *c, chain_t *ch, const int *host,
     }
 }
 
-/* The plain chain, or the chain of chains where every rank's host is known. */
+/* The chain in rank order, or the links over hosts where every rank's host is known. */
 static void chain_links(const weft_coll_t *c, chain_t *ch)
 {
     int nhosts;
