@@ -7,6 +7,8 @@ tensors. `import weft` needs NumPy only; weft.torch (autograd layers) needs PyTo
         ctx.world.allreduce(x)            # in place: every element is the sum of ranks
 """
 
+from __future__ import annotations
+
 from ._lib import path as library_path
 from .coll import Op
 from .context import Context, Setting, default_context, finalize, init
@@ -31,17 +33,17 @@ F32, F64, F16, BF16, I32, I64, U8 = (DType.F32, DType.F64, DType.F16, DType.BF16
                                      DType.I64, DType.U8)
 
 
-def world():
+def world() -> Group:
     """The world group of the default context (weft.init()'s)."""
     return default_context().world
 
 
-def rank():
+def rank() -> int:
     """This process's rank in the default context's world group."""
     return default_context().rank
 
 
-def size():
+def size() -> int:
     """Number of ranks of the default context's world group."""
     return default_context().size
 

@@ -11,10 +11,20 @@ raise "one of the variables needed for gradient computation has been modified by
 inplace operation" instead of computing a wrong gradient.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
 import numpy as np
 
 from .dtypes import dtype_of, is_tensor, torch_dtype_of, torch_module
 from .errors import invalid
+
+if TYPE_CHECKING:
+    import torch
+
+    from ._types import BytesLike
+    from .dtypes import DType
 
 
 class Buffer:
@@ -23,7 +33,8 @@ class Buffer:
 
     __slots__ = ("obj", "ptr", "nbytes", "count", "dtype", "cuda_device", "written")
 
-    def __init__(self, obj, ptr, nbytes, count, dtype, cuda_device=None):
+    def __init__(self, obj: object, ptr: int, nbytes: int, count: int,
+                 dtype: Optional[DType], cuda_device: Optional[torch.device] = None) -> None:
         self.obj = obj
         self.ptr = ptr
         self.nbytes = nbytes
@@ -33,7 +44,7 @@ class Buffer:
         self.written = False  # a torch tensor weft writes into (see mark_written)
 
     @property
-    def itemsize(self):
+    def itemsize(self) -> int:
         """Bytes per element."""
         return self.nbytes // self.count if self.count else self.dtype.itemsize
 
@@ -59,7 +70,7 @@ def _from_array(a, what, writable, typed):
     return Buffer(a, a.ctypes.data, a.nbytes, a.size, dtype)
 
 
-def as_buffer(obj, what, writable=False, typed=True):
+def as_buffer(obj: BytesLike, what: str, writable: bool = False, typed: bool = True) -> Buffer:
     """A Buffer over @p obj. typed: the dtype must be a weft dtype (collectives); else
     any element type (point-to-point bytes). Raises weft.InvalidArgument."""
     if obj is None:
@@ -89,13 +100,13 @@ def as_buffer(obj, what, writable=False, typed=True):
                   (what, type(obj).__name__))
 
 
-def same_kind(a, b, what):
+def same_kind(a: Buffer, b: Buffer, what: str) -> None:
     """a and b have the same dtype (both typed buffers)."""
     if a.dtype != b.dtype:
         raise invalid("%s: dtypes differ (%s and %s)" % (what, a.dtype.name, b.dtype.name))
 
 
-def bump_version(t):
+def bump_version(t: torch.Tensor) -> None:
     """Bump torch tensor @p t's version counter without touching its data: set_() onto
     its own storage, size and strides changes nothing but counts as an in-place
     operation (a fraction of a microsecond). Inference tensors have no counter."""
@@ -110,7 +121,7 @@ def bump_version(t):
             raise
 
 
-def mark_written(*buffers):
+def mark_written(*buffers: object) -> None:
     """After weft wrote into them: bump the version counter of each torch tensor among
     @p buffers (Buffer objects, None, or tuples and lists of them) given as an output."""
     last = None

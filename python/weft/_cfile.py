@@ -2,9 +2,15 @@
 weft_plan_print): the call writes into a temporary file opened with the C library's
 fopen."""
 
+from __future__ import annotations
+
 import ctypes
 import os
 import tempfile
+from typing import TYPE_CHECKING, Callable, Tuple
+
+if TYPE_CHECKING:
+    from ._types import T
 
 _libc = ctypes.CDLL(None)
 _libc.fopen.restype = ctypes.c_void_p
@@ -13,7 +19,7 @@ _libc.fclose.restype = ctypes.c_int
 _libc.fclose.argtypes = [ctypes.c_void_p]
 
 
-def capture(write):
+def capture(write: Callable[[int], T]) -> Tuple[str, T]:
     """Call write(FILE*) and return what it wrote, and its return value."""
     fd, path = tempfile.mkstemp(prefix="weft-", suffix=".txt")
     os.close(fd)

@@ -10,9 +10,12 @@ installed anywhere (a virtual environment) runs with the library its launcher ca
 then the system loader (LD_LIBRARY_PATH, ld.so.cache).
 """
 
+from __future__ import annotations
+
 import ctypes
 import os
 import sys
+from typing import Tuple
 
 from . import _protos
 
@@ -71,7 +74,7 @@ def _open(path):
     return ctypes.CDLL(path)
 
 
-def load():
+def load() -> Tuple[ctypes.CDLL, str]:
     """Load libweft and declare its functions; ImportError says everything tried."""
     tried = []
     env = os.environ.get("WEFT_LIBRARY")

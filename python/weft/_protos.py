@@ -5,6 +5,9 @@ as void pointers; statuses as int. tests/python/test_load.py checks that this ta
 names every exported function.
 """
 
+from __future__ import annotations
+
+import ctypes
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
 
 from . import _structs as S
@@ -167,7 +170,7 @@ for _t in (_CORE, _COLL, _GROUP, _MIGRATE, _SNAPSHOT, _VOCAB):
     TABLE.update(_t)
 
 
-def declare(lib):
+def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     """Set restype and argtypes of every function of TABLE on the loaded library."""
     for name, (restype, argtypes) in TABLE.items():
         fn = getattr(lib, name)

@@ -3,9 +3,15 @@
 tests/python/test_structs.py compares their sizes and offsets with the C compiler's.
 """
 
+from __future__ import annotations
+
 import ctypes
 from ctypes import (c_float, Structure, POINTER, c_char_p, c_double, c_int, c_size_t, c_uint,
                     c_uint32, c_uint64, c_void_p)
+from typing import TYPE_CHECKING, Type
+
+if TYPE_CHECKING:
+    from ._types import StructT
 
 LAYOUT_MAX_DIMS = 8
 EDIT_INFO_MAX_LISTED = 64   # WEFT_EDIT_INFO_MAX_LISTED
@@ -15,7 +21,7 @@ GEN_NONE = -2 ** 31         # WEFT_GEN_NONE
 GEN_START = -1              # WEFT_GEN_START
 
 
-def sized(cls):
+def sized(cls: Type[StructT]) -> StructT:
     """A zeroed struct with its `size` field set, as the C API asks."""
     s = cls()
     s.size = ctypes.sizeof(cls)

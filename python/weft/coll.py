@@ -8,14 +8,20 @@ nonblocking call again when its request completes, as torch's in-place operation
 Operators: weft.Op, its name, or torch.distributed.ReduceOp SUM, PRODUCT, MAX, MIN, AVG.
 """
 
+from __future__ import annotations
+
 import enum
 from ctypes import byref, c_size_t, c_void_p
+from typing import TYPE_CHECKING, List, Optional, Sequence, Union
 
 from ._buffer import as_buffer, bump_version, mark_written, same_kind
 from ._lib import lib
 from .dtypes import _BY_TORCH, torch_module
 from .errors import error_for, invalid, last_error
 from .request import Request
+
+if TYPE_CHECKING:
+    from ._types import Array, ArrayT, OpLike
 
 
 class Op(enum.IntEnum):
@@ -58,7 +64,7 @@ def _from_torch_op(op):
     raise invalid("torch.distributed.ReduceOp.%s is not supported: %s" % (name, why))
 
 
-def op_value(op):
+def op_value(op: OpLike) -> int:
     """An Op, its name ("sum", "prod", "max", "min", "avg"), its value, or a
     torch.distributed.ReduceOp (SUM, PRODUCT, MAX, MIN, AVG; the others are refused with
     weft.InvalidArgument saying why)."""
@@ -167,7 +173,8 @@ class CollectivesMixin:
         return self._run("allreduce", nb, (s.ptr, r.ptr, s.count, s.dtype, op_value(op)),
                          (s, r), r.obj)
 
-    def allreduce(self, send, recv=None, op="sum"):
+    def allreduce(self, send: ArrayT, recv: Optional[ArrayT] = None,
+                  op: OpLike = "sum") -> ArrayT:
         """recv[i] = op over ranks of send[i] on every rank; recv None: in place."""
         # The step of a training loop: plain contiguous CPU tensors of a dtype and an
         # operator name seen before, checked and called in one frame (the binding's cost
@@ -201,7 +208,8 @@ class CollectivesMixin:
         bump_version(r)
         return r
 
-    def iallreduce(self, send, recv=None, op="sum"):
+    def iallreduce(self, send: Array, recv: Optional[Array] = None,
+                   op: OpLike = "sum") -> Request:
         """Nonblocking allreduce: a weft.Request whose wait() returns recv."""
         return self._allreduce(send, recv, op, True)
 
@@ -222,12 +230,14 @@ class CollectivesMixin:
         return self._run("reduce_scatter", nb, (s.ptr, r.ptr, count, s.dtype, op_value(op)),
                          (s, r), r.obj)
 
-    def reduce_scatter(self, send, recv=None, op="sum"):
+    def reduce_scatter(self, send: ArrayT, recv: Optional[ArrayT] = None,
+                       op: OpLike = "sum") -> ArrayT:
         """Reduce size*count elements; block r (count elements) goes to rank r's recv.
         recv None: in place, the result in the first count elements of send."""
         return self._reduce_scatter(send, recv, op, False)
 
-    def ireduce_scatter(self, send, recv=None, op="sum"):
+    def ireduce_scatter(self, send: Array, recv: Optional[Array] = None,
+                        op: OpLike = "sum") -> Request:
         """Nonblocking reduce_scatter: a weft.Request whose wait() returns recv."""
         return self._reduce_scatter(send, recv, op, True)
 
@@ -247,12 +257,12 @@ class CollectivesMixin:
                               (r.count, n, count))
         return self._run("allgather", nb, (sptr, r.ptr, count, r.dtype), (s, r), r.obj)
 
-    def allgather(self, send, recv):
+    def allgather(self, send: Optional[Array], recv: ArrayT) -> ArrayT:
         """Every rank's send (count elements) into recv (size*count) in rank order.
         send None: in place (this rank's block already in recv)."""
         return self._allgather(send, recv, False)
 
-    def iallgather(self, send, recv):
+    def iallgather(self, send: Optional[Array], recv: Array) -> Request:
         """Nonblocking allgather: a weft.Request whose wait() returns recv."""
         return self._allgather(send, recv, True)
 
@@ -261,11 +271,11 @@ class CollectivesMixin:
         b = as_buffer(buf, "broadcast buffer", writable=True)
         return self._run("broadcast", nb, (b.ptr, b.count, b.dtype, root), (b,), b.obj)
 
-    def broadcast(self, buf, root=0):
+    def broadcast(self, buf: ArrayT, root: int = 0) -> ArrayT:
         """Copy root's buf to every rank's buf."""
         return self._broadcast(buf, root, False)
 
-    def ibroadcast(self, buf, root=0):
+    def ibroadcast(self, buf: Array, root: int = 0) -> Request:
         """Nonblocking broadcast: a weft.Request whose wait() returns buf."""
         return self._broadcast(buf, root, True)
 
@@ -285,12 +295,14 @@ class CollectivesMixin:
         return self._run("reduce", nb, (s.ptr, rptr, s.count, s.dtype, op_value(op), root),
                          (s, r), r.obj if on_root else None)
 
-    def reduce(self, send, recv=None, op="sum", root=0):
+    def reduce(self, send: ArrayT, recv: Optional[ArrayT] = None, op: OpLike = "sum",
+               root: int = 0) -> Optional[ArrayT]:
         """Reduce into recv on root only (in place on root when recv is None; other
         ranks need no recv). Returns recv on root, else None."""
         return self._reduce(send, recv, op, root, False)
 
-    def ireduce(self, send, recv=None, op="sum", root=0):
+    def ireduce(self, send: Array, recv: Optional[Array] = None, op: OpLike = "sum",
+                root: int = 0) -> Request:
         """Nonblocking reduce: a weft.Request whose wait() returns recv on root, else None."""
         return self._reduce(send, recv, op, root, True)
 
@@ -306,11 +318,11 @@ class CollectivesMixin:
             raise invalid("alltoall: not in place (send and recv are the same memory)")
         return self._run("alltoall", nb, (s.ptr, r.ptr, count, s.dtype), (s, r), r.obj)
 
-    def alltoall(self, send, recv):
+    def alltoall(self, send: Array, recv: ArrayT) -> ArrayT:
         """Block j of send goes to rank j; block i of recv comes from rank i."""
         return self._alltoall(send, recv, False)
 
-    def ialltoall(self, send, recv):
+    def ialltoall(self, send: Array, recv: Array) -> Request:
         """Nonblocking alltoall: a weft.Request whose wait() returns recv."""
         return self._alltoall(send, recv, True)
 
@@ -332,12 +344,16 @@ class CollectivesMixin:
         return self._run("alltoallv", nb, (s.ptr, sc, sd, r.ptr, rc, rd, s.dtype), (s, r),
                          r.obj, extra=(sc, rc, sd, rd))
 
-    def alltoallv(self, send, sendcounts, recv, recvcounts, sdispls=None, rdispls=None):
+    def alltoallv(self, send: Array, sendcounts: Sequence[int], recv: ArrayT,
+                  recvcounts: Sequence[int], sdispls: Optional[Sequence[int]] = None,
+                  rdispls: Optional[Sequence[int]] = None) -> ArrayT:
         """sendcounts[j] elements at sdispls[j] go to rank j; recvcounts[i] from rank i
         land at rdispls[i] (displacements default to the counts packed in rank order)."""
         return self._alltoallv(send, sendcounts, recv, recvcounts, sdispls, rdispls, False)
 
-    def ialltoallv(self, send, sendcounts, recv, recvcounts, sdispls=None, rdispls=None):
+    def ialltoallv(self, send: Array, sendcounts: Sequence[int], recv: Array,
+                   recvcounts: Sequence[int], sdispls: Optional[Sequence[int]] = None,
+                   rdispls: Optional[Sequence[int]] = None) -> Request:
         """Nonblocking alltoallv: a weft.Request whose wait() returns recv."""
         return self._alltoallv(send, sendcounts, recv, recvcounts, sdispls, rdispls, True)
 
@@ -346,23 +362,27 @@ class CollectivesMixin:
     # output first, under its names, so code written for torch reads the same. With
     # async_op=True they return the weft.Request (its wait() returns the output;
     # torch_future() gives a torch.futures.Future).
-    def all_reduce(self, tensor, op="sum", async_op=False):
+    def all_reduce(self, tensor: ArrayT, op: OpLike = "sum",
+                   async_op: bool = False) -> Union[ArrayT, Request]:
         """In place: tensor = op over ranks of tensor (torch's all_reduce)."""
         return self._allreduce(tensor, None, op, async_op)
 
-    def all_gather_into_tensor(self, output, input, async_op=False):
+    def all_gather_into_tensor(self, output: ArrayT, input: Array,
+                               async_op: bool = False) -> Union[ArrayT, Request]:
         """output (size x input's elements) = every rank's input in rank order."""
         return self._allgather(input, output, async_op)
 
-    def reduce_scatter_tensor(self, output, input, op="sum", async_op=False):
+    def reduce_scatter_tensor(self, output: ArrayT, input: Array, op: OpLike = "sum",
+                              async_op: bool = False) -> Union[ArrayT, Request]:
         """output = block `rank` of op over ranks of input (size x output's elements)."""
         return self._reduce_scatter(input, output, op, async_op)
 
-    def all_to_all_single(self, output, input, async_op=False):
+    def all_to_all_single(self, output: ArrayT, input: Array,
+                          async_op: bool = False) -> Union[ArrayT, Request]:
         """Block j of input goes to rank j; block i of output comes from rank i."""
         return self._alltoall(input, output, async_op)
 
-    def all_gather(self, tensor_list, tensor):
+    def all_gather(self, tensor_list: List[ArrayT], tensor: Array) -> List[ArrayT]:
         """tensor_list[i] = rank i's tensor (torch's list all_gather: one allgather into
         a contiguous buffer, then a copy into each entry)."""
         n = self.size
@@ -385,10 +405,10 @@ class CollectivesMixin:
         return tensor_list
 
     # -- barrier -------------------------------------------------------------------------
-    def barrier(self):
+    def barrier(self) -> None:
         """Return once every member entered the barrier."""
         self._run("barrier", False, (), (), None)
 
-    def ibarrier(self):
+    def ibarrier(self) -> Request:
         """Nonblocking barrier: a weft.Request that completes once every member entered."""
         return self._run("barrier", True, (), (), None)

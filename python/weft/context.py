@@ -4,6 +4,8 @@ One lock per context serialises the binding's calls into weft: the C API allows 
 thread at a time per context, and ctypes releases the GIL during a call.
 """
 
+from __future__ import annotations
+
 import atexit
 import os
 import sys
@@ -12,17 +14,21 @@ import weakref
 from collections import namedtuple
 from contextlib import contextmanager
 from ctypes import byref, c_char_p, c_void_p
+from typing import TYPE_CHECKING, List, Literal, Mapping, Optional, Tuple
 
 from ._lib import lib
 from .errors import check, error_for, invalid, last_error
 from .kv import KVMixin
+
+if TYPE_CHECKING:
+    from .group import Group
 
 TIMEOUT_DEFAULT = (1 << 64) - 1  # WEFT_TIMEOUT_DEFAULT: the context's WEFT_TIMEOUT_MS
 
 Setting = namedtuple("Setting", "name default doc value")
 
 
-def timeout_ns(timeout):
+def timeout_ns(timeout: Optional[float]) -> int:
     """Seconds (None: the context's default) as the nanoseconds weft waits take."""
     if timeout is None:
         return TIMEOUT_DEFAULT
@@ -31,7 +37,7 @@ def timeout_ns(timeout):
     return int(timeout * 1e9)
 
 
-def timeout_ms(timeout):
+def timeout_ms(timeout: float) -> int:
     """Seconds as whole milliseconds (for repair, grow and join)."""
     if timeout is None or timeout < 0:
         raise invalid("timeout must be >= 0 seconds, not %r" % (timeout,))
@@ -42,7 +48,8 @@ class Context(KVMixin):
     """A process's weft instance (weft_ctx_t). Made by weft.init(); a context manager
     that finalizes on exit."""
 
-    def __init__(self, handle, job=None, namespace=None):
+    def __init__(self, handle: int, job: Optional[Tuple[str, str]] = None,
+                 namespace: Optional[str] = None) -> None:
         from .group import Group
         self._handle = handle
         self._job = job  # (WEFT_STORE, namespace asked for): see init()
@@ -107,43 +114,43 @@ class Context(KVMixin):
 
     # -- public ------------------------------------------------------------------------
     @property
-    def handle(self):
+    def handle(self) -> int:
         """The weft_ctx_t pointer as an int (for C extensions)."""
         return self._h()
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """True once the context was finalized."""
         return self._handle is None
 
     @property
-    def world(self):
+    def world(self) -> Group:
         """The group of all ranks of the job (owned by the context)."""
         self._h()
         return self._world
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         """This process's rank in the world group."""
         return self.world.rank
 
     @property
-    def size(self):
+    def size(self) -> int:
         """Number of ranks of the world group."""
         return self.world.size
 
     @property
-    def namespace(self):
+    def namespace(self) -> Optional[str]:
         """The prefix of this context's keys in the store: WEFT_NAMESPACE as it was at
         weft.init(), or the one it chose for a later context of the job (see there)."""
         return self._namespace
 
     @property
-    def last_error(self):
+    def last_error(self) -> str:
         """weft_last_error(): detail of the last error on this context."""
         return last_error(self._h())
 
-    def join(self, name="world", timeout=60.0):
+    def join(self, name: str = "world", timeout: float = 60.0) -> Group:
         """weft_group_join(): join group @p name as a new member (a process started with
         WEFT_JOIN=1, e.g. a replacement of `weftrun --elastic --replace`). Returns the
         group once the members admitted this process at their grow or repair."""
@@ -152,7 +159,7 @@ class Context(KVMixin):
         self._call(lib.weft_group_join, self._h(), name.encode(), timeout_ms(timeout), byref(g))
         return Group(self, g.value, owned=False)
 
-    def settings(self):
+    def settings(self) -> List[Setting]:
         """Every WEFT_* setting as (name, default, doc, value in effect)."""
         out = []
         with self._lock:
@@ -168,7 +175,7 @@ class Context(KVMixin):
                                    value.value.decode() if value.value is not None else None))
                 i += 1
 
-    def finalize(self):
+    def finalize(self) -> None:
         """weft_finalize(): release everything made from this context (requests still in
         flight are cancelled, vocabularies destroyed), then the context. Collective over
         the job: every rank calls it. A second call does nothing."""
@@ -188,10 +195,10 @@ class Context(KVMixin):
             _live.discard(self)
             check(lib.weft_finalize(h))
 
-    def __enter__(self):
+    def __enter__(self) -> Context:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.finalize()
         return False
 
@@ -248,7 +255,7 @@ def _namespace(ns):
             os.environ["WEFT_NAMESPACE"] = old
 
 
-def init(settings=None):
+def init(settings: Optional[Mapping[str, object]] = None) -> Context:
     """weft_init(): create a context from the launcher's environment (weftrun; srun
     --mpi=pmix or mpirun through PMIx; Hydra's mpiexec, torchrun or srun with WEFT_STORE
     and WEFT_JOB_TOKEN_FILE from weftrun --store-only; a single rank without one). Collective over the job. On failure the exception's detail says
@@ -293,14 +300,14 @@ def init(settings=None):
     return ctx
 
 
-def default_context():
+def default_context() -> Context:
     """The context weft.init() made first (and not yet finalized)."""
     if _default is None or _default.closed:
         raise invalid("weft.init() has not been called (or the context was finalized)")
     return _default
 
 
-def finalize():
+def finalize() -> None:
     """Finalize the default context (weft.init()'s)."""
     if _default is not None:
         _default.finalize()

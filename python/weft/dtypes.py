@@ -14,13 +14,23 @@ Anything else is refused with weft.InvalidArgument. torch is never imported here
 tensor is recognised only when the caller's program has imported torch already.
 """
 
+from __future__ import annotations
+
 import enum
 import sys
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from ._lib import lib
 from .errors import invalid
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import torch
+
+    from ._types import DTypeLike
 
 
 class DType(enum.IntEnum):
@@ -34,7 +44,7 @@ class DType(enum.IntEnum):
     U8 = 6
 
     @property
-    def itemsize(self):
+    def itemsize(self) -> int:
         """Bytes per element of this dtype."""
         return int(lib.weft_dtype_size(int(self)))
 
@@ -50,12 +60,12 @@ _TO_NUMPY = {DType.F32: np.float32, DType.F64: np.float64, DType.F16: np.float16
 SUPPORTED = "float32, float64, float16, bfloat16 (torch), int32, int64, uint8"
 
 
-def torch_module():
+def torch_module() -> Optional[ModuleType]:
     """The torch module if the program imported it, else None (never imports it)."""
     return sys.modules.get("torch")
 
 
-def is_tensor(obj):
+def is_tensor(obj: object) -> bool:
     """Whether @p x is a torch.Tensor (False when the program has not imported torch)."""
     torch = torch_module()
     return torch is not None and isinstance(obj, torch.Tensor)
@@ -64,7 +74,7 @@ def is_tensor(obj):
 _BY_TORCH = {}  # torch.dtype -> DType, filled as tensors come (a dict hit per call)
 
 
-def torch_dtype_of(t):
+def torch_dtype_of(t: torch.Tensor) -> DType:
     """dtype_of for a torch tensor, by its dtype object (the per-call fast path)."""
     dt = _BY_TORCH.get(t.dtype)
     if dt is None:
@@ -73,7 +83,7 @@ def torch_dtype_of(t):
     return dt
 
 
-def dtype_of(x):
+def dtype_of(x: DTypeLike) -> DType:
     """The weft DType of a NumPy array or dtype, a torch tensor or dtype, a DType, or a
     name ("float32", "f32", ...). Raises weft.InvalidArgument for others."""
     if isinstance(x, DType):
@@ -100,7 +110,7 @@ def dtype_of(x):
     return _BY_NAME[dt.name]
 
 
-def numpy_dtype(dtype):
+def numpy_dtype(dtype: DTypeLike) -> np.dtype[Any]:
     """The NumPy dtype of a weft DType (BF16 has none: InvalidArgument)."""
     d = dtype_of(dtype)
     if d not in _TO_NUMPY:

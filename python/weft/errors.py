@@ -5,7 +5,10 @@ Every exception is a weft.Error carrying `status` (the weft_status_t value), `st
 for a refusal by the binding itself, its own reason).
 """
 
+from __future__ import annotations
+
 import enum
+from typing import Optional
 
 from ._lib import lib
 
@@ -27,7 +30,7 @@ class Status(enum.IntEnum):
     ERR_PROTOCOL = -33
 
 
-def status_str(status):
+def status_str(status: int) -> str:
     """weft_status_str(): e.g. "WEFT_ERR_TIMEOUT: operation timed out"."""
     return lib.weft_status_str(int(status)).decode()
 
@@ -35,7 +38,7 @@ def status_str(status):
 class Error(Exception):
     """A weft call failed."""
 
-    def __init__(self, status, detail=""):
+    def __init__(self, status: int, detail: str = "") -> None:
         self.status = int(status)
         self.status_name = status_str(self.status)
         self.detail = detail or ""
@@ -86,23 +89,23 @@ _BY_STATUS = {
 }
 
 
-def error_for(status, detail=""):
+def error_for(status: int, detail: str = "") -> Error:
     """The exception for a negative status."""
     return _BY_STATUS.get(status, OtherError)(status, detail)
 
 
-def invalid(detail):
+def invalid(detail: str) -> InvalidArgument:
     """The exception for an argument the binding refuses before calling weft."""
     return InvalidArgument(Status.ERR_INVALID_ARG, detail)
 
 
-def last_error(ctx_handle=None):
+def last_error(ctx_handle: Optional[int] = None) -> str:
     """weft_last_error(): the context's detail text, or the thread's for ctx None."""
     text = lib.weft_last_error(ctx_handle)
     return text.decode(errors="replace") if text else ""
 
 
-def check(status, ctx_handle=None):
+def check(status: int, ctx_handle: Optional[int] = None) -> int:
     """Raise for a negative status (reading the detail text at once); return it else."""
     if status < 0:
         raise error_for(status, last_error(ctx_handle))

@@ -6,7 +6,10 @@ on the context go on meanwhile. Without a store (one process started without a l
 every call raises weft.Unsupported.
 """
 
+from __future__ import annotations
+
 import time
+from typing import Optional, Union
 from ctypes import byref, c_int, c_int64, c_size_t, create_string_buffer
 
 from ._lib import lib
@@ -49,12 +52,14 @@ class KVMixin:
             t = self._kv_default_s = ms / 1000.0
         return t
 
-    def kv_set(self, key, value):
+    def kv_set(self, key: Union[str, bytes, bytearray],
+               value: Union[str, bytes, bytearray, memoryview]) -> None:
         """Set key to value (bytes or str), replacing what it held."""
         k, v = _key(key), _value(value)
         self._call(lib.weft_kv_set, self._h(), k, v, len(v))
 
-    def kv_get(self, key, timeout=None):
+    def kv_get(self, key: Union[str, bytes, bytearray],
+               timeout: Optional[float] = None) -> bytes:
         """The value of key (bytes), waiting until it is set or timeout seconds pass
         (None: WEFT_TIMEOUT_MS; 0: do not wait), then raising weft.Timeout."""
         k = _key(key)
@@ -78,13 +83,13 @@ class KVMixin:
                 if st != Status.ERR_TIMEOUT or left <= 0:
                     raise error_for(st, last_error(h))
 
-    def kv_add(self, key, delta=1):
+    def kv_add(self, key: Union[str, bytes, bytearray], delta: int = 1) -> int:
         """Add delta to the decimal counter key (created at 0); the new value."""
         v = c_int64()
         self._call(lib.weft_kv_add, self._h(), _key(key), int(delta), byref(v))
         return v.value
 
-    def kv_delete(self, key):
+    def kv_delete(self, key: Union[str, bytes, bytearray]) -> bool:
         """Delete key; whether it held a value."""
         existed = c_int()
         self._call(lib.weft_kv_delete, self._h(), _key(key), byref(existed))

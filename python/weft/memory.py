@@ -2,9 +2,12 @@
 holds its state is seen dead by its peers sooner, because the kernel frees 2 MiB pages far
 faster than 4 KiB ones before it closes the process's sockets."""
 
+from __future__ import annotations
+
 import ctypes
 import weakref
 from ctypes import byref, c_void_p
+from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
 
@@ -12,8 +15,11 @@ from ._lib import lib
 from .dtypes import numpy_dtype
 from .errors import check, invalid
 
+if TYPE_CHECKING:
+    from ._types import DTypeLike
 
-def empty(shape, dtype="float32"):
+
+def empty(shape: Union[int, Sequence[int]], dtype: DTypeLike = "float32") -> np.ndarray:
     """A NumPy array of @p shape and @p dtype (a weft DType, a name or a NumPy dtype) in
     weft_mem_alloc memory, zeroed; the memory is freed when the last view of it is gone.
     torch.from_numpy() shares it without a copy."""

@@ -2,8 +2,11 @@
 change (weft_migrate_replan_flat), resuming a failed migration (weft_migrate_resume) and
 sharing a global batch (weft_batch_share)."""
 
+from __future__ import annotations
+
 from collections import namedtuple
 from ctypes import byref, c_int, c_void_p
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _structs as S
 from ._buffer import as_buffer, mark_written
@@ -12,6 +15,10 @@ from .errors import Error, check, invalid
 from .layout import Layout
 from .plan import Plan
 from .request import Request
+
+if TYPE_CHECKING:
+    from ._types import BytesLike, OptBytesT
+    from .group import Group
 
 BatchShare = namedtuple("BatchShare", "first samples micro_batches micro_size last_micro "
                                       "grad_scale")
@@ -57,8 +64,9 @@ def _buffers(group, plan, old_buf, new_buf, resume_buf=None):
     return old, new, resume
 
 
-def imigrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0,
-                  resume_buf=None):
+def imigrate(group: Group, plan: Plan, old_buf: Optional[BytesLike], new_buf: Optional[BytesLike],
+             priority: Union[Sequence[int], Mapping[str, int], None] = None,
+             max_staged_bytes: int = 0, resume_buf: Optional[BytesLike] = None) -> Request:
     """Start running @p plan on @p group (collective): this member sends what it holds
     of the old layout from its packed buffer @p old_buf and receives its packed buffer of
     the new layout into @p new_buf. Returns a weft.Request (wait() returns new_buf); the
@@ -80,8 +88,9 @@ def imigrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0,
                    keep_on_failure=(old, resume), group=group, resumable=plan)
 
 
-def migrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0,
-            resume_buf=None):
+def migrate(group: Group, plan: Plan, old_buf: Optional[BytesLike], new_buf: OptBytesT,
+            priority: Union[Sequence[int], Mapping[str, int], None] = None,
+            max_staged_bytes: int = 0, resume_buf: Optional[BytesLike] = None) -> OptBytesT:
     """imigrate() and wait for it (the context's default timeout). Returns new_buf.
     A migration run this way cannot be resumed (its request is gone): use
     imigrate() for that."""
@@ -99,7 +108,8 @@ def migrate(group, plan, old_buf, new_buf, priority=None, max_staged_bytes=0,
     return new_buf
 
 
-def migrate_resume(group, failed, old, target, host_of=None, balance_bytes=0):
+def migrate_resume(group: Group, failed: Request, old: Layout, target: Layout,
+                   host_of: Optional[Sequence[int]] = None, balance_bytes: int = 0) -> Plan:
     """weft_migrate_resume(): after a repair of @p group, the plan from what the
     survivors hold to @p target, counting the chunks the failed migration (@p failed, the
     weft.Request of a imigrate() that raised weft.PeerFailed or weft.Revoked) had
@@ -134,7 +144,7 @@ def migrate_resume(group, failed, old, target, host_of=None, balance_bytes=0):
     return Plan._wrap(out.value, old, target)
 
 
-def replan_flat(old, group):
+def replan_flat(old: Layout, group: Group) -> Tuple[Layout, Plan]:
     """The flat (ZeRO) re-cut of every tensor of @p old over the members of @p group (in
     group rank order) and the plan to it from what members of @p group hold in @p old;
     pieces only departed members held are in plan.missing. Returns (layout, plan)."""
@@ -144,7 +154,7 @@ def replan_flat(old, group):
     return new, Plan._wrap(plan_h.value, old, new)
 
 
-def batch_share(global_batch, width, rank, max_micro=0):
+def batch_share(global_batch: int, width: int, rank: int, max_micro: int = 0) -> BatchShare:
     """Member @p rank's share of a global batch over @p width data-parallel members:
     BatchShare(first, samples, micro_batches, micro_size, last_micro, grad_scale)."""
     s = S.sized(S.BatchShare)

@@ -1,14 +1,20 @@
 """Plans: the fewest transfers from one layout to another (weft_plan_t). Computed
 locally and identically on every rank."""
 
+from __future__ import annotations
+
 from collections import namedtuple
 from ctypes import byref, c_int, c_void_p
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from . import _structs as S
 from ._cfile import capture
 from ._lib import lib
 from .errors import check, invalid
 from .layout import py_box
+
+if TYPE_CHECKING:
+    from .layout import Layout
 
 Transfer = namedtuple("Transfer", "src dst tensor src_region dst_region box nbytes")
 Transfer.__doc__ = ("One transfer: member src sends box of tensor to member dst (src == dst: "
@@ -24,7 +30,8 @@ class Plan:
     slab size for balancing (0: 1 MiB); allow_missing: list what nobody holds (missing)
     instead of refusing."""
 
-    def __init__(self, old, new, host_of=None, balance_bytes=0, allow_missing=False):
+    def __init__(self, old: Layout, new: Layout, host_of: Optional[Sequence[int]] = None,
+                 balance_bytes: int = 0, allow_missing: bool = False) -> None:
         p = S.sized(S.PlanParams)
         hosts = None
         if host_of is not None:
@@ -58,7 +65,7 @@ class Plan:
         return self._handle
 
     @property
-    def handle(self):
+    def handle(self) -> int:
         """The weft_plan_t pointer as an int (for C extensions)."""
         return self._h()
 
@@ -76,34 +83,34 @@ class Plan:
                         py_box(t.box, self._ndims(t.tensor)), t.bytes)
 
     @property
-    def num_transfers(self):
+    def num_transfers(self) -> int:
         """Number of transfers of the plan."""
         return lib.weft_plan_num_transfers(self._h())
 
     @property
-    def transfers(self):
+    def transfers(self) -> List[Transfer]:
         """Every Transfer, local copies included, in the plan's order."""
         return [self._transfer(lib.weft_plan_transfer, i) for i in range(self.num_transfers)]
 
     @property
-    def missing(self):
+    def missing(self) -> List[Transfer]:
         """Pieces of the new layout nobody holds (allow_missing plans), as Transfers with
         src and src_region -1."""
         n = lib.weft_plan_num_missing(self._h())
         return [self._transfer(lib.weft_plan_missing, i) for i in range(n)]
 
-    def stats(self, member=-1):
+    def stats(self, member: int = -1) -> PlanStats:
         """PlanStats for @p member, or for the whole plan (-1)."""
         s = S.sized(S.PlanStats)
         check(lib.weft_plan_stats(self._h(), member, byref(s)))
         return PlanStats(*(getattr(s, f) for f in PlanStats._fields))
 
     @property
-    def digest(self):
+    def digest(self) -> int:
         """64-bit digest: ranks that built different plans get different digests."""
         return lib.weft_plan_digest(self._h())
 
-    def summary(self):
+    def summary(self) -> str:
         """weft_plan_print's text: bytes in/out and transfers per member, the bound."""
         h = self._h()
         text, st = capture(lambda f: lib.weft_plan_print(h, f))

@@ -8,19 +8,30 @@ dropped while in flight is not cancelled: its buffers stay referenced and weft f
 once it completes (or at finalize). cancel() cancels it.
 """
 
+from __future__ import annotations
+
 from ctypes import byref, c_size_t
+from typing import TYPE_CHECKING, Any, Optional
 
 from ._buffer import mark_written
 from ._lib import lib
 from .context import timeout_ns
 from .errors import Status, Timeout, error_for, last_error
 
+if TYPE_CHECKING:
+    import torch
+
+    from .context import Context
+    from .group import Group
+    from .plan import Plan
+
 
 class Request:
     """A nonblocking weft operation: test(), wait(timeout=None), cancel()."""
 
-    def __init__(self, ctx, handle, keep=(), result=None, keep_on_failure=None, group=None,
-                 resumable=None):
+    def __init__(self, ctx: Context, handle: Optional[int], keep: object = (),
+                 result: Any = None, keep_on_failure: object = None,
+                 group: Optional[Group] = None, resumable: Optional[Plan] = None) -> None:
         self._ctx = ctx
         self._owner_group = group  # freeing that group frees the request (Group.free)
         self._handle = handle      # None once complete (or completed inline)
@@ -69,21 +80,21 @@ class Request:
         return self._result
 
     @property
-    def done(self):
+    def done(self) -> bool:
         """True once the operation completed (successfully or not)."""
         return self._handle is None
 
     @property
-    def result(self):
+    def result(self) -> Any:
         """The output buffer(s) of the operation (what wait() returns)."""
         return self._result
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> Optional[int]:
         """Bytes transferred (the received length of a receive); None before completion."""
         return self._nbytes
 
-    def test(self):
+    def test(self) -> bool:
         """Advance without blocking: True when complete, False when not yet. Raises the
         operation's error (a weft.Error) if it failed."""
         if self._handle is not None:
@@ -97,7 +108,7 @@ class Request:
         self._outcome()
         return True
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[float] = None) -> Any:
         """Wait until complete or @p timeout seconds passed (None: the context's
         WEFT_TIMEOUT_MS). Returns the output (the result buffer, or for a receive the
         buffer); raises weft.Timeout if still in flight (the request stays valid: wait
@@ -116,7 +127,7 @@ class Request:
                     self._finish(st)
         return self._outcome()
 
-    def torch_future(self):
+    def torch_future(self) -> torch.futures.Future[Any]:
         """A torch.futures.Future of this request: its value is what wait() returns, or
         it raises the request's error. One thread of the process completes the futures of
         requests in flight (weft.torch.distributed's completer), so `fut.wait()`,
@@ -134,7 +145,7 @@ class Request:
         _completer.add(self, fut, self._result)
         return fut
 
-    def cancel(self):
+    def cancel(self) -> None:
         """weft_req_free(): cancel the operation if still in flight (a collective left
         half done makes the group's next collectives fail with weft.Revoked until it is
         repaired). Its buffers may be reused afterwards. A failed migration can no longer

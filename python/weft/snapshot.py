@@ -9,10 +9,14 @@
     blob = snap.blob(dead_member_id)                     # of the newest step all committed
 """
 
+from __future__ import annotations
+
 import ctypes
 import weakref
 from collections import namedtuple
 from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
+from typing import (TYPE_CHECKING, Callable, Iterable, List, Literal, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 
@@ -24,6 +28,10 @@ from .errors import Error, Status, error_for, invalid, last_error
 from .layout import Layout
 from .plan import Plan
 from .request import Request
+
+if TYPE_CHECKING:
+    from ._types import BytesLike
+    from .group import Group
 
 Restored = namedtuple("Restored", "step bytes_moved bytes_local bytes_missing buffer state")
 Restored.__doc__ = ("What Snapshot.restore() did: the step restored (the newest every survivor "
@@ -52,7 +60,8 @@ class Snapshot:
     equal arguments; it belongs to the group at its current membership: after a
     restore, make a new one for the new layout."""
 
-    def __init__(self, group, layout, blob_bytes=0, redundancy=0, host_of=None):
+    def __init__(self, group: Group, layout: Layout, blob_bytes: int = 0, redundancy: int = 0,
+                 host_of: Optional[Sequence[int]] = None) -> None:
         if blob_bytes < 0 or redundancy < 0:
             raise invalid("Snapshot: blob_bytes and redundancy must be >= 0")
         p = S.sized(S.SnapshotParams)
@@ -89,7 +98,7 @@ class Snapshot:
         return self._handle
 
     # -- lifetime ------------------------------------------------------------------------
-    def free(self):
+    def free(self) -> None:
         """weft_snapshot_free(): a snapshot still in flight is cancelled (its Request then
         fails with weft.Revoked)."""
         if self._handle is not None:
@@ -110,20 +119,21 @@ class Snapshot:
         except Exception:
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> Snapshot:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.free()
         return False
 
     # -- taking snapshots ----------------------------------------------------------------
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """weft_snapshot_bytes(): bytes this member keeps for copies (both buffers)."""
         return lib.weft_snapshot_bytes(self._h())
 
-    def start(self, step, state, blob=b""):
+    def start(self, step: int, state: BytesLike,
+              blob: Union[bytes, bytearray, memoryview] = b"") -> Request:
         """Start the snapshot of @p step (collective: every member, same step, above the
         last committed one): @p state is this member's packed buffer of the layout (an
         array, tensor or bytes-like object; keep it unchanged until the request
@@ -167,7 +177,7 @@ class Snapshot:
                 pass
 
     @property
-    def committed(self):
+    def committed(self) -> Optional[int]:
         """The newest step this member has seen committed, or None."""
         out = c_uint64()
         with self.group._ctx._lock:
@@ -176,12 +186,13 @@ class Snapshot:
         return out.value
 
     # -- restoring -----------------------------------------------------------------------
-    def restore_bytes(self, target):
+    def restore_bytes(self, target: Layout) -> int:
         """weft_snapshot_restore_bytes(): bytes restore() writes for @p target on this
         member (its packed buffer of target, then every member's blob)."""
         return lib.weft_snapshot_restore_bytes(self._h(), target.handle)
 
-    def restore(self, target, out=None, live=None):
+    def restore(self, target: Layout, out: Optional[BytesLike] = None,
+                live: Optional[BytesLike] = None) -> Restored:
         """After group.repair(): restore @p target (a layout of the same tensors over the
         survivors, e.g. a re-cut) from the survivors' copies of the newest step all of
         them committed. Collective over the group; blocking. A snapshot still pending is
@@ -221,7 +232,8 @@ class Snapshot:
         return Restored(info.step, info.bytes_moved, info.bytes_local, info.bytes_missing, out,
                         state)
 
-    def restore_generation(self, world, target):
+    def restore_generation(self, world: Group,
+                           target: Callable[[List[int]], Layout]) -> Restored:
         """weft_elastic_restore_gen() (include/weft/elastic.h): restore this snapshot, the
         generation weft.choose_generation() chose, which this member holds committed.
         Collective over the snapshot's group (the generation's members that are alive);
@@ -282,7 +294,7 @@ class Snapshot:
         return Restored(info.step, info.bytes_moved, info.bytes_local, info.bytes_missing, out,
                         state)
 
-    def blob(self, member):
+    def blob(self, member: int) -> bytes:
         """After a restore: the blob member @p member (a stable id) stored with the
         restored step, as bytes. InvalidArgument if there was no restore, the member
         stored no blob, or every copy of it died."""
@@ -297,7 +309,8 @@ class Snapshot:
             cap = n.value  # a joined member learns the blobs' size from the first call
 
     @classmethod
-    def restore_join(cls, group, target, out=None):
+    def restore_join(cls, group: Group, target: Layout, out: Optional[BytesLike] = None
+                     ) -> Tuple[Snapshot, Restored]:
         """The part of a restore that a member admitted since the snapshot was made (by
         group.grow(), or by the repair that removed the dead) plays, while the holders
         call restore(target) (weft_snapshot_restore_join): it receives its share of
@@ -327,7 +340,7 @@ class Snapshot:
                               info.bytes_missing, out, state)
 
     @property
-    def restore_plan(self):
+    def restore_plan(self) -> Optional[Plan]:
         """After a restore: the weft.Plan it ran (for missing and stats(); its tensors
         past the target's are the members' blobs), or None. Owned by the snapshot: it
         becomes unusable when the snapshot is freed or restores again."""
@@ -359,7 +372,8 @@ GenChoice.__doc__ = ("What choose_generation() chose: id, the generation to rest
                      "holders, how many members hold it committed.")
 
 
-def choose_generation(group, generations):
+def choose_generation(group: Group,
+                      generations: Iterable[Tuple[int, Optional[Snapshot]]]) -> GenChoice:
     """weft_elastic_choose_gen() (include/weft/elastic.h): with every member of @p group,
     choose the generation of snapshots to restore from after a membership change, the
     newest that some member holds committed and no member holds uncommitted. Collective

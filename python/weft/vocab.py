@@ -9,8 +9,11 @@ The vocabulary of V entries is cut into P shards of padded_length rows; rank i h
 rows [start, start + length) of W in a buffer of padded_length rows.
 """
 
+from __future__ import annotations
+
 from collections import namedtuple
 from ctypes import byref, c_float, c_void_p
+from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 import numpy as np
 
@@ -20,6 +23,10 @@ from ._lib import lib
 from .dtypes import DType, dtype_of
 from .errors import InvalidArgument, check, invalid
 from .request import Request
+
+if TYPE_CHECKING:
+    from ._types import Array, ArrayT, DTypeLike
+    from .group import Group
 
 VocabRange = namedtuple("VocabRange", "start length padded_length")
 VocabMemory = namedtuple("VocabMemory", "s_to_c1 c1_to_t peak")
@@ -38,7 +45,7 @@ def _choice(value, table, what):
     raise invalid("%s must be one of %s, not %r" % (what, ", ".join(table), value))
 
 
-def shard_range(vocab_size, nranks, rank, align=0):
+def shard_range(vocab_size: int, nranks: int, rank: int, align: int = 0) -> VocabRange:
     """The shard of @p rank when @p vocab_size entries are cut over @p nranks ranks."""
     r = S.VocabRange()
     check(lib.weft_vocab_shard_range(vocab_size, nranks, align, rank, byref(r)))
@@ -76,7 +83,8 @@ class Vocab:
     """A sharded vocabulary on a group (weft_vocab_t). Creating one registers reduction
     operators on the context: every rank creates its Vocab objects in the same order."""
 
-    def __init__(self, group, vocab_size, hidden, align=0, dtype="float32"):
+    def __init__(self, group: Group, vocab_size: int, hidden: int, align: int = 0,
+                 dtype: DTypeLike = "float32") -> None:
         dt = dtype_of(dtype)
         if dt not in _DT_NAMES:
             raise invalid("dtype: the vocabulary layers take float32, bfloat16 or float16, "
@@ -103,7 +111,7 @@ class Vocab:
     def _call(self, fn, *args):
         return self.group._ctx._call(fn, self._h(), *args)
 
-    def close(self):
+    def close(self) -> None:
         """weft_vocab_free() (microbatches made from it must be closed first)."""
         if self._handle is not None and not self.group._ctx.closed:
             self._call(lib.weft_vocab_free)
@@ -119,12 +127,14 @@ class Vocab:
             pass
 
     @property
-    def table_shape(self):
+    def table_shape(self) -> Tuple[int, int]:
         """(padded_length, hidden): the shape of this rank's W_i / E_i buffer."""
         return (self.range.padded_length, self.hidden)
 
-    def microbatch(self, algo=DEFAULT_ALGO, reduction="mean", max_tokens=1,
-                   accumulate_dw=False, label_smoothing=0.0, block_rows=0):
+    def microbatch(self, algo: Union[str, int] = DEFAULT_ALGO,
+                   reduction: Union[str, int] = "mean", max_tokens: int = 1,
+                   accumulate_dw: bool = False, label_smoothing: float = 0.0,
+                   block_rows: int = 0) -> Microbatch:
         """The state of one microbatch of the output layer (weft_vocab_mb_create); algo
         "alg2" (the default, as in C), "alg1" or "naive"; label_smoothing in [0, 1] as
         torch.nn.functional.cross_entropy's; block_rows > 0 (alg1, alg2): compute the
@@ -132,13 +142,13 @@ class Vocab:
         return Microbatch(self, algo, reduction, max_tokens, accumulate_dw, label_smoothing,
                           block_rows)
 
-    def memory(self, algo, n):
+    def memory(self, algo: Union[str, int], n: int) -> VocabMemory:
         """Bytes an algorithm keeps alive per microbatch of @p n tokens."""
         m = S.sized(S.VocabMem)
         self._call(lib.weft_vocab_xent_memory, _choice(algo, ALGOS, "algo"), n, byref(m))
         return VocabMemory(m.s_to_c1, m.c1_to_t, m.peak)
 
-    def refuse_embed_forward(self):
+    def refuse_embed_forward(self) -> None:
         """Take part in an embedding forward as a refusal (its sum over the group): every
         other rank's forward then fails with weft.InvalidArgument at once. For a caller
         that rejects its own arguments; it raises its own error afterwards."""
@@ -156,14 +166,14 @@ class Vocab:
         self.group._follow_torch_stream((t, o))
         return t, i, o
 
-    def embed_forward(self, table, ids, out):
+    def embed_forward(self, table: Array, ids: Array, out: ArrayT) -> ArrayT:
         """out[j] = E[ids[j]] on every rank (one collective). Returns out."""
         t, i, o = self._embed_args(table, ids, out)
         self._call(lib.weft_vocab_embed_forward, t.ptr, i.ptr, i.count, o.ptr)
         mark_written(o)
         return out
 
-    def iembed_forward(self, table, ids, out):
+    def iembed_forward(self, table: Array, ids: Array, out: Array) -> Request:
         """Nonblocking embed_forward (pass IF): a Request whose wait() returns out."""
         t, i, o = self._embed_args(table, ids, out)
         req = c_void_p()
@@ -172,7 +182,7 @@ class Vocab:
         return Request(self.group._ctx, req.value, keep=(t, i, o), result=out,
                        group=self.group)
 
-    def embed_grad_bcast_start(self, grad_out, n, root):
+    def embed_grad_bcast_start(self, grad_out: Array, n: int, root: int) -> Request:
         """Start the broadcast of ∇out [n, h] from @p root (pass IB); returns a Request."""
         g = _f32(grad_out, "embedding grad_out", n * self.hidden, writable=True, dtype=self.dtype)
         self.group._follow_torch_stream((g,))
@@ -182,7 +192,7 @@ class Vocab:
         return Request(self.group._ctx, req.value, keep=(g,), result=grad_out,
                        group=self.group)
 
-    def embed_grad_scatter(self, grad_out, ids, grad_table):
+    def embed_grad_scatter(self, grad_out: Array, ids: Array, grad_table: ArrayT) -> ArrayT:
         """∇E_i[ids[j] - start] += ∇out[j] for the ids of this shard (no communication)."""
         i = _i64(ids, "ids")
         g = _f32(grad_out, "embedding grad_out", i.count * self.hidden, dtype=self.dtype)
@@ -192,7 +202,8 @@ class Vocab:
         mark_written(t)
         return grad_table
 
-    def embed_backward(self, grad_out, ids, grad_table, root=None):
+    def embed_backward(self, grad_out: Array, ids: Array, grad_table: ArrayT,
+                       root: Optional[int] = None) -> ArrayT:
         """Broadcast ∇out from @p root (None: every rank holds it), then scatter-add."""
         i = _i64(ids, "ids")
         g = _f32(grad_out, "embedding grad_out", i.count * self.hidden,
@@ -211,8 +222,9 @@ class Microbatch:
     and the labels given to logits() stay referenced until grad() ran; ∇X until the
     request of dx_reduce_start() completed (the request keeps it)."""
 
-    def __init__(self, vocab, algo, reduction, max_tokens, accumulate_dw, label_smoothing=0.0,
-                 block_rows=0):
+    def __init__(self, vocab: Vocab, algo: Union[str, int], reduction: Union[str, int],
+                 max_tokens: int, accumulate_dw: bool, label_smoothing: float = 0.0,
+                 block_rows: int = 0) -> None:
         p = S.sized(S.VocabMbParams)
         p.algo = _choice(algo, ALGOS, "algo")
         p.reduction = _choice(reduction, REDUCTIONS, "reduction")
@@ -237,11 +249,11 @@ class Microbatch:
         return self.vocab.group._ctx._call(fn, self._handle, *args)
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """True once closed (by close(), or by the layer that made it)."""
         return self._handle is None
 
-    def close(self):
+    def close(self) -> None:
         """weft_vocab_mb_free() (cancels a pass in flight: its request then fails)."""
         if self._handle is not None and not self.vocab.group._ctx.closed:
             self._call(lib.weft_vocab_mb_free)
@@ -257,7 +269,7 @@ class Microbatch:
             pass
 
     # -- passes --------------------------------------------------------------------------
-    def logits(self, x, w, labels):
+    def logits(self, x: Array, w: Array, labels: Array) -> None:
         """Local logits and statistics of X [n, h] against W_i [padded, h] (pass S; no
         communication)."""
         lab = _i64(labels, "labels")
@@ -278,12 +290,12 @@ class Microbatch:
         return Request(self.vocab.group._ctx, req.value, keep=keep, result=result,
                        group=self.vocab.group)
 
-    def merge_start(self):
+    def merge_start(self) -> Request:
         """Start merging the statistics over the group (pass C1): a Request; loss() once
         it completed."""
         return self._pass_request(lib.weft_vocab_xent_merge_start)
 
-    def loss(self, loss_tok=None):
+    def loss(self, loss_tok: Optional[Array] = None) -> float:
         """The reduced loss (a float) once the merge completed; per-token losses into
         @p loss_tok ([n] float32) if given."""
         lt = _f32(loss_tok, "loss_tok", self.n, writable=True) if loss_tok is not None else None
@@ -292,7 +304,7 @@ class Microbatch:
         mark_written(lt)
         return out.value
 
-    def grad(self, grad, dx, dw):
+    def grad(self, grad: Union[float, Array], dx: Array, dw: Array) -> None:
         """∇W_i into @p dw and ∇X (pass T; "naive"/"alg1": this rank's part until the
         request of dx_reduce_start() completed). No communication."""
         g, dxb, dwb = self._t_args(grad, dx, dw)
@@ -301,7 +313,7 @@ class Microbatch:
         self._keep = (dxb,) if self.algo != ALGOS["alg2"] else ()
         self._dx = dx
 
-    def dx_reduce_start(self):
+    def dx_reduce_start(self) -> Request:
         """Start the sum of ∇X over the group (pass C2; "naive", "alg1"; "alg2" has
         nothing to send): a Request whose wait() returns ∇X."""
         keep, dx, self._keep, self._dx = self._keep, self._dx, (), None
@@ -317,7 +329,8 @@ class Microbatch:
         return g, dxb, dwb
 
     # -- blocking ------------------------------------------------------------------------
-    def forward(self, x, w, labels, loss_tok=None):
+    def forward(self, x: Array, w: Array, labels: Array,
+                loss_tok: Optional[Array] = None) -> float:
         """logits (S), the merge (C1) and its wait: returns the reduced loss (per-token
         into loss_tok)."""
         lab = _i64(labels, "labels")
@@ -335,14 +348,14 @@ class Microbatch:
         self.n = n
         return out.value
 
-    def backward(self, grad, dx, dw):
+    def backward(self, grad: Union[float, Array], dx: Array, dw: Array) -> None:
         """grad (T), the sum of ∇X (C2) and its wait: ∇X complete in @p dx, ∇W_i in @p dw."""
         g, dxb, dwb = self._t_args(grad, dx, dw)
         self._call(lib.weft_vocab_xent_backward, g.ptr, dxb.ptr, dwb.ptr)
         mark_written(dxb, dwb)
         self._keep = ()
 
-    def refuse(self):
+    def refuse(self) -> None:
         """Take part in pass C1 as a refusal (weft_vocab_xent_merge_start without a
         request): every other rank's C1 then fails with weft.InvalidArgument at once,
         rather than waiting for this rank until its timeout. For a caller that rejects
@@ -352,7 +365,7 @@ class Microbatch:
         except InvalidArgument:
             pass  # the refusal's own status
 
-    def memory(self, n):
+    def memory(self, n: int) -> VocabMemory:
         """VocabMemory(s_to_c1, c1_to_t, peak): bytes one microbatch of @p n tokens of this
         state keeps alive between S and T (weft_vocab_mb_memory: its algorithm and
         block_rows)."""
@@ -360,7 +373,7 @@ class Microbatch:
         self._call(lib.weft_vocab_mb_memory, n, byref(m))
         return VocabMemory(m.s_to_c1, m.c1_to_t, m.peak)
 
-    def stats(self):
+    def stats(self) -> MicrobatchStats:
         """MicrobatchStats(compute_ns, comm_ns, collectives, comm_bytes) of the current
         or last microbatch."""
         s = S.sized(S.VocabMbStats)

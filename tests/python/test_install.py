@@ -1,5 +1,6 @@
 """`cmake --install` and `pip install` into one prefix: the installed package finds the
-libweft.so installed beside it, with no WEFT_LIBRARY and no LD_LIBRARY_PATH."""
+libweft.so installed beside it, with no WEFT_LIBRARY and no LD_LIBRARY_PATH, and carries
+its py.typed marker."""
 
 import os
 import re
@@ -34,6 +35,9 @@ def test_installed_package_finds_installed_library(tmp_path):
     inits = [os.path.join(d, "__init__.py") for d, _, files in os.walk(prefix)
              if d.endswith(os.sep + "weft") and "__init__.py" in files]
     assert len(inits) == 1, inits
+    # PEP 561: the marker that tells type checkers the package has type hints.
+    assert os.path.isfile(os.path.join(os.path.dirname(inits[0]), "py.typed")), \
+        "weft/py.typed was not installed (pyproject.toml's package-data)"
     site = os.path.dirname(os.path.dirname(inits[0]))
     env = {k: v for k, v in os.environ.items() if k not in ("WEFT_LIBRARY", "LD_LIBRARY_PATH")}
     env["PYTHONPATH"] = site
