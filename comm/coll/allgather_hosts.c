@@ -29,10 +29,8 @@
 #define AGH_CHUNKS 16 /* chunks of a block at most: bounds the requests in flight */
 
 typedef struct ag_hosts {
-    int nlocal, nhosts; /* L, H */
-    int lidx, hidx;     /* this rank's */
-    int *at;            /* [H * L]: the rank with host index h and local index l at h * L + l */
-    size_t chunk, nch;  /* bytes of a chunk, chunks of a block (>= 1) */
+    weft_host_grid_t grid;
+    size_t chunk, nch; /* bytes of a chunk, chunks of a block (>= 1) */
     /* Chunk j from this rank's column on host h at 2(h*nch + j); the one sent to it, +1. */
     weft_req_t **cross;
     /* Unit u = k*nch + j (chunk j of the k-th block a rank forwards) from local rank l at
@@ -60,7 +58,7 @@ static size_t chunk_len(const weft_coll_t *c, const ag_hosts_t *A, size_t j)
 
 static size_t units(const ag_hosts_t *A)
 {
-    return (size_t)A->nhosts * A->nch;
+    return (size_t)A->grid.nhosts * A->nch;
 }
 
 static size_t n_cross(const ag_hosts_t *A)
@@ -70,13 +68,13 @@ static size_t n_cross(const ag_hosts_t *A)
 
 static size_t n_local(const ag_hosts_t *A)
 {
-    return 2 * (size_t)A->nlocal * units(A);
+    return 2 * (size_t)A->grid.nlocal * units(A);
 }
 
 /* The k-th block any rank of this host forwards in stage B comes from host (hidx + k) % H. */
 static int fwd_host(const ag_hosts_t *A, size_t k)
 {
-    return (A->hidx + (int)k) % A->nhosts;
+    return (A->grid.hidx + (int)k) % A->grid.nhosts;
 }
 
 bool weft__coll_allgather_hosts_fits(weft_coll_t *c)
@@ -92,15 +90,11 @@ static void agh_fini(weft_coll_t *c)
     if (A == NULL) {
         return;
     }
-    for (size_t i = 0; A->cross != NULL && i < n_cross(A); i++) {
-        weft__coll_child_drop(&A->cross[i]);
-    }
-    for (size_t i = 0; A->local != NULL && i < n_local(A); i++) {
-        weft__coll_child_drop(&A->local[i]);
-    }
+    weft__coll_children_drop(A->cross, n_cross(A));
+    weft__coll_children_drop(A->local, n_local(A));
     free(A->cross);
     free(A->local);
-    free(A->at);
+    free(A->grid.at);
     free(A);
     c->alg = NULL;
 }
@@ -112,9 +106,9 @@ static weft_status_t agh_post(weft_coll_t *c, ag_hosts_t *A)
     uint32_t tag_l = weft__tag_coll_payload(c->seq, WEFT_COLL_STEP_AG_LOCAL);
     const uint8_t *own = c->a.sendbuf == c->a.recvbuf ? blk(c, c->rank) : c->a.sendbuf;
     weft_status_t st = WEFT_OK;
-    for (int h = 0; h < A->nhosts && st >= 0; h++) {
-        int peer = A->at[h * A->nlocal + A->lidx];
-        for (size_t j = 0; j < A->nch && h != A->hidx && st >= 0; j++) {
+    for (int h = 0; h < A->grid.nhosts && st >= 0; h++) {
+        int peer = weft__grid_rank(&A->grid, h, A->grid.lidx);
+        for (size_t j = 0; j < A->nch && h != A->grid.hidx && st >= 0; j++) {
             size_t off = j * A->chunk, len = chunk_len(c, A, j), i = 2 * (h * A->nch + j);
             st = weft__irecv(c->g, peer, blk(c, peer) + off, len, WEFT_TAG_COLL, tag_x,
                              &A->cross[i]);
@@ -124,11 +118,11 @@ static weft_status_t agh_post(weft_coll_t *c, ag_hosts_t *A)
             }
         }
     }
-    for (int l = 0; l < A->nlocal && st >= 0; l++) {
-        int peer = A->at[A->hidx * A->nlocal + l];
-        for (size_t u = 0; u < units(A) && l != A->lidx && st >= 0; u++) {
+    for (int l = 0; l < A->grid.nlocal && st >= 0; l++) {
+        int peer = weft__grid_rank(&A->grid, A->grid.hidx, l);
+        for (size_t u = 0; u < units(A) && l != A->grid.lidx && st >= 0; u++) {
             size_t k = u / A->nch, j = u % A->nch;
-            int src = A->at[fwd_host(A, k) * A->nlocal + l];
+            int src = weft__grid_rank(&A->grid, fwd_host(A, k), l);
             st = weft__irecv(c->g, peer, blk(c, src) + j * A->chunk, chunk_len(c, A, j),
                              WEFT_TAG_COLL, tag_l, &A->local[2 * ((size_t)l * units(A) + u)]);
         }
@@ -152,14 +146,14 @@ static weft_status_t agh_forward(weft_coll_t *c, ag_hosts_t *A)
                 return st; /* not here yet, or an error */
             }
         }
-        const uint8_t *src = blk(c, A->at[h * A->nlocal + A->lidx]) + j * A->chunk;
-        for (int l = 0; l < A->nlocal; l++) {
-            if (l == A->lidx) {
+        const uint8_t *src = blk(c, weft__grid_rank(&A->grid, h, A->grid.lidx)) + j * A->chunk;
+        for (int l = 0; l < A->grid.nlocal; l++) {
+            if (l == A->grid.lidx) {
                 continue;
             }
-            weft_status_t st =
-                weft__isend(c->g, A->at[A->hidx * A->nlocal + l], src, chunk_len(c, A, j),
-                            WEFT_TAG_COLL, tag_l, &A->local[2 * ((size_t)l * units(A) + u) + 1]);
+            weft_status_t st = weft__isend(c->g, weft__grid_rank(&A->grid, A->grid.hidx, l), src,
+                                           chunk_len(c, A, j), WEFT_TAG_COLL, tag_l,
+                                           &A->local[2 * ((size_t)l * units(A) + u) + 1]);
             if (st < 0) {
                 return st;
             }
@@ -194,25 +188,17 @@ static weft_status_t agh_data(weft_coll_t *c)
 
 weft_status_t weft__coll_setup_allgather_hosts(weft_coll_t *c)
 {
-    int nhosts;
-    const int *host = weft__group_host_table(c->g, &nhosts);
     ag_hosts_t *A = calloc(1, sizeof(*A));
-    int *idx = malloc((size_t)c->size * 2 * sizeof(int));
-    if (A == NULL || idx == NULL || host == NULL) {
-        free(A);
-        free(idx);
+    if (A == NULL) {
         return weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", c->a.name);
     }
     c->alg = A;
     c->fini = agh_fini;
     c->data = agh_data;
-    int *lidx = idx, *hidx = idx + c->size;
-    if (!weft__coll_host_layout(host, c->size, &A->nlocal, &A->nhosts, lidx, hidx)) {
-        free(idx);
-        return weft__error(c->ctx, WEFT_ERR_UNSUPPORTED, "%s: hosts of unequal size", c->a.name);
+    weft_status_t st = weft__coll_host_grid(c, &A->grid);
+    if (st != WEFT_OK) {
+        return st;
     }
-    A->lidx = lidx[c->rank];
-    A->hidx = hidx[c->rank];
     /* Chunks of whole elements, the same on every rank (they agree on count). */
     size_t bb = blk_bytes(c), chunk = c->ctx->cfg.coll_net_chunk;
     if (chunk < (bb + AGH_CHUNKS - 1) / AGH_CHUNKS) {
@@ -221,16 +207,10 @@ weft_status_t weft__coll_setup_allgather_hosts(weft_coll_t *c)
     chunk = (chunk + c->elem - 1) / c->elem * c->elem;
     A->chunk = chunk > 0 ? chunk : c->elem;
     A->nch = bb > 0 ? (bb + A->chunk - 1) / A->chunk : 1;
-    A->at = malloc((size_t)c->size * sizeof(int));
     A->cross = calloc(n_cross(A), sizeof(*A->cross));
     A->local = calloc(n_local(A), sizeof(*A->local));
-    if (A->at == NULL || A->cross == NULL || A->local == NULL) {
-        free(idx);
+    if (A->cross == NULL || A->local == NULL) {
         return weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", c->a.name);
     }
-    for (int r = 0; r < c->size; r++) {
-        A->at[hidx[r] * A->nlocal + lidx[r]] = r;
-    }
-    free(idx);
     return weft__rd_init(c, NULL, 0);
 }

@@ -113,11 +113,7 @@ static void large_fini(weft_coll_t *c)
         return;
     }
     weft__ring_fini(&L->ring);
-    if (L->gather != NULL) {
-        for (int i = 0; i < c->size; i++) {
-            weft__coll_child_drop(&L->gather[i]);
-        }
-    }
+    weft__coll_children_drop(L->gather, (size_t)c->size);
     free(L->gather);
     free(L->block);
     free(L);

@@ -33,11 +33,7 @@ static void a2a_fini(weft_coll_t *c)
     if (A == NULL) {
         return;
     }
-    if (A->reqs != NULL) {
-        for (int i = 0; i < 2 * c->size; i++) {
-            weft__coll_child_drop(&A->reqs[i]);
-        }
-    }
+    weft__coll_children_drop(A->reqs, 2 * (size_t)c->size);
     free(A->reqs);
     free(A->mine);
     free(A->theirs);

@@ -365,14 +365,22 @@ weft_status_t weft__coll_setup_hier(weft_coll_t *c);
 /* The same for larger vectors when every host has as many ranks (hier_sliced.c). */
 bool weft__coll_sliced_fits(weft_coll_t *c, size_t bytes);
 weft_status_t weft__coll_setup_sliced(weft_coll_t *c);
-/*
- * Local index and host index of every rank into @p lidx and @p hidx ([size] each), from
- * the host table (each rank's host named by its lowest rank; hosts numbered in their
- * leaders' order); false unless every host has the same number (>= 2) of ranks. Linear
- * in the group's size: it runs at the start of every large collective that uses it.
- */
-bool weft__coll_host_layout(const int *host, int size, int *nlocal, int *nhosts, int *lidx,
-                            int *hidx);
+/* The ranks of a group whose hosts all hold the same number L >= 2 of them (hosts numbered
+ * in their leaders' order, ranks within a host in rank order). */
+typedef struct weft_host_grid {
+    int nlocal, nhosts; /* L, H */
+    int lidx, hidx;     /* this rank's local index and host index */
+    int *at;            /* [H * L]: the rank with host index h and local index l at h * L + l */
+} weft_host_grid_t;
+/* @p c's group as such a grid (hier_sliced.c): WEFT_OK with grid->at allocated (the caller
+ * frees it), WEFT_ERR_UNSUPPORTED when the hosts differ in size, WEFT_ERR_NO_MEMORY.
+ * Linear in the group's size: it runs at the start of every large collective that uses it. */
+weft_status_t weft__coll_host_grid(weft_coll_t *c, weft_host_grid_t *grid);
+/* The rank with host index @p h and local index @p l. */
+static inline int weft__grid_rank(const weft_host_grid_t *grid, int h, int l)
+{
+    return grid->at[h * grid->nlocal + l];
+}
 /* Allgather over hosts of equal size (allgather_hosts.c): whether @p c qualifies (every
  * rank decides alike), and its setup. */
 bool weft__coll_allgather_hosts_fits(weft_coll_t *c);

@@ -276,6 +276,13 @@ void weft__coll_child_drop(weft_req_t **r)
     }
 }
 
+void weft__coll_children_drop(weft_req_t **reqs, size_t n)
+{
+    for (size_t i = 0; reqs != NULL && i < n; i++) {
+        weft__coll_child_drop(&reqs[i]);
+    }
+}
+
 uint8_t *weft__coll_alloc(weft_coll_t *c, size_t bytes)
 {
     void *p = NULL;

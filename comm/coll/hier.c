@@ -67,9 +67,7 @@ static void hier_fini(weft_coll_t *c)
     if (H->leader) {
         weft__ring_fini(&H->ring);
     }
-    for (int i = 0; H->reqs != NULL && i < (H->nlocal > 2 ? H->nlocal : 2); i++) {
-        weft__coll_child_drop(&H->reqs[i]);
-    }
+    weft__coll_children_drop(H->reqs, (size_t)(H->nlocal > 2 ? H->nlocal : 2));
     free(H->reqs);
     free(H->local);
     free(H->in);

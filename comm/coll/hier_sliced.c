@@ -38,17 +38,20 @@ typedef struct seg {
 } seg_t;
 
 typedef struct sliced {
-    int nlocal, nhosts; /* L, H */
-    int lidx, hidx;     /* this rank's local index and host index */
-    int *local;         /* [L] group ranks on this host, in rank order */
-    int *column;        /* [H] group ranks with this local index, one per host, by host */
+    weft_host_grid_t grid;
+    const int *local; /* [L] group ranks on this host, in rank order (a row of grid.at) */
+    int *column;      /* [H] group ranks with this local index, one per host, by host */
     size_t seg_elems, nseg;
     size_t first, next; /* segments below first are done; below next are started */
     seg_t win[WEFT_SLICED_DEPTH];
 } sliced_t;
 
-bool weft__coll_host_layout(const int *host, int size, int *nlocal, int *nhosts, int *lidx,
-                            int *hidx)
+/*
+ * Local index and host index of every rank into @p lidx and @p hidx ([size] each), from
+ * the host table (each rank's host named by its lowest rank); false unless every host
+ * has the same number (>= 2) of ranks.
+ */
+static bool layout(const int *host, int size, int *nlocal, int *nhosts, int *lidx, int *hidx)
 {
     /* First hidx counts each host's ranks, in its leader's place (host[r] <= r). */
     memset(hidx, 0, (size_t)size * sizeof(*hidx));
@@ -100,7 +103,7 @@ static void sliced_fini(weft_coll_t *c)
             weft__ring_fini(&S->win[i].ring);
         }
     }
-    free(S->local);
+    free(S->grid.at);
     free(S->column);
     free(S);
     c->alg = NULL;
@@ -119,26 +122,26 @@ static weft_status_t stage_init(weft_coll_t *c, sliced_t *S, size_t k)
     seg_t *s = &S->win[k % WEFT_SLICED_DEPTH];
     size_t e = c->elem, off = k * S->seg_elems;
     size_t n = c->a.count - off < S->seg_elems ? c->a.count - off : S->seg_elems;
-    size_t sl_off = weft__coll_blk_off(n, S->nlocal, S->lidx);
-    size_t sl_len = weft__coll_blk_len(n, S->nlocal, S->lidx);
+    size_t sl_off = weft__coll_blk_off(n, S->grid.nlocal, S->grid.lidx);
+    size_t sl_len = weft__coll_blk_len(n, S->grid.nlocal, S->grid.lidx);
     uint8_t *seg = (uint8_t *)c->a.recvbuf + off * e, *slice = seg + sl_off * e;
     weft_ring_pos_t pos;
     weft_status_t st;
     switch (s->stage) {
     case STAGE_HOST_RS:
-        pos = ring_pos(S->local, S->nlocal, S->lidx, false);
+        pos = ring_pos(S->local, S->grid.nlocal, S->grid.lidx, false);
         st =
             weft__ring_init_among(c, &s->ring, &pos, true, false,
                                   (const uint8_t *)c->a.sendbuf + off * e, NULL, slice, NULL, n, 0);
         break;
     case STAGE_HOSTS_AR:
-        pos = ring_pos(S->column, S->nhosts, S->hidx, true);
-        st = weft__ring_init_among(c, &s->ring, &pos, true, true, slice, slice,
-                                   slice + weft__coll_blk_off(sl_len, S->nhosts, S->hidx) * e, NULL,
-                                   sl_len, 0);
+        pos = ring_pos(S->column, S->grid.nhosts, S->grid.hidx, true);
+        st = weft__ring_init_among(
+            c, &s->ring, &pos, true, true, slice, slice,
+            slice + weft__coll_blk_off(sl_len, S->grid.nhosts, S->grid.hidx) * e, NULL, sl_len, 0);
         break;
     default:
-        pos = ring_pos(S->local, S->nlocal, S->lidx, false);
+        pos = ring_pos(S->local, S->grid.nlocal, S->grid.lidx, false);
         st = weft__ring_init_among(c, &s->ring, &pos, false, true, NULL, seg, NULL, slice, n, 0);
         break;
     }
@@ -188,42 +191,56 @@ static weft_status_t sliced_data(weft_coll_t *c)
     return S->first == S->nseg ? WEFT_OK : WEFT_INPROGRESS;
 }
 
-weft_status_t weft__coll_setup_sliced(weft_coll_t *c)
+weft_status_t weft__coll_host_grid(weft_coll_t *c, weft_host_grid_t *grid)
 {
     int nhosts;
     const int *host = weft__group_host_table(c->g, &nhosts);
+    int *idx = malloc((size_t)c->size * 2 * sizeof(int));
+    grid->at = malloc((size_t)c->size * sizeof(int));
+    if (host == NULL || idx == NULL || grid->at == NULL) {
+        free(idx);
+        free(grid->at);
+        grid->at = NULL;
+        return weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", c->a.name);
+    }
+    int *lidx = idx, *hidx = idx + c->size;
+    if (!layout(host, c->size, &grid->nlocal, &grid->nhosts, lidx, hidx)) {
+        free(idx);
+        free(grid->at);
+        grid->at = NULL;
+        return weft__error(c->ctx, WEFT_ERR_UNSUPPORTED, "%s: hosts of unequal size", c->a.name);
+    }
+    grid->lidx = lidx[c->rank];
+    grid->hidx = hidx[c->rank];
+    for (int r = 0; r < c->size; r++) {
+        grid->at[hidx[r] * grid->nlocal + lidx[r]] = r;
+    }
+    free(idx);
+    return WEFT_OK;
+}
+
+weft_status_t weft__coll_setup_sliced(weft_coll_t *c)
+{
     sliced_t *S = calloc(1, sizeof(*S));
-    int *lidx = malloc((size_t)c->size * sizeof(int) * 2);
-    if (S == NULL || lidx == NULL || host == NULL) {
-        free(S);
-        free(lidx);
+    if (S == NULL) {
         return weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", c->a.name);
     }
     c->alg = S;
     c->fini = sliced_fini;
     c->data = sliced_data;
-    int *hidx = lidx + c->size;
-    if (!weft__coll_host_layout(host, c->size, &S->nlocal, &S->nhosts, lidx, hidx)) {
-        free(lidx);
-        return weft__error(c->ctx, WEFT_ERR_UNSUPPORTED, "%s: hosts of unequal size", c->a.name);
+    weft_status_t st = weft__coll_host_grid(c, &S->grid);
+    if (st != WEFT_OK) {
+        return st;
     }
-    S->local = malloc((size_t)S->nlocal * sizeof(int));
-    S->column = malloc((size_t)S->nhosts * sizeof(int));
-    if (S->local == NULL || S->column == NULL) {
-        free(lidx);
+    const weft_host_grid_t *g = &S->grid;
+    S->local = g->at + (size_t)g->hidx * (size_t)g->nlocal;
+    S->column = malloc((size_t)g->nhosts * sizeof(int));
+    if (S->column == NULL) {
         return weft__error(c->ctx, WEFT_ERR_NO_MEMORY, "%s: no memory", c->a.name);
     }
-    S->lidx = lidx[c->rank];
-    S->hidx = hidx[c->rank];
-    for (int r = 0; r < c->size; r++) {
-        if (host[r] == host[c->rank]) {
-            S->local[lidx[r]] = r;
-        }
-        if (lidx[r] == S->lidx) {
-            S->column[hidx[r]] = r;
-        }
+    for (int h = 0; h < g->nhosts; h++) {
+        S->column[h] = weft__grid_rank(g, h, g->lidx);
     }
-    free(lidx);
     /* Segments of whole elements, the same on every rank (they agree on count). */
     size_t seg = c->ctx->cfg.coll_hier_segment / c->elem;
     S->seg_elems = seg > 0 ? seg : 1;

@@ -81,5 +81,7 @@ weft_status_t weft__coll_child_test(weft_req_t **r, size_t *bytes);
 weft_status_t weft__coll_children_test(weft_req_t **reqs, size_t n);
 /* Cancel and free a child request (NULL is fine). */
 void weft__coll_child_drop(weft_req_t **r);
+/* The same for reqs[0..n) (a NULL array is fine). */
+void weft__coll_children_drop(weft_req_t **reqs, size_t n);
 
 #endif
