@@ -97,41 +97,54 @@ static weft_status_t check_params(const weft__ssd_params_t *p)
 
 /* The directory opened as @p fd is a directory of the effective user's that gives group
  * and others no permission: checked on what was opened, so nothing can swap it after. */
-static weft_status_t check_dir(int fd, const char *dir)
+static weft_status_t check_dir(int fd, const char *dir, const char *what, const char *keeps)
 {
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot stat %s: %s", dir, strerror(errno));
+        return weft__error_noctx(WEFT_ERR_IO, "%s: cannot stat %s: %s", what, dir, strerror(errno));
     }
     uid_t me = geteuid();
     if (!weft__stat_private(&st, S_IFDIR)) {
         return weft__error_noctx(WEFT_ERR_INVALID_ARG,
-                                 "ssd: directory %s is owned by uid %u / mode %04o: the SSD "
-                                 "tier keeps parameters and optimizer state, it must be 0700 "
-                                 "and yours (uid %u)",
-                                 dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
-                                 (unsigned)me);
+                                 "%s: directory %s is owned by uid %u / mode %04o: %s, it must "
+                                 "be 0700 and yours (uid %u)",
+                                 what, dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+                                 keeps, (unsigned)me);
     }
+    return WEFT_OK;
+}
+
+weft_status_t weft__ssd_dir_open(const char *dir, bool create, const char *what, const char *keeps,
+                                 int *fd)
+{
+    *fd = -1;
+    if (create && make_dirs(dir) != 0) {
+        return weft__error_noctx(WEFT_ERR_IO, "%s: cannot create %s: %s", what, dir,
+                                 strerror(errno));
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+        return weft__error_noctx(WEFT_ERR_INVALID_ARG,
+                                 "%s: %s is a symbolic link or not a directory: %s in a "
+                                 "directory of its own, 0700 and yours",
+                                 what, dir, keeps);
+    }
+    if (dfd < 0) {
+        return weft__error_noctx(WEFT_ERR_IO, "%s: cannot open %s: %s", what, dir, strerror(errno));
+    }
+    weft_status_t status = check_dir(dfd, dir, what, keeps);
+    if (status != WEFT_OK) {
+        close(dfd);
+        return status;
+    }
+    *fd = dfd;
     return WEFT_OK;
 }
 
 static weft_status_t open_dir(weft__ssd_t *s, const char *dir)
 {
-    if (!s->read_only && make_dirs(dir) != 0) {
-        return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot create %s: %s", dir, strerror(errno));
-    }
-    s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (s->dirfd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
-        return weft__error_noctx(WEFT_ERR_INVALID_ARG,
-                                 "ssd: %s is a symbolic link or not a directory: the SSD tier "
-                                 "keeps parameters and optimizer state in a directory of its "
-                                 "own, 0700 and yours",
-                                 dir);
-    }
-    if (s->dirfd < 0) {
-        return weft__error_noctx(WEFT_ERR_IO, "ssd: cannot open %s: %s", dir, strerror(errno));
-    }
-    weft_status_t status = check_dir(s->dirfd, dir);
+    weft_status_t status = weft__ssd_dir_open(
+        dir, !s->read_only, "ssd", "the SSD tier keeps parameters and optimizer state", &s->dirfd);
     if (status != WEFT_OK || s->read_only) {
         return status;
     }

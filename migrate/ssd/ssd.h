@@ -108,6 +108,13 @@ typedef struct weft__ssd_stats {
  * others any permission is refused with WEFT_ERR_INVALID_ARG, saying which. @p params
  * may be NULL. */
 weft_status_t weft__ssd_open(const char *dir, const weft__ssd_params_t *params, weft__ssd_t **out);
+/* Open directory @p dir (created first, 0700 with any missing parent, when @p create) as
+ * *fd: refused with WEFT_ERR_INVALID_ARG when it is a symbolic link, not a directory, not
+ * the effective user's or open to group or others (checked with fstat on what was
+ * opened); messages start with @p what and say that @p keeps ("the SSD tier keeps ...").
+ * Shared by the SSD tier and the spill space. */
+weft_status_t weft__ssd_dir_open(const char *dir, bool create, const char *what, const char *keeps,
+                                 int *fd);
 /* Close @p s (NULL: no-op). An operation in flight is abandoned: what the kernel still
  * holds is waited for, and a snapshot that had not committed leaves no step behind. */
 void weft__ssd_close(weft__ssd_t *s);
