@@ -17,5 +17,6 @@
 #include "weft/snapshot.h"
 #include "weft/elastic.h"
 #include "weft/kv.h"
+#include "weft/spill.h"
 
 #endif

@@ -24,6 +24,7 @@ from .migrate import (BatchShare, batch_share, migrate, migrate_resume, imigrate
 from .plan import Plan, PlanStats, Transfer
 from .request import Request
 from .snapshot import GEN_START, GenChoice, Restored, Snapshot, choose_generation
+from .spill import Spill, SpillStats
 from .vocab import Microbatch, Vocab, VocabRange, shard_range
 
 __version__ = "1.0.0"
@@ -55,7 +56,7 @@ __all__ = [
     "Group", "info_text", "memory_is_cuda", "version", "version_info", "Box", "Layout",
     "Region", "TensorInfo", "BatchShare", "batch_share", "migrate", "migrate_resume",
     "imigrate", "replan_flat", "Plan", "PlanStats", "Transfer", "Request", "Restored",
-    "Snapshot", "GEN_START", "GenChoice", "choose_generation", "Microbatch", "Vocab",
+    "Snapshot", "Spill", "SpillStats", "GEN_START", "GenChoice", "choose_generation", "Microbatch", "Vocab",
     "VocabRange", "shard_range", "SUM", "PROD", "MAX",
     "MIN", "F32", "F64", "F16", "BF16", "I32", "I64", "U8", "world", "rank", "size",
 ]

@@ -165,8 +165,19 @@ _VOCAB = {
     "weft_vocab_embed_backward": (I, [P, P, P, SZ, I, P]),
 }
 
+_SPILL = {
+    "weft_spill_open": (I, [c_char_p, POINTER(S.SpillParams), PP]),
+    "weft_spill_close": (None, [P]),
+    "weft_spill_write": (I, [P, P, SZ, POINTER(c_uint64)]),
+    "weft_spill_read": (I, [P, c_uint64, P, SZ]),
+    "weft_spill_state": (I, [P, c_uint64, POINTER(c_uint32)]),
+    "weft_spill_wait": (I, [P, c_uint64, c_uint32, c_uint64]),
+    "weft_spill_free": (I, [P, c_uint64]),
+    "weft_spill_stats": (I, [P, POINTER(S.SpillStats)]),
+}
+
 TABLE = {}
-for _t in (_CORE, _COLL, _GROUP, _MIGRATE, _SNAPSHOT, _VOCAB):
+for _t in (_CORE, _COLL, _GROUP, _MIGRATE, _SNAPSHOT, _VOCAB, _SPILL):
     TABLE.update(_t)
 
 

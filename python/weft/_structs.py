@@ -138,6 +138,20 @@ class VocabMem(Structure):
 
 
 # Every struct above, by its C name (for the layout test).
+class SpillParams(Structure):
+    _fields_ = [("size", c_size_t), ("chunk_bytes", c_size_t), ("queue_depth", c_int),
+                ("buffered", c_int), ("max_bytes", c_uint64), ("timeout_ms", c_uint64),
+                ("fail_write", c_uint64)]
+
+
+class SpillStats(Structure):
+    _fields_ = [("bytes_submitted", c_uint64), ("bytes_written", c_uint64),
+                ("bytes_deduplicated", c_uint64), ("bytes_read", c_uint64),
+                ("blocks_held", c_uint64), ("file_bytes", c_uint64),
+                ("file_bytes_peak", c_uint64), ("write_ns", c_uint64), ("read_ns", c_uint64),
+                ("direct", c_int)]
+
+
 C_NAMES = {
     "weft_config_entry_t": ConfigEntry, "weft_info_params_t": InfoParams,
     "weft_edit_info_t": EditInfo, "weft_box_t": Box, "weft_tensor_info_t": TensorInfo,
@@ -149,4 +163,5 @@ C_NAMES = {
     "weft_gen_choice_t": GenChoice,
     "weft_vocab_params_t": VocabParams, "weft_vocab_mb_params_t": VocabMbParams,
     "weft_vocab_mb_stats_t": VocabMbStats, "weft_vocab_mem_t": VocabMem,
+    "weft_spill_params_t": SpillParams, "weft_spill_stats_t": SpillStats,
 }

@@ -135,5 +135,21 @@ int main(void)
     FIELD(weft_vocab_mem_t, s_to_c1);
     FIELD(weft_vocab_mem_t, c1_to_t);
     FIELD(weft_vocab_mem_t, peak);
+    SIZE(weft_spill_params_t);
+    FIELD(weft_spill_params_t, chunk_bytes);
+    FIELD(weft_spill_params_t, queue_depth);
+    FIELD(weft_spill_params_t, buffered);
+    FIELD(weft_spill_params_t, max_bytes);
+    FIELD(weft_spill_params_t, timeout_ms);
+    FIELD(weft_spill_params_t, fail_write);
+    SIZE(weft_spill_stats_t);
+    FIELD(weft_spill_stats_t, bytes_written);
+    FIELD(weft_spill_stats_t, bytes_deduplicated);
+    FIELD(weft_spill_stats_t, bytes_read);
+    FIELD(weft_spill_stats_t, blocks_held);
+    FIELD(weft_spill_stats_t, file_bytes_peak);
+    FIELD(weft_spill_stats_t, write_ns);
+    FIELD(weft_spill_stats_t, read_ns);
+    FIELD(weft_spill_stats_t, direct);
     return 0;
 }

@@ -10,12 +10,15 @@
 - the torch.distributed backend "weft" (registered on import; weft.torch.distributed):
   `dist.init_process_group("weft")` under weftrun, DistributedDataParallel on weft;
   repair(), after a peer failure (is_peer_failure), gives the survivors' process group.
+- ActivationOffload: the tensors saved for backward written to the SSD tier in the
+  forward pass and read back ahead of need in backward (offload.py).
 """
 
 import torch  # noqa: F401  (fails here, with ImportError, when PyTorch is missing)
 
 from .cross_entropy import VocabParallelCrossEntropy, VocabParallelCrossEntropyFunction
 from .embedding import VocabParallelEmbedding, VocabParallelEmbeddingFunction
+from .offload import ActivationOffload, OffloadStats
 from .schedule import check_schedule, pipeline_schedule
 from .shard import shard_vocab
 
@@ -27,6 +30,7 @@ if torch.distributed.is_available():  # a torch built without it has no backends
 
 __all__ = ["VocabParallelCrossEntropy", "VocabParallelCrossEntropyFunction",
            "VocabParallelEmbedding", "VocabParallelEmbeddingFunction", "shard_vocab",
+           "ActivationOffload", "OffloadStats",
            "pipeline_schedule", "check_schedule",
            "distributed", "ProcessGroupWeft", "WeftStore", "init_process_group",
            "is_peer_failure", "repair", "ElasticState"]
