@@ -26,6 +26,8 @@
 
 #include <cmocka.h>
 
+#include "scratch.h"
+
 #include "weft/core.h"
 #include "weft/spill.h"
 
@@ -34,14 +36,6 @@
 
 static char root[64];
 static char dir[128];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static int setup(void **state)
 {
@@ -57,7 +51,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    return nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return scratch_remove(root);
 }
 
 static weft_spill_t *open_space(const weft_spill_params_t *extra)
@@ -73,14 +67,6 @@ static weft_spill_t *open_space(const weft_spill_params_t *extra)
         fail_msg("open: %s", weft_last_error(NULL));
     }
     return sp;
-}
-
-static void expect_error(weft_status_t got, weft_status_t want, const char *word)
-{
-    assert_int_equal(got, want);
-    if (word != NULL && strstr(weft_last_error(NULL), word) == NULL) {
-        fail_msg("error \"%s\" does not say \"%s\"", weft_last_error(NULL), word);
-    }
 }
 
 static void fill_random(uint8_t *p, size_t n, uint64_t seed)

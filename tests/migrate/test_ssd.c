@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "scratch.h"
+
 #include "migrate/ssd/ssd.h"
 #include "migrate/ssd/ssd_format.h"
 #include "migrate/engine/xxh.h"
@@ -35,14 +37,6 @@
 
 static char root[64];
 static char dir[128];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static int setup_in(const char *parent)
 {
@@ -69,7 +63,7 @@ static int setup_shm(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    return nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return scratch_remove(root);
 }
 
 static weft__ssd_t *open_tier(int keep, int (*open_fn)(int, const char *, int, mode_t))
@@ -103,14 +97,6 @@ static uint64_t volume(const weft_box_t *b, int nd)
         v *= b->extent[d];
     }
     return v;
-}
-
-static void expect_error(weft_status_t got, weft_status_t want, const char *word)
-{
-    assert_int_equal(got, want);
-    if (word != NULL && strstr(weft_last_error(NULL), word) == NULL) {
-        fail_msg("error \"%s\" does not say \"%s\"", weft_last_error(NULL), word);
-    }
 }
 
 /* ---- a small model: a 2-D f32 tensor in two regions, a f64 vector, two blobs ---- */

@@ -22,6 +22,8 @@
 
 #include <cmocka.h>
 
+#include "scratch.h"
+
 #include "migrate/engine/xxh.h"
 #include "migrate/ssd/ssd.h"
 #include "migrate/ssd/ssd_format.h"
@@ -38,14 +40,6 @@ static char dir[128];
 static char victim[128];
 static const uint8_t key_a[WEFT__SSD_KEY_BYTES] = "the job's key, 32 bytes long...";
 static const uint8_t key_b[WEFT__SSD_KEY_BYTES] = "an attacker's key, not the job's";
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static int setup(void **state)
 {
@@ -72,15 +66,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    return nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void expect_error(weft_status_t got, weft_status_t want, const char *word)
-{
-    assert_int_equal(got, want);
-    if (word != NULL && strstr(weft_last_error(NULL), word) == NULL) {
-        fail_msg("error \"%s\" does not say \"%s\"", weft_last_error(NULL), word);
-    }
+    return scratch_remove(root);
 }
 
 static weft_status_t open_with(const char *path, const uint8_t *key, bool read_only,
