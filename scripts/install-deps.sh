@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what weft needs to build and test on Debian 12 (run as root).
 # --peers also installs what the peer comparisons build against (Open MPI's headers) and
-# iperf3, which measures the test bed's link beside them.
+# iperf3, which measures the test bed's link beside them, and fio, the disk's rate beside
+# the spill space's (perf/offload_bench.py).
 set -euo pipefail
 
 # binutils (nm, readelf), util-linux (unshare) and libudev-dev (hwloc's static link, in
@@ -20,7 +21,7 @@ pkgs=(build-essential cmake ninja-build pkg-config libucx-dev ucx-utils libhwloc
       python3-setuptools python3-matplotlib slurm-wlm munge libpmix2 libpmix-dev
       openmpi-bin etcd-server etcd-client libcurl4)
 if [[ "${1:-}" == "--peers" ]]; then
-    pkgs+=(libopenmpi-dev iperf3)
+    pkgs+=(libopenmpi-dev iperf3 fio)
 fi
 
 missing=()
