@@ -43,9 +43,11 @@ def rss_bytes():
 def one(args, offload):
     """One side: steps of forward and backward, as a JSON line."""
     import torch
+    import weft
     import weft.torch as wt
     from torch_lm.model import Body
 
+    weft.init()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     body = Body(args.d, args.heads, args.layers, args.seq)
@@ -227,6 +229,8 @@ def main():
     fwd_layer = statistics.median(x["forward_s"] for x in res[False]) / args.layers
     per_layer = statistics.median(x["offloaded"] for x in res[True]) / args.steps / \
         max(1, args.layers - args.keep_last)
+    import weft
+    weft.init()  # the spill space's requests belong to a context
     ref = "fio" if shutil.which("fio") else "dd"
     rates = {"spill": [], ref: []}
     sd = os.path.join(args.dir, "rate")

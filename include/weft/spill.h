@@ -27,11 +27,12 @@
  *   however it ends. Its length drops to 0 whenever no block is held.
  * - **Failures are the block's.** A write that fails (the directory's filesystem full, an
  *   I/O error, the space's max_bytes reached) fails every block holding that chunk, with
- *   WEFT_ERR_IO and the reason in weft_last_error(NULL) (file offset, errno's text); a
- *   read of such a block fails the same way. Other blocks are unaffected.
+ *   WEFT_ERR_IO and the reason in weft_last_error() (file offset, errno's text); a read of
+ *   such a block fails the same way. Other blocks are unaffected.
  *
- * A spill space may be used from several threads; its calls take its lock briefly and
- * never wait for I/O, except weft_spill_wait() and weft_spill_close().
+ * A write and a read hand back a request (weft_test, weft_wait: bounded by the context's
+ * WEFT_TIMEOUT_MS by default). A spill space may be used from several threads; its calls
+ * take its lock briefly and never wait for I/O, except weft_spill_free().
  */
 #ifndef WEFT_SPILL_H
 #define WEFT_SPILL_H
@@ -54,18 +55,17 @@ enum {
     WEFT_SPILL_SOURCE_FREE = 1u << 0,
     /** Every byte of the block is in the file. */
     WEFT_SPILL_STORED = 1u << 1,
-    /** The last weft_spill_read() of the block has filled its destination, checked. */
+    /** The last weft_spill_read_start() of the block has filled its destination, checked. */
     WEFT_SPILL_LOADED = 1u << 2,
 };
 
 /** Settings of a spill space; zero fields take the defaults. */
 typedef struct weft_spill_params {
-    size_t size;         /**< sizeof(weft_spill_params_t). */
-    size_t chunk_bytes;  /**< Bytes per chunk, a multiple of 4096 (0: 1 MiB). */
-    int queue_depth;     /**< Chunk writes and reads in flight, 1..256 (0: 8). */
-    int buffered;        /**< Nonzero: never O_DIRECT (buffered writes, no sync). */
-    uint64_t max_bytes;  /**< The file's largest length; a write past it fails (0: none). */
-    uint64_t timeout_ms; /**< What WEFT_TIMEOUT_DEFAULT means to weft_spill_wait (0: 300000). */
+    size_t size;        /**< sizeof(weft_spill_params_t). */
+    size_t chunk_bytes; /**< Bytes per chunk, a multiple of 4096 (0: 1 MiB). */
+    int queue_depth;    /**< Chunk writes and reads in flight, 1..256 (0: 8). */
+    int buffered;       /**< Nonzero: never O_DIRECT (buffered writes, no sync). */
+    uint64_t max_bytes; /**< The file's largest length; a write past it fails (0: none). */
     /** For tests of failure handling: the n-th chunk write this space submits fails as if
      * the device had returned EIO (0: none). */
     uint64_t fail_write;
@@ -86,48 +86,50 @@ typedef struct weft_spill_stats {
 } weft_spill_stats_t;
 
 /**
- * Open a spill space in directory @p dir (created 0700 if missing). @p params may be NULL.
+ * Make a spill space of context @p ctx (its requests and errors are the context's) in
+ * directory @p dir (created 0700 if missing). @p params may be NULL. Free it with
+ * weft_spill_free() before weft_finalize().
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (bad settings, or a directory refused as above);
  *         WEFT_ERR_IO (the directory or file cannot be created); WEFT_ERR_UNSUPPORTED
  *         (io_uring is not available); WEFT_ERR_NO_MEMORY.
  */
-WEFT_API weft_status_t weft_spill_open(const char *dir, const weft_spill_params_t *params,
-                                       weft_spill_t **out);
+WEFT_API weft_status_t weft_spill_create(weft_ctx_t *ctx, const char *dir,
+                                         const weft_spill_params_t *params, weft_spill_t **out);
 
-/** Close @p sp (NULL: no-op): waits for the I/O in flight, then drops every block and
- * the file. Sources of blocks still being copied must stay valid until it returns. */
-WEFT_API void weft_spill_close(weft_spill_t *sp);
+/** Free @p sp (NULL: no-op): waits for the I/O in flight, then drops every block and the
+ * file; its requests still in flight fail. Sources of blocks still being copied must
+ * stay valid until it returns. */
+WEFT_API weft_status_t weft_spill_free(weft_spill_t *sp);
 
 /**
  * Start writing @p bytes at @p src (0 bytes allowed) as a new block; its id into *id.
- * @p src must stay valid and unchanged until the block's state has
- * WEFT_SPILL_SOURCE_FREE (or it fails, or is freed).
+ * *req (unless @p req is NULL) completes when the block's state has
+ * WEFT_SPILL_SOURCE_FREE, or with the block's error; until then @p src must stay valid
+ * and unchanged (freeing the request does not stop the write: weft_spill_drop() does).
  */
-WEFT_API weft_status_t weft_spill_write(weft_spill_t *sp, const void *src, size_t bytes,
-                                        uint64_t *id);
+WEFT_API weft_status_t weft_spill_write_start(weft_spill_t *sp, const void *src, size_t bytes,
+                                              uint64_t *id, weft_req_t **req);
 
 /**
- * Start reading block @p id into @p dst of exactly the block's @p bytes. The block may
- * still be being written: its chunks are read as they reach the file. @p dst must stay
- * valid until the state has WEFT_SPILL_LOADED, the read fails, or the block is freed.
+ * Start reading block @p id into @p dst of exactly the block's @p bytes; *req (unless
+ * NULL) completes when the state has WEFT_SPILL_LOADED, or with the read's error. The
+ * block may still be being written: its chunks are read as they reach the file. @p dst
+ * must stay valid until then, or until the block is dropped.
  * @return WEFT_OK; WEFT_ERR_INVALID_ARG (unknown id, a read of it in flight, another
- *         size); the block's error if it failed.
+ *         size); the block's error if a write of it failed.
  */
-WEFT_API weft_status_t weft_spill_read(weft_spill_t *sp, uint64_t id, void *dst, size_t bytes);
+WEFT_API weft_status_t weft_spill_read_start(weft_spill_t *sp, uint64_t id, void *dst, size_t bytes,
+                                             weft_req_t **req);
 
 /** The WEFT_SPILL_* bits block @p id has now, into *state; returns the block's error if
- * a write or read of it failed (the text in weft_last_error(NULL)), WEFT_ERR_INVALID_ARG
- * for an unknown id. */
+ * a write or read of it failed (the text in weft_last_error() of the space's context),
+ * WEFT_ERR_INVALID_ARG for an unknown id. */
 WEFT_API weft_status_t weft_spill_state(weft_spill_t *sp, uint64_t id, unsigned *state);
 
-/** Wait until block @p id has every bit of @p state, it fails, or @p timeout_ns passes
- * (WEFT_ERR_TIMEOUT; WEFT_TIMEOUT_DEFAULT: the space's timeout_ms). */
-WEFT_API weft_status_t weft_spill_wait(weft_spill_t *sp, uint64_t id, unsigned state,
-                                       uint64_t timeout_ns);
-
-/** Drop block @p id: its chunks' room in the file is reused. Copies from its source and
- * reads into its destination stop (one chunk already under way finishes first). */
-WEFT_API weft_status_t weft_spill_free(weft_spill_t *sp, uint64_t id);
+/** Drop block @p id: its chunks' room in the file is reused, its requests fail. Copies
+ * from its source and reads into its destination stop (one chunk already under way
+ * finishes first). */
+WEFT_API weft_status_t weft_spill_drop(weft_spill_t *sp, uint64_t id);
 
 /** The space's counters into *stats. */
 WEFT_API weft_status_t weft_spill_stats(weft_spill_t *sp, weft_spill_stats_t *stats);

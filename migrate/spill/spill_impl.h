@@ -2,9 +2,9 @@
  * Inside a spill space (include/weft/spill.h): its blocks, the chunks of the file that
  * hold their content (named by hash, shared between blocks), the I/O slots with their
  * aligned buffers, and the worker thread that moves bytes. Shared by spill.c (the handle
- * and the calls) and spill_io.c (the worker). Everything but the slots' buffers and the
- * ring (the worker's alone) is guarded by mu; the worker copies and hashes a chunk with
- * mu released and the block marked busy, which weft_spill_free() waits out.
+ * and the calls), spill_block.c (the calls on blocks) and spill_io.c (the worker). Everything but
+ * the slots' buffers and the ring (the worker's alone) is guarded by mu; the worker copies and
+ * hashes a chunk with mu released and the block marked busy, which weft_spill_free() waits out.
  */
 #ifndef WEFT_MIGRATE_SPILL_IMPL_H
 #define WEFT_MIGRATE_SPILL_IMPL_H
@@ -75,7 +75,11 @@ typedef struct weft__spill_slot {
     uint8_t *buf; /* chunk_bytes, WEFT__SPILL_ALIGN-aligned */
 } weft__spill_slot_t;
 
+struct spill_req;
+
 struct weft_spill {
+    weft_ctx_t *ctx;        /* its requests' and errors' */
+    struct spill_req *reqs; /* requests in flight (spill_block.c) */
     pthread_mutex_t mu;
     pthread_cond_t done; /* broadcast when any state changes */
     pthread_t worker;
@@ -90,7 +94,6 @@ struct weft_spill {
     size_t chunk_bytes;
     int queue_depth;
     uint64_t max_bytes;
-    uint64_t timeout_ms;
     uint64_t fail_write;   /* 0, or the write number that fails */
     uint64_t writes_begun; /* chunk writes submitted */
 
@@ -129,6 +132,10 @@ weft__spill_block_t *weft__spill_block(weft_spill_t *sp, uint64_t id);
 void weft__spill_block_destroy(weft__spill_block_t *b);
 /* Shorten the file to nothing when no chunk is held. */
 void weft__spill_trim(weft_spill_t *sp);
+
+/* ---- spill_block.c ---- */
+/* The space is being freed (sp->mu held): its requests in flight fail from now on. */
+void weft__spill_detach_requests(weft_spill_t *sp);
 
 /* ---- spill_io.c ---- */
 /* The worker thread's body; @p arg is the space. It returns once sp->stop is set and no

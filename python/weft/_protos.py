@@ -166,13 +166,12 @@ _VOCAB = {
 }
 
 _SPILL = {
-    "weft_spill_open": (I, [c_char_p, POINTER(S.SpillParams), PP]),
-    "weft_spill_close": (None, [P]),
-    "weft_spill_write": (I, [P, P, SZ, POINTER(c_uint64)]),
-    "weft_spill_read": (I, [P, c_uint64, P, SZ]),
+    "weft_spill_create": (I, [P, c_char_p, POINTER(S.SpillParams), PP]),
+    "weft_spill_free": (I, [P]),
+    "weft_spill_write_start": (I, [P, P, SZ, POINTER(c_uint64), PP]),
+    "weft_spill_read_start": (I, [P, c_uint64, P, SZ, PP]),
     "weft_spill_state": (I, [P, c_uint64, POINTER(c_uint32)]),
-    "weft_spill_wait": (I, [P, c_uint64, c_uint32, c_uint64]),
-    "weft_spill_free": (I, [P, c_uint64]),
+    "weft_spill_drop": (I, [P, c_uint64]),
     "weft_spill_stats": (I, [P, POINTER(S.SpillStats)]),
 }
 

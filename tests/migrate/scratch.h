@@ -28,13 +28,20 @@ static inline int scratch_remove(const char *root)
     return nftw(root, scratch_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* @p got is @p want, and weft_last_error(NULL) contains @p word (unless NULL). */
-static inline void expect_error(weft_status_t got, weft_status_t want, const char *word)
+/* @p got is @p want, and weft_last_error(@p ctx) contains @p word (unless NULL). */
+static inline void expect_error_in(const weft_ctx_t *ctx, weft_status_t got, weft_status_t want,
+                                   const char *word)
 {
     assert_int_equal(got, want);
-    if (word != NULL && strstr(weft_last_error(NULL), word) == NULL) {
-        fail_msg("error \"%s\" does not say \"%s\"", weft_last_error(NULL), word);
+    if (word != NULL && strstr(weft_last_error(ctx), word) == NULL) {
+        fail_msg("error \"%s\" does not say \"%s\"", weft_last_error(ctx), word);
     }
+}
+
+/* The same for calls without a context (their text in weft_last_error(NULL)). */
+static inline void expect_error(weft_status_t got, weft_status_t want, const char *word)
+{
+    expect_error_in(NULL, got, want, word);
 }
 
 #endif

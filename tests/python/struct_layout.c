@@ -140,7 +140,6 @@ int main(void)
     FIELD(weft_spill_params_t, queue_depth);
     FIELD(weft_spill_params_t, buffered);
     FIELD(weft_spill_params_t, max_bytes);
-    FIELD(weft_spill_params_t, timeout_ms);
     FIELD(weft_spill_params_t, fail_write);
     SIZE(weft_spill_stats_t);
     FIELD(weft_spill_stats_t, bytes_written);

@@ -22,6 +22,8 @@ import weft.torch as wt  # noqa: E402
 
 D = 64
 
+pytestmark = pytest.mark.usefixtures("ctx")  # spill spaces belong to a context
+
 
 class Block(torch.nn.Module):
     """LayerNorm, q/k/v from one input (saved three times: dedup), an MLP, residuals."""
@@ -114,7 +116,7 @@ def test_spill_round_trip(space):
         with pytest.raises(weft.InvalidArgument, match="holds"):
             sp.read(tid, torch.empty(999))
     assert os.listdir(space) == []
-    with pytest.raises(weft.InvalidArgument, match="closed"):
+    with pytest.raises(weft.InvalidArgument, match="freed"):
         sp.write(data)
 
 
@@ -224,6 +226,7 @@ def test_full_filesystem(tmp_path):
         import sys, weft, weft.torch as wt
         sys.path.insert(0, %r)
         from test_offload import train
+        weft.init()
         off = wt.ActivationOffload(%r, min_bytes=16 << 10, buffered=True)
         try:
             train(lambda m: off, steps=1)
@@ -240,9 +243,10 @@ def test_full_filesystem(tmp_path):
 def test_killed_leaves_nothing(tmp_path):
     d = tmp_path / "spill"
     script = textwrap.dedent("""
-        import sys, weft.torch as wt
+        import sys, weft, weft.torch as wt
         sys.path.insert(0, %r)
         from test_offload import Model, batches
+        weft.init()
         model = Model()
         off = wt.ActivationOffload(%r, min_bytes=16 << 10)
         x, y = batches(1, seq=512)[0]

@@ -2,6 +2,7 @@
 for the backward pass are written to a spill space (weft.Spill) while the forward pass
 goes on, and read back, ahead of need, during backward.
 
+    weft.init()                         # a single process needs no launcher
     off = weft.torch.ActivationOffload("/scratch/me/act", layers=model.blocks, keep_last=1)
     for x, y in batches:
         with off:                       # saved tensors of this forward pass
@@ -42,6 +43,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
+from ..context import Context
 from ..errors import Error, OtherError
 from ..spill import Spill
 
@@ -88,19 +90,21 @@ class _Saved:
 
 class ActivationOffload:
     """A context manager that offloads tensors saved for backward to a spill space in
-    directory @p path (weft.Spill: created 0700, a private unlinked file). Reusable across
-    steps; close() (or garbage collection) ends it. See the module's text."""
+    directory @p path (weft.Spill of context @p ctx, default weft.init()'s: created 0700,
+    a private unlinked file; @p spill_args go to it). Reusable across steps; close() (or
+    garbage collection) ends it. See the module's text."""
 
     def __init__(self, path: str, min_bytes: int = 1 << 20,
                  layers: Optional[Sequence[torch.nn.Module]] = None, keep_last: int = 0,
                  prefetch_bytes: Optional[int] = None, spill: Optional[Spill] = None,
-                 enabled: bool = True, **spill_args: int) -> None:
+                 enabled: bool = True, ctx: Optional[Context] = None,
+                 **spill_args: int) -> None:
         if keep_last and not layers:
             raise ValueError("ActivationOffload: keep_last needs layers")
         if keep_last < 0 or min_bytes < 0 or (prefetch_bytes is not None and prefetch_bytes < 0):
             raise ValueError("ActivationOffload: keep_last, min_bytes and prefetch_bytes "
                              "must be >= 0")
-        self.spill = spill if spill is not None else Spill(path, **spill_args)
+        self.spill = spill if spill is not None else Spill(path, ctx=ctx, **spill_args)
         self._own_spill = spill is None
         self.enabled = bool(enabled)  # False: keep everything, count only (a baseline)
         self.min_bytes = int(min_bytes)
