@@ -66,6 +66,10 @@ typedef struct weft_spill_params {
     int queue_depth;    /**< Chunk writes and reads in flight, 1..256 (0: 8). */
     int buffered;       /**< Nonzero: never O_DIRECT (buffered writes, no sync). */
     uint64_t max_bytes; /**< The file's largest length; a write past it fails (0: none). */
+    /** Chunk reads and writes started per second, in bytes (each counted as chunk_bytes),
+     * with a burst of one chunk: the space's I/O paced so that it leaves CPU and device
+     * time to others, such as a training step's collectives (0: as fast as it goes). */
+    uint64_t max_rate;
     /** For tests of failure handling: the n-th chunk write this space submits fails as if
      * the device had returned EIO (0: none). */
     uint64_t fail_write;

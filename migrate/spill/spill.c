@@ -161,6 +161,9 @@ weft_status_t weft_spill_create(weft_ctx_t *ctx, const char *dir, const weft_spi
     sp->chunk_bytes = p.chunk_bytes ? p.chunk_bytes : DEFAULT_CHUNK;
     sp->queue_depth = p.queue_depth ? p.queue_depth : DEFAULT_QUEUE_DEPTH;
     sp->max_bytes = p.max_bytes;
+    sp->rate = p.max_rate;
+    sp->tokens = (double)sp->chunk_bytes;
+    sp->refill_ns = weft__now_ns();
     sp->fail_write = p.fail_write;
     sp->free_chunk = WEFT__SPILL_NONE;
     if ((status = open_space(sp, dir, p.buffered != 0)) != WEFT_OK) {

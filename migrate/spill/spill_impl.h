@@ -94,6 +94,10 @@ struct weft_spill {
     size_t chunk_bytes;
     int queue_depth;
     uint64_t max_bytes;
+    uint64_t rate;         /* max_rate, bytes per second (0: unpaced) */
+    double tokens;         /* bytes of I/O that may start now (at most one chunk) */
+    uint64_t refill_ns;    /* when tokens were last topped up */
+    uint64_t pace_ns;      /* how long until the next chunk may start, 0 when not paced */
     uint64_t fail_write;   /* 0, or the write number that fails */
     uint64_t writes_begun; /* chunk writes submitted */
 

@@ -298,14 +298,38 @@ static bool start_read(weft_spill_t *sp, weft__spill_slot_t *slot)
     return true;
 }
 
+/* Whether the pace lets one more chunk start now (and count it); else sp->pace_ns says
+ * how long until it does. */
+static bool paced_ok(weft_spill_t *sp)
+{
+    if (sp->rate == 0) {
+        return true;
+    }
+    uint64_t now = weft__now_ns();
+    double cap = (double)sp->chunk_bytes;
+    sp->tokens += (double)(now - sp->refill_ns) * (double)sp->rate / 1e9;
+    sp->tokens = sp->tokens < cap ? sp->tokens : cap;
+    sp->refill_ns = now;
+    if (sp->tokens >= cap) {
+        sp->tokens -= cap;
+        return true;
+    }
+    sp->pace_ns = (uint64_t)((cap - sp->tokens) * 1e9 / (double)sp->rate) + 1;
+    return false;
+}
+
 /* Give every free slot work: reads first, then writes. */
 static void fill(weft_spill_t *sp)
 {
+    sp->pace_ns = 0;
     if (sp->stop) {
         return;
     }
     weft__spill_slot_t *slot;
     while ((slot = free_slot(sp)) != NULL) {
+        if ((sp->rq_head != NULL || sp->wq_head != NULL) && !paced_ok(sp)) {
+            return;
+        }
         bool started = false;
         while (!started && sp->rq_head != NULL) {
             if (!start_read(sp, slot)) {
@@ -318,6 +342,7 @@ static void fill(weft_spill_t *sp)
             started = slot->busy;
         }
         if (!started) {
+            sp->tokens += sp->rate != 0 ? (double)sp->chunk_bytes : 0; /* nothing started */
             return;
         }
     }
@@ -438,13 +463,21 @@ void *weft__spill_worker(void *arg)
         unsigned want = sp->inflight >= sp->queue_depth && sp->queue_depth >= 4
                             ? (unsigned)sp->queue_depth / 2
                             : 1;
+        uint64_t pace = sp->pace_ns;
         sp->waiting = true;
         pthread_mutex_unlock(&sp->mu);
         struct io_uring_cqe *cqe;
-        int rc = io_uring_wait_cqe_nr(&sp->ring, &cqe, want);
+        int rc;
+        if (pace > 0) { /* paced: wake when the next chunk may start, or sooner */
+            struct __kernel_timespec ts = {.tv_sec = (long long)(pace / 1000000000u),
+                                           .tv_nsec = (long long)(pace % 1000000000u)};
+            rc = io_uring_wait_cqe_timeout(&sp->ring, &cqe, &ts);
+        } else {
+            rc = io_uring_wait_cqe_nr(&sp->ring, &cqe, want);
+        }
         pthread_mutex_lock(&sp->mu);
         sp->waiting = false;
-        if (rc < 0 && rc != -EINTR && rc != -EAGAIN) {
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -ETIME) {
             continue;
         }
         while (io_uring_peek_cqe(&sp->ring, &cqe) == 0) {

@@ -140,7 +140,8 @@ class VocabMem(Structure):
 # Every struct above, by its C name (for the layout test).
 class SpillParams(Structure):
     _fields_ = [("size", c_size_t), ("chunk_bytes", c_size_t), ("queue_depth", c_int),
-                ("buffered", c_int), ("max_bytes", c_uint64), ("fail_write", c_uint64)]
+                ("buffered", c_int), ("max_bytes", c_uint64), ("max_rate", c_uint64),
+                ("fail_write", c_uint64)]
 
 
 class SpillStats(Structure):

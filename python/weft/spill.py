@@ -52,8 +52,10 @@ class Spill:
     """A spill space of context @p ctx (default: weft.init()'s) in directory @p path
     (created 0700; an existing one must be yours alone). chunk_bytes (a multiple of 4096,
     default 1 MiB) and queue_depth (default 8) size the I/O; buffered=True never uses
-    O_DIRECT; max_bytes caps the file (a write past it fails its block); fail_write=n
-    makes the n-th chunk write fail as a device error would (for tests)."""
+    O_DIRECT; max_bytes caps the file (a write past it fails its block); max_rate paces
+    the chunk reads and writes started, in bytes per second (leaving CPU and device time
+    to a step's collectives); fail_write=n makes the n-th chunk write fail as a device
+    error would (for tests)."""
 
     SOURCE_FREE = 1  #: every byte taken from the source
     STORED = 2       #: every byte in the file
@@ -61,13 +63,13 @@ class Spill:
 
     def __init__(self, path: str, ctx: Optional[Context] = None, chunk_bytes: int = 0,
                  queue_depth: int = 0, buffered: bool = False, max_bytes: int = 0,
-                 fail_write: int = 0) -> None:
-        if min(chunk_bytes, queue_depth, max_bytes, fail_write) < 0:
+                 max_rate: int = 0, fail_write: int = 0) -> None:
+        if min(chunk_bytes, queue_depth, max_bytes, max_rate, fail_write) < 0:
             raise invalid("Spill: sizes and counts must be >= 0")
         self._ctx = ctx if ctx is not None else default_context()
         p = S.sized(S.SpillParams)
         p.chunk_bytes, p.queue_depth, p.buffered = chunk_bytes, queue_depth, int(buffered)
-        p.max_bytes, p.fail_write = max_bytes, fail_write
+        p.max_bytes, p.max_rate, p.fail_write = max_bytes, max_rate, fail_write
         h = c_void_p()
         with self._ctx._lock:
             check(lib.weft_spill_create(self._ctx._h(), os.fsencode(path), byref(p), byref(h)),

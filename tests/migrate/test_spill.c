@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -468,6 +469,35 @@ static void test_killed_leaves_nothing(void **state)
     assert_int_equal(entries(), 0);
 }
 
+/* max_rate paces the chunks started: 24 chunks at 64 chunks a second take at least
+ * (24 - 1) / 64 s, however fast the machine (a slow one only takes longer). */
+static void test_paced(void **state)
+{
+    (void)state;
+    weft_spill_params_t p = {.size = sizeof(p), .chunk_bytes = CHUNK, .max_rate = 64 * CHUNK};
+    weft_spill_t *sp = NULL;
+    assert_int_equal(weft_spill_create(ctx, dir, &p, &sp), WEFT_OK);
+    size_t n = 24 * CHUNK;
+    uint8_t *a = malloc(n), *back = malloc(n);
+    fill_random(a, n, 21);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t id;
+    assert_int_equal(weft_spill_write_start(sp, a, n, &id, NULL), WEFT_OK);
+    assert_int_equal(wait_state(sp, id, WEFT_SPILL_STORED), WEFT_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (s < 23.0 / 64 * 0.95) {
+        fail_msg("24 chunks stored in %.3f s at 64 chunks a second", s);
+    }
+    assert_int_equal(weft_spill_read_start(sp, id, back, n, NULL), WEFT_OK);
+    assert_int_equal(wait_state(sp, id, WEFT_SPILL_LOADED), WEFT_OK);
+    assert_memory_equal(back, a, n);
+    weft_spill_free(sp);
+    free(a);
+    free(back);
+}
+
 /* Requests: a write's completes when its source is free, a read's when it has landed;
  * one on a dropped block, or on a space freed under it, fails. */
 static void test_requests(void **state)
@@ -580,6 +610,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_directory_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_leaves_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -140,6 +140,7 @@ int main(void)
     FIELD(weft_spill_params_t, queue_depth);
     FIELD(weft_spill_params_t, buffered);
     FIELD(weft_spill_params_t, max_bytes);
+    FIELD(weft_spill_params_t, max_rate);
     FIELD(weft_spill_params_t, fail_write);
     SIZE(weft_spill_stats_t);
     FIELD(weft_spill_stats_t, bytes_written);

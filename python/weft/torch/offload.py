@@ -31,6 +31,8 @@ What it does with each tensor autograd saves inside the `with` block:
   value is never returned.
 - **Nothing left behind**: blocks are freed when unpacked (or when autograd drops the
   graph); the space's file has no name, so a killed process leaves nothing.
+- **Paced** when `max_rate=` (bytes per second) is given: the space starts chunk reads
+  and writes no faster, leaving CPU and device time to the step's collectives.
 
 Values come back bit for bit: losses and gradients equal those of a run without it.
 """
