@@ -61,8 +61,12 @@ static bool take_index(weft_spill_t *sp, uint32_t *index)
     return true;
 }
 
-/* A request on block @p id of @p sp completing at @p want, into *req (NULL: none asked). */
-static weft_status_t new_request(weft_spill_t *sp, uint64_t id, unsigned want, weft_req_t **req);
+/* A request completing at @p want into *r when @p req asks for one (else *r = NULL),
+ * made before the operation starts, so that running out of memory for it starts nothing;
+ * request_start() attaches it to the block once the operation is queued, and
+ * weft_req_free() drops it if the operation is refused. */
+static weft_status_t request_new(weft_spill_t *sp, unsigned want, weft_req_t **req, weft_req_t **r);
+static void request_start(weft_spill_t *sp, weft_req_t *r, uint64_t id, weft_req_t **req);
 
 weft_status_t weft_spill_write_start(weft_spill_t *sp, const void *src, size_t bytes, uint64_t *id,
                                      weft_req_t **req)
@@ -78,9 +82,15 @@ weft_status_t weft_spill_write_start(weft_spill_t *sp, const void *src, size_t b
         return weft__error(sp->ctx, WEFT_ERR_INVALID_ARG,
                            "weft_spill_write_start: needs an id and a source");
     }
+    weft_req_t *r;
+    weft_status_t status = request_new(sp, WEFT_SPILL_SOURCE_FREE, req, &r);
+    if (status != WEFT_OK) {
+        return status;
+    }
     weft__spill_block_t *b = calloc(1, sizeof(*b));
     size_t n = (bytes + sp->chunk_bytes - 1) / sp->chunk_bytes;
     if (b == NULL || (n > 0 && (b->chunks = malloc(n * sizeof(*b->chunks))) == NULL)) {
+        weft_req_free(r);
         free(b);
         return weft__error(sp->ctx, WEFT_ERR_NO_MEMORY,
                            "spill: out of memory for a block of %zu "
@@ -97,6 +107,7 @@ weft_status_t weft_spill_write_start(weft_spill_t *sp, const void *src, size_t b
     uint32_t index;
     if (!take_index(sp, &index)) {
         pthread_mutex_unlock(&sp->mu);
+        weft_req_free(r);
         weft__spill_block_destroy(b);
         return weft__error(sp->ctx, WEFT_ERR_NO_MEMORY, "spill: out of memory for the block table");
     }
@@ -105,22 +116,17 @@ weft_status_t weft_spill_write_start(weft_spill_t *sp, const void *src, size_t b
     sp->stats.blocks_held++;
     sp->stats.bytes_submitted += bytes;
     if (n > 0) {
-        b->wqueued = true;
-        if (sp->wq_tail != NULL) {
-            sp->wq_tail->wnext = b;
-        } else {
-            sp->wq_head = b;
-        }
-        sp->wq_tail = b;
+        weft__spill_enqueue(sp, WEFT__SPILL_WQ, b);
         weft__spill_wake(sp);
     }
-    pthread_mutex_unlock(&sp->mu);
     *id = ((uint64_t)b->gen << 32) | (index + 1);
-    return new_request(sp, *id, WEFT_SPILL_SOURCE_FREE, req);
+    pthread_mutex_unlock(&sp->mu);
+    request_start(sp, r, *id, req);
+    return WEFT_OK;
 }
 
-/* The block's error, if any of its chunks failed to be written or its read failed, as
- * weft_last_error(NULL) of this thread. */
+/* The block's error if any of its chunks failed to be written (recorded as the space's
+ * context's last error). */
 static weft_status_t write_error(weft_spill_t *sp, const weft__spill_block_t *b)
 {
     if (b->oom) {
@@ -191,16 +197,20 @@ weft_status_t weft_spill_read_start(weft_spill_t *sp, uint64_t id, void *dst, si
         return weft__error(sp->ctx, WEFT_ERR_INVALID_ARG,
                            "weft_spill_read_start: needs a destination");
     }
+    weft_req_t *r;
+    weft_status_t status = request_new(sp, WEFT_SPILL_LOADED, req, &r);
+    if (status != WEFT_OK) {
+        return status;
+    }
     pthread_mutex_lock(&sp->mu);
     weft__spill_block_t *b = weft__spill_block(sp, id);
-    weft_status_t status = WEFT_OK;
     if (b == NULL) {
         status = unknown(sp, id);
     } else if (bytes != b->bytes) {
         status = weft__error(sp->ctx, WEFT_ERR_INVALID_ARG,
                              "spill: block %#llx holds %zu bytes, not %zu", (unsigned long long)id,
                              b->bytes, bytes);
-    } else if (b->rqueued || b->inflight > 0) {
+    } else if (b->queued[WEFT__SPILL_RQ] || b->inflight > 0) {
         status = weft__error(sp->ctx, WEFT_ERR_INVALID_ARG,
                              "spill: block %#llx is being read already", (unsigned long long)id);
     } else if ((status = write_error(sp, b)) == WEFT_OK) { /* a failed read may be retried */
@@ -211,22 +221,17 @@ weft_status_t weft_spill_read_start(weft_spill_t *sp, uint64_t id, void *dst, si
         free(b->read_why);
         b->read_why = NULL;
         if (b->nchunks > 0) {
-            b->rqueued = true;
-            b->rnext = NULL;
-            if (sp->rq_tail != NULL) {
-                sp->rq_tail->rnext = b;
-            } else {
-                sp->rq_head = b;
-            }
-            sp->rq_tail = b;
+            weft__spill_enqueue(sp, WEFT__SPILL_RQ, b);
             weft__spill_wake(sp);
         }
     }
     pthread_mutex_unlock(&sp->mu);
     if (status != WEFT_OK) {
+        weft_req_free(r);
         return status;
     }
-    return new_request(sp, id, WEFT_SPILL_LOADED, req);
+    request_start(sp, r, id, req);
+    return WEFT_OK;
 }
 
 weft_status_t weft_spill_state(weft_spill_t *sp, uint64_t id, unsigned *state)
@@ -244,27 +249,34 @@ weft_status_t weft_spill_state(weft_spill_t *sp, uint64_t id, unsigned *state)
     return status;
 }
 
-static void unlink_queue(weft__spill_block_t **head, weft__spill_block_t **tail,
-                         weft__spill_block_t *b, bool write)
+void weft__spill_enqueue(weft_spill_t *sp, weft__spill_queue_t q, weft__spill_block_t *b)
 {
-    weft__spill_block_t *prev = NULL;
-    for (weft__spill_block_t *q = *head; q != NULL; q = write ? q->wnext : q->rnext) {
-        if (q == b) {
-            weft__spill_block_t *next = write ? q->wnext : q->rnext;
-            if (prev == NULL) {
-                *head = next;
-            } else if (write) {
-                prev->wnext = next;
-            } else {
-                prev->rnext = next;
-            }
-            if (*tail == b) {
-                *tail = prev;
-            }
-            return;
-        }
-        prev = q;
+    b->next[q] = NULL;
+    b->queued[q] = true;
+    if (sp->queue[q].tail != NULL) {
+        sp->queue[q].tail->next[q] = b;
+    } else {
+        sp->queue[q].head = b;
     }
+    sp->queue[q].tail = b;
+}
+
+void weft__spill_dequeue(weft_spill_t *sp, weft__spill_queue_t q, weft__spill_block_t *b)
+{
+    if (!b->queued[q]) {
+        return;
+    }
+    weft__spill_block_t **link = &sp->queue[q].head, *prev = NULL;
+    while (*link != b) {
+        prev = *link;
+        link = &prev->next[q];
+    }
+    *link = b->next[q];
+    if (sp->queue[q].tail == b) {
+        sp->queue[q].tail = prev;
+    }
+    b->next[q] = NULL;
+    b->queued[q] = false;
 }
 
 weft_status_t weft_spill_drop(weft_spill_t *sp, uint64_t id)
@@ -282,14 +294,8 @@ weft_status_t weft_spill_drop(weft_spill_t *sp, uint64_t id)
         pthread_mutex_unlock(&sp->mu);
         return unknown(sp, id);
     }
-    if (b->wqueued) {
-        unlink_queue(&sp->wq_head, &sp->wq_tail, b, true);
-        b->wqueued = false;
-    }
-    if (b->rqueued) {
-        unlink_queue(&sp->rq_head, &sp->rq_tail, b, false);
-        b->rqueued = false;
-    }
+    weft__spill_dequeue(sp, WEFT__SPILL_WQ, b);
+    weft__spill_dequeue(sp, WEFT__SPILL_RQ, b);
     for (size_t i = 0; i < b->next_copy; i++) {
         weft__spill_chunk_unref(sp, b->chunks[i]);
     }
@@ -358,30 +364,40 @@ static void req_cleanup(weft_req_t *req)
     free(q);
 }
 
-static weft_status_t new_request(weft_spill_t *sp, uint64_t id, unsigned want, weft_req_t **req)
+static weft_status_t request_new(weft_spill_t *sp, unsigned want, weft_req_t **req, weft_req_t **r)
 {
+    *r = NULL;
     if (req == NULL) {
         return WEFT_OK;
     }
-    weft_req_t *r = weft__req_new(sp->ctx, NULL);
     spill_req_t *q = calloc(1, sizeof(*q));
-    if (r == NULL || q == NULL) {
-        weft_req_free(r);
+    *r = q != NULL ? weft__req_new(sp->ctx, NULL) : NULL;
+    if (*r == NULL) {
         free(q);
         return weft__error(sp->ctx, WEFT_ERR_NO_MEMORY, "spill: out of memory for a request");
     }
-    *q = (spill_req_t){.sp = sp, .id = id, .want = want};
+    q->want = want; /* q->sp stays NULL until started: a refused one is not in sp->reqs */
+    weft__req_set_ops(*r, req_progress, req_cleanup, q);
+    return WEFT_OK;
+}
+
+static void request_start(weft_spill_t *sp, weft_req_t *r, uint64_t id, weft_req_t **req)
+{
+    if (r == NULL) {
+        return;
+    }
+    spill_req_t *q = weft__req_impl(r);
     pthread_mutex_lock(&sp->mu);
+    q->sp = sp;
+    q->id = id;
     q->next = sp->reqs;
     if (sp->reqs != NULL) {
         sp->reqs->prev = q;
     }
     sp->reqs = q;
     pthread_mutex_unlock(&sp->mu);
-    weft__req_set_ops(r, req_progress, req_cleanup, q);
     weft__req_publish(r);
     *req = r;
-    return WEFT_OK;
 }
 
 void weft__spill_detach_requests(weft_spill_t *sp)

@@ -58,11 +58,17 @@ typedef struct weft__spill_block {
     size_t reads_left; /* chunks of the read not yet delivered */
     int inflight;      /* its reads in slots */
     weft_status_t read_status;
-    char *read_why;                  /* the read's failure, for the caller's thread */
-    struct weft__spill_block *wnext; /* in the write queue */
-    struct weft__spill_block *rnext; /* in the read queue */
-    bool wqueued, rqueued;
+    char *read_why;                    /* the read's failure, for the caller's thread */
+    struct weft__spill_block *next[2]; /* in each queue (weft__spill_queue_t) */
+    bool queued[2];
 } weft__spill_block_t;
+
+/* The worker's two queues of blocks, each in its own order: chunks still to take from
+ * their source, and chunks still to read. */
+typedef enum weft__spill_queue {
+    WEFT__SPILL_WQ = 0,
+    WEFT__SPILL_RQ = 1,
+} weft__spill_queue_t;
 
 /* An I/O slot: one chunk write or read in flight. */
 typedef struct weft__spill_slot {
@@ -122,7 +128,9 @@ struct weft_spill {
     uint64_t nfree_slots, cap_free_slots;
     uint64_t file_slots; /* slots in use or free below the file's end */
 
-    weft__spill_block_t *wq_head, *wq_tail, *rq_head, *rq_tail;
+    struct {
+        weft__spill_block_t *head, *tail;
+    } queue[2]; /* by weft__spill_queue_t */
 
     weft_spill_stats_t stats;
     uint64_t write_since, read_since; /* when writes (reads) became in flight, 0 if none */
@@ -138,6 +146,9 @@ void weft__spill_block_destroy(weft__spill_block_t *b);
 void weft__spill_trim(weft_spill_t *sp);
 
 /* ---- spill_block.c ---- */
+/* Append @p b to queue @p q; take it out of @p q (no-op when not in it). */
+void weft__spill_enqueue(weft_spill_t *sp, weft__spill_queue_t q, weft__spill_block_t *b);
+void weft__spill_dequeue(weft_spill_t *sp, weft__spill_queue_t q, weft__spill_block_t *b);
 /* The space is being freed (sp->mu held): its requests in flight fail from now on. */
 void weft__spill_detach_requests(weft_spill_t *sp);
 

@@ -51,12 +51,14 @@ static void busy_end(weft_spill_t *sp, bool write)
     sp->inflight--;
 }
 
-/* The request of @p slot (io_bytes at file offset @p off), from its registered buffer
- * where the ring took the slots' buffers (no pinning of its pages per request). */
-static void prep_rw(weft_spill_t *sp, struct io_uring_sqe *sqe, weft__spill_slot_t *slot,
-                    bool write, uint64_t off)
+/* Queue the request of @p slot (slot->write, io_bytes at file offset @p off), from its
+ * registered buffer where the ring took the slots' buffers (no pinning of its pages per
+ * request), tagged with the slot's index, and count it in flight. */
+static void submit_slot(weft_spill_t *sp, weft__spill_slot_t *slot, uint64_t off)
 {
     int index = (int)(slot - sp->slots);
+    bool write = slot->write;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&sp->ring);
     if (sp->fixed && write) {
         io_uring_prep_write_fixed(sqe, sp->fd, slot->buf, (unsigned)slot->io_bytes, off, index);
     } else if (sp->fixed) {
@@ -66,6 +68,8 @@ static void prep_rw(weft_spill_t *sp, struct io_uring_sqe *sqe, weft__spill_slot
     } else {
         io_uring_prep_read(sqe, sp->fd, slot->buf, (unsigned)slot->io_bytes, off);
     }
+    io_uring_sqe_set_data64(sqe, (uint64_t)index);
+    busy_begin(sp, write);
 }
 
 static weft__spill_slot_t *free_slot(weft_spill_t *sp)
@@ -162,7 +166,7 @@ static void map_remove(weft_spill_t *sp, uint32_t ci)
  * its content is held already (then @p slot stays free). */
 static void take_chunk(weft_spill_t *sp, weft__spill_slot_t *slot)
 {
-    weft__spill_block_t *b = sp->wq_head;
+    weft__spill_block_t *b = sp->queue[WEFT__SPILL_WQ].head;
     size_t i = b->next_copy;
     size_t off = i * sp->chunk_bytes;
     uint32_t len = (uint32_t)(b->bytes - off < sp->chunk_bytes ? b->bytes - off : sp->chunk_bytes);
@@ -203,10 +207,7 @@ static void take_chunk(weft_spill_t *sp, weft__spill_slot_t *slot)
             memset(slot->buf + len, 0, io - len);
             *slot = (weft__spill_slot_t){
                 .busy = true, .write = true, .chunk = ci, .io_bytes = io, .buf = slot->buf};
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&sp->ring);
-            prep_rw(sp, sqe, slot, true, c->slot * sp->chunk_bytes);
-            io_uring_sqe_set_data64(sqe, (uint64_t)(slot - sp->slots));
-            busy_begin(sp, true);
+            submit_slot(sp, slot, c->slot * sp->chunk_bytes);
         }
     }
     if (ci != WEFT__SPILL_NONE) {
@@ -216,12 +217,7 @@ static void take_chunk(weft_spill_t *sp, weft__spill_slot_t *slot)
         b->oom = true; /* no record: the block fails, and its source is free */
     }
     if (b->next_copy == b->nchunks || b->oom) {
-        sp->wq_head = b->wnext;
-        if (sp->wq_head == NULL) {
-            sp->wq_tail = NULL;
-        }
-        b->wnext = NULL;
-        b->wqueued = false;
+        weft__spill_dequeue(sp, WEFT__SPILL_WQ, b);
     }
 }
 
@@ -241,21 +237,14 @@ static void fail_read(weft_spill_t *sp, weft__spill_block_t *b, const char *fmt,
     b->read_status = WEFT_ERR_IO;
     free(b->read_why);
     b->read_why = strdup(why);
-    if (b->rqueued) { /* the head: reads are started in queue order */
-        sp->rq_head = b->rnext;
-        if (sp->rq_head == NULL) {
-            sp->rq_tail = NULL;
-        }
-        b->rnext = NULL;
-        b->rqueued = false;
-    }
+    weft__spill_dequeue(sp, WEFT__SPILL_RQ, b);
 }
 
 /* Start the next read of the head of the read queue through @p slot; false when its next
  * chunk is not in the file yet. */
 static bool start_read(weft_spill_t *sp, weft__spill_slot_t *slot)
 {
-    weft__spill_block_t *b = sp->rq_head;
+    weft__spill_block_t *b = sp->queue[WEFT__SPILL_RQ].head;
     size_t i = b->next_read;
     if (b->oom) {
         fail_read(sp, b, "spill: a block of %zu bytes was never written: out of memory", b->bytes);
@@ -282,18 +271,10 @@ static bool start_read(weft_spill_t *sp, weft__spill_slot_t *slot)
                                  .index = i,
                                  .io_bytes = io,
                                  .buf = slot->buf};
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&sp->ring);
-    prep_rw(sp, sqe, slot, false, c->slot * sp->chunk_bytes);
-    io_uring_sqe_set_data64(sqe, (uint64_t)(slot - sp->slots));
-    busy_begin(sp, false);
+    submit_slot(sp, slot, c->slot * sp->chunk_bytes);
     b->inflight++;
     if (++b->next_read == b->nchunks) {
-        sp->rq_head = b->rnext;
-        if (sp->rq_head == NULL) {
-            sp->rq_tail = NULL;
-        }
-        b->rnext = NULL;
-        b->rqueued = false;
+        weft__spill_dequeue(sp, WEFT__SPILL_RQ, b);
     }
     return true;
 }
@@ -327,17 +308,18 @@ static void fill(weft_spill_t *sp)
     }
     weft__spill_slot_t *slot;
     while ((slot = free_slot(sp)) != NULL) {
-        if ((sp->rq_head != NULL || sp->wq_head != NULL) && !paced_ok(sp)) {
+        if ((sp->queue[WEFT__SPILL_RQ].head != NULL || sp->queue[WEFT__SPILL_WQ].head != NULL) &&
+            !paced_ok(sp)) {
             return;
         }
         bool started = false;
-        while (!started && sp->rq_head != NULL) {
+        while (!started && sp->queue[WEFT__SPILL_RQ].head != NULL) {
             if (!start_read(sp, slot)) {
                 break;
             }
             started = slot->busy;
         }
-        while (!started && sp->wq_head != NULL) {
+        while (!started && sp->queue[WEFT__SPILL_WQ].head != NULL) {
             take_chunk(sp, slot);
             started = slot->busy;
         }
