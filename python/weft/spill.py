@@ -134,10 +134,10 @@ class Spill:
         """Block until @p bid has every bit of @p state (weft.Timeout after @p timeout
         seconds; None: the context's WEFT_TIMEOUT_MS for SOURCE_FREE and LOADED, which
         wait on the write's and the read's request, 300 s for STORED, which is polled)."""
-        if state & Spill.SOURCE_FREE and bid in self._writes:
-            self._writes.pop(bid).wait(timeout)
-        if state & Spill.LOADED and bid in self._reads:
-            self._reads.pop(bid).wait(timeout)
+        for bit, reqs in ((Spill.SOURCE_FREE, self._writes), (Spill.LOADED, self._reads)):
+            if state & bit and bid in reqs:
+                reqs[bid].wait(timeout)  # after a Timeout the request stays, to wait again
+                del reqs[bid]
         deadline = time.monotonic() + (300.0 if timeout is None else timeout)
         pause = 1e-5
         while (self.state(bid) & state) != state:

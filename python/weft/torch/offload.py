@@ -65,16 +65,15 @@ class OffloadStats(NamedTuple):
 
 class _Saved:
     """One offloaded tensor (or another save of it)."""
-    __slots__ = ("owner", "bid", "alive", "kept", "shape", "dtype", "nbytes", "pos", "source",
+    __slots__ = ("owner", "bid", "alive", "kept", "shape", "dtype", "nbytes", "source",
                  "loaded", "reading", "served", "refs", "failed", "__weakref__")
 
-    def __init__(self, owner, bid, t, pos, kept=False):
+    def __init__(self, owner, bid, t, kept=False):
         self.owner = owner
         self.bid = bid          # None for a tensor kept in memory
         self.alive = True       # until its last unpack, or the graph is dropped
         self.kept = t if kept else None
         self.shape, self.dtype, self.nbytes = t.shape, t.dtype, t.numel() * t.element_size()
-        self.pos = pos          # in the order of saves
         self.source = t         # the tensor, until its bytes are all taken
         self.loaded = None      # the tensor read back
         self.reading = False
@@ -176,12 +175,12 @@ class ActivationOffload:
             return hit[1]
         if self._keep(t):
             self._st["bytes_kept"] += nbytes
-            s = _Saved(self, None, t.detach(), -1, kept=True)  # no grad_fn: no cycle
+            s = _Saved(self, None, t.detach(), kept=True)  # no grad_fn: no cycle
             self._by_key[key] = (weakref.ref(owner), s)
             self._add_resident(nbytes)
             return s
         bid = self.spill.write(t.detach())
-        s = _Saved(self, bid, t.detach(), len(self._order))
+        s = _Saved(self, bid, t.detach())
         self._by_key[key] = (weakref.ref(owner), s)
         self._order.append(weakref.ref(s))
         self._cursor = len(self._order) - 1
